@@ -1,0 +1,120 @@
+// Status and Result<T>: how every ckptd function that can fail reports it.
+//
+// Modeled on absl::Status / rocksdb::Status. Expected failures (bad input, missing
+// version, I/O errors) are values, never exceptions. Codes are canonical and map to HTTP
+// status codes in exactly one place (api/src/http_errors.cc).
+//
+// Thread safety: Status and Result are values; distinct objects may be used concurrently,
+// a single object needs external synchronization like any other value type.
+#pragma once
+
+#include <cassert>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+namespace ckpt {
+
+// Canonical error codes. The numeric values are not persisted anywhere.
+enum class StatusCode {
+  kOk,
+  kInvalidArgument,     // the caller's input is malformed (HTTP 400)
+  kNotFound,            // model or version does not exist (HTTP 404)
+  kAlreadyExists,       // the thing to create already exists (HTTP 409)
+  kFailedPrecondition,  // the request conflicts with the current state (HTTP 409)
+  kResourceExhausted,   // a configured size limit was exceeded (HTTP 413)
+  kDataLoss,            // stored or transmitted bytes are corrupt (HTTP 500)
+  kUnavailable,         // shutting down or temporarily unable to serve (HTTP 503)
+  kInternal,            // a bug or an unexpected library failure (HTTP 500)
+  kIoError,             // the storage engine failed to read or write (HTTP 500)
+};
+
+// Returns a stable upper-snake name such as "INVALID_ARGUMENT", used in JSON error bodies.
+std::string_view StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;  // OK
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status Ok() { return Status(); }
+  static Status InvalidArgument(std::string msg) { return {StatusCode::kInvalidArgument, std::move(msg)}; }
+  static Status NotFound(std::string msg) { return {StatusCode::kNotFound, std::move(msg)}; }
+  static Status AlreadyExists(std::string msg) { return {StatusCode::kAlreadyExists, std::move(msg)}; }
+  static Status FailedPrecondition(std::string msg) {
+    return {StatusCode::kFailedPrecondition, std::move(msg)};
+  }
+  static Status ResourceExhausted(std::string msg) {
+    return {StatusCode::kResourceExhausted, std::move(msg)};
+  }
+  static Status DataLoss(std::string msg) { return {StatusCode::kDataLoss, std::move(msg)}; }
+  static Status Unavailable(std::string msg) { return {StatusCode::kUnavailable, std::move(msg)}; }
+  static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+  static Status IoError(std::string msg) { return {StatusCode::kIoError, std::move(msg)}; }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+  // "INVALID_ARGUMENT: message", or "OK".
+  std::string ToString() const;
+
+  // Returns a copy whose message is "<prefix>: <message>"; OK stays OK.
+  Status WithContext(std::string_view prefix) const;
+
+  friend bool operator==(const Status& a, const Status& b) {
+    return a.code_ == b.code_ && a.message_ == b.message_;
+  }
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+// Either a value of type T or a non-OK Status.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : state_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : state_(std::move(status)) {  // NOLINT: implicit by design
+    assert(!std::get<Status>(state_).ok() && "Result constructed from an OK Status");
+  }
+
+  bool ok() const { return std::holds_alternative<T>(state_); }
+  Status status() const { return ok() ? Status::Ok() : std::get<Status>(state_); }
+
+  // REQUIRES: ok().
+  T& value() & { return std::get<T>(state_); }
+  const T& value() const& { return std::get<T>(state_); }
+  T&& value() && { return std::get<T>(std::move(state_)); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+ private:
+  std::variant<T, Status> state_;
+};
+
+}  // namespace ckpt
+
+#define CKPT_STATUS_CONCAT_INNER(a, b) a##b
+#define CKPT_STATUS_CONCAT(a, b) CKPT_STATUS_CONCAT_INNER(a, b)
+
+// Evaluates `expr` (a Status); returns it from the enclosing function if not OK.
+#define CKPT_RETURN_IF_ERROR(expr)                   \
+  do {                                               \
+    ::ckpt::Status ckpt_status_tmp_ = (expr);        \
+    if (!ckpt_status_tmp_.ok()) return ckpt_status_tmp_; \
+  } while (0)
+
+// Evaluates `rexpr` (a Result<T>); on error returns its Status, else moves the value into `lhs`.
+#define CKPT_ASSIGN_OR_RETURN(lhs, rexpr) \
+  CKPT_ASSIGN_OR_RETURN_IMPL(CKPT_STATUS_CONCAT(ckpt_result_, __LINE__), lhs, rexpr)
+#define CKPT_ASSIGN_OR_RETURN_IMPL(result, lhs, rexpr) \
+  auto result = (rexpr);                               \
+  if (!result.ok()) return result.status();            \
+  lhs = std::move(result).value()

@@ -1,0 +1,80 @@
+// The tensor codec interface: how one chunk of one tensor becomes a stored payload.
+//
+// A chunk is a run of whole elements of one tensor (storage cuts large tensors into chunks of a
+// few MiB). A codec encodes a chunk either as a keyframe (standalone) or as a delta against the
+// *reconstruction* of the same chunk in the previous version. Decoding a delta needs the same
+// reconstruction, so encoder and decoder see bit-identical references and lossy codecs cannot
+// drift (closed-loop error feedback).
+//
+// Codecs are pure: no I/O, no logging, no global state. Every codec object is immutable after
+// construction and safe for concurrent use from any number of threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ckpt/codec/dtype.h"
+#include "ckpt/codec/status.h"
+
+namespace ckpt {
+
+// Identifies the algorithm that wrote a payload; stored with every chunk.
+// Written to disk: never change a value, never reuse a retired one.
+enum class CodecId : uint16_t {
+  kLosslessBytePlanes = 1,  // byte-plane split + zstd; deltas are XOR of the raw bits
+};
+
+// Whether a payload stands alone or needs the previous reconstruction.
+// Written to disk: never change a value.
+enum class FrameKind : uint8_t {
+  kKeyframe = 1,
+  kDelta = 2,
+};
+
+struct EncodedChunk {
+  std::string payload;
+  // For lossless codecs the reconstruction is the input itself and this stays empty; lossy
+  // codecs return the decoder's exact output here (the next error-feedback state).
+  std::vector<uint8_t> reconstruction;
+  bool reconstruction_is_input = true;
+};
+
+class TensorCodec {
+ public:
+  virtual ~TensorCodec() = default;
+
+  virtual CodecId id() const = 0;
+
+  // Encodes `current` (whole elements of `dtype`). With `reference` (the previous
+  // reconstruction of this chunk: same dtype and length) the result is a delta, else a keyframe.
+  virtual Result<EncodedChunk> Encode(DType dtype, std::span<const uint8_t> current,
+                                      std::optional<std::span<const uint8_t>> reference) const = 0;
+
+  // Decodes `payload` into `out` (exactly the chunk's byte length). `reference` must be given
+  // for deltas and be the reconstruction the encoder used. Corrupt payloads yield DataLoss.
+  virtual Status Decode(DType dtype, std::span<const uint8_t> payload,
+                        std::optional<std::span<const uint8_t>> reference,
+                        std::span<uint8_t> out) const = 0;
+};
+
+struct LosslessCodecOptions {
+  // zstd level for every plane. Higher is smaller and slower; decoding speed barely changes.
+  // Default: 3.
+  int zstd_level = 3;
+};
+
+// The lossless codec: floats are split into byte planes (each byte position of the element
+// compressed separately, as ZipNN does, so the sign/exponent bytes compress apart from the
+// noisy mantissa bytes); deltas are the XOR of the raw bits with the reference. Integer and
+// boolean tensors are compressed whole (one plane).
+std::unique_ptr<TensorCodec> NewLosslessCodec(const LosslessCodecOptions& options = {});
+
+// Returns the codec able to decode payloads written with `id`, or NotFound/DataLoss for an
+// unknown id (e.g. data written by a newer ckptd).
+Result<const TensorCodec*> CodecForDecoding(uint16_t id);
+
+}  // namespace ckpt

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ckptd needs to build and test.
+# Non-interactive and idempotent: when every package is present it only runs dpkg-query.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  librocksdb-dev libboost-dev libzstd-dev zstd libspdlog-dev libfmt-dev libssl-dev
+  libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libxxhash-dev
+  libbenchmark-dev curl
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  if [[ "$status" != "install ok installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
