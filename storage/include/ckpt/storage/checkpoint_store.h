@@ -1,0 +1,146 @@
+// CheckpointStore: durable, versioned storage of safetensors checkpoints.
+//
+// A model is a named sequence of versions (training steps, strictly increasing). Each pushed
+// checkpoint is cut into tensors and chunks; every chunk is stored as a keyframe or as a delta
+// against the previous version's reconstruction of the same chunk (see docs/design.md). Any
+// stored version restores to exactly the bytes that were pushed (lossless mode).
+//
+// Thread safety: a CheckpointStore is safe for concurrent use by any number of threads.
+// Pushes to one model are serialized (a second concurrent push to the same model fails with
+// FailedPrecondition); different models proceed in parallel; readers never observe a partially
+// written version. PushSession and RestoreStream objects are thread-compatible: one thread at
+// a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/codec/policy.h"
+#include "ckpt/codec/status.h"
+
+namespace ckpt {
+
+struct StoreOptions {
+  // Directory holding the RocksDB database; created if missing. Default: none (required).
+  std::string data_dir;
+
+  // Tensors larger than this are cut into chunks of this many bytes (rounded down to whole
+  // elements). Bounds the memory a push or restore needs per tensor and the size of any single
+  // RocksDB value. Changing it affects new versions only; deltas need equal chunk sizes, so the
+  // first push after a change stores keyframes. Default: 4 MiB.
+  uint64_t chunk_bytes = 4 << 20;
+
+  // Memory budget for the in-memory copy of each model's latest reconstruction (the reference
+  // the next delta is taken against). Misses are decoded from the stored chain, so this trades
+  // memory for push speed only. Default: 128 MiB.
+  uint64_t reference_cache_bytes = 128 << 20;
+
+  // Sync the write-ahead log before a push or delete is acknowledged. Turning it off risks
+  // losing acknowledged versions on power failure or kernel crash (not on a process crash).
+  // Default: true.
+  bool sync_commits = true;
+
+  // zstd level of the lossless codec. Default: 3.
+  int zstd_level = 3;
+
+  // Policy of models that have none set. Default: lossless, keyframe_every 16.
+  CodecPolicy default_policy;
+};
+
+struct VersionInfo {
+  std::string model;
+  uint64_t version = 0;
+  std::string kind;           // "keyframe", "delta" or "mixed" (per-tensor kinds differ)
+  uint64_t raw_bytes = 0;     // size of the pushed safetensors body
+  uint64_t stored_bytes = 0;  // payload bytes this version added to the store
+  int64_t created_at_ms = 0;  // Unix epoch milliseconds of the commit
+  std::string sha256;         // SHA-256 (hex) of the pushed body
+  uint32_t tensor_count = 0;
+};
+
+struct ModelInfo {
+  std::string name;
+  std::optional<uint64_t> latest_version;  // newest live version; nullopt when none
+  uint64_t version_count = 0;
+  uint64_t raw_bytes = 0;     // sum of raw_bytes over live versions
+  uint64_t stored_bytes = 0;  // payload bytes kept for the model (including data that deleted
+                              // versions leave behind for later deltas)
+  int64_t created_at_ms = 0;
+};
+
+// Receives one checkpoint body, chunk by chunk, as it arrives from the network.
+//
+// The model is locked for pushes while the session lives. Destroying a session that was not
+// committed aborts it: everything it wrote is removed and nothing becomes visible.
+class PushSession {
+ public:
+  virtual ~PushSession() = default;
+  // Consumes the next bytes of the safetensors body. After an error the session is failed and
+  // only destruction (abort) remains.
+  virtual Status Write(std::span<const uint8_t> bytes) = 0;
+  // Declares the end of the body, then makes the version visible in one atomic, synced commit.
+  virtual Result<VersionInfo> Commit() = 0;
+};
+
+// Streams one stored version back as a safetensors body.
+class RestoreStream {
+ public:
+  virtual ~RestoreStream() = default;
+  virtual const VersionInfo& info() const = 0;
+  // Total body size (known before the first byte).
+  virtual uint64_t size() const = 0;
+  // Returns the next piece of the body (the header first, then decoded chunks in body order);
+  // an empty piece means the end. Corrupt data yields DataLoss naming model, version, tensor.
+  virtual Result<std::span<const uint8_t>> Next() = 0;
+};
+
+class CheckpointStore {
+ public:
+  // Opens (creating if needed) the store in options.data_dir and runs recovery: data of pushes
+  // interrupted by a crash is removed.
+  static Result<std::unique_ptr<CheckpointStore>> Open(const StoreOptions& options);
+
+  virtual ~CheckpointStore() = default;
+
+  // Validates model name and version and locks the model for a push. `body_size` is the
+  // Content-Length if known. Fails with InvalidArgument (bad name), FailedPrecondition
+  // (version not above the latest, or another push in progress).
+  virtual Result<std::unique_ptr<PushSession>> BeginPush(std::string_view model, uint64_t version,
+                                                         std::optional<uint64_t> body_size) = 0;
+
+  // Opens a restore of `version`, or of the latest version when nullopt. The stream reads a
+  // consistent snapshot: concurrent pushes and deletes do not affect it.
+  virtual Result<std::unique_ptr<RestoreStream>> OpenRestore(
+      std::string_view model, std::optional<uint64_t> version) = 0;
+
+  virtual Result<std::vector<ModelInfo>> ListModels() = 0;
+  virtual Result<ModelInfo> GetModel(std::string_view model) = 0;
+  virtual Result<std::vector<VersionInfo>> ListVersions(std::string_view model) = 0;
+  virtual Result<VersionInfo> GetVersion(std::string_view model,
+                                         std::optional<uint64_t> version) = 0;
+
+  // Deletes one version. Versions that still need its data (as a delta base) keep restoring
+  // byte-identically; data no live version needs is dropped.
+  virtual Status DeleteVersion(std::string_view model, uint64_t version) = 0;
+  // Deletes a model with all its versions, policy and codec state.
+  virtual Status DeleteModel(std::string_view model) = 0;
+
+  // The model's codec policy (the default policy if none was set). NotFound for unknown models.
+  virtual Result<CodecPolicy> GetPolicy(std::string_view model) = 0;
+  // Sets the policy, creating the model (without versions) if needed. Applies from the next push.
+  virtual Status SetPolicy(std::string_view model, const CodecPolicy& policy) = 0;
+
+  // Flushes memtables and the WAL so the data directory holds only table and blob files.
+  // Called by the daemon on clean shutdown; the destructor closes the database.
+  virtual Status Flush() = 0;
+};
+
+// Model names: [A-Za-z0-9][A-Za-z0-9._-]{0,127}. Returns InvalidArgument explaining the rule.
+Status ValidateModelName(std::string_view model);
+
+}  // namespace ckpt

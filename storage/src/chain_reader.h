@@ -1,0 +1,56 @@
+// ChainReader: decodes chunks of a model's stored versions by walking their delta chains.
+//
+// A chunk at manifest `seq` is either a keyframe or a delta against the same chunk at its
+// base manifest; decoding replays the chain from the keyframe forward, verifying the payload and
+// the decoded-bytes checksum of every link. Reads go through an optional RocksDB snapshot.
+//
+// Thread-compatible: one reader per push or restore; it caches the manifests it has read.
+#pragma once
+
+#include <rocksdb/db.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ckpt/codec/status.h"
+#include "records.h"
+#include "reference_cache.h"
+
+namespace ckpt {
+
+class ChainReader {
+ public:
+  ChainReader(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* manifests,
+              rocksdb::ColumnFamilyHandle* chunks, const rocksdb::Snapshot* snapshot,
+              std::string model, ReferenceCache* cache);
+
+  // The manifest at `seq` (NotFound/DataLoss on failure). The pointer stays valid for the
+  // reader's lifetime.
+  Result<const ManifestRecord*> Manifest(uint64_t seq);
+
+  // Decodes chunk `chunk` of tensor `tensor` of manifest `seq` into `out` (resized).
+  // Errors name the model, version and tensor.
+  Status DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk, std::vector<uint8_t>* out);
+
+  // Byte length of chunk `chunk` of `t`.
+  static uint64_t ChunkLength(const ManifestTensor& t, uint32_t chunk);
+
+ private:
+  Status ReadAndDecode(uint64_t seq, uint32_t tensor, uint32_t chunk, const ManifestTensor& t,
+                       const std::vector<uint8_t>* reference, std::vector<uint8_t>* out);
+
+  rocksdb::DB* db_;
+  rocksdb::ColumnFamilyHandle* manifests_;
+  rocksdb::ColumnFamilyHandle* chunks_;
+  rocksdb::ReadOptions read_options_;
+  std::string model_;
+  ReferenceCache* cache_;
+  std::map<uint64_t, ManifestRecord> manifests_by_seq_;
+};
+
+// Converts a RocksDB status into a ckpt::Status (IoError, DataLoss for corruption, NotFound).
+Status FromRocks(const rocksdb::Status& s, std::string_view what);
+
+}  // namespace ckpt

@@ -1,0 +1,73 @@
+// RocksDB key layouts (docs/design.md). All integers are big-endian so that byte order equals
+// numeric order and a model's versions are one ordered prefix scan. Model names never contain
+// '\0', so "<model>\0" is an unambiguous prefix.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace ckpt::storage_keys {
+
+inline void AppendBigEndian(std::string& out, uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+inline uint64_t ReadBigEndian(std::string_view in, size_t pos, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<uint8_t>(in[pos + i]);
+  return v;
+}
+
+// "<model>\0": prefix of every per-model key in the versions, manifests and chunks families.
+inline std::string ModelPrefix(std::string_view model) {
+  std::string k(model);
+  k.push_back('\0');
+  return k;
+}
+
+// The first key after every key with ModelPrefix(model).
+inline std::string ModelPrefixEnd(std::string_view model) {
+  std::string k(model);
+  k.push_back('\1');
+  return k;
+}
+
+// versions: "<model>\0" + u64 version.
+inline std::string VersionKey(std::string_view model, uint64_t version) {
+  std::string k = ModelPrefix(model);
+  AppendBigEndian(k, version, 8);
+  return k;
+}
+
+// manifests: "<model>\0" + u64 seq.
+inline std::string ManifestKey(std::string_view model, uint64_t seq) {
+  std::string k = ModelPrefix(model);
+  AppendBigEndian(k, seq, 8);
+  return k;
+}
+
+// chunks: "<model>\0" + u64 seq + u32 tensor index + u32 chunk index.
+inline std::string ChunkKey(std::string_view model, uint64_t seq, uint32_t tensor,
+                            uint32_t chunk) {
+  std::string k = ModelPrefix(model);
+  AppendBigEndian(k, seq, 8);
+  AppendBigEndian(k, tensor, 4);
+  AppendBigEndian(k, chunk, 4);
+  return k;
+}
+
+// First chunk key of `seq` (inclusive) — with ChunkSeqBegin(model, seq + 1) a range covering
+// every chunk written by that push.
+inline std::string ChunkSeqBegin(std::string_view model, uint64_t seq) {
+  std::string k = ModelPrefix(model);
+  AppendBigEndian(k, seq, 8);
+  return k;
+}
+
+// Decodes the u64 that follows "<model>\0" in a versions/manifests/chunks key.
+inline uint64_t NumberAfterPrefix(std::string_view key, size_t model_size) {
+  return ReadBigEndian(key, model_size + 1, 8);
+}
+
+}  // namespace ckpt::storage_keys

@@ -1,0 +1,216 @@
+#include "records.h"
+
+#include "ckpt/codec/binary.h"
+#include "ckpt/codec/hashing.h"
+
+namespace ckpt {
+namespace {
+
+Status CheckFormat(ByteReader& r, uint8_t expected, std::string_view what) {
+  uint8_t v = 0;
+  CKPT_RETURN_IF_ERROR(r.GetU8(&v));
+  if (v != expected) {
+    return Status::DataLoss(std::string(what) + ": unsupported format version " +
+                            std::to_string(v));
+  }
+  return Status::Ok();
+}
+
+Status CheckFullyConsumed(const ByteReader& r, std::string_view what) {
+  if (!r.empty()) {
+    return Status::DataLoss(std::string(what) + ": " + std::to_string(r.remaining()) +
+                            " trailing bytes");
+  }
+  return Status::Ok();
+}
+
+std::span<const uint8_t> AsBytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+}  // namespace
+
+std::string ModelRecord::Encode() const {
+  ByteWriter w;
+  w.PutU8(kFormatVersion);
+  w.PutU64(static_cast<uint64_t>(created_at_ms));
+  w.PutLengthPrefixed(policy_json);
+  w.PutU8(has_versions ? 1 : 0);
+  w.PutU64(latest_version);
+  w.PutU64(version_count);
+  w.PutU64(raw_bytes);
+  w.PutU64(stored_bytes);
+  return w.Release();
+}
+
+Result<ModelRecord> ModelRecord::Decode(std::string_view bytes) {
+  ByteReader r(bytes, "model record");
+  ModelRecord m;
+  CKPT_RETURN_IF_ERROR(CheckFormat(r, kFormatVersion, "model record"));
+  uint64_t created = 0;
+  uint8_t has = 0;
+  CKPT_RETURN_IF_ERROR(r.GetU64(&created));
+  m.created_at_ms = static_cast<int64_t>(created);
+  CKPT_RETURN_IF_ERROR(r.GetLengthPrefixed(&m.policy_json));
+  CKPT_RETURN_IF_ERROR(r.GetU8(&has));
+  m.has_versions = has != 0;
+  CKPT_RETURN_IF_ERROR(r.GetU64(&m.latest_version));
+  CKPT_RETURN_IF_ERROR(r.GetU64(&m.version_count));
+  CKPT_RETURN_IF_ERROR(r.GetU64(&m.raw_bytes));
+  CKPT_RETURN_IF_ERROR(r.GetU64(&m.stored_bytes));
+  CKPT_RETURN_IF_ERROR(CheckFullyConsumed(r, "model record"));
+  return m;
+}
+
+std::string VersionRecord::Encode() const {
+  ByteWriter w;
+  w.PutU8(kFormatVersion);
+  w.PutU64(seq);
+  w.PutU64(floor_seq);
+  w.PutU64(static_cast<uint64_t>(created_at_ms));
+  w.PutU64(raw_bytes);
+  w.PutU64(stored_bytes);
+  w.PutU8(kind);
+  w.PutU32(tensor_count);
+  w.PutLengthPrefixed(sha256_hex);
+  w.PutLengthPrefixed64(raw_header);
+  return w.Release();
+}
+
+Result<VersionRecord> VersionRecord::Decode(std::string_view bytes) {
+  ByteReader r(bytes, "version record");
+  VersionRecord v;
+  CKPT_RETURN_IF_ERROR(CheckFormat(r, kFormatVersion, "version record"));
+  uint64_t created = 0;
+  CKPT_RETURN_IF_ERROR(r.GetU64(&v.seq));
+  CKPT_RETURN_IF_ERROR(r.GetU64(&v.floor_seq));
+  CKPT_RETURN_IF_ERROR(r.GetU64(&created));
+  v.created_at_ms = static_cast<int64_t>(created);
+  CKPT_RETURN_IF_ERROR(r.GetU64(&v.raw_bytes));
+  CKPT_RETURN_IF_ERROR(r.GetU64(&v.stored_bytes));
+  CKPT_RETURN_IF_ERROR(r.GetU8(&v.kind));
+  CKPT_RETURN_IF_ERROR(r.GetU32(&v.tensor_count));
+  CKPT_RETURN_IF_ERROR(r.GetLengthPrefixed(&v.sha256_hex));
+  CKPT_RETURN_IF_ERROR(r.GetLengthPrefixed64(&v.raw_header));
+  CKPT_RETURN_IF_ERROR(CheckFullyConsumed(r, "version record"));
+  return v;
+}
+
+std::string ManifestRecord::Encode() const {
+  ByteWriter w;
+  w.PutU8(kFormatVersion);
+  w.PutU64(version);
+  w.PutU64(floor_seq);
+  w.PutU64(stored_bytes);
+  w.PutU32(static_cast<uint32_t>(tensors.size()));
+  for (const auto& t : tensors) {
+    w.PutLengthPrefixed(t.name);
+    w.PutU8(static_cast<uint8_t>(t.dtype));
+    w.PutU32(static_cast<uint32_t>(t.shape.size()));
+    for (uint64_t d : t.shape) w.PutU64(d);
+    w.PutU64(t.byte_size);
+    w.PutU64(t.chunk_bytes);
+    w.PutU32(t.chunk_count);
+    w.PutU8(static_cast<uint8_t>(t.kind));
+    w.PutU64(t.base_seq);
+    w.PutU32(t.base_tensor);
+    w.PutU64(t.keyframe_seq);
+    w.PutU32(t.chain_length);
+  }
+  return w.Release();
+}
+
+Result<ManifestRecord> ManifestRecord::Decode(std::string_view bytes) {
+  ByteReader r(bytes, "manifest record");
+  ManifestRecord m;
+  CKPT_RETURN_IF_ERROR(CheckFormat(r, kFormatVersion, "manifest record"));
+  uint32_t count = 0;
+  CKPT_RETURN_IF_ERROR(r.GetU64(&m.version));
+  CKPT_RETURN_IF_ERROR(r.GetU64(&m.floor_seq));
+  CKPT_RETURN_IF_ERROR(r.GetU64(&m.stored_bytes));
+  CKPT_RETURN_IF_ERROR(r.GetU32(&count));
+  if (count > r.remaining()) return Status::DataLoss("manifest record: tensor count too large");
+  m.tensors.resize(count);
+  for (auto& t : m.tensors) {
+    uint8_t dtype = 0, kind = 0;
+    uint32_t rank = 0;
+    CKPT_RETURN_IF_ERROR(r.GetLengthPrefixed(&t.name));
+    CKPT_RETURN_IF_ERROR(r.GetU8(&dtype));
+    auto parsed = DTypeFromTag(dtype);
+    if (!parsed) return Status::DataLoss("manifest record: unknown dtype tag " + std::to_string(dtype));
+    t.dtype = *parsed;
+    CKPT_RETURN_IF_ERROR(r.GetU32(&rank));
+    if (rank > r.remaining() / 8) return Status::DataLoss("manifest record: rank too large");
+    t.shape.resize(rank);
+    for (auto& d : t.shape) CKPT_RETURN_IF_ERROR(r.GetU64(&d));
+    CKPT_RETURN_IF_ERROR(r.GetU64(&t.byte_size));
+    CKPT_RETURN_IF_ERROR(r.GetU64(&t.chunk_bytes));
+    CKPT_RETURN_IF_ERROR(r.GetU32(&t.chunk_count));
+    CKPT_RETURN_IF_ERROR(r.GetU8(&kind));
+    if (kind != static_cast<uint8_t>(FrameKind::kKeyframe) &&
+        kind != static_cast<uint8_t>(FrameKind::kDelta)) {
+      return Status::DataLoss("manifest record: unknown frame kind " + std::to_string(kind));
+    }
+    t.kind = static_cast<FrameKind>(kind);
+    CKPT_RETURN_IF_ERROR(r.GetU64(&t.base_seq));
+    CKPT_RETURN_IF_ERROR(r.GetU32(&t.base_tensor));
+    CKPT_RETURN_IF_ERROR(r.GetU64(&t.keyframe_seq));
+    CKPT_RETURN_IF_ERROR(r.GetU32(&t.chain_length));
+  }
+  CKPT_RETURN_IF_ERROR(CheckFullyConsumed(r, "manifest record"));
+  return m;
+}
+
+std::string ChunkRecord::Encode() const {
+  ByteWriter w;
+  w.PutU8(kFormatVersion);
+  w.PutU16(codec_id);
+  w.PutU8(static_cast<uint8_t>(kind));
+  w.PutU64(raw_length);
+  w.PutU64(raw_checksum);
+  w.PutU64(payload_checksum);
+  w.PutBytes(payload);
+  return w.Release();
+}
+
+Result<ChunkRecord> ChunkRecord::Decode(std::string_view bytes) {
+  ByteReader r(bytes, "chunk record");
+  ChunkRecord c;
+  uint8_t kind = 0;
+  CKPT_RETURN_IF_ERROR(CheckFormat(r, kFormatVersion, "chunk record"));
+  CKPT_RETURN_IF_ERROR(r.GetU16(&c.codec_id));
+  CKPT_RETURN_IF_ERROR(r.GetU8(&kind));
+  if (kind != static_cast<uint8_t>(FrameKind::kKeyframe) &&
+      kind != static_cast<uint8_t>(FrameKind::kDelta)) {
+    return Status::DataLoss("chunk record: unknown frame kind " + std::to_string(kind));
+  }
+  c.kind = static_cast<FrameKind>(kind);
+  CKPT_RETURN_IF_ERROR(r.GetU64(&c.raw_length));
+  CKPT_RETURN_IF_ERROR(r.GetU64(&c.raw_checksum));
+  CKPT_RETURN_IF_ERROR(r.GetU64(&c.payload_checksum));
+  c.payload = bytes.substr(bytes.size() - r.remaining());
+  if (Xxh3Checksum(AsBytes(c.payload)) != c.payload_checksum) {
+    return Status::DataLoss("chunk record: payload checksum mismatch");
+  }
+  return c;
+}
+
+std::string CodecStateRecord::Encode() const {
+  ByteWriter w;
+  w.PutU8(kFormatVersion);
+  w.PutU64(reference_seq);
+  w.PutU64(reference_floor_seq);
+  return w.Release();
+}
+
+Result<CodecStateRecord> CodecStateRecord::Decode(std::string_view bytes) {
+  ByteReader r(bytes, "codec state record");
+  CodecStateRecord s;
+  CKPT_RETURN_IF_ERROR(CheckFormat(r, kFormatVersion, "codec state record"));
+  CKPT_RETURN_IF_ERROR(r.GetU64(&s.reference_seq));
+  CKPT_RETURN_IF_ERROR(r.GetU64(&s.reference_floor_seq));
+  CKPT_RETURN_IF_ERROR(CheckFullyConsumed(r, "codec state record"));
+  return s;
+}
+
+}  // namespace ckpt

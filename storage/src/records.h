@@ -1,0 +1,105 @@
+// The records ckptd persists in RocksDB, each with EncodeTo/DecodeFrom and a leading format
+// version byte. Byte layouts are documented in docs/format.md. Written to disk: fields may be
+// appended under a new format version, never reordered or reinterpreted.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/codec/dtype.h"
+#include "ckpt/codec/policy.h"
+#include "ckpt/codec/status.h"
+#include "ckpt/codec/tensor_codec.h"
+
+namespace ckpt {
+
+// models family, key "<model>".
+struct ModelRecord {
+  static constexpr uint8_t kFormatVersion = 1;
+  int64_t created_at_ms = 0;
+  std::string policy_json;  // CodecPolicy::ToJson(); empty = server default
+  uint64_t latest_version = 0;
+  bool has_versions = false;
+  uint64_t version_count = 0;
+  uint64_t raw_bytes = 0;
+  uint64_t stored_bytes = 0;
+
+  std::string Encode() const;
+  static Result<ModelRecord> Decode(std::string_view bytes);
+};
+
+// versions family, key "<model>\0" + u64 version. What a client sees of a version.
+struct VersionRecord {
+  static constexpr uint8_t kFormatVersion = 1;
+  uint64_t seq = 0;          // manifest holding the version's data
+  uint64_t floor_seq = 0;    // oldest manifest its delta chains reach
+  int64_t created_at_ms = 0;
+  uint64_t raw_bytes = 0;
+  uint64_t stored_bytes = 0;
+  uint8_t kind = 0;          // 1 keyframe, 2 delta, 3 mixed
+  uint32_t tensor_count = 0;
+  std::string sha256_hex;
+  std::string raw_header;    // 8-byte length prefix + JSON header, verbatim as pushed
+
+  std::string Encode() const;
+  static Result<VersionRecord> Decode(std::string_view bytes);
+};
+
+// One tensor of a manifest: where its chunks are and how to decode them.
+struct ManifestTensor {
+  std::string name;
+  DType dtype = DType::kU8;
+  std::vector<uint64_t> shape;
+  uint64_t byte_size = 0;
+  uint64_t chunk_bytes = 0;   // chunk length used (a multiple of the element size)
+  uint32_t chunk_count = 0;
+  FrameKind kind = FrameKind::kKeyframe;
+  uint64_t base_seq = 0;      // for deltas: manifest of the reference
+  uint32_t base_tensor = 0;   // for deltas: index of the tensor in the base manifest
+  uint64_t keyframe_seq = 0;  // manifest holding this tensor's chain keyframe
+  uint32_t chain_length = 0;  // deltas since the keyframe (0 for keyframes)
+};
+
+// manifests family, key "<model>\0" + u64 seq. The internal, immutable description of one
+// committed push; kept after its version is deleted for as long as later deltas need it.
+struct ManifestRecord {
+  static constexpr uint8_t kFormatVersion = 1;
+  uint64_t version = 0;
+  uint64_t floor_seq = 0;
+  uint64_t stored_bytes = 0;
+  std::vector<ManifestTensor> tensors;  // body order
+
+  std::string Encode() const;
+  static Result<ManifestRecord> Decode(std::string_view bytes);
+};
+
+// chunks family, key "<model>\0" + u64 seq + u32 tensor + u32 chunk. Header then payload.
+struct ChunkRecord {
+  static constexpr uint8_t kFormatVersion = 1;
+  uint16_t codec_id = 0;
+  FrameKind kind = FrameKind::kKeyframe;
+  uint64_t raw_length = 0;
+  uint64_t raw_checksum = 0;      // XXH3-64 of the decoded chunk bytes
+  uint64_t payload_checksum = 0;  // XXH3-64 of the payload
+  std::string_view payload;       // points into the decoded buffer
+
+  std::string Encode() const;
+  // Checks the payload checksum; `bytes` must outlive the record.
+  static Result<ChunkRecord> Decode(std::string_view bytes);
+};
+
+// codec_state family, key "<model>". The per-model codec state: which committed manifest the
+// next push takes its deltas against. The reconstruction itself is implied by that manifest's
+// chunks (decoded on demand, cached in memory), so the state adds no copy of the checkpoint.
+struct CodecStateRecord {
+  static constexpr uint8_t kFormatVersion = 1;
+  uint64_t reference_seq = 0;
+  uint64_t reference_floor_seq = 0;
+
+  std::string Encode() const;
+  static Result<CodecStateRecord> Decode(std::string_view bytes);
+};
+
+}  // namespace ckpt

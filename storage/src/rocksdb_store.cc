@@ -1,0 +1,775 @@
+// The RocksDB-backed CheckpointStore. Schema and commit protocol: docs/design.md.
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <map>
+#include <unordered_map>
+
+#include "chain_reader.h"
+#include "ckpt/codec/hashing.h"
+#include "ckpt/codec/safetensors.h"
+#include "ckpt/codec/tensor_codec.h"
+#include "ckpt/storage/checkpoint_store.h"
+#include "keys.h"
+#include "model_locks.h"
+#include "records.h"
+#include "reference_cache.h"
+
+namespace ckpt {
+namespace {
+
+namespace keys = storage_keys;
+
+constexpr char kModelsFamily[] = "models";
+constexpr char kVersionsFamily[] = "versions";
+constexpr char kManifestsFamily[] = "manifests";
+constexpr char kChunksFamily[] = "chunks";
+constexpr char kCodecStateFamily[] = "codec_state";
+
+// Chunk payloads at least this large live in blob files rather than in the LSM tree.
+constexpr uint64_t kMinBlobBytes = 4096;
+
+constexpr uint8_t kKindKeyframe = 1;
+constexpr uint8_t kKindDelta = 2;
+constexpr uint8_t kKindMixed = 3;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string KindName(uint8_t kind) {
+  switch (kind) {
+    case kKindKeyframe: return "keyframe";
+    case kKindDelta: return "delta";
+    default: return "mixed";
+  }
+}
+
+VersionInfo MakeVersionInfo(std::string_view model, uint64_t version, const VersionRecord& r) {
+  VersionInfo info;
+  info.model = std::string(model);
+  info.version = version;
+  info.kind = KindName(r.kind);
+  info.raw_bytes = r.raw_bytes;
+  info.stored_bytes = r.stored_bytes;
+  info.created_at_ms = r.created_at_ms;
+  info.sha256 = r.sha256_hex;
+  info.tensor_count = r.tensor_count;
+  return info;
+}
+
+ModelInfo MakeModelInfo(std::string_view model, const ModelRecord& r) {
+  ModelInfo info;
+  info.name = std::string(model);
+  if (r.has_versions) info.latest_version = r.latest_version;
+  info.version_count = r.version_count;
+  info.raw_bytes = r.raw_bytes;
+  info.stored_bytes = r.stored_bytes;
+  info.created_at_ms = r.created_at_ms;
+  return info;
+}
+
+Status BusyModel(std::string_view model) {
+  return Status::FailedPrecondition("model '" + std::string(model) +
+                                    "' is busy: a push to it is in progress; pushes to one model "
+                                    "are serialized, retry when it completes");
+}
+
+// Everything a push or restore needs from the store, owned by the store.
+struct StoreContext {
+  rocksdb::DB* db = nullptr;
+  rocksdb::ColumnFamilyHandle* models = nullptr;
+  rocksdb::ColumnFamilyHandle* versions = nullptr;
+  rocksdb::ColumnFamilyHandle* manifests = nullptr;
+  rocksdb::ColumnFamilyHandle* chunks = nullptr;
+  rocksdb::ColumnFamilyHandle* codec_state = nullptr;
+  ReferenceCache* cache = nullptr;
+  const TensorCodec* codec = nullptr;
+  const StoreOptions* options = nullptr;
+
+  rocksdb::WriteOptions CommitWriteOptions() const {
+    rocksdb::WriteOptions wo;
+    wo.sync = options->sync_commits;
+    return wo;
+  }
+
+  template <typename Record>
+  Result<std::optional<Record>> GetRecord(const rocksdb::ReadOptions& ro,
+                                          rocksdb::ColumnFamilyHandle* cf, const std::string& key,
+                                          std::string_view what) const {
+    std::string value;
+    rocksdb::Status s = db->Get(ro, cf, key, &value);
+    if (s.IsNotFound()) return std::optional<Record>();
+    CKPT_RETURN_IF_ERROR(FromRocks(s, what));
+    auto decoded = Record::Decode(value);
+    if (!decoded.ok()) return decoded.status().WithContext(what);
+    return std::optional<Record>(std::move(decoded).value());
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Push
+
+class PushSessionImpl final : public PushSession, private SafetensorsSink {
+ public:
+  PushSessionImpl(const StoreContext& ctx, ModelLocks::Guard guard, std::string model,
+                  uint64_t version, std::optional<uint64_t> body_size, CodecPolicy policy,
+                  std::optional<ModelRecord> model_record, std::optional<CodecStateRecord> state)
+      : ctx_(ctx),
+        guard_(std::move(guard)),
+        model_(std::move(model)),
+        version_(version),
+        policy_(policy),
+        model_record_(std::move(model_record)),
+        state_(state),
+        seq_(state ? state->reference_seq + 1 : 1),
+        parser_(this, body_size),
+        reader_(ctx.db, ctx.manifests, ctx.chunks, nullptr, model_, ctx.cache) {}
+
+  ~PushSessionImpl() override {
+    if (committed_) return;
+    // Abort: remove every chunk this push wrote. Not synced: if the process dies first, the
+    // recovery pass at the next open removes them.
+    rocksdb::WriteOptions wo;
+    ctx_.db->DeleteRange(wo, ctx_.chunks, keys::ChunkSeqBegin(model_, seq_),
+                         keys::ChunkSeqBegin(model_, seq_ + 1))
+        .PermitUncheckedError();
+    ctx_.cache->DropModelExcept(model_, state_ ? state_->reference_seq : 0);
+  }
+
+  Status Write(std::span<const uint8_t> bytes) override {
+    if (committed_) return Status::FailedPrecondition("push already committed");
+    sha_.Update(bytes);
+    return parser_.Feed(bytes);
+  }
+
+  Result<VersionInfo> Commit() override {
+    if (committed_) return Status::FailedPrecondition("push already committed");
+    CKPT_RETURN_IF_ERROR(parser_.Finish());
+
+    VersionRecord vr;
+    vr.seq = seq_;
+    vr.floor_seq = manifest_.floor_seq;
+    vr.created_at_ms = NowMs();
+    vr.raw_bytes = parser_.consumed();
+    vr.tensor_count = static_cast<uint32_t>(manifest_.tensors.size());
+    vr.sha256_hex = sha_.FinishHex();
+    vr.raw_header = std::move(raw_header_);
+    bool any_key = false, any_delta = false;
+    for (const auto& t : manifest_.tensors) {
+      if (t.chunk_count == 0) continue;
+      (t.kind == FrameKind::kDelta ? any_delta : any_key) = true;
+    }
+    vr.kind = any_delta ? (any_key ? kKindMixed : kKindDelta) : kKindKeyframe;
+
+    manifest_.version = version_;
+    manifest_.stored_bytes = stored_bytes_;
+    std::string manifest_bytes = manifest_.Encode();
+    manifest_.stored_bytes += manifest_bytes.size() + vr.raw_header.size();
+    manifest_bytes = manifest_.Encode();
+    vr.stored_bytes = manifest_.stored_bytes;
+
+    CodecStateRecord state{seq_, manifest_.floor_seq};
+    ModelRecord model = model_record_.value_or(ModelRecord{});
+    if (!model_record_) model.created_at_ms = vr.created_at_ms;
+    model.has_versions = true;
+    model.latest_version = version_;
+    model.version_count += 1;
+    model.raw_bytes += vr.raw_bytes;
+    model.stored_bytes += vr.stored_bytes;
+
+    rocksdb::WriteBatch batch;
+    batch.Put(ctx_.manifests, keys::ManifestKey(model_, seq_), manifest_bytes);
+    batch.Put(ctx_.versions, keys::VersionKey(model_, version_), vr.Encode());
+    batch.Put(ctx_.codec_state, model_, state.Encode());
+    batch.Put(ctx_.models, model_, model.Encode());
+    CKPT_RETURN_IF_ERROR(
+        FromRocks(ctx_.db->Write(ctx_.CommitWriteOptions(), &batch), "committing version"));
+    committed_ = true;
+    ctx_.cache->DropModelExcept(model_, seq_);
+    return MakeVersionInfo(model_, version_, vr);
+  }
+
+ private:
+  Status OnHeader(const SafetensorsHeader& header, std::string_view raw_header) override {
+    raw_header_ = std::string(raw_header);
+    const ManifestRecord* reference = nullptr;
+    std::unordered_map<std::string_view, uint32_t> reference_index;
+    if (state_) {
+      CKPT_ASSIGN_OR_RETURN(reference, reader_.Manifest(state_->reference_seq));
+      for (uint32_t i = 0; i < reference->tensors.size(); ++i) {
+        reference_index.emplace(reference->tensors[i].name, i);
+      }
+    }
+    if (header.tensors.size() > std::numeric_limits<uint32_t>::max()) {
+      return Status::InvalidArgument("too many tensors");
+    }
+    manifest_.floor_seq = seq_;
+    for (const auto& t : header.tensors) {
+      ManifestTensor mt;
+      mt.name = t.name;
+      mt.dtype = t.dtype;
+      mt.shape = t.shape;
+      mt.byte_size = t.byte_size();
+      const uint64_t element = DTypeSize(t.dtype);
+      // A tensor that fits in one chunk records its own size, so its chunk geometry (and
+      // with it the ability to delta) survives a change of the configured chunk size.
+      mt.chunk_bytes = std::min(std::max(element, ctx_.options->chunk_bytes / element * element),
+                                std::max(element, mt.byte_size));
+      const uint64_t chunks = (mt.byte_size + mt.chunk_bytes - 1) / mt.chunk_bytes;
+      if (chunks > std::numeric_limits<uint32_t>::max()) {
+        return Status::InvalidArgument("tensor '" + t.name + "' is too large");
+      }
+      mt.chunk_count = static_cast<uint32_t>(chunks);
+      mt.kind = FrameKind::kKeyframe;
+      mt.keyframe_seq = seq_;
+      if (auto it = reference_index.find(t.name); it != reference_index.end()) {
+        const ManifestTensor& rt = reference->tensors[it->second];
+        if (rt.dtype == mt.dtype && rt.shape == mt.shape && rt.chunk_bytes == mt.chunk_bytes &&
+            mt.byte_size > 0 && rt.chain_length + 1 < policy_.keyframe_every) {
+          mt.kind = FrameKind::kDelta;
+          mt.base_seq = state_->reference_seq;
+          mt.base_tensor = it->second;
+          mt.keyframe_seq = rt.keyframe_seq;
+          mt.chain_length = rt.chain_length + 1;
+        }
+      }
+      manifest_.floor_seq = std::min(manifest_.floor_seq, mt.keyframe_seq);
+      manifest_.tensors.push_back(std::move(mt));
+    }
+    return Status::Ok();
+  }
+
+  Status OnTensorData(size_t index, std::span<const uint8_t> bytes) override {
+    const ManifestTensor& t = manifest_.tensors[index];
+    while (!bytes.empty()) {
+      const uint64_t length = ChainReader::ChunkLength(t, chunk_index_);
+      if (pending_.empty() && bytes.size() >= length) {
+        CKPT_RETURN_IF_ERROR(EmitChunk(static_cast<uint32_t>(index), bytes.first(length)));
+        bytes = bytes.subspan(length);
+        continue;
+      }
+      const size_t take = std::min<uint64_t>(bytes.size(), length - pending_.size());
+      pending_.insert(pending_.end(), bytes.begin(), bytes.begin() + take);
+      bytes = bytes.subspan(take);
+      if (pending_.size() == length) {
+        CKPT_RETURN_IF_ERROR(EmitChunk(static_cast<uint32_t>(index), pending_));
+        pending_.clear();
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status OnTensorEnd(size_t index) override {
+    if (chunk_index_ != manifest_.tensors[index].chunk_count || !pending_.empty()) {
+      return Status::Internal("push: tensor '" + manifest_.tensors[index].name +
+                              "' ended mid-chunk");
+    }
+    chunk_index_ = 0;
+    return Status::Ok();
+  }
+
+  Status EmitChunk(uint32_t tensor, std::span<const uint8_t> data) {
+    const ManifestTensor& t = manifest_.tensors[tensor];
+    const uint32_t chunk = chunk_index_;
+    std::optional<std::span<const uint8_t>> reference;
+    ReferenceCache::Chunk cached;
+    std::vector<uint8_t> decoded;
+    if (t.kind == FrameKind::kDelta) {
+      cached = ctx_.cache->Get(model_, t.base_seq, t.base_tensor, chunk);
+      if (cached) {
+        reference = std::span<const uint8_t>(*cached);
+      } else {
+        CKPT_RETURN_IF_ERROR(reader_.DecodeChunk(t.base_seq, t.base_tensor, chunk, &decoded));
+        reference = std::span<const uint8_t>(decoded);
+      }
+    }
+    CKPT_ASSIGN_OR_RETURN(EncodedChunk encoded, ctx_.codec->Encode(t.dtype, data, reference));
+    ChunkRecord record;
+    record.codec_id = static_cast<uint16_t>(ctx_.codec->id());
+    record.kind = t.kind;
+    record.raw_length = data.size();
+    record.raw_checksum = Xxh3Checksum(data);
+    record.payload = encoded.payload;
+    record.payload_checksum = Xxh3Checksum(std::span<const uint8_t>(
+        reinterpret_cast<const uint8_t*>(encoded.payload.data()), encoded.payload.size()));
+    const std::string value = record.Encode();
+    CKPT_RETURN_IF_ERROR(FromRocks(
+        ctx_.db->Put(rocksdb::WriteOptions(), ctx_.chunks,
+                     keys::ChunkKey(model_, seq_, tensor, chunk), value),
+        "writing chunk"));
+    stored_bytes_ += value.size();
+    ctx_.cache->Put(model_, seq_, tensor, chunk,
+                    std::make_shared<const std::vector<uint8_t>>(data.begin(), data.end()));
+    ++chunk_index_;
+    return Status::Ok();
+  }
+
+  const StoreContext& ctx_;
+  ModelLocks::Guard guard_;
+  const std::string model_;
+  const uint64_t version_;
+  const CodecPolicy policy_;
+  const std::optional<ModelRecord> model_record_;
+  const std::optional<CodecStateRecord> state_;
+  const uint64_t seq_;
+  SafetensorsStreamParser parser_;
+  ChainReader reader_;
+  Sha256 sha_;
+  std::string raw_header_;
+  ManifestRecord manifest_;
+  std::vector<uint8_t> pending_;
+  uint32_t chunk_index_ = 0;
+  uint64_t stored_bytes_ = 0;
+  bool committed_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Restore
+
+class RestoreStreamImpl final : public RestoreStream {
+ public:
+  RestoreStreamImpl(const StoreContext& ctx, const rocksdb::Snapshot* snapshot, std::string model,
+                    VersionInfo info, VersionRecord record)
+      : ctx_(ctx),
+        snapshot_(snapshot),
+        info_(std::move(info)),
+        record_(std::move(record)),
+        reader_(ctx.db, ctx.manifests, ctx.chunks, snapshot, std::move(model), ctx.cache) {}
+
+  ~RestoreStreamImpl() override { ctx_.db->ReleaseSnapshot(snapshot_); }
+
+  Status Init() {
+    CKPT_ASSIGN_OR_RETURN(manifest_, reader_.Manifest(record_.seq));
+    return Status::Ok();
+  }
+
+  const VersionInfo& info() const override { return info_; }
+  uint64_t size() const override { return record_.raw_bytes; }
+
+  Result<std::span<const uint8_t>> Next() override {
+    if (!header_sent_) {
+      header_sent_ = true;
+      std::span<const uint8_t> header(reinterpret_cast<const uint8_t*>(record_.raw_header.data()),
+                                      record_.raw_header.size());
+      sha_.Update(header);
+      sent_ += header.size();
+      return MaybeVerified(header);
+    }
+    while (tensor_ < manifest_->tensors.size()) {
+      const ManifestTensor& t = manifest_->tensors[tensor_];
+      if (chunk_ < t.chunk_count) {
+        CKPT_RETURN_IF_ERROR(reader_.DecodeChunk(record_.seq, tensor_, chunk_, &buffer_));
+        ++chunk_;
+        sha_.Update(buffer_);
+        sent_ += buffer_.size();
+        return MaybeVerified(buffer_);
+      }
+      ++tensor_;
+      chunk_ = 0;
+    }
+    return std::span<const uint8_t>();
+  }
+
+ private:
+  // Before handing out the last piece, checks the whole body's SHA-256 against the one
+  // recorded at push time, so a client never receives a complete body with wrong bytes.
+  Result<std::span<const uint8_t>> MaybeVerified(std::span<const uint8_t> piece) {
+    if (sent_ == record_.raw_bytes) {
+      std::string digest = sha_.FinishHex();
+      if (digest != record_.sha256_hex) {
+        return Status::DataLoss("model '" + info_.model + "' version " +
+                                std::to_string(info_.version) +
+                                ": restored body SHA-256 differs from the pushed one");
+      }
+    } else if (sent_ > record_.raw_bytes) {
+      return Status::DataLoss("model '" + info_.model + "' version " +
+                              std::to_string(info_.version) +
+                              ": restored body is longer than recorded");
+    }
+    return piece;
+  }
+
+  const StoreContext& ctx_;
+  const rocksdb::Snapshot* snapshot_;
+  VersionInfo info_;
+  VersionRecord record_;
+  ChainReader reader_;
+  const ManifestRecord* manifest_ = nullptr;
+  Sha256 sha_;
+  bool header_sent_ = false;
+  uint32_t tensor_ = 0;
+  uint32_t chunk_ = 0;
+  uint64_t sent_ = 0;
+  std::vector<uint8_t> buffer_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Store
+
+class RocksCheckpointStore final : public CheckpointStore {
+ public:
+  explicit RocksCheckpointStore(const StoreOptions& options)
+      : options_(options),
+        cache_(options.reference_cache_bytes),
+        codec_(NewLosslessCodec(LosslessCodecOptions{options.zstd_level})) {}
+
+  ~RocksCheckpointStore() override {
+    if (!db_) return;
+    for (auto* h : handles_) db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+    db_->Close().PermitUncheckedError();
+  }
+
+  Status OpenDb() {
+    rocksdb::DBOptions db_options;
+    db_options.create_if_missing = true;
+    db_options.create_missing_column_families = true;
+    db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+    db_options.keep_log_file_num = 2;
+    db_options.max_background_jobs = 2;
+    // Old WAL files are kept alive by the smallest family's memtable; cap their total so the
+    // metadata families get flushed and the WAL does not grow with the chunk traffic.
+    db_options.max_total_wal_size = 256ull << 20;
+
+    rocksdb::ColumnFamilyOptions meta;
+    meta.compression = rocksdb::kZSTD;
+    meta.write_buffer_size = 8 << 20;
+
+    rocksdb::ColumnFamilyOptions chunks;
+    chunks.compression = rocksdb::kNoCompression;  // payloads are already zstd-coded
+    chunks.enable_blob_files = true;
+    chunks.min_blob_size = kMinBlobBytes;
+    chunks.blob_file_size = 256ull << 20;
+    chunks.blob_compression_type = rocksdb::kNoCompression;
+    chunks.enable_blob_garbage_collection = true;
+    chunks.write_buffer_size = 64 << 20;
+    chunks.max_write_buffer_number = 3;
+
+    std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+        {rocksdb::kDefaultColumnFamilyName, meta}, {kModelsFamily, meta},
+        {kVersionsFamily, meta},                   {kManifestsFamily, meta},
+        {kChunksFamily, chunks},                   {kCodecStateFamily, meta},
+    };
+    rocksdb::DB* raw = nullptr;
+    CKPT_RETURN_IF_ERROR(FromRocks(
+        rocksdb::DB::Open(db_options, options_.data_dir, families, &handles_, &raw),
+        "opening RocksDB at '" + options_.data_dir + "'"));
+    db_.reset(raw);
+    ctx_.db = raw;
+    ctx_.models = handles_[1];
+    ctx_.versions = handles_[2];
+    ctx_.manifests = handles_[3];
+    ctx_.chunks = handles_[4];
+    ctx_.codec_state = handles_[5];
+    ctx_.cache = &cache_;
+    ctx_.codec = codec_.get();
+    ctx_.options = &options_;
+    return RemoveInterruptedPushes();
+  }
+
+  Result<std::unique_ptr<PushSession>> BeginPush(std::string_view model, uint64_t version,
+                                                 std::optional<uint64_t> body_size) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    ModelLocks::Guard guard = locks_.TryLock(model);
+    if (!guard) return BusyModel(model);
+    const std::string name(model);
+    rocksdb::ReadOptions ro;
+    CKPT_ASSIGN_OR_RETURN(auto record,
+                          ctx_.GetRecord<ModelRecord>(ro, ctx_.models, name, "model record"));
+    if (record && record->has_versions && version <= record->latest_version) {
+      return Status::FailedPrecondition(
+          "version " + std::to_string(version) + " must be greater than the latest version " +
+          std::to_string(record->latest_version) + " of model '" + name + "'");
+    }
+    CKPT_ASSIGN_OR_RETURN(auto state, ctx_.GetRecord<CodecStateRecord>(
+                                          ro, ctx_.codec_state, name, "codec state"));
+    CodecPolicy policy = options_.default_policy;
+    if (record && !record->policy_json.empty()) {
+      CKPT_ASSIGN_OR_RETURN(policy, CodecPolicy::FromJson(record->policy_json, policy));
+    }
+    return std::unique_ptr<PushSession>(new PushSessionImpl(
+        ctx_, std::move(guard), name, version, body_size, policy, std::move(record), state));
+  }
+
+  Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,
+                                                     std::optional<uint64_t> version) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
+    rocksdb::ReadOptions ro;
+    ro.snapshot = snapshot;
+    auto found = FindVersion(ro, model, version);
+    if (!found.ok()) {
+      db_->ReleaseSnapshot(snapshot);
+      return found.status();
+    }
+    auto& [number, record] = *found;
+    auto stream = std::make_unique<RestoreStreamImpl>(
+        ctx_, snapshot, std::string(model), MakeVersionInfo(model, number, record), record);
+    CKPT_RETURN_IF_ERROR(stream->Init());
+    return std::unique_ptr<RestoreStream>(std::move(stream));
+  }
+
+  Result<std::vector<ModelInfo>> ListModels() override {
+    std::vector<ModelInfo> out;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), ctx_.models));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      auto record = ModelRecord::Decode(it->value().ToStringView());
+      if (!record.ok()) return record.status().WithContext("model '" + it->key().ToString() + "'");
+      out.push_back(MakeModelInfo(it->key().ToStringView(), *record));
+    }
+    CKPT_RETURN_IF_ERROR(FromRocks(it->status(), "listing models"));
+    return out;
+  }
+
+  Result<ModelInfo> GetModel(std::string_view model) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_ASSIGN_OR_RETURN(auto record, RequireModel(rocksdb::ReadOptions(), model));
+    return MakeModelInfo(model, record);
+  }
+
+  Result<std::vector<VersionInfo>> ListVersions(std::string_view model) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
+    rocksdb::ReadOptions ro;
+    ro.snapshot = snapshot;
+    auto result = ListVersionsAt(ro, model);
+    db_->ReleaseSnapshot(snapshot);
+    return result;
+  }
+
+  Result<VersionInfo> GetVersion(std::string_view model,
+                                 std::optional<uint64_t> version) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(rocksdb::ReadOptions(), model, version));
+    return MakeVersionInfo(model, found.first, found.second);
+  }
+
+  Status DeleteVersion(std::string_view model, uint64_t version) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    ModelLocks::Guard guard = locks_.TryLock(model);
+    if (!guard) return BusyModel(model);
+    const std::string name(model);
+    rocksdb::ReadOptions ro;
+    CKPT_ASSIGN_OR_RETURN(ModelRecord record, RequireModel(ro, model));
+    CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(ro, model, version));
+    const VersionRecord& victim = found.second;
+
+    // Manifests still needed: every seq in [floor, seq] of each remaining version, and the
+    // chain of the codec state's reference (the next push deltas against it).
+    std::vector<std::pair<uint64_t, uint64_t>> needed;
+    std::optional<uint64_t> new_latest;
+    {
+      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, ctx_.versions));
+      const std::string prefix = keys::ModelPrefix(name);
+      for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+        const uint64_t v = keys::NumberAfterPrefix(it->key().ToStringView(), name.size());
+        if (v == version) continue;
+        auto vr = VersionRecord::Decode(it->value().ToStringView());
+        if (!vr.ok()) return vr.status().WithContext("model '" + name + "'");
+        needed.emplace_back(vr->floor_seq, vr->seq);
+        new_latest = v;
+      }
+      CKPT_RETURN_IF_ERROR(FromRocks(it->status(), "listing versions"));
+    }
+    CKPT_ASSIGN_OR_RETURN(auto state, ctx_.GetRecord<CodecStateRecord>(
+                                          ro, ctx_.codec_state, name, "codec state"));
+    if (state) needed.emplace_back(state->reference_floor_seq, state->reference_seq);
+    auto is_needed = [&](uint64_t seq) {
+      return std::any_of(needed.begin(), needed.end(),
+                         [&](const auto& r) { return seq >= r.first && seq <= r.second; });
+    };
+
+    rocksdb::WriteBatch batch;
+    batch.Delete(ctx_.versions, keys::VersionKey(name, version));
+    uint64_t freed = 0;
+    {
+      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, ctx_.manifests));
+      const std::string prefix = keys::ModelPrefix(name);
+      for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+        const uint64_t seq = keys::NumberAfterPrefix(it->key().ToStringView(), name.size());
+        if (is_needed(seq)) continue;
+        auto m = ManifestRecord::Decode(it->value().ToStringView());
+        if (!m.ok()) return m.status().WithContext("model '" + name + "'");
+        freed += m->stored_bytes;
+        batch.Delete(ctx_.manifests, it->key());
+        batch.DeleteRange(ctx_.chunks, keys::ChunkSeqBegin(name, seq),
+                          keys::ChunkSeqBegin(name, seq + 1));
+      }
+      CKPT_RETURN_IF_ERROR(FromRocks(it->status(), "listing manifests"));
+    }
+    record.version_count -= 1;
+    record.raw_bytes -= victim.raw_bytes;
+    record.stored_bytes -= std::min(record.stored_bytes, freed);
+    record.has_versions = new_latest.has_value();
+    record.latest_version = new_latest.value_or(0);
+    batch.Put(ctx_.models, name, record.Encode());
+    return FromRocks(db_->Write(ctx_.CommitWriteOptions(), &batch), "deleting version");
+  }
+
+  Status DeleteModel(std::string_view model) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    ModelLocks::Guard guard = locks_.TryLock(model);
+    if (!guard) return BusyModel(model);
+    CKPT_RETURN_IF_ERROR(RequireModel(rocksdb::ReadOptions(), model).status());
+    const std::string name(model);
+    rocksdb::WriteBatch batch;
+    batch.Delete(ctx_.models, name);
+    batch.Delete(ctx_.codec_state, name);
+    for (auto* cf : {ctx_.versions, ctx_.manifests, ctx_.chunks}) {
+      batch.DeleteRange(cf, keys::ModelPrefix(name), keys::ModelPrefixEnd(name));
+    }
+    CKPT_RETURN_IF_ERROR(
+        FromRocks(db_->Write(ctx_.CommitWriteOptions(), &batch), "deleting model"));
+    cache_.DropModelExcept(name, 0);
+    return Status::Ok();
+  }
+
+  Result<CodecPolicy> GetPolicy(std::string_view model) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_ASSIGN_OR_RETURN(ModelRecord record, RequireModel(rocksdb::ReadOptions(), model));
+    if (record.policy_json.empty()) return options_.default_policy;
+    return CodecPolicy::FromJson(record.policy_json, options_.default_policy);
+  }
+
+  Status SetPolicy(std::string_view model, const CodecPolicy& policy) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    ModelLocks::Guard guard = locks_.TryLock(model);
+    if (!guard) return BusyModel(model);
+    const std::string name(model);
+    CKPT_ASSIGN_OR_RETURN(auto record, ctx_.GetRecord<ModelRecord>(rocksdb::ReadOptions(),
+                                                                   ctx_.models, name,
+                                                                   "model record"));
+    ModelRecord updated = record.value_or(ModelRecord{});
+    if (!record) updated.created_at_ms = NowMs();
+    updated.policy_json = policy.ToJson();
+    return FromRocks(db_->Put(ctx_.CommitWriteOptions(), ctx_.models, name, updated.Encode()),
+                     "setting policy");
+  }
+
+  Status Flush() override {
+    rocksdb::FlushOptions fo;
+    fo.wait = true;
+    std::vector<rocksdb::ColumnFamilyHandle*> all(handles_.begin(), handles_.end());
+    CKPT_RETURN_IF_ERROR(FromRocks(db_->Flush(fo, all), "flushing memtables"));
+    return FromRocks(db_->FlushWAL(/*sync=*/true), "syncing WAL");
+  }
+
+ private:
+  Result<ModelRecord> RequireModel(const rocksdb::ReadOptions& ro, std::string_view model) {
+    CKPT_ASSIGN_OR_RETURN(auto record, ctx_.GetRecord<ModelRecord>(ro, ctx_.models,
+                                                                   std::string(model),
+                                                                   "model record"));
+    if (!record) return Status::NotFound("model '" + std::string(model) + "' not found");
+    return std::move(*record);
+  }
+
+  Result<std::pair<uint64_t, VersionRecord>> FindVersion(const rocksdb::ReadOptions& ro,
+                                                         std::string_view model,
+                                                         std::optional<uint64_t> version) {
+    CKPT_ASSIGN_OR_RETURN(ModelRecord record, RequireModel(ro, model));
+    if (!version) {
+      if (!record.has_versions) {
+        return Status::NotFound("model '" + std::string(model) + "' has no versions");
+      }
+      version = record.latest_version;
+    }
+    CKPT_ASSIGN_OR_RETURN(auto vr, ctx_.GetRecord<VersionRecord>(
+                                       ro, ctx_.versions, keys::VersionKey(model, *version),
+                                       "version record"));
+    if (!vr) {
+      return Status::NotFound("model '" + std::string(model) + "' has no version " +
+                              std::to_string(*version));
+    }
+    return std::make_pair(*version, std::move(*vr));
+  }
+
+  Result<std::vector<VersionInfo>> ListVersionsAt(const rocksdb::ReadOptions& ro,
+                                                  std::string_view model) {
+    CKPT_RETURN_IF_ERROR(RequireModel(ro, model).status());
+    std::vector<VersionInfo> out;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, ctx_.versions));
+    const std::string prefix = keys::ModelPrefix(model);
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      auto vr = VersionRecord::Decode(it->value().ToStringView());
+      if (!vr.ok()) return vr.status().WithContext("model '" + std::string(model) + "'");
+      out.push_back(MakeVersionInfo(
+          model, keys::NumberAfterPrefix(it->key().ToStringView(), model.size()), *vr));
+    }
+    CKPT_RETURN_IF_ERROR(FromRocks(it->status(), "listing versions"));
+    return out;
+  }
+
+  // Recovery: chunks written by a push that never committed (crash, kill -9) lie beyond their
+  // model's committed reference seq. Remove them.
+  Status RemoveInterruptedPushes() {
+    rocksdb::ReadOptions ro;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, ctx_.chunks));
+    rocksdb::WriteBatch batch;
+    for (it->SeekToFirst(); it->Valid();) {
+      std::string_view key = it->key().ToStringView();
+      const size_t sep = key.find('\0');
+      if (sep == std::string_view::npos) {
+        return Status::DataLoss("chunk key without model separator");
+      }
+      const std::string model(key.substr(0, sep));
+      CKPT_ASSIGN_OR_RETURN(auto state, ctx_.GetRecord<CodecStateRecord>(
+                                            ro, ctx_.codec_state, model, "codec state"));
+      const uint64_t committed = state ? state->reference_seq : 0;
+      it->Seek(keys::ChunkSeqBegin(model, committed + 1));
+      if (it->Valid() && it->key().starts_with(keys::ModelPrefix(model))) {
+        batch.DeleteRange(ctx_.chunks, keys::ChunkSeqBegin(model, committed + 1),
+                          keys::ModelPrefixEnd(model));
+        ++interrupted_pushes_removed_;
+      }
+      it->Seek(keys::ModelPrefixEnd(model));
+    }
+    CKPT_RETURN_IF_ERROR(FromRocks(it->status(), "scanning chunks for recovery"));
+    if (batch.Count() == 0) return Status::Ok();
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    return FromRocks(db_->Write(wo, &batch), "removing interrupted pushes");
+  }
+
+  StoreOptions options_;
+  ReferenceCache cache_;
+  std::unique_ptr<TensorCodec> codec_;
+  std::unique_ptr<rocksdb::DB> db_;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  StoreContext ctx_;
+  ModelLocks locks_;
+  uint64_t interrupted_pushes_removed_ = 0;
+};
+
+}  // namespace
+
+Status ValidateModelName(std::string_view model) {
+  auto valid_char = [](char c, bool first) {
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    return alnum || (!first && (c == '.' || c == '_' || c == '-'));
+  };
+  bool ok = !model.empty() && model.size() <= 128;
+  for (size_t i = 0; ok && i < model.size(); ++i) ok = valid_char(model[i], i == 0);
+  if (!ok) {
+    return Status::InvalidArgument(
+        "invalid model name: must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}");
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(const StoreOptions& options) {
+  if (options.data_dir.empty()) return Status::InvalidArgument("store: data_dir is empty");
+  if (options.chunk_bytes < 1024) {
+    return Status::InvalidArgument("store: chunk_bytes must be at least 1024");
+  }
+  auto store = std::make_unique<RocksCheckpointStore>(options);
+  CKPT_RETURN_IF_ERROR(store->OpenDb());
+  return std::unique_ptr<CheckpointStore>(std::move(store));
+}
+
+}  // namespace ckpt

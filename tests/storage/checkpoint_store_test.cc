@@ -1,0 +1,340 @@
+#include "ckpt/storage/checkpoint_store.h"
+
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+
+#include <random>
+
+#include "test_support.h"
+
+namespace ckpt {
+namespace {
+
+using testing::DriftingModel;
+using testing::Sha256Hex;
+using testing::TempDir;
+
+std::span<const uint8_t> Bytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+class CheckpointStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Reopen(); }
+
+  void Reopen(uint64_t chunk_bytes = 4096) {
+    store_.reset();
+    StoreOptions options;
+    options.data_dir = dir_.str();
+    options.chunk_bytes = chunk_bytes;  // small chunks: every tensor spans several
+    auto opened = CheckpointStore::Open(options);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    store_ = std::move(opened).value();
+  }
+
+  Result<VersionInfo> Push(std::string_view model, uint64_t version, std::string_view body,
+                           size_t piece = 1000) {
+    CKPT_ASSIGN_OR_RETURN(auto session, store_->BeginPush(model, version, body.size()));
+    for (size_t off = 0; off < body.size(); off += piece) {
+      CKPT_RETURN_IF_ERROR(session->Write(Bytes(body.substr(off, piece))));
+    }
+    return session->Commit();
+  }
+
+  Result<std::string> Restore(std::string_view model, std::optional<uint64_t> version) {
+    CKPT_ASSIGN_OR_RETURN(auto stream, store_->OpenRestore(model, version));
+    std::string out;
+    for (;;) {
+      CKPT_ASSIGN_OR_RETURN(auto piece, stream->Next());
+      if (piece.empty()) break;
+      out.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+    }
+    EXPECT_EQ(out.size(), stream->size());
+    return out;
+  }
+
+  // Number of chunk records stored, read directly from RocksDB (store closed first).
+  size_t CountChunkKeys() {
+    store_.reset();
+    std::vector<rocksdb::ColumnFamilyDescriptor> families;
+    std::vector<std::string> names;
+    EXPECT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir_.str(), &names).ok());
+    for (const auto& n : names) families.emplace_back(n, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    EXPECT_TRUE(
+        rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), dir_.str(), families, &handles, &db)
+            .ok());
+    size_t count = 0;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] != "chunks") continue;
+      std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), handles[i]));
+      for (it->SeekToFirst(); it->Valid(); it->Next()) ++count;
+    }
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+    delete db;
+    Reopen();
+    return count;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<CheckpointStore> store_;
+};
+
+TEST_F(CheckpointStoreTest, PushedVersionsRestoreBitIdenticalAcrossReopen) {
+  DriftingModel model(1, 3000);
+  std::vector<std::string> bodies;
+  for (uint64_t v = 1; v <= 20; ++v) {
+    bodies.push_back(model.Next());
+    auto info = Push("m", v * 10, bodies.back());
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_EQ(info->sha256, Sha256Hex(bodies.back()));
+    EXPECT_EQ(info->raw_bytes, bodies.back().size());
+    // Default keyframe_every is 16: versions 1 and 17 start new chains.
+    EXPECT_EQ(info->kind, (v - 1) % 16 == 0 ? "keyframe" : "delta") << v;
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    for (uint64_t v = 1; v <= 20; ++v) {
+      auto body = Restore("m", v * 10);
+      ASSERT_TRUE(body.ok()) << body.status().ToString();
+      EXPECT_EQ(Sha256Hex(*body), Sha256Hex(bodies[v - 1])) << "version " << v * 10;
+    }
+    auto latest = Restore("m", std::nullopt);
+    ASSERT_TRUE(latest.ok());
+    EXPECT_EQ(*latest, bodies.back());
+    Reopen();
+  }
+}
+
+TEST_F(CheckpointStoreTest, DeltasAreSmallerThanKeyframes) {
+  DriftingModel model(2, 20000);
+  auto first = Push("m", 1, model.Next());
+  auto second = Push("m", 2, model.Next());
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_LT(second->stored_bytes, first->stored_bytes);
+  EXPECT_LT(first->stored_bytes, first->raw_bytes);
+}
+
+TEST_F(CheckpointStoreTest, KeyframeEveryBoundsTheChain) {
+  CodecPolicy policy;
+  policy.keyframe_every = 4;
+  ASSERT_TRUE(store_->SetPolicy("m", policy).ok());
+  DriftingModel model(3, 500);
+  std::vector<std::string> kinds;
+  for (uint64_t v = 1; v <= 9; ++v) {
+    auto info = Push("m", v, model.Next());
+    ASSERT_TRUE(info.ok());
+    kinds.push_back(info->kind);
+  }
+  EXPECT_EQ(kinds, (std::vector<std::string>{"keyframe", "delta", "delta", "delta", "keyframe",
+                                             "delta", "delta", "delta", "keyframe"}));
+}
+
+TEST_F(CheckpointStoreTest, RejectsNonIncreasingVersionsAndBadNames) {
+  DriftingModel model(4, 100);
+  ASSERT_TRUE(Push("m", 5, model.Next()).ok());
+  auto again = store_->BeginPush("m", 5, std::nullopt);
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(again.status().message().find("latest version 5"), std::string::npos);
+  EXPECT_EQ(store_->BeginPush("m", 4, std::nullopt).status().code(),
+            StatusCode::kFailedPrecondition);
+  for (const char* bad : {"", "-x", ".hidden", "a/b", "a b", "ü"}) {
+    EXPECT_EQ(store_->BeginPush(bad, 1, std::nullopt).status().code(),
+              StatusCode::kInvalidArgument)
+        << bad;
+  }
+  EXPECT_EQ(store_->BeginPush(std::string(129, 'a'), 1, std::nullopt).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(store_->BeginPush(std::string(128, 'a'), 1, std::nullopt).ok());
+}
+
+TEST_F(CheckpointStoreTest, ConcurrentPushToSameModelIsRefused) {
+  auto first = store_->BeginPush("m", 1, std::nullopt);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(store_->BeginPush("m", 2, std::nullopt).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(store_->BeginPush("other", 1, std::nullopt).ok());
+}
+
+TEST_F(CheckpointStoreTest, AbortedPushLeavesNothingVisibleOrStored) {
+  DriftingModel model(5, 5000);
+  std::string v1 = model.Next();
+  ASSERT_TRUE(Push("m", 1, v1).ok());
+  const size_t chunks_before = CountChunkKeys();
+  std::string v2 = model.Next();
+  {
+    auto session = store_->BeginPush("m", 2, v2.size());
+    ASSERT_TRUE(session.ok());
+    ASSERT_TRUE((*session)->Write(Bytes(v2.substr(0, v2.size() / 2))).ok());
+  }  // destroyed without Commit
+  EXPECT_EQ(store_->GetVersion("m", 2).status().code(), StatusCode::kNotFound);
+  auto info = store_->GetModel("m");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->latest_version, 1u);
+  EXPECT_EQ(info->version_count, 1u);
+  EXPECT_EQ(CountChunkKeys(), chunks_before);
+  ASSERT_TRUE(Push("m", 2, v2).ok());
+  EXPECT_EQ(*Restore("m", 2), v2);
+}
+
+TEST_F(CheckpointStoreTest, MalformedBodyFailsAndChangesNothing) {
+  DriftingModel model(6, 500);
+  std::string v1 = model.Next();
+  ASSERT_TRUE(Push("m", 1, v1).ok());
+  std::string bad = model.Next();
+  bad[12] = '#';  // corrupt the JSON header
+  auto result = Push("m", 2, bad);
+  EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
+  std::string truncated = model.Next();
+  truncated.resize(truncated.size() - 3);
+  {
+    auto session = store_->BeginPush("m", 3, std::nullopt);
+    ASSERT_TRUE(session.ok());
+    ASSERT_TRUE((*session)->Write(Bytes(truncated)).ok());
+    EXPECT_EQ((*session)->Commit().status().code(), StatusCode::kInvalidArgument);
+  }
+  auto versions = store_->ListVersions("m");
+  ASSERT_TRUE(versions.ok());
+  ASSERT_EQ(versions->size(), 1u);
+  EXPECT_EQ(*Restore("m", 1), v1);
+}
+
+// Simulates a crash mid-push: the session is leaked (its abort never runs), the store is closed
+// and reopened; recovery must remove the interrupted push's chunks.
+TEST_F(CheckpointStoreTest, RecoveryRemovesChunksOfInterruptedPush) {
+  DriftingModel model(7, 5000);
+  ASSERT_TRUE(Push("m", 1, model.Next()).ok());
+  const size_t chunks_before = CountChunkKeys();
+  std::string v2 = model.Next();
+  auto session = store_->BeginPush("m", 2, v2.size());
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE((*session)->Write(Bytes(v2.substr(0, v2.size() - 100))).ok());
+  (void)std::move(session).value().release();  // leaked on purpose: no abort runs
+  Reopen();
+  EXPECT_EQ(CountChunkKeys(), chunks_before);
+  EXPECT_EQ(store_->GetVersion("m", 2).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(Push("m", 2, v2).ok());
+  EXPECT_EQ(*Restore("m", 2), v2);
+}
+
+TEST_F(CheckpointStoreTest, DeletingVersionsNeverChangesOthers) {
+  DriftingModel model(8, 3000);
+  std::map<uint64_t, std::string> kept;
+  for (uint64_t v = 1; v <= 24; ++v) kept[v] = model.Next();
+  for (auto& [v, body] : kept) ASSERT_TRUE(Push("m", v, body).ok());
+  std::mt19937_64 rng(8);
+  for (int round = 0; round < 16; ++round) {
+    auto it = kept.begin();
+    std::advance(it, rng() % kept.size());
+    ASSERT_TRUE(store_->DeleteVersion("m", it->first).ok());
+    EXPECT_EQ(store_->GetVersion("m", it->first).status().code(), StatusCode::kNotFound);
+    kept.erase(it);
+    for (const auto& [v, body] : kept) {
+      auto restored = Restore("m", v);
+      ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+      ASSERT_EQ(Sha256Hex(*restored), Sha256Hex(body)) << "version " << v;
+    }
+  }
+  auto info = store_->GetModel("m");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->version_count, kept.size());
+  EXPECT_EQ(info->latest_version, kept.rbegin()->first);
+  // A new push still deltas correctly after the deletions.
+  std::string next = model.Next();
+  ASSERT_TRUE(Push("m", 100, next).ok());
+  EXPECT_EQ(*Restore("m", 100), next);
+}
+
+TEST_F(CheckpointStoreTest, DeletingAWholeChainSegmentFreesItsChunks) {
+  CodecPolicy policy;
+  policy.keyframe_every = 4;
+  ASSERT_TRUE(store_->SetPolicy("m", policy).ok());
+  DriftingModel model(9, 3000);
+  for (uint64_t v = 1; v <= 8; ++v) ASSERT_TRUE(Push("m", v, model.Next()).ok());
+  const size_t before = CountChunkKeys();
+  const uint64_t stored_before = store_->GetModel("m")->stored_bytes;
+  for (uint64_t v = 1; v <= 4; ++v) ASSERT_TRUE(store_->DeleteVersion("m", v).ok());
+  EXPECT_LT(CountChunkKeys(), before * 3 / 4);
+  EXPECT_LT(store_->GetModel("m")->stored_bytes, stored_before * 3 / 4);
+}
+
+TEST_F(CheckpointStoreTest, DeleteModelRemovesEverything) {
+  DriftingModel model(10, 1000);
+  ASSERT_TRUE(Push("m", 1, model.Next()).ok());
+  ASSERT_TRUE(store_->DeleteModel("m").ok());
+  EXPECT_EQ(store_->GetModel("m").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(CountChunkKeys(), 0u);
+  EXPECT_EQ(store_->DeleteModel("m").code(), StatusCode::kNotFound);
+  ASSERT_TRUE(Push("m", 1, model.Next()).ok());  // the name can be reused
+}
+
+TEST_F(CheckpointStoreTest, CorruptedChunkIsDataLossNamingModelVersionTensor) {
+  DriftingModel model(11, 3000);
+  ASSERT_TRUE(Push("m", 7, model.Next()).ok());
+  store_.reset();
+  {
+    std::vector<std::string> names;
+    ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir_.str(), &names).ok());
+    std::vector<rocksdb::ColumnFamilyDescriptor> families;
+    for (const auto& n : names) families.emplace_back(n, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir_.str(), families, &handles, &db).ok());
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] != "chunks") continue;
+      std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), handles[i]));
+      it->SeekToFirst();
+      ASSERT_TRUE(it->Valid());
+      std::string key = it->key().ToString(), value = it->value().ToString();
+      value[value.size() / 2] ^= 0x40;
+      it.reset();
+      ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), handles[i], key, value).ok());
+    }
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+    delete db;
+  }
+  Reopen();
+  auto restored = Restore("m", 7);
+  ASSERT_EQ(restored.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(restored.status().message().find("model 'm' version 7 tensor '"), std::string::npos)
+      << restored.status().message();
+}
+
+TEST_F(CheckpointStoreTest, LargeTensorsUseBoundedChunksAndChangedChunkSizeForcesKeyframe) {
+  DriftingModel model(12, 40000);
+  std::string v1 = model.Next(), v2 = model.Next();
+  ASSERT_TRUE(Push("m", 1, v1, 65536).ok());
+  Reopen(8192);
+  auto info = Push("m", 2, v2, 777);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->kind, "mixed");  // big tensors re-keyframed, small ones still deltas
+  EXPECT_EQ(*Restore("m", 1), v1);
+  EXPECT_EQ(*Restore("m", 2), v2);
+}
+
+TEST_F(CheckpointStoreTest, ListingsReportCountsAndSizes) {
+  DriftingModel a(13, 1000), b(14, 1000);
+  uint64_t raw = 0;
+  for (uint64_t v = 1; v <= 3; ++v) {
+    auto info = Push("a", v, a.Next());
+    ASSERT_TRUE(info.ok());
+    raw += info->raw_bytes;
+  }
+  ASSERT_TRUE(Push("b", 100, b.Next()).ok());
+  auto models = store_->ListModels();
+  ASSERT_TRUE(models.ok());
+  ASSERT_EQ(models->size(), 2u);
+  EXPECT_EQ((*models)[0].name, "a");
+  EXPECT_EQ((*models)[0].version_count, 3u);
+  EXPECT_EQ((*models)[0].raw_bytes, raw);
+  EXPECT_EQ((*models)[1].latest_version, 100u);
+  auto versions = store_->ListVersions("a");
+  ASSERT_TRUE(versions.ok());
+  ASSERT_EQ(versions->size(), 3u);
+  EXPECT_EQ((*versions)[2].version, 3u);
+  EXPECT_EQ(store_->ListVersions("nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->OpenRestore("a", 4).status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace ckpt

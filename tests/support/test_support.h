@@ -1,0 +1,131 @@
+// Helpers shared by the ckptd test suites: temporary directories and synthetic checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ckpt/codec/dtype.h"
+#include "ckpt/codec/hashing.h"
+#include "ckpt/codec/safetensors.h"
+
+namespace ckpt::testing {
+
+// A directory under the system temp dir, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = std::filesystem::temp_directory_path() /
+            ("ckpt-test-" + std::to_string(rd()) + "-" + std::to_string(rd()));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string str() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct OwnedTensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<uint64_t> shape;
+  std::string bytes;
+};
+
+inline std::string Serialize(const std::vector<OwnedTensor>& tensors,
+                             const std::map<std::string, std::string>& metadata = {}) {
+  std::vector<TensorSpec> specs;
+  for (const auto& t : tensors) specs.push_back({t.name, t.dtype, t.shape, t.bytes});
+  return WriteSafetensors(specs, metadata).value();
+}
+
+inline std::string Sha256Hex(std::string_view bytes) {
+  Sha256 h;
+  h.Update(bytes);
+  return h.FinishHex();
+}
+
+inline uint64_t ElementCount(const std::vector<uint64_t>& shape) {
+  uint64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+inline std::string RandomBytes(std::mt19937_64& rng, size_t n) {
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rng() & 0xff);
+  return s;
+}
+
+inline std::string FloatBytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+// A model-like checkpoint that drifts slowly from step to step, like SGD would move it:
+// F32 weight matrices, an F16 and a BF16 tensor, an I64 counter, a BOOL mask and an empty and a
+// scalar tensor. `step` selects the drift; the same (seed, step) always gives the same bytes.
+class DriftingModel {
+ public:
+  DriftingModel(uint64_t seed, size_t weight_elements) : rng_(seed) {
+    std::normal_distribution<float> init(0.0f, 0.05f);
+    weights_.resize(weight_elements);
+    for (auto& w : weights_) w = init(rng_);
+    bias_.resize(64);
+    for (auto& b : bias_) b = init(rng_);
+  }
+
+  // Advances one step and returns the serialized checkpoint.
+  std::string Next() {
+    std::normal_distribution<float> noise(0.0f, 1e-3f);
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      if (i % 3 != 0) weights_[i] += noise(rng_);  // a third of the weights stay frozen
+    }
+    for (auto& b : bias_) b += noise(rng_);
+    ++step_;
+    std::vector<OwnedTensor> t;
+    const uint64_t cols = 64;
+    t.push_back({"layer1.weight", DType::kF32, {weights_.size() / cols, cols},
+                 FloatBytes(std::vector<float>(weights_.begin(),
+                                               weights_.begin() + weights_.size() / cols * cols))});
+    t.push_back({"layer1.bias", DType::kF32, {bias_.size()}, FloatBytes(bias_)});
+    std::string half(bias_.size() * 2, '\0');
+    std::string bf16(bias_.size() * 2, '\0');
+    for (size_t i = 0; i < bias_.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &bias_[i], 4);
+      bf16[2 * i] = static_cast<char>((bits >> 16) & 0xff);
+      bf16[2 * i + 1] = static_cast<char>(bits >> 24);
+      half[2 * i] = static_cast<char>(bits & 0xff);  // arbitrary but deterministic bit patterns
+      half[2 * i + 1] = static_cast<char>((bits >> 8) & 0x3f);
+    }
+    t.push_back({"norm.f16", DType::kF16, {bias_.size()}, half});
+    t.push_back({"norm.bf16", DType::kBF16, {bias_.size()}, bf16});
+    int64_t counter = static_cast<int64_t>(step_);
+    t.push_back({"step", DType::kI64, {}, std::string(reinterpret_cast<char*>(&counter), 8)});
+    std::string mask(37, '\0');
+    for (size_t i = 0; i < mask.size(); ++i) mask[i] = static_cast<char>((i + step_) % 2);
+    t.push_back({"mask", DType::kBool, {37}, mask});
+    t.push_back({"empty", DType::kF32, {0, 5}, ""});
+    return Serialize(t, {{"format", "pt"}, {"step", std::to_string(step_)}});
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  std::vector<float> weights_;
+  std::vector<float> bias_;
+  uint64_t step_ = 0;
+};
+
+}  // namespace ckpt::testing
