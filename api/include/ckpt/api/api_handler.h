@@ -1,0 +1,89 @@
+// ApiHandler: the HTTP API of ckptd as a pure function of the request, independent of sockets.
+//
+// The HTTP session (http_server.cc) parses the request line and headers, asks the handler to
+// classify the route, and then either passes a small body to Handle() or — for the two
+// streaming routes — drives a PushSession / RestoreStream obtained from the handler. Every
+// Status is turned into an HTTP response in exactly one place, ErrorResponse().
+//
+// The API contract is documented in docs/api.md.
+//
+// Thread safety: safe for concurrent use (it holds only a pointer to a thread-safe store).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ckpt/codec/status.h"
+#include "ckpt/storage/checkpoint_store.h"
+
+namespace ckpt::api {
+
+enum class RouteKind {
+  kHealth,         // GET /healthz
+  kListModels,     // GET /v1/models
+  kModel,          // GET|DELETE /v1/models/{model}
+  kListVersions,   // GET /v1/models/{model}/versions
+  kVersion,        // PUT|GET|HEAD|DELETE /v1/models/{model}/versions/{version}
+  kPolicy,         // GET|PUT /v1/models/{model}/policy
+  kUnknown,        // no such path: 404
+};
+
+struct Route {
+  RouteKind kind = RouteKind::kUnknown;
+  std::string model;
+  std::string version;  // as written in the path: decimal or "latest"
+};
+
+struct ApiResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// What a session should do with a request once its headers are known.
+enum class RequestPlan {
+  kSimple,   // read the (small) body, call Handle()
+  kPush,     // PUT of a version: BeginPush(), stream the body into it, FinishPush()
+  kRestore,  // GET/HEAD of a version: OpenRestore(), stream it out
+};
+
+class ApiHandler {
+ public:
+  explicit ApiHandler(CheckpointStore* store) : store_(store) {}
+
+  static Route Classify(std::string_view target);
+  static RequestPlan Plan(std::string_view method, const Route& route);
+
+  // Handles a non-streaming request. `body` is the full request body.
+  ApiResponse Handle(std::string_view method, const Route& route, std::string_view body);
+
+  // Starts a push for PUT /v1/models/{model}/versions/{version}.
+  Result<std::unique_ptr<PushSession>> BeginPush(const Route& route,
+                                                 std::optional<uint64_t> content_length);
+  // Commits a push and renders its 201 response (or the error).
+  ApiResponse FinishPush(PushSession& session);
+
+  // Opens a restore for GET/HEAD /v1/models/{model}/versions/{version|latest}.
+  Result<std::unique_ptr<RestoreStream>> OpenRestore(const Route& route);
+  // Headers describing a restore (Content-Length is set by the session).
+  static std::vector<std::pair<std::string, std::string>> RestoreHeaders(const VersionInfo& info);
+
+  // The only place where Status codes become HTTP status codes.
+  static ApiResponse ErrorResponse(const Status& status);
+  static int HttpStatusFor(StatusCode code);
+  // 405 with an Allow header listing `allowed`.
+  static ApiResponse MethodNotAllowed(std::string_view method, std::string_view allowed);
+
+ private:
+  CheckpointStore* store_;
+};
+
+// Parses a decimal u64 (no sign, no leading '+', no overflow).
+Result<uint64_t> ParseVersionNumber(std::string_view text);
+
+}  // namespace ckpt::api

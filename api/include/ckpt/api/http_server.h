@@ -1,0 +1,62 @@
+// HttpServer: the ckptd HTTP/1.1 listener and sessions, on Boost.Beast with C++20 coroutines.
+//
+// Each connection is one coroutine on its own strand; the io_context runs on `threads` threads.
+// Request handling itself is delegated to ApiHandler; this layer only moves bytes, enforces
+// limits and timeouts, honours `Expect: 100-continue`, and logs one line per request.
+//
+// Thread safety: Start/Shutdown/port may be called from any one thread; the server's internals
+// are synchronized.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ckpt/codec/status.h"
+#include "ckpt/storage/checkpoint_store.h"
+
+namespace ckpt::api {
+
+struct HttpServerOptions {
+  // Address to listen on. Default: 127.0.0.1.
+  std::string address = "127.0.0.1";
+  // TCP port; 0 picks an ephemeral port (see HttpServer::port()). Default: 8420.
+  uint16_t port = 8420;
+  // Threads running the io_context. Request handling (codec, RocksDB) runs on them too, so this
+  // bounds how many requests make progress at once. Default: 4.
+  int threads = 4;
+  // Largest accepted request body (a pushed checkpoint); larger ones get 413 — before the body
+  // is read when Content-Length announces it. Default: 64 GiB.
+  uint64_t max_body_bytes = 64ull << 30;
+  // Largest accepted request line + headers; larger get 431. Default: 64 KiB.
+  uint32_t max_header_bytes = 64 << 10;
+  // Largest body of the small JSON endpoints (policy). Default: 1 MiB.
+  uint64_t max_json_body_bytes = 1 << 20;
+  // A read or write that makes no progress for this long drops the connection (a slow or stuck
+  // client cannot hold a session forever). Default: 60 s.
+  std::chrono::seconds io_timeout{60};
+  // How long an idle keep-alive connection is kept. Default: 30 s.
+  std::chrono::seconds idle_timeout{30};
+  // On shutdown, in-flight requests get this long to finish before connections are cut.
+  // Default: 30 s.
+  std::chrono::seconds shutdown_grace{30};
+  // Size of the per-connection buffer body bytes are read into. Default: 1 MiB.
+  size_t io_buffer_bytes = 1 << 20;
+};
+
+class HttpServer {
+ public:
+  // Binds, listens and starts serving `store` (which must outlive the server).
+  static Result<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
+                                                   CheckpointStore* store);
+  virtual ~HttpServer() = default;
+
+  // The bound port (useful with port 0).
+  virtual uint16_t port() const = 0;
+  // Stops accepting, closes idle connections, waits up to shutdown_grace for in-flight requests,
+  // then cuts the rest and joins the threads. Idempotent; blocks.
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace ckpt::api

@@ -1,0 +1,442 @@
+// Boost.Beast sessions for the ckptd API. Structure follows Beast's advanced server example:
+// a listener coroutine accepts; each connection runs a session coroutine on its own strand;
+// every safety limit is a named option in HttpServerOptions.
+#include "ckpt/api/http_server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "ckpt/api/api_handler.h"
+#include "ckpt/version.h"
+
+namespace ckpt::api {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kUseAwaitable = net::use_awaitable;
+
+// Per-request facts for the access log.
+struct RequestLog {
+  std::string method;
+  std::string target;
+  int status = 0;
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+  Clock::time_point start = Clock::now();
+};
+
+void LogRequest(const RequestLog& log, std::string_view remote) {
+  const double ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - log.start).count();
+  spdlog::info("{} {} {} status={} in={} out={} {:.1f}ms", remote, log.method, log.target,
+               log.status, log.bytes_in, log.bytes_out, ms);
+}
+
+class HttpServerImpl final : public HttpServer {
+ public:
+  HttpServerImpl(const HttpServerOptions& options, CheckpointStore* store)
+      : options_(options), handler_(store), acceptor_(net::make_strand(ioc_)) {}
+
+  ~HttpServerImpl() override { Shutdown(); }
+
+  Status Listen() {
+    beast::error_code ec;
+    auto address = net::ip::make_address(options_.address, ec);
+    if (ec) return Status::InvalidArgument("invalid listen address '" + options_.address + "'");
+    tcp::endpoint endpoint(address, options_.port);
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return Status::Unavailable("cannot listen on " + options_.address + ":" +
+                                 std::to_string(options_.port) + ": " + ec.message());
+    }
+    port_ = acceptor_.local_endpoint().port();
+    net::co_spawn(acceptor_.get_executor(), AcceptLoop(), net::detached);
+    const int threads = std::max(1, options_.threads);
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { ioc_.run(); });
+    return Status::Ok();
+  }
+
+  uint16_t port() const override { return port_; }
+
+  void Shutdown() override {
+    if (stopping_.exchange(true)) {
+      Join();
+      return;
+    }
+    net::post(acceptor_.get_executor(), [this] {
+      beast::error_code ignored;
+      acceptor_.close(ignored);
+    });
+    CloseIdleSessions();
+    {
+      std::unique_lock lock(sessions_mu_);
+      sessions_cv_.wait_for(lock, options_.shutdown_grace, [this] { return sessions_.empty(); });
+      if (!sessions_.empty()) {
+        spdlog::warn("shutdown: {} connection(s) still busy after {}s, cutting them",
+                     sessions_.size(), options_.shutdown_grace.count());
+      }
+    }
+    ioc_.stop();
+    Join();
+  }
+
+ private:
+  struct SessionEntry {
+    beast::tcp_stream* stream;
+    bool busy;
+  };
+
+  // Registers a session for shutdown bookkeeping; unregisters on destruction.
+  class SessionRegistration {
+   public:
+    SessionRegistration(HttpServerImpl* server, beast::tcp_stream* stream)
+        : server_(server), id_(server->next_session_id_++) {
+      std::lock_guard lock(server_->sessions_mu_);
+      server_->sessions_.emplace(id_, SessionEntry{stream, false});
+    }
+    ~SessionRegistration() {
+      std::lock_guard lock(server_->sessions_mu_);
+      server_->sessions_.erase(id_);
+      server_->sessions_cv_.notify_all();
+    }
+    void SetBusy(bool busy) {
+      std::lock_guard lock(server_->sessions_mu_);
+      server_->sessions_.at(id_).busy = busy;
+    }
+
+   private:
+    HttpServerImpl* server_;
+    uint64_t id_;
+  };
+
+  void Join() {
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+    threads_.clear();
+  }
+
+  void CloseIdleSessions() {
+    std::lock_guard lock(sessions_mu_);
+    for (auto& [id, entry] : sessions_) {
+      if (entry.busy) continue;
+      beast::tcp_stream* stream = entry.stream;
+      net::post(stream->get_executor(), [stream] {
+        beast::error_code ignored;
+        stream->socket().shutdown(tcp::socket::shutdown_both, ignored);
+        stream->socket().close(ignored);
+      });
+    }
+  }
+
+  net::awaitable<void> AcceptLoop() {
+    for (;;) {
+      beast::error_code ec;
+      tcp::socket socket = co_await acceptor_.async_accept(
+          net::make_strand(ioc_), net::redirect_error(kUseAwaitable, ec));
+      if (ec) {
+        if (stopping_ || ec == net::error::operation_aborted) co_return;
+        spdlog::warn("accept failed: {}", ec.message());
+        continue;
+      }
+      auto executor = socket.get_executor();
+      net::co_spawn(executor, Session(std::move(socket)), net::detached);
+    }
+  }
+
+  net::awaitable<void> Session(tcp::socket socket) {
+    beast::tcp_stream stream(std::move(socket));
+    std::string remote;
+    {
+      beast::error_code ec;
+      auto endpoint = stream.socket().remote_endpoint(ec);
+      if (!ec) remote = endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+    }
+    SessionRegistration registration(this, &stream);
+    beast::flat_buffer buffer;
+    for (;;) {
+      if (stopping_) break;
+      http::request_parser<http::buffer_body> parser;
+      parser.header_limit(options_.max_header_bytes);
+      parser.body_limit(options_.max_body_bytes);
+      stream.expires_after(options_.idle_timeout);
+      beast::error_code ec;
+      co_await http::async_read_header(stream, buffer, parser,
+                                       net::redirect_error(kUseAwaitable, ec));
+      if (ec == http::error::header_limit) {
+        RequestLog log{"?", "?", 431};
+        ApiResponse r = ApiHandler::ErrorResponse(Status::InvalidArgument(
+            "request headers exceed " + std::to_string(options_.max_header_bytes) + " bytes"));
+        r.status = 431;
+        co_await WriteResponse(stream, r, 11, false, false, log);
+        LogRequest(log, remote);
+        break;
+      }
+      if (ec) break;  // closed, timed out, or not HTTP
+      registration.SetBusy(true);
+      bool keep_going = co_await HandleRequest(stream, buffer, parser, remote);
+      registration.SetBusy(false);
+      if (!keep_going) break;
+    }
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  }
+
+  // Handles one request whose header has been read. Returns false if the connection must close.
+  net::awaitable<bool> HandleRequest(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                     http::request_parser<http::buffer_body>& parser,
+                                     const std::string& remote) {
+    auto& req = parser.get();
+    RequestLog log;
+    log.method = std::string(req.method_string());
+    log.target = std::string(req.target());
+    const bool keep_alive = req.keep_alive() && !stopping_;
+    const unsigned version = req.version();
+    const Route route = ApiHandler::Classify(log.target);
+    bool ok = false;
+    switch (ApiHandler::Plan(log.method, route)) {
+      case RequestPlan::kPush:
+        ok = co_await HandlePush(stream, buffer, parser, route, log, keep_alive);
+        break;
+      case RequestPlan::kRestore:
+        ok = co_await HandleRestore(stream, parser, route, log, keep_alive);
+        break;
+      case RequestPlan::kSimple: {
+        std::string body;
+        Status read = co_await ReadSmallBody(stream, buffer, parser, body, log);
+        if (!read.ok()) {
+          co_await WriteResponse(stream, ApiHandler::ErrorResponse(read), version, false,
+                                 false, log);
+          break;
+        }
+        ApiResponse r = handler_.Handle(log.method, route, body);
+        ok = co_await WriteResponse(stream, r, version, keep_alive, log.method == "HEAD", log);
+        ok = ok && keep_alive;
+        break;
+      }
+    }
+    LogRequest(log, remote);
+    co_return ok;
+  }
+
+  net::awaitable<Status> ReadSmallBody(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                       http::request_parser<http::buffer_body>& parser,
+                                       std::string& body, RequestLog& log) {
+    char chunk[8192];
+    while (!parser.is_done()) {
+      parser.get().body().data = chunk;
+      parser.get().body().size = sizeof chunk;
+      stream.expires_after(options_.io_timeout);
+      beast::error_code ec;
+      co_await http::async_read(stream, buffer, parser, net::redirect_error(kUseAwaitable, ec));
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) co_return Status::InvalidArgument("reading request body: " + ec.message());
+      body.append(chunk, sizeof chunk - parser.get().body().size);
+      log.bytes_in = body.size();
+      if (body.size() > options_.max_json_body_bytes) {
+        co_return Status::ResourceExhausted("request body exceeds " +
+                                            std::to_string(options_.max_json_body_bytes) +
+                                            " bytes");
+      }
+    }
+    co_return Status::Ok();
+  }
+
+  net::awaitable<bool> HandlePush(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                  http::request_parser<http::buffer_body>& parser,
+                                  const Route& route, RequestLog& log, bool keep_alive) {
+    auto& req = parser.get();
+    const unsigned version = req.version();
+    std::optional<uint64_t> content_length;
+    if (auto cl = parser.content_length()) content_length = *cl;
+    // Refusals known from the headers alone are sent before the body is read; the connection
+    // then closes because the unread body cannot be skipped cheaply.
+    if (content_length && *content_length > options_.max_body_bytes) {
+      co_await WriteResponse(stream,
+                             ApiHandler::ErrorResponse(Status::ResourceExhausted(
+                                 "body of " + std::to_string(*content_length) +
+                                 " bytes exceeds the limit of " +
+                                 std::to_string(options_.max_body_bytes))),
+                             version, false, false, log);
+      co_return false;
+    }
+    auto session = handler_.BeginPush(route, content_length);
+    if (!session.ok()) {
+      co_await WriteResponse(stream, ApiHandler::ErrorResponse(session.status()), version, false,
+                             false, log);
+      co_return false;
+    }
+    if (beast::iequals(req[http::field::expect], "100-continue")) {
+      http::response<http::empty_body> cont{http::status::continue_, version};
+      beast::error_code ec;
+      stream.expires_after(options_.io_timeout);
+      co_await http::async_write(stream, cont, net::redirect_error(kUseAwaitable, ec));
+      if (ec) co_return false;
+    }
+    std::vector<uint8_t> chunk(options_.io_buffer_bytes);
+    while (!parser.is_done()) {
+      parser.get().body().data = chunk.data();
+      parser.get().body().size = chunk.size();
+      stream.expires_after(options_.io_timeout);
+      beast::error_code ec;
+      co_await http::async_read(stream, buffer, parser, net::redirect_error(kUseAwaitable, ec));
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec == http::error::body_limit) {
+        co_await WriteResponse(stream,
+                               ApiHandler::ErrorResponse(Status::ResourceExhausted(
+                                   "body exceeds the limit of " +
+                                   std::to_string(options_.max_body_bytes) + " bytes")),
+                               version, false, false, log);
+        co_return false;
+      }
+      if (ec) {
+        // The client went away or sent a broken body; the session aborts on destruction.
+        log.status = 499;
+        spdlog::warn("push {} aborted after {} bytes: {}", log.target, log.bytes_in,
+                     ec.message());
+        co_return false;
+      }
+      const size_t n = chunk.size() - parser.get().body().size;
+      log.bytes_in += n;
+      Status s = (*session)->Write(std::span<const uint8_t>(chunk.data(), n));
+      if (!s.ok()) {
+        co_await WriteResponse(stream, ApiHandler::ErrorResponse(s), version, false, false, log);
+        co_return false;
+      }
+    }
+    ApiResponse r = handler_.FinishPush(**session);
+    session->reset();  // release the model lock before answering
+    bool ok = co_await WriteResponse(stream, r, version, keep_alive, false, log);
+    co_return ok && keep_alive;
+  }
+
+  net::awaitable<bool> HandleRestore(beast::tcp_stream& stream,
+                                     http::request_parser<http::buffer_body>& parser,
+                                     const Route& route, RequestLog& log, bool keep_alive) {
+    const unsigned version = parser.get().version();
+    const bool head = log.method == "HEAD";
+    // A GET with a body is unusual; rather than draining it we close after answering.
+    const bool body_pending = !parser.is_done();
+    keep_alive = keep_alive && !body_pending;
+    auto restore = handler_.OpenRestore(route);
+    if (!restore.ok()) {
+      bool ok = co_await WriteResponse(stream, ApiHandler::ErrorResponse(restore.status()),
+                                       version, keep_alive, head, log);
+      co_return ok && keep_alive;
+    }
+    RestoreStream& body = **restore;
+    http::response<http::buffer_body> res{http::status::ok, version};
+    res.set(http::field::server, std::string("ckptd/") + kVersionString);
+    res.set(http::field::content_type, "application/octet-stream");
+    for (const auto& [k, v] : ApiHandler::RestoreHeaders(body.info())) res.set(k, v);
+    res.keep_alive(keep_alive);
+    res.content_length(body.size());
+    log.status = 200;
+    beast::error_code ec;
+    if (head) {
+      res.body().data = nullptr;
+      res.body().more = false;
+      http::response_serializer<http::buffer_body> sr{res};
+      stream.expires_after(options_.io_timeout);
+      co_await http::async_write_header(stream, sr, net::redirect_error(kUseAwaitable, ec));
+      co_return !ec && keep_alive;
+    }
+    res.body().data = nullptr;
+    res.body().more = true;
+    http::response_serializer<http::buffer_body> sr{res};
+    stream.expires_after(options_.io_timeout);
+    co_await http::async_write_header(stream, sr, net::redirect_error(kUseAwaitable, ec));
+    if (ec) co_return false;
+    for (;;) {
+      auto piece = body.Next();
+      if (!piece.ok()) {
+        // Headers are gone; the only honest signal left is to cut the connection short of
+        // Content-Length so the client sees an incomplete body.
+        spdlog::error("restore {} failed after {} bytes: {}", log.target, log.bytes_out,
+                      piece.status().ToString());
+        log.status = 500;
+        co_return false;
+      }
+      const bool last = piece->empty();
+      res.body().data = last ? nullptr : const_cast<uint8_t*>(piece->data());
+      res.body().size = piece->size();
+      res.body().more = !last;
+      stream.expires_after(options_.io_timeout);
+      co_await http::async_write(stream, sr, net::redirect_error(kUseAwaitable, ec));
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) {
+        log.status = 499;
+        co_return false;
+      }
+      log.bytes_out += piece->size();
+      if (last) break;
+    }
+    co_return keep_alive;
+  }
+
+  net::awaitable<bool> WriteResponse(beast::tcp_stream& stream, const ApiResponse& r,
+                                     unsigned version, bool keep_alive, bool head,
+                                     RequestLog& log) {
+    http::response<http::string_body> res{static_cast<http::status>(r.status), version};
+    res.set(http::field::server, std::string("ckptd/") + kVersionString);
+    if (!r.content_type.empty()) res.set(http::field::content_type, r.content_type);
+    for (const auto& [k, v] : r.headers) res.set(k, v);
+    res.keep_alive(keep_alive);
+    if (head) {
+      res.content_length(r.body.size());
+    } else {
+      res.body() = r.body;
+      res.prepare_payload();
+    }
+    log.status = r.status;
+    log.bytes_out += head ? 0 : r.body.size();
+    beast::error_code ec;
+    stream.expires_after(options_.io_timeout);
+    if (head) {
+      http::response_serializer<http::string_body> sr{res};
+      co_await http::async_write_header(stream, sr, net::redirect_error(kUseAwaitable, ec));
+    } else {
+      co_await http::async_write(stream, res, net::redirect_error(kUseAwaitable, ec));
+    }
+    co_return !ec;
+  }
+
+  const HttpServerOptions options_;
+  ApiHandler handler_;
+  net::io_context ioc_;
+  tcp::acceptor acceptor_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stopping_{false};
+  uint16_t port_ = 0;
+  std::atomic<uint64_t> next_session_id_{0};
+  std::mutex sessions_mu_;
+  std::condition_variable sessions_cv_;
+  std::unordered_map<uint64_t, SessionEntry> sessions_;  // guarded by sessions_mu_
+};
+
+}  // namespace
+
+Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
+                                                      CheckpointStore* store) {
+  auto server = std::make_unique<HttpServerImpl>(options, store);
+  CKPT_RETURN_IF_ERROR(server->Listen());
+  return std::unique_ptr<HttpServer>(std::move(server));
+}
+
+}  // namespace ckpt::api

@@ -1,0 +1,35 @@
+// DaemonConfig: everything ckptd can be configured with, from config/ckptd.toml and flags.
+//
+// Every option is documented in config/ckptd.toml (the example file lists all of them).
+// Flags override the file: --listen, --data-dir, --log-level.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "ckpt/api/http_server.h"
+#include "ckpt/codec/status.h"
+#include "ckpt/storage/checkpoint_store.h"
+
+namespace ckpt::daemon {
+
+struct DaemonConfig {
+  api::HttpServerOptions server;
+  StoreOptions store;
+  std::string log_level = "info";
+  // If set, the bound port is written to this file once the daemon accepts connections (for
+  // tests and supervisors that start ckptd on port 0).
+  std::string ready_file;
+
+  DaemonConfig() { store.data_dir = "./data"; }
+};
+
+// Parses a TOML document into `config`, overriding only what the document sets. Unknown keys
+// and wrong types are InvalidArgument naming the key.
+Status ApplyToml(std::string_view toml_text, DaemonConfig& config);
+// Reads and applies a TOML file.
+Status ApplyTomlFile(const std::string& path, DaemonConfig& config);
+// Parses "host:port" into the server options.
+Status ApplyListen(std::string_view listen, DaemonConfig& config);
+
+}  // namespace ckpt::daemon

@@ -1,0 +1,169 @@
+#include "ckpt/daemon/config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+namespace ckpt::daemon {
+namespace {
+
+Status Bad(std::string_view key, std::string_view why) {
+  return Status::InvalidArgument("config: '" + std::string(key) + "' " + std::string(why));
+}
+
+template <typename T>
+Status ReadInteger(const toml::table& table, std::string_view section, std::string_view key,
+                   T min, T max, T& out) {
+  const toml::node* node = table.get(key);
+  if (!node) return Status::Ok();
+  const std::string name = std::string(section) + "." + std::string(key);
+  auto v = node->value<int64_t>();
+  if (!node->is_integer() || !v) return Bad(name, "must be an integer");
+  if (*v < static_cast<int64_t>(min) || static_cast<uint64_t>(*v) > static_cast<uint64_t>(max)) {
+    return Bad(name, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  out = static_cast<T>(*v);
+  return Status::Ok();
+}
+
+Status ReadString(const toml::table& table, std::string_view section, std::string_view key,
+                  std::string& out) {
+  const toml::node* node = table.get(key);
+  if (!node) return Status::Ok();
+  if (!node->is_string()) return Bad(std::string(section) + "." + std::string(key), "must be a string");
+  out = *node->value<std::string>();
+  return Status::Ok();
+}
+
+Status ReadBool(const toml::table& table, std::string_view section, std::string_view key,
+                bool& out) {
+  const toml::node* node = table.get(key);
+  if (!node) return Status::Ok();
+  if (!node->is_boolean()) return Bad(std::string(section) + "." + std::string(key), "must be true or false");
+  out = *node->value<bool>();
+  return Status::Ok();
+}
+
+Status CheckKeys(const toml::table& table, std::string_view section,
+                 const std::set<std::string_view>& allowed) {
+  for (const auto& [key, value] : table) {
+    if (!allowed.count(key.str())) {
+      return Bad(std::string(section) + "." + std::string(key.str()), "is not a known option");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ApplySeconds(const toml::table& table, std::string_view section, std::string_view key,
+                    std::chrono::seconds& out) {
+  int64_t seconds = out.count();
+  CKPT_RETURN_IF_ERROR(ReadInteger<int64_t>(table, section, key, 1, 86400, seconds));
+  out = std::chrono::seconds(seconds);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ApplyListen(std::string_view listen, DaemonConfig& config) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == listen.size()) {
+    return Status::InvalidArgument("listen address '" + std::string(listen) +
+                                   "' must be HOST:PORT");
+  }
+  const std::string port_text(listen.substr(colon + 1));
+  if (port_text.find_first_not_of("0123456789") != std::string::npos || port_text.size() > 5 ||
+      std::stoul(port_text) > 65535) {
+    return Status::InvalidArgument("listen port '" + port_text + "' must be 0..65535");
+  }
+  std::string host(listen.substr(0, colon));
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  config.server.address = host;
+  config.server.port = static_cast<uint16_t>(std::stoul(port_text));
+  return Status::Ok();
+}
+
+Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream where;
+    where << e.source().begin;
+    return Status::InvalidArgument("config: " + std::string(e.description()) + " at " +
+                                   where.str());
+  }
+  CKPT_RETURN_IF_ERROR(CheckKeys(root, "", {"server", "storage", "codec", "log"}));
+
+  if (const toml::table* server = root["server"].as_table()) {
+    CKPT_RETURN_IF_ERROR(CheckKeys(*server, "server",
+                                   {"listen", "threads", "max_body_bytes", "max_header_bytes",
+                                    "max_json_body_bytes", "io_timeout_seconds",
+                                    "idle_timeout_seconds", "shutdown_grace_seconds",
+                                    "io_buffer_bytes"}));
+    std::string listen;
+    CKPT_RETURN_IF_ERROR(ReadString(*server, "server", "listen", listen));
+    if (!listen.empty()) CKPT_RETURN_IF_ERROR(ApplyListen(listen, config));
+    auto& s = config.server;
+    CKPT_RETURN_IF_ERROR(ReadInteger<int>(*server, "server", "threads", 1, 256, s.threads));
+    CKPT_RETURN_IF_ERROR(ReadInteger<uint64_t>(*server, "server", "max_body_bytes", 1,
+                                               uint64_t{1} << 50, s.max_body_bytes));
+    CKPT_RETURN_IF_ERROR(ReadInteger<uint32_t>(*server, "server", "max_header_bytes", 1024,
+                                               16u << 20, s.max_header_bytes));
+    CKPT_RETURN_IF_ERROR(ReadInteger<uint64_t>(*server, "server", "max_json_body_bytes", 1024,
+                                               uint64_t{1} << 30, s.max_json_body_bytes));
+    CKPT_RETURN_IF_ERROR(ReadInteger<size_t>(*server, "server", "io_buffer_bytes", 4096,
+                                             size_t{64} << 20, s.io_buffer_bytes));
+    CKPT_RETURN_IF_ERROR(ApplySeconds(*server, "server", "io_timeout_seconds", s.io_timeout));
+    CKPT_RETURN_IF_ERROR(ApplySeconds(*server, "server", "idle_timeout_seconds", s.idle_timeout));
+    CKPT_RETURN_IF_ERROR(
+        ApplySeconds(*server, "server", "shutdown_grace_seconds", s.shutdown_grace));
+  } else if (root.contains("server")) {
+    return Bad("server", "must be a table");
+  }
+
+  if (const toml::table* storage = root["storage"].as_table()) {
+    CKPT_RETURN_IF_ERROR(CheckKeys(*storage, "storage",
+                                   {"data_dir", "chunk_bytes", "reference_cache_bytes",
+                                    "sync_commits", "zstd_level"}));
+    auto& st = config.store;
+    CKPT_RETURN_IF_ERROR(ReadString(*storage, "storage", "data_dir", st.data_dir));
+    CKPT_RETURN_IF_ERROR(ReadInteger<uint64_t>(*storage, "storage", "chunk_bytes", 4096,
+                                               uint64_t{256} << 20, st.chunk_bytes));
+    CKPT_RETURN_IF_ERROR(ReadInteger<uint64_t>(*storage, "storage", "reference_cache_bytes", 0,
+                                               uint64_t{1} << 40, st.reference_cache_bytes));
+    CKPT_RETURN_IF_ERROR(ReadBool(*storage, "storage", "sync_commits", st.sync_commits));
+    CKPT_RETURN_IF_ERROR(ReadInteger<int>(*storage, "storage", "zstd_level", 1, 19, st.zstd_level));
+  } else if (root.contains("storage")) {
+    return Bad("storage", "must be a table");
+  }
+
+  if (const toml::table* codec = root["codec"].as_table()) {
+    CKPT_RETURN_IF_ERROR(CheckKeys(*codec, "codec", {"keyframe_every"}));
+    CKPT_RETURN_IF_ERROR(ReadInteger<uint32_t>(*codec, "codec", "keyframe_every", 1,
+                                               CodecPolicy::kMaxKeyframeEvery,
+                                               config.store.default_policy.keyframe_every));
+  } else if (root.contains("codec")) {
+    return Bad("codec", "must be a table");
+  }
+
+  if (const toml::table* log = root["log"].as_table()) {
+    CKPT_RETURN_IF_ERROR(CheckKeys(*log, "log", {"level"}));
+    CKPT_RETURN_IF_ERROR(ReadString(*log, "log", "level", config.log_level));
+  } else if (root.contains("log")) {
+    return Bad("log", "must be a table");
+  }
+  return Status::Ok();
+}
+
+Status ApplyTomlFile(const std::string& path, DaemonConfig& config) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("config file '" + path + "' cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  return ApplyToml(text.str(), config).WithContext(path);
+}
+
+}  // namespace ckpt::daemon

@@ -1,0 +1,109 @@
+// ckptd: the checkpoint storage daemon. Wires config, store and HTTP server together and
+// handles signals: SIGINT/SIGTERM stop accepting, let in-flight requests finish (up to
+// server.shutdown_grace_seconds), flush and close RocksDB, and exit 0.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "ckpt/api/http_server.h"
+#include "ckpt/daemon/config.h"
+#include "ckpt/storage/checkpoint_store.h"
+#include "ckpt/version.h"
+
+namespace {
+
+using ckpt::daemon::DaemonConfig;
+
+int Fail(const ckpt::Status& status) {
+  std::cerr << "ckptd: " << status.ToString() << "\n";
+  return 2;
+}
+
+ckpt::Status WriteReadyFile(const std::string& path, uint16_t port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    if (!out) return ckpt::Status::IoError("cannot write ready file '" + tmp + "'");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return ckpt::Status::IoError("cannot rename ready file: " + ec.message());
+  return ckpt::Status::Ok();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ckptd — storage daemon for versioned deep-learning checkpoints"};
+  std::string config_path, listen, data_dir, log_level, ready_file;
+  bool show_version = false;
+  app.add_option("--config", config_path, "TOML config file (see config/ckptd.toml)");
+  app.add_option("--listen", listen, "HOST:PORT to listen on (overrides server.listen)");
+  app.add_option("--data-dir", data_dir, "data directory (overrides storage.data_dir)");
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error (overrides log.level)");
+  app.add_option("--ready-file", ready_file,
+                 "write the bound port to this file once accepting connections");
+  app.add_flag("--version", show_version, "print the version and exit");
+  CLI11_PARSE(app, argc, argv);
+  if (show_version) {
+    std::cout << "ckptd " << ckpt::kVersionString << "\n";
+    return 0;
+  }
+
+  DaemonConfig config;
+  if (!config_path.empty()) {
+    if (auto s = ckpt::daemon::ApplyTomlFile(config_path, config); !s.ok()) return Fail(s);
+  }
+  if (!listen.empty()) {
+    if (auto s = ckpt::daemon::ApplyListen(listen, config); !s.ok()) return Fail(s);
+  }
+  if (!data_dir.empty()) config.store.data_dir = data_dir;
+  if (!log_level.empty()) config.log_level = log_level;
+  if (!ready_file.empty()) config.ready_file = ready_file;
+
+  const auto level = spdlog::level::from_str(config.log_level);
+  if (level == spdlog::level::off && config.log_level != "off") {
+    return Fail(ckpt::Status::InvalidArgument("unknown log level '" + config.log_level + "'"));
+  }
+  spdlog::set_level(level);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  // Block the shutdown signals in every thread; the main thread waits for them below.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  std::error_code ec;
+  std::filesystem::create_directories(config.store.data_dir, ec);
+  if (ec) {
+    return Fail(ckpt::Status::IoError("cannot create data directory '" + config.store.data_dir +
+                                      "': " + ec.message()));
+  }
+  auto store = ckpt::CheckpointStore::Open(config.store);
+  if (!store.ok()) return Fail(store.status());
+  auto server = ckpt::api::HttpServer::Start(config.server, store->get());
+  if (!server.ok()) return Fail(server.status());
+  spdlog::info("ckptd {} listening on {}:{} with data in {}", ckpt::kVersionString,
+               config.server.address, (*server)->port(), config.store.data_dir);
+  if (!config.ready_file.empty()) {
+    if (auto s = WriteReadyFile(config.ready_file, (*server)->port()); !s.ok()) return Fail(s);
+  }
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("received signal {}, shutting down", signal_number);
+  (*server)->Shutdown();
+  server->reset();
+  if (auto s = (*store)->Flush(); !s.ok()) spdlog::error("flush on shutdown failed: {}", s.ToString());
+  store->reset();
+  spdlog::info("ckptd stopped cleanly");
+  return 0;
+}
