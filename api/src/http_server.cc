@@ -317,6 +317,7 @@ class HttpServerImpl final : public HttpServer {
       Status s = (*session)->Write(std::span<const uint8_t>(chunk.data(), n));
       if (!s.ok()) {
         co_await WriteResponse(stream, ApiHandler::ErrorResponse(s), version, false, false, log);
+        co_await DrainBeforeClose(stream, buffer, parser, chunk);
         co_return false;
       }
     }
@@ -324,6 +325,27 @@ class HttpServerImpl final : public HttpServer {
     session->reset();  // release the model lock before answering
     bool ok = co_await WriteResponse(stream, r, version, keep_alive, false, log);
     co_return ok && keep_alive;
+  }
+
+  // After refusing a body mid-way, keeps reading (and discarding) a bounded amount of it so the
+  // client, still sending, receives the error response instead of a connection reset.
+  net::awaitable<void> DrainBeforeClose(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                        http::request_parser<http::buffer_body>& parser,
+                                        std::vector<uint8_t>& scratch) {
+    constexpr uint64_t kMaxDrainBytes = 64ull << 20;
+    constexpr auto kMaxDrainTime = std::chrono::seconds(2);
+    uint64_t drained = 0;
+    beast::error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    while (!parser.is_done() && drained < kMaxDrainBytes) {
+      parser.get().body().data = scratch.data();
+      parser.get().body().size = scratch.size();
+      stream.expires_after(kMaxDrainTime);
+      co_await http::async_read(stream, buffer, parser, net::redirect_error(kUseAwaitable, ec));
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) break;
+      drained += scratch.size() - parser.get().body().size;
+    }
   }
 
   net::awaitable<bool> HandleRestore(beast::tcp_stream& stream,

@@ -1,0 +1,35 @@
+# The two commands (see README.md):
+#   make run   install missing dependencies, build Release, start ckptd on 127.0.0.1:8420 (./data)
+#   make test  install missing dependencies, build with -Werror, run every test through ctest
+BUILD_DIR    ?= build
+RELEASE_DIR  ?= build-release
+CONFIG       ?= config/ckptd.toml
+JOBS         ?= $(shell nproc)
+
+.PHONY: deps run test build release bench clean format
+
+deps:
+	@./scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_WERROR=ON
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+release: deps
+	cmake -S . -B $(RELEASE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCKPT_BUILD_TESTS=OFF
+	cmake --build $(RELEASE_DIR) -j $(JOBS)
+
+run: release
+	./$(RELEASE_DIR)/daemon/ckptd --config $(CONFIG)
+
+bench: release
+	@echo "benchmark programs are in $(RELEASE_DIR)/bench; see docs/benchmarks.md"
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h')
+
+clean:
+	rm -rf $(BUILD_DIR) $(RELEASE_DIR)

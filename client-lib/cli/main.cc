@@ -1,0 +1,186 @@
+// ckpt: command-line client for ckptd.
+//
+//   ckpt push MODEL VERSION FILE        push a safetensors file
+//   ckpt pull MODEL VERSION|latest -o FILE   restore a version (verified by SHA-256)
+//   ckpt ls [MODEL]                     list models, or the versions of one model
+//   ckpt rm MODEL [VERSION]             delete a version, or the whole model
+//   ckpt policy MODEL [JSON]            show or set a model's codec policy
+//
+// The server comes from --server or $CKPT_SERVER (default http://127.0.0.1:8420). A progress
+// bar is drawn on stderr when it is a terminal. Any error prints one line and exits non-zero.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "ckpt/client/client.h"
+#include "ckpt/version.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string HumanBytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+// Draws "[=====>     ]  45%  1.2 GiB / 2.7 GiB  310.4 MiB/s" on stderr, at most 10 times/s.
+class ProgressBar {
+ public:
+  void Update(uint64_t done, uint64_t total) {
+    const auto now = Clock::now();
+    if (done != total && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    const double seconds = std::chrono::duration<double>(now - start_).count();
+    const double rate = seconds > 0 ? static_cast<double>(done) / seconds : 0;
+    constexpr int kWidth = 30;
+    const double fraction = total ? static_cast<double>(done) / static_cast<double>(total) : 0;
+    const int filled = static_cast<int>(fraction * kWidth);
+    std::string bar(static_cast<size_t>(filled), '=');
+    if (filled < kWidth) bar += '>';
+    bar.resize(kWidth, ' ');
+    std::fprintf(stderr, "\r[%s] %3d%%  %s / %s  %s/s ", bar.c_str(),
+                 static_cast<int>(fraction * 100), HumanBytes(done).c_str(),
+                 HumanBytes(total).c_str(), HumanBytes(static_cast<uint64_t>(rate)).c_str());
+    drawn_ = true;
+  }
+  ~ProgressBar() {
+    if (drawn_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  Clock::time_point start_ = Clock::now();
+  Clock::time_point last_{};
+  bool drawn_ = false;
+};
+
+int Fail(const ckpt::Status& status) {
+  std::cerr << "ckpt: " << status.message() << " (" << ckpt::StatusCodeName(status.code())
+            << ")\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ckpt — client for the ckptd checkpoint store"};
+  app.require_subcommand(1);
+  std::string server = "http://127.0.0.1:8420";
+  if (const char* env = std::getenv("CKPT_SERVER")) server = env;
+  app.add_option("--server", server, "ckptd base URL (default $CKPT_SERVER or " + server + ")");
+  bool show_version = false;
+  app.set_version_flag("--version", std::string("ckpt ") + ckpt::kVersionString);
+  (void)show_version;
+
+  std::string model, version, file, json_text;
+  uint64_t version_number = 0;
+  auto* push = app.add_subcommand("push", "push a safetensors file as MODEL at VERSION");
+  push->add_option("MODEL", model)->required();
+  push->add_option("VERSION", version_number)->required();
+  push->add_option("FILE", file)->required()->check(CLI::ExistingFile);
+
+  auto* pull = app.add_subcommand("pull", "restore a version (or latest) to a file");
+  pull->add_option("MODEL", model)->required();
+  pull->add_option("VERSION", version, "version number or 'latest'")->required();
+  pull->add_option("-o,--output", file, "output file ('-' for stdout)")->required();
+
+  auto* ls = app.add_subcommand("ls", "list models, or the versions of MODEL");
+  ls->add_option("MODEL", model);
+
+  auto* rm = app.add_subcommand("rm", "delete a version, or the whole model");
+  rm->add_option("MODEL", model)->required();
+  rm->add_option("VERSION", version);
+
+  auto* policy = app.add_subcommand("policy", "show or set the codec policy of MODEL");
+  policy->add_option("MODEL", model)->required();
+  policy->add_option("JSON", json_text, "new policy, e.g. '{\"keyframe_every\":8}'");
+
+  CLI11_PARSE(app, argc, argv);
+
+  ProgressBar bar;
+  ckpt::ClientOptions options;
+  options.server = server;
+  if (isatty(STDERR_FILENO)) {
+    options.progress = [&bar](uint64_t done, uint64_t total) { bar.Update(done, total); };
+  }
+  auto client = ckpt::Client::Create(options);
+  if (!client.ok()) return Fail(client.status());
+
+  if (*push) {
+    auto r = client->PushFile(model, version_number, file);
+    if (!r.ok()) return Fail(r.status());
+    std::printf("pushed %s@%llu  %s  raw %s  stored %s  sha256 %s\n", r->model.c_str(),
+                static_cast<unsigned long long>(r->version), r->kind.c_str(),
+                HumanBytes(r->raw_bytes).c_str(), HumanBytes(r->stored_bytes).c_str(),
+                r->sha256.c_str());
+    return 0;
+  }
+  if (*pull) {
+    auto r = client->PullToFile(model, version, file);
+    if (!r.ok()) return Fail(r.status());
+    if (file != "-") {
+      std::fprintf(stderr, "pulled %s@%llu  %s  sha256 %s (verified)\n", model.c_str(),
+                   static_cast<unsigned long long>(r->version), HumanBytes(r->bytes).c_str(),
+                   r->sha256.c_str());
+    }
+    return 0;
+  }
+  if (*ls) {
+    if (model.empty()) {
+      auto models = client->ListModels();
+      if (!models.ok()) return Fail(models.status());
+      std::printf("%-32s %12s %9s %12s %12s %7s\n", "MODEL", "LATEST", "VERSIONS", "RAW",
+                  "STORED", "RATIO");
+      for (const auto& m : *models) {
+        std::printf("%-32s %12s %9llu %12s %12s %6.2fx\n", m.name.c_str(),
+                    m.latest_version ? std::to_string(*m.latest_version).c_str() : "-",
+                    static_cast<unsigned long long>(m.version_count),
+                    HumanBytes(m.raw_bytes).c_str(), HumanBytes(m.stored_bytes).c_str(),
+                    m.stored_bytes ? static_cast<double>(m.raw_bytes) / m.stored_bytes : 0.0);
+      }
+      return 0;
+    }
+    auto versions = client->ListVersions(model);
+    if (!versions.ok()) return Fail(versions.status());
+    std::printf("%-20s %-9s %12s %12s %-25s %s\n", "VERSION", "KIND", "RAW", "STORED", "CREATED",
+                "SHA256");
+    for (const auto& v : *versions) {
+      std::printf("%-20llu %-9s %12s %12s %-25s %s\n", static_cast<unsigned long long>(v.version),
+                  v.kind.c_str(), HumanBytes(v.raw_bytes).c_str(),
+                  HumanBytes(v.stored_bytes).c_str(), v.created_at.c_str(), v.sha256.c_str());
+    }
+    return 0;
+  }
+  if (*rm) {
+    if (version.empty()) {
+      if (auto s = client->DeleteModel(model); !s.ok()) return Fail(s);
+      std::printf("deleted model %s\n", model.c_str());
+      return 0;
+    }
+    if (version.find_first_not_of("0123456789") != std::string::npos || version.size() > 20) {
+      return Fail(ckpt::Status::InvalidArgument("VERSION must be a decimal number"));
+    }
+    if (auto s = client->DeleteVersion(model, std::stoull(version)); !s.ok()) return Fail(s);
+    std::printf("deleted %s@%s\n", model.c_str(), version.c_str());
+    return 0;
+  }
+  if (*policy) {
+    auto r = json_text.empty() ? client->GetPolicy(model) : client->SetPolicy(model, json_text);
+    if (!r.ok()) return Fail(r.status());
+    std::printf("%s\n", r->c_str());
+    return 0;
+  }
+  return 0;
+}

@@ -1,0 +1,99 @@
+// ckpt::Client: a C++ client for the ckptd HTTP API (docs/api.md).
+//
+// Large bodies are streamed: PushFile reads the file in pieces while sending, PullToFile writes
+// pieces as they arrive and verifies the SHA-256 the server announces (X-Ckpt-Sha256) before
+// renaming the finished file into place, so a failed or corrupted pull never leaves a file that
+// looks complete. Errors from the server keep their meaning: 400 -> InvalidArgument,
+// 404 -> NotFound, 409 -> FailedPrecondition, 413 -> ResourceExhausted, network -> Unavailable.
+//
+// Thread-compatible: one Client per thread (each call opens its own connection).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/codec/status.h"
+
+namespace ckpt {
+
+struct ClientOptions {
+  // Base URL of the daemon, "http://HOST:PORT". Default: http://127.0.0.1:8420.
+  std::string server = "http://127.0.0.1:8420";
+  // Called during transfers with bytes done and the total (0 if unknown).
+  std::function<void(uint64_t done, uint64_t total)> progress;
+  // Size of the pieces bodies are streamed in. Default: 1 MiB.
+  size_t io_buffer_bytes = 1 << 20;
+};
+
+struct PushResult {
+  std::string model;
+  uint64_t version = 0;
+  std::string kind;
+  uint64_t raw_bytes = 0;
+  uint64_t stored_bytes = 0;
+  std::string sha256;
+};
+
+struct PullResult {
+  uint64_t version = 0;
+  uint64_t bytes = 0;
+  std::string sha256;
+};
+
+struct ModelSummary {
+  std::string name;
+  std::optional<uint64_t> latest_version;
+  uint64_t version_count = 0;
+  uint64_t raw_bytes = 0;
+  uint64_t stored_bytes = 0;
+};
+
+struct VersionSummary {
+  uint64_t version = 0;
+  std::string kind;
+  uint64_t raw_bytes = 0;
+  uint64_t stored_bytes = 0;
+  std::string created_at;
+  std::string sha256;
+};
+
+class Client {
+ public:
+  // Fails with InvalidArgument if the server URL is not http://HOST:PORT.
+  static Result<Client> Create(ClientOptions options);
+
+  Result<PushResult> PushFile(std::string_view model, uint64_t version, const std::string& path);
+  Result<PushResult> PushBuffer(std::string_view model, uint64_t version, std::string_view body);
+
+  // `version` is a decimal number or "latest". `path` "-" writes to stdout.
+  Result<PullResult> PullToFile(std::string_view model, std::string_view version,
+                                const std::string& path);
+  Result<std::string> PullToBuffer(std::string_view model, std::string_view version);
+
+  Result<std::vector<ModelSummary>> ListModels();
+  Result<ModelSummary> GetModel(std::string_view model);
+  Result<std::vector<VersionSummary>> ListVersions(std::string_view model);
+  Status DeleteVersion(std::string_view model, uint64_t version);
+  Status DeleteModel(std::string_view model);
+  // The policy as JSON text.
+  Result<std::string> GetPolicy(std::string_view model);
+  Result<std::string> SetPolicy(std::string_view model, std::string_view policy_json);
+
+  const std::string& host() const { return host_; }
+  const std::string& port() const { return port_; }
+
+ private:
+  Client(ClientOptions options, std::string host, std::string port)
+      : options_(std::move(options)), host_(std::move(host)), port_(std::move(port)) {}
+
+  ClientOptions options_;
+  std::string host_;
+  std::string port_;
+};
+
+}  // namespace ckpt

@@ -1,0 +1,436 @@
+#include "ckpt/client/client.h"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "ckpt/codec/hashing.h"
+#include "ckpt/codec/safetensors.h"
+#include "ckpt/version.h"
+
+namespace ckpt {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using nlohmann::json;
+
+StatusCode CodeForHttp(unsigned status) {
+  switch (status) {
+    case 400: return StatusCode::kInvalidArgument;
+    case 404: return StatusCode::kNotFound;
+    case 409: return StatusCode::kFailedPrecondition;
+    case 413: return StatusCode::kResourceExhausted;
+    case 503: return StatusCode::kUnavailable;
+    default: return status >= 500 ? StatusCode::kInternal : StatusCode::kInvalidArgument;
+  }
+}
+
+// Turns a non-2xx response into a Status carrying the server's message.
+Status ErrorFromResponse(unsigned status, std::string_view body) {
+  std::string message = "HTTP " + std::to_string(status);
+  json doc = json::parse(body, nullptr, false);
+  if (!doc.is_discarded() && doc.contains("error") && doc["error"].is_object()) {
+    message = doc["error"].value("message", message);
+  }
+  return Status(CodeForHttp(status), message);
+}
+
+Status NetworkError(const beast::error_code& ec, std::string_view what) {
+  return Status::Unavailable(std::string(what) + ": " + ec.message());
+}
+
+// One connection to the daemon.
+class Connection {
+ public:
+  Connection() : stream_(ioc_) {}
+
+  Status Connect(const std::string& host, const std::string& port) {
+    beast::error_code ec;
+    tcp::resolver resolver(ioc_);
+    auto results = resolver.resolve(host, port, ec);
+    if (ec) return NetworkError(ec, "resolving " + host);
+    stream_.connect(results, ec);
+    if (ec) return NetworkError(ec, "connecting to " + host + ":" + port);
+    return Status::Ok();
+  }
+
+  beast::tcp_stream& stream() { return stream_; }
+  beast::flat_buffer& buffer() { return buffer_; }
+
+ private:
+  net::io_context ioc_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+};
+
+// Sends a small request and reads the full (small) response.
+Result<http::response<http::string_body>> SimpleRequest(const std::string& host,
+                                                        const std::string& port, http::verb verb,
+                                                        const std::string& target,
+                                                        std::string_view body) {
+  Connection c;
+  CKPT_RETURN_IF_ERROR(c.Connect(host, port));
+  http::request<http::string_body> req{verb, target, 11};
+  req.set(http::field::host, host);
+  req.set(http::field::user_agent, std::string("ckpt/") + kVersionString);
+  if (!body.empty()) req.set(http::field::content_type, "application/json");
+  req.body() = std::string(body);
+  req.prepare_payload();
+  beast::error_code ec;
+  http::write(c.stream(), req, ec);
+  if (ec) return NetworkError(ec, "sending request");
+  http::response<http::string_body> res;
+  http::read(c.stream(), c.buffer(), res, ec);
+  if (ec) return NetworkError(ec, "reading response");
+  return res;
+}
+
+Result<json> JsonRequest(const std::string& host, const std::string& port, http::verb verb,
+                         const std::string& target, std::string_view body = {}) {
+  CKPT_ASSIGN_OR_RETURN(auto res, SimpleRequest(host, port, verb, target, body));
+  if (res.result_int() / 100 != 2) return ErrorFromResponse(res.result_int(), res.body());
+  if (res.body().empty()) return json();
+  json doc = json::parse(res.body(), nullptr, false);
+  if (doc.is_discarded()) return Status::DataLoss("server sent invalid JSON");
+  return doc;
+}
+
+std::string VersionTarget(std::string_view model, std::string_view version) {
+  return "/v1/models/" + std::string(model) + "/versions/" + std::string(version);
+}
+
+ModelSummary ParseModel(const json& m) {
+  ModelSummary s;
+  s.name = m.value("name", "");
+  if (m.contains("latest_version") && m["latest_version"].is_number()) {
+    s.latest_version = m["latest_version"].get<uint64_t>();
+  }
+  s.version_count = m.value("version_count", uint64_t{0});
+  s.raw_bytes = m.value("raw_bytes", uint64_t{0});
+  s.stored_bytes = m.value("stored_bytes", uint64_t{0});
+  return s;
+}
+
+// A source of body bytes for a push.
+using ReadFn = std::function<Result<size_t>(char* buffer, size_t capacity)>;
+
+Result<PushResult> StreamPush(const std::string& host, const std::string& port,
+                              const ClientOptions& options, std::string_view model,
+                              uint64_t version, uint64_t size, const ReadFn& read) {
+  Connection c;
+  CKPT_RETURN_IF_ERROR(c.Connect(host, port));
+  http::request<http::buffer_body> req{http::verb::put,
+                                       VersionTarget(model, std::to_string(version)), 11};
+  req.set(http::field::host, host);
+  req.set(http::field::user_agent, std::string("ckpt/") + kVersionString);
+  req.set(http::field::content_type, "application/octet-stream");
+  req.set(http::field::expect, "100-continue");
+  req.content_length(size);
+  req.body().data = nullptr;
+  req.body().more = true;
+  http::request_serializer<http::buffer_body> sr{req};
+  beast::error_code ec;
+  http::write_header(c.stream(), sr, ec);
+  if (ec) return NetworkError(ec, "sending request header");
+
+  // The server answers 100 Continue, or refuses at once (bad name, stale version, too large).
+  http::response<http::string_body> res;
+  {
+    http::response_parser<http::string_body> interim;
+    http::read_header(c.stream(), c.buffer(), interim, ec);
+    if (ec) return NetworkError(ec, "reading server reply");
+    if (interim.get().result() != http::status::continue_) {
+      http::read(c.stream(), c.buffer(), interim, ec);
+      return ErrorFromResponse(interim.get().result_int(), interim.get().body());
+    }
+  }
+
+  std::vector<char> buffer(options.io_buffer_bytes);
+  uint64_t sent = 0;
+  while (sent < size) {
+    CKPT_ASSIGN_OR_RETURN(size_t n, read(buffer.data(), buffer.size()));
+    if (n == 0) return Status::IoError("input ended after " + std::to_string(sent) + " bytes");
+    req.body().data = buffer.data();
+    req.body().size = n;
+    req.body().more = true;
+    http::write(c.stream(), sr, ec);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      // The server may have refused mid-body (malformed checkpoint); show its reason.
+      beast::error_code read_ec;
+      http::read(c.stream(), c.buffer(), res, read_ec);
+      if (!read_ec) return ErrorFromResponse(res.result_int(), res.body());
+      return NetworkError(ec, "sending body");
+    }
+    sent += n;
+    if (options.progress) options.progress(sent, size);
+  }
+  req.body().data = nullptr;
+  req.body().size = 0;
+  req.body().more = false;
+  http::write(c.stream(), sr, ec);
+  if (ec == http::error::need_buffer) ec = {};
+  http::read(c.stream(), c.buffer(), res, ec);
+  if (ec) return NetworkError(ec, "reading response");
+  if (res.result_int() != 201) return ErrorFromResponse(res.result_int(), res.body());
+  json doc = json::parse(res.body(), nullptr, false);
+  if (doc.is_discarded()) return Status::DataLoss("server sent invalid JSON");
+  PushResult r;
+  r.model = doc.value("model", "");
+  r.version = doc.value("version", uint64_t{0});
+  r.kind = doc.value("kind", "");
+  r.raw_bytes = doc.value("raw_bytes", uint64_t{0});
+  r.stored_bytes = doc.value("stored_bytes", uint64_t{0});
+  r.sha256 = doc.value("sha256", "");
+  return r;
+}
+
+Status ValidateSafetensorsFile(std::ifstream& in, uint64_t size) {
+  char prefix[8];
+  if (size < 8 || !in.read(prefix, 8)) {
+    return Status::InvalidArgument("not a safetensors file: shorter than 8 bytes");
+  }
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(prefix[i]);
+  if (n > kMaxSafetensorsHeaderBytes || n > size - 8) {
+    return Status::InvalidArgument("not a safetensors file: header length " + std::to_string(n) +
+                                   " is larger than the file or the 100 MB limit");
+  }
+  std::string header(n, '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(n))) {
+    return Status::IoError("cannot read the safetensors header");
+  }
+  return ParseSafetensorsHeader(header, size).status();
+}
+
+using WriteFn = std::function<Status(const char* data, size_t n)>;
+
+Result<PullResult> StreamPull(const std::string& host, const std::string& port,
+                              const ClientOptions& options, std::string_view model,
+                              std::string_view version, const WriteFn& write) {
+  Connection c;
+  CKPT_RETURN_IF_ERROR(c.Connect(host, port));
+  http::request<http::empty_body> req{http::verb::get, VersionTarget(model, version), 11};
+  req.set(http::field::host, host);
+  req.set(http::field::user_agent, std::string("ckpt/") + kVersionString);
+  beast::error_code ec;
+  http::write(c.stream(), req, ec);
+  if (ec) return NetworkError(ec, "sending request");
+
+  http::response_parser<http::buffer_body> parser;
+  // Beast 1.74 compares the length against an empty optional as "exceeded"; use a maximum.
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  http::read_header(c.stream(), c.buffer(), parser, ec);
+  if (ec) return NetworkError(ec, "reading response header");
+  std::vector<char> buffer(options.io_buffer_bytes);
+  if (parser.get().result() != http::status::ok) {
+    std::string body;
+    while (!parser.is_done()) {
+      parser.get().body().data = buffer.data();
+      parser.get().body().size = buffer.size();
+      http::read(c.stream(), c.buffer(), parser, ec);
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) break;
+      body.append(buffer.data(), buffer.size() - parser.get().body().size);
+    }
+    return ErrorFromResponse(parser.get().result_int(), body);
+  }
+  PullResult result;
+  const std::string expected_sha(parser.get()["X-Ckpt-Sha256"]);
+  const std::string version_header(parser.get()["X-Ckpt-Version"]);
+  result.version = version_header.empty() ? 0 : std::stoull(version_header);
+  const uint64_t total = parser.content_length().value_or(0);
+  Sha256 sha;
+  while (!parser.is_done()) {
+    parser.get().body().data = buffer.data();
+    parser.get().body().size = buffer.size();
+    http::read(c.stream(), c.buffer(), parser, ec);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      return Status::Unavailable("download interrupted after " + std::to_string(result.bytes) +
+                                 " of " + std::to_string(total) + " bytes: " + ec.message());
+    }
+    const size_t n = buffer.size() - parser.get().body().size;
+    sha.Update(std::string_view(buffer.data(), n));
+    CKPT_RETURN_IF_ERROR(write(buffer.data(), n));
+    result.bytes += n;
+    if (options.progress) options.progress(result.bytes, total);
+  }
+  result.sha256 = sha.FinishHex();
+  if (!expected_sha.empty() && expected_sha != result.sha256) {
+    return Status::DataLoss("downloaded body SHA-256 " + result.sha256 +
+                            " differs from the server's " + expected_sha);
+  }
+  return result;
+}
+
+}  // namespace
+
+Result<Client> Client::Create(ClientOptions options) {
+  std::string_view url = options.server;
+  constexpr std::string_view kScheme = "http://";
+  if (url.substr(0, kScheme.size()) != kScheme) {
+    return Status::InvalidArgument("server URL '" + options.server +
+                                   "' must start with http://");
+  }
+  url.remove_prefix(kScheme.size());
+  while (!url.empty() && url.back() == '/') url.remove_suffix(1);
+  if (url.find('/') != std::string_view::npos) {
+    return Status::InvalidArgument("server URL '" + options.server + "' must not have a path");
+  }
+  std::string host(url), port = "80";
+  const size_t colon = url.rfind(':');
+  if (colon != std::string_view::npos && url.find(']', colon) == std::string_view::npos) {
+    host = std::string(url.substr(0, colon));
+    port = std::string(url.substr(colon + 1));
+  }
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.empty() || port.empty() || port.find_first_not_of("0123456789") != std::string::npos) {
+    return Status::InvalidArgument("server URL '" + options.server +
+                                   "' must be http://HOST:PORT");
+  }
+  return Client(std::move(options), std::move(host), std::move(port));
+}
+
+Result<PushResult> Client::PushFile(std::string_view model, uint64_t version,
+                                    const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot open '" + path + "'");
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) return Status::IoError("cannot stat '" + path + "': " + ec.message());
+  // Validate the header locally first: a malformed file is reported precisely without
+  // uploading gigabytes the server would refuse.
+  CKPT_RETURN_IF_ERROR(ValidateSafetensorsFile(in, size).WithContext("'" + path + "'"));
+  in.seekg(0);
+  return StreamPush(host_, port_, options_, model, version, size,
+                    [&](char* buffer, size_t capacity) -> Result<size_t> {
+                      in.read(buffer, static_cast<std::streamsize>(capacity));
+                      if (in.bad()) return Status::IoError("reading '" + path + "' failed");
+                      return static_cast<size_t>(in.gcount());
+                    });
+}
+
+Result<PushResult> Client::PushBuffer(std::string_view model, uint64_t version,
+                                      std::string_view body) {
+  size_t offset = 0;
+  return StreamPush(host_, port_, options_, model, version, body.size(),
+                    [&](char* buffer, size_t capacity) -> Result<size_t> {
+                      const size_t n = std::min(capacity, body.size() - offset);
+                      std::memcpy(buffer, body.data() + offset, n);
+                      offset += n;
+                      return n;
+                    });
+}
+
+Result<PullResult> Client::PullToFile(std::string_view model, std::string_view version,
+                                      const std::string& path) {
+  if (path == "-") {
+    return StreamPull(host_, port_, options_, model, version, [](const char* d, size_t n) {
+      std::cout.write(d, static_cast<std::streamsize>(n));
+      return std::cout ? Status::Ok() : Status::IoError("writing to stdout failed");
+    });
+  }
+  const std::string partial = path + ".partial";
+  Result<PullResult> result = [&]() -> Result<PullResult> {
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    if (!out) return Status::IoError("cannot create '" + partial + "'");
+    CKPT_ASSIGN_OR_RETURN(auto r, StreamPull(host_, port_, options_, model, version,
+                                             [&](const char* d, size_t n) {
+                                               out.write(d, static_cast<std::streamsize>(n));
+                                               return out ? Status::Ok()
+                                                          : Status::IoError("writing '" +
+                                                                            partial + "' failed");
+                                             }));
+    out.close();
+    if (!out) return Status::IoError("closing '" + partial + "' failed");
+    return r;
+  }();
+  std::error_code ec;
+  if (!result.ok()) {
+    std::filesystem::remove(partial, ec);
+    return result;
+  }
+  std::filesystem::rename(partial, path, ec);
+  if (ec) return Status::IoError("renaming '" + partial + "': " + ec.message());
+  return result;
+}
+
+Result<std::string> Client::PullToBuffer(std::string_view model, std::string_view version) {
+  std::string out;
+  CKPT_RETURN_IF_ERROR(StreamPull(host_, port_, options_, model, version,
+                                  [&](const char* d, size_t n) {
+                                    out.append(d, n);
+                                    return Status::Ok();
+                                  })
+                           .status());
+  return out;
+}
+
+Result<std::vector<ModelSummary>> Client::ListModels() {
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::get, "/v1/models"));
+  std::vector<ModelSummary> out;
+  for (const auto& m : doc.value("models", json::array())) out.push_back(ParseModel(m));
+  return out;
+}
+
+Result<ModelSummary> Client::GetModel(std::string_view model) {
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::get,
+                                              "/v1/models/" + std::string(model)));
+  return ParseModel(doc);
+}
+
+Result<std::vector<VersionSummary>> Client::ListVersions(std::string_view model) {
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::get,
+                                              "/v1/models/" + std::string(model) + "/versions"));
+  std::vector<VersionSummary> out;
+  for (const auto& v : doc.value("versions", json::array())) {
+    VersionSummary s;
+    s.version = v.value("version", uint64_t{0});
+    s.kind = v.value("kind", "");
+    s.raw_bytes = v.value("raw_bytes", uint64_t{0});
+    s.stored_bytes = v.value("stored_bytes", uint64_t{0});
+    s.created_at = v.value("created_at", "");
+    s.sha256 = v.value("sha256", "");
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+Status Client::DeleteVersion(std::string_view model, uint64_t version) {
+  return JsonRequest(host_, port_, http::verb::delete_,
+                     VersionTarget(model, std::to_string(version)))
+      .status();
+}
+
+Status Client::DeleteModel(std::string_view model) {
+  return JsonRequest(host_, port_, http::verb::delete_, "/v1/models/" + std::string(model))
+      .status();
+}
+
+Result<std::string> Client::GetPolicy(std::string_view model) {
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::get,
+                                              "/v1/models/" + std::string(model) + "/policy"));
+  return doc.dump();
+}
+
+Result<std::string> Client::SetPolicy(std::string_view model, std::string_view policy_json) {
+  CKPT_ASSIGN_OR_RETURN(json doc,
+                        JsonRequest(host_, port_, http::verb::put,
+                                    "/v1/models/" + std::string(model) + "/policy", policy_json));
+  return doc.dump();
+}
+
+}  // namespace ckpt
