@@ -10,6 +10,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -174,7 +175,9 @@ class HttpServerImpl final : public HttpServer {
       if (stopping_) break;
       http::request_parser<http::buffer_body> parser;
       parser.header_limit(options_.max_header_bytes);
-      parser.body_limit(options_.max_body_bytes);
+      // Body sizes are enforced per route (HandlePush, ReadSmallBody) so that an oversized
+      // request still gets its 413 answer instead of a dropped connection.
+      parser.body_limit(std::numeric_limits<std::uint64_t>::max());
       stream.expires_after(options_.idle_timeout);
       beast::error_code ec;
       co_await http::async_read_header(stream, buffer, parser,
@@ -239,6 +242,14 @@ class HttpServerImpl final : public HttpServer {
                                        http::request_parser<http::buffer_body>& parser,
                                        std::string& body, RequestLog& log) {
     char chunk[8192];
+    if (!parser.is_done() &&
+        beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+      http::response<http::empty_body> cont{http::status::continue_, parser.get().version()};
+      beast::error_code ec;
+      stream.expires_after(options_.io_timeout);
+      co_await http::async_write(stream, cont, net::redirect_error(kUseAwaitable, ec));
+      if (ec) co_return Status::Unavailable("writing 100 Continue: " + ec.message());
+    }
     while (!parser.is_done()) {
       parser.get().body().data = chunk;
       parser.get().body().size = sizeof chunk;
@@ -265,6 +276,8 @@ class HttpServerImpl final : public HttpServer {
     const unsigned version = req.version();
     std::optional<uint64_t> content_length;
     if (auto cl = parser.content_length()) content_length = *cl;
+    const bool expect_continue = beast::iequals(req[http::field::expect], "100-continue");
+    std::vector<uint8_t> chunk(options_.io_buffer_bytes);
     // Refusals known from the headers alone are sent before the body is read; the connection
     // then closes because the unread body cannot be skipped cheaply.
     if (content_length && *content_length > options_.max_body_bytes) {
@@ -274,22 +287,23 @@ class HttpServerImpl final : public HttpServer {
                                  " bytes exceeds the limit of " +
                                  std::to_string(options_.max_body_bytes))),
                              version, false, false, log);
+      if (!expect_continue) co_await DrainBeforeClose(stream, buffer, parser, chunk);
       co_return false;
     }
     auto session = handler_.BeginPush(route, content_length);
     if (!session.ok()) {
       co_await WriteResponse(stream, ApiHandler::ErrorResponse(session.status()), version, false,
                              false, log);
+      if (!expect_continue) co_await DrainBeforeClose(stream, buffer, parser, chunk);
       co_return false;
     }
-    if (beast::iequals(req[http::field::expect], "100-continue")) {
+    if (expect_continue) {
       http::response<http::empty_body> cont{http::status::continue_, version};
       beast::error_code ec;
       stream.expires_after(options_.io_timeout);
       co_await http::async_write(stream, cont, net::redirect_error(kUseAwaitable, ec));
       if (ec) co_return false;
     }
-    std::vector<uint8_t> chunk(options_.io_buffer_bytes);
     while (!parser.is_done()) {
       parser.get().body().data = chunk.data();
       parser.get().body().size = chunk.size();
@@ -297,14 +311,6 @@ class HttpServerImpl final : public HttpServer {
       beast::error_code ec;
       co_await http::async_read(stream, buffer, parser, net::redirect_error(kUseAwaitable, ec));
       if (ec == http::error::need_buffer) ec = {};
-      if (ec == http::error::body_limit) {
-        co_await WriteResponse(stream,
-                               ApiHandler::ErrorResponse(Status::ResourceExhausted(
-                                   "body exceeds the limit of " +
-                                   std::to_string(options_.max_body_bytes) + " bytes")),
-                               version, false, false, log);
-        co_return false;
-      }
       if (ec) {
         // The client went away or sent a broken body; the session aborts on destruction.
         log.status = 499;
@@ -314,6 +320,15 @@ class HttpServerImpl final : public HttpServer {
       }
       const size_t n = chunk.size() - parser.get().body().size;
       log.bytes_in += n;
+      if (log.bytes_in > options_.max_body_bytes) {  // chunked bodies announce no length
+        co_await WriteResponse(stream,
+                               ApiHandler::ErrorResponse(Status::ResourceExhausted(
+                                   "body exceeds the limit of " +
+                                   std::to_string(options_.max_body_bytes) + " bytes")),
+                               version, false, false, log);
+        co_await DrainBeforeClose(stream, buffer, parser, chunk);
+        co_return false;
+      }
       Status s = (*session)->Write(std::span<const uint8_t>(chunk.data(), n));
       if (!s.ok()) {
         co_await WriteResponse(stream, ApiHandler::ErrorResponse(s), version, false, false, log);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/codec/hashing.h"
+#include "ckpt/codec/model_name.h"
 #include "ckpt/codec/safetensors.h"
 #include "ckpt/version.h"
 
@@ -127,6 +128,7 @@ using ReadFn = std::function<Result<size_t>(char* buffer, size_t capacity)>;
 Result<PushResult> StreamPush(const std::string& host, const std::string& port,
                               const ClientOptions& options, std::string_view model,
                               uint64_t version, uint64_t size, const ReadFn& read) {
+  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   Connection c;
   CKPT_RETURN_IF_ERROR(c.Connect(host, port));
   http::request<http::buffer_body> req{http::verb::put,
@@ -218,6 +220,7 @@ using WriteFn = std::function<Status(const char* data, size_t n)>;
 Result<PullResult> StreamPull(const std::string& host, const std::string& port,
                               const ClientOptions& options, std::string_view model,
                               std::string_view version, const WriteFn& write) {
+  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   Connection c;
   CKPT_RETURN_IF_ERROR(c.Connect(host, port));
   http::request<http::empty_body> req{http::verb::get, VersionTarget(model, version), 11};

@@ -748,20 +748,6 @@ class RocksCheckpointStore final : public CheckpointStore {
 
 }  // namespace
 
-Status ValidateModelName(std::string_view model) {
-  auto valid_char = [](char c, bool first) {
-    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-    return alnum || (!first && (c == '.' || c == '_' || c == '-'));
-  };
-  bool ok = !model.empty() && model.size() <= 128;
-  for (size_t i = 0; ok && i < model.size(); ++i) ok = valid_char(model[i], i == 0);
-  if (!ok) {
-    return Status::InvalidArgument(
-        "invalid model name: must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}");
-  }
-  return Status::Ok();
-}
-
 Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(const StoreOptions& options) {
   if (options.data_dir.empty()) return Status::InvalidArgument("store: data_dir is empty");
   if (options.chunk_bytes < 1024) {

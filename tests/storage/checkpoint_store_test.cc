@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "store_inspection.h"
 #include "test_support.h"
 
 namespace ckpt {
@@ -56,23 +57,7 @@ class CheckpointStoreTest : public ::testing::Test {
   // Number of chunk records stored, read directly from RocksDB (store closed first).
   size_t CountChunkKeys() {
     store_.reset();
-    std::vector<rocksdb::ColumnFamilyDescriptor> families;
-    std::vector<std::string> names;
-    EXPECT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir_.str(), &names).ok());
-    for (const auto& n : names) families.emplace_back(n, rocksdb::ColumnFamilyOptions());
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* db = nullptr;
-    EXPECT_TRUE(
-        rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), dir_.str(), families, &handles, &db)
-            .ok());
-    size_t count = 0;
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (names[i] != "chunks") continue;
-      std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), handles[i]));
-      for (it->SeekToFirst(); it->Valid(); it->Next()) ++count;
-    }
-    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
-    delete db;
+    const size_t count = testing::CountKeys(dir_.str(), "chunks");
     Reopen();
     return count;
   }

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ckpt/codec/model_name.h"
 #include "ckpt/codec/policy.h"
 #include "ckpt/codec/status.h"
 
@@ -139,8 +140,5 @@ class CheckpointStore {
   // Called by the daemon on clean shutdown; the destructor closes the database.
   virtual Status Flush() = 0;
 };
-
-// Model names: [A-Za-z0-9][A-Za-z0-9._-]{0,127}. Returns InvalidArgument explaining the rule.
-Status ValidateModelName(std::string_view model);
 
 }  // namespace ckpt

@@ -1,0 +1,13 @@
+// The model-name rule shared by the daemon and its clients.
+#pragma once
+
+#include <string_view>
+
+#include "ckpt/codec/status.h"
+
+namespace ckpt {
+
+// Model names: [A-Za-z0-9][A-Za-z0-9._-]{0,127}. Returns InvalidArgument explaining the rule.
+Status ValidateModelName(std::string_view model);
+
+}  // namespace ckpt

@@ -1,0 +1,194 @@
+#include "ckpt/api/api_handler.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace ckpt::api {
+namespace {
+
+using nlohmann::json;
+using testing::DriftingModel;
+using testing::TempDir;
+
+TEST(ApiRouting, ClassifiesEveryRoute) {
+  EXPECT_EQ(ApiHandler::Classify("/healthz").kind, RouteKind::kHealth);
+  EXPECT_EQ(ApiHandler::Classify("/v1/models").kind, RouteKind::kListModels);
+  EXPECT_EQ(ApiHandler::Classify("/v1/models?x=1").kind, RouteKind::kListModels);
+  Route m = ApiHandler::Classify("/v1/models/resnet");
+  EXPECT_EQ(m.kind, RouteKind::kModel);
+  EXPECT_EQ(m.model, "resnet");
+  EXPECT_EQ(ApiHandler::Classify("/v1/models/r/versions").kind, RouteKind::kListVersions);
+  EXPECT_EQ(ApiHandler::Classify("/v1/models/r/policy").kind, RouteKind::kPolicy);
+  Route v = ApiHandler::Classify("/v1/models/r/versions/latest");
+  EXPECT_EQ(v.kind, RouteKind::kVersion);
+  EXPECT_EQ(v.version, "latest");
+  for (const char* unknown : {"/", "/v2/models", "/v1/models/r/versions/1/x", "v1/models",
+                              "/v1/models/r/blobs"}) {
+    EXPECT_EQ(ApiHandler::Classify(unknown).kind, RouteKind::kUnknown) << unknown;
+  }
+}
+
+TEST(ApiRouting, PlansStreamingOnlyForVersionTransfers) {
+  Route v = ApiHandler::Classify("/v1/models/r/versions/3");
+  EXPECT_EQ(ApiHandler::Plan("PUT", v), RequestPlan::kPush);
+  EXPECT_EQ(ApiHandler::Plan("GET", v), RequestPlan::kRestore);
+  EXPECT_EQ(ApiHandler::Plan("HEAD", v), RequestPlan::kRestore);
+  EXPECT_EQ(ApiHandler::Plan("DELETE", v), RequestPlan::kSimple);
+  EXPECT_EQ(ApiHandler::Plan("PUT", ApiHandler::Classify("/v1/models/r/policy")),
+            RequestPlan::kSimple);
+}
+
+TEST(ApiErrors, StatusCodesMapToHttp) {
+  EXPECT_EQ(ApiHandler::HttpStatusFor(StatusCode::kInvalidArgument), 400);
+  EXPECT_EQ(ApiHandler::HttpStatusFor(StatusCode::kNotFound), 404);
+  EXPECT_EQ(ApiHandler::HttpStatusFor(StatusCode::kFailedPrecondition), 409);
+  EXPECT_EQ(ApiHandler::HttpStatusFor(StatusCode::kAlreadyExists), 409);
+  EXPECT_EQ(ApiHandler::HttpStatusFor(StatusCode::kResourceExhausted), 413);
+  EXPECT_EQ(ApiHandler::HttpStatusFor(StatusCode::kDataLoss), 500);
+  EXPECT_EQ(ApiHandler::HttpStatusFor(StatusCode::kUnavailable), 503);
+  ApiResponse r = ApiHandler::ErrorResponse(Status::NotFound("model 'x' not found"));
+  EXPECT_EQ(r.status, 404);
+  json body = json::parse(r.body);
+  EXPECT_EQ(body["error"]["code"], "NOT_FOUND");
+  EXPECT_EQ(body["error"]["message"], "model 'x' not found");
+}
+
+TEST(ApiVersions, ParsesOnlyDecimalU64) {
+  EXPECT_EQ(*ParseVersionNumber("0"), 0u);
+  EXPECT_EQ(*ParseVersionNumber("18446744073709551615"), UINT64_MAX);
+  for (const char* bad : {"", "-1", "+1", "1e3", "0x10", "18446744073709551616", "12a", " 1"}) {
+    EXPECT_EQ(ParseVersionNumber(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+class ApiHandlerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StoreOptions options;
+    options.data_dir = dir_.str();
+    store_ = std::move(CheckpointStore::Open(options)).value();
+    handler_ = std::make_unique<ApiHandler>(store_.get());
+  }
+
+  ApiResponse Call(std::string_view method, std::string_view target, std::string_view body = {}) {
+    return handler_->Handle(method, ApiHandler::Classify(target), body);
+  }
+
+  void Push(std::string_view model, uint64_t version, const std::string& body) {
+    Route route = ApiHandler::Classify("/v1/models/" + std::string(model) + "/versions/" +
+                                       std::to_string(version));
+    auto session = handler_->BeginPush(route, body.size());
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    ASSERT_TRUE((*session)
+                    ->Write(std::span<const uint8_t>(
+                        reinterpret_cast<const uint8_t*>(body.data()), body.size()))
+                    .ok());
+    ApiResponse r = handler_->FinishPush(**session);
+    ASSERT_EQ(r.status, 201) << r.body;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<CheckpointStore> store_;
+  std::unique_ptr<ApiHandler> handler_;
+};
+
+TEST_F(ApiHandlerTest, HealthAndEmptyListing) {
+  EXPECT_EQ(Call("GET", "/healthz").body, "{\"status\":\"ok\"}\n");
+  ApiResponse models = Call("GET", "/v1/models");
+  EXPECT_EQ(models.status, 200);
+  EXPECT_EQ(json::parse(models.body)["models"].size(), 0u);
+}
+
+TEST_F(ApiHandlerTest, ListsModelsAndVersionsWithContractFields) {
+  DriftingModel model(1, 1000);
+  Push("a", 10, model.Next());
+  Push("a", 20, model.Next());
+  json models = json::parse(Call("GET", "/v1/models").body)["models"];
+  ASSERT_EQ(models.size(), 1u);
+  for (const char* field : {"name", "latest_version", "version_count", "raw_bytes",
+                            "stored_bytes"}) {
+    EXPECT_TRUE(models[0].contains(field)) << field;
+  }
+  EXPECT_EQ(models[0]["latest_version"], 20);
+  json versions = json::parse(Call("GET", "/v1/models/a/versions").body)["versions"];
+  ASSERT_EQ(versions.size(), 2u);
+  for (const char* field : {"version", "kind", "raw_bytes", "stored_bytes", "created_at",
+                            "sha256"}) {
+    EXPECT_TRUE(versions[1].contains(field)) << field;
+  }
+  EXPECT_EQ(versions[1]["kind"], "delta");
+  EXPECT_EQ(json::parse(Call("GET", "/v1/models/a").body)["version_count"], 2);
+}
+
+TEST_F(ApiHandlerTest, PushConflictsAndBadInputsGetPreciseErrors) {
+  DriftingModel model(2, 100);
+  Push("a", 10, model.Next());
+  auto stale = handler_->BeginPush(ApiHandler::Classify("/v1/models/a/versions/10"), 100);
+  EXPECT_EQ(ApiHandler::ErrorResponse(stale.status()).status, 409);
+  EXPECT_NE(stale.status().message().find("latest version 10"), std::string::npos);
+  auto latest = handler_->BeginPush(ApiHandler::Classify("/v1/models/a/versions/latest"), 100);
+  EXPECT_EQ(latest.status().code(), StatusCode::kInvalidArgument);
+  auto bad_name = handler_->BeginPush(ApiHandler::Classify("/v1/models/-a/versions/1"), 100);
+  EXPECT_EQ(bad_name.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Call("GET", "/v1/models/nope").status, 404);
+  EXPECT_EQ(Call("GET", "/v1/models/nope/versions").status, 404);
+  EXPECT_EQ(Call("DELETE", "/v1/models/a/versions/11").status, 404);
+  EXPECT_EQ(Call("DELETE", "/v1/models/a/versions/x").status, 400);
+  EXPECT_EQ(Call("GET", "/nothing").status, 404);
+}
+
+TEST_F(ApiHandlerTest, WrongMethodsGet405WithAllow) {
+  ApiResponse r = Call("POST", "/v1/models/a/policy");
+  EXPECT_EQ(r.status, 405);
+  ASSERT_EQ(r.headers.size(), 1u);
+  EXPECT_EQ(r.headers[0].first, "Allow");
+  EXPECT_EQ(r.headers[0].second, "GET, PUT");
+  EXPECT_EQ(Call("PATCH", "/v1/models/a/versions/1").status, 405);
+  EXPECT_EQ(Call("PUT", "/v1/models").status, 405);
+}
+
+TEST_F(ApiHandlerTest, PolicyGetPutAndValidation) {
+  EXPECT_EQ(Call("GET", "/v1/models/p/policy").status, 404);
+  ApiResponse put = Call("PUT", "/v1/models/p/policy", R"({"mode":"lossless","keyframe_every":5})");
+  ASSERT_EQ(put.status, 200) << put.body;
+  EXPECT_EQ(json::parse(Call("GET", "/v1/models/p/policy").body)["keyframe_every"], 5);
+  ApiResponse bad = Call("PUT", "/v1/models/p/policy", R"({"keyframe_every":-2})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("keyframe_every"), std::string::npos);
+  EXPECT_EQ(json::parse(Call("GET", "/v1/models/p/policy").body)["keyframe_every"], 5);
+  // A partial update keeps the other fields.
+  ASSERT_EQ(Call("PUT", "/v1/models/p/policy", R"({"mode":"lossless"})").status, 200);
+  EXPECT_EQ(json::parse(Call("GET", "/v1/models/p/policy").body)["keyframe_every"], 5);
+}
+
+TEST_F(ApiHandlerTest, DeleteReturns204AndRemoves) {
+  DriftingModel model(3, 100);
+  Push("a", 1, model.Next());
+  Push("a", 2, model.Next());
+  EXPECT_EQ(Call("DELETE", "/v1/models/a/versions/1").status, 204);
+  EXPECT_EQ(json::parse(Call("GET", "/v1/models/a").body)["version_count"], 1);
+  EXPECT_EQ(Call("DELETE", "/v1/models/a").status, 204);
+  EXPECT_EQ(Call("GET", "/v1/models/a").status, 404);
+}
+
+TEST_F(ApiHandlerTest, RestoreHeadersCarrySha256) {
+  DriftingModel model(4, 100);
+  std::string body = model.Next();
+  Push("a", 1, body);
+  auto stream = handler_->OpenRestore(ApiHandler::Classify("/v1/models/a/versions/latest"));
+  ASSERT_TRUE(stream.ok());
+  EXPECT_EQ((*stream)->size(), body.size());
+  bool found = false;
+  for (const auto& [k, v] : ApiHandler::RestoreHeaders((*stream)->info())) {
+    if (k == "X-Ckpt-Sha256") {
+      EXPECT_EQ(v, testing::Sha256Hex(body));
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+}  // namespace
+}  // namespace ckpt::api

@@ -1,0 +1,66 @@
+#include "ckpt/daemon/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace ckpt::daemon {
+namespace {
+
+TEST(DaemonConfig, ExampleConfigFileParsesToTheDefaults) {
+  DaemonConfig defaults;
+  DaemonConfig parsed;
+  ASSERT_TRUE(ApplyTomlFile(CKPT_EXAMPLE_CONFIG, parsed).ok());
+  EXPECT_EQ(parsed.server.address, defaults.server.address);
+  EXPECT_EQ(parsed.server.port, defaults.server.port);
+  EXPECT_EQ(parsed.server.threads, defaults.server.threads);
+  EXPECT_EQ(parsed.server.max_body_bytes, defaults.server.max_body_bytes);
+  EXPECT_EQ(parsed.server.io_timeout, defaults.server.io_timeout);
+  EXPECT_EQ(parsed.store.data_dir, defaults.store.data_dir);
+  EXPECT_EQ(parsed.store.chunk_bytes, defaults.store.chunk_bytes);
+  EXPECT_EQ(parsed.store.reference_cache_bytes, defaults.store.reference_cache_bytes);
+  EXPECT_EQ(parsed.store.sync_commits, defaults.store.sync_commits);
+  EXPECT_EQ(parsed.store.default_policy, defaults.store.default_policy);
+  EXPECT_EQ(parsed.log_level, defaults.log_level);
+}
+
+TEST(DaemonConfig, OverridesOnlyWhatIsSet) {
+  DaemonConfig c;
+  ASSERT_TRUE(ApplyToml("[server]\nlisten = \"0.0.0.0:9000\"\n[codec]\nkeyframe_every = 8\n", c).ok());
+  EXPECT_EQ(c.server.address, "0.0.0.0");
+  EXPECT_EQ(c.server.port, 9000);
+  EXPECT_EQ(c.store.default_policy.keyframe_every, 8u);
+  EXPECT_EQ(c.store.data_dir, "./data");
+}
+
+TEST(DaemonConfig, RejectsUnknownKeysWrongTypesAndRanges) {
+  struct Case {
+    const char* toml;
+    const char* mention;
+  };
+  for (const Case& c : {Case{"[server]\nthreds = 4\n", "server.threds"},
+                        Case{"[server]\nthreads = \"4\"\n", "server.threads"},
+                        Case{"[server]\nthreads = 0\n", "server.threads"},
+                        Case{"[storage]\nsync_commits = 1\n", "storage.sync_commits"},
+                        Case{"[storage]\nchunk_bytes = 10\n", "storage.chunk_bytes"},
+                        Case{"[extra]\n", "extra"},
+                        Case{"[server]\nlisten = \"nohost\"\n", "HOST:PORT"},
+                        Case{"[server]\nlisten = \"h:99999\"\n", "0..65535"},
+                        Case{"[server\n", "config"}}) {
+    DaemonConfig config;
+    Status s = ApplyToml(c.toml, config);
+    ASSERT_EQ(s.code(), StatusCode::kInvalidArgument) << c.toml;
+    EXPECT_NE(s.message().find(c.mention), std::string::npos) << s.message();
+  }
+}
+
+TEST(DaemonConfig, ListenAcceptsBracketedIpv6) {
+  DaemonConfig c;
+  ASSERT_TRUE(ApplyListen("[::1]:0", c).ok());
+  EXPECT_EQ(c.server.address, "::1");
+  EXPECT_EQ(c.server.port, 0);
+}
+
+}  // namespace
+}  // namespace ckpt::daemon

@@ -1,0 +1,119 @@
+// End-to-end tests of the `ckpt` CLI against a real ckptd.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include "daemon_process.h"
+#include "test_support.h"
+
+namespace ckpt {
+namespace {
+
+using testing::DaemonProcess;
+using testing::DriftingModel;
+using testing::Sha256Hex;
+using testing::TempDir;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    daemon_ = std::make_unique<DaemonProcess>(CKPTD_BINARY, dir_.path());
+    ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+  }
+
+  CommandResult Run(const std::string& args, const std::string& server = "") {
+    const std::string cmd = "CKPT_SERVER=" + (server.empty() ? daemon_->url() : server) + " " +
+                            CKPT_CLI_BINARY + " " + args + " 2>&1";
+    CommandResult r;
+    FILE* pipe = popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
+    int status = pclose(pipe);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+  }
+
+  std::string WriteFile(const std::string& name, const std::string& bytes) {
+    auto path = (dir_.path() / name).string();
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+
+  static std::string ReadFile(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  TempDir dir_;
+  std::unique_ptr<DaemonProcess> daemon_;
+};
+
+TEST_F(CliTest, PushListPullRemoveAndPolicy) {
+  DriftingModel model(1, 100000);
+  std::vector<std::string> files;
+  for (int v = 1; v <= 3; ++v) {
+    files.push_back(WriteFile("v" + std::to_string(v) + ".safetensors", model.Next()));
+    auto r = Run("push resnet " + std::to_string(v * 10) + " " + files.back());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("pushed resnet@" + std::to_string(v * 10)), std::string::npos);
+  }
+  auto ls = Run("ls");
+  ASSERT_EQ(ls.exit_code, 0) << ls.output;
+  EXPECT_NE(ls.output.find("resnet"), std::string::npos);
+  auto versions = Run("ls resnet");
+  ASSERT_EQ(versions.exit_code, 0);
+  EXPECT_NE(versions.output.find("keyframe"), std::string::npos);
+  EXPECT_NE(versions.output.find("delta"), std::string::npos);
+
+  const std::string out = (dir_.path() / "restored.safetensors").string();
+  auto pull = Run("pull resnet latest -o " + out);
+  ASSERT_EQ(pull.exit_code, 0) << pull.output;
+  EXPECT_NE(pull.output.find("(verified)"), std::string::npos);
+  EXPECT_EQ(Sha256Hex(ReadFile(out)), Sha256Hex(ReadFile(files[2])));
+  ASSERT_EQ(Run("pull resnet 10 -o " + out).exit_code, 0);
+  EXPECT_EQ(Sha256Hex(ReadFile(out)), Sha256Hex(ReadFile(files[0])));
+
+  auto policy = Run("policy resnet '{\"keyframe_every\":3}'");
+  ASSERT_EQ(policy.exit_code, 0) << policy.output;
+  EXPECT_NE(Run("policy resnet").output.find("\"keyframe_every\":3"), std::string::npos);
+
+  ASSERT_EQ(Run("rm resnet 10").exit_code, 0);
+  EXPECT_EQ(Run("pull resnet 10 -o " + out).exit_code, 1);
+  ASSERT_EQ(Run("pull resnet 20 -o " + out).exit_code, 0);
+  EXPECT_EQ(Sha256Hex(ReadFile(out)), Sha256Hex(ReadFile(files[1])));
+  ASSERT_EQ(Run("rm resnet").exit_code, 0);
+  EXPECT_EQ(Run("ls resnet").exit_code, 1);
+}
+
+TEST_F(CliTest, ErrorsAreOneLineAndNonZero) {
+  DriftingModel model(2, 1000);
+  const std::string good = WriteFile("good.safetensors", model.Next());
+  ASSERT_EQ(Run("push m 5 " + good).exit_code, 0);
+
+  auto expect_error = [&](const CommandResult& r, const std::string& part) {
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(part), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  };
+  expect_error(Run("push m 5 " + good), "must be greater than the latest version 5");
+  expect_error(Run("pull m 6 -o " + (dir_.path() / "x").string()), "has no version 6");
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "x"));
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "x.partial"));
+  std::string broken = ReadFile(good);
+  broken.resize(broken.size() / 2);
+  expect_error(Run("push m 7 " + WriteFile("broken.safetensors", broken)), "safetensors");
+  expect_error(Run("push bad/name 7 " + good), "invalid model name");
+  expect_error(Run("ls", "http://127.0.0.1:1"), "connecting");
+  expect_error(Run("ls", "ftp://nowhere"), "must start with http://");
+}
+
+}  // namespace
+}  // namespace ckpt

@@ -1,0 +1,269 @@
+// Integration tests: the real ckptd on an ephemeral loopback port with a temporary data
+// directory, driven through the C++ client library and raw HTTP.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "ckpt/client/client.h"
+#include "daemon_process.h"
+#include "raw_http.h"
+#include "store_inspection.h"
+#include "test_support.h"
+
+namespace ckpt {
+namespace {
+
+using testing::DaemonProcess;
+using testing::DriftingModel;
+using testing::RawHttp;
+using testing::Sha256Hex;
+using testing::TempDir;
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void StartDaemon(std::vector<std::string> args = {}) {
+    daemon_ = std::make_unique<DaemonProcess>(CKPTD_BINARY, dir_.path(), std::move(args));
+    ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+    ClientOptions options;
+    options.server = daemon_->url();
+    client_ = std::make_unique<Client>(std::move(Client::Create(options)).value());
+  }
+
+  void ExpectServing() {
+    RawHttp http(daemon_->port());
+    ASSERT_TRUE(http.Send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+    EXPECT_EQ(http.Read().status, 200);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(DaemonTest, FortyVersionsRestoreIdenticalAcrossRestartAndDeletes) {
+  StartDaemon();
+  DriftingModel model(42, 200000);  // ~800 KB of F32 weights plus F16/BF16/I64/BOOL tensors
+  std::map<uint64_t, std::string> sha;
+  for (uint64_t step = 1; step <= 40; ++step) {
+    std::string body = model.Next();
+    auto r = client_->PushBuffer("llm-run", step * 100, body);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    sha[step * 100] = Sha256Hex(body);
+    EXPECT_EQ(r->sha256, sha[step * 100]);
+  }
+  auto verify_all = [&] {
+    for (const auto& [version, digest] : sha) {
+      auto body = client_->PullToBuffer("llm-run", std::to_string(version));
+      ASSERT_TRUE(body.ok()) << version << ": " << body.status().ToString();
+      ASSERT_EQ(Sha256Hex(*body), digest) << version;
+    }
+    auto latest = client_->PullToBuffer("llm-run", "latest");
+    ASSERT_TRUE(latest.ok());
+    EXPECT_EQ(Sha256Hex(*latest), sha.rbegin()->second);
+  };
+  verify_all();
+  auto info = client_->GetModel("llm-run");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->version_count, 40u);
+  EXPECT_LT(info->stored_bytes, info->raw_bytes);
+
+  EXPECT_EQ(daemon_->Stop(), 0) << daemon_->log();
+  StartDaemon();
+  verify_all();
+
+  for (uint64_t v : {100, 1700, 2500, 2600, 4000}) {
+    ASSERT_TRUE(client_->DeleteVersion("llm-run", v).ok());
+    sha.erase(v);
+  }
+  verify_all();
+  EXPECT_EQ(client_->PullToBuffer("llm-run", "2500").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(DaemonTest, MalformedTruncatedAndInvalidRequestsGetPrecise4xxAndChangeNothing) {
+  StartDaemon({"--config", CKPT_TEST_SMALL_LIMITS_CONFIG});
+  DriftingModel model(7, 1000);
+  std::string good = model.Next();
+  ASSERT_TRUE(client_->PushBuffer("m", 1, good).ok());
+
+  struct Case {
+    std::string name;
+    std::string target;
+    std::string body;
+    int status;
+    std::string message;
+  };
+  std::string bad_json = model.Next();
+  bad_json[bad_json.find(':')] = '#';
+  std::string short_body = model.Next();
+  short_body.resize(short_body.size() - 10);
+  std::string unknown_dtype = model.Next();
+  auto pos = unknown_dtype.find("\"F32\"");
+  unknown_dtype.replace(pos, 5, "\"F31\"");
+  std::vector<Case> cases = {
+      {"invalid json", "/v1/models/m/versions/2", bad_json, 400, "invalid header JSON"},
+      {"truncated", "/v1/models/m/versions/2", short_body, 400, "runs past the end"},
+      {"unknown dtype", "/v1/models/m/versions/2", unknown_dtype, 400, "unknown dtype 'F31'"},
+      {"stale version", "/v1/models/m/versions/1", good, 409, "latest version 1"},
+      {"bad version", "/v1/models/m/versions/1x", good, 400, "not a decimal"},
+      {"bad name", "/v1/models/bad!name/versions/2", good, 400, "invalid model name"},
+      {"too large", "/v1/models/m/versions/2", std::string(3 << 20, 'x'), 413, "exceeds"},
+  };
+  for (const auto& c : cases) {
+    RawHttp http(daemon_->port());
+    ASSERT_TRUE(http.Send(testing::PutHeader(c.target, c.body.size())));
+    http.Send(c.body);
+    auto r = http.Read();
+    EXPECT_EQ(r.status, c.status) << c.name << " " << r.body << r.error;
+    EXPECT_NE(r.body.find(c.message), std::string::npos) << c.name << ": " << r.body;
+    ExpectServing();
+  }
+  auto versions = client_->ListVersions("m");
+  ASSERT_TRUE(versions.ok());
+  ASSERT_EQ(versions->size(), 1u);
+  EXPECT_EQ(Sha256Hex(*client_->PullToBuffer("m", "1")), Sha256Hex(good));
+}
+
+TEST_F(DaemonTest, ChunkedBodiesAndExpectContinueAreHonoured) {
+  StartDaemon();
+  DriftingModel model(8, 50000);
+  std::string v1 = model.Next(), v2 = model.Next();
+  {
+    RawHttp http(daemon_->port());
+    std::string head =
+        "PUT /v1/models/c/versions/1 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+    ASSERT_TRUE(http.Send(head + testing::Chunked(v1, 7777)));
+    auto r = http.Read();
+    EXPECT_EQ(r.status, 201) << r.body;
+  }
+  {
+    RawHttp http(daemon_->port());
+    ASSERT_TRUE(http.Send(testing::PutHeader("/v1/models/c/versions/2", v2.size(), true)));
+    EXPECT_EQ(http.Read().status, 100);
+    ASSERT_TRUE(http.Send(v2));
+    EXPECT_EQ(http.Read().status, 201);
+  }
+  {
+    // A refusal known from the headers arrives instead of 100 Continue, before any body.
+    RawHttp http(daemon_->port());
+    ASSERT_TRUE(http.Send(testing::PutHeader("/v1/models/c/versions/2", v2.size(), true)));
+    auto r = http.Read();
+    EXPECT_EQ(r.status, 409) << r.body;
+  }
+  {
+    // A chunked body that ends early (terminating chunk after half the data).
+    RawHttp http(daemon_->port());
+    std::string head =
+        "PUT /v1/models/c/versions/3 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+    ASSERT_TRUE(http.Send(head + testing::Chunked(model.Next().substr(0, v1.size() / 2), 4096)));
+    auto r = http.Read();
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_NE(r.body.find("truncated"), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(Sha256Hex(*client_->PullToBuffer("c", "1")), Sha256Hex(v1));
+  EXPECT_EQ(Sha256Hex(*client_->PullToBuffer("c", "latest")), Sha256Hex(v2));
+  auto model_info = client_->GetModel("c");
+  EXPECT_EQ(model_info->version_count, 2u);
+}
+
+TEST_F(DaemonTest, PushesToOneModelAreSerializedAndOtherModelsProceed) {
+  StartDaemon();
+  DriftingModel model(9, 200000);
+  std::string body = model.Next();
+  // Hold a push to "busy" open half-way through its body.
+  RawHttp holder(daemon_->port());
+  ASSERT_TRUE(holder.Send(testing::PutHeader("/v1/models/busy/versions/1", body.size())));
+  ASSERT_TRUE(holder.Send(std::string_view(body).substr(0, body.size() / 2)));
+  // The daemon must have started the push before we race it: wait until a second push is
+  // refused (the readiness signal), bounded.
+  Status second;
+  for (int i = 0; i < 500; ++i) {
+    second = client_->PushBuffer("busy", 2, body).status();
+    if (second.code() == StatusCode::kFailedPrecondition) break;
+  }
+  EXPECT_EQ(second.code(), StatusCode::kFailedPrecondition) << second.ToString();
+  EXPECT_NE(second.message().find("in progress"), std::string::npos);
+  // Other models proceed in parallel.
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      ClientOptions options;
+      options.server = daemon_->url();
+      auto c = Client::Create(options);
+      DriftingModel m(100 + t, 20000);
+      for (uint64_t v = 1; v <= 5; ++v) {
+        if (c->PushBuffer("par" + std::to_string(t), v, m.Next()).ok()) ++ok;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 20);
+  ASSERT_TRUE(holder.Send(std::string_view(body).substr(body.size() / 2)));
+  EXPECT_EQ(holder.Read().status, 201);
+  EXPECT_EQ(Sha256Hex(*client_->PullToBuffer("busy", "1")), Sha256Hex(body));
+}
+
+TEST_F(DaemonTest, KillDuringPushLeavesNoVersionAndNoDataAfterRestart) {
+  StartDaemon();
+  DriftingModel model(10, 2000000);  // ~8 MB per checkpoint: several chunks per push
+  std::vector<std::string> bodies;
+  for (uint64_t v = 1; v <= 3; ++v) {
+    bodies.push_back(model.Next());
+    ASSERT_TRUE(client_->PushBuffer("k", v, bodies.back()).ok());
+  }
+  ASSERT_EQ(daemon_->Stop(), 0);
+  const size_t chunks_before = testing::CountKeys(daemon_->data_dir().string(), "chunks");
+  ASSERT_GT(chunks_before, 0u);
+  StartDaemon();
+
+  std::string next = model.Next();
+  {
+    RawHttp http(daemon_->port());
+    ASSERT_TRUE(http.Send(testing::PutHeader("/v1/models/k/versions/4", next.size())));
+    ASSERT_TRUE(http.Send(std::string_view(next).substr(0, next.size() * 3 / 4)));
+    // Make sure the daemon has consumed (and stored) part of the body: a push to the same model
+    // is refused only while ours is in progress.
+    for (int i = 0; i < 500; ++i) {
+      if (client_->PushBuffer("k", 5, next).status().code() == StatusCode::kFailedPrecondition) {
+        break;
+      }
+    }
+    daemon_->Kill();
+  }
+  const size_t chunks_after_crash = testing::CountKeys(daemon_->data_dir().string(), "chunks");
+  StartDaemon();
+  EXPECT_EQ(client_->PullToBuffer("k", "4").status().code(), StatusCode::kNotFound);
+  for (uint64_t v = 1; v <= 3; ++v) {
+    auto body = client_->PullToBuffer("k", std::to_string(v));
+    ASSERT_TRUE(body.ok()) << body.status().ToString();
+    EXPECT_EQ(Sha256Hex(*body), Sha256Hex(bodies[v - 1]));
+  }
+  ASSERT_EQ(daemon_->Stop(), 0);
+  EXPECT_GE(chunks_after_crash, chunks_before);  // the crash did leave partial data behind ...
+  EXPECT_EQ(testing::CountKeys(daemon_->data_dir().string(), "chunks"), chunks_before);  // ... gone
+  StartDaemon();
+  ASSERT_TRUE(client_->PushBuffer("k", 4, next).ok());
+  EXPECT_EQ(Sha256Hex(*client_->PullToBuffer("k", "latest")), Sha256Hex(next));
+}
+
+TEST_F(DaemonTest, HeadReturnsHeadersWithoutBody) {
+  StartDaemon();
+  DriftingModel model(11, 1000);
+  std::string body = model.Next();
+  ASSERT_TRUE(client_->PushBuffer("h", 3, body).ok());
+  RawHttp http(daemon_->port());
+  ASSERT_TRUE(http.Send("HEAD /v1/models/h/versions/latest HTTP/1.1\r\nHost: x\r\n\r\n"
+                        "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+  // The HEAD response carries Content-Length but no body, so the pipelined GET follows directly.
+  auto head = http.ReadHead();
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.content_length, body.size());
+  EXPECT_EQ(head.sha256, Sha256Hex(body));
+  auto health = http.Read();
+  EXPECT_EQ(health.status, 200) << health.error;
+}
+
+}  // namespace
+}  // namespace ckpt
