@@ -321,6 +321,7 @@ class HttpServerImpl final : public HttpServer {
       const size_t n = chunk.size() - parser.get().body().size;
       log.bytes_in += n;
       if (log.bytes_in > options_.max_body_bytes) {  // chunked bodies announce no length
+        session->reset();
         co_await WriteResponse(stream,
                                ApiHandler::ErrorResponse(Status::ResourceExhausted(
                                    "body exceeds the limit of " +
@@ -331,6 +332,7 @@ class HttpServerImpl final : public HttpServer {
       }
       Status s = (*session)->Write(std::span<const uint8_t>(chunk.data(), n));
       if (!s.ok()) {
+        session->reset();  // abort now: frees the model for the next push while we drain
         co_await WriteResponse(stream, ApiHandler::ErrorResponse(s), version, false, false, log);
         co_await DrainBeforeClose(stream, buffer, parser, chunk);
         co_return false;

@@ -115,7 +115,7 @@ TEST_F(DaemonTest, MalformedTruncatedAndInvalidRequestsGetPrecise4xxAndChangeNot
     ASSERT_TRUE(http.Send(testing::PutHeader(c.target, c.body.size())));
     http.Send(c.body);
     auto r = http.Read();
-    EXPECT_EQ(r.status, c.status) << c.name << " " << r.body << r.error;
+    EXPECT_EQ(r.status, c.status) << c.name << ": " << r.body << r.error;
     EXPECT_NE(r.body.find(c.message), std::string::npos) << c.name << ": " << r.body;
     ExpectServing();
   }
@@ -172,16 +172,12 @@ TEST_F(DaemonTest, PushesToOneModelAreSerializedAndOtherModelsProceed) {
   DriftingModel model(9, 200000);
   std::string body = model.Next();
   // Hold a push to "busy" open half-way through its body.
+  // 100 Continue is the readiness signal: the daemon answers it after taking the model's lock.
   RawHttp holder(daemon_->port());
-  ASSERT_TRUE(holder.Send(testing::PutHeader("/v1/models/busy/versions/1", body.size())));
+  ASSERT_TRUE(holder.Send(testing::PutHeader("/v1/models/busy/versions/1", body.size(), true)));
+  ASSERT_EQ(holder.Read().status, 100);
   ASSERT_TRUE(holder.Send(std::string_view(body).substr(0, body.size() / 2)));
-  // The daemon must have started the push before we race it: wait until a second push is
-  // refused (the readiness signal), bounded.
-  Status second;
-  for (int i = 0; i < 500; ++i) {
-    second = client_->PushBuffer("busy", 2, body).status();
-    if (second.code() == StatusCode::kFailedPrecondition) break;
-  }
+  Status second = client_->PushBuffer("busy", 2, body).status();
   EXPECT_EQ(second.code(), StatusCode::kFailedPrecondition) << second.ToString();
   EXPECT_NE(second.message().find("in progress"), std::string::npos);
   // Other models proceed in parallel.
@@ -221,15 +217,9 @@ TEST_F(DaemonTest, KillDuringPushLeavesNoVersionAndNoDataAfterRestart) {
   std::string next = model.Next();
   {
     RawHttp http(daemon_->port());
-    ASSERT_TRUE(http.Send(testing::PutHeader("/v1/models/k/versions/4", next.size())));
+    ASSERT_TRUE(http.Send(testing::PutHeader("/v1/models/k/versions/4", next.size(), true)));
+    ASSERT_EQ(http.Read().status, 100);  // the push has begun
     ASSERT_TRUE(http.Send(std::string_view(next).substr(0, next.size() * 3 / 4)));
-    // Make sure the daemon has consumed (and stored) part of the body: a push to the same model
-    // is refused only while ours is in progress.
-    for (int i = 0; i < 500; ++i) {
-      if (client_->PushBuffer("k", 5, next).status().code() == StatusCode::kFailedPrecondition) {
-        break;
-      }
-    }
     daemon_->Kill();
   }
   const size_t chunks_after_crash = testing::CountKeys(daemon_->data_dir().string(), "chunks");
