@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <mutex>
 
 #include "ckpt/codec/tensor_codec.h"
 #include "ckpt/codec/binary.h"
@@ -20,32 +22,128 @@ namespace {
 constexpr uint8_t kPayloadVersion = 1;
 constexpr uint8_t kPlaneStored = 0;
 constexpr uint8_t kPlaneZstd = 1;
+// A plane whose first kSampleBytes do not shrink below kIncompressible of their size at zstd
+// level 1 is stored as is: mantissa planes of trained weights are close to random, and skipping
+// zstd on them saves most of the encoding time at no cost in size.
+constexpr size_t kSampleBytes = 64 << 10;
+constexpr double kIncompressible = 0.98;
 
 uint32_t PlaneCount(DType dtype) { return DTypeIsFloat(dtype) ? DTypeSize(dtype) : 1; }
 
-// Byte j of every element goes to plane j.
-void SplitPlanes(std::span<const uint8_t> in, uint32_t planes, std::vector<uint8_t>& out) {
-  out.resize(in.size());
-  const size_t n = in.size() / planes;
-  for (uint32_t p = 0; p < planes; ++p) {
-    uint8_t* dst = out.data() + p * n;
-    const uint8_t* src = in.data() + p;
-    for (size_t i = 0; i < n; ++i) dst[i] = src[i * planes];
+// Writes byte p of element i (of `in`, XORed with `ref` if given) to out[p * n + i], in one
+// pass over the input. P is the element size.
+template <uint32_t P>
+void SplitPlanesFixed(const uint8_t* in, const uint8_t* ref, size_t n, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i) {
+    for (uint32_t p = 0; p < P; ++p) {
+      uint8_t b = in[i * P + p];
+      if (ref) b ^= ref[i * P + p];
+      out[p * n + i] = b;
+    }
   }
 }
 
-void MergePlanes(std::span<const uint8_t> in, uint32_t planes, std::span<uint8_t> out) {
+void SplitPlanes(std::span<const uint8_t> in, const uint8_t* ref, uint32_t planes,
+                 uint8_t* out) {
   const size_t n = in.size() / planes;
-  for (uint32_t p = 0; p < planes; ++p) {
-    const uint8_t* src = in.data() + p * n;
-    uint8_t* dst = out.data() + p;
-    for (size_t i = 0; i < n; ++i) dst[i * planes] = src[i];
+  switch (planes) {
+    case 2: return SplitPlanesFixed<2>(in.data(), ref, n, out);
+    case 4: return SplitPlanesFixed<4>(in.data(), ref, n, out);
+    case 8: return SplitPlanesFixed<8>(in.data(), ref, n, out);
+    default:
+      for (size_t i = 0; i < in.size(); ++i) out[i] = in[i] ^ (ref ? ref[i] : 0);
   }
 }
+
+// Inverse of SplitPlanes: out[i * P + p] = in[p * n + i] (XOR ref).
+template <uint32_t P>
+void MergePlanesFixed(const uint8_t* in, const uint8_t* ref, size_t n, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i) {
+    for (uint32_t p = 0; p < P; ++p) {
+      uint8_t b = in[p * n + i];
+      if (ref) b ^= ref[i * P + p];
+      out[i * P + p] = b;
+    }
+  }
+}
+
+void MergePlanes(std::span<const uint8_t> in, const uint8_t* ref, uint32_t planes,
+                 uint8_t* out) {
+  const size_t n = in.size() / planes;
+  switch (planes) {
+    case 2: return MergePlanesFixed<2>(in.data(), ref, n, out);
+    case 4: return MergePlanesFixed<4>(in.data(), ref, n, out);
+    case 8: return MergePlanesFixed<8>(in.data(), ref, n, out);
+    default:
+      for (size_t i = 0; i < in.size(); ++i) out[i] = in[i] ^ (ref ? ref[i] : 0);
+  }
+}
+
+// A small free list of reusable objects (zstd contexts, scratch buffers), so that steady-state
+// encoding allocates and page-faults nothing. Safe for concurrent use.
+template <typename T>
+class Pool {
+ public:
+  using Factory = std::function<std::unique_ptr<T, void (*)(T*)>()>;
+  using Handle = std::unique_ptr<T, void (*)(T*)>;
+  explicit Pool(Factory make) : make_(std::move(make)) {}
+
+  // Returns an object to the pool when the lease ends.
+  class Lease {
+   public:
+    Lease(Pool* pool, Handle h) : pool_(pool), handle_(std::move(h)) {}
+    Lease(Lease&&) = default;
+    ~Lease() {
+      if (handle_) pool_->Release(std::move(handle_));
+    }
+    T* get() const { return handle_.get(); }
+    T* operator->() const { return handle_.get(); }
+
+   private:
+    Pool* pool_;
+    Handle handle_;
+  };
+
+  Lease Acquire() {
+    {
+      std::lock_guard lock(mu_);
+      if (!free_.empty()) {
+        Handle h = std::move(free_.back());
+        free_.pop_back();
+        return Lease(this, std::move(h));
+      }
+    }
+    return Lease(this, make_());
+  }
+
+ private:
+  static constexpr size_t kMaxFree = 8;
+  void Release(Handle h) {
+    std::lock_guard lock(mu_);
+    if (free_.size() < kMaxFree) free_.push_back(std::move(h));
+  }
+  Factory make_;
+  std::mutex mu_;
+  std::vector<Handle> free_;  // guarded by mu_
+};
+
+using Buffer = std::vector<uint8_t>;
 
 class LosslessBytePlaneCodec final : public TensorCodec {
  public:
-  explicit LosslessBytePlaneCodec(const LosslessCodecOptions& options) : options_(options) {}
+  explicit LosslessBytePlaneCodec(const LosslessCodecOptions& options)
+      : options_(options),
+        cctx_pool_([] {
+          return Pool<ZSTD_CCtx>::Handle(ZSTD_createCCtx(),
+                                         [](ZSTD_CCtx* c) { ZSTD_freeCCtx(c); });
+        }),
+        dctx_pool_([] {
+          return Pool<ZSTD_DCtx>::Handle(ZSTD_createDCtx(),
+                                         [](ZSTD_DCtx* c) { ZSTD_freeDCtx(c); });
+        }),
+        buffer_pool_([] {
+          return Pool<Buffer>::Handle(new Buffer(), [](Buffer* b) { delete b; });
+        }) {}
 
   CodecId id() const override { return CodecId::kLosslessBytePlanes; }
 
@@ -57,53 +155,52 @@ class LosslessBytePlaneCodec final : public TensorCodec {
                                      std::to_string(current.size()) +
                                      " bytes is not a whole number of elements");
     }
-    std::vector<uint8_t> xored;
-    std::span<const uint8_t> source = current;
-    if (reference) {
-      if (reference->size() != current.size()) {
-        return Status::InvalidArgument("lossless codec: reference length differs from chunk");
-      }
-      xored.resize(current.size());
-      for (size_t i = 0; i < current.size(); ++i) xored[i] = current[i] ^ (*reference)[i];
-      source = xored;
+    if (reference && reference->size() != current.size()) {
+      return Status::InvalidArgument("lossless codec: reference length differs from chunk");
     }
-    std::vector<uint8_t> split;
-    if (planes > 1) {
-      SplitPlanes(source, planes, split);
-      source = split;
-    }
+    auto split = buffer_pool_.Acquire();
+    split->resize(current.size());
+    SplitPlanes(current, reference ? reference->data() : nullptr, planes, split->data());
 
-    ByteWriter w;
-    w.PutU8(kPayloadVersion);
-    w.PutU8(static_cast<uint8_t>(planes));
-    w.PutU64(current.size());
     const size_t plane_len = current.size() / planes;
-    std::vector<std::string> encoded(planes);
-    std::vector<uint8_t> encodings(planes);
-    for (uint32_t p = 0; p < planes; ++p) {
-      auto plane = source.subspan(p * plane_len, plane_len);
-      std::string z(ZSTD_compressBound(plane.size()), '\0');
-      size_t n = ZSTD_compress(z.data(), z.size(), plane.data(), plane.size(),
-                               options_.zstd_level);
-      if (ZSTD_isError(n)) {
-        return Status::Internal(std::string("lossless codec: zstd: ") + ZSTD_getErrorName(n));
-      }
-      if (n < plane.size()) {
-        z.resize(n);
-        encodings[p] = kPlaneZstd;
-        encoded[p] = std::move(z);
-      } else {
-        encodings[p] = kPlaneStored;
-        encoded[p].assign(reinterpret_cast<const char*>(plane.data()), plane.size());
-      }
-    }
-    for (uint32_t p = 0; p < planes; ++p) {
-      w.PutU8(encodings[p]);
-      w.PutU32(static_cast<uint32_t>(encoded[p].size()));
-    }
-    for (const auto& e : encoded) w.PutBytes(e);
+    const size_t header_len = 1 + 1 + 8 + planes * (1 + 4);
+    auto cctx = cctx_pool_.Acquire();
+    auto sample = buffer_pool_.Acquire();
     EncodedChunk out;
-    out.payload = w.Release();
+    out.payload.resize(header_len + planes * ZSTD_compressBound(plane_len));
+    char* cursor = out.payload.data() + header_len;
+    ByteWriter header;
+    header.PutU8(kPayloadVersion);
+    header.PutU8(static_cast<uint8_t>(planes));
+    header.PutU64(current.size());
+    for (uint32_t p = 0; p < planes; ++p) {
+      const uint8_t* plane = split->data() + p * plane_len;
+      uint8_t encoding = kPlaneZstd;
+      size_t n = 0;
+      if (plane_len > 2 * kSampleBytes) {
+        sample->resize(ZSTD_compressBound(kSampleBytes));
+        size_t z = ZSTD_compressCCtx(cctx.get(), sample->data(), sample->size(), plane,
+                                     kSampleBytes, 1);
+        if (!ZSTD_isError(z) && z > kIncompressible * kSampleBytes) encoding = kPlaneStored;
+      }
+      if (encoding == kPlaneZstd) {
+        n = ZSTD_compressCCtx(cctx.get(), cursor, ZSTD_compressBound(plane_len), plane, plane_len,
+                              options_.zstd_level);
+        if (ZSTD_isError(n)) {
+          return Status::Internal(std::string("lossless codec: zstd: ") + ZSTD_getErrorName(n));
+        }
+        if (n >= plane_len) encoding = kPlaneStored;
+      }
+      if (encoding == kPlaneStored) {
+        std::memcpy(cursor, plane, plane_len);
+        n = plane_len;
+      }
+      header.PutU8(encoding);
+      header.PutU32(static_cast<uint32_t>(n));
+      cursor += n;
+    }
+    out.payload.resize(static_cast<size_t>(cursor - out.payload.data()));
+    std::memcpy(out.payload.data(), header.data().data(), header_len);
     return out;
   }
 
@@ -138,25 +235,22 @@ class LosslessBytePlaneCodec final : public TensorCodec {
       CKPT_RETURN_IF_ERROR(r.GetU32(&lengths[p]));
     }
     const size_t plane_len = raw_length / planes;
-    std::vector<uint8_t> split;
-    std::span<uint8_t> target = out;
-    if (planes > 1) {
-      split.resize(raw_length);
-      target = split;
-    }
+    auto split = buffer_pool_.Acquire();
+    auto dctx = dctx_pool_.Acquire();
+    split->resize(raw_length);
     for (uint32_t p = 0; p < planes; ++p) {
       std::span<const uint8_t> encoded;
       CKPT_RETURN_IF_ERROR(r.GetSpan(lengths[p], &encoded));
-      auto dst = target.subspan(p * plane_len, plane_len);
+      uint8_t* dst = split->data() + p * plane_len;
       if (encodings[p] == kPlaneStored) {
         if (encoded.size() != plane_len) {
           return Status::DataLoss("lossless payload: stored plane " + std::to_string(p) +
                                   " has " + std::to_string(encoded.size()) + " bytes, expected " +
                                   std::to_string(plane_len));
         }
-        std::copy(encoded.begin(), encoded.end(), dst.begin());
+        std::memcpy(dst, encoded.data(), plane_len);
       } else if (encodings[p] == kPlaneZstd) {
-        size_t n = ZSTD_decompress(dst.data(), dst.size(), encoded.data(), encoded.size());
+        size_t n = ZSTD_decompressDCtx(dctx.get(), dst, plane_len, encoded.data(), encoded.size());
         if (ZSTD_isError(n) || n != plane_len) {
           return Status::DataLoss("lossless payload: plane " + std::to_string(p) +
                                   " does not decompress to " + std::to_string(plane_len) +
@@ -173,15 +267,15 @@ class LosslessBytePlaneCodec final : public TensorCodec {
       return Status::DataLoss("lossless payload: " + std::to_string(r.remaining()) +
                               " trailing bytes");
     }
-    if (planes > 1) MergePlanes(split, planes, out);
-    if (reference) {
-      for (size_t i = 0; i < out.size(); ++i) out[i] ^= (*reference)[i];
-    }
+    MergePlanes(*split.get(), reference ? reference->data() : nullptr, planes, out.data());
     return Status::Ok();
   }
 
  private:
   LosslessCodecOptions options_;
+  mutable Pool<ZSTD_CCtx> cctx_pool_;
+  mutable Pool<ZSTD_DCtx> dctx_pool_;
+  mutable Pool<Buffer> buffer_pool_;
 };
 
 }  // namespace

@@ -33,25 +33,28 @@ inline std::string ModelPrefixEnd(std::string_view model) {
   return k;
 }
 
+// "<model>\0" + u64: the key of a version (number = version) or of a manifest (number = seq),
+// and the first chunk key of manifest `number`.
+inline std::string NumberedKey(std::string_view model, uint64_t number) {
+  std::string k = ModelPrefix(model);
+  AppendBigEndian(k, number, 8);
+  return k;
+}
+
 // versions: "<model>\0" + u64 version.
 inline std::string VersionKey(std::string_view model, uint64_t version) {
-  std::string k = ModelPrefix(model);
-  AppendBigEndian(k, version, 8);
-  return k;
+  return NumberedKey(model, version);
 }
 
 // manifests: "<model>\0" + u64 seq.
 inline std::string ManifestKey(std::string_view model, uint64_t seq) {
-  std::string k = ModelPrefix(model);
-  AppendBigEndian(k, seq, 8);
-  return k;
+  return NumberedKey(model, seq);
 }
 
 // chunks: "<model>\0" + u64 seq + u32 tensor index + u32 chunk index.
 inline std::string ChunkKey(std::string_view model, uint64_t seq, uint32_t tensor,
                             uint32_t chunk) {
-  std::string k = ModelPrefix(model);
-  AppendBigEndian(k, seq, 8);
+  std::string k = NumberedKey(model, seq);
   AppendBigEndian(k, tensor, 4);
   AppendBigEndian(k, chunk, 4);
   return k;
@@ -60,9 +63,7 @@ inline std::string ChunkKey(std::string_view model, uint64_t seq, uint32_t tenso
 // First chunk key of `seq` (inclusive) — with ChunkSeqBegin(model, seq + 1) a range covering
 // every chunk written by that push.
 inline std::string ChunkSeqBegin(std::string_view model, uint64_t seq) {
-  std::string k = ModelPrefix(model);
-  AppendBigEndian(k, seq, 8);
-  return k;
+  return NumberedKey(model, seq);
 }
 
 // Decodes the u64 that follows "<model>\0" in a versions/manifests/chunks key.
