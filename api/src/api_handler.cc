@@ -1,8 +1,7 @@
 #include "ckpt/api/api_handler.h"
 
-#include <nlohmann/json.hpp>
-
 #include <ctime>
+#include <nlohmann/json.hpp>
 
 namespace ckpt::api {
 namespace {
@@ -21,9 +20,12 @@ std::string Iso8601(int64_t ms) {
 }
 
 json VersionJson(const VersionInfo& v) {
-  return {{"version", v.version},         {"kind", v.kind},
-          {"raw_bytes", v.raw_bytes},     {"stored_bytes", v.stored_bytes},
-          {"created_at", Iso8601(v.created_at_ms)}, {"sha256", v.sha256},
+  return {{"version", v.version},
+          {"kind", v.kind},
+          {"raw_bytes", v.raw_bytes},
+          {"stored_bytes", v.stored_bytes},
+          {"created_at", Iso8601(v.created_at_ms)},
+          {"sha256", v.sha256},
           {"tensor_count", v.tensor_count}};
 }
 
@@ -72,8 +74,8 @@ Result<uint64_t> ParseVersionNumber(std::string_view text) {
   }
   uint64_t v = 0;
   for (char c : text) {
-    if (c < '0' || c > '9' ||
-        __builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, c - '0', &v)) {
+    if (c < '0' || c > '9' || __builtin_mul_overflow(v, 10, &v) ||
+        __builtin_add_overflow(v, c - '0', &v)) {
       return Status::InvalidArgument("version '" + std::string(text) +
                                      "' is not a decimal unsigned 64-bit integer");
     }
@@ -117,39 +119,45 @@ RequestPlan ApiHandler::Plan(std::string_view method, const Route& route) {
 
 int ApiHandler::HttpStatusFor(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return 200;
-    case StatusCode::kInvalidArgument: return 400;
-    case StatusCode::kNotFound: return 404;
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    case StatusCode::kNotFound:
+      return 404;
     case StatusCode::kAlreadyExists:
-    case StatusCode::kFailedPrecondition: return 409;
-    case StatusCode::kResourceExhausted: return 413;
-    case StatusCode::kUnavailable: return 503;
+    case StatusCode::kFailedPrecondition:
+      return 409;
+    case StatusCode::kResourceExhausted:
+      return 413;
+    case StatusCode::kUnavailable:
+      return 503;
     case StatusCode::kDataLoss:
     case StatusCode::kInternal:
-    case StatusCode::kIoError: return 500;
+    case StatusCode::kIoError:
+      return 500;
   }
   return 500;
 }
 
 ApiResponse ApiHandler::ErrorResponse(const Status& status) {
-  return JsonResponse(HttpStatusFor(status.code()),
-                      {{"error",
-                        {{"code", std::string(StatusCodeName(status.code()))},
-                         {"message", status.message()}}}});
+  return JsonResponse(
+      HttpStatusFor(status.code()),
+      {{"error",
+        {{"code", std::string(StatusCodeName(status.code()))}, {"message", status.message()}}}});
 }
 
 ApiResponse ApiHandler::MethodNotAllowed(std::string_view method, std::string_view allowed) {
   ApiResponse r = JsonResponse(
       405, {{"error",
              {{"code", "METHOD_NOT_ALLOWED"},
-              {"message", "method " + std::string(method) + " is not allowed here; allowed: " +
-                              std::string(allowed)}}}});
+              {"message", "method " + std::string(method) +
+                              " is not allowed here; allowed: " + std::string(allowed)}}}});
   r.headers.emplace_back("Allow", std::string(allowed));
   return r;
 }
 
-ApiResponse ApiHandler::Handle(std::string_view method, const Route& route,
-                               std::string_view body) {
+ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std::string_view body) {
   switch (route.kind) {
     case RouteKind::kUnknown:
       return ErrorResponse(Status::NotFound("no such endpoint"));
@@ -219,8 +227,8 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route,
   return ErrorResponse(Status::Internal("unhandled route"));
 }
 
-Result<std::unique_ptr<PushSession>> ApiHandler::BeginPush(
-    const Route& route, std::optional<uint64_t> content_length) {
+Result<std::unique_ptr<PushSession>> ApiHandler::BeginPush(const Route& route,
+                                                           std::optional<uint64_t> content_length) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(route.model));
   if (route.version == "latest") {
     return Status::InvalidArgument("'latest' cannot be pushed; PUT needs a version number");
@@ -235,8 +243,8 @@ ApiResponse ApiHandler::FinishPush(PushSession& session) {
   json body = VersionJson(*info);
   body["model"] = info->model;
   ApiResponse r = JsonResponse(201, body);
-  r.headers.emplace_back("Location", "/v1/models/" + info->model + "/versions/" +
-                                         std::to_string(info->version));
+  r.headers.emplace_back(
+      "Location", "/v1/models/" + info->model + "/versions/" + std::to_string(info->version));
   return r;
 }
 

@@ -40,8 +40,7 @@ struct RequestLog {
 };
 
 void LogRequest(const RequestLog& log, std::string_view remote) {
-  const double ms =
-      std::chrono::duration<double, std::milli>(Clock::now() - log.start).count();
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - log.start).count();
   spdlog::info("{} {} {} status={} in={} out={} {:.1f}ms", remote, log.method, log.target,
                log.status, log.bytes_in, log.bytes_out, ms);
 }
@@ -149,8 +148,8 @@ class HttpServerImpl final : public HttpServer {
   net::awaitable<void> AcceptLoop() {
     for (;;) {
       beast::error_code ec;
-      tcp::socket socket = co_await acceptor_.async_accept(
-          net::make_strand(ioc_), net::redirect_error(kUseAwaitable, ec));
+      tcp::socket socket = co_await acceptor_.async_accept(net::make_strand(ioc_),
+                                                           net::redirect_error(kUseAwaitable, ec));
       if (ec) {
         if (stopping_ || ec == net::error::operation_aborted) co_return;
         spdlog::warn("accept failed: {}", ec.message());
@@ -224,8 +223,8 @@ class HttpServerImpl final : public HttpServer {
         std::string body;
         Status read = co_await ReadSmallBody(stream, buffer, parser, body, log);
         if (!read.ok()) {
-          co_await WriteResponse(stream, ApiHandler::ErrorResponse(read), version, false,
-                                 false, log);
+          co_await WriteResponse(stream, ApiHandler::ErrorResponse(read), version, false, false,
+                                 log);
           break;
         }
         ApiResponse r = handler_.Handle(log.method, route, body);
@@ -242,8 +241,7 @@ class HttpServerImpl final : public HttpServer {
                                        http::request_parser<http::buffer_body>& parser,
                                        std::string& body, RequestLog& log) {
     char chunk[8192];
-    if (!parser.is_done() &&
-        beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+    if (!parser.is_done() && beast::iequals(parser.get()[http::field::expect], "100-continue")) {
       http::response<http::empty_body> cont{http::status::continue_, parser.get().version()};
       beast::error_code ec;
       stream.expires_after(options_.io_timeout);
@@ -261,9 +259,8 @@ class HttpServerImpl final : public HttpServer {
       body.append(chunk, sizeof chunk - parser.get().body().size);
       log.bytes_in = body.size();
       if (body.size() > options_.max_json_body_bytes) {
-        co_return Status::ResourceExhausted("request body exceeds " +
-                                            std::to_string(options_.max_json_body_bytes) +
-                                            " bytes");
+        co_return Status::ResourceExhausted(
+            "request body exceeds " + std::to_string(options_.max_json_body_bytes) + " bytes");
       }
     }
     co_return Status::Ok();
@@ -281,12 +278,12 @@ class HttpServerImpl final : public HttpServer {
     // Refusals known from the headers alone are sent before the body is read; the connection
     // then closes because the unread body cannot be skipped cheaply.
     if (content_length && *content_length > options_.max_body_bytes) {
-      co_await WriteResponse(stream,
-                             ApiHandler::ErrorResponse(Status::ResourceExhausted(
-                                 "body of " + std::to_string(*content_length) +
-                                 " bytes exceeds the limit of " +
-                                 std::to_string(options_.max_body_bytes))),
-                             version, false, false, log);
+      co_await WriteResponse(
+          stream,
+          ApiHandler::ErrorResponse(Status::ResourceExhausted(
+              "body of " + std::to_string(*content_length) + " bytes exceeds the limit of " +
+              std::to_string(options_.max_body_bytes))),
+          version, false, false, log);
       if (!expect_continue) co_await DrainBeforeClose(stream, buffer, parser, chunk);
       co_return false;
     }
@@ -314,19 +311,18 @@ class HttpServerImpl final : public HttpServer {
       if (ec) {
         // The client went away or sent a broken body; the session aborts on destruction.
         log.status = 499;
-        spdlog::warn("push {} aborted after {} bytes: {}", log.target, log.bytes_in,
-                     ec.message());
+        spdlog::warn("push {} aborted after {} bytes: {}", log.target, log.bytes_in, ec.message());
         co_return false;
       }
       const size_t n = chunk.size() - parser.get().body().size;
       log.bytes_in += n;
       if (log.bytes_in > options_.max_body_bytes) {  // chunked bodies announce no length
         session->reset();
-        co_await WriteResponse(stream,
-                               ApiHandler::ErrorResponse(Status::ResourceExhausted(
-                                   "body exceeds the limit of " +
-                                   std::to_string(options_.max_body_bytes) + " bytes")),
-                               version, false, false, log);
+        co_await WriteResponse(
+            stream,
+            ApiHandler::ErrorResponse(Status::ResourceExhausted(
+                "body exceeds the limit of " + std::to_string(options_.max_body_bytes) + " bytes")),
+            version, false, false, log);
         co_await DrainBeforeClose(stream, buffer, parser, chunk);
         co_return false;
       }
@@ -341,7 +337,7 @@ class HttpServerImpl final : public HttpServer {
     ApiResponse r = handler_.FinishPush(**session);
     session->reset();  // release the model lock before answering
     bool ok = co_await WriteResponse(stream, r, version, keep_alive, false, log);
-    co_return ok && keep_alive;
+    co_return ok&& keep_alive;
   }
 
   // After refusing a body mid-way, keeps reading (and discarding) a bounded amount of it so the
@@ -375,9 +371,9 @@ class HttpServerImpl final : public HttpServer {
     keep_alive = keep_alive && !body_pending;
     auto restore = handler_.OpenRestore(route);
     if (!restore.ok()) {
-      bool ok = co_await WriteResponse(stream, ApiHandler::ErrorResponse(restore.status()),
-                                       version, keep_alive, head, log);
-      co_return ok && keep_alive;
+      bool ok = co_await WriteResponse(stream, ApiHandler::ErrorResponse(restore.status()), version,
+                                       keep_alive, head, log);
+      co_return ok&& keep_alive;
     }
     RestoreStream& body = **restore;
     http::response<http::buffer_body> res{http::status::ok, version};

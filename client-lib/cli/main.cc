@@ -67,8 +67,7 @@ class ProgressBar {
 };
 
 int Fail(const ckpt::Status& status) {
-  std::cerr << "ckpt: " << status.message() << " (" << ckpt::StatusCodeName(status.code())
-            << ")\n";
+  std::cerr << "ckpt: " << status.message() << " (" << ckpt::StatusCodeName(status.code()) << ")\n";
   return 1;
 }
 
@@ -141,8 +140,8 @@ int main(int argc, char** argv) {
     if (model.empty()) {
       auto models = client->ListModels();
       if (!models.ok()) return Fail(models.status());
-      std::printf("%-32s %12s %9s %12s %12s %7s\n", "MODEL", "LATEST", "VERSIONS", "RAW",
-                  "STORED", "RATIO");
+      std::printf("%-32s %12s %9s %12s %12s %7s\n", "MODEL", "LATEST", "VERSIONS", "RAW", "STORED",
+                  "RATIO");
       for (const auto& m : *models) {
         std::printf("%-32s %12s %9llu %12s %12s %6.2fx\n", m.name.c_str(),
                     m.latest_version ? std::to_string(*m.latest_version).c_str() : "-",

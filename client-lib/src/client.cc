@@ -27,12 +27,18 @@ using nlohmann::json;
 
 StatusCode CodeForHttp(unsigned status) {
   switch (status) {
-    case 400: return StatusCode::kInvalidArgument;
-    case 404: return StatusCode::kNotFound;
-    case 409: return StatusCode::kFailedPrecondition;
-    case 413: return StatusCode::kResourceExhausted;
-    case 503: return StatusCode::kUnavailable;
-    default: return status >= 500 ? StatusCode::kInternal : StatusCode::kInvalidArgument;
+    case 400:
+      return StatusCode::kInvalidArgument;
+    case 404:
+      return StatusCode::kNotFound;
+    case 409:
+      return StatusCode::kFailedPrecondition;
+    case 413:
+      return StatusCode::kResourceExhausted;
+    case 503:
+      return StatusCode::kUnavailable;
+    default:
+      return status >= 500 ? StatusCode::kInternal : StatusCode::kInvalidArgument;
   }
 }
 
@@ -283,8 +289,7 @@ Result<Client> Client::Create(ClientOptions options) {
   std::string_view url = options.server;
   constexpr std::string_view kScheme = "http://";
   if (url.substr(0, kScheme.size()) != kScheme) {
-    return Status::InvalidArgument("server URL '" + options.server +
-                                   "' must start with http://");
+    return Status::InvalidArgument("server URL '" + options.server + "' must start with http://");
   }
   url.remove_prefix(kScheme.size());
   while (!url.empty() && url.back() == '/') url.remove_suffix(1);
@@ -301,8 +306,7 @@ Result<Client> Client::Create(ClientOptions options) {
     host = host.substr(1, host.size() - 2);
   }
   if (host.empty() || port.empty() || port.find_first_not_of("0123456789") != std::string::npos) {
-    return Status::InvalidArgument("server URL '" + options.server +
-                                   "' must be http://HOST:PORT");
+    return Status::InvalidArgument("server URL '" + options.server + "' must be http://HOST:PORT");
   }
   return Client(std::move(options), std::move(host), std::move(port));
 }
@@ -350,13 +354,11 @@ Result<PullResult> Client::PullToFile(std::string_view model, std::string_view v
   Result<PullResult> result = [&]() -> Result<PullResult> {
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
     if (!out) return Status::IoError("cannot create '" + partial + "'");
-    CKPT_ASSIGN_OR_RETURN(auto r, StreamPull(host_, port_, options_, model, version,
-                                             [&](const char* d, size_t n) {
-                                               out.write(d, static_cast<std::streamsize>(n));
-                                               return out ? Status::Ok()
-                                                          : Status::IoError("writing '" +
-                                                                            partial + "' failed");
-                                             }));
+    CKPT_ASSIGN_OR_RETURN(
+        auto r, StreamPull(host_, port_, options_, model, version, [&](const char* d, size_t n) {
+          out.write(d, static_cast<std::streamsize>(n));
+          return out ? Status::Ok() : Status::IoError("writing '" + partial + "' failed");
+        }));
     out.close();
     if (!out) return Status::IoError("closing '" + partial + "' failed");
     return r;
@@ -373,12 +375,11 @@ Result<PullResult> Client::PullToFile(std::string_view model, std::string_view v
 
 Result<std::string> Client::PullToBuffer(std::string_view model, std::string_view version) {
   std::string out;
-  CKPT_RETURN_IF_ERROR(StreamPull(host_, port_, options_, model, version,
-                                  [&](const char* d, size_t n) {
-                                    out.append(d, n);
-                                    return Status::Ok();
-                                  })
-                           .status());
+  CKPT_RETURN_IF_ERROR(
+      StreamPull(host_, port_, options_, model, version, [&](const char* d, size_t n) {
+        out.append(d, n);
+        return Status::Ok();
+      }).status());
   return out;
 }
 
@@ -390,8 +391,8 @@ Result<std::vector<ModelSummary>> Client::ListModels() {
 }
 
 Result<ModelSummary> Client::GetModel(std::string_view model) {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::get,
-                                              "/v1/models/" + std::string(model)));
+  CKPT_ASSIGN_OR_RETURN(
+      json doc, JsonRequest(host_, port_, http::verb::get, "/v1/models/" + std::string(model)));
   return ParseModel(doc);
 }
 

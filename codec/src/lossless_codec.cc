@@ -13,8 +13,8 @@
 #include <functional>
 #include <mutex>
 
-#include "ckpt/codec/tensor_codec.h"
 #include "ckpt/codec/binary.h"
+#include "ckpt/codec/tensor_codec.h"
 
 namespace ckpt {
 namespace {
@@ -43,13 +43,15 @@ void SplitPlanesFixed(const uint8_t* in, const uint8_t* ref, size_t n, uint8_t* 
   }
 }
 
-void SplitPlanes(std::span<const uint8_t> in, const uint8_t* ref, uint32_t planes,
-                 uint8_t* out) {
+void SplitPlanes(std::span<const uint8_t> in, const uint8_t* ref, uint32_t planes, uint8_t* out) {
   const size_t n = in.size() / planes;
   switch (planes) {
-    case 2: return SplitPlanesFixed<2>(in.data(), ref, n, out);
-    case 4: return SplitPlanesFixed<4>(in.data(), ref, n, out);
-    case 8: return SplitPlanesFixed<8>(in.data(), ref, n, out);
+    case 2:
+      return SplitPlanesFixed<2>(in.data(), ref, n, out);
+    case 4:
+      return SplitPlanesFixed<4>(in.data(), ref, n, out);
+    case 8:
+      return SplitPlanesFixed<8>(in.data(), ref, n, out);
     default:
       for (size_t i = 0; i < in.size(); ++i) out[i] = in[i] ^ (ref ? ref[i] : 0);
   }
@@ -67,13 +69,15 @@ void MergePlanesFixed(const uint8_t* in, const uint8_t* ref, size_t n, uint8_t* 
   }
 }
 
-void MergePlanes(std::span<const uint8_t> in, const uint8_t* ref, uint32_t planes,
-                 uint8_t* out) {
+void MergePlanes(std::span<const uint8_t> in, const uint8_t* ref, uint32_t planes, uint8_t* out) {
   const size_t n = in.size() / planes;
   switch (planes) {
-    case 2: return MergePlanesFixed<2>(in.data(), ref, n, out);
-    case 4: return MergePlanesFixed<4>(in.data(), ref, n, out);
-    case 8: return MergePlanesFixed<8>(in.data(), ref, n, out);
+    case 2:
+      return MergePlanesFixed<2>(in.data(), ref, n, out);
+    case 4:
+      return MergePlanesFixed<4>(in.data(), ref, n, out);
+    case 8:
+      return MergePlanesFixed<8>(in.data(), ref, n, out);
     default:
       for (size_t i = 0; i < in.size(); ++i) out[i] = in[i] ^ (ref ? ref[i] : 0);
   }
@@ -134,16 +138,13 @@ class LosslessBytePlaneCodec final : public TensorCodec {
   explicit LosslessBytePlaneCodec(const LosslessCodecOptions& options)
       : options_(options),
         cctx_pool_([] {
-          return Pool<ZSTD_CCtx>::Handle(ZSTD_createCCtx(),
-                                         [](ZSTD_CCtx* c) { ZSTD_freeCCtx(c); });
+          return Pool<ZSTD_CCtx>::Handle(ZSTD_createCCtx(), [](ZSTD_CCtx* c) { ZSTD_freeCCtx(c); });
         }),
         dctx_pool_([] {
-          return Pool<ZSTD_DCtx>::Handle(ZSTD_createDCtx(),
-                                         [](ZSTD_DCtx* c) { ZSTD_freeDCtx(c); });
+          return Pool<ZSTD_DCtx>::Handle(ZSTD_createDCtx(), [](ZSTD_DCtx* c) { ZSTD_freeDCtx(c); });
         }),
-        buffer_pool_([] {
-          return Pool<Buffer>::Handle(new Buffer(), [](Buffer* b) { delete b; });
-        }) {}
+        buffer_pool_(
+            [] { return Pool<Buffer>::Handle(new Buffer(), [](Buffer* b) { delete b; }); }) {}
 
   CodecId id() const override { return CodecId::kLosslessBytePlanes; }
 
@@ -151,8 +152,7 @@ class LosslessBytePlaneCodec final : public TensorCodec {
                               std::optional<std::span<const uint8_t>> reference) const override {
     const uint32_t planes = PlaneCount(dtype);
     if (current.size() % DTypeSize(dtype) != 0) {
-      return Status::InvalidArgument("lossless codec: chunk of " +
-                                     std::to_string(current.size()) +
+      return Status::InvalidArgument("lossless codec: chunk of " + std::to_string(current.size()) +
                                      " bytes is not a whole number of elements");
     }
     if (reference && reference->size() != current.size()) {
@@ -179,8 +179,8 @@ class LosslessBytePlaneCodec final : public TensorCodec {
       size_t n = 0;
       if (plane_len > 2 * kSampleBytes) {
         sample->resize(ZSTD_compressBound(kSampleBytes));
-        size_t z = ZSTD_compressCCtx(cctx.get(), sample->data(), sample->size(), plane,
-                                     kSampleBytes, 1);
+        size_t z =
+            ZSTD_compressCCtx(cctx.get(), sample->data(), sample->size(), plane, kSampleBytes, 1);
         if (!ZSTD_isError(z) && z > kIncompressible * kSampleBytes) encoding = kPlaneStored;
       }
       if (encoding == kPlaneZstd) {
@@ -244,19 +244,18 @@ class LosslessBytePlaneCodec final : public TensorCodec {
       uint8_t* dst = split->data() + p * plane_len;
       if (encodings[p] == kPlaneStored) {
         if (encoded.size() != plane_len) {
-          return Status::DataLoss("lossless payload: stored plane " + std::to_string(p) +
-                                  " has " + std::to_string(encoded.size()) + " bytes, expected " +
+          return Status::DataLoss("lossless payload: stored plane " + std::to_string(p) + " has " +
+                                  std::to_string(encoded.size()) + " bytes, expected " +
                                   std::to_string(plane_len));
         }
         std::memcpy(dst, encoded.data(), plane_len);
       } else if (encodings[p] == kPlaneZstd) {
         size_t n = ZSTD_decompressDCtx(dctx.get(), dst, plane_len, encoded.data(), encoded.size());
         if (ZSTD_isError(n) || n != plane_len) {
-          return Status::DataLoss("lossless payload: plane " + std::to_string(p) +
-                                  " does not decompress to " + std::to_string(plane_len) +
-                                  " bytes" +
-                                  (ZSTD_isError(n) ? std::string(": ") + ZSTD_getErrorName(n)
-                                                   : std::string()));
+          return Status::DataLoss(
+              "lossless payload: plane " + std::to_string(p) + " does not decompress to " +
+              std::to_string(plane_len) + " bytes" +
+              (ZSTD_isError(n) ? std::string(": ") + ZSTD_getErrorName(n) : std::string()));
         }
       } else {
         return Status::DataLoss("lossless payload: unknown plane encoding " +

@@ -25,7 +25,9 @@ void StoreLittleEndian64(uint64_t v, char* p) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
-Status Invalid(std::string msg) { return Status::InvalidArgument("safetensors: " + std::move(msg)); }
+Status Invalid(std::string msg) {
+  return Status::InvalidArgument("safetensors: " + std::move(msg));
+}
 
 Result<uint64_t> ReadUnsigned(const json& v, const std::string& what) {
   if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0)) {
@@ -296,8 +298,8 @@ Result<std::string> WriteSafetensors(const std::vector<TensorSpec>& tensors,
   std::set<std::string> names;
   for (const auto& t : tensors) {
     if (t.name == "__metadata__" || !names.insert(t.name).second) {
-      return Status::InvalidArgument("safetensors writer: duplicate or reserved name '" +
-                                     t.name + "'");
+      return Status::InvalidArgument("safetensors writer: duplicate or reserved name '" + t.name +
+                                     "'");
     }
     uint64_t bytes = DTypeSize(t.dtype);
     for (uint64_t d : t.shape) bytes *= d;

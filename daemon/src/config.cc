@@ -1,9 +1,10 @@
 #include "ckpt/daemon/config.h"
 
+#include <toml++/toml.h>
+
 #include <fstream>
 #include <set>
 #include <sstream>
-#include <toml++/toml.h>
 
 namespace ckpt::daemon {
 namespace {
@@ -13,8 +14,8 @@ Status Bad(std::string_view key, std::string_view why) {
 }
 
 template <typename T>
-Status ReadInteger(const toml::table& table, std::string_view section, std::string_view key,
-                   T min, T max, T& out) {
+Status ReadInteger(const toml::table& table, std::string_view section, std::string_view key, T min,
+                   T max, T& out) {
   const toml::node* node = table.get(key);
   if (!node) return Status::Ok();
   const std::string name = std::string(section) + "." + std::string(key);
@@ -31,7 +32,8 @@ Status ReadString(const toml::table& table, std::string_view section, std::strin
                   std::string& out) {
   const toml::node* node = table.get(key);
   if (!node) return Status::Ok();
-  if (!node->is_string()) return Bad(std::string(section) + "." + std::string(key), "must be a string");
+  if (!node->is_string())
+    return Bad(std::string(section) + "." + std::string(key), "must be a string");
   out = *node->value<std::string>();
   return Status::Ok();
 }
@@ -40,7 +42,8 @@ Status ReadBool(const toml::table& table, std::string_view section, std::string_
                 bool& out) {
   const toml::node* node = table.get(key);
   if (!node) return Status::Ok();
-  if (!node->is_boolean()) return Bad(std::string(section) + "." + std::string(key), "must be true or false");
+  if (!node->is_boolean())
+    return Bad(std::string(section) + "." + std::string(key), "must be true or false");
   out = *node->value<bool>();
   return Status::Ok();
 }
@@ -98,11 +101,11 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
   CKPT_RETURN_IF_ERROR(CheckKeys(root, "", {"server", "storage", "codec", "log"}));
 
   if (const toml::table* server = root["server"].as_table()) {
-    CKPT_RETURN_IF_ERROR(CheckKeys(*server, "server",
-                                   {"listen", "threads", "max_body_bytes", "max_header_bytes",
-                                    "max_json_body_bytes", "io_timeout_seconds",
-                                    "idle_timeout_seconds", "shutdown_grace_seconds",
-                                    "io_buffer_bytes"}));
+    CKPT_RETURN_IF_ERROR(
+        CheckKeys(*server, "server",
+                  {"listen", "threads", "max_body_bytes", "max_header_bytes", "max_json_body_bytes",
+                   "io_timeout_seconds", "idle_timeout_seconds", "shutdown_grace_seconds",
+                   "io_buffer_bytes"}));
     std::string listen;
     CKPT_RETURN_IF_ERROR(ReadString(*server, "server", "listen", listen));
     if (!listen.empty()) CKPT_RETURN_IF_ERROR(ApplyListen(listen, config));
@@ -125,9 +128,9 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
   }
 
   if (const toml::table* storage = root["storage"].as_table()) {
-    CKPT_RETURN_IF_ERROR(CheckKeys(*storage, "storage",
-                                   {"data_dir", "chunk_bytes", "reference_cache_bytes",
-                                    "sync_commits", "zstd_level"}));
+    CKPT_RETURN_IF_ERROR(CheckKeys(
+        *storage, "storage",
+        {"data_dir", "chunk_bytes", "reference_cache_bytes", "sync_commits", "zstd_level"}));
     auto& st = config.store;
     CKPT_RETURN_IF_ERROR(ReadString(*storage, "storage", "data_dir", st.data_dir));
     CKPT_RETURN_IF_ERROR(ReadInteger<uint64_t>(*storage, "storage", "chunk_bytes", 4096,

@@ -1,9 +1,9 @@
 // ckptd: the checkpoint storage daemon. Wires config, store and HTTP server together and
 // handles signals: SIGINT/SIGTERM stop accepting, let in-flight requests finish (up to
 // server.shutdown_grace_seconds), flush and close RocksDB, and exit 0.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
   spdlog::info("received signal {}, shutting down", signal_number);
   (*server)->Shutdown();
   server->reset();
-  if (auto s = (*store)->Flush(); !s.ok()) spdlog::error("flush on shutdown failed: {}", s.ToString());
+  if (auto s = (*store)->Flush(); !s.ok())
+    spdlog::error("flush on shutdown failed: {}", s.ToString());
   store->reset();
   spdlog::info("ckptd stopped cleanly");
   return 0;

@@ -28,9 +28,9 @@ Result<const ManifestRecord*> ChainReader::Manifest(uint64_t seq) {
   auto it = manifests_by_seq_.find(seq);
   if (it != manifests_by_seq_.end()) return &it->second;
   std::string value;
-  CKPT_RETURN_IF_ERROR(FromRocks(
-      db_->Get(read_options_, manifests_, storage_keys::ManifestKey(model_, seq), &value),
-      "model '" + model_ + "' manifest " + std::to_string(seq)));
+  CKPT_RETURN_IF_ERROR(
+      FromRocks(db_->Get(read_options_, manifests_, storage_keys::ManifestKey(model_, seq), &value),
+                "model '" + model_ + "' manifest " + std::to_string(seq)));
   auto decoded = ManifestRecord::Decode(value);
   if (!decoded.ok()) {
     return decoded.status().WithContext("model '" + model_ + "' manifest " + std::to_string(seq));
@@ -59,8 +59,7 @@ Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
     CKPT_ASSIGN_OR_RETURN(const ManifestRecord* m, Manifest(s));
     if (t >= m->tensors.size()) {
       return Status::DataLoss("model '" + model_ + "' version " + std::to_string(m->version) +
-                              ": delta base tensor index " + std::to_string(t) +
-                              " out of range");
+                              ": delta base tensor index " + std::to_string(t) + " out of range");
     }
     const ManifestTensor& e = m->tensors[t];
     if (chunk >= e.chunk_count) {
@@ -79,9 +78,8 @@ Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
     t = e.base_tensor;
   }
 
-  std::vector<uint8_t> scratch;
   std::vector<uint8_t>* current = out;
-  std::vector<uint8_t>* previous = &scratch;
+  std::vector<uint8_t>* previous = &scratch_;
   auto it = chain.rbegin();
   if (cached) {
     *current = *cached;
@@ -94,7 +92,7 @@ Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
     std::swap(current, previous);
     CKPT_RETURN_IF_ERROR(ReadAndDecode(it->seq, it->tensor, chunk, *it->entry, previous, current));
   }
-  if (current != out) *out = std::move(*current);
+  if (current != out) std::swap(*out, *current);  // keeps both buffers allocated for reuse
   return Status::Ok();
 }
 
@@ -123,8 +121,8 @@ Status ChainReader::ReadAndDecode(uint64_t seq, uint32_t tensor, uint32_t chunk,
   out->resize(length);
   std::optional<std::span<const uint8_t>> ref;
   if (reference) ref = std::span<const uint8_t>(*reference);
-  auto payload = std::span<const uint8_t>(
-      reinterpret_cast<const uint8_t*>(record->payload.data()), record->payload.size());
+  auto payload = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(record->payload.data()),
+                                          record->payload.size());
   Status s = codec->Decode(t.dtype, payload, ref, *out);
   if (!s.ok()) return s.WithContext(where);
   if (Xxh3Checksum(*out) != record->raw_checksum) {

@@ -48,6 +48,7 @@ class ChainReader {
   std::string model_;
   ReferenceCache* cache_;
   std::map<uint64_t, ManifestRecord> manifests_by_seq_;
+  std::vector<uint8_t> scratch_;  // the other half of the decode double buffer, reused
 };
 
 // Converts a RocksDB status into a ckpt::Status (IoError, DataLoss for corruption, NotFound).

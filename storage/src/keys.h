@@ -52,8 +52,7 @@ inline std::string ManifestKey(std::string_view model, uint64_t seq) {
 }
 
 // chunks: "<model>\0" + u64 seq + u32 tensor index + u32 chunk index.
-inline std::string ChunkKey(std::string_view model, uint64_t seq, uint32_t tensor,
-                            uint32_t chunk) {
+inline std::string ChunkKey(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk) {
   std::string k = NumberedKey(model, seq);
   AppendBigEndian(k, tensor, 4);
   AppendBigEndian(k, chunk, 4);

@@ -137,7 +137,8 @@ Result<ManifestRecord> ManifestRecord::Decode(std::string_view bytes) {
     CKPT_RETURN_IF_ERROR(r.GetLengthPrefixed(&t.name));
     CKPT_RETURN_IF_ERROR(r.GetU8(&dtype));
     auto parsed = DTypeFromTag(dtype);
-    if (!parsed) return Status::DataLoss("manifest record: unknown dtype tag " + std::to_string(dtype));
+    if (!parsed)
+      return Status::DataLoss("manifest record: unknown dtype tag " + std::to_string(dtype));
     t.dtype = *parsed;
     CKPT_RETURN_IF_ERROR(r.GetU32(&rank));
     if (rank > r.remaining() / 8) return Status::DataLoss("manifest record: rank too large");

@@ -33,15 +33,15 @@ struct ModelRecord {
 // versions family, key "<model>\0" + u64 version. What a client sees of a version.
 struct VersionRecord {
   static constexpr uint8_t kFormatVersion = 1;
-  uint64_t seq = 0;          // manifest holding the version's data
-  uint64_t floor_seq = 0;    // oldest manifest its delta chains reach
+  uint64_t seq = 0;        // manifest holding the version's data
+  uint64_t floor_seq = 0;  // oldest manifest its delta chains reach
   int64_t created_at_ms = 0;
   uint64_t raw_bytes = 0;
   uint64_t stored_bytes = 0;
-  uint8_t kind = 0;          // 1 keyframe, 2 delta, 3 mixed
+  uint8_t kind = 0;  // 1 keyframe, 2 delta, 3 mixed
   uint32_t tensor_count = 0;
   std::string sha256_hex;
-  std::string raw_header;    // 8-byte length prefix + JSON header, verbatim as pushed
+  std::string raw_header;  // 8-byte length prefix + JSON header, verbatim as pushed
 
   std::string Encode() const;
   static Result<VersionRecord> Decode(std::string_view bytes);
@@ -53,7 +53,7 @@ struct ManifestTensor {
   DType dtype = DType::kU8;
   std::vector<uint64_t> shape;
   uint64_t byte_size = 0;
-  uint64_t chunk_bytes = 0;   // chunk length used (a multiple of the element size)
+  uint64_t chunk_bytes = 0;  // chunk length used (a multiple of the element size)
   uint32_t chunk_count = 0;
   FrameKind kind = FrameKind::kKeyframe;
   uint64_t base_seq = 0;      // for deltas: manifest of the reference

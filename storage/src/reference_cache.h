@@ -38,15 +38,14 @@ class ReferenceCache {
     uint64_t seq;
     Chunk data;
   };
-  static std::string MakeKey(std::string_view model, uint64_t seq, uint32_t tensor,
-                             uint32_t chunk);
+  static std::string MakeKey(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk);
   void EvictLocked();
 
   const uint64_t budget_bytes_;
   mutable std::mutex mu_;
   std::list<Entry> lru_;  // front = most recently used; guarded by mu_
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;  // guarded by mu_
-  uint64_t size_bytes_ = 0;                                           // guarded by mu_
+  uint64_t size_bytes_ = 0;                                            // guarded by mu_
 };
 
 }  // namespace ckpt

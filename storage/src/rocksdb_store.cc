@@ -45,9 +45,12 @@ int64_t NowMs() {
 
 std::string KindName(uint8_t kind) {
   switch (kind) {
-    case kKindKeyframe: return "keyframe";
-    case kKindDelta: return "delta";
-    default: return "mixed";
+    case kKindKeyframe:
+      return "keyframe";
+    case kKindDelta:
+      return "delta";
+    default:
+      return "mixed";
   }
 }
 
@@ -137,8 +140,9 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     // Abort: remove every chunk this push wrote. Not synced: if the process dies first, the
     // recovery pass at the next open removes them.
     rocksdb::WriteOptions wo;
-    ctx_.db->DeleteRange(wo, ctx_.chunks, keys::ChunkSeqBegin(model_, seq_),
-                         keys::ChunkSeqBegin(model_, seq_ + 1))
+    ctx_.db
+        ->DeleteRange(wo, ctx_.chunks, keys::ChunkSeqBegin(model_, seq_),
+                      keys::ChunkSeqBegin(model_, seq_ + 1))
         .PermitUncheckedError();
     ctx_.cache->DropModelExcept(model_, state_ ? state_->reference_seq : 0);
   }
@@ -300,10 +304,9 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     record.payload_checksum = Xxh3Checksum(std::span<const uint8_t>(
         reinterpret_cast<const uint8_t*>(encoded.payload.data()), encoded.payload.size()));
     const std::string value = record.Encode();
-    CKPT_RETURN_IF_ERROR(FromRocks(
-        ctx_.db->Put(rocksdb::WriteOptions(), ctx_.chunks,
-                     keys::ChunkKey(model_, seq_, tensor, chunk), value),
-        "writing chunk"));
+    CKPT_RETURN_IF_ERROR(FromRocks(ctx_.db->Put(rocksdb::WriteOptions(), ctx_.chunks,
+                                                keys::ChunkKey(model_, seq_, tensor, chunk), value),
+                                   "writing chunk"));
     stored_bytes_ += value.size();
     ctx_.cache->Put(model_, seq_, tensor, chunk,
                     std::make_shared<const std::vector<uint8_t>>(data.begin(), data.end()));
@@ -452,14 +455,17 @@ class RocksCheckpointStore final : public CheckpointStore {
     chunks.max_write_buffer_number = 3;
 
     std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-        {rocksdb::kDefaultColumnFamilyName, meta}, {kModelsFamily, meta},
-        {kVersionsFamily, meta},                   {kManifestsFamily, meta},
-        {kChunksFamily, chunks},                   {kCodecStateFamily, meta},
+        {rocksdb::kDefaultColumnFamilyName, meta},
+        {kModelsFamily, meta},
+        {kVersionsFamily, meta},
+        {kManifestsFamily, meta},
+        {kChunksFamily, chunks},
+        {kCodecStateFamily, meta},
     };
     rocksdb::DB* raw = nullptr;
-    CKPT_RETURN_IF_ERROR(FromRocks(
-        rocksdb::DB::Open(db_options, options_.data_dir, families, &handles_, &raw),
-        "opening RocksDB at '" + options_.data_dir + "'"));
+    CKPT_RETURN_IF_ERROR(
+        FromRocks(rocksdb::DB::Open(db_options, options_.data_dir, families, &handles_, &raw),
+                  "opening RocksDB at '" + options_.data_dir + "'"));
     db_.reset(raw);
     ctx_.db = raw;
     ctx_.models = handles_[1];
@@ -487,8 +493,8 @@ class RocksCheckpointStore final : public CheckpointStore {
           "version " + std::to_string(version) + " must be greater than the latest version " +
           std::to_string(record->latest_version) + " of model '" + name + "'");
     }
-    CKPT_ASSIGN_OR_RETURN(auto state, ctx_.GetRecord<CodecStateRecord>(
-                                          ro, ctx_.codec_state, name, "codec state"));
+    CKPT_ASSIGN_OR_RETURN(
+        auto state, ctx_.GetRecord<CodecStateRecord>(ro, ctx_.codec_state, name, "codec state"));
     CodecPolicy policy = options_.default_policy;
     if (record && !record->policy_json.empty()) {
       CKPT_ASSIGN_OR_RETURN(policy, CodecPolicy::FromJson(record->policy_json, policy));
@@ -543,8 +549,7 @@ class RocksCheckpointStore final : public CheckpointStore {
     return result;
   }
 
-  Result<VersionInfo> GetVersion(std::string_view model,
-                                 std::optional<uint64_t> version) override {
+  Result<VersionInfo> GetVersion(std::string_view model, std::optional<uint64_t> version) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
     CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(rocksdb::ReadOptions(), model, version));
     return MakeVersionInfo(model, found.first, found.second);
@@ -577,8 +582,8 @@ class RocksCheckpointStore final : public CheckpointStore {
       }
       CKPT_RETURN_IF_ERROR(FromRocks(it->status(), "listing versions"));
     }
-    CKPT_ASSIGN_OR_RETURN(auto state, ctx_.GetRecord<CodecStateRecord>(
-                                          ro, ctx_.codec_state, name, "codec state"));
+    CKPT_ASSIGN_OR_RETURN(
+        auto state, ctx_.GetRecord<CodecStateRecord>(ro, ctx_.codec_state, name, "codec state"));
     if (state) needed.emplace_back(state->reference_floor_seq, state->reference_seq);
     auto is_needed = [&](uint64_t seq) {
       return std::any_of(needed.begin(), needed.end(),
@@ -642,9 +647,9 @@ class RocksCheckpointStore final : public CheckpointStore {
     ModelLocks::Guard guard = locks_.TryLock(model);
     if (!guard) return BusyModel(model);
     const std::string name(model);
-    CKPT_ASSIGN_OR_RETURN(auto record, ctx_.GetRecord<ModelRecord>(rocksdb::ReadOptions(),
-                                                                   ctx_.models, name,
-                                                                   "model record"));
+    CKPT_ASSIGN_OR_RETURN(
+        auto record,
+        ctx_.GetRecord<ModelRecord>(rocksdb::ReadOptions(), ctx_.models, name, "model record"));
     ModelRecord updated = record.value_or(ModelRecord{});
     if (!record) updated.created_at_ms = NowMs();
     updated.policy_json = policy.ToJson();
@@ -662,9 +667,8 @@ class RocksCheckpointStore final : public CheckpointStore {
 
  private:
   Result<ModelRecord> RequireModel(const rocksdb::ReadOptions& ro, std::string_view model) {
-    CKPT_ASSIGN_OR_RETURN(auto record, ctx_.GetRecord<ModelRecord>(ro, ctx_.models,
-                                                                   std::string(model),
-                                                                   "model record"));
+    CKPT_ASSIGN_OR_RETURN(auto record, ctx_.GetRecord<ModelRecord>(
+                                           ro, ctx_.models, std::string(model), "model record"));
     if (!record) return Status::NotFound("model '" + std::string(model) + "' not found");
     return std::move(*record);
   }
@@ -679,9 +683,9 @@ class RocksCheckpointStore final : public CheckpointStore {
       }
       version = record.latest_version;
     }
-    CKPT_ASSIGN_OR_RETURN(auto vr, ctx_.GetRecord<VersionRecord>(
-                                       ro, ctx_.versions, keys::VersionKey(model, *version),
-                                       "version record"));
+    CKPT_ASSIGN_OR_RETURN(
+        auto vr, ctx_.GetRecord<VersionRecord>(ro, ctx_.versions, keys::VersionKey(model, *version),
+                                               "version record"));
     if (!vr) {
       return Status::NotFound("model '" + std::string(model) + "' has no version " +
                               std::to_string(*version));
@@ -718,8 +722,8 @@ class RocksCheckpointStore final : public CheckpointStore {
         return Status::DataLoss("chunk key without model separator");
       }
       const std::string model(key.substr(0, sep));
-      CKPT_ASSIGN_OR_RETURN(auto state, ctx_.GetRecord<CodecStateRecord>(
-                                            ro, ctx_.codec_state, model, "codec state"));
+      CKPT_ASSIGN_OR_RETURN(
+          auto state, ctx_.GetRecord<CodecStateRecord>(ro, ctx_.codec_state, model, "codec state"));
       const uint64_t committed = state ? state->reference_seq : 0;
       it->Seek(keys::ChunkSeqBegin(model, committed + 1));
       if (it->Valid() && it->key().starts_with(keys::ModelPrefix(model))) {

@@ -1,6 +1,7 @@
 #include "ckpt/api/api_handler.h"
 
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "test_support.h"
@@ -24,8 +25,8 @@ TEST(ApiRouting, ClassifiesEveryRoute) {
   Route v = ApiHandler::Classify("/v1/models/r/versions/latest");
   EXPECT_EQ(v.kind, RouteKind::kVersion);
   EXPECT_EQ(v.version, "latest");
-  for (const char* unknown : {"/", "/v2/models", "/v1/models/r/versions/1/x", "v1/models",
-                              "/v1/models/r/blobs"}) {
+  for (const char* unknown :
+       {"/", "/v2/models", "/v1/models/r/versions/1/x", "v1/models", "/v1/models/r/blobs"}) {
     EXPECT_EQ(ApiHandler::Classify(unknown).kind, RouteKind::kUnknown) << unknown;
   }
 }
@@ -82,8 +83,8 @@ class ApiHandlerTest : public ::testing::Test {
     auto session = handler_->BeginPush(route, body.size());
     ASSERT_TRUE(session.ok()) << session.status().ToString();
     ASSERT_TRUE((*session)
-                    ->Write(std::span<const uint8_t>(
-                        reinterpret_cast<const uint8_t*>(body.data()), body.size()))
+                    ->Write(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(body.data()),
+                                                     body.size()))
                     .ok());
     ApiResponse r = handler_->FinishPush(**session);
     ASSERT_EQ(r.status, 201) << r.body;
@@ -107,15 +108,15 @@ TEST_F(ApiHandlerTest, ListsModelsAndVersionsWithContractFields) {
   Push("a", 20, model.Next());
   json models = json::parse(Call("GET", "/v1/models").body)["models"];
   ASSERT_EQ(models.size(), 1u);
-  for (const char* field : {"name", "latest_version", "version_count", "raw_bytes",
-                            "stored_bytes"}) {
+  for (const char* field :
+       {"name", "latest_version", "version_count", "raw_bytes", "stored_bytes"}) {
     EXPECT_TRUE(models[0].contains(field)) << field;
   }
   EXPECT_EQ(models[0]["latest_version"], 20);
   json versions = json::parse(Call("GET", "/v1/models/a/versions").body)["versions"];
   ASSERT_EQ(versions.size(), 2u);
-  for (const char* field : {"version", "kind", "raw_bytes", "stored_bytes", "created_at",
-                            "sha256"}) {
+  for (const char* field :
+       {"version", "kind", "raw_bytes", "stored_bytes", "created_at", "sha256"}) {
     EXPECT_TRUE(versions[1].contains(field)) << field;
   }
   EXPECT_EQ(versions[1]["kind"], "delta");

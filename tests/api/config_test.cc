@@ -27,7 +27,8 @@ TEST(DaemonConfig, ExampleConfigFileParsesToTheDefaults) {
 
 TEST(DaemonConfig, OverridesOnlyWhatIsSet) {
   DaemonConfig c;
-  ASSERT_TRUE(ApplyToml("[server]\nlisten = \"0.0.0.0:9000\"\n[codec]\nkeyframe_every = 8\n", c).ok());
+  ASSERT_TRUE(
+      ApplyToml("[server]\nlisten = \"0.0.0.0:9000\"\n[codec]\nkeyframe_every = 8\n", c).ok());
   EXPECT_EQ(c.server.address, "0.0.0.0");
   EXPECT_EQ(c.server.port, 9000);
   EXPECT_EQ(c.store.default_policy.keyframe_every, 8u);
@@ -39,15 +40,14 @@ TEST(DaemonConfig, RejectsUnknownKeysWrongTypesAndRanges) {
     const char* toml;
     const char* mention;
   };
-  for (const Case& c : {Case{"[server]\nthreds = 4\n", "server.threds"},
-                        Case{"[server]\nthreads = \"4\"\n", "server.threads"},
-                        Case{"[server]\nthreads = 0\n", "server.threads"},
-                        Case{"[storage]\nsync_commits = 1\n", "storage.sync_commits"},
-                        Case{"[storage]\nchunk_bytes = 10\n", "storage.chunk_bytes"},
-                        Case{"[extra]\n", "extra"},
-                        Case{"[server]\nlisten = \"nohost\"\n", "HOST:PORT"},
-                        Case{"[server]\nlisten = \"h:99999\"\n", "0..65535"},
-                        Case{"[server\n", "config"}}) {
+  for (const Case& c :
+       {Case{"[server]\nthreds = 4\n", "server.threds"},
+        Case{"[server]\nthreads = \"4\"\n", "server.threads"},
+        Case{"[server]\nthreads = 0\n", "server.threads"},
+        Case{"[storage]\nsync_commits = 1\n", "storage.sync_commits"},
+        Case{"[storage]\nchunk_bytes = 10\n", "storage.chunk_bytes"}, Case{"[extra]\n", "extra"},
+        Case{"[server]\nlisten = \"nohost\"\n", "HOST:PORT"},
+        Case{"[server]\nlisten = \"h:99999\"\n", "0..65535"}, Case{"[server\n", "config"}}) {
     DaemonConfig config;
     Status s = ApplyToml(c.toml, config);
     ASSERT_EQ(s.code(), StatusCode::kInvalidArgument) << c.toml;

@@ -21,8 +21,8 @@ std::vector<uint8_t> RoundTrip(const TensorCodec& codec, DType dtype,
   auto encoded = codec.Encode(dtype, data, ref);
   EXPECT_TRUE(encoded.ok()) << encoded.status().ToString();
   std::vector<uint8_t> out(data.size());
-  auto payload = std::span<const uint8_t>(
-      reinterpret_cast<const uint8_t*>(encoded->payload.data()), encoded->payload.size());
+  auto payload = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(encoded->payload.data()),
+                                          encoded->payload.size());
   Status s = codec.Decode(dtype, payload, ref, out);
   EXPECT_TRUE(s.ok()) << s.ToString();
   return out;
@@ -72,7 +72,9 @@ INSTANTIATE_TEST_SUITE_P(AllDtypes, LosslessCodecAllDtypes,
                                            DType::kI64, DType::kI32, DType::kI16, DType::kI8,
                                            DType::kU64, DType::kU32, DType::kU16, DType::kU8,
                                            DType::kBool, DType::kF8E4M3, DType::kF8E5M2),
-                         [](const auto& param_info) { return std::string(DTypeName(param_info.param)); });
+                         [](const auto& param_info) {
+                           return std::string(DTypeName(param_info.param));
+                         });
 
 TEST(LosslessCodec, AdversarialFloatsRoundTripBitExactly) {
   auto codec = NewLosslessCodec();

@@ -27,11 +27,11 @@ TEST(CodecPolicy, RejectsBadFieldsNamingThem) {
     const char* json;
     const char* field;
   };
-  for (const Case& c : {Case{R"({"keyframe_every":0})", "keyframe_every"},
-                        Case{R"({"keyframe_every":"8"})", "keyframe_every"},
-                        Case{R"({"keyframe_every":100000})", "keyframe_every"},
-                        Case{R"({"mode":"zip"})", "mode"}, Case{R"({"colour":1})", "colour"},
-                        Case{R"([1])", "object"}, Case{R"({)", "JSON"}}) {
+  for (const Case& c :
+       {Case{R"({"keyframe_every":0})", "keyframe_every"},
+        Case{R"({"keyframe_every":"8"})", "keyframe_every"},
+        Case{R"({"keyframe_every":100000})", "keyframe_every"}, Case{R"({"mode":"zip"})", "mode"},
+        Case{R"({"colour":1})", "colour"}, Case{R"([1])", "object"}, Case{R"({)", "JSON"}}) {
     auto p = CodecPolicy::FromJson(c.json, CodecPolicy{});
     ASSERT_EQ(p.status().code(), StatusCode::kInvalidArgument) << c.json;
     EXPECT_NE(p.status().message().find(c.field), std::string::npos) << p.status().message();

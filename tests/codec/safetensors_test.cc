@@ -126,7 +126,8 @@ TEST(SafetensorsParser, RejectsHeaderOver100MB) {
   std::memcpy(body.data(), &n, 8);
   RecordingSink sink;
   SafetensorsStreamParser parser(&sink, std::nullopt);
-  Status s = parser.Feed(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(body.data()), 8));
+  Status s =
+      parser.Feed(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(body.data()), 8));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("exceeds the limit"), std::string::npos) << s.message();
 }
@@ -147,15 +148,13 @@ TEST(SafetensorsParser, RejectsHeaderNotStartingWithBrace) {
 }
 
 TEST(SafetensorsParser, RejectsUnknownDtype) {
-  ExpectRejected(
-      BodyWithHeader(R"({"w":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", 16),
-      "unknown dtype 'F128'");
+  ExpectRejected(BodyWithHeader(R"({"w":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", 16),
+                 "unknown dtype 'F128'");
 }
 
 TEST(SafetensorsParser, RejectsShapeNotMatchingOffsets) {
-  ExpectRejected(
-      BodyWithHeader(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", 12),
-      "need 16 bytes but data_offsets span 12");
+  ExpectRejected(BodyWithHeader(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", 12),
+                 "need 16 bytes but data_offsets span 12");
 }
 
 TEST(SafetensorsParser, RejectsOverlappingOffsets) {
@@ -191,8 +190,7 @@ TEST(SafetensorsParser, RejectsDuplicateNames) {
 
 TEST(SafetensorsParser, RejectsNonStringMetadata) {
   ExpectRejected(BodyWithHeader(R"({"__metadata__":{"step":12}})", 0), "is not a string");
-  ExpectRejected(BodyWithHeader(R"({"__metadata__":{"nested":{"a":"b"}}})", 0),
-                 "is not a string");
+  ExpectRejected(BodyWithHeader(R"({"__metadata__":{"nested":{"a":"b"}}})", 0), "is not a string");
 }
 
 TEST(SafetensorsParser, RejectsNegativeAndOverflowingShapes) {
@@ -239,8 +237,8 @@ TEST(SafetensorsParser, RandomMutationsNeverCrash) {
       if (body.empty()) body = "x";
     }
     RecordingSink sink;
-    Status s = ParseWhole(body, (rng() % 2) ? std::optional<uint64_t>(body.size()) : std::nullopt,
-                          &sink);
+    Status s =
+        ParseWhole(body, (rng() % 2) ? std::optional<uint64_t>(body.size()) : std::nullopt, &sink);
     if (s.ok()) ++accepted;
   }
   EXPECT_LT(accepted, 5000);  // the mutations must actually hit validation

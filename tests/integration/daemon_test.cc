@@ -244,8 +244,9 @@ TEST_F(DaemonTest, HeadReturnsHeadersWithoutBody) {
   std::string body = model.Next();
   ASSERT_TRUE(client_->PushBuffer("h", 3, body).ok());
   RawHttp http(daemon_->port());
-  ASSERT_TRUE(http.Send("HEAD /v1/models/h/versions/latest HTTP/1.1\r\nHost: x\r\n\r\n"
-                        "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(
+      http.Send("HEAD /v1/models/h/versions/latest HTTP/1.1\r\nHost: x\r\n\r\n"
+                "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
   // The HEAD response carries Content-Length but no body, so the pipelined GET follows directly.
   auto head = http.ReadHead();
   EXPECT_EQ(head.status, 200);

@@ -124,8 +124,7 @@ TEST_F(CheckpointStoreTest, RejectsNonIncreasingVersionsAndBadNames) {
   EXPECT_EQ(store_->BeginPush("m", 4, std::nullopt).status().code(),
             StatusCode::kFailedPrecondition);
   for (const char* bad : {"", "-x", ".hidden", "a/b", "a b", "ü"}) {
-    EXPECT_EQ(store_->BeginPush(bad, 1, std::nullopt).status().code(),
-              StatusCode::kInvalidArgument)
+    EXPECT_EQ(store_->BeginPush(bad, 1, std::nullopt).status().code(), StatusCode::kInvalidArgument)
         << bad;
   }
   EXPECT_EQ(store_->BeginPush(std::string(129, 'a'), 1, std::nullopt).status().code(),

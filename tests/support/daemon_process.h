@@ -3,10 +3,10 @@
 // writes after it starts accepting connections.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <fcntl.h>
 
 #include <chrono>
 #include <filesystem>
@@ -30,9 +30,9 @@ class DaemonProcess {
     const auto ready = work_dir_ / "ready";
     std::filesystem::remove(ready);
     const auto log = work_dir_ / "ckptd.log";
-    std::vector<std::string> args = {binary_, "--listen", "127.0.0.1:0", "--data-dir",
-                                     (work_dir_ / "data").string(), "--ready-file",
-                                     ready.string(), "--log-level", "warn"};
+    std::vector<std::string> args = {
+        binary_,        "--listen",     "127.0.0.1:0", "--data-dir", (work_dir_ / "data").string(),
+        "--ready-file", ready.string(), "--log-level", "warn"};
     args.insert(args.end(), extra_.begin(), extra_.end());
     pid_ = fork();
     if (pid_ == 0) {

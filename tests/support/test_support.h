@@ -96,7 +96,9 @@ class DriftingModel {
     ++step_;
     std::vector<OwnedTensor> t;
     const uint64_t cols = 64;
-    t.push_back({"layer1.weight", DType::kF32, {weights_.size() / cols, cols},
+    t.push_back({"layer1.weight",
+                 DType::kF32,
+                 {weights_.size() / cols, cols},
                  FloatBytes(std::vector<float>(weights_.begin(),
                                                weights_.begin() + weights_.size() / cols * cols))});
     t.push_back({"layer1.bias", DType::kF32, {bias_.size()}, FloatBytes(bias_)});

@@ -23,13 +23,13 @@
 namespace ckpt::api {
 
 enum class RouteKind {
-  kHealth,         // GET /healthz
-  kListModels,     // GET /v1/models
-  kModel,          // GET|DELETE /v1/models/{model}
-  kListVersions,   // GET /v1/models/{model}/versions
-  kVersion,        // PUT|GET|HEAD|DELETE /v1/models/{model}/versions/{version}
-  kPolicy,         // GET|PUT /v1/models/{model}/policy
-  kUnknown,        // no such path: 404
+  kHealth,        // GET /healthz
+  kListModels,    // GET /v1/models
+  kModel,         // GET|DELETE /v1/models/{model}
+  kListVersions,  // GET /v1/models/{model}/versions
+  kVersion,       // PUT|GET|HEAD|DELETE /v1/models/{model}/versions/{version}
+  kPolicy,        // GET|PUT /v1/models/{model}/policy
+  kUnknown,       // no such path: 404
 };
 
 struct Route {

@@ -40,9 +40,13 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status Ok() { return Status(); }
-  static Status InvalidArgument(std::string msg) { return {StatusCode::kInvalidArgument, std::move(msg)}; }
+  static Status InvalidArgument(std::string msg) {
+    return {StatusCode::kInvalidArgument, std::move(msg)};
+  }
   static Status NotFound(std::string msg) { return {StatusCode::kNotFound, std::move(msg)}; }
-  static Status AlreadyExists(std::string msg) { return {StatusCode::kAlreadyExists, std::move(msg)}; }
+  static Status AlreadyExists(std::string msg) {
+    return {StatusCode::kAlreadyExists, std::move(msg)};
+  }
   static Status FailedPrecondition(std::string msg) {
     return {StatusCode::kFailedPrecondition, std::move(msg)};
   }
@@ -77,7 +81,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : state_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : state_(std::move(status)) {  // NOLINT: implicit by design
     assert(!std::get<Status>(state_).ok() && "Result constructed from an OK Status");
   }
@@ -105,9 +109,9 @@ class [[nodiscard]] Result {
 #define CKPT_STATUS_CONCAT(a, b) CKPT_STATUS_CONCAT_INNER(a, b)
 
 // Evaluates `expr` (a Status); returns it from the enclosing function if not OK.
-#define CKPT_RETURN_IF_ERROR(expr)                   \
-  do {                                               \
-    ::ckpt::Status ckpt_status_tmp_ = (expr);        \
+#define CKPT_RETURN_IF_ERROR(expr)                       \
+  do {                                                   \
+    ::ckpt::Status ckpt_status_tmp_ = (expr);            \
     if (!ckpt_status_tmp_.ok()) return ckpt_status_tmp_; \
   } while (0)
 

@@ -116,8 +116,8 @@ class CheckpointStore {
 
   // Opens a restore of `version`, or of the latest version when nullopt. The stream reads a
   // consistent snapshot: concurrent pushes and deletes do not affect it.
-  virtual Result<std::unique_ptr<RestoreStream>> OpenRestore(
-      std::string_view model, std::optional<uint64_t> version) = 0;
+  virtual Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,
+                                                             std::optional<uint64_t> version) = 0;
 
   virtual Result<std::vector<ModelInfo>> ListModels() = 0;
   virtual Result<ModelInfo> GetModel(std::string_view model) = 0;
