@@ -47,7 +47,7 @@ void Report(benchmark::State& state, size_t in, size_t out) {
 }
 
 void BM_LosslessKeyframeEncode(benchmark::State& state) {
-  auto codec = ckpt::NewLosslessCodec();
+  auto codec = ckpt::NewLosslessCodec({static_cast<int>(state.range(0))});
   const auto& d = Weights();
   size_t out = 0;
   for (auto _ : state) {
@@ -59,7 +59,7 @@ void BM_LosslessKeyframeEncode(benchmark::State& state) {
 }
 
 void BM_LosslessDeltaEncode(benchmark::State& state) {
-  auto codec = ckpt::NewLosslessCodec();
+  auto codec = ckpt::NewLosslessCodec({static_cast<int>(state.range(0))});
   const auto& d = Weights();
   size_t out = 0;
   for (auto _ : state) {
@@ -108,8 +108,9 @@ void BM_ZstdDecompressBaseline(benchmark::State& state) {
   Report(state, d.current.size(), n);
 }
 
-BENCHMARK(BM_LosslessKeyframeEncode)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_LosslessDeltaEncode)->Unit(benchmark::kMillisecond);
+// Argument: zstd level of the lossless codec.
+BENCHMARK(BM_LosslessKeyframeEncode)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LosslessDeltaEncode)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LosslessDeltaDecode)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ZstdBaseline)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ZstdDecompressBaseline)->Unit(benchmark::kMillisecond);

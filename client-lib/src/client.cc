@@ -59,7 +59,8 @@ Status NetworkError(const beast::error_code& ec, std::string_view what) {
 // One connection to the daemon.
 class Connection {
  public:
-  Connection() : stream_(ioc_) {}
+  // The read buffer's spare capacity sizes each socket read (see api/src/http_server.cc).
+  Connection() : stream_(ioc_) { buffer_.reserve(256 << 10); }
 
   Status Connect(const std::string& host, const std::string& port) {
     beast::error_code ec;
@@ -68,6 +69,7 @@ class Connection {
     if (ec) return NetworkError(ec, "resolving " + host);
     stream_.connect(results, ec);
     if (ec) return NetworkError(ec, "connecting to " + host + ":" + port);
+    stream_.socket().set_option(tcp::no_delay(true), ec);  // header + body pieces: no Nagle stall
     return Status::Ok();
   }
 

@@ -63,8 +63,9 @@ class TensorCodec {
 
 struct LosslessCodecOptions {
   // zstd level for every plane. Higher is smaller and slower; decoding speed barely changes.
-  // Default: 3.
-  int zstd_level = 3;
+  // Default: 1 (on byte planes of trained weights level 1 is about as small as 3 and twice as fast;
+  // see docs/benchmarks.md).
+  int zstd_level = 1;
 };
 
 // The lossless codec: floats are split into byte planes (each byte position of the element

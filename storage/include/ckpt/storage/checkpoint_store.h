@@ -46,8 +46,8 @@ struct StoreOptions {
   // Default: true.
   bool sync_commits = true;
 
-  // zstd level of the lossless codec. Default: 3.
-  int zstd_level = 3;
+  // zstd level of the lossless codec. Default: 1.
+  int zstd_level = 1;
 
   // Policy of models that have none set. Default: lossless, keyframe_every 16.
   CodecPolicy default_policy;
