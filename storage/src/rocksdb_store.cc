@@ -451,8 +451,10 @@ class RocksCheckpointStore final : public CheckpointStore {
     chunks.blob_file_size = 256ull << 20;
     chunks.blob_compression_type = rocksdb::kNoCompression;
     chunks.enable_blob_garbage_collection = true;
-    chunks.write_buffer_size = 64 << 20;
-    chunks.max_write_buffer_number = 3;
+    // Memtables hold chunk values until they are flushed into blob files: 2 x 32 MiB bounds
+    // that memory while keeping flushes large.
+    chunks.write_buffer_size = 32 << 20;
+    chunks.max_write_buffer_number = 2;
 
     std::vector<rocksdb::ColumnFamilyDescriptor> families = {
         {rocksdb::kDefaultColumnFamilyName, meta},

@@ -9,7 +9,7 @@
 // Pushes to one model are serialized (a second concurrent push to the same model fails with
 // FailedPrecondition); different models proceed in parallel; readers never observe a partially
 // written version. PushSession and RestoreStream objects are thread-compatible: one thread at
-// a time.
+// a time, and they must be destroyed before the store that created them.
 #pragma once
 
 #include <cstdint>
