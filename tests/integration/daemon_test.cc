@@ -43,7 +43,7 @@ class DaemonTest : public ::testing::Test {
 };
 
 TEST_F(DaemonTest, FortyVersionsRestoreIdenticalAcrossRestartAndDeletes) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   DriftingModel model(42, 200000);  // ~800 KB of F32 weights plus F16/BF16/I64/BOOL tensors
   std::map<uint64_t, std::string> sha;
   for (uint64_t step = 1; step <= 40; ++step) {
@@ -70,7 +70,7 @@ TEST_F(DaemonTest, FortyVersionsRestoreIdenticalAcrossRestartAndDeletes) {
   EXPECT_LT(info->stored_bytes, info->raw_bytes);
 
   EXPECT_EQ(daemon_->Stop(), 0) << daemon_->log();
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   verify_all();
 
   for (uint64_t v : {100, 1700, 2500, 2600, 4000}) {
@@ -82,7 +82,7 @@ TEST_F(DaemonTest, FortyVersionsRestoreIdenticalAcrossRestartAndDeletes) {
 }
 
 TEST_F(DaemonTest, MalformedTruncatedAndInvalidRequestsGetPrecise4xxAndChangeNothing) {
-  StartDaemon({"--config", CKPT_TEST_SMALL_LIMITS_CONFIG});
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--config", CKPT_TEST_SMALL_LIMITS_CONFIG}));
   DriftingModel model(7, 1000);
   std::string good = model.Next();
   ASSERT_TRUE(client_->PushBuffer("m", 1, good).ok());
@@ -126,7 +126,7 @@ TEST_F(DaemonTest, MalformedTruncatedAndInvalidRequestsGetPrecise4xxAndChangeNot
 }
 
 TEST_F(DaemonTest, ChunkedBodiesAndExpectContinueAreHonoured) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   DriftingModel model(8, 50000);
   std::string v1 = model.Next(), v2 = model.Next();
   {
@@ -168,7 +168,7 @@ TEST_F(DaemonTest, ChunkedBodiesAndExpectContinueAreHonoured) {
 }
 
 TEST_F(DaemonTest, PushesToOneModelAreSerializedAndOtherModelsProceed) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   DriftingModel model(9, 200000);
   std::string body = model.Next();
   // Hold a push to "busy" open half-way through its body.
@@ -202,7 +202,7 @@ TEST_F(DaemonTest, PushesToOneModelAreSerializedAndOtherModelsProceed) {
 }
 
 TEST_F(DaemonTest, KillDuringPushLeavesNoVersionAndNoDataAfterRestart) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   DriftingModel model(10, 2000000);  // ~8 MB per checkpoint: several chunks per push
   std::vector<std::string> bodies;
   for (uint64_t v = 1; v <= 3; ++v) {
@@ -212,7 +212,7 @@ TEST_F(DaemonTest, KillDuringPushLeavesNoVersionAndNoDataAfterRestart) {
   ASSERT_EQ(daemon_->Stop(), 0);
   const size_t chunks_before = testing::CountKeys(daemon_->data_dir().string(), "chunks");
   ASSERT_GT(chunks_before, 0u);
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
 
   std::string next = model.Next();
   {
@@ -223,7 +223,7 @@ TEST_F(DaemonTest, KillDuringPushLeavesNoVersionAndNoDataAfterRestart) {
     daemon_->Kill();
   }
   const size_t chunks_after_crash = testing::CountKeys(daemon_->data_dir().string(), "chunks");
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   EXPECT_EQ(client_->PullToBuffer("k", "4").status().code(), StatusCode::kNotFound);
   for (uint64_t v = 1; v <= 3; ++v) {
     auto body = client_->PullToBuffer("k", std::to_string(v));
@@ -233,13 +233,13 @@ TEST_F(DaemonTest, KillDuringPushLeavesNoVersionAndNoDataAfterRestart) {
   ASSERT_EQ(daemon_->Stop(), 0);
   EXPECT_GE(chunks_after_crash, chunks_before);  // the crash did leave partial data behind ...
   EXPECT_EQ(testing::CountKeys(daemon_->data_dir().string(), "chunks"), chunks_before);  // ... gone
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   ASSERT_TRUE(client_->PushBuffer("k", 4, next).ok());
   EXPECT_EQ(Sha256Hex(*client_->PullToBuffer("k", "latest")), Sha256Hex(next));
 }
 
 TEST_F(DaemonTest, HeadReturnsHeadersWithoutBody) {
-  StartDaemon();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
   DriftingModel model(11, 1000);
   std::string body = model.Next();
   ASSERT_TRUE(client_->PushBuffer("h", 3, body).ok());
