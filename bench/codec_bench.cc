@@ -84,6 +84,51 @@ void BM_LosslessDeltaDecode(benchmark::State& state) {
   Report(state, d.current.size(), e->payload.size());
 }
 
+// Replays a 16-link chain (keyframe + 15 deltas, the longest with keyframe_every 16) of the
+// drifting weights. Argument 1: the codec's plane-domain chain decoder; 0: link by link.
+void BM_LosslessChainDecode(benchmark::State& state) {
+  auto codec = ckpt::NewLosslessCodec();
+  const auto& d = Weights();
+  constexpr int kLinks = 16;
+  std::vector<std::string> payloads;
+  std::mt19937_64 rng(2);
+  std::normal_distribution<float> step(0.0f, 1e-4f);
+  std::vector<float> w(kElements);
+  std::memcpy(w.data(), d.previous.data(), d.previous.size());
+  std::vector<uint8_t> previous = d.previous, current = d.previous;
+  payloads.push_back(codec->Encode(ckpt::DType::kF32, current, std::nullopt)->payload);
+  for (int i = 1; i < kLinks; ++i) {
+    for (size_t j = 0; j < w.size(); ++j) {
+      if (j % 3) w[j] += step(rng);
+    }
+    std::memcpy(current.data(), w.data(), current.size());
+    payloads.push_back(
+        codec->Encode(ckpt::DType::kF32, current, std::span<const uint8_t>(previous))->payload);
+    previous = current;
+  }
+  auto span = [](const std::string& p) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(p.data()), p.size());
+  };
+  std::vector<uint8_t> out(current.size()), next(current.size());
+  for (auto _ : state) {
+    if (state.range(0) == 1) {
+      auto decoder = codec->NewChainDecoder(ckpt::DType::kF32, current.size());
+      (void)decoder->StartFromKeyframe(span(payloads[0]));
+      for (int i = 1; i < kLinks; ++i) (void)decoder->ApplyDelta(span(payloads[i]));
+      (void)decoder->Finish(&out);
+    } else {
+      (void)codec->Decode(ckpt::DType::kF32, span(payloads[0]), std::nullopt, out);
+      for (int i = 1; i < kLinks; ++i) {
+        (void)codec->Decode(ckpt::DType::kF32, span(payloads[i]), std::span<const uint8_t>(out),
+                            next);
+        std::swap(out, next);
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * current.size() * kLinks));
+}
+
 void BM_ZstdBaseline(benchmark::State& state) {
   const int level = static_cast<int>(state.range(0));
   const auto& d = Weights();
@@ -112,6 +157,7 @@ void BM_ZstdDecompressBaseline(benchmark::State& state) {
 BENCHMARK(BM_LosslessKeyframeEncode)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LosslessDeltaEncode)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LosslessDeltaDecode)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LosslessChainDecode)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ZstdBaseline)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ZstdDecompressBaseline)->Unit(benchmark::kMillisecond);
 

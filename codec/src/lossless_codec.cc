@@ -207,6 +207,23 @@ class LosslessBytePlaneCodec final : public TensorCodec {
   Status Decode(DType dtype, std::span<const uint8_t> payload,
                 std::optional<std::span<const uint8_t>> reference,
                 std::span<uint8_t> out) const override {
+    if (reference && reference->size() != out.size()) {
+      return Status::DataLoss("lossless payload: reference length differs from chunk");
+    }
+    auto split = buffer_pool_.Acquire();
+    uint32_t planes = 0;
+    CKPT_RETURN_IF_ERROR(
+        DecodePlanes(dtype, payload, out.size(), /*xor_into=*/false, *split.get(), &planes));
+    MergePlanes(*split.get(), reference ? reference->data() : nullptr, planes, out.data());
+    return Status::Ok();
+  }
+
+  std::unique_ptr<ChainDecoder> NewChainDecoder(DType dtype, size_t length) const override;
+
+  // Decodes the planes of `payload` into `split` (plane p at p * length / planes), or XORs them
+  // into it when `xor_into`. Validates the whole payload; corrupt input is DataLoss.
+  Status DecodePlanes(DType dtype, std::span<const uint8_t> payload, size_t length, bool xor_into,
+                      Buffer& split, uint32_t* plane_count) const {
     ByteReader r(payload, "lossless payload");
     uint8_t version = 0, planes = 0;
     uint64_t raw_length = 0;
@@ -221,52 +238,65 @@ class LosslessBytePlaneCodec final : public TensorCodec {
       return Status::DataLoss("lossless payload: plane count " + std::to_string(planes) +
                               " invalid for dtype " + std::string(DTypeName(dtype)));
     }
-    if (raw_length != out.size() || raw_length % planes != 0) {
+    if (raw_length != length || raw_length % planes != 0) {
       return Status::DataLoss("lossless payload: raw length " + std::to_string(raw_length) +
-                              " does not match chunk length " + std::to_string(out.size()));
+                              " does not match chunk length " + std::to_string(length));
     }
-    if (reference && reference->size() != out.size()) {
-      return Status::DataLoss("lossless payload: reference length differs from chunk");
+    if (xor_into && (split.size() != length || *plane_count != planes)) {
+      return Status::DataLoss("lossless payload: plane layout differs from the chain's");
     }
-    std::vector<uint8_t> encodings(planes);
-    std::vector<uint32_t> lengths(planes);
+    *plane_count = planes;
+    uint8_t encodings[8];
+    uint32_t lengths[8];
     for (uint32_t p = 0; p < planes; ++p) {
       CKPT_RETURN_IF_ERROR(r.GetU8(&encodings[p]));
       CKPT_RETURN_IF_ERROR(r.GetU32(&lengths[p]));
     }
     const size_t plane_len = raw_length / planes;
-    auto split = buffer_pool_.Acquire();
     auto dctx = dctx_pool_.Acquire();
-    split->resize(raw_length);
+    auto scratch = buffer_pool_.Acquire();
+    if (!xor_into) split.resize(raw_length);
     for (uint32_t p = 0; p < planes; ++p) {
       std::span<const uint8_t> encoded;
       CKPT_RETURN_IF_ERROR(r.GetSpan(lengths[p], &encoded));
-      uint8_t* dst = split->data() + p * plane_len;
+      uint8_t* dst = split.data() + p * plane_len;
+      const uint8_t* plane = nullptr;
       if (encodings[p] == kPlaneStored) {
         if (encoded.size() != plane_len) {
           return Status::DataLoss("lossless payload: stored plane " + std::to_string(p) + " has " +
                                   std::to_string(encoded.size()) + " bytes, expected " +
                                   std::to_string(plane_len));
         }
-        std::memcpy(dst, encoded.data(), plane_len);
+        plane = encoded.data();
       } else if (encodings[p] == kPlaneZstd) {
-        size_t n = ZSTD_decompressDCtx(dctx.get(), dst, plane_len, encoded.data(), encoded.size());
+        uint8_t* target = dst;
+        if (xor_into) {
+          scratch->resize(plane_len);
+          target = scratch->data();
+        }
+        size_t n =
+            ZSTD_decompressDCtx(dctx.get(), target, plane_len, encoded.data(), encoded.size());
         if (ZSTD_isError(n) || n != plane_len) {
           return Status::DataLoss(
               "lossless payload: plane " + std::to_string(p) + " does not decompress to " +
               std::to_string(plane_len) + " bytes" +
               (ZSTD_isError(n) ? std::string(": ") + ZSTD_getErrorName(n) : std::string()));
         }
+        plane = target;
       } else {
         return Status::DataLoss("lossless payload: unknown plane encoding " +
                                 std::to_string(encodings[p]));
+      }
+      if (xor_into) {
+        for (size_t i = 0; i < plane_len; ++i) dst[i] ^= plane[i];
+      } else if (plane != dst) {
+        std::memcpy(dst, plane, plane_len);
       }
     }
     if (!r.empty()) {
       return Status::DataLoss("lossless payload: " + std::to_string(r.remaining()) +
                               " trailing bytes");
     }
-    MergePlanes(*split.get(), reference ? reference->data() : nullptr, planes, out.data());
     return Status::Ok();
   }
 
@@ -276,6 +306,56 @@ class LosslessBytePlaneCodec final : public TensorCodec {
   mutable Pool<ZSTD_DCtx> dctx_pool_;
   mutable Pool<Buffer> buffer_pool_;
 };
+
+// XOR deltas compose: the reconstruction after k deltas is the keyframe XOR every delta. And
+// the byte-plane transposition is a permutation of bytes, so the XORs can all happen in the
+// plane domain and the chain needs a single transposition at the end instead of one per link.
+class LosslessChainDecoder final : public ChainDecoder {
+ public:
+  LosslessChainDecoder(const LosslessBytePlaneCodec* codec, DType dtype, size_t length)
+      : codec_(codec), dtype_(dtype), length_(length) {}
+
+  Status StartFromKeyframe(std::span<const uint8_t> payload) override {
+    started_ = true;
+    return codec_->DecodePlanes(dtype_, payload, length_, /*xor_into=*/false, planes_, &count_);
+  }
+
+  Status StartFromDecoded(std::span<const uint8_t> decoded) override {
+    if (decoded.size() != length_) {
+      return Status::DataLoss("lossless chain: reconstruction length differs from chunk");
+    }
+    started_ = true;
+    count_ = PlaneCount(dtype_);
+    planes_.resize(length_);
+    SplitPlanes(decoded, nullptr, count_, planes_.data());
+    return Status::Ok();
+  }
+
+  Status ApplyDelta(std::span<const uint8_t> payload) override {
+    if (!started_) return Status::DataLoss("lossless chain: delta before keyframe");
+    return codec_->DecodePlanes(dtype_, payload, length_, /*xor_into=*/true, planes_, &count_);
+  }
+
+  Status Finish(std::vector<uint8_t>* out) override {
+    if (!started_) return Status::DataLoss("lossless chain: empty chain");
+    out->resize(length_);
+    MergePlanes(planes_, nullptr, count_, out->data());
+    return Status::Ok();
+  }
+
+ private:
+  const LosslessBytePlaneCodec* codec_;
+  const DType dtype_;
+  const size_t length_;
+  Buffer planes_;
+  uint32_t count_ = 0;
+  bool started_ = false;
+};
+
+std::unique_ptr<ChainDecoder> LosslessBytePlaneCodec::NewChainDecoder(DType dtype,
+                                                                      size_t length) const {
+  return std::make_unique<LosslessChainDecoder>(this, dtype, length);
+}
 
 }  // namespace
 

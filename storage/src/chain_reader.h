@@ -38,9 +38,6 @@ class ChainReader {
   static uint64_t ChunkLength(const ManifestTensor& t, uint32_t chunk);
 
  private:
-  Status ReadAndDecode(uint64_t seq, uint32_t tensor, uint32_t chunk, const ManifestTensor& t,
-                       const std::vector<uint8_t>* reference, std::vector<uint8_t>* out);
-
   rocksdb::DB* db_;
   rocksdb::ColumnFamilyHandle* manifests_;
   rocksdb::ColumnFamilyHandle* chunks_;
@@ -48,7 +45,7 @@ class ChainReader {
   std::string model_;
   ReferenceCache* cache_;
   std::map<uint64_t, ManifestRecord> manifests_by_seq_;
-  std::vector<uint8_t> scratch_;  // the other half of the decode double buffer, reused
+  std::vector<uint8_t> scratch_;  // materialized reconstruction when a chain switches codecs
 };
 
 // Converts a RocksDB status into a ckpt::Status (IoError, DataLoss for corruption, NotFound).

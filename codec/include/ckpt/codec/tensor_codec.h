@@ -43,6 +43,19 @@ struct EncodedChunk {
   bool reconstruction_is_input = true;
 };
 
+// Replays the delta chain of one chunk: a keyframe (or an already decoded reconstruction), then
+// deltas oldest first. Obtained from the codec that wrote the payloads; thread-compatible.
+class ChainDecoder {
+ public:
+  virtual ~ChainDecoder() = default;
+  virtual Status StartFromKeyframe(std::span<const uint8_t> payload) = 0;
+  // Starts from a reconstruction decoded earlier (for example a cached one).
+  virtual Status StartFromDecoded(std::span<const uint8_t> decoded) = 0;
+  virtual Status ApplyDelta(std::span<const uint8_t> payload) = 0;
+  // Writes the reconstruction after the last delta into `out` (resized to the chunk length).
+  virtual Status Finish(std::vector<uint8_t>* out) = 0;
+};
+
 class TensorCodec {
  public:
   virtual ~TensorCodec() = default;
@@ -59,6 +72,10 @@ class TensorCodec {
   virtual Status Decode(DType dtype, std::span<const uint8_t> payload,
                         std::optional<std::span<const uint8_t>> reference,
                         std::span<uint8_t> out) const = 0;
+
+  // A decoder for a chain of this codec's payloads for a chunk of `length` bytes. The default
+  // applies Decode link by link; codecs whose deltas compose cheaply override it.
+  virtual std::unique_ptr<ChainDecoder> NewChainDecoder(DType dtype, size_t length) const;
 };
 
 struct LosslessCodecOptions {

@@ -1,0 +1,57 @@
+#include "ckpt/codec/tensor_codec.h"
+
+namespace ckpt {
+namespace {
+
+// Applies TensorCodec::Decode link by link, double-buffered.
+class LinkByLinkChainDecoder final : public ChainDecoder {
+ public:
+  LinkByLinkChainDecoder(const TensorCodec* codec, DType dtype, size_t length)
+      : codec_(codec), dtype_(dtype), length_(length) {}
+
+  Status StartFromKeyframe(std::span<const uint8_t> payload) override {
+    current_.resize(length_);
+    started_ = true;
+    return codec_->Decode(dtype_, payload, std::nullopt, current_);
+  }
+
+  Status StartFromDecoded(std::span<const uint8_t> decoded) override {
+    if (decoded.size() != length_) {
+      return Status::DataLoss("chain: reconstruction length differs from chunk");
+    }
+    current_.assign(decoded.begin(), decoded.end());
+    started_ = true;
+    return Status::Ok();
+  }
+
+  Status ApplyDelta(std::span<const uint8_t> payload) override {
+    if (!started_) return Status::DataLoss("chain: delta before keyframe");
+    next_.resize(length_);
+    CKPT_RETURN_IF_ERROR(
+        codec_->Decode(dtype_, payload, std::span<const uint8_t>(current_), next_));
+    std::swap(current_, next_);
+    return Status::Ok();
+  }
+
+  Status Finish(std::vector<uint8_t>* out) override {
+    if (!started_) return Status::DataLoss("chain: empty chain");
+    std::swap(*out, current_);
+    return Status::Ok();
+  }
+
+ private:
+  const TensorCodec* codec_;
+  const DType dtype_;
+  const size_t length_;
+  std::vector<uint8_t> current_;
+  std::vector<uint8_t> next_;
+  bool started_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<ChainDecoder> TensorCodec::NewChainDecoder(DType dtype, size_t length) const {
+  return std::make_unique<LinkByLinkChainDecoder>(this, dtype, length);
+}
+
+}  // namespace ckpt
