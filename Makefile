@@ -6,7 +6,7 @@ RELEASE_DIR  ?= build-release
 CONFIG       ?= config/ckptd.toml
 JOBS         ?= $(shell nproc)
 
-.PHONY: deps run test build release bench clean format
+.PHONY: deps run test test-asan build release bench clean format
 
 deps:
 	@./scripts/install-deps.sh
@@ -17,6 +17,15 @@ build: deps
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer (integration tests run
+# the sanitized ckptd too).
+test-asan: deps
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCKPT_WERROR=ON \
+	  -DCKPT_SANITIZE=address,undefined -DCKPT_BUILD_BENCH=OFF
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j $(JOBS) --timeout 600
 
 release: deps
 	cmake -S . -B $(RELEASE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCKPT_BUILD_TESTS=OFF
@@ -32,4 +41,4 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD_DIR) $(RELEASE_DIR)
+	rm -rf $(BUILD_DIR) $(RELEASE_DIR) build-asan

@@ -192,7 +192,7 @@ class LosslessBytePlaneCodec final : public TensorCodec {
         if (n >= plane_len) encoding = kPlaneStored;
       }
       if (encoding == kPlaneStored) {
-        std::memcpy(cursor, plane, plane_len);
+        if (plane_len > 0) std::memcpy(cursor, plane, plane_len);  // empty chunks: null planes
         n = plane_len;
       }
       header.PutU8(encoding);
@@ -289,7 +289,7 @@ class LosslessBytePlaneCodec final : public TensorCodec {
       }
       if (xor_into) {
         for (size_t i = 0; i < plane_len; ++i) dst[i] ^= plane[i];
-      } else if (plane != dst) {
+      } else if (plane != dst && plane_len > 0) {
         std::memcpy(dst, plane, plane_len);
       }
     }

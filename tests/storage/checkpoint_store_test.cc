@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <random>
 
@@ -183,17 +185,29 @@ TEST_F(CheckpointStoreTest, MalformedBodyFailsAndChangesNothing) {
   EXPECT_EQ(*Restore("m", 1), v1);
 }
 
-// Simulates a crash mid-push: the session is leaked (its abort never runs), the store is closed
-// and reopened; recovery must remove the interrupted push's chunks.
+// A crash mid-push: a child process opens the store, writes most of a push and _exit()s, so no
+// destructor, abort or close runs. Recovery at the next open must remove the push's chunks.
 TEST_F(CheckpointStoreTest, RecoveryRemovesChunksOfInterruptedPush) {
   DriftingModel model(7, 5000);
   ASSERT_TRUE(Push("m", 1, model.Next()).ok());
   const size_t chunks_before = CountChunkKeys();
   std::string v2 = model.Next();
-  auto session = store_->BeginPush("m", 2, v2.size());
-  ASSERT_TRUE(session.ok());
-  ASSERT_TRUE((*session)->Write(Bytes(v2.substr(0, v2.size() - 100))).ok());
-  (void)std::move(session).value().release();  // leaked on purpose: no abort runs
+  store_.reset();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    StoreOptions options;
+    options.data_dir = dir_.str();
+    options.chunk_bytes = 4096;
+    auto store = CheckpointStore::Open(options);
+    if (!store.ok()) _exit(2);
+    auto session = (*store)->BeginPush("m", 2, v2.size());
+    if (!session.ok() || !(*session)->Write(Bytes(v2.substr(0, v2.size() - 100))).ok()) _exit(3);
+    _exit(0);  // "crash": nothing is cleaned up
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   Reopen();
   EXPECT_EQ(CountChunkKeys(), chunks_before);
   EXPECT_EQ(store_->GetVersion("m", 2).status().code(), StatusCode::kNotFound);
