@@ -127,6 +127,7 @@ int ApiHandler::HttpStatusFor(StatusCode code) {
       return 404;
     case StatusCode::kAlreadyExists:
     case StatusCode::kFailedPrecondition:
+    case StatusCode::kAborted:
       return 409;
     case StatusCode::kResourceExhausted:
       return 413;

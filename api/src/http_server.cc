@@ -30,6 +30,8 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kUseAwaitable = net::use_awaitable;
 // Capacity of each connection's read buffer, and so the largest single socket read.
 constexpr size_t kReadBufferBytes = 256 << 10;
+// How often a push waiting for its model's turn tries again.
+constexpr auto kPushRetryInterval = std::chrono::milliseconds(20);
 
 // Per-request facts for the access log.
 struct RequestLog {
@@ -295,7 +297,17 @@ class HttpServerImpl final : public HttpServer {
       if (!expect_continue) co_await DrainBeforeClose(stream, buffer, parser, chunk);
       co_return false;
     }
+    // Pushes to one model are serialized: wait for the model's turn on a timer (the body stays
+    // in the socket meanwhile, so TCP flow control holds the client back).
     auto session = handler_.BeginPush(route, content_length);
+    const auto wait_until = Clock::now() + options_.push_wait;
+    while (!session.ok() && session.status().code() == StatusCode::kAborted &&
+           Clock::now() < wait_until && !stopping_) {
+      net::steady_timer timer(stream.get_executor(), kPushRetryInterval);
+      beast::error_code ec;
+      co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
+      session = handler_.BeginPush(route, content_length);
+    }
     if (!session.ok()) {
       co_await WriteResponse(stream, ApiHandler::ErrorResponse(session.status()), version, false,
                              false, log);

@@ -14,6 +14,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "ALREADY_EXISTS";
     case StatusCode::kFailedPrecondition:
       return "FAILED_PRECONDITION";
+    case StatusCode::kAborted:
+      return "ABORTED";
     case StatusCode::kResourceExhausted:
       return "RESOURCE_EXHAUSTED";
     case StatusCode::kDataLoss:

@@ -105,7 +105,7 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
         CheckKeys(*server, "server",
                   {"listen", "threads", "max_body_bytes", "max_header_bytes", "max_json_body_bytes",
                    "io_timeout_seconds", "idle_timeout_seconds", "shutdown_grace_seconds",
-                   "io_buffer_bytes"}));
+                   "push_wait_seconds", "io_buffer_bytes"}));
     std::string listen;
     CKPT_RETURN_IF_ERROR(ReadString(*server, "server", "listen", listen));
     if (!listen.empty()) CKPT_RETURN_IF_ERROR(ApplyListen(listen, config));
@@ -123,6 +123,7 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
     CKPT_RETURN_IF_ERROR(ApplySeconds(*server, "server", "idle_timeout_seconds", s.idle_timeout));
     CKPT_RETURN_IF_ERROR(
         ApplySeconds(*server, "server", "shutdown_grace_seconds", s.shutdown_grace));
+    CKPT_RETURN_IF_ERROR(ApplySeconds(*server, "server", "push_wait_seconds", s.push_wait));
   } else if (root.contains("server")) {
     return Bad("server", "must be a table");
   }

@@ -79,9 +79,9 @@ ModelInfo MakeModelInfo(std::string_view model, const ModelRecord& r) {
 }
 
 Status BusyModel(std::string_view model) {
-  return Status::FailedPrecondition("model '" + std::string(model) +
-                                    "' is busy: a push to it is in progress; pushes to one model "
-                                    "are serialized, retry when it completes");
+  return Status::Aborted("model '" + std::string(model) +
+                         "' is busy: a push to it is in progress; pushes to one model are "
+                         "serialized, retry when it completes");
 }
 
 // Everything a push or restore needs from the store, owned by the store.

@@ -46,6 +46,7 @@ TEST(ApiErrors, StatusCodesMapToHttp) {
   EXPECT_EQ(ApiHandler::HttpStatusFor(StatusCode::kNotFound), 404);
   EXPECT_EQ(ApiHandler::HttpStatusFor(StatusCode::kFailedPrecondition), 409);
   EXPECT_EQ(ApiHandler::HttpStatusFor(StatusCode::kAlreadyExists), 409);
+  EXPECT_EQ(ApiHandler::HttpStatusFor(StatusCode::kAborted), 409);
   EXPECT_EQ(ApiHandler::HttpStatusFor(StatusCode::kResourceExhausted), 413);
   EXPECT_EQ(ApiHandler::HttpStatusFor(StatusCode::kDataLoss), 500);
   EXPECT_EQ(ApiHandler::HttpStatusFor(StatusCode::kUnavailable), 503);

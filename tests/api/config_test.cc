@@ -17,6 +17,7 @@ TEST(DaemonConfig, ExampleConfigFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.server.threads, defaults.server.threads);
   EXPECT_EQ(parsed.server.max_body_bytes, defaults.server.max_body_bytes);
   EXPECT_EQ(parsed.server.io_timeout, defaults.server.io_timeout);
+  EXPECT_EQ(parsed.server.push_wait, defaults.server.push_wait);
   EXPECT_EQ(parsed.store.data_dir, defaults.store.data_dir);
   EXPECT_EQ(parsed.store.chunk_bytes, defaults.store.chunk_bytes);
   EXPECT_EQ(parsed.store.reference_cache_bytes, defaults.store.reference_cache_bytes);

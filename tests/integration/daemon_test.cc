@@ -177,9 +177,14 @@ TEST_F(DaemonTest, PushesToOneModelAreSerializedAndOtherModelsProceed) {
   ASSERT_TRUE(holder.Send(testing::PutHeader("/v1/models/busy/versions/1", body.size(), true)));
   ASSERT_EQ(holder.Read().status, 100);
   ASSERT_TRUE(holder.Send(std::string_view(body).substr(0, body.size() / 2)));
-  Status second = client_->PushBuffer("busy", 2, body).status();
-  EXPECT_EQ(second.code(), StatusCode::kFailedPrecondition) << second.ToString();
-  EXPECT_NE(second.message().find("in progress"), std::string::npos);
+  // A second push to the same model waits for its turn (it gets no 100 Continue until then).
+  std::string next = model.Next();
+  Status second;
+  std::thread waiter([&] {
+    ClientOptions options;
+    options.server = daemon_->url();
+    second = Client::Create(options)->PushBuffer("busy", 2, next).status();
+  });
   // Other models proceed in parallel.
   std::vector<std::thread> threads;
   std::atomic<int> ok{0};
@@ -198,7 +203,26 @@ TEST_F(DaemonTest, PushesToOneModelAreSerializedAndOtherModelsProceed) {
   EXPECT_EQ(ok.load(), 20);
   ASSERT_TRUE(holder.Send(std::string_view(body).substr(body.size() / 2)));
   EXPECT_EQ(holder.Read().status, 201);
+  waiter.join();
+  EXPECT_TRUE(second.ok()) << second.ToString();
   EXPECT_EQ(Sha256Hex(*client_->PullToBuffer("busy", "1")), Sha256Hex(body));
+  EXPECT_EQ(Sha256Hex(*client_->PullToBuffer("busy", "2")), Sha256Hex(next));
+}
+
+TEST_F(DaemonTest, PushWaitingLongerThanPushWaitGets409Aborted) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--config", CKPT_TEST_SMALL_LIMITS_CONFIG}));  // 1 s wait
+  DriftingModel model(12, 1000);
+  std::string body = model.Next();
+  RawHttp holder(daemon_->port());
+  ASSERT_TRUE(holder.Send(testing::PutHeader("/v1/models/w/versions/1", body.size(), true)));
+  ASSERT_EQ(holder.Read().status, 100);
+  RawHttp second(daemon_->port());
+  ASSERT_TRUE(second.Send(testing::PutHeader("/v1/models/w/versions/2", body.size(), true)));
+  auto r = second.Read();
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_NE(r.body.find("ABORTED"), std::string::npos) << r.body;
+  ASSERT_TRUE(holder.Send(body));
+  EXPECT_EQ(holder.Read().status, 201);
 }
 
 TEST_F(DaemonTest, KillDuringPushLeavesNoVersionAndNoDataAfterRestart) {

@@ -41,6 +41,9 @@ struct HttpServerOptions {
   // On shutdown, in-flight requests get this long to finish before connections are cut.
   // Default: 30 s.
   std::chrono::seconds shutdown_grace{30};
+  // A push to a model that is already receiving one waits (without holding a thread) up to this
+  // long for its turn, then gets 409. Default: 30 s.
+  std::chrono::seconds push_wait{30};
   // Size of the per-connection buffer body bytes are read into. Default: 1 MiB.
   size_t io_buffer_bytes = 1 << 20;
 };

@@ -24,6 +24,8 @@ enum class StatusCode {
   kNotFound,            // model or version does not exist (HTTP 404)
   kAlreadyExists,       // the thing to create already exists (HTTP 409)
   kFailedPrecondition,  // the request conflicts with the current state (HTTP 409)
+  kAborted,             // a concurrent operation holds what is needed; retrying may succeed
+                        // (HTTP 409)
   kResourceExhausted,   // a configured size limit was exceeded (HTTP 413)
   kDataLoss,            // stored or transmitted bytes are corrupt (HTTP 500)
   kUnavailable,         // shutting down or temporarily unable to serve (HTTP 503)
@@ -50,6 +52,7 @@ class [[nodiscard]] Status {
   static Status FailedPrecondition(std::string msg) {
     return {StatusCode::kFailedPrecondition, std::move(msg)};
   }
+  static Status Aborted(std::string msg) { return {StatusCode::kAborted, std::move(msg)}; }
   static Status ResourceExhausted(std::string msg) {
     return {StatusCode::kResourceExhausted, std::move(msg)};
   }

@@ -6,8 +6,9 @@
 // stored version restores to exactly the bytes that were pushed (lossless mode).
 //
 // Thread safety: a CheckpointStore is safe for concurrent use by any number of threads.
-// Pushes to one model are serialized (a second concurrent push to the same model fails with
-// FailedPrecondition); different models proceed in parallel; readers never observe a partially
+// Pushes to one model are serialized (while one is in progress, a second BeginPush, delete or
+// policy change of that model fails fast with Aborted; the HTTP layer waits and retries pushes);
+// different models proceed in parallel; readers never observe a partially
 // written version. PushSession and RestoreStream objects are thread-compatible: one thread at
 // a time, and they must be destroyed before the store that created them.
 #pragma once
@@ -110,7 +111,7 @@ class CheckpointStore {
 
   // Validates model name and version and locks the model for a push. `body_size` is the
   // Content-Length if known. Fails with InvalidArgument (bad name), FailedPrecondition
-  // (version not above the latest, or another push in progress).
+  // (version not above the latest) or Aborted (another push to the model is in progress).
   virtual Result<std::unique_ptr<PushSession>> BeginPush(std::string_view model, uint64_t version,
                                                          std::optional<uint64_t> body_size) = 0;
 
