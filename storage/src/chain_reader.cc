@@ -25,8 +25,11 @@ ChainReader::ChainReader(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* manifests
 }
 
 Result<const ManifestRecord*> ChainReader::Manifest(uint64_t seq) {
-  auto it = manifests_by_seq_.find(seq);
-  if (it != manifests_by_seq_.end()) return &it->second;
+  {
+    std::lock_guard lock(mu_);
+    auto it = manifests_by_seq_.find(seq);
+    if (it != manifests_by_seq_.end()) return &it->second;
+  }
   std::string value;
   CKPT_RETURN_IF_ERROR(
       FromRocks(db_->Get(read_options_, manifests_, storage_keys::ManifestKey(model_, seq), &value),
@@ -35,6 +38,7 @@ Result<const ManifestRecord*> ChainReader::Manifest(uint64_t seq) {
   if (!decoded.ok()) {
     return decoded.status().WithContext("model '" + model_ + "' manifest " + std::to_string(seq));
   }
+  std::lock_guard lock(mu_);
   auto [pos, inserted] = manifests_by_seq_.emplace(seq, std::move(decoded).value());
   return &pos->second;
 }
@@ -134,10 +138,11 @@ Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
         CKPT_RETURN_IF_ERROR(decoder->StartFromDecoded(*cached).WithContext(where));
       } else if (codec != decoder_codec) {
         // The policy changed codecs mid-chain: materialize and continue with the new codec.
-        CKPT_RETURN_IF_ERROR(decoder->Finish(&scratch_).WithContext(where));
+        std::vector<uint8_t> materialized;
+        CKPT_RETURN_IF_ERROR(decoder->Finish(&materialized).WithContext(where));
         decoder = codec->NewChainDecoder(e.dtype, length);
         decoder_codec = codec;
-        CKPT_RETURN_IF_ERROR(decoder->StartFromDecoded(scratch_).WithContext(where));
+        CKPT_RETURN_IF_ERROR(decoder->StartFromDecoded(materialized).WithContext(where));
       }
       CKPT_RETURN_IF_ERROR(decoder->ApplyDelta(payload).WithContext(where));
     }

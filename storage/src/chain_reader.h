@@ -4,13 +4,16 @@
 // base manifest; decoding replays the chain from the keyframe forward, verifying the payload and
 // the decoded-bytes checksum of every link. Reads go through an optional RocksDB snapshot.
 //
-// Thread-compatible: one reader per push or restore; it caches the manifests it has read.
+// Thread-safe: one reader per push or restore; it caches the manifests it has read (std::map
+// nodes are stable, so returned pointers stay valid), and DecodeChunk may run concurrently for
+// different chunks (restores prefetch).
 #pragma once
 
 #include <rocksdb/db.h>
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -44,8 +47,8 @@ class ChainReader {
   rocksdb::ReadOptions read_options_;
   std::string model_;
   ReferenceCache* cache_;
-  std::map<uint64_t, ManifestRecord> manifests_by_seq_;
-  std::vector<uint8_t> scratch_;  // materialized reconstruction when a chain switches codecs
+  std::mutex mu_;
+  std::map<uint64_t, ManifestRecord> manifests_by_seq_;  // guarded by mu_
 };
 
 // Converts a RocksDB status into a ckpt::Status (IoError, DataLoss for corruption, NotFound).

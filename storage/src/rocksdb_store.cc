@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
+#include <future>
 #include <limits>
 #include <map>
 #include <unordered_map>
@@ -346,7 +348,10 @@ class RestoreStreamImpl final : public RestoreStream {
         record_(std::move(record)),
         reader_(ctx.db, ctx.manifests, ctx.chunks, snapshot, std::move(model), ctx.cache) {}
 
-  ~RestoreStreamImpl() override { ctx_.db->ReleaseSnapshot(snapshot_); }
+  ~RestoreStreamImpl() override {
+    queue_.clear();  // waits for prefetches still reading through the snapshot
+    ctx_.db->ReleaseSnapshot(snapshot_);
+  }
 
   Status Init() {
     CKPT_ASSIGN_OR_RETURN(manifest_, reader_.Manifest(record_.seq));
@@ -365,22 +370,57 @@ class RestoreStreamImpl final : public RestoreStream {
       sent_ += header.size();
       return MaybeVerified(header);
     }
-    while (tensor_ < manifest_->tensors.size()) {
-      const ManifestTensor& t = manifest_->tensors[tensor_];
-      if (chunk_ < t.chunk_count) {
-        CKPT_RETURN_IF_ERROR(reader_.DecodeChunk(record_.seq, tensor_, chunk_, &buffer_));
-        ++chunk_;
-        sha_.Update(buffer_);
-        sent_ += buffer_.size();
-        return MaybeVerified(buffer_);
-      }
-      ++tensor_;
-      chunk_ = 0;
-    }
-    return std::span<const uint8_t>();
+    Schedule();
+    if (queue_.empty()) return std::span<const uint8_t>();
+    Slot& slot = queue_.front();
+    Status decoded = slot.done.valid()
+                         ? slot.done.get()
+                         : reader_.DecodeChunk(record_.seq, slot.tensor, slot.chunk, &slot.data);
+    std::swap(buffer_, slot.data);
+    queue_.pop_front();
+    CKPT_RETURN_IF_ERROR(decoded);
+    Schedule();  // the next chunks decode while this one is being sent
+    sha_.Update(buffer_);
+    sent_ += buffer_.size();
+    return MaybeVerified(buffer_);
   }
 
  private:
+  // One chunk of the body, decoded ahead on a worker thread when it is large enough to pay for
+  // the thread, or inline when its turn comes.
+  struct Slot {
+    uint32_t tensor = 0;
+    uint32_t chunk = 0;
+    std::vector<uint8_t> data;
+    std::future<Status> done;  // valid when decoding asynchronously
+  };
+  // Chunks decoded ahead of the one being sent: uses a second core while the network thread
+  // writes, and bounds the memory to this many extra chunks.
+  static constexpr size_t kPrefetchDepth = 2;
+  static constexpr uint64_t kMinPrefetchBytes = 256 << 10;
+
+  // Queues the next chunks in body order, starting asynchronous decodes for large ones.
+  void Schedule() {
+    while (queue_.size() < kPrefetchDepth && tensor_ < manifest_->tensors.size()) {
+      const ManifestTensor& t = manifest_->tensors[tensor_];
+      if (chunk_ >= t.chunk_count) {
+        ++tensor_;
+        chunk_ = 0;
+        continue;
+      }
+      Slot& slot = queue_.emplace_back();  // deque: references to other slots stay valid
+      slot.tensor = tensor_;
+      slot.chunk = chunk_++;
+      if (ChainReader::ChunkLength(t, slot.chunk) >= kMinPrefetchBytes) {
+        std::vector<uint8_t>* out = &slot.data;
+        slot.done =
+            std::async(std::launch::async, [this, tensor = slot.tensor, chunk = slot.chunk, out] {
+              return reader_.DecodeChunk(record_.seq, tensor, chunk, out);
+            });
+      }
+    }
+  }
+
   // Before handing out the last piece, checks the whole body's SHA-256 against the one
   // recorded at push time, so a client never receives a complete body with wrong bytes.
   Result<std::span<const uint8_t>> MaybeVerified(std::span<const uint8_t> piece) {
@@ -411,6 +451,7 @@ class RestoreStreamImpl final : public RestoreStream {
   uint32_t chunk_ = 0;
   uint64_t sent_ = 0;
   std::vector<uint8_t> buffer_;
+  std::deque<Slot> queue_;  // after reader_: destroyed (joined) before it
 };
 
 // ---------------------------------------------------------------------------------------------
