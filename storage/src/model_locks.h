@@ -1,14 +1,17 @@
 // ModelLocks: one push/mutation lock per model name.
 //
 // Locks are taken with try-lock semantics: a second writer to a busy model fails fast instead of
-// blocking a network thread. Thread safety: safe for concurrent use.
+// blocking a network thread. A lock is a name in a set rather than a std::mutex because a push
+// session is created on one thread and may end on another (HTTP sessions are coroutines that
+// resume on any thread of the pool), and a std::mutex must be unlocked by the thread that locked
+// it. Thread safety: safe for concurrent use; a Guard may be released from any thread.
 #pragma once
 
-#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <unordered_set>
+#include <utility>
 
 namespace ckpt {
 
@@ -18,43 +21,45 @@ class ModelLocks {
   class Guard {
    public:
     Guard() = default;
-    Guard(Guard&&) = default;
+    Guard(Guard&& other) noexcept
+        : locks_(std::exchange(other.locks_, nullptr)), model_(std::move(other.model_)) {}
     Guard& operator=(Guard&& other) noexcept {
       if (this != &other) {
-        if (mu_) mu_->unlock();
-        mu_ = std::move(other.mu_);
+        Release();
+        locks_ = std::exchange(other.locks_, nullptr);
+        model_ = std::move(other.model_);
       }
       return *this;
     }
-    ~Guard() {
-      if (mu_) mu_->unlock();
-    }
-    explicit operator bool() const { return mu_ != nullptr; }
+    ~Guard() { Release(); }
+    explicit operator bool() const { return locks_ != nullptr; }
 
    private:
     friend class ModelLocks;
-    explicit Guard(std::shared_ptr<std::mutex> mu) : mu_(std::move(mu)) {}
-    std::shared_ptr<std::mutex> mu_;
+    Guard(ModelLocks* locks, std::string model) : locks_(locks), model_(std::move(model)) {}
+    void Release() {
+      if (locks_) locks_->Unlock(model_);
+      locks_ = nullptr;
+    }
+    ModelLocks* locks_ = nullptr;
+    std::string model_;
   };
 
   // Returns a held guard, or an empty one if the model is locked by someone else.
   Guard TryLock(std::string_view model) {
-    std::shared_ptr<std::mutex> mu;
-    {
-      std::lock_guard lock(registry_mu_);
-      auto& slot = locks_[std::string(model)];
-      if (!slot) slot = std::make_shared<std::mutex>();
-      mu = slot;
-    }
-    if (!mu->try_lock()) return Guard();
-    return Guard(std::move(mu));
+    std::lock_guard lock(mu_);
+    if (!busy_.emplace(model).second) return Guard();
+    return Guard(this, std::string(model));
   }
 
  private:
-  std::mutex registry_mu_;
-  // Entries are never removed: one small mutex per model name ever written, bounded by the
-  // number of models.
-  std::unordered_map<std::string, std::shared_ptr<std::mutex>> locks_;  // guarded by registry_mu_
+  void Unlock(const std::string& model) {
+    std::lock_guard lock(mu_);
+    busy_.erase(model);
+  }
+
+  std::mutex mu_;
+  std::unordered_set<std::string> busy_;  // guarded by mu_
 };
 
 }  // namespace ckpt
