@@ -140,11 +140,15 @@ class HttpServerImpl final : public HttpServer {
     std::lock_guard lock(sessions_mu_);
     for (auto& [id, entry] : sessions_) {
       if (entry.busy) continue;
-      beast::tcp_stream* stream = entry.stream;
-      net::post(stream->get_executor(), [stream] {
+      // Runs on the session's strand. The session may have ended (and freed its stream) before
+      // this runs; it deregisters on that same strand, so finding it registered means it lives.
+      net::post(entry.stream->get_executor(), [this, session_id = id] {
+        std::lock_guard inner(sessions_mu_);
+        auto it = sessions_.find(session_id);
+        if (it == sessions_.end() || it->second.busy) return;
         beast::error_code ignored;
-        stream->socket().shutdown(tcp::socket::shutdown_both, ignored);
-        stream->socket().close(ignored);
+        it->second.stream->socket().shutdown(tcp::socket::shutdown_both, ignored);
+        it->second.stream->socket().close(ignored);
       });
     }
   }

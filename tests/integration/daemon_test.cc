@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <thread>
 
@@ -278,6 +279,23 @@ TEST_F(DaemonTest, HeadReturnsHeadersWithoutBody) {
   EXPECT_EQ(head.sha256, Sha256Hex(body));
   auto health = http.Read();
   EXPECT_EQ(health.status, 200) << health.error;
+}
+
+}  // namespace
+}  // namespace ckpt
+
+namespace ckpt {
+namespace {
+
+TEST_F(DaemonTest, ShutdownClosesIdleKeepAliveConnectionsPromptlyAndExitsCleanly) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  RawHttp idle(daemon_->port());
+  ASSERT_TRUE(idle.Send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_EQ(idle.Read().status, 200);  // the connection stays open (keep-alive), idle
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(daemon_->Stop(), 0) << daemon_->log();
+  // Well under the 30 s idle timeout and the 30 s shutdown grace.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 }  // namespace
