@@ -1,0 +1,185 @@
+// Round trips and corruption handling of every persisted record (storage/src/records.h).
+#include "records.h"
+
+#include <gtest/gtest.h>
+
+#include "ckpt/codec/hashing.h"
+#include "reference_cache.h"
+
+namespace ckpt {
+namespace {
+
+template <typename Record>
+void ExpectTruncationsAreDataLoss(const std::string& bytes) {
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto r = Record::Decode(std::string_view(bytes).substr(0, n));
+    ASSERT_FALSE(r.ok()) << "prefix of " << n << " bytes decoded";
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  }
+  std::string bad_version = bytes;
+  bad_version[0] = 99;
+  auto r = Record::Decode(bad_version);
+  ASSERT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("format version 99"), std::string::npos);
+}
+
+TEST(Records, ModelRecordRoundTrips) {
+  ModelRecord m;
+  m.created_at_ms = 1764400000123;
+  m.policy_json = R"({"keyframe_every":4,"mode":"lossless"})";
+  m.has_versions = true;
+  m.latest_version = UINT64_MAX;
+  m.version_count = 7;
+  m.raw_bytes = 1ull << 40;
+  m.stored_bytes = 12345;
+  const std::string bytes = m.Encode();
+  auto d = ModelRecord::Decode(bytes);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->created_at_ms, m.created_at_ms);
+  EXPECT_EQ(d->policy_json, m.policy_json);
+  EXPECT_EQ(d->has_versions, m.has_versions);
+  EXPECT_EQ(d->latest_version, m.latest_version);
+  EXPECT_EQ(d->version_count, m.version_count);
+  EXPECT_EQ(d->raw_bytes, m.raw_bytes);
+  EXPECT_EQ(d->stored_bytes, m.stored_bytes);
+  ExpectTruncationsAreDataLoss<ModelRecord>(bytes);
+}
+
+TEST(Records, VersionRecordRoundTripsIncludingRawHeader) {
+  VersionRecord v;
+  v.seq = 42;
+  v.floor_seq = 33;
+  v.created_at_ms = 17;
+  v.raw_bytes = 999;
+  v.stored_bytes = 500;
+  v.kind = 3;
+  v.tensor_count = 2;
+  v.sha256_hex = std::string(64, 'a');
+  v.raw_header = std::string("\x10\0\0\0\0\0\0\0{\"a\":1}   \0", 19);
+  const std::string bytes = v.Encode();
+  auto d = VersionRecord::Decode(bytes);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->seq, 42u);
+  EXPECT_EQ(d->floor_seq, 33u);
+  EXPECT_EQ(d->kind, 3);
+  EXPECT_EQ(d->tensor_count, 2u);
+  EXPECT_EQ(d->sha256_hex, v.sha256_hex);
+  EXPECT_EQ(d->raw_header, v.raw_header);
+  ExpectTruncationsAreDataLoss<VersionRecord>(bytes);
+  EXPECT_EQ(VersionRecord::Decode(bytes + "x").status().code(), StatusCode::kDataLoss);
+}
+
+TEST(Records, ManifestRecordRoundTripsEveryTensorField) {
+  ManifestRecord m;
+  m.version = 1200;
+  m.floor_seq = 5;
+  m.stored_bytes = 77;
+  ManifestTensor a;
+  a.name = "layer.0.weight";
+  a.dtype = DType::kBF16;
+  a.shape = {4096, 11008};
+  a.byte_size = 4096ull * 11008 * 2;
+  a.chunk_bytes = 4 << 20;
+  a.chunk_count = 22;
+  a.kind = FrameKind::kDelta;
+  a.base_seq = 9;
+  a.base_tensor = 3;
+  a.keyframe_seq = 5;
+  a.chain_length = 4;
+  ManifestTensor scalar;
+  scalar.name = "step";
+  scalar.dtype = DType::kI64;
+  scalar.byte_size = 8;
+  scalar.chunk_bytes = 8;
+  scalar.chunk_count = 1;
+  m.tensors = {a, scalar};
+  const std::string bytes = m.Encode();
+  auto d = ManifestRecord::Decode(bytes);
+  ASSERT_TRUE(d.ok());
+  ASSERT_EQ(d->tensors.size(), 2u);
+  const auto& t = d->tensors[0];
+  EXPECT_EQ(t.name, a.name);
+  EXPECT_EQ(t.dtype, a.dtype);
+  EXPECT_EQ(t.shape, a.shape);
+  EXPECT_EQ(t.byte_size, a.byte_size);
+  EXPECT_EQ(t.chunk_bytes, a.chunk_bytes);
+  EXPECT_EQ(t.chunk_count, a.chunk_count);
+  EXPECT_EQ(t.kind, a.kind);
+  EXPECT_EQ(t.base_seq, a.base_seq);
+  EXPECT_EQ(t.base_tensor, a.base_tensor);
+  EXPECT_EQ(t.keyframe_seq, a.keyframe_seq);
+  EXPECT_EQ(t.chain_length, a.chain_length);
+  EXPECT_TRUE(d->tensors[1].shape.empty());
+  ExpectTruncationsAreDataLoss<ManifestRecord>(bytes);
+}
+
+TEST(Records, ChunkRecordRoundTripsAndDetectsPayloadCorruption) {
+  const std::string payload = "compressed bytes";
+  ChunkRecord c;
+  c.codec_id = 1;
+  c.kind = FrameKind::kKeyframe;
+  c.raw_length = 4096;
+  c.raw_checksum = 0x1234;
+  c.payload = payload;
+  c.payload_checksum = Xxh3Checksum(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()));
+  const std::string bytes = c.Encode();
+  auto d = ChunkRecord::Decode(bytes);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->codec_id, 1);
+  EXPECT_EQ(d->kind, FrameKind::kKeyframe);
+  EXPECT_EQ(d->raw_length, 4096u);
+  EXPECT_EQ(d->raw_checksum, 0x1234u);
+  EXPECT_EQ(d->payload, payload);
+  std::string flipped = bytes;
+  flipped.back() ^= 1;
+  auto bad = ChunkRecord::Decode(flipped);
+  ASSERT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find("checksum"), std::string::npos);
+  std::string bad_kind = bytes;
+  bad_kind[3] = 7;
+  EXPECT_EQ(ChunkRecord::Decode(bad_kind).status().code(), StatusCode::kDataLoss);
+}
+
+TEST(Records, CodecStateRecordRoundTrips) {
+  CodecStateRecord s{123, 100};
+  const std::string bytes = s.Encode();
+  auto d = CodecStateRecord::Decode(bytes);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->reference_seq, 123u);
+  EXPECT_EQ(d->reference_floor_seq, 100u);
+  ExpectTruncationsAreDataLoss<CodecStateRecord>(bytes);
+}
+
+ReferenceCache::Chunk Bytes(size_t n, uint8_t fill) {
+  return std::make_shared<const std::vector<uint8_t>>(n, fill);
+}
+
+TEST(ReferenceCache, EvictsLeastRecentlyUsedWithinBudget) {
+  ReferenceCache cache(300);
+  cache.Put("m", 1, 0, 0, Bytes(100, 1));
+  cache.Put("m", 1, 0, 1, Bytes(100, 2));
+  cache.Put("m", 1, 0, 2, Bytes(100, 3));
+  ASSERT_NE(cache.Get("m", 1, 0, 0), nullptr);  // now most recently used
+  cache.Put("m", 2, 0, 0, Bytes(100, 4));       // evicts chunk 1 (least recently used)
+  EXPECT_EQ(cache.Get("m", 1, 0, 1), nullptr);
+  EXPECT_NE(cache.Get("m", 1, 0, 0), nullptr);
+  EXPECT_EQ(cache.size_bytes(), 300u);
+  cache.Put("huge", 1, 0, 0, Bytes(301, 5));  // larger than the budget: not cached
+  EXPECT_EQ(cache.Get("huge", 1, 0, 0), nullptr);
+}
+
+TEST(ReferenceCache, DropModelExceptKeepsOnlyTheNamedSeq) {
+  ReferenceCache cache(1000);
+  cache.Put("m", 1, 0, 0, Bytes(10, 1));
+  cache.Put("m", 2, 0, 0, Bytes(10, 2));
+  cache.Put("other", 1, 0, 0, Bytes(10, 3));
+  cache.DropModelExcept("m", 2);
+  EXPECT_EQ(cache.Get("m", 1, 0, 0), nullptr);
+  EXPECT_EQ((*cache.Get("m", 2, 0, 0))[0], 2);
+  EXPECT_NE(cache.Get("other", 1, 0, 0), nullptr);
+  EXPECT_EQ(cache.size_bytes(), 20u);
+}
+
+}  // namespace
+}  // namespace ckpt
