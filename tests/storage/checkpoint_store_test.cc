@@ -245,6 +245,29 @@ TEST_F(CheckpointStoreTest, DeletingVersionsNeverChangesOthers) {
   EXPECT_EQ(*Restore("m", 100), next);
 }
 
+// A training job rolled back to step 3 deletes steps 4 and 5 and pushes new checkpoints under the
+// same numbers: the new bodies restore, older versions are untouched.
+TEST_F(CheckpointStoreTest, DeletedLatestVersionNumbersCanBePushedAgain) {
+  DriftingModel model(16, 3000), rerun(17, 3000);
+  std::vector<std::string> bodies;
+  for (uint64_t v = 1; v <= 5; ++v) {
+    bodies.push_back(model.Next());
+    ASSERT_TRUE(Push("m", v, bodies.back()).ok());
+  }
+  ASSERT_TRUE(store_->DeleteVersion("m", 5).ok());
+  ASSERT_TRUE(store_->DeleteVersion("m", 4).ok());
+  EXPECT_EQ(store_->GetModel("m")->latest_version, 3u);
+  std::string new4 = rerun.Next(), new5 = rerun.Next();
+  ASSERT_TRUE(Push("m", 4, new4).ok());
+  ASSERT_TRUE(Push("m", 5, new5).ok());
+  EXPECT_EQ(*Restore("m", 4), new4);
+  EXPECT_EQ(*Restore("m", 5), new5);
+  for (uint64_t v = 1; v <= 3; ++v) EXPECT_EQ(*Restore("m", v), bodies[v - 1]) << v;
+  Reopen();
+  EXPECT_EQ(*Restore("m", 5), new5);
+  EXPECT_EQ(store_->GetModel("m")->version_count, 5u);
+}
+
 TEST_F(CheckpointStoreTest, DeletingAWholeChainSegmentFreesItsChunks) {
   CodecPolicy policy;
   policy.keyframe_every = 4;
