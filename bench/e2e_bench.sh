@@ -11,6 +11,7 @@
 # Usage: bench/e2e_bench.sh CHECKPOINT_DIR [BUILD_DIR] [ROUNDS]
 #   BUILD_DIR defaults to build-release (make release), ROUNDS to 3.
 #   SKIP_ZSTD19=1 skips the (slow: ~2 MiB/s) zstd -19 baseline, for throughput-only runs.
+#   CKPTD_CONFIG=FILE starts ckptd with --config FILE.
 set -euo pipefail
 
 dir=$(realpath "$1")
@@ -37,7 +38,8 @@ median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
 start_daemon() {
   rm -f "$work/ready"
-  "$ckptd" --listen 127.0.0.1:0 --data-dir "$work/data" --ready-file "$work/ready" \
+  "$ckptd" ${CKPTD_CONFIG:+--config "$CKPTD_CONFIG"} --listen 127.0.0.1:0 \
+    --data-dir "$work/data" --ready-file "$work/ready" \
     --log-level warn > "$work/ckptd.log" 2>&1 &
   daemon_pid=$!
   for _ in $(seq 1000); do [[ -s "$work/ready" ]] && break; sleep 0.01; done
@@ -49,7 +51,7 @@ stop_daemon() {
   daemon_pid=""
 }
 
-push_times=(); pull_times=(); rss_kib=0; stored=0
+push_times=(); pull_times=(); rss_kib=0; push_rss_kib=0; stored=0
 for round in $(seq "$rounds"); do
   rm -rf "$work/data"
   start_daemon
@@ -57,6 +59,8 @@ for round in $(seq "$rounds"); do
   v=0
   for f in "${files[@]}"; do v=$((v + 1)); "$ckpt" push bench "$v" "$f" > /dev/null; done
   t1=$(now)
+  push_hwm=$(awk '/VmHWM/ { print $2 }' "/proc/$daemon_pid/status")
+  (( push_hwm > push_rss_kib )) && push_rss_kib=$push_hwm
   v=0
   for f in "${files[@]}"; do
     v=$((v + 1))
@@ -105,4 +109,5 @@ echo "pull (ckpt CLI, SHA-256 verified):       $(mbps "$raw" "$pull_s") MiB/s  (
 echo "cp + sync of the same files:             $(mbps "$raw" "$(awk -v a="$t3" -v b="$t4" 'BEGIN { print b - a }')") MiB/s"
 echo "zstd -3 compression (1 thread):          $(mbps "$raw" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')") MiB/s"
 echo "zstd -1 compression (1 thread):          $(mbps "$raw" "$(awk -v a="$t1" -v b="$t2" 'BEGIN { print b - a }')") MiB/s"
-echo "daemon peak RSS (VmHWM):                 $((rss_kib / 1024)) MiB"
+echo "daemon peak RSS (VmHWM) after pushes:    $((push_rss_kib / 1024)) MiB"
+echo "daemon peak RSS (VmHWM) after pulls:     $((rss_kib / 1024)) MiB"

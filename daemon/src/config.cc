@@ -129,11 +129,20 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
   }
 
   if (const toml::table* storage = root["storage"].as_table()) {
-    CKPT_RETURN_IF_ERROR(CheckKeys(
-        *storage, "storage",
-        {"data_dir", "chunk_bytes", "reference_cache_bytes", "sync_commits", "zstd_level"}));
+    CKPT_RETURN_IF_ERROR(CheckKeys(*storage, "storage",
+                                   {"data_dir", "chunk_bytes", "reference_cache_bytes",
+                                    "on_reference_miss", "sync_commits", "zstd_level"}));
     auto& st = config.store;
     CKPT_RETURN_IF_ERROR(ReadString(*storage, "storage", "data_dir", st.data_dir));
+    std::string miss;
+    CKPT_RETURN_IF_ERROR(ReadString(*storage, "storage", "on_reference_miss", miss));
+    if (miss == "keyframe") {
+      st.on_reference_miss = StoreOptions::ReferenceMiss::kKeyframe;
+    } else if (miss == "decode") {
+      st.on_reference_miss = StoreOptions::ReferenceMiss::kDecode;
+    } else if (!miss.empty()) {
+      return Bad("storage.on_reference_miss", "must be \"keyframe\" or \"decode\"");
+    }
     CKPT_RETURN_IF_ERROR(ReadInteger<uint64_t>(*storage, "storage", "chunk_bytes", 4096,
                                                uint64_t{256} << 20, st.chunk_bytes));
     CKPT_RETURN_IF_ERROR(ReadInteger<uint64_t>(*storage, "storage", "reference_cache_bytes", 0,

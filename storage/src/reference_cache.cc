@@ -35,6 +35,21 @@ void ReferenceCache::Put(std::string_view model, uint64_t seq, uint32_t tensor, 
   EvictLocked();
 }
 
+bool ReferenceCache::Contains(std::string_view model, uint64_t seq, uint32_t tensor,
+                              uint32_t chunk) const {
+  std::lock_guard lock(mu_);
+  return index_.count(MakeKey(model, seq, tensor, chunk)) > 0;
+}
+
+void ReferenceCache::Erase(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(MakeKey(model, seq, tensor, chunk));
+  if (it == index_.end()) return;
+  size_bytes_ -= it->second->data->size();
+  lru_.erase(it->second);
+  index_.erase(it);
+}
+
 void ReferenceCache::DropModelExcept(std::string_view model, uint64_t keep_seq) {
   std::lock_guard lock(mu_);
   for (auto it = lru_.begin(); it != lru_.end();) {

@@ -26,6 +26,8 @@ class ReferenceCache {
 
   Chunk Get(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk);
   void Put(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk, Chunk data);
+  bool Contains(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk) const;
+  void Erase(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk);
   // Drops every entry of `model` whose seq differs from `keep_seq` (0 drops all).
   void DropModelExcept(std::string_view model, uint64_t keep_seq);
 

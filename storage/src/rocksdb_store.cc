@@ -238,7 +238,8 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
       if (auto it = reference_index.find(t.name); it != reference_index.end()) {
         const ManifestTensor& rt = reference->tensors[it->second];
         if (rt.dtype == mt.dtype && rt.shape == mt.shape && rt.chunk_bytes == mt.chunk_bytes &&
-            mt.byte_size > 0 && rt.chain_length + 1 < policy_.keyframe_every) {
+            mt.byte_size > 0 && rt.chain_length + 1 < policy_.keyframe_every &&
+            ReferenceAvailable(it->second, mt.chunk_count)) {
           mt.kind = FrameKind::kDelta;
           mt.base_seq = state_->reference_seq;
           mt.base_tensor = it->second;
@@ -250,6 +251,17 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
       manifest_.tensors.push_back(std::move(mt));
     }
     return Status::Ok();
+  }
+
+  // Whether a delta against tensor `reference_tensor` of the reference manifest can be encoded
+  // without replaying its chain: all its chunks are in the reference cache, or the store is
+  // configured to decode misses.
+  bool ReferenceAvailable(uint32_t reference_tensor, uint32_t chunk_count) const {
+    if (ctx_.options->on_reference_miss == StoreOptions::ReferenceMiss::kDecode) return true;
+    for (uint32_t c = 0; c < chunk_count; ++c) {
+      if (!ctx_.cache->Contains(model_, state_->reference_seq, reference_tensor, c)) return false;
+    }
+    return true;
   }
 
   Status OnTensorData(size_t index, std::span<const uint8_t> bytes) override {
@@ -291,6 +303,10 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
       cached = ctx_.cache->Get(model_, t.base_seq, t.base_tensor, chunk);
       if (cached) {
         reference = std::span<const uint8_t>(*cached);
+        // Consumed: the new version's chunk replaces it, and evicting it now keeps the LRU from
+        // evicting reference chunks this push still needs. (Evicted under a race, or after an
+        // abort, a reference is decoded from the chain below.)
+        ctx_.cache->Erase(model_, t.base_seq, t.base_tensor, chunk);
       } else {
         CKPT_RETURN_IF_ERROR(reader_.DecodeChunk(t.base_seq, t.base_tensor, chunk, &decoded));
         reference = std::span<const uint8_t>(decoded);

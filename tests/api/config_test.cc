@@ -22,6 +22,7 @@ TEST(DaemonConfig, ExampleConfigFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.store.chunk_bytes, defaults.store.chunk_bytes);
   EXPECT_EQ(parsed.store.reference_cache_bytes, defaults.store.reference_cache_bytes);
   EXPECT_EQ(parsed.store.sync_commits, defaults.store.sync_commits);
+  EXPECT_EQ(parsed.store.on_reference_miss, defaults.store.on_reference_miss);
   EXPECT_EQ(parsed.store.default_policy, defaults.store.default_policy);
   EXPECT_EQ(parsed.log_level, defaults.log_level);
 }
@@ -47,6 +48,7 @@ TEST(DaemonConfig, RejectsUnknownKeysWrongTypesAndRanges) {
         Case{"[server]\nthreads = 0\n", "server.threads"},
         Case{"[storage]\nsync_commits = 1\n", "storage.sync_commits"},
         Case{"[storage]\nchunk_bytes = 10\n", "storage.chunk_bytes"}, Case{"[extra]\n", "extra"},
+        Case{"[storage]\non_reference_miss = \"guess\"\n", "on_reference_miss"},
         Case{"[server]\nlisten = \"nohost\"\n", "HOST:PORT"},
         Case{"[server]\nlisten = \"h:99999\"\n", "0..65535"}, Case{"[server\n", "config"}}) {
     DaemonConfig config;

@@ -25,11 +25,13 @@ class CheckpointStoreTest : public ::testing::Test {
  protected:
   void SetUp() override { Reopen(); }
 
-  void Reopen(uint64_t chunk_bytes = 4096) {
+  void Reopen(uint64_t chunk_bytes = 4096,
+              StoreOptions::ReferenceMiss miss = StoreOptions::ReferenceMiss::kKeyframe) {
     store_.reset();
     StoreOptions options;
     options.data_dir = dir_.str();
     options.chunk_bytes = chunk_bytes;  // small chunks: every tensor spans several
+    options.on_reference_miss = miss;
     auto opened = CheckpointStore::Open(options);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     store_ = std::move(opened).value();
@@ -115,6 +117,32 @@ TEST_F(CheckpointStoreTest, KeyframeEveryBoundsTheChain) {
   }
   EXPECT_EQ(kinds, (std::vector<std::string>{"keyframe", "delta", "delta", "delta", "keyframe",
                                              "delta", "delta", "delta", "keyframe"}));
+}
+
+// With a cold reference cache (after a restart) a push either stores keyframes (default: it
+// never replays a chain) or decodes the reference chain and stores deltas; both restore exactly.
+TEST_F(CheckpointStoreTest, ReferenceMissPolicyAfterRestart) {
+  DriftingModel model(18, 3000);
+  std::vector<std::string> bodies;
+  for (uint64_t v = 1; v <= 3; ++v) {
+    bodies.push_back(model.Next());
+    ASSERT_TRUE(Push("m", v, bodies.back()).ok());
+  }
+  Reopen();  // default: kKeyframe
+  bodies.push_back(model.Next());
+  auto cold = Push("m", 4, bodies.back());
+  ASSERT_TRUE(cold.ok());
+  EXPECT_EQ(cold->kind, "keyframe");
+  bodies.push_back(model.Next());
+  auto warm = Push("m", 5, bodies.back());  // the keyframe push filled the cache
+  ASSERT_TRUE(warm.ok());
+  EXPECT_EQ(warm->kind, "delta");
+  Reopen(4096, StoreOptions::ReferenceMiss::kDecode);
+  bodies.push_back(model.Next());
+  auto decoded = Push("m", 6, bodies.back());
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(decoded->kind, "delta");
+  for (uint64_t v = 1; v <= bodies.size(); ++v) EXPECT_EQ(*Restore("m", v), bodies[v - 1]) << v;
 }
 
 TEST_F(CheckpointStoreTest, RejectsNonIncreasingVersionsAndBadNames) {
@@ -327,7 +355,7 @@ TEST_F(CheckpointStoreTest, LargeTensorsUseBoundedChunksAndChangedChunkSizeForce
   DriftingModel model(12, 40000);
   std::string v1 = model.Next(), v2 = model.Next();
   ASSERT_TRUE(Push("m", 1, v1, 65536).ok());
-  Reopen(8192);
+  Reopen(8192, StoreOptions::ReferenceMiss::kDecode);
   auto info = Push("m", 2, v2, 777);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->kind, "mixed");  // big tensors re-keyframed, small ones still deltas

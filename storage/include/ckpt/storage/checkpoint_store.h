@@ -42,6 +42,16 @@ struct StoreOptions {
   // memory for push speed only. Default: 128 MiB.
   uint64_t reference_cache_bytes = 128 << 20;
 
+  // What a push does for a tensor whose reference (the previous version's reconstruction) is not
+  // entirely in the reference cache — after a restart, or for models larger than the cache:
+  //   kKeyframe: store the tensor as a keyframe; a push never replays a delta chain (fast, a bit
+  //              larger: on fp32 training runs a keyframe is ~20% larger than a delta).
+  //   kDecode:   decode the reference from the stored chain (up to keyframe_every - 1 deltas per
+  //              chunk) and store a delta (smaller, slower).
+  // Default: kKeyframe.
+  enum class ReferenceMiss { kKeyframe, kDecode };
+  ReferenceMiss on_reference_miss = ReferenceMiss::kKeyframe;
+
   // Sync the write-ahead log before a push or delete is acknowledged. Turning it off risks
   // losing acknowledged versions on power failure or kernel crash (not on a process crash).
   // Default: true.
