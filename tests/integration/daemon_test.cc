@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <iostream>
 #include <map>
 #include <thread>
 
@@ -30,6 +31,12 @@ class DaemonTest : public ::testing::Test {
     ClientOptions options;
     options.server = daemon_->url();
     client_ = std::make_unique<Client>(std::move(Client::Create(options)).value());
+  }
+
+  // A failed test shows what the daemon logged (sanitizer reports included) before its
+  // temporary directory is removed.
+  void TearDown() override {
+    if (HasFailure() && daemon_) std::cerr << "---- ckptd log ----\n" << daemon_->log();
   }
 
   void ExpectServing() {
