@@ -30,57 +30,48 @@ constexpr double kIncompressible = 0.98;
 
 uint32_t PlaneCount(DType dtype) { return DTypeIsFloat(dtype) ? DTypeSize(dtype) : 1; }
 
-// Writes byte p of element i (of `in`, XORed with `ref` if given) to out[p * n + i], in one
-// pass over the input. P is the element size.
-template <uint32_t P>
-void SplitPlanesFixed(const uint8_t* in, const uint8_t* ref, size_t n, uint8_t* out) {
+// Byte-plane transposition of n elements of P bytes, with an optional XOR against `ref` (which is
+// always in element layout). kSplit: byte p of element i goes to out[p * n + i]; kMerge is the
+// inverse. One pass over the input either way.
+enum class Transpose { kSplit, kMerge };
+
+template <Transpose kDirection, uint32_t P>
+void TransposeFixed(const uint8_t* in, const uint8_t* ref, size_t n, uint8_t* out) {
   for (size_t i = 0; i < n; ++i) {
     for (uint32_t p = 0; p < P; ++p) {
-      uint8_t b = in[i * P + p];
-      if (ref) b ^= ref[i * P + p];
-      out[p * n + i] = b;
+      const size_t element_index = i * P + p;
+      const size_t plane_index = p * n + i;
+      const size_t from = kDirection == Transpose::kSplit ? element_index : plane_index;
+      const size_t to = kDirection == Transpose::kSplit ? plane_index : element_index;
+      uint8_t b = in[from];
+      if (ref) b ^= ref[element_index];
+      out[to] = b;
     }
+  }
+}
+
+template <Transpose kDirection>
+void TransposePlanes(std::span<const uint8_t> in, const uint8_t* ref, uint32_t planes,
+                     uint8_t* out) {
+  const size_t n = in.size() / planes;
+  switch (planes) {
+    case 2:
+      return TransposeFixed<kDirection, 2>(in.data(), ref, n, out);
+    case 4:
+      return TransposeFixed<kDirection, 4>(in.data(), ref, n, out);
+    case 8:
+      return TransposeFixed<kDirection, 8>(in.data(), ref, n, out);
+    default:
+      for (size_t i = 0; i < in.size(); ++i) out[i] = in[i] ^ (ref ? ref[i] : 0);
   }
 }
 
 void SplitPlanes(std::span<const uint8_t> in, const uint8_t* ref, uint32_t planes, uint8_t* out) {
-  const size_t n = in.size() / planes;
-  switch (planes) {
-    case 2:
-      return SplitPlanesFixed<2>(in.data(), ref, n, out);
-    case 4:
-      return SplitPlanesFixed<4>(in.data(), ref, n, out);
-    case 8:
-      return SplitPlanesFixed<8>(in.data(), ref, n, out);
-    default:
-      for (size_t i = 0; i < in.size(); ++i) out[i] = in[i] ^ (ref ? ref[i] : 0);
-  }
-}
-
-// Inverse of SplitPlanes: out[i * P + p] = in[p * n + i] (XOR ref).
-template <uint32_t P>
-void MergePlanesFixed(const uint8_t* in, const uint8_t* ref, size_t n, uint8_t* out) {
-  for (size_t i = 0; i < n; ++i) {
-    for (uint32_t p = 0; p < P; ++p) {
-      uint8_t b = in[p * n + i];
-      if (ref) b ^= ref[i * P + p];
-      out[i * P + p] = b;
-    }
-  }
+  TransposePlanes<Transpose::kSplit>(in, ref, planes, out);
 }
 
 void MergePlanes(std::span<const uint8_t> in, const uint8_t* ref, uint32_t planes, uint8_t* out) {
-  const size_t n = in.size() / planes;
-  switch (planes) {
-    case 2:
-      return MergePlanesFixed<2>(in.data(), ref, n, out);
-    case 4:
-      return MergePlanesFixed<4>(in.data(), ref, n, out);
-    case 8:
-      return MergePlanesFixed<8>(in.data(), ref, n, out);
-    default:
-      for (size_t i = 0; i < in.size(); ++i) out[i] = in[i] ^ (ref ? ref[i] : 0);
-  }
+  TransposePlanes<Transpose::kMerge>(in, ref, planes, out);
 }
 
 // A small free list of reusable objects (zstd contexts, scratch buffers), so that steady-state

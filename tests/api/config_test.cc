@@ -18,6 +18,12 @@ TEST(DaemonConfig, ExampleConfigFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.server.max_body_bytes, defaults.server.max_body_bytes);
   EXPECT_EQ(parsed.server.io_timeout, defaults.server.io_timeout);
   EXPECT_EQ(parsed.server.push_wait, defaults.server.push_wait);
+  EXPECT_EQ(parsed.server.max_header_bytes, defaults.server.max_header_bytes);
+  EXPECT_EQ(parsed.server.max_json_body_bytes, defaults.server.max_json_body_bytes);
+  EXPECT_EQ(parsed.server.idle_timeout, defaults.server.idle_timeout);
+  EXPECT_EQ(parsed.server.shutdown_grace, defaults.server.shutdown_grace);
+  EXPECT_EQ(parsed.server.io_buffer_bytes, defaults.server.io_buffer_bytes);
+  EXPECT_EQ(parsed.store.zstd_level, defaults.store.zstd_level);
   EXPECT_EQ(parsed.store.data_dir, defaults.store.data_dir);
   EXPECT_EQ(parsed.store.chunk_bytes, defaults.store.chunk_bytes);
   EXPECT_EQ(parsed.store.reference_cache_bytes, defaults.store.reference_cache_bytes);
