@@ -4,10 +4,14 @@
 
 Workloads:
   digits  an MLP on scikit-learn's bundled 8x8 digits (1,797 images)
-  charlm  a 2-layer transformer character language model on the Python standard library
-          sources under /usr/lib/python3.11
+  charlm  a transformer character language model (d_model 256, --layers, default 2) on the
+          Python standard library sources under /usr/lib/python3.11
 
 Usage: /usr/bin/python3 bench/train_checkpoints.py WORKLOAD OUT_DIR [--checkpoints N] [--every K]
+           [--layers L] [--lr LR] [--weights-only] [--resume FILE.safetensors]
+       /usr/bin/python3 bench/train_checkpoints.py eval WORKLOAD FILE.safetensors... [--layers L]
+The eval form prints each file's held-out loss (charlm: the last 10% of the text; digits: the
+whole dataset) and accuracy (digits) as one JSON line per file.
 Run with Debian's /usr/bin/python3 (python3-torch, python3-sklearn). Deterministic (seeded).
 """
 import argparse
@@ -63,7 +67,27 @@ def checkpoint_tensors(model, optimizer, step):
     return out
 
 
-def digits_workload():
+def load_safetensors(path):
+    """Reads a safetensors file into name -> torch.Tensor (the __metadata__ entry is skipped)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + length])
+    base = 8 + length
+    np_types = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+                "U8": np.uint8, "BOOL": np.bool_, "BF16": np.int16}
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        array = np.frombuffer(raw[base + begin: base + end], dtype=np_types[info["dtype"]])
+        t = torch.from_numpy(array.copy()).reshape(info["shape"])
+        out[name] = t.view(torch.bfloat16) if info["dtype"] == "BF16" else t
+    return out
+
+
+def digits_workload(args):
     from sklearn.datasets import load_digits
     x, y = load_digits(return_X_y=True)
     x = torch.tensor(x / 16.0, dtype=torch.float32)
@@ -79,7 +103,13 @@ def digits_workload():
     def loss_fn(out, target):
         return nn.functional.cross_entropy(out, target)
 
-    return model, batch, loss_fn, 1e-3
+    def evaluate(m):
+        with torch.no_grad():
+            out = m(x)
+            return {"loss": loss_fn(out, y).item(),
+                    "accuracy": (out.argmax(1) == y).float().mean().item()}
+
+    return model, batch, loss_fn, evaluate, args.lr or 1e-3
 
 
 class CharLM(nn.Module):
@@ -100,14 +130,17 @@ class CharLM(nn.Module):
         return self.head(self.norm(h))
 
 
-def charlm_workload():
-    files = sorted(glob.glob("/usr/lib/python3.11/*.py"))[:200]
-    text = "".join(open(f, encoding="utf-8", errors="replace").read() for f in files)
+def charlm_workload(args):
+    files = sorted(glob.glob("/usr/lib/python3.11/*.py"))
+    corpus = "".join(open(f, encoding="utf-8", errors="replace").read() for f in files)
+    split = len(corpus) * 9 // 10  # the last 10% is held out for evaluation
+    text, held_out = corpus[:split], corpus[split:]
     chars = sorted(set(text))
     index = {c: i for i, c in enumerate(chars)}
     data = torch.tensor([index[c] for c in text], dtype=torch.int64)
+    test = torch.tensor([index.get(c, 0) for c in held_out], dtype=torch.int64)
     context = 128
-    model = CharLM(len(chars), context=context)
+    model = CharLM(len(chars), layers=args.layers, context=context)
     rng = torch.Generator().manual_seed(0)
 
     def batch():
@@ -118,22 +151,77 @@ def charlm_workload():
     def loss_fn(out, target):
         return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
 
-    return model, batch, loss_fn, 3e-4
+    # Fixed held-out windows: 64 sequences spread evenly over the held-out text.
+    starts = torch.linspace(0, len(test) - context - 2, 64).long().tolist()
+    eval_seq = torch.stack([test[s: s + context + 1] for s in starts])
+
+    def evaluate(m):
+        with torch.no_grad():
+            return {"loss": loss_fn(m(eval_seq[:, :-1]), eval_seq[:, 1:]).item()}
+
+    return model, batch, loss_fn, evaluate, args.lr or 3e-4
+
+
+WORKLOADS = {"digits": digits_workload, "charlm": charlm_workload}
+
+
+def apply_checkpoint(model, optimizer, tensors):
+    """Loads weights (and Adam moments, when the checkpoint has them) into model/optimizer."""
+    model.load_state_dict({k[len("model."):]: v for k, v in tensors.items()
+                           if k.startswith("model.")})
+    names = dict(model.named_parameters())
+    for name, p in names.items():
+        m, v = tensors.get(f"optim.{name}.exp_avg"), tensors.get(f"optim.{name}.exp_avg_sq")
+        if m is not None and v is not None:
+            optimizer.state[p] = {"step": torch.tensor(float(tensors["train.step"].item())),
+                                  "exp_avg": m.clone(), "exp_avg_sq": v.clone()}
+    return int(tensors["train.step"].item()) if "train.step" in tensors else 0
+
+
+def run_eval(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("workload", choices=list(WORKLOADS))
+    parser.add_argument("files", nargs="+")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=None)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(2)
+    model, _, _, evaluate, _ = WORKLOADS[args.workload](args)
+    for path in args.files:
+        tensors = load_safetensors(path)
+        model.load_state_dict({k[len("model."):]: v for k, v in tensors.items()
+                               if k.startswith("model.")})
+        print(json.dumps({"file": path, **evaluate(model)}), flush=True)
 
 
 def main():
+    import sys
+    if len(sys.argv) > 1 and sys.argv[1] == "eval":
+        return run_eval(sys.argv[2:])
     parser = argparse.ArgumentParser()
-    parser.add_argument("workload", choices=["digits", "charlm"])
+    parser.add_argument("workload", choices=list(WORKLOADS))
     parser.add_argument("out_dir")
     parser.add_argument("--checkpoints", type=int, default=25)
     parser.add_argument("--every", type=int, default=20)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=None)
+    parser.add_argument("--weights-only", action="store_true",
+                        help="save model weights only (no Adam moments, no step counter)")
+    parser.add_argument("--resume", help="start from this checkpoint (weights + Adam state)")
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(2)
-    model, batch, loss_fn, lr = {"digits": digits_workload, "charlm": charlm_workload}[args.workload]()
+    model, batch, loss_fn, evaluate, lr = WORKLOADS[args.workload](args)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    os.makedirs(args.out_dir, exist_ok=True)
     step = 0
+    if args.resume:
+        step = apply_checkpoint(model, optimizer, load_safetensors(args.resume))
+        # Replay the data order so the resumed run sees the batches the original run saw.
+        for _ in range(step):
+            batch()
+    os.makedirs(args.out_dir, exist_ok=True)
+    # The models have no dropout or batch norm, so train mode is also evaluation mode (and
+    # avoids PyTorch 1.13's eval fast path, which turns the -inf attention mask into NaN).
     for c in range(1, args.checkpoints + 1):
         for _ in range(args.every):
             inputs, target = batch()
@@ -143,9 +231,13 @@ def main():
             optimizer.step()
             step += 1
         path = os.path.join(args.out_dir, f"step-{step:06d}.safetensors")
-        save_safetensors(checkpoint_tensors(model, optimizer, step), path,
+        tensors = checkpoint_tensors(model, optimizer, step)
+        if args.weights_only:
+            tensors = {k: v for k, v in tensors.items() if k.startswith("model.")}
+        save_safetensors(tensors, path,
                          {"format": "pt", "step": str(step), "loss": f"{loss.item():.5f}"})
-        print(f"{args.workload} step {step} loss {loss.item():.4f} -> {path}", flush=True)
+        print(json.dumps({"step": step, "train_loss": loss.item(), **evaluate(model),
+                          "file": path}), flush=True)
 
 
 if __name__ == "__main__":

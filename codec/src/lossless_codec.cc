@@ -354,14 +354,4 @@ std::unique_ptr<TensorCodec> NewLosslessCodec(const LosslessCodecOptions& option
   return std::make_unique<LosslessBytePlaneCodec>(options);
 }
 
-Result<const TensorCodec*> CodecForDecoding(uint16_t id) {
-  static const LosslessBytePlaneCodec lossless{LosslessCodecOptions{}};
-  switch (static_cast<CodecId>(id)) {
-    case CodecId::kLosslessBytePlanes:
-      return static_cast<const TensorCodec*>(&lossless);
-  }
-  return Status::DataLoss("unknown codec id " + std::to_string(id) +
-                          " (written by a newer ckptd?)");
-}
-
 }  // namespace ckpt

@@ -1,5 +1,7 @@
 #include "ckpt/codec/tensor_codec.h"
 
+#include "ckpt/codec/lossy_codec.h"
+
 namespace ckpt {
 namespace {
 
@@ -52,6 +54,19 @@ class LinkByLinkChainDecoder final : public ChainDecoder {
 
 std::unique_ptr<ChainDecoder> TensorCodec::NewChainDecoder(DType dtype, size_t length) const {
   return std::make_unique<LinkByLinkChainDecoder>(this, dtype, length);
+}
+
+Result<const TensorCodec*> CodecForDecoding(uint16_t id) {
+  static const std::unique_ptr<TensorCodec> lossless = NewLosslessCodec();
+  static const std::unique_ptr<TensorCodec> lossy = NewLossyCodec({});
+  switch (static_cast<CodecId>(id)) {
+    case CodecId::kLosslessBytePlanes:
+      return static_cast<const TensorCodec*>(lossless.get());
+    case CodecId::kLossyQuantized:
+      return static_cast<const TensorCodec*>(lossy.get());
+  }
+  return Status::DataLoss("unknown codec id " + std::to_string(id) +
+                          " (written by a newer ckptd?)");
 }
 
 }  // namespace ckpt

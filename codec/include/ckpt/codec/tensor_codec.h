@@ -26,6 +26,7 @@ namespace ckpt {
 // Written to disk: never change a value, never reuse a retired one.
 enum class CodecId : uint16_t {
   kLosslessBytePlanes = 1,  // byte-plane split + zstd; deltas are XOR of the raw bits
+  kLossyQuantized = 2,      // error-bounded quantization + context-modelled rANS (lossy_codec.h)
 };
 
 // Whether a payload stands alone or needs the previous reconstruction.
@@ -35,8 +36,20 @@ enum class FrameKind : uint8_t {
   kDelta = 2,
 };
 
+// What an encoder did with a chunk, for reporting (version detail, benchmarks).
+struct ChunkCodingInfo {
+  uint8_t quantizer = 0;           // 0 for lossless; else the lossy Quantizer value used
+  double bound = 0;                // the absolute error bound applied (0 = bit-exact)
+  uint64_t elements = 0;           // elements in the chunk
+  uint64_t exact_elements = 0;     // elements stored verbatim to keep the bound (NaN, Inf, ...)
+  double model_entropy_bits = 0;   // Shannon entropy of the coded symbols under the codec's
+                                   // context model, plus raw extra bits (0 if not applicable)
+  double order0_entropy_bits = 0;  // the same without contexts (order-0, per chunk)
+};
+
 struct EncodedChunk {
   std::string payload;
+  ChunkCodingInfo info;
   // For lossless codecs the reconstruction is the input itself and this stays empty; lossy
   // codecs return the decoder's exact output here (the next error-feedback state).
   std::vector<uint8_t> reconstruction;

@@ -1,0 +1,62 @@
+// Error-bounded lossy codecs for float tensors.
+//
+// Guarantee: for every element x of a chunk encoded with absolute bound e, the decoded element
+// r (in the chunk's own dtype) satisfies |x - r| <= e; NaN and ±Inf decode bit-exactly. The
+// encoder checks every element against the decoder's exact output and stores any element that
+// would miss the bound verbatim (an "exact" element), so the bound holds by construction, for
+// keyframes and deltas alike, whatever the values.
+//
+// Closed loop: a delta is taken against the reference the caller passes, which must be the
+// previous *reconstruction* (EncodedChunk::reconstruction of the previous version), never the
+// previous input; then the error of version t is only the quantization error of version t and
+// nothing accumulates along a chain. Encoder and decoder share one reconstruction function, so
+// they agree to the bit.
+//
+// Payloads record the quantizer, the bound and the step they were written with; decoding needs
+// no options (CodecForDecoding(CodecId::kLossyQuantized)).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "ckpt/codec/tensor_codec.h"
+
+namespace ckpt {
+
+// The quantizer of a lossy payload. Persisted in payloads: never change a value.
+enum class Quantizer : uint8_t {
+  kAuto = 0,  // choose per chunk (never stored)
+  kUniform = 1,
+};
+
+std::string_view QuantizerName(Quantizer q);
+std::optional<Quantizer> QuantizerFromName(std::string_view name);
+
+// The error bound of a tensor. Relative bounds are relative to the value range (max - min of
+// the finite values) of the tensor in the version being encoded; the codec applies them per
+// chunk with the chunk's range, which is never larger than the tensor's, so the tensor-wide
+// guarantee holds.
+struct ErrorBound {
+  enum class Kind : uint8_t { kAbsolute = 1, kRelative = 2 };
+  Kind kind = Kind::kAbsolute;
+  double value = 0;
+
+  friend bool operator==(const ErrorBound&, const ErrorBound&) = default;
+};
+
+struct LossyCodecOptions {
+  Quantizer quantizer = Quantizer::kAuto;
+  ErrorBound bound;
+};
+
+// True for the dtypes the lossy codecs quantize (F64, F32, F16, BF16). Other dtypes are always
+// stored losslessly.
+bool LossyCodecSupports(DType dtype);
+
+// A lossy codec with fixed options; Encode fails with InvalidArgument for unsupported dtypes.
+// Immutable, safe for concurrent use.
+std::unique_ptr<TensorCodec> NewLossyCodec(const LossyCodecOptions& options);
+
+}  // namespace ckpt

@@ -1,0 +1,190 @@
+#include "rans.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ckpt::rans {
+
+double Histogram::EntropyBits() const {
+  double bits = 0;
+  for (const auto& c : counts) {
+    uint64_t total = 0;
+    for (uint32_t n : c) total += n;
+    if (total == 0) continue;
+    for (uint32_t n : c) {
+      if (n) bits -= n * std::log2(static_cast<double>(n) / static_cast<double>(total));
+    }
+  }
+  return bits;
+}
+
+Table Normalize(const std::array<uint32_t, kMaxSymbols>& counts) {
+  Table t;
+  uint64_t total = 0;
+  for (uint32_t n : counts) total += n;
+  if (total == 0) return t;
+  int64_t sum = 0;
+  uint32_t largest = 0;
+  for (uint32_t s = 0; s < kMaxSymbols; ++s) {
+    if (!counts[s]) continue;
+    const uint64_t scaled = (uint64_t{counts[s]} * kScale + total / 2) / total;
+    t.freq[s] = static_cast<uint16_t>(std::clamp<uint64_t>(scaled, 1, kScale));
+    sum += t.freq[s];
+    if (counts[s] > counts[largest]) largest = s;
+  }
+  int64_t diff = static_cast<int64_t>(kScale) - sum;
+  if (diff > 0) {
+    t.freq[largest] = static_cast<uint16_t>(t.freq[largest] + diff);
+  }
+  while (diff < 0) {
+    // Take from the symbol that loses least per unit of frequency: the most frequent one.
+    uint32_t victim = kMaxSymbols;
+    for (uint32_t s = 0; s < kMaxSymbols; ++s) {
+      if (t.freq[s] > 1 && (victim == kMaxSymbols || t.freq[s] > t.freq[victim])) victim = s;
+    }
+    const int64_t take = std::min<int64_t>(-diff, t.freq[victim] - 1);
+    t.freq[victim] = static_cast<uint16_t>(t.freq[victim] - take);
+    diff += take;
+  }
+  uint32_t start = 0;
+  for (uint32_t s = 0; s < kMaxSymbols; ++s) {
+    t.start[s] = static_cast<uint16_t>(start);
+    start += t.freq[s];
+  }
+  return t;
+}
+
+void PutVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+bool GetVarint(const uint8_t*& in, const uint8_t* end, uint64_t* v) {
+  uint64_t result = 0;
+  for (int shift = 0; shift < 64 && in < end; shift += 7) {
+    const uint8_t b = *in++;
+    result |= uint64_t{b & 0x7fu} << shift;
+    if (!(b & 0x80)) {
+      *v = result;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<Table> WriteTables(const Histogram& histogram, std::string* out) {
+  std::vector<Table> tables;
+  tables.reserve(histogram.counts.size());
+  out->push_back(static_cast<char>(histogram.counts.size()));
+  for (const auto& counts : histogram.counts) {
+    Table t = Normalize(counts);
+    uint32_t present = 0;
+    for (uint16_t f : t.freq) present += f != 0;
+    out->push_back(static_cast<char>(present));
+    for (uint32_t s = 0; s < kMaxSymbols; ++s) {
+      if (!t.freq[s]) continue;
+      out->push_back(static_cast<char>(s));
+      PutVarint(t.freq[s], out);
+    }
+    tables.push_back(t);
+  }
+  return tables;
+}
+
+void Encoder::Finish(std::string* out) {
+  for (int i = 3; i >= 0; --i) buffer_[--pos_] = static_cast<uint8_t>(state_ >> (8 * i));
+  const size_t n = buffer_.size() - pos_;
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  out->append(reinterpret_cast<const char*>(buffer_.data() + pos_), n);
+}
+
+namespace {
+// The table of an unused context: a corrupt stream that uses it still decodes in bounded time
+// (Decoder::Check then reports the corruption).
+const std::vector<uint32_t>& UnusedContextSlots() {
+  static const std::vector<uint32_t> slots(kScale, kScale << 7);
+  return slots;
+}
+}  // namespace
+
+Status DecodeTables::Read(const uint8_t*& in, const uint8_t* end, uint32_t contexts) {
+  if (contexts > kMaxContexts || in >= end || *in != contexts) {
+    return Status::DataLoss("rans: context count differs from the payload header");
+  }
+  ++in;
+  // First pass: validate and count the used contexts, so slots_ is allocated once.
+  const uint8_t* tables_begin = in;
+  uint32_t used = 0;
+  for (uint32_t c = 0; c < contexts; ++c) {
+    if (in >= end) return Status::DataLoss("rans: truncated tables");
+    const uint32_t present = *in++;
+    if (present > kMaxSymbols) return Status::DataLoss("rans: too many symbols in a table");
+    uint64_t total = 0;
+    int last = -1;
+    for (uint32_t k = 0; k < present; ++k) {
+      uint64_t freq = 0;
+      if (in >= end) return Status::DataLoss("rans: truncated tables");
+      const uint32_t symbol = *in++;
+      if (static_cast<int>(symbol) <= last || symbol >= kMaxSymbols || !GetVarint(in, end, &freq) ||
+          freq == 0 || freq > kScale - total) {
+        return Status::DataLoss("rans: malformed frequency table");
+      }
+      last = static_cast<int>(symbol);
+      total += freq;
+    }
+    if (present != 0 && total != kScale) {
+      return Status::DataLoss("rans: frequencies do not sum to the scale");
+    }
+    used += present != 0;
+  }
+  slots_.resize(size_t{used} * kScale);
+  in = tables_begin;
+  uint32_t* next = slots_.data();
+  for (uint32_t c = 0; c < contexts; ++c) {
+    const uint32_t present = *in++;
+    if (present == 0) {
+      contexts_[c] = UnusedContextSlots().data();
+      continue;
+    }
+    contexts_[c] = next;
+    uint32_t start = 0;
+    for (uint32_t k = 0; k < present; ++k) {
+      uint64_t freq = 0;
+      const uint32_t symbol = *in++;
+      GetVarint(in, end, &freq);
+      const uint32_t entry = symbol | (static_cast<uint32_t>(freq) << 7) | (start << 20);
+      std::fill(next + start, next + start + freq, entry);
+      start += static_cast<uint32_t>(freq);
+    }
+    next += kScale;
+  }
+  return Status::Ok();
+}
+
+Status Decoder::Init(const uint8_t*& in, const uint8_t* end) {
+  if (end - in < 8) return Status::DataLoss("rans: truncated stream");
+  uint32_t n = 0;
+  for (int i = 0; i < 4; ++i) n |= uint32_t{in[i]} << (8 * i);
+  in += 4;
+  if (n < 4 || n > static_cast<size_t>(end - in)) {
+    return Status::DataLoss("rans: coded length out of range");
+  }
+  state_ = 0;
+  for (int i = 0; i < 4; ++i) state_ |= uint32_t{in[i]} << (8 * i);
+  in_ = in + 4;
+  end_ = in + n;
+  in += n;
+  return Status::Ok();
+}
+
+Status Decoder::Check() const {
+  if (overrun_ || in_ != end_ || state_ != kLow) {
+    return Status::DataLoss("rans: coded stream is corrupt (wrong length or final state)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace ckpt::rans

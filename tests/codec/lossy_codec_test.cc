@@ -1,0 +1,435 @@
+// Property tests of the error-bounded lossy codec: the bound holds for every element of every
+// version, on random, heavy-tailed and adversarial values, over long closed-loop chains.
+#include "ckpt/codec/lossy_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+namespace ckpt {
+namespace {
+
+// Values as doubles <-> bytes of a dtype (round to nearest, as a client would store them).
+std::vector<uint8_t> Pack(DType dtype, const std::vector<double>& values) {
+  std::vector<uint8_t> out(values.size() * DTypeSize(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint8_t* p = out.data() + i * DTypeSize(dtype);
+    const double v = values[i];
+    switch (dtype) {
+      case DType::kF64:
+        std::memcpy(p, &v, 8);
+        break;
+      case DType::kF32: {
+        const float f = static_cast<float>(v);
+        std::memcpy(p, &f, 4);
+        break;
+      }
+      case DType::kF16: {
+        const _Float16 h = static_cast<_Float16>(v);
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case DType::kBF16: {
+        const uint32_t bits = std::bit_cast<uint32_t>(static_cast<float>(v));
+        const uint16_t b = std::isnan(v)
+                               ? static_cast<uint16_t>(bits >> 16)
+                               : static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+        std::memcpy(p, &b, 2);
+        break;
+      }
+      default:
+        ADD_FAILURE() << "unsupported dtype";
+    }
+  }
+  return out;
+}
+
+double Load(DType dtype, const uint8_t* p) {
+  switch (dtype) {
+    case DType::kF64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
+    case DType::kF32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case DType::kF16: {
+      _Float16 h;
+      std::memcpy(&h, p, 2);
+      return static_cast<double>(h);
+    }
+    case DType::kBF16: {
+      uint16_t b;
+      std::memcpy(&b, p, 2);
+      return std::bit_cast<float>(uint32_t{b} << 16);
+    }
+    default:
+      return 0;
+  }
+}
+
+std::span<const uint8_t> AsBytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+// Checks the guarantee element by element: within `bound`, non-finite values bit-exact.
+// Returns the largest error seen.
+double ExpectWithinBound(DType dtype, const std::vector<uint8_t>& pushed,
+                         const std::vector<uint8_t>& restored, double bound,
+                         const std::string& where) {
+  const size_t size = DTypeSize(dtype);
+  EXPECT_EQ(pushed.size(), restored.size()) << where;
+  double worst = 0;
+  for (size_t i = 0; i < pushed.size() / size; ++i) {
+    const double x = Load(dtype, pushed.data() + i * size);
+    const double r = Load(dtype, restored.data() + i * size);
+    if (!std::isfinite(x)) {
+      EXPECT_EQ(0, std::memcmp(pushed.data() + i * size, restored.data() + i * size, size))
+          << where << " element " << i << " (non-finite) not restored bit-exactly";
+      continue;
+    }
+    const double err = std::abs(x - r);
+    worst = std::max(worst, err);
+    if (!(err <= bound)) {
+      ADD_FAILURE() << where << " element " << i << ": pushed " << x << " restored " << r
+                    << " error " << err << " > bound " << bound;
+      return worst;
+    }
+  }
+  return worst;
+}
+
+struct Coded {
+  EncodedChunk chunk;
+  std::vector<uint8_t> decoded;
+};
+
+// Encodes `current` against `reference`, decodes it with the decoding codec, and checks that
+// the decoder's output is bit-identical to the encoder's reconstruction.
+Coded EncodeDecode(const TensorCodec& codec, DType dtype, const std::vector<uint8_t>& current,
+                   const std::vector<uint8_t>* reference) {
+  std::optional<std::span<const uint8_t>> ref;
+  if (reference) ref = std::span<const uint8_t>(*reference);
+  auto encoded = codec.Encode(dtype, current, ref);
+  EXPECT_TRUE(encoded.ok()) << encoded.status().ToString();
+  Coded out{std::move(encoded).value(), std::vector<uint8_t>(current.size())};
+  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
+  EXPECT_TRUE(decoder.ok());
+  Status s = (*decoder)->Decode(dtype, AsBytes(out.chunk.payload), ref, out.decoded);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_FALSE(out.chunk.reconstruction_is_input);
+  EXPECT_EQ(out.decoded, out.chunk.reconstruction) << "decoder differs from encoder";
+  return out;
+}
+
+std::unique_ptr<TensorCodec> Uniform(double bound) {
+  return NewLossyCodec({Quantizer::kUniform, {ErrorBound::Kind::kAbsolute, bound}});
+}
+
+const DType kLossyDtypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
+
+TEST(LossyCodec, RandomValuesOfEveryDtypeStayWithinBound) {
+  std::mt19937_64 rng(1);
+  for (DType dtype : kLossyDtypes) {
+    for (double bound : {1e-1, 1e-3, 1e-6, 0.0}) {
+      std::normal_distribution<double> normal(0, 0.5);
+      std::vector<double> values(5000);
+      for (double& v : values) v = normal(rng);
+      const auto pushed = Pack(dtype, values);
+      auto codec = Uniform(bound);
+      const std::string where = std::string(DTypeName(dtype)) + " bound " + std::to_string(bound);
+      Coded key = EncodeDecode(*codec, dtype, pushed, nullptr);
+      ExpectWithinBound(dtype, pushed, key.decoded, bound, where + " keyframe");
+      for (double& v : values) v += normal(rng) * 0.01;
+      const auto next = Pack(dtype, values);
+      Coded delta = EncodeDecode(*codec, dtype, next, &key.decoded);
+      ExpectWithinBound(dtype, next, delta.decoded, bound, where + " delta");
+    }
+  }
+}
+
+TEST(LossyCodec, AdversarialValuesRestoreExactlyOrWithinBound) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> values = {0.0,      -0.0,   1.0,    -1.0,  inf,   -inf,  nan,
+                                      4.9e-324, 1e-45,  -1e-45, 1e-40, 3e38,  -3e38, 1e308,
+                                      -1e308,   65504., 1e5,    1e-8,  0.125, 1e-3,  2e-3};
+  for (DType dtype : kLossyDtypes) {
+    const auto pushed = Pack(dtype, values);
+    for (double bound : {1e-3, 0.5, 1e10, 0.0}) {
+      auto codec = Uniform(bound);
+      const std::string where = std::string(DTypeName(dtype)) + " bound " + std::to_string(bound);
+      Coded key = EncodeDecode(*codec, dtype, pushed, nullptr);
+      ExpectWithinBound(dtype, pushed, key.decoded, bound, where);
+      // A delta against a reference holding non-finite values everywhere.
+      std::vector<double> odd(values.size(), nan);
+      for (size_t i = 0; i < odd.size(); i += 2) odd[i] = -inf;
+      const auto reference = Pack(dtype, odd);
+      Coded delta = EncodeDecode(*codec, dtype, pushed, &reference);
+      ExpectWithinBound(dtype, pushed, delta.decoded, bound, where + " delta vs non-finite");
+    }
+  }
+}
+
+TEST(LossyCodec, NanPayloadsAndNegativeZeroAreKeptBitExactly) {
+  std::vector<uint8_t> bytes(12);
+  const uint32_t nan_payload = 0xffc12345u;
+  const float negative_zero = -0.0f, denormal = std::numeric_limits<float>::denorm_min();
+  std::memcpy(bytes.data(), &nan_payload, 4);
+  std::memcpy(bytes.data() + 4, &negative_zero, 4);
+  std::memcpy(bytes.data() + 8, &denormal, 4);
+  Coded c = EncodeDecode(*Uniform(0.0), DType::kF32, bytes, nullptr);
+  EXPECT_EQ(c.decoded, bytes);  // bound 0: bit-exact, -0.0 and the denormal included
+  Coded loose = EncodeDecode(*Uniform(1.0), DType::kF32, bytes, nullptr);
+  EXPECT_EQ(0, std::memcmp(loose.decoded.data(), &nan_payload, 4));
+}
+
+TEST(LossyCodec, EmptyAndScalarChunks) {
+  for (DType dtype : kLossyDtypes) {
+    Coded empty = EncodeDecode(*Uniform(1e-3), dtype, {}, nullptr);
+    EXPECT_TRUE(empty.decoded.empty());
+    const auto scalar = Pack(dtype, {42.0});
+    Coded s = EncodeDecode(*Uniform(1e-3), dtype, scalar, nullptr);
+    ExpectWithinBound(dtype, scalar, s.decoded, 1e-3, "scalar");
+    Coded d = EncodeDecode(*Uniform(1e-3), dtype, scalar, &s.decoded);
+    ExpectWithinBound(dtype, scalar, d.decoded, 1e-3, "scalar delta");
+  }
+}
+
+TEST(LossyCodec, RelativeBoundFollowsTheValueRange) {
+  std::mt19937_64 rng(2);
+  std::uniform_real_distribution<double> uniform(-3, 5);  // range 8
+  std::vector<double> values(10000);
+  for (double& v : values) v = uniform(rng);
+  const auto pushed = Pack(DType::kF32, values);
+  auto codec = NewLossyCodec({Quantizer::kUniform, {ErrorBound::Kind::kRelative, 1e-3}});
+  Coded c = EncodeDecode(*codec, DType::kF32, pushed, nullptr);
+  double lo = 1e300, hi = -1e300;
+  for (double v : values) {
+    lo = std::min(lo, static_cast<double>(static_cast<float>(v)));
+    hi = std::max(hi, static_cast<double>(static_cast<float>(v)));
+  }
+  EXPECT_DOUBLE_EQ(c.chunk.info.bound, 1e-3 * (hi - lo));
+  const double worst = ExpectWithinBound(DType::kF32, pushed, c.decoded, 1e-3 * (hi - lo), "rel");
+  EXPECT_GT(worst, 0.5e-3 * (hi - lo)) << "the bound should be used, not wasted";
+}
+
+TEST(LossyCodec, UnchangedTensorCostsAFewBytes) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> values(1 << 16);
+  for (double& v : values) v = normal(rng);
+  auto codec = Uniform(1e-3);
+  Coded key = EncodeDecode(*codec, DType::kF32, Pack(DType::kF32, values), nullptr);
+  // The next version equals the reconstruction: every delta symbol is zero.
+  Coded same = EncodeDecode(*codec, DType::kF32, key.decoded, &key.decoded);
+  EXPECT_LT(same.chunk.payload.size(), 64u);
+  // Changes below the bound cost (almost) nothing either.
+  std::vector<double> nudged(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    nudged[i] = Load(DType::kF32, key.decoded.data() + i * 4) + 1e-4 * normal(rng);
+  }
+  Coded small = EncodeDecode(*codec, DType::kF32, Pack(DType::kF32, nudged), &key.decoded);
+  EXPECT_LT(small.chunk.payload.size(), 64u) << small.chunk.info.exact_elements << " exact";
+}
+
+TEST(LossyCodec, CodedSizeIsWithinTenPercentOfTheModelEntropy) {
+  std::mt19937_64 rng(4);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> values(1 << 20);
+  for (double& v : values) v = normal(rng) * 0.05;
+  auto codec = Uniform(5e-3);
+  Coded key = EncodeDecode(*codec, DType::kF32, Pack(DType::kF32, values), nullptr);
+  for (size_t i = 0; i < values.size(); ++i) values[i] += normal(rng) * 4e-3;
+  Coded delta = EncodeDecode(*codec, DType::kF32, Pack(DType::kF32, values), &key.decoded);
+  for (const Coded* c : {&key, &delta}) {
+    const double achieved = 8.0 * c->chunk.payload.size();
+    EXPECT_LT(achieved, 1.10 * c->chunk.info.model_entropy_bits + 1024)
+        << "achieved " << achieved / values.size() << " bits/element, entropy "
+        << c->chunk.info.model_entropy_bits / values.size();
+    EXPECT_LE(c->chunk.info.model_entropy_bits, c->chunk.info.order0_entropy_bits + 1e-6);
+  }
+}
+
+// A chain of `versions` versions: every version is decoded by replaying the chain from the
+// keyframe, and every restored element must be within the bound.
+void RunChain(DType dtype, double bound, size_t versions,
+              const std::function<void(size_t, std::vector<double>&)>& step) {
+  auto codec = Uniform(bound);
+  auto decoder_codec = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
+  ASSERT_TRUE(decoder_codec.ok());
+  std::vector<double> values(777);
+  step(0, values);
+  std::vector<uint8_t> pushed = Pack(dtype, values);
+  Coded key = EncodeDecode(*codec, dtype, pushed, nullptr);
+  std::vector<std::string> payloads = {key.chunk.payload};
+  std::vector<uint8_t> reference = key.chunk.reconstruction;
+  ExpectWithinBound(dtype, pushed, key.decoded, bound, "version 0");
+  for (size_t v = 1; v < versions; ++v) {
+    step(v, values);
+    pushed = Pack(dtype, values);
+    Coded c = EncodeDecode(*codec, dtype, pushed, &reference);
+    payloads.push_back(c.chunk.payload);
+    reference = c.chunk.reconstruction;
+    ExpectWithinBound(dtype, pushed, c.decoded, bound, "version " + std::to_string(v));
+    // Every 25 versions, restore from the stored chain (keyframe + all deltas), not from the
+    // encoder's state. (EncodeDecode checked each link against its reference already.)
+    if (v % 25 != 0 && v + 1 != versions) continue;
+    auto chain = (*decoder_codec)->NewChainDecoder(dtype, pushed.size());
+    ASSERT_TRUE(chain->StartFromKeyframe(AsBytes(payloads[0])).ok());
+    for (size_t k = 1; k < payloads.size(); ++k) {
+      ASSERT_TRUE(chain->ApplyDelta(AsBytes(payloads[k])).ok());
+    }
+    std::vector<uint8_t> restored;
+    ASSERT_TRUE(chain->Finish(&restored).ok());
+    ASSERT_EQ(restored, reference) << "version " << v;
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(LossyCodecChains, ThreeHundredVersionRandomWalksOfEveryDtype) {
+  for (DType dtype : kLossyDtypes) {
+    std::mt19937_64 rng(5);
+    std::normal_distribution<double> normal(0, 1);
+    RunChain(dtype, 1e-3, 300, [&](size_t v, std::vector<double>& x) {
+      for (double& e : x) e = v == 0 ? normal(rng) : e + 2e-3 * normal(rng);
+    });
+  }
+}
+
+TEST(LossyCodecChains, HeavyTailedSteps) {
+  std::mt19937_64 rng(6);
+  std::cauchy_distribution<double> cauchy(0, 1e-3);
+  RunChain(DType::kF32, 1e-4, 300, [&](size_t, std::vector<double>& x) {
+    for (double& e : x) e += cauchy(rng);
+  });
+}
+
+TEST(LossyCodecChains, RangeChangesByOrdersOfMagnitude) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> normal(0, 1);
+  RunChain(DType::kF32, 1e-3, 300, [&](size_t v, std::vector<double>& x) {
+    const double scale = std::pow(10.0, static_cast<double>(v % 12) - 4);  // 1e-4 .. 1e7
+    for (double& e : x) e = normal(rng) * scale;
+  });
+}
+
+TEST(LossyCodecChains, AdversarialValuesAppearAndDisappear) {
+  std::mt19937_64 rng(8);
+  std::normal_distribution<double> normal(0, 1);
+  const double specials[] = {std::numeric_limits<double>::quiet_NaN(),
+                             std::numeric_limits<double>::infinity(),
+                             -std::numeric_limits<double>::infinity(),
+                             -0.0,
+                             1e-40,
+                             3e38};
+  RunChain(DType::kF32, 1e-2, 300, [&](size_t v, std::vector<double>& x) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      if ((i + v) % 17 == 0) {
+        x[i] = specials[(i + v) % 6];
+      } else if (!std::isfinite(x[i]) || std::abs(x[i]) > 1e6) {
+        x[i] = normal(rng);
+      } else {
+        x[i] += 0.02 * normal(rng);
+      }
+    }
+  });
+}
+
+// The reason for closing the loop: an encoder that deltas against the previous *input* while
+// the decoder applies the deltas to the previous *reconstruction* drifts past the bound; the
+// closed loop never does.
+TEST(LossyCodecChains, OpenLoopDriftsPastTheBoundClosedLoopDoesNot) {
+  const double bound = 1e-3;
+  auto codec = Uniform(bound);
+  std::mt19937_64 rng(9);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> values(4096);
+  for (double& v : values) v = normal(rng);
+  std::vector<uint8_t> pushed = Pack(DType::kF32, values);
+  Coded key = EncodeDecode(*codec, DType::kF32, pushed, nullptr);
+  std::vector<uint8_t> open_restored = key.decoded, closed_restored = key.decoded;
+  std::vector<uint8_t> previous_input = pushed;
+  double open_worst = 0, closed_worst = 0;
+  for (int v = 1; v <= 300; ++v) {
+    for (double& x : values) x += 1.3e-3 * normal(rng);
+    pushed = Pack(DType::kF32, values);
+    // Open loop: delta against the previous input, applied by the decoder to its own state.
+    auto open = codec->Encode(DType::kF32, pushed, std::span<const uint8_t>(previous_input));
+    ASSERT_TRUE(open.ok());
+    std::vector<uint8_t> next(pushed.size());
+    ASSERT_TRUE(codec
+                    ->Decode(DType::kF32, AsBytes(open->payload),
+                             std::span<const uint8_t>(open_restored), next)
+                    .ok());
+    open_restored = next;
+    previous_input = pushed;
+    // Closed loop.
+    Coded closed = EncodeDecode(*codec, DType::kF32, pushed, &closed_restored);
+    closed_restored = closed.decoded;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const double x = Load(DType::kF32, pushed.data() + i * 4);
+      open_worst =
+          std::max(open_worst, std::abs(x - Load(DType::kF32, open_restored.data() + i * 4)));
+      closed_worst =
+          std::max(closed_worst, std::abs(x - Load(DType::kF32, closed_restored.data() + i * 4)));
+    }
+  }
+  EXPECT_LE(closed_worst, bound);
+  EXPECT_GT(open_worst, 3 * bound) << "open loop should accumulate error";
+}
+
+TEST(LossyCodec, CorruptPayloadsYieldDataLossNeverCrash) {
+  std::mt19937_64 rng(10);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> values(3000);
+  for (double& v : values) v = normal(rng);
+  auto codec = Uniform(1e-2);
+  const auto pushed = Pack(DType::kF32, values);
+  Coded key = EncodeDecode(*codec, DType::kF32, pushed, nullptr);
+  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
+  std::vector<uint8_t> out(pushed.size());
+  // Truncation at every length is always detected.
+  for (size_t len = 0; len < key.chunk.payload.size(); len += 7) {
+    const std::string cut = key.chunk.payload.substr(0, len);
+    EXPECT_EQ((*decoder)->Decode(DType::kF32, AsBytes(cut), std::nullopt, out).code(),
+              StatusCode::kDataLoss)
+        << "length " << len;
+  }
+  // Random byte flips: an error or a (wrong) decode, never a crash or an out-of-bounds access
+  // (the storage layer checks payload checksums before decoding).
+  int detected = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string bad = key.chunk.payload;
+    for (int k = 0; k < 1 + trial % 4; ++k)
+      bad[rng() % bad.size()] ^= static_cast<char>(1 + rng() % 255);
+    detected += !(*decoder)->Decode(DType::kF32, AsBytes(bad), std::nullopt, out).ok();
+  }
+  EXPECT_GT(detected, 1000);
+  // Wrong dtype, or a keyframe used as a delta.
+  EXPECT_FALSE((*decoder)->Decode(DType::kF16, AsBytes(key.chunk.payload), std::nullopt, out).ok());
+  EXPECT_FALSE(
+      (*decoder)
+          ->Decode(DType::kF32, AsBytes(key.chunk.payload), std::span<const uint8_t>(out), out)
+          .ok());
+}
+
+TEST(LossyCodec, RejectsUnsupportedDtypesAndBadBounds) {
+  std::vector<uint8_t> ints(16);
+  EXPECT_EQ(Uniform(1e-3)->Encode(DType::kI32, ints, std::nullopt).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Uniform(-1)->Encode(DType::kF32, ints, std::nullopt).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_FALSE(LossyCodecSupports(DType::kF8E4M3));
+  EXPECT_TRUE(LossyCodecSupports(DType::kBF16));
+}
+
+}  // namespace
+}  // namespace ckpt
