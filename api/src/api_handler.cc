@@ -26,7 +26,50 @@ json VersionJson(const VersionInfo& v) {
           {"stored_bytes", v.stored_bytes},
           {"created_at", Iso8601(v.created_at_ms)},
           {"sha256", v.sha256},
+          {"pushed_sha256", v.pushed_sha256},
+          {"lossy", v.lossy},
           {"tensor_count", v.tensor_count}};
+}
+
+json DetailJson(const VersionDetail& d) {
+  json out = VersionJson(d.info);
+  json tensors = json::array();
+  for (const TensorDetail& t : d.tensors) {
+    json item = {{"name", t.name},
+                 {"dtype", t.dtype},
+                 {"shape", t.shape},
+                 {"kind", t.kind},
+                 {"codec", t.codec},
+                 {"chain_length", t.chain_length},
+                 {"raw_bytes", t.raw_bytes},
+                 {"stored_bytes", t.stored_bytes},
+                 {"bits_per_element", t.bits_per_element}};
+    if (t.codec == "lossy") {
+      item["quantizer"] = t.quantizer;
+      item["max_abs_error"] = t.bound;
+      item["exact_elements"] = t.exact_elements;
+      item["entropy_bits_per_element"] = t.entropy_bits_per_element;
+    }
+    tensors.push_back(std::move(item));
+  }
+  out["tensors"] = std::move(tensors);
+  return out;
+}
+
+// True when the query string (after '?') has `key` set to 1 or true.
+bool QueryFlag(std::string_view query, std::string_view key) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view item = query.substr(0, amp);
+    const size_t eq = item.find('=');
+    if (item.substr(0, eq) == key) {
+      const std::string_view value = eq == std::string_view::npos ? "" : item.substr(eq + 1);
+      return value == "1" || value == "true";
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return false;
 }
 
 json ModelJson(const ModelInfo& m) {
@@ -103,6 +146,8 @@ Route ApiHandler::Classify(std::string_view target) {
       } else if (parts.size() == 5 && parts[3] == "versions") {
         route.kind = RouteKind::kVersion;
         route.version = std::string(parts[4]);
+        route.detail =
+            query != std::string_view::npos && QueryFlag(target.substr(query + 1), "detail");
       }
     }
   }
@@ -112,7 +157,7 @@ Route ApiHandler::Classify(std::string_view target) {
 RequestPlan ApiHandler::Plan(std::string_view method, const Route& route) {
   if (route.kind == RouteKind::kVersion) {
     if (method == "PUT") return RequestPlan::kPush;
-    if (method == "GET" || method == "HEAD") return RequestPlan::kRestore;
+    if ((method == "GET" && !route.detail) || method == "HEAD") return RequestPlan::kRestore;
   }
   return RequestPlan::kSimple;
 }
@@ -194,6 +239,17 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
       return JsonResponse(200, {{"model", route.model}, {"versions", list}});
     }
     case RouteKind::kVersion: {
+      if (method == "GET" && route.detail) {
+        std::optional<uint64_t> number;
+        if (route.version != "latest") {
+          auto parsed = ParseVersionNumber(route.version);
+          if (!parsed.ok()) return ErrorResponse(parsed.status());
+          number = *parsed;
+        }
+        auto detail = store_->GetVersionDetail(route.model, number);
+        if (!detail.ok()) return ErrorResponse(detail.status());
+        return JsonResponse(200, DetailJson(*detail));
+      }
       if (method != "DELETE") return MethodNotAllowed(method, "PUT, GET, HEAD, DELETE");
       auto version = ParseVersionNumber(route.version);
       if (!version.ok()) return ErrorResponse(version.status());

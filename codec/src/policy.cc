@@ -1,46 +1,229 @@
 #include "ckpt/codec/policy.h"
 
+#include <fnmatch.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 namespace ckpt {
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kMaxPatternLength = 256;
+
+Status Bad(std::string_view field, std::string_view message) {
+  return Status::InvalidArgument("policy: '" + std::string(field) + "' " + std::string(message));
+}
+
+Status ParsePattern(const json& value, std::string_view field, std::string* out) {
+  if (!value.is_string()) return Bad(field, "must be a string (a glob pattern)");
+  *out = value.get<std::string>();
+  if (out->empty() || out->size() > kMaxPatternLength) {
+    return Bad(field, "must be a glob pattern of 1 to " + std::to_string(kMaxPatternLength) +
+                          " characters");
+  }
+  return Status::Ok();
+}
+
+Status ParseQuantizer(const json& value, std::string_view field, Quantizer* out) {
+  if (!value.is_string()) return Bad(field, "must be a string");
+  const auto name = value.get<std::string>();
+  auto q = QuantizerFromName(name);
+  if (!q) return Bad(field, "must be \"auto\" or \"uniform\" (got \"" + name + "\")");
+  *out = *q;
+  return Status::Ok();
+}
+
+Status ParseBound(const json& value, std::string_view field, ErrorBound::Kind kind,
+                  ErrorBound* out) {
+  if (!value.is_number()) return Bad(field, "must be a number");
+  const double v = value.get<double>();
+  const double max = kind == ErrorBound::Kind::kRelative ? 1.0 : 1e300;
+  if (!(v > 0) || !(v <= max) || !std::isfinite(v)) {
+    return Bad(field, kind == ErrorBound::Kind::kRelative ? "must be in (0, 1]"
+                                                          : "must be a finite number > 0");
+  }
+  *out = ErrorBound{kind, v};
+  return Status::Ok();
+}
+
+// Reads max_abs_error / max_rel_error from `object` (at most one). Sets *out when present.
+// `prefix` names the enclosing object ("" at the top level, "overrides[2]." in an override).
+Status ParseBoundFields(const json& object, const std::string& prefix,
+                        std::optional<ErrorBound>* out) {
+  const bool abs = object.contains("max_abs_error"), rel = object.contains("max_rel_error");
+  if (abs && rel) {
+    return Status::InvalidArgument("policy: give '" + prefix + "max_abs_error' or '" + prefix +
+                                   "max_rel_error', not both");
+  }
+  if (abs || rel) {
+    ErrorBound b;
+    CKPT_RETURN_IF_ERROR(ParseBound(object[abs ? "max_abs_error" : "max_rel_error"],
+                                    prefix + (abs ? "max_abs_error" : "max_rel_error"),
+                                    abs ? ErrorBound::Kind::kAbsolute : ErrorBound::Kind::kRelative,
+                                    &b));
+    *out = b;
+  }
+  return Status::Ok();
+}
+
+Result<TensorOverride> ParseOverride(const json& item, size_t index) {
+  const std::string where = "overrides[" + std::to_string(index) + "]";
+  if (!item.is_object()) return Bad(where, "must be an object");
+  TensorOverride o;
+  for (auto it = item.begin(); it != item.end(); ++it) {
+    const std::string& key = it.key();
+    if (key == "tensors") {
+      CKPT_RETURN_IF_ERROR(ParsePattern(*it, where + ".tensors", &o.pattern));
+    } else if (key == "lossless") {
+      if (!it->is_boolean()) return Bad(where + ".lossless", "must be true or false");
+      o.lossless = it->get<bool>();
+    } else if (key == "quantizer") {
+      Quantizer q;
+      CKPT_RETURN_IF_ERROR(ParseQuantizer(*it, where + ".quantizer", &q));
+      o.quantizer = q;
+    } else if (key != "max_abs_error" && key != "max_rel_error") {
+      return Status::InvalidArgument("policy: unknown field '" + where + "." + key + "'");
+    }
+  }
+  CKPT_RETURN_IF_ERROR(ParseBoundFields(item, where + ".", &o.bound));
+  if (o.pattern.empty()) return Bad(where + ".tensors", "is required");
+  if (!o.lossless && !o.bound && !o.quantizer) {
+    return Bad(where, "must set 'lossless', 'max_abs_error', 'max_rel_error' or 'quantizer'");
+  }
+  if (o.lossless.value_or(false) && (o.bound || o.quantizer)) {
+    return Bad(where, "cannot be lossless and set a bound or quantizer");
+  }
+  return o;
+}
+
+bool Matches(const std::string& pattern, std::string_view name) {
+  return fnmatch(pattern.c_str(), std::string(name).c_str(), 0) == 0;
+}
+
+json BoundJson(const ErrorBound& b, json& object) {
+  object[b.kind == ErrorBound::Kind::kAbsolute ? "max_abs_error" : "max_rel_error"] = b.value;
+  return object;
+}
+
+}  // namespace
 
 Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPolicy& base) {
-  nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return Status::InvalidArgument("policy: body is not valid JSON");
   if (!doc.is_object()) return Status::InvalidArgument("policy: body must be a JSON object");
   CodecPolicy policy = base;
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     const std::string& key = it.key();
     if (key == "mode") {
-      if (!it->is_string()) return Status::InvalidArgument("policy: 'mode' must be a string");
+      if (!it->is_string()) return Bad("mode", "must be a string");
       const auto mode = it->get<std::string>();
       if (mode == "lossless") {
         policy.mode = CodecMode::kLossless;
+      } else if (mode == "lossy") {
+        policy.mode = CodecMode::kLossy;
       } else {
-        return Status::InvalidArgument("policy: 'mode' must be \"lossless\" (got \"" + mode +
-                                       "\")");
+        return Bad("mode", "must be \"lossless\" or \"lossy\" (got \"" + mode + "\")");
       }
     } else if (key == "keyframe_every") {
-      if (!it->is_number_integer()) {
-        return Status::InvalidArgument("policy: 'keyframe_every' must be an integer");
-      }
+      if (!it->is_number_integer()) return Bad("keyframe_every", "must be an integer");
       const auto n = it->get<int64_t>();
-      if (n < 1 || n > kMaxKeyframeEvery) {
-        return Status::InvalidArgument("policy: 'keyframe_every' must be in [1, " +
-                                       std::to_string(kMaxKeyframeEvery) + "] (got " +
-                                       std::to_string(n) + ")");
+      if (n < 0 || n > kMaxKeyframeEvery) {
+        return Bad("keyframe_every", "must be in [1, " + std::to_string(kMaxKeyframeEvery) +
+                                         "], or 0 for the mode's default (got " +
+                                         std::to_string(n) + ")");
       }
       policy.keyframe_every = static_cast<uint32_t>(n);
-    } else {
+    } else if (key == "quantizer") {
+      CKPT_RETURN_IF_ERROR(ParseQuantizer(*it, "quantizer", &policy.quantizer));
+    } else if (key == "lossless_tensors") {
+      if (it->is_null()) {
+        policy.lossless_tensors.reset();
+        continue;
+      }
+      if (!it->is_array()) return Bad("lossless_tensors", "must be a list of glob patterns");
+      if (it->size() > kMaxPatterns) {
+        return Bad("lossless_tensors",
+                   "has more than " + std::to_string(kMaxPatterns) + " entries");
+      }
+      std::vector<std::string> patterns(it->size());
+      for (size_t i = 0; i < it->size(); ++i) {
+        CKPT_RETURN_IF_ERROR(
+            ParsePattern((*it)[i], "lossless_tensors[" + std::to_string(i) + "]", &patterns[i]));
+      }
+      policy.lossless_tensors = std::move(patterns);
+    } else if (key == "overrides") {
+      if (!it->is_array()) return Bad("overrides", "must be a list of objects");
+      if (it->size() > kMaxPatterns) {
+        return Bad("overrides", "has more than " + std::to_string(kMaxPatterns) + " entries");
+      }
+      policy.overrides.clear();
+      for (size_t i = 0; i < it->size(); ++i) {
+        CKPT_ASSIGN_OR_RETURN(TensorOverride o, ParseOverride((*it)[i], i));
+        policy.overrides.push_back(std::move(o));
+      }
+    } else if (key != "max_abs_error" && key != "max_rel_error") {
       return Status::InvalidArgument("policy: unknown field '" + key + "'");
+    }
+  }
+  CKPT_RETURN_IF_ERROR(ParseBoundFields(doc, "", &policy.bound));
+  if (policy.mode == CodecMode::kLossy && !policy.bound) {
+    return Bad("mode", "\"lossy\" needs an error bound: set 'max_abs_error' or 'max_rel_error'");
+  }
+  for (size_t i = 0; i < policy.overrides.size(); ++i) {
+    const TensorOverride& o = policy.overrides[i];
+    if (!o.lossless.value_or(false) && !o.bound && !policy.bound) {
+      return Bad("overrides[" + std::to_string(i) + "]",
+                 "quantizes tensors but neither it nor the policy sets an error bound");
     }
   }
   return policy;
 }
 
 std::string CodecPolicy::ToJson() const {
-  nlohmann::json doc = {{"mode", "lossless"}, {"keyframe_every", keyframe_every}};
+  json doc = {{"mode", mode == CodecMode::kLossy ? "lossy" : "lossless"},
+              {"keyframe_every", keyframe_every},
+              {"quantizer", std::string(QuantizerName(quantizer))}};
+  if (bound) BoundJson(*bound, doc);
+  doc["lossless_tensors"] = lossless_tensors ? json(*lossless_tensors) : json(nullptr);
+  json list = json::array();
+  for (const TensorOverride& o : overrides) {
+    json item = {{"tensors", o.pattern}};
+    if (o.lossless) item["lossless"] = *o.lossless;
+    if (o.bound) BoundJson(*o.bound, item);
+    if (o.quantizer) item["quantizer"] = std::string(QuantizerName(*o.quantizer));
+    list.push_back(std::move(item));
+  }
+  doc["overrides"] = std::move(list);
   return doc.dump();
+}
+
+TensorCoding CodecPolicy::ForTensor(std::string_view name, DType dtype,
+                                    const std::vector<uint64_t>& shape) const {
+  TensorCoding lossless;
+  if (!LossyCodecSupports(dtype)) return lossless;
+  auto lossy = [&](const std::optional<ErrorBound>& b, const std::optional<Quantizer>& q) {
+    TensorCoding c;
+    c.lossy = true;
+    c.lossy_options.bound = b ? *b : *bound;
+    c.lossy_options.quantizer = q ? *q : quantizer;
+    return c;
+  };
+  for (const TensorOverride& o : overrides) {
+    if (!Matches(o.pattern, name)) continue;
+    if (o.lossless.value_or(false)) return lossless;
+    return lossy(o.bound, o.quantizer);
+  }
+  if (mode == CodecMode::kLossless) return lossless;
+  if (lossless_tensors) {
+    for (const std::string& p : *lossless_tensors) {
+      if (Matches(p, name)) return lossless;
+    }
+  } else if (shape.size() <= 1) {
+    return lossless;
+  }
+  return lossy(std::nullopt, std::nullopt);
 }
 
 }  // namespace ckpt

@@ -155,7 +155,7 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
 
   if (const toml::table* codec = root["codec"].as_table()) {
     CKPT_RETURN_IF_ERROR(CheckKeys(*codec, "codec", {"keyframe_every"}));
-    CKPT_RETURN_IF_ERROR(ReadInteger<uint32_t>(*codec, "codec", "keyframe_every", 1,
+    CKPT_RETURN_IF_ERROR(ReadInteger<uint32_t>(*codec, "codec", "keyframe_every", 0,
                                                CodecPolicy::kMaxKeyframeEvery,
                                                config.store.default_policy.keyframe_every));
   } else if (root.contains("codec")) {

@@ -1,5 +1,7 @@
 #include "records.h"
 
+#include <cstring>
+
 #include "ckpt/codec/binary.h"
 #include "ckpt/codec/hashing.h"
 
@@ -13,6 +15,30 @@ Status CheckFormat(ByteReader& r, uint8_t expected, std::string_view what) {
     return Status::DataLoss(std::string(what) + ": unsupported format version " +
                             std::to_string(v));
   }
+  return Status::Ok();
+}
+
+// Reads the format byte; accepts any version in [oldest, newest].
+Status CheckFormatRange(ByteReader& r, uint8_t oldest, uint8_t newest, std::string_view what,
+                        uint8_t* version) {
+  CKPT_RETURN_IF_ERROR(r.GetU8(version));
+  if (*version < oldest || *version > newest) {
+    return Status::DataLoss(std::string(what) + ": unsupported format version " +
+                            std::to_string(*version));
+  }
+  return Status::Ok();
+}
+
+void PutF64(ByteWriter& w, double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, 8);
+  w.PutU64(bits);
+}
+
+Status GetF64(ByteReader& r, double* v) {
+  uint64_t bits = 0;
+  CKPT_RETURN_IF_ERROR(r.GetU64(&bits));
+  std::memcpy(v, &bits, 8);
   return Status::Ok();
 }
 
@@ -74,13 +100,16 @@ std::string VersionRecord::Encode() const {
   w.PutU32(tensor_count);
   w.PutLengthPrefixed(sha256_hex);
   w.PutLengthPrefixed64(raw_header);
+  w.PutLengthPrefixed(restored_sha256_hex);
+  w.PutU8(lossy ? 1 : 0);
   return w.Release();
 }
 
 Result<VersionRecord> VersionRecord::Decode(std::string_view bytes) {
   ByteReader r(bytes, "version record");
   VersionRecord v;
-  CKPT_RETURN_IF_ERROR(CheckFormat(r, kFormatVersion, "version record"));
+  uint8_t format = 0;
+  CKPT_RETURN_IF_ERROR(CheckFormatRange(r, 1, kFormatVersion, "version record", &format));
   uint64_t created = 0;
   CKPT_RETURN_IF_ERROR(r.GetU64(&v.seq));
   CKPT_RETURN_IF_ERROR(r.GetU64(&v.floor_seq));
@@ -92,6 +121,14 @@ Result<VersionRecord> VersionRecord::Decode(std::string_view bytes) {
   CKPT_RETURN_IF_ERROR(r.GetU32(&v.tensor_count));
   CKPT_RETURN_IF_ERROR(r.GetLengthPrefixed(&v.sha256_hex));
   CKPT_RETURN_IF_ERROR(r.GetLengthPrefixed64(&v.raw_header));
+  if (format >= 2) {
+    uint8_t lossy = 0;
+    CKPT_RETURN_IF_ERROR(r.GetLengthPrefixed(&v.restored_sha256_hex));
+    CKPT_RETURN_IF_ERROR(r.GetU8(&lossy));
+    v.lossy = lossy != 0;
+  } else {
+    v.restored_sha256_hex = v.sha256_hex;
+  }
   CKPT_RETURN_IF_ERROR(CheckFullyConsumed(r, "version record"));
   return v;
 }
@@ -116,6 +153,14 @@ std::string ManifestRecord::Encode() const {
     w.PutU32(t.base_tensor);
     w.PutU64(t.keyframe_seq);
     w.PutU32(t.chain_length);
+    w.PutU16(t.codec_id);
+    w.PutU8(t.quantizer);
+    PutF64(w, t.bound);
+    w.PutU64(t.stored_bytes);
+    w.PutU64(t.keyframe_bytes);
+    w.PutU64(t.chain_bytes);
+    PutF64(w, t.entropy_bits);
+    w.PutU64(t.exact_elements);
   }
   return w.Release();
 }
@@ -123,7 +168,8 @@ std::string ManifestRecord::Encode() const {
 Result<ManifestRecord> ManifestRecord::Decode(std::string_view bytes) {
   ByteReader r(bytes, "manifest record");
   ManifestRecord m;
-  CKPT_RETURN_IF_ERROR(CheckFormat(r, kFormatVersion, "manifest record"));
+  uint8_t format = 0;
+  CKPT_RETURN_IF_ERROR(CheckFormatRange(r, 1, kFormatVersion, "manifest record", &format));
   uint32_t count = 0;
   CKPT_RETURN_IF_ERROR(r.GetU64(&m.version));
   CKPT_RETURN_IF_ERROR(r.GetU64(&m.floor_seq));
@@ -157,6 +203,16 @@ Result<ManifestRecord> ManifestRecord::Decode(std::string_view bytes) {
     CKPT_RETURN_IF_ERROR(r.GetU32(&t.base_tensor));
     CKPT_RETURN_IF_ERROR(r.GetU64(&t.keyframe_seq));
     CKPT_RETURN_IF_ERROR(r.GetU32(&t.chain_length));
+    if (format >= 2) {
+      CKPT_RETURN_IF_ERROR(r.GetU16(&t.codec_id));
+      CKPT_RETURN_IF_ERROR(r.GetU8(&t.quantizer));
+      CKPT_RETURN_IF_ERROR(GetF64(r, &t.bound));
+      CKPT_RETURN_IF_ERROR(r.GetU64(&t.stored_bytes));
+      CKPT_RETURN_IF_ERROR(r.GetU64(&t.keyframe_bytes));
+      CKPT_RETURN_IF_ERROR(r.GetU64(&t.chain_bytes));
+      CKPT_RETURN_IF_ERROR(GetF64(r, &t.entropy_bits));
+      CKPT_RETURN_IF_ERROR(r.GetU64(&t.exact_elements));
+    }
   }
   CKPT_RETURN_IF_ERROR(CheckFullyConsumed(r, "manifest record"));
   return m;

@@ -31,8 +31,10 @@ struct ModelRecord {
 };
 
 // versions family, key "<model>\0" + u64 version. What a client sees of a version.
+// Format 2 appended restored_sha256_hex and lossy; format 1 records decode with the restored
+// body equal to the pushed one.
 struct VersionRecord {
-  static constexpr uint8_t kFormatVersion = 1;
+  static constexpr uint8_t kFormatVersion = 2;
   uint64_t seq = 0;        // manifest holding the version's data
   uint64_t floor_seq = 0;  // oldest manifest its delta chains reach
   int64_t created_at_ms = 0;
@@ -40,8 +42,10 @@ struct VersionRecord {
   uint64_t stored_bytes = 0;
   uint8_t kind = 0;  // 1 keyframe, 2 delta, 3 mixed
   uint32_t tensor_count = 0;
-  std::string sha256_hex;
-  std::string raw_header;  // 8-byte length prefix + JSON header, verbatim as pushed
+  std::string sha256_hex;           // of the pushed body
+  std::string raw_header;           // 8-byte length prefix + JSON header, verbatim as pushed
+  std::string restored_sha256_hex;  // of the body a restore sends (differs when lossy)
+  bool lossy = false;               // some tensor was quantized
 
   std::string Encode() const;
   static Result<VersionRecord> Decode(std::string_view bytes);
@@ -60,12 +64,21 @@ struct ManifestTensor {
   uint32_t base_tensor = 0;   // for deltas: index of the tensor in the base manifest
   uint64_t keyframe_seq = 0;  // manifest holding this tensor's chain keyframe
   uint32_t chain_length = 0;  // deltas since the keyframe (0 for keyframes)
+  // Since format 2: how the tensor was coded in this version (format 1: lossless, zeros).
+  uint16_t codec_id = static_cast<uint16_t>(CodecId::kLosslessBytePlanes);
+  uint8_t quantizer = 0;        // lossy: the quantizer of the chunks (0 lossless)
+  double bound = 0;             // lossy: largest absolute bound applied to a chunk
+  uint64_t stored_bytes = 0;    // chunk records of this tensor in this version
+  uint64_t keyframe_bytes = 0;  // stored bytes of the chain's keyframe
+  uint64_t chain_bytes = 0;     // stored bytes of the deltas since the keyframe, this included
+  double entropy_bits = 0;      // lossy: entropy of the coded symbols (ChunkCodingInfo)
+  uint64_t exact_elements = 0;  // lossy: elements stored verbatim
 };
 
 // manifests family, key "<model>\0" + u64 seq. The internal, immutable description of one
 // committed push; kept after its version is deleted for as long as later deltas need it.
 struct ManifestRecord {
-  static constexpr uint8_t kFormatVersion = 1;
+  static constexpr uint8_t kFormatVersion = 2;
   uint64_t version = 0;
   uint64_t floor_seq = 0;
   uint64_t stored_bytes = 0;

@@ -13,6 +13,7 @@
 
 #include "chain_reader.h"
 #include "ckpt/codec/hashing.h"
+#include "ckpt/codec/lossy_codec.h"
 #include "ckpt/codec/safetensors.h"
 #include "ckpt/codec/tensor_codec.h"
 #include "ckpt/storage/checkpoint_store.h"
@@ -64,7 +65,9 @@ VersionInfo MakeVersionInfo(std::string_view model, uint64_t version, const Vers
   info.raw_bytes = r.raw_bytes;
   info.stored_bytes = r.stored_bytes;
   info.created_at_ms = r.created_at_ms;
-  info.sha256 = r.sha256_hex;
+  info.sha256 = r.restored_sha256_hex;
+  info.pushed_sha256 = r.sha256_hex;
+  info.lossy = r.lossy;
   info.tensor_count = r.tensor_count;
   return info;
 }
@@ -166,9 +169,17 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     vr.raw_bytes = parser_.consumed();
     vr.tensor_count = static_cast<uint32_t>(manifest_.tensors.size());
     vr.sha256_hex = sha_.FinishHex();
+    vr.restored_sha256_hex = restored_sha_.FinishHex();
     vr.raw_header = std::move(raw_header_);
     bool any_key = false, any_delta = false;
-    for (const auto& t : manifest_.tensors) {
+    for (auto& t : manifest_.tensors) {
+      vr.lossy |= t.codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized);
+      if (t.kind == FrameKind::kKeyframe) {
+        t.keyframe_bytes = t.stored_bytes;
+        t.chain_bytes = 0;
+      } else {
+        t.chain_bytes += t.stored_bytes;  // OnHeader set it to the reference's
+      }
       if (t.chunk_count == 0) continue;
       (t.kind == FrameKind::kDelta ? any_delta : any_key) = true;
     }
@@ -205,6 +216,8 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
  private:
   Status OnHeader(const SafetensorsHeader& header, std::string_view raw_header) override {
     raw_header_ = std::string(raw_header);
+    restored_sha_.Update(std::span<const uint8_t>(
+        reinterpret_cast<const uint8_t*>(raw_header.data()), raw_header.size()));
     const ManifestRecord* reference = nullptr;
     std::unordered_map<std::string_view, uint32_t> reference_index;
     if (state_) {
@@ -217,8 +230,12 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
       return Status::InvalidArgument("too many tensors");
     }
     manifest_.floor_seq = seq_;
+    const uint32_t keyframe_every = policy_.EffectiveKeyframeEvery();
     for (const auto& t : header.tensors) {
+      const TensorCoding coding = policy_.ForTensor(t.name, t.dtype, t.shape);
+      tensor_codecs_.push_back(CodecFor(coding));
       ManifestTensor mt;
+      mt.codec_id = static_cast<uint16_t>(tensor_codecs_.back()->id());
       mt.name = t.name;
       mt.dtype = t.dtype;
       mt.shape = t.shape;
@@ -237,14 +254,19 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
       mt.keyframe_seq = seq_;
       if (auto it = reference_index.find(t.name); it != reference_index.end()) {
         const ManifestTensor& rt = reference->tensors[it->second];
+        // Lossy chains also restart once their deltas outweigh their keyframe: that bounds
+        // what a chain keeps alive for versions that are gone.
+        const bool chain_outweighs_keyframe = coding.lossy && rt.chain_bytes > rt.keyframe_bytes;
         if (rt.dtype == mt.dtype && rt.shape == mt.shape && rt.chunk_bytes == mt.chunk_bytes &&
-            mt.byte_size > 0 && rt.chain_length + 1 < policy_.keyframe_every &&
-            ReferenceAvailable(it->second, mt.chunk_count)) {
+            mt.byte_size > 0 && rt.chain_length + 1 < keyframe_every && !chain_outweighs_keyframe &&
+            ReferenceAvailable(coding, it->second, mt.chunk_count)) {
           mt.kind = FrameKind::kDelta;
           mt.base_seq = state_->reference_seq;
           mt.base_tensor = it->second;
           mt.keyframe_seq = rt.keyframe_seq;
           mt.chain_length = rt.chain_length + 1;
+          mt.keyframe_bytes = rt.keyframe_bytes;
+          mt.chain_bytes = rt.chain_bytes;
         }
       }
       manifest_.floor_seq = std::min(manifest_.floor_seq, mt.keyframe_seq);
@@ -255,8 +277,11 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
 
   // Whether a delta against tensor `reference_tensor` of the reference manifest can be encoded
   // without replaying its chain: all its chunks are in the reference cache, or the store is
-  // configured to decode misses.
-  bool ReferenceAvailable(uint32_t reference_tensor, uint32_t chunk_count) const {
+  // configured to decode misses. Lossy tensors always decode misses: their keyframes cost many
+  // deltas, while replaying a lossy chain is fast.
+  bool ReferenceAvailable(const TensorCoding& coding, uint32_t reference_tensor,
+                          uint32_t chunk_count) const {
+    if (coding.lossy) return true;
     if (ctx_.options->on_reference_miss == StoreOptions::ReferenceMiss::kDecode) return true;
     for (uint32_t c = 0; c < chunk_count; ++c) {
       if (!ctx_.cache->Contains(model_, state_->reference_seq, reference_tensor, c)) return false;
@@ -312,12 +337,16 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         reference = std::span<const uint8_t>(decoded);
       }
     }
-    CKPT_ASSIGN_OR_RETURN(EncodedChunk encoded, ctx_.codec->Encode(t.dtype, data, reference));
+    const TensorCodec* codec = tensor_codecs_[tensor];
+    CKPT_ASSIGN_OR_RETURN(EncodedChunk encoded, codec->Encode(t.dtype, data, reference));
+    // What a restore will produce: the input itself, or the lossy reconstruction.
+    const std::span<const uint8_t> restored =
+        encoded.reconstruction_is_input ? data : std::span<const uint8_t>(encoded.reconstruction);
     ChunkRecord record;
-    record.codec_id = static_cast<uint16_t>(ctx_.codec->id());
+    record.codec_id = static_cast<uint16_t>(codec->id());
     record.kind = t.kind;
     record.raw_length = data.size();
-    record.raw_checksum = Xxh3Checksum(data);
+    record.raw_checksum = Xxh3Checksum(restored);
     record.payload = encoded.payload;
     record.payload_checksum = Xxh3Checksum(std::span<const uint8_t>(
         reinterpret_cast<const uint8_t*>(encoded.payload.data()), encoded.payload.size()));
@@ -326,10 +355,34 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
                                                 keys::ChunkKey(model_, seq_, tensor, chunk), value),
                                    "writing chunk"));
     stored_bytes_ += value.size();
-    ctx_.cache->Put(model_, seq_, tensor, chunk,
-                    std::make_shared<const std::vector<uint8_t>>(data.begin(), data.end()));
+    restored_sha_.Update(restored);
+    ManifestTensor& entry = manifest_.tensors[tensor];
+    entry.stored_bytes += value.size();
+    entry.quantizer = std::max(entry.quantizer, encoded.info.quantizer);
+    entry.bound = std::max(entry.bound, encoded.info.bound);
+    entry.entropy_bits += encoded.info.model_entropy_bits;
+    entry.exact_elements += encoded.info.exact_elements;
+    ctx_.cache->Put(
+        model_, seq_, tensor, chunk,
+        encoded.reconstruction_is_input
+            ? std::make_shared<const std::vector<uint8_t>>(data.begin(), data.end())
+            : std::make_shared<const std::vector<uint8_t>>(std::move(encoded.reconstruction)));
     ++chunk_index_;
     return Status::Ok();
+  }
+
+  // The codec of a tensor: the store's lossless codec, or a lossy codec for the tensor's
+  // options (one instance per distinct options in this push).
+  const TensorCodec* CodecFor(const TensorCoding& coding) {
+    if (!coding.lossy) return ctx_.codec;
+    for (const auto& [options, codec] : lossy_codecs_) {
+      if (options.quantizer == coding.lossy_options.quantizer &&
+          options.bound == coding.lossy_options.bound) {
+        return codec.get();
+      }
+    }
+    lossy_codecs_.emplace_back(coding.lossy_options, NewLossyCodec(coding.lossy_options));
+    return lossy_codecs_.back().second.get();
   }
 
   const StoreContext& ctx_;
@@ -337,12 +390,15 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   const std::string model_;
   const uint64_t version_;
   const CodecPolicy policy_;
+  std::vector<std::pair<LossyCodecOptions, std::unique_ptr<TensorCodec>>> lossy_codecs_;
+  std::vector<const TensorCodec*> tensor_codecs_;  // per tensor of the body
   const std::optional<ModelRecord> model_record_;
   const std::optional<CodecStateRecord> state_;
   const uint64_t seq_;
   SafetensorsStreamParser parser_;
   ChainReader reader_;
-  Sha256 sha_;
+  Sha256 sha_;           // of the pushed body
+  Sha256 restored_sha_;  // of the body a restore will send
   std::string raw_header_;
   ManifestRecord manifest_;
   std::vector<uint8_t> pending_;
@@ -442,10 +498,10 @@ class RestoreStreamImpl final : public RestoreStream {
   Result<std::span<const uint8_t>> MaybeVerified(std::span<const uint8_t> piece) {
     if (sent_ == record_.raw_bytes) {
       std::string digest = sha_.FinishHex();
-      if (digest != record_.sha256_hex) {
+      if (digest != record_.restored_sha256_hex) {
         return Status::DataLoss("model '" + info_.model + "' version " +
                                 std::to_string(info_.version) +
-                                ": restored body SHA-256 differs from the pushed one");
+                                ": restored body SHA-256 differs from the one recorded at push");
       }
     } else if (sent_ > record_.raw_bytes) {
       return Status::DataLoss("model '" + info_.model + "' version " +
@@ -612,6 +668,46 @@ class RocksCheckpointStore final : public CheckpointStore {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
     CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(rocksdb::ReadOptions(), model, version));
     return MakeVersionInfo(model, found.first, found.second);
+  }
+
+  Result<VersionDetail> GetVersionDetail(std::string_view model,
+                                         std::optional<uint64_t> version) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
+    rocksdb::ReadOptions ro;
+    ro.snapshot = snapshot;
+    auto result = [&]() -> Result<VersionDetail> {
+      CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(ro, model, version));
+      ChainReader reader(ctx_.db, ctx_.manifests, ctx_.chunks, snapshot, std::string(model),
+                         nullptr);
+      CKPT_ASSIGN_OR_RETURN(const ManifestRecord* manifest, reader.Manifest(found.second.seq));
+      VersionDetail detail;
+      detail.info = MakeVersionInfo(model, found.first, found.second);
+      for (const ManifestTensor& t : manifest->tensors) {
+        TensorDetail d;
+        d.name = t.name;
+        d.dtype = std::string(DTypeName(t.dtype));
+        d.shape = t.shape;
+        d.kind = t.kind == FrameKind::kKeyframe ? "keyframe" : "delta";
+        const bool lossy = t.codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized);
+        d.codec = lossy ? "lossy" : "lossless";
+        if (lossy) d.quantizer = std::string(QuantizerName(static_cast<Quantizer>(t.quantizer)));
+        d.bound = t.bound;
+        d.chain_length = t.chain_length;
+        d.raw_bytes = t.byte_size;
+        d.stored_bytes = t.stored_bytes;
+        d.exact_elements = t.exact_elements;
+        const uint64_t elements = t.byte_size / DTypeSize(t.dtype);
+        if (elements > 0) {
+          d.bits_per_element = 8.0 * static_cast<double>(t.stored_bytes) / elements;
+          d.entropy_bits_per_element = t.entropy_bits / static_cast<double>(elements);
+        }
+        detail.tensors.push_back(std::move(d));
+      }
+      return detail;
+    }();
+    db_->ReleaseSnapshot(snapshot);
+    return result;
   }
 
   Status DeleteVersion(std::string_view model, uint64_t version) override {

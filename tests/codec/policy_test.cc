@@ -28,14 +28,90 @@ TEST(CodecPolicy, RejectsBadFieldsNamingThem) {
     const char* field;
   };
   for (const Case& c :
-       {Case{R"({"keyframe_every":0})", "keyframe_every"},
+       {Case{R"({"keyframe_every":-1})", "keyframe_every"},
         Case{R"({"keyframe_every":"8"})", "keyframe_every"},
-        Case{R"({"keyframe_every":100000})", "keyframe_every"}, Case{R"({"mode":"zip"})", "mode"},
-        Case{R"({"colour":1})", "colour"}, Case{R"([1])", "object"}, Case{R"({)", "JSON"}}) {
+        Case{R"({"keyframe_every":100000})", "keyframe_every"},
+        Case{R"({"mode":"zip"})", "mode"},
+        Case{R"({"colour":1})", "colour"},
+        Case{R"([1])", "object"},
+        Case{R"({)", "JSON"},
+        Case{R"({"mode":"lossy"})", "max_abs_error"},
+        Case{R"({"mode":"lossy","max_abs_error":0})", "max_abs_error"},
+        Case{R"({"mode":"lossy","max_abs_error":-1})", "max_abs_error"},
+        Case{R"({"mode":"lossy","max_abs_error":"1e-3"})", "max_abs_error"},
+        Case{R"({"mode":"lossy","max_rel_error":2})", "max_rel_error"},
+        Case{R"({"mode":"lossy","max_abs_error":1,"max_rel_error":0.1})", "not both"},
+        Case{R"({"mode":"lossy","max_abs_error":1,"quantizer":"magic"})", "quantizer"},
+        Case{R"({"lossless_tensors":"*.bias"})", "lossless_tensors"},
+        Case{R"({"lossless_tensors":[""]})", "lossless_tensors[0]"},
+        Case{R"({"lossless_tensors":[3]})", "lossless_tensors[0]"},
+        Case{R"({"overrides":{}})", "overrides"},
+        Case{R"({"overrides":[{"max_abs_error":1}]})", "overrides[0].tensors"},
+        Case{R"({"overrides":[{"tensors":"a*"}]})", "overrides[0]"},
+        Case{R"({"overrides":[{"tensors":"a*","max_rel_error":7}]})", "overrides[0].max_rel_error"},
+        Case{R"({"overrides":[{"tensors":"a*","lossless":true,"max_abs_error":1}]})",
+             "overrides[0]"},
+        Case{R"({"overrides":[{"tensors":"a*","quantizer":"uniform"}]})", "overrides[0]"},
+        Case{R"({"overrides":[{"tensors":"a*","colour":1}]})", "overrides[0].colour"}}) {
     auto p = CodecPolicy::FromJson(c.json, CodecPolicy{});
     ASSERT_EQ(p.status().code(), StatusCode::kInvalidArgument) << c.json;
     EXPECT_NE(p.status().message().find(c.field), std::string::npos) << p.status().message();
   }
+}
+
+TEST(CodecPolicy, LossyFieldsRoundTrip) {
+  auto p = CodecPolicy::FromJson(
+      R"({"mode":"lossy","max_rel_error":1e-3,"quantizer":"uniform","keyframe_every":0,
+          "lossless_tensors":["*.bias","emb?"],
+          "overrides":[{"tensors":"optim.*","max_abs_error":0.5},{"tensors":"x","lossless":true}]})",
+      CodecPolicy{});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->mode, CodecMode::kLossy);
+  EXPECT_EQ(p->bound, (ErrorBound{ErrorBound::Kind::kRelative, 1e-3}));
+  EXPECT_EQ(p->EffectiveKeyframeEvery(), CodecPolicy::kLossyKeyframeEvery);
+  ASSERT_EQ(p->overrides.size(), 2u);
+  auto again = CodecPolicy::FromJson(p->ToJson(), CodecPolicy{});
+  ASSERT_TRUE(again.ok()) << again.status().ToString() << p->ToJson();
+  EXPECT_EQ(*again, *p);
+  // Giving the other kind of bound replaces the base's bound.
+  auto abs = CodecPolicy::FromJson(R"({"max_abs_error":0.25})", *p);
+  ASSERT_TRUE(abs.ok());
+  EXPECT_EQ(abs->bound, (ErrorBound{ErrorBound::Kind::kAbsolute, 0.25}));
+}
+
+TEST(CodecPolicy, DecidesPerTensorCoding) {
+  auto p = CodecPolicy::FromJson(
+      R"({"mode":"lossy","max_abs_error":1e-3,
+          "overrides":[{"tensors":"optim.*.exp_avg_sq","max_rel_error":0.01},
+                       {"tensors":"keep.*","lossless":true}]})",
+      CodecPolicy{});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const std::vector<uint64_t> matrix = {4, 4}, vector = {4}, scalar = {};
+  // Default rule: rank <= 1 and non-float tensors stay lossless.
+  EXPECT_TRUE(p->ForTensor("w", DType::kF32, matrix).lossy);
+  EXPECT_FALSE(p->ForTensor("b", DType::kF32, vector).lossy);
+  EXPECT_FALSE(p->ForTensor("s", DType::kF32, scalar).lossy);
+  EXPECT_FALSE(p->ForTensor("ids", DType::kI64, matrix).lossy);
+  EXPECT_FALSE(p->ForTensor("f8", DType::kF8E4M3, matrix).lossy);
+  EXPECT_EQ(p->ForTensor("w", DType::kBF16, matrix).lossy_options.bound.value, 1e-3);
+  // Overrides come first, also for 1-D tensors.
+  TensorCoding v = p->ForTensor("optim.layer.exp_avg_sq", DType::kF32, vector);
+  EXPECT_TRUE(v.lossy);
+  EXPECT_EQ(v.lossy_options.bound, (ErrorBound{ErrorBound::Kind::kRelative, 0.01}));
+  EXPECT_FALSE(p->ForTensor("keep.w", DType::kF32, matrix).lossy);
+  // An explicit list replaces the rank rule; [] quantizes every float tensor.
+  auto all = CodecPolicy::FromJson(R"({"lossless_tensors":[]})", *p);
+  ASSERT_TRUE(all.ok());
+  EXPECT_TRUE(all->ForTensor("b", DType::kF32, vector).lossy);
+  auto bias = CodecPolicy::FromJson(R"({"lossless_tensors":["*.bias"]})", *p);
+  ASSERT_TRUE(bias.ok());
+  EXPECT_FALSE(bias->ForTensor("fc.bias", DType::kF32, matrix).lossy);
+  EXPECT_TRUE(bias->ForTensor("fc.weight", DType::kF32, vector).lossy);
+  // Lossless mode ignores the bound except in overrides.
+  auto lossless = CodecPolicy::FromJson(R"({"mode":"lossless"})", *p);
+  ASSERT_TRUE(lossless.ok());
+  EXPECT_FALSE(lossless->ForTensor("w", DType::kF32, matrix).lossy);
+  EXPECT_TRUE(lossless->ForTensor("optim.a.exp_avg_sq", DType::kF32, matrix).lossy);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Helpers shared by the ckptd test suites: temporary directories and synthetic checkpoints.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -129,5 +130,98 @@ class DriftingModel {
   std::vector<float> bias_;
   uint64_t step_ = 0;
 };
+
+// Loads element i of a float tensor's bytes as a double (F64, F32, F16, BF16).
+inline double LoadFloat(DType dtype, const char* p) {
+  switch (dtype) {
+    case DType::kF64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
+    case DType::kF32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case DType::kF16: {
+      _Float16 h;
+      std::memcpy(&h, p, 2);
+      return static_cast<double>(h);
+    }
+    default: {  // BF16
+      uint16_t b;
+      std::memcpy(&b, p, 2);
+      const uint32_t bits = uint32_t{b} << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+  }
+}
+
+struct BoundCheck {
+  std::string error;             // empty when the restored body honours the guarantee
+  double worst = 0;              // largest |pushed - restored| over finite float elements
+  uint64_t inexact_tensors = 0;  // float tensors that did not restore bit-exactly
+};
+
+// Checks the lossy guarantee on a whole safetensors body: the header restores verbatim, every
+// finite F64/F32/F16/BF16 element is within `bound`, non-finite ones and every other dtype are
+// bit-exact.
+inline BoundCheck CheckWithinBound(std::string_view pushed, std::string_view restored,
+                                   double bound) {
+  BoundCheck out;
+  if (pushed.size() != restored.size()) {
+    out.error = "size differs";
+    return out;
+  }
+  uint64_t n = 0;
+  std::memcpy(&n, pushed.data(), 8);
+  if (pushed.substr(0, 8 + n) != restored.substr(0, 8 + n)) {
+    out.error = "header differs";
+    return out;
+  }
+  auto header = ParseSafetensorsHeader(pushed.substr(8, n), pushed.size());
+  if (!header.ok()) {
+    out.error = header.status().ToString();
+    return out;
+  }
+  const char* p = pushed.data() + 8 + n;
+  const char* r = restored.data() + 8 + n;
+  for (const TensorInfo& t : header->tensors) {
+    const bool is_float = t.dtype == DType::kF64 || t.dtype == DType::kF32 ||
+                          t.dtype == DType::kF16 || t.dtype == DType::kBF16;
+    const bool same = std::memcmp(p + t.begin, r + t.begin, t.byte_size()) == 0;
+    if (!is_float) {
+      if (!same)
+        out.error =
+            "tensor '" + t.name + "' (" + std::string(DTypeName(t.dtype)) + ") is not bit-exact";
+      if (!same) return out;
+      continue;
+    }
+    out.inexact_tensors += !same;
+    const uint32_t size = DTypeSize(t.dtype);
+    for (uint64_t off = t.begin; off < t.end; off += size) {
+      const double x = LoadFloat(t.dtype, p + off), y = LoadFloat(t.dtype, r + off);
+      if (!std::isfinite(x)) {
+        if (std::memcmp(p + off, r + off, size) != 0) {
+          out.error = "tensor '" + t.name + "': non-finite element not restored exactly";
+          return out;
+        }
+        continue;
+      }
+      const double err = std::abs(x - y);
+      out.worst = std::max(out.worst, err);
+      if (!(err <= bound)) {
+        out.error = "tensor '" + t.name + "' element " + std::to_string((off - t.begin) / size) +
+                    ": |" + std::to_string(x) + " - " + std::to_string(y) + "| > " +
+                    std::to_string(bound);
+        return out;
+      }
+    }
+  }
+  return out;
+}
 
 }  // namespace ckpt::testing

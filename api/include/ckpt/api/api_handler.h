@@ -36,6 +36,7 @@ struct Route {
   RouteKind kind = RouteKind::kUnknown;
   std::string model;
   std::string version;  // as written in the path: decimal or "latest"
+  bool detail = false;  // ?detail=1 on a version: its storage detail (JSON) instead of the body
 };
 
 struct ApiResponse {

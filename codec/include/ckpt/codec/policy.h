@@ -1,39 +1,94 @@
 // The per-model codec policy: how new versions of a model are encoded.
 //
 // Set with PUT /v1/models/{model}/policy, applied from the next push. Every stored chunk
-// records the codec it was written with, so changing the policy never affects stored data.
+// records the codec and parameters it was written with, so changing the policy never affects
+// stored data.
 //
-// JSON form (docs/api.md):
+// JSON form (docs/api.md has the full reference):
 //   {"mode": "lossless", "keyframe_every": 16}
+//   {"mode": "lossy", "max_abs_error": 1e-4, "quantizer": "auto",
+//    "lossless_tensors": ["*.bias", "*norm*"],
+//    "overrides": [{"tensors": "optim.*.exp_avg_sq", "max_rel_error": 1e-2}]}
 // Fields:
-//   mode            "lossless" (bit-exact). Lossy modes arrive with the lossy-codec work.
-//                   Default: "lossless".
-//   keyframe_every  a tensor is stored as a keyframe at least every N versions; restoring any
-//                   version decodes at most one keyframe and N-1 deltas per tensor. 1 disables
-//                   deltas. Range 1..1024. Default: 16.
+//   mode              "lossless" (bit-exact) or "lossy" (every float element restores within
+//                     the bound). Default: "lossless".
+//   max_abs_error     lossy bound: |pushed - restored| <= this, in the tensor's own dtype. > 0.
+//   max_rel_error     lossy bound relative to each tensor's value range (max - min of its finite
+//                     values) in the version being pushed. In (0, 1]. Give one of the two.
+//   quantizer         "auto" (default) or "uniform".
+//   lossless_tensors  glob patterns (fnmatch: * ? [..]) of tensor names kept bit-exact. Default
+//                     (field absent or null): tensors of rank 0 or 1 (biases, norms, scalars).
+//                     [] quantizes every float tensor. Non-float tensors are always lossless.
+//   overrides         list of {"tensors": glob, and any of "max_abs_error" | "max_rel_error",
+//                     "quantizer", "lossless": bool}; the first matching entry decides a
+//                     tensor's coding (also in lossless mode: a lossless model may quantize,
+//                     say, its optimizer moments). At most 64 entries.
+//   keyframe_every    a tensor is stored as a keyframe at least every N versions; restoring any
+//                     version decodes at most one keyframe and N-1 deltas per tensor. 1 disables
+//                     deltas. Range 1..1024, or 0 for the mode's default: 16 lossless, 32 lossy.
+//                     In lossy mode a tensor also starts a new keyframe once the deltas stored
+//                     since its keyframe outweigh the keyframe itself.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "ckpt/codec/dtype.h"
+#include "ckpt/codec/lossy_codec.h"
 #include "ckpt/codec/status.h"
 
 namespace ckpt {
 
-enum class CodecMode { kLossless };
+enum class CodecMode { kLossless, kLossy };
+
+// A per-tensor-pattern override of the policy.
+struct TensorOverride {
+  std::string pattern;
+  std::optional<bool> lossless;
+  std::optional<ErrorBound> bound;
+  std::optional<Quantizer> quantizer;
+
+  friend bool operator==(const TensorOverride&, const TensorOverride&) = default;
+};
+
+// How one tensor of a push is coded.
+struct TensorCoding {
+  bool lossy = false;
+  LossyCodecOptions lossy_options;  // when lossy
+
+  friend bool operator==(const TensorCoding&, const TensorCoding&) = default;
+};
 
 struct CodecPolicy {
-  static constexpr uint32_t kDefaultKeyframeEvery = 16;
+  static constexpr uint32_t kLosslessKeyframeEvery = 16;
+  static constexpr uint32_t kLossyKeyframeEvery = 32;
   static constexpr uint32_t kMaxKeyframeEvery = 1024;
+  static constexpr size_t kMaxPatterns = 64;
 
   CodecMode mode = CodecMode::kLossless;
-  uint32_t keyframe_every = kDefaultKeyframeEvery;
+  uint32_t keyframe_every = 0;  // 0: the mode's default
+  std::optional<ErrorBound> bound;
+  Quantizer quantizer = Quantizer::kAuto;
+  std::optional<std::vector<std::string>> lossless_tensors;  // nullopt: rank <= 1 stays lossless
+  std::vector<TensorOverride> overrides;
 
   // Parses a policy document. Fields not given keep the values of `base`. Unknown fields,
-  // wrong types and out-of-range values are InvalidArgument naming the field.
+  // wrong types, out-of-range values and a lossy mode without a bound are InvalidArgument
+  // naming the field.
   static Result<CodecPolicy> FromJson(std::string_view json, const CodecPolicy& base);
   std::string ToJson() const;
+
+  uint32_t EffectiveKeyframeEvery() const {
+    if (keyframe_every != 0) return keyframe_every;
+    return mode == CodecMode::kLossy ? kLossyKeyframeEvery : kLosslessKeyframeEvery;
+  }
+
+  // Decides how the tensor `name` of `dtype` and `shape` is coded under this policy.
+  TensorCoding ForTensor(std::string_view name, DType dtype,
+                         const std::vector<uint64_t>& shape) const;
 
   friend bool operator==(const CodecPolicy&, const CodecPolicy&) = default;
 };

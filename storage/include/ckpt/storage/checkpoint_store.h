@@ -71,8 +71,32 @@ struct VersionInfo {
   uint64_t raw_bytes = 0;     // size of the pushed safetensors body
   uint64_t stored_bytes = 0;  // payload bytes this version added to the store
   int64_t created_at_ms = 0;  // Unix epoch milliseconds of the commit
-  std::string sha256;         // SHA-256 (hex) of the pushed body
+  std::string sha256;         // SHA-256 (hex) of the body a restore sends
+  std::string pushed_sha256;  // SHA-256 (hex) of the pushed body (equal unless lossy)
+  bool lossy = false;         // some tensor was quantized: restores are within the bound
   uint32_t tensor_count = 0;
+};
+
+// How one tensor of a version is stored (GET .../versions/{v}?detail=1).
+struct TensorDetail {
+  std::string name;
+  std::string dtype;
+  std::vector<uint64_t> shape;
+  std::string kind;             // "keyframe" or "delta"
+  std::string codec;            // "lossless" or "lossy"
+  std::string quantizer;        // lossy: the quantizer used ("uniform"); empty for lossless
+  double bound = 0;             // lossy: the absolute error bound applied (largest over chunks)
+  uint32_t chain_length = 0;    // deltas since the keyframe
+  uint64_t raw_bytes = 0;       // the tensor's bytes in the body
+  uint64_t stored_bytes = 0;    // its chunk records in this version
+  uint64_t exact_elements = 0;  // lossy: elements stored verbatim to keep the bound
+  double bits_per_element = 0;  // stored bits / elements
+  double entropy_bits_per_element = 0;  // lossy: entropy of the coded symbols per element
+};
+
+struct VersionDetail {
+  VersionInfo info;
+  std::vector<TensorDetail> tensors;  // body order
 };
 
 struct ModelInfo {
@@ -135,6 +159,9 @@ class CheckpointStore {
   virtual Result<std::vector<VersionInfo>> ListVersions(std::string_view model) = 0;
   virtual Result<VersionInfo> GetVersion(std::string_view model,
                                          std::optional<uint64_t> version) = 0;
+  // The version's per-tensor storage: codec, quantizer, bound, bytes and bits per element.
+  virtual Result<VersionDetail> GetVersionDetail(std::string_view model,
+                                                 std::optional<uint64_t> version) = 0;
 
   // Deletes one version. Versions that still need its data (as a delta base) keep restoring
   // byte-identically; data no live version needs is dropped.
