@@ -135,6 +135,11 @@ Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPoli
                                          std::to_string(n) + ")");
       }
       policy.keyframe_every = static_cast<uint32_t>(n);
+    } else if (key == "keyframe_budget") {
+      if (!it->is_number()) return Bad("keyframe_budget", "must be a number");
+      const double budget = it->get<double>();
+      if (!(budget >= 0 && budget <= 1e6)) return Bad("keyframe_budget", "must be in [0, 1e6]");
+      policy.keyframe_budget = budget;
     } else if (key == "quantizer") {
       CKPT_RETURN_IF_ERROR(ParseQuantizer(*it, "quantizer", &policy.quantizer));
     } else if (key == "lossless_tensors") {
@@ -184,6 +189,7 @@ Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPoli
 std::string CodecPolicy::ToJson() const {
   json doc = {{"mode", mode == CodecMode::kLossy ? "lossy" : "lossless"},
               {"keyframe_every", keyframe_every},
+              {"keyframe_budget", keyframe_budget},
               {"quantizer", std::string(QuantizerName(quantizer))}};
   if (bound) BoundJson(*bound, doc);
   doc["lossless_tensors"] = lossless_tensors ? json(*lossless_tensors) : json(nullptr);

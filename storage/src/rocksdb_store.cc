@@ -254,9 +254,10 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
       mt.keyframe_seq = seq_;
       if (auto it = reference_index.find(t.name); it != reference_index.end()) {
         const ManifestTensor& rt = reference->tensors[it->second];
-        // Lossy chains also restart once their deltas outweigh their keyframe: that bounds
-        // what a chain keeps alive for versions that are gone.
-        const bool chain_outweighs_keyframe = coding.lossy && rt.chain_bytes > rt.keyframe_bytes;
+        // Lossy chains also restart once their deltas outweigh their keyframe by the policy's
+        // budget: that bounds what a restore reads and what a chain keeps alive.
+        const bool chain_outweighs_keyframe =
+            coding.lossy && policy_.KeyframeBudgetExceeded(rt.keyframe_bytes, rt.chain_bytes);
         if (rt.dtype == mt.dtype && rt.shape == mt.shape && rt.chunk_bytes == mt.chunk_bytes &&
             mt.byte_size > 0 && rt.chain_length + 1 < keyframe_every && !chain_outweighs_keyframe &&
             ReferenceAvailable(coding, it->second, mt.chunk_count)) {

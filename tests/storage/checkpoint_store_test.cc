@@ -184,7 +184,11 @@ TEST_F(CheckpointStoreTest, SwitchingBetweenLosslessAndLossyKeepsEveryVersion) {
 // Lossy chains restart when their deltas outweigh their keyframe.
 TEST_F(CheckpointStoreTest, LossyChainRestartsWhenDeltasOutweighTheKeyframe) {
   // A coarse bound makes the keyframe tiny; large random moves make the deltas big.
-  ASSERT_TRUE(store_->SetPolicy("m", LossyPolicy(R"({"mode":"lossy","max_abs_error":0.05})")).ok());
+  ASSERT_TRUE(
+      store_
+          ->SetPolicy("m",
+                      LossyPolicy(R"({"mode":"lossy","max_abs_error":0.05,"keyframe_budget":1})"))
+          .ok());
   std::mt19937_64 rng(33);
   std::normal_distribution<float> normal(0, 0.01f);
   std::vector<float> w(4096);

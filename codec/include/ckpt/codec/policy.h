@@ -26,8 +26,12 @@
 //   keyframe_every    a tensor is stored as a keyframe at least every N versions; restoring any
 //                     version decodes at most one keyframe and N-1 deltas per tensor. 1 disables
 //                     deltas. Range 1..1024, or 0 for the mode's default: 16 lossless, 32 lossy.
-//                     In lossy mode a tensor also starts a new keyframe once the deltas stored
-//                     since its keyframe outweigh the keyframe itself.
+//   keyframe_budget   lossy mode: a tensor also starts a new keyframe once the deltas stored
+//                     since its keyframe total more than this many times the keyframe's bytes,
+//                     which bounds the bytes a restore reads and a chain keeps alive. 1 is the
+//                     strictest useful value, 0 turns the rule off. Default: 8 (on training
+//                     runs a lossy keyframe costs 3-5 deltas, so 1 would re-key every few
+//                     versions and cost a third of the ratio; see docs/benchmarks.md).
 #pragma once
 
 #include <cstdint>
@@ -67,9 +71,11 @@ struct CodecPolicy {
   static constexpr uint32_t kLossyKeyframeEvery = 32;
   static constexpr uint32_t kMaxKeyframeEvery = 1024;
   static constexpr size_t kMaxPatterns = 64;
+  static constexpr double kDefaultKeyframeBudget = 8;
 
   CodecMode mode = CodecMode::kLossless;
   uint32_t keyframe_every = 0;  // 0: the mode's default
+  double keyframe_budget = kDefaultKeyframeBudget;
   std::optional<ErrorBound> bound;
   Quantizer quantizer = Quantizer::kAuto;
   std::optional<std::vector<std::string>> lossless_tensors;  // nullopt: rank <= 1 stays lossless
@@ -84,6 +90,13 @@ struct CodecPolicy {
   uint32_t EffectiveKeyframeEvery() const {
     if (keyframe_every != 0) return keyframe_every;
     return mode == CodecMode::kLossy ? kLossyKeyframeEvery : kLosslessKeyframeEvery;
+  }
+
+  // Lossy mode: whether a chain whose deltas since the keyframe total `chain_bytes` (keyframe:
+  // `keyframe_bytes`) restarts with a keyframe.
+  bool KeyframeBudgetExceeded(uint64_t keyframe_bytes, uint64_t chain_bytes) const {
+    return keyframe_budget > 0 &&
+           static_cast<double>(chain_bytes) > keyframe_budget * static_cast<double>(keyframe_bytes);
   }
 
   // Decides how the tensor `name` of `dtype` and `shape` is coded under this policy.

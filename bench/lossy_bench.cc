@@ -1,0 +1,237 @@
+// Lossy codec benchmark on a real checkpoint sequence, in process (no daemon, no RocksDB).
+//
+// Reads safetensors files in name order, codes every tensor with a ckptd codec policy exactly as
+// a push would (closed loop: each delta against the previous reconstruction, keyframes by the
+// policy's rules, 4 MiB chunks), decodes every payload again and checks the bound. Prints per
+// version and in total: raw bytes, payload bytes, ratio, bits/element, entropy of the coded
+// symbols, encode and decode MB/s (per core, median over versions), and the same-run baseline
+// zstd -3 of each file. Optionally writes the restored checkpoints for evaluation.
+//
+// Usage: lossy_bench POLICY_JSON DIR [--restored OUT_DIR] [--quiet]
+//   e.g. lossy_bench '{"mode":"lossy","max_abs_error":5e-3,"lossless_tensors":[]}' ckpts/charlm
+#include <zstd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ckpt/codec/lossy_codec.h"
+#include "ckpt/codec/policy.h"
+#include "ckpt/codec/safetensors.h"
+#include "ckpt/codec/tensor_codec.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kChunkBytes = 4 << 20;
+
+std::string ReadFile(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// State of one tensor's chain: the reconstruction of each chunk, and chain bookkeeping.
+struct Chain {
+  std::vector<std::vector<uint8_t>> reconstruction;
+  uint32_t length = 0;
+  uint64_t keyframe_bytes = 0;
+  uint64_t delta_bytes = 0;
+};
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "lossy_bench: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: lossy_bench POLICY_JSON DIR [--restored OUT_DIR] [--quiet]\n");
+    return 2;
+  }
+  auto policy = ckpt::CodecPolicy::FromJson(argv[1], ckpt::CodecPolicy{});
+  if (!policy.ok()) return Fail(policy.status().ToString());
+  std::string restored_dir;
+  bool quiet = false;
+  for (int i = 3; i < argc; ++i) {
+    if (std::string(argv[i]) == "--restored" && i + 1 < argc) {
+      restored_dir = argv[++i];
+    } else if (std::string(argv[i]) == "--quiet") {
+      quiet = true;
+    }
+  }
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(argv[2])) {
+    if (e.path().extension() == ".safetensors") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  if (files.empty()) return Fail("no .safetensors files in " + std::string(argv[2]));
+  if (!restored_dir.empty()) std::filesystem::create_directories(restored_dir);
+
+  const auto lossless = ckpt::NewLosslessCodec();
+  std::map<std::string, Chain> chains;
+  uint64_t total_raw = 0, total_stored = 0, total_zstd = 0, total_elements_lossy = 0;
+  double total_entropy_bits = 0, lossy_payload_bits = 0, worst_ratio_to_bound = 0;
+  std::vector<double> encode_mbps, decode_mbps, zstd_mbps;
+  const uint32_t keyframe_every = policy->EffectiveKeyframeEvery();
+  ZSTD_CCtx* zcctx = ZSTD_createCCtx();
+
+  if (!quiet) {
+    std::printf("%-28s %10s %10s %8s %9s %9s %9s %9s\n", "version", "raw", "stored", "ratio",
+                "bits/el", "H bits/el", "enc MB/s", "dec MB/s");
+  }
+  for (const auto& path : files) {
+    const std::string body = ReadFile(path);
+    uint64_t n = 0;
+    std::memcpy(&n, body.data(), 8);
+    auto header = ckpt::ParseSafetensorsHeader(std::string_view(body).substr(8, n), body.size());
+    if (!header.ok()) return Fail(path.string() + ": " + header.status().ToString());
+    std::string restored = body;
+    const char* data = body.data() + 8 + n;
+    char* out = restored.data() + 8 + n;
+    uint64_t stored = 0, elements_lossy = 0;
+    double entropy_bits = 0, lossy_bits = 0;
+    Clock::duration encode_time{}, decode_time{};
+
+    for (const auto& t : header->tensors) {
+      const ckpt::TensorCoding coding = policy->ForTensor(t.name, t.dtype, t.shape);
+      std::unique_ptr<ckpt::TensorCodec> lossy_codec;
+      if (coding.lossy) lossy_codec = ckpt::NewLossyCodec(coding.lossy_options);
+      const ckpt::TensorCodec& codec = coding.lossy ? *lossy_codec : *lossless;
+      const uint64_t element = ckpt::DTypeSize(t.dtype);
+      const uint64_t chunk_bytes = std::max(element, kChunkBytes / element * element);
+      const uint64_t chunks = (t.byte_size() + chunk_bytes - 1) / chunk_bytes;
+      Chain& chain = chains[t.name];
+      const bool delta = chain.reconstruction.size() == chunks && chunks > 0 &&
+                         chain.length + 1 < keyframe_every &&
+                         !(coding.lossy &&
+                           policy->KeyframeBudgetExceeded(chain.keyframe_bytes, chain.delta_bytes));
+      if (!delta) {
+        chain = Chain{};
+        chain.reconstruction.resize(chunks);
+      }
+      uint64_t tensor_stored = 0;
+      for (uint64_t c = 0; c < chunks; ++c) {
+        const uint64_t begin = t.begin + c * chunk_bytes;
+        const uint64_t length = std::min(chunk_bytes, t.end - begin);
+        std::span<const uint8_t> current(reinterpret_cast<const uint8_t*>(data + begin), length);
+        std::optional<std::span<const uint8_t>> reference;
+        if (delta) reference = std::span<const uint8_t>(chain.reconstruction[c]);
+        const auto t0 = Clock::now();
+        auto encoded = codec.Encode(t.dtype, current, reference);
+        const auto t1 = Clock::now();
+        if (!encoded.ok()) return Fail(t.name + ": " + encoded.status().ToString());
+        std::vector<uint8_t> decoded(length);
+        auto payload = std::span<const uint8_t>(
+            reinterpret_cast<const uint8_t*>(encoded->payload.data()), encoded->payload.size());
+        const auto t2 = Clock::now();
+        ckpt::Status s = codec.Decode(t.dtype, payload, reference, decoded);
+        const auto t3 = Clock::now();
+        if (!s.ok()) return Fail(t.name + ": " + s.ToString());
+        encode_time += t1 - t0;
+        decode_time += t3 - t2;
+        const auto& expected = encoded->reconstruction_is_input
+                                   ? std::vector<uint8_t>(current.begin(), current.end())
+                                   : encoded->reconstruction;
+        if (decoded != expected) return Fail(t.name + ": decoder differs from encoder");
+        std::memcpy(out + begin, decoded.data(), length);
+        chain.reconstruction[c] = std::move(decoded);
+        tensor_stored += encoded->payload.size();
+        if (coding.lossy) {
+          entropy_bits += encoded->info.model_entropy_bits;
+          lossy_bits += 8.0 * encoded->payload.size();
+          elements_lossy += encoded->info.elements;
+          // Worst error relative to the bound, measured on the restored bytes.
+          const double bound = encoded->info.bound;
+          for (uint64_t off = 0; off < length; off += element) {
+            double x = 0, r = 0;
+            if (t.dtype == ckpt::DType::kF32) {
+              float a, b;
+              std::memcpy(&a, current.data() + off, 4);
+              std::memcpy(&b, chain.reconstruction[c].data() + off, 4);
+              x = a;
+              r = b;
+            } else {
+              continue;
+            }
+            if (!std::isfinite(x)) continue;
+            const double err = std::abs(x - r);
+            if (err > bound) return Fail(t.name + ": bound violated");
+            if (bound > 0) worst_ratio_to_bound = std::max(worst_ratio_to_bound, err / bound);
+          }
+        }
+      }
+      if (delta) {
+        ++chain.length;
+        chain.delta_bytes += tensor_stored;
+      } else {
+        chain.keyframe_bytes = tensor_stored;
+      }
+      stored += tensor_stored;
+    }
+    // Baseline in the same run: zstd -3 of the whole file.
+    std::vector<char> zbuf(ZSTD_compressBound(body.size()));
+    const auto z0 = Clock::now();
+    const size_t zsize =
+        ZSTD_compressCCtx(zcctx, zbuf.data(), zbuf.size(), body.data(), body.size(), 3);
+    const auto z1 = Clock::now();
+    if (ZSTD_isError(zsize)) return Fail("zstd failed");
+    total_zstd += zsize;
+    zstd_mbps.push_back(body.size() / 1e6 / Seconds(z1 - z0));
+
+    stored += 8 + n;  // the header is kept verbatim
+    total_raw += body.size();
+    total_stored += stored;
+    total_elements_lossy += elements_lossy;
+    total_entropy_bits += entropy_bits;
+    lossy_payload_bits += lossy_bits;
+    encode_mbps.push_back(body.size() / 1e6 / Seconds(encode_time));
+    decode_mbps.push_back(body.size() / 1e6 / Seconds(decode_time));
+    if (!quiet) {
+      std::printf("%-28s %10zu %10llu %8.2f %9.3f %9.3f %9.0f %9.0f\n",
+                  path.filename().string().c_str(), body.size(),
+                  static_cast<unsigned long long>(stored), body.size() / double(stored),
+                  elements_lossy ? lossy_bits / elements_lossy : 0.0,
+                  elements_lossy ? entropy_bits / elements_lossy : 0.0, encode_mbps.back(),
+                  decode_mbps.back());
+    }
+    if (!restored_dir.empty()) {
+      std::ofstream f(std::filesystem::path(restored_dir) / path.filename(), std::ios::binary);
+      f.write(restored.data(), static_cast<std::streamsize>(restored.size()));
+    }
+  }
+  ZSTD_freeCCtx(zcctx);
+  std::printf(
+      "policy %s\nfiles %zu  raw %llu  stored %llu  ratio %.2fx  | zstd -3 of the files: %llu "
+      "(%.3fx, %.0f MB/s)\n",
+      argv[1], files.size(), static_cast<unsigned long long>(total_raw),
+      static_cast<unsigned long long>(total_stored), total_raw / double(total_stored),
+      static_cast<unsigned long long>(total_zstd), total_raw / double(total_zstd),
+      Median(zstd_mbps));
+  std::printf(
+      "quantized elements: %.3f bits/element coded, %.3f bits/element entropy (%.1f%% over); "
+      "worst error %.3f of the bound\n",
+      total_elements_lossy ? lossy_payload_bits / total_elements_lossy : 0.0,
+      total_elements_lossy ? total_entropy_bits / total_elements_lossy : 0.0,
+      total_entropy_bits > 0 ? 100.0 * (lossy_payload_bits / total_entropy_bits - 1) : 0.0,
+      worst_ratio_to_bound);
+  std::printf("encode %.0f MB/s, decode %.0f MB/s (median per version, one core)\n",
+              Median(encode_mbps), Median(decode_mbps));
+  return 0;
+}
