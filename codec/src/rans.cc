@@ -75,8 +75,33 @@ bool GetVarint(const uint8_t*& in, const uint8_t* end, uint64_t* v) {
   return false;
 }
 
-std::vector<Table> WriteTables(const Histogram& histogram, std::string* out) {
-  std::vector<Table> tables;
+namespace {
+EncodeTable MakeEncodeTable(const Table& t) {
+  EncodeTable out{};
+  for (uint32_t s = 0; s < kMaxSymbols; ++s) {
+    const uint32_t freq = t.freq[s];
+    if (freq == 0) continue;
+    EncodeSymbol& e = out[s];
+    e.x_max = ((kLow >> kScaleBits) << 8) * freq;
+    e.cmpl_freq = static_cast<uint16_t>(kScale - freq);
+    if (freq < 2) {
+      e.rcp_freq = ~0u;
+      e.rcp_shift = 0;
+      e.bias = t.start[s] + kScale - 1;
+    } else {
+      uint32_t shift = 0;
+      while (freq > (1u << shift)) ++shift;
+      e.rcp_freq = static_cast<uint32_t>(((uint64_t{1} << (shift + 31)) + freq - 1) / freq);
+      e.rcp_shift = static_cast<uint16_t>(shift - 1);
+      e.bias = t.start[s];
+    }
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<EncodeTable> WriteTables(const Histogram& histogram, std::string* out) {
+  std::vector<EncodeTable> tables;
   tables.reserve(histogram.counts.size());
   out->push_back(static_cast<char>(histogram.counts.size()));
   for (const auto& counts : histogram.counts) {
@@ -89,7 +114,7 @@ std::vector<Table> WriteTables(const Histogram& histogram, std::string* out) {
       out->push_back(static_cast<char>(s));
       PutVarint(t.freq[s], out);
     }
-    tables.push_back(t);
+    tables.push_back(MakeEncodeTable(t));
   }
   return tables;
 }

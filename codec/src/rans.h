@@ -49,22 +49,34 @@ struct Table {
 // Scales `counts` to frequencies summing to kScale, every present symbol at least 1.
 Table Normalize(const std::array<uint32_t, kMaxSymbols>& counts);
 
-// Appends the tables of a histogram's contexts to `out` and returns them normalized.
-std::vector<Table> WriteTables(const Histogram& histogram, std::string* out);
+// One symbol's encoding constants: division by the frequency done as a multiply by its
+// reciprocal (the construction of ryg_rans' RansEncSymbol).
+struct EncodeSymbol {
+  uint32_t x_max = 0;
+  uint32_t rcp_freq = 0;
+  uint32_t bias = 0;
+  uint16_t cmpl_freq = 0;
+  uint16_t rcp_shift = 0;
+};
+using EncodeTable = std::array<EncodeSymbol, kMaxSymbols>;
+
+// Appends the tables of a histogram's contexts to `out` and returns their encoding constants.
+std::vector<EncodeTable> WriteTables(const Histogram& histogram, std::string* out);
 
 // Encodes symbols given their contexts. Usage: Put symbols in REVERSE order, then Finish.
 class Encoder {
  public:
   explicit Encoder(size_t symbol_count) : buffer_(symbol_count * 2 + 16), pos_(buffer_.size()) {}
 
-  void Put(const Table& table, uint8_t symbol) {
-    const uint32_t freq = table.freq[symbol];
-    const uint32_t x_max = ((kLow >> kScaleBits) << 8) * freq;
-    while (state_ >= x_max) {
+  void Put(const EncodeTable& table, uint8_t symbol) {
+    const EncodeSymbol& s = table[symbol];
+    while (state_ >= s.x_max) {
       buffer_[--pos_] = static_cast<uint8_t>(state_ & 0xff);
       state_ >>= 8;
     }
-    state_ = ((state_ / freq) << kScaleBits) + (state_ % freq) + table.start[symbol];
+    const uint32_t q =
+        static_cast<uint32_t>((static_cast<uint64_t>(state_) * s.rcp_freq) >> 32) >> s.rcp_shift;
+    state_ += s.bias + q * s.cmpl_freq;
   }
 
   // Appends u32 length + the coded bytes to `out`.
