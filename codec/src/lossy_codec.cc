@@ -293,7 +293,6 @@ class LossyQuantizedCodec final : public TensorCodec {
     std::string exact;
     BitWriter extra;
     rans::Histogram histogram(kContexts);
-    rans::Histogram order0(1);
     uint32_t exact_count = 0;
     uint64_t extra_bits = 0;
     uint8_t p1 = 0, p2 = 0;
@@ -334,7 +333,6 @@ class LossyQuantizedCodec final : public TensorCodec {
       }
       symbols[i] = symbol;
       histogram.Add(ContextOf(p1, p2), symbol);
-      order0.Add(0, symbol);
       p2 = p1;
       p1 = symbol;
     }
@@ -373,6 +371,10 @@ class LossyQuantizedCodec final : public TensorCodec {
     result.info.exact_elements = exact_count;
     const double side_bits = static_cast<double>(extra_bits) + 8.0 * exact.size();
     result.info.model_entropy_bits = histogram.EntropyBits() + side_bits;
+    rans::Histogram order0(1);  // the same symbols without contexts
+    for (const auto& counts : histogram.counts) {
+      for (uint32_t k = 0; k < rans::kMaxSymbols; ++k) order0.counts[0][k] += counts[k];
+    }
     result.info.order0_entropy_bits = order0.EntropyBits() + side_bits;
     return result;
   }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "ckpt/client/client.h"
@@ -87,6 +88,62 @@ TEST_F(DaemonTest, FortyVersionsRestoreIdenticalAcrossRestartAndDeletes) {
   }
   verify_all();
   EXPECT_EQ(client_->PullToBuffer("llm-run", "2500").status().code(), StatusCode::kNotFound);
+}
+
+// The lossy guarantee through the real daemon: every version within the bound, across a restart
+// (the closed loop continues from the stored chain), with per-tensor detail over HTTP.
+TEST_F(DaemonTest, LossyVersionsStayWithinBoundAcrossRestart) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  const double bound = 1e-3;
+  auto bad = client_->SetPolicy("lossy-run", R"({"mode":"lossy","max_abs_error":-1})");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("max_abs_error"), std::string::npos);
+  ASSERT_TRUE(
+      client_
+          ->SetPolicy("lossy-run", R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[]})")
+          .ok());
+  DriftingModel model(43, 100000);
+  std::vector<std::string> bodies;
+  auto push = [&](int count) {
+    for (int i = 0; i < count; ++i) {
+      bodies.push_back(model.Next());
+      auto r = client_->PushBuffer("lossy-run", bodies.size(), bodies.back());
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+    }
+  };
+  auto verify_all = [&] {
+    for (size_t v = 1; v <= bodies.size(); ++v) {
+      auto body = client_->PullToBuffer("lossy-run", std::to_string(v));  // SHA-256 checked
+      ASSERT_TRUE(body.ok()) << v << ": " << body.status().ToString();
+      auto check = testing::CheckWithinBound(bodies[v - 1], *body, bound);
+      ASSERT_EQ(check.error, "") << "version " << v;
+      EXPECT_GT(check.inexact_tensors, 0u);
+    }
+  };
+  ASSERT_NO_FATAL_FAILURE(push(10));
+  verify_all();
+  EXPECT_EQ(daemon_->Stop(), 0) << daemon_->log();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  ASSERT_NO_FATAL_FAILURE(push(10));
+  verify_all();
+
+  RawHttp http(daemon_->port());
+  ASSERT_TRUE(
+      http.Send("GET /v1/models/lossy-run/versions/11?detail=1 HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto reply = http.Read();
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  auto doc = nlohmann::json::parse(reply.body);
+  EXPECT_EQ(doc["lossy"], true);
+  bool saw_weight = false;
+  for (const auto& t : doc["tensors"]) {
+    if (t["name"] != "layer1.weight") continue;
+    saw_weight = true;
+    EXPECT_EQ(t["codec"], "lossy");
+    EXPECT_EQ(t["kind"], "delta") << "the chain continued after the restart";
+    EXPECT_EQ(t["max_abs_error"], bound);
+    EXPECT_LT(t["bits_per_element"].get<double>(), 8.0);
+  }
+  EXPECT_TRUE(saw_weight);
 }
 
 TEST_F(DaemonTest, MalformedTruncatedAndInvalidRequestsGetPrecise4xxAndChangeNothing) {
