@@ -27,40 +27,47 @@
 #include <limits>
 
 #include "ckpt/codec/binary.h"
+#include "quantizers.h"
 #include "rans.h"
 
 namespace ckpt {
 namespace {
 
 constexpr uint8_t kPayloadVersion = 1;
-constexpr uint8_t kContextModelPrevious2 = 1;
+constexpr uint8_t kContextModelPrevious2 = 1;  // 9 contexts: classes of the two previous symbols
+constexpr uint8_t kContextModelNone = 2;       // 1 context, for small chunks (tables cost less)
 constexpr uint8_t kFlagDelta = 1;
 constexpr uint32_t kContexts = 9;
+// Chunks with fewer elements use kContextModelNone.
+constexpr size_t kMinElementsForContexts = 4096;
+// auto: candidates are compared on about this many elements spread over the chunk.
+constexpr size_t kAutoSampleElements = 4096;
 
 constexpr uint32_t kDirectSymbols = 32;   // zigzag values below this are their own symbol
 constexpr uint32_t kFirstBucketBits = 6;  // bit length of the smallest bucketed value (32)
 constexpr uint32_t kMaxBucketBits = 63;
 constexpr uint8_t kExactSymbol = kDirectSymbols + (kMaxBucketBits - kFirstBucketBits) + 1;
 static_assert(kExactSymbol < rans::kMaxSymbols);
-// |q| beyond this is stored verbatim (keeps zigzag within kMaxBucketBits bits and the rounding
-// below exact).
-constexpr double kMaxQuantized = 0x1p50;
-
-// Round half to even without a libm call: exact for |v| < 2^51.
-inline double RoundToInteger(double v) {
-  constexpr double kMagic = 0x1.8p52;
-  return v >= 0 ? (v + kMagic) - kMagic : -((-v + kMagic) - kMagic);
-}
+using lossy::CosineQuantizer;
+using lossy::ExponentQuantizer;
+using lossy::FloatQuantizer;
+using lossy::UniformQuantizer;
 
 uint32_t ClassOf(uint8_t symbol) { return symbol == 0 ? 0 : symbol <= 2 ? 1 : 2; }
 uint32_t ContextOf(uint8_t previous, uint8_t before_previous) {
   return ClassOf(previous) * 3 + ClassOf(before_previous);
 }
 
-uint64_t ZigZag(int64_t q) {
-  return (static_cast<uint64_t>(q) << 1) ^ static_cast<uint64_t>(q >> 63);
+// The symbol of a quantized value z (z < 32 itself, else its bit-length bucket).
+inline uint8_t SymbolOf(uint64_t z, uint32_t* extra_bits) {
+  if (z < kDirectSymbols) {
+    *extra_bits = 0;
+    return static_cast<uint8_t>(z);
+  }
+  const uint32_t bits = static_cast<uint32_t>(std::bit_width(z));
+  *extra_bits = bits - 1;
+  return static_cast<uint8_t>(kDirectSymbols + bits - kFirstBucketBits);
 }
-int64_t UnZigZag(uint64_t z) { return static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1); }
 
 // Element access for each supported dtype: load to double, store from double (one rounding).
 template <DType D>
@@ -123,11 +130,54 @@ struct Element<DType::kBF16> {
   }
 };
 
-// The reconstruction shared by encoder and decoder.
-template <DType D>
-inline void Reconstruct(double reference, int64_t q, double step, uint8_t* out) {
-  Element<D>::Store(reference + static_cast<double>(q) * step, out);
+}  // namespace
+
+namespace lossy {
+
+double DeterministicCos(double x) {
+  // Reduce to t in [0, pi/4] with cos or sin by symmetry, then Taylor polynomials (degree 20 and
+  // 21, error < 1e-19 there) evaluated by Horner's rule in a fixed order.
+  const double pi = 3.14159265358979323846;
+  double sign = 1;
+  if (x > pi / 2) {
+    x = pi - x;
+    sign = -1;
+  }
+  static constexpr double kCos[] = {1.0,
+                                    -1.0 / 2,
+                                    1.0 / 24,
+                                    -1.0 / 720,
+                                    1.0 / 40320,
+                                    -1.0 / 3628800,
+                                    1.0 / 479001600,
+                                    -1.0 / 87178291200.0,
+                                    1.0 / 20922789888000.0,
+                                    -1.0 / 6402373705728000.0,
+                                    1.0 / 2432902008176640000.0};
+  static constexpr double kSin[] = {1.0,
+                                    -1.0 / 6,
+                                    1.0 / 120,
+                                    -1.0 / 5040,
+                                    1.0 / 362880,
+                                    -1.0 / 39916800,
+                                    1.0 / 6227020800.0,
+                                    -1.0 / 1307674368000.0,
+                                    1.0 / 355687428096000.0,
+                                    -1.0 / 121645100408832000.0,
+                                    1.0 / 51090942171709440000.0};
+  auto horner = [](const double* c, double t2) {
+    double sum = c[10];
+    for (int k = 9; k >= 0; --k) sum = sum * t2 + c[k];
+    return sum;
+  };
+  if (x <= pi / 4) return sign * horner(kCos, x * x);
+  const double t = pi / 2 - x;
+  return sign * (t * horner(kSin, t * t));
 }
+
+}  // namespace lossy
+
+namespace {
 
 // |x - r| <= bound, decided exactly: the double subtraction may round, so a difference that
 // rounds to exactly `bound` only passes if the subtraction was exact.
@@ -193,18 +243,281 @@ double ResolveBound(const ErrorBound& bound, double lo, double hi) {
   return bound.value * (hi - lo);
 }
 
+void PutF64(ByteWriter& w, double v) { w.PutU64(std::bit_cast<uint64_t>(v)); }
+Status GetF64(ByteReader& r, double* v) {
+  uint64_t bits = 0;
+  CKPT_RETURN_IF_ERROR(r.GetU64(&bits));
+  *v = std::bit_cast<double>(bits);
+  return Status::Ok();
+}
+
+// One pass over the chunk's finite deltas: what the quantizers' parameters are made of.
+struct DeltaStats {
+  double max_abs = 0;
+  double sum_squares = 0;
+  // Exponent buckets (by floor(log2|d|) - e0, then sign): smallest and largest |d|.
+  std::vector<double> bucket_min, bucket_max;
+  int e0 = 0;
+};
+
+// The symbols of a chunk (or a sample of it) under one quantizer.
+struct Quantized {
+  std::vector<uint8_t> symbols;
+  BitWriter extra;
+  std::string exact;
+  uint32_t exact_count = 0;
+  uint64_t extra_bits = 0;
+};
+
+// Quantizes n elements: symbols, verbatim elements, and the reconstruction into `recon`.
+template <DType D, typename Q>
+void QuantizeElements(const Q& quantizer, const uint8_t* in, const uint8_t* ref, size_t n,
+                      double bound, uint8_t* recon, Quantized* out) {
+  using E = Element<D>;
+  out->symbols.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t* xp = in + i * E::kSize;
+    uint8_t* rp = recon + i * E::kSize;
+    const double x = E::Load(xp);
+    const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
+    uint8_t symbol = kExactSymbol;
+    uint64_t z = 0;  // symbol 0 is "unchanged" for every quantizer
+    if (std::isfinite(x) && std::isfinite(p) && (x == p || quantizer.Propose(x - p, &z))) {
+      E::Store(p + quantizer.Value(z), rp);
+      const double r = E::Load(rp);
+      // A zero of the wrong sign is within any bound, but -0.0 is kept as -0.0.
+      if (WithinBound(x, r, bound) && (x != 0 || r != 0 || std::signbit(r) == std::signbit(x))) {
+        uint32_t bits;
+        symbol = SymbolOf(z, &bits);
+        if (bits) {
+          out->extra.Put(z, bits);
+          out->extra_bits += bits;
+        }
+      }
+    }
+    if (symbol == kExactSymbol) {
+      std::memcpy(rp, xp, E::kSize);
+      out->exact.append(reinterpret_cast<const char*>(xp), E::kSize);
+      ++out->exact_count;
+    }
+    out->symbols[i] = symbol;
+  }
+}
+
+// Estimated coded bits of `q` (order-0 entropy of the symbols plus raw side data).
+double EstimatedBits(const Quantized& q, size_t element_size) {
+  rans::Histogram h(1);
+  for (uint8_t s : q.symbols) h.Add(0, s);
+  return h.EntropyBits() + static_cast<double>(q.extra_bits) +
+         8.0 * static_cast<double>(q.exact_count * element_size);
+}
+
+// Everything that distinguishes the quantizers, as the encoder and decoder use them.
+struct QuantizerSet {
+  Quantizer kind = Quantizer::kUniform;
+  UniformQuantizer uniform{0};
+  ExponentQuantizer exponent;
+  FloatQuantizer floating;
+  CosineQuantizer cosine;
+
+  void WriteParams(ByteWriter& w) const {
+    switch (kind) {
+      case Quantizer::kUniform:
+        PutF64(w, uniform.step);
+        break;
+      case Quantizer::kExponent: {
+        w.PutU32(static_cast<uint32_t>(exponent.e0));
+        w.PutU16(static_cast<uint16_t>(exponent.values.size()));
+        for (size_t z = 1; z < exponent.values.size(); ++z) PutF64(w, exponent.values[z]);
+        break;
+      }
+      case Quantizer::kFloat:
+        PutF64(w, floating.scale);
+        w.PutU8(static_cast<uint8_t>(floating.exponent_bits));
+        w.PutU8(static_cast<uint8_t>(floating.mantissa_bits));
+        break;
+      case Quantizer::kCosine:
+        PutF64(w, cosine.norm);
+        w.PutU8(static_cast<uint8_t>(cosine.level_bits));
+        break;
+      case Quantizer::kAuto:
+        break;
+    }
+  }
+
+  Status ReadParams(ByteReader& r) {
+    switch (kind) {
+      case Quantizer::kUniform: {
+        double step = 0;
+        CKPT_RETURN_IF_ERROR(GetF64(r, &step));
+        uniform = UniformQuantizer(step);
+        return Status::Ok();
+      }
+      case Quantizer::kExponent: {
+        uint32_t e0 = 0;
+        uint16_t count = 0;
+        CKPT_RETURN_IF_ERROR(r.GetU32(&e0));
+        CKPT_RETURN_IF_ERROR(r.GetU16(&count));
+        if (count == 0 || count > 2 * ExponentQuantizer::kMaxBuckets + 1) {
+          return Status::DataLoss("lossy payload: bad exponent table size");
+        }
+        exponent.e0 = static_cast<int32_t>(e0);
+        exponent.values.assign(count, 0.0);
+        for (size_t z = 1; z < count; ++z) CKPT_RETURN_IF_ERROR(GetF64(r, &exponent.values[z]));
+        return Status::Ok();
+      }
+      case Quantizer::kFloat: {
+        uint8_t e = 0, m = 0;
+        CKPT_RETURN_IF_ERROR(GetF64(r, &floating.scale));
+        CKPT_RETURN_IF_ERROR(r.GetU8(&e));
+        CKPT_RETURN_IF_ERROR(r.GetU8(&m));
+        if (e < 1 || e > 8 || e + m > FloatQuantizer::kMaxBits) {
+          return Status::DataLoss("lossy payload: bad float format");
+        }
+        floating.exponent_bits = e;
+        floating.mantissa_bits = m;
+        floating.BuildTable();
+        return Status::Ok();
+      }
+      case Quantizer::kCosine: {
+        uint8_t bits = 0;
+        CKPT_RETURN_IF_ERROR(GetF64(r, &cosine.norm));
+        CKPT_RETURN_IF_ERROR(r.GetU8(&bits));
+        if (bits < 1 || bits > CosineQuantizer::kMaxLevelBits) {
+          return Status::DataLoss("lossy payload: bad cosine level count");
+        }
+        cosine.level_bits = bits;
+        cosine.BuildTable();
+        return Status::Ok();
+      }
+      case Quantizer::kAuto:
+        break;
+    }
+    return Status::DataLoss("lossy payload: unknown quantizer");
+  }
+
+  size_t ParamBytes() const {
+    ByteWriter w;
+    WriteParams(w);
+    return w.data().size();
+  }
+
+  template <DType D>
+  void Quantize(const uint8_t* in, const uint8_t* ref, size_t n, double bound, uint8_t* recon,
+                Quantized* out) const {
+    switch (kind) {
+      case Quantizer::kExponent:
+        return QuantizeElements<D>(exponent, in, ref, n, bound, recon, out);
+      case Quantizer::kFloat:
+        return QuantizeElements<D>(floating, in, ref, n, bound, recon, out);
+      case Quantizer::kCosine:
+        return QuantizeElements<D>(cosine, in, ref, n, bound, recon, out);
+      default:
+        return QuantizeElements<D>(uniform, in, ref, n, bound, recon, out);
+    }
+  }
+};
+
+// Sets up every quantizer's parameters for a chunk with the given delta statistics.
+// Without `build_tables` (auto's estimate on a sample) float and cosine values are computed on
+// demand instead of tabulated.
+void Configure(const DeltaStats& stats, double bound, const LossyCodecOptions& options,
+               Quantizer kind, bool build_tables, QuantizerSet* set) {
+  set->kind = kind;
+  switch (kind) {
+    case Quantizer::kUniform:
+    case Quantizer::kAuto:
+      set->uniform = UniformQuantizer(2 * bound);
+      break;
+    case Quantizer::kExponent: {
+      set->exponent.e0 = stats.e0;
+      size_t used = 0;
+      for (size_t k = 0; k < stats.bucket_max.size(); ++k) {
+        if (stats.bucket_max[k] > 0) used = k + 1;
+      }
+      used += used % 2;  // whole (positive, negative) pairs
+      set->exponent.values.assign(1 + used, 0.0);
+      for (size_t k = 0; k < used; ++k) {
+        const double rep =
+            stats.bucket_max[k] > 0 ? (stats.bucket_min[k] + stats.bucket_max[k]) / 2 : 0.0;
+        set->exponent.values[1 + k] = k % 2 ? -rep : rep;
+      }
+      break;
+    }
+    case Quantizer::kFloat: {
+      FloatQuantizer& f = set->floating;
+      f.scale = stats.max_abs;
+      f.exponent_bits = options.float_exponent_bits ? options.float_exponent_bits : 4;
+      int m = options.float_mantissa_bits;
+      if (m == 0 && bound > 0 && f.scale > 0) {
+        // The fewest mantissa bits whose spacing in [scale/2, scale] is at most 2 * bound.
+        m = std::max(0, static_cast<int>(std::ceil(std::log2(f.scale / (4 * bound)))));
+      }
+      f.mantissa_bits = std::clamp(m, 0, FloatQuantizer::kMaxBits - f.exponent_bits);
+      if (build_tables) f.BuildTable();
+      break;
+    }
+    case Quantizer::kCosine: {
+      CosineQuantizer& c = set->cosine;
+      c.norm = std::sqrt(stats.sum_squares);
+      int bits = 1;
+      if (bound > 0 && c.norm > 0) {
+        // Level spacing is largest at the middle: norm * pi / 2^s <= 2 * bound.
+        bits =
+            static_cast<int>(std::ceil(std::log2(c.norm * 3.14159265358979323846 / (2 * bound))));
+      }
+      c.level_bits = std::clamp(bits, 1, CosineQuantizer::kMaxLevelBits);
+      if (build_tables) c.BuildTable();
+      break;
+    }
+  }
+}
+
+template <DType D>
+DeltaStats CollectStats(const uint8_t* in, const uint8_t* ref, size_t n, double bound) {
+  using E = Element<D>;
+  DeltaStats stats;
+  if (bound > 0) {
+    int exponent = 0;
+    std::frexp(bound, &exponent);
+    stats.e0 = exponent - 1;  // 2^e0 <= bound
+  } else {
+    stats.e0 = -1100;
+  }
+  stats.bucket_min.assign(2 * ExponentQuantizer::kMaxBuckets, 0.0);
+  stats.bucket_max.assign(2 * ExponentQuantizer::kMaxBuckets, 0.0);
+  const double threshold = std::ldexp(1.0, stats.e0);
+  for (size_t i = 0; i < n; ++i) {
+    const double d = E::Load(in + i * E::kSize) - (ref ? E::Load(ref + i * E::kSize) : 0.0);
+    if (!std::isfinite(d)) continue;
+    const double a = std::abs(d);
+    stats.max_abs = std::max(stats.max_abs, a);
+    stats.sum_squares += d * d;
+    if (a < threshold) continue;
+    // floor(log2 a) from the exponent field (a >= 2^e0 > 0; subnormals land below bucket 0).
+    const int k = static_cast<int>((std::bit_cast<uint64_t>(a) >> 52) & 0x7ff) - 1023 - stats.e0;
+    if (k < 0 || k >= ExponentQuantizer::kMaxBuckets) continue;
+    const size_t slot = 2 * static_cast<size_t>(k) + (d < 0 ? 1 : 0);
+    if (stats.bucket_max[slot] == 0) {
+      stats.bucket_min[slot] = stats.bucket_max[slot] = a;
+    } else {
+      stats.bucket_min[slot] = std::min(stats.bucket_min[slot], a);
+      stats.bucket_max[slot] = std::max(stats.bucket_max[slot], a);
+    }
+  }
+  return stats;
+}
+
 struct Header {
   Quantizer quantizer = Quantizer::kUniform;
   DType dtype = DType::kF32;
+  uint8_t context_model = kContextModelPrevious2;
   bool delta = false;
   double bound = 0;
-  double step = 0;
   uint64_t elements = 0;
   uint32_t exact = 0;
   uint32_t extra_bytes = 0;
 };
-
-void PutF64(ByteWriter& w, double v) { w.PutU64(std::bit_cast<uint64_t>(v)); }
 
 class LossyQuantizedCodec final : public TensorCodec {
  public:
@@ -254,6 +567,41 @@ class LossyQuantizedCodec final : public TensorCodec {
   }
 
  private:
+  // auto: quantizes an evenly spread sample of the chunk with every quantizer (parameters from
+  // the sample too) and picks the one with the smallest estimated size (symbol entropy + side
+  // data + parameters).
+  template <DType D>
+  Quantizer ChooseQuantizer(const uint8_t* in, const uint8_t* ref, size_t n, double bound) const {
+    using E = Element<D>;
+    const size_t stride = std::max<size_t>(1, n / kAutoSampleElements);
+    const size_t m = (n + stride - 1) / stride;
+    std::vector<uint8_t> sample_in(m * E::kSize), sample_ref(ref ? m * E::kSize : 0),
+        scratch(m * E::kSize);
+    for (size_t i = 0; i < m; ++i) {
+      std::memcpy(sample_in.data() + i * E::kSize, in + i * stride * E::kSize, E::kSize);
+      if (ref) std::memcpy(sample_ref.data() + i * E::kSize, ref + i * stride * E::kSize, E::kSize);
+    }
+    const uint8_t* sref = ref ? sample_ref.data() : nullptr;
+    const DeltaStats stats = CollectStats<D>(sample_in.data(), sref, m, bound);
+    Quantizer best = Quantizer::kUniform;
+    double best_bits = 0;
+    for (Quantizer kind :
+         {Quantizer::kUniform, Quantizer::kExponent, Quantizer::kFloat, Quantizer::kCosine}) {
+      QuantizerSet set;
+      Configure(stats, bound, options_, kind, /*build_tables=*/false, &set);
+      Quantized q;
+      set.Quantize<D>(sample_in.data(), sref, m, bound, scratch.data(), &q);
+      const double bits =
+          EstimatedBits(q, E::kSize) * static_cast<double>(n) / static_cast<double>(m) +
+          8.0 * static_cast<double>(set.ParamBytes());
+      if (kind == Quantizer::kUniform || bits < best_bits) {
+        best = kind;
+        best_bits = bits;
+      }
+    }
+    return best;
+  }
+
   template <DType D>
   Result<EncodedChunk> EncodeTyped(std::span<const uint8_t> current,
                                    std::optional<std::span<const uint8_t>> reference) const {
@@ -277,99 +625,63 @@ class LossyQuantizedCodec final : public TensorCodec {
       }
     }
     const double bound = ResolveBound(options_.bound, lo, hi);
-    // One lattice of pitch 2*bound for keyframes and deltas: while the bound stays the same,
-    // every reconstruction is the lattice point nearest to its input ("quantize, then take
-    // differences"), so the error is plain rounding error, unbiased. (A dead zone with finer
-    // corrections codes ~4% smaller but lets elements lag behind their trajectory; measured:
-    // twice the loss change on a training run, docs/benchmarks.md.)
-    const double step = 2 * bound;
-    const double inverse_step = step > 0 ? 1.0 / step : 0.0;
+
+    Quantizer kind = options_.quantizer;
+    if (kind == Quantizer::kAuto) kind = ChooseQuantizer<D>(in, ref, n, bound);
+    DeltaStats stats;
+    if (kind != Quantizer::kUniform) stats = CollectStats<D>(in, ref, n, bound);
+    QuantizerSet set;
+    Configure(stats, bound, options_, kind, /*build_tables=*/true, &set);
 
     EncodedChunk result;
     result.reconstruction_is_input = false;
     result.reconstruction.resize(current.size());
-    uint8_t* recon = result.reconstruction.data();
-    std::vector<uint8_t> symbols(n);
-    std::string exact;
-    BitWriter extra;
-    rans::Histogram histogram(kContexts);
-    uint32_t exact_count = 0;
-    uint64_t extra_bits = 0;
-    uint8_t p1 = 0, p2 = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const uint8_t* xp = in + i * E::kSize;
-      const double x = E::Load(xp);
-      const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
-      uint8_t symbol = kExactSymbol;
-      if (std::isfinite(x) && std::isfinite(p)) {
-        // Only the encoder computes q (the decoder just applies it), so multiplying by the
-        // reciprocal is safe: any q is checked against the bound below.
-        const double t = (x - p) * inverse_step;
-        if (std::abs(t) <= kMaxQuantized) {
-          const double qd = RoundToInteger(t);
-          const int64_t q = static_cast<int64_t>(qd);
-          uint8_t* rp = recon + i * E::kSize;
-          Reconstruct<D>(p, q, step, rp);
-          const double r = E::Load(rp);
-          // A zero of the wrong sign is within any bound, but -0.0 is kept as -0.0.
-          if (WithinBound(x, r, bound) &&
-              (x != 0 || r != 0 || std::signbit(r) == std::signbit(x))) {
-            const uint64_t z = ZigZag(q);
-            if (z < kDirectSymbols) {
-              symbol = static_cast<uint8_t>(z);
-            } else {
-              const uint32_t bits = static_cast<uint32_t>(std::bit_width(z));
-              symbol = static_cast<uint8_t>(kDirectSymbols + bits - kFirstBucketBits);
-              extra.Put(z, bits - 1);
-              extra_bits += bits - 1;
-            }
-          }
-        }
-      }
-      if (symbol == kExactSymbol) {
-        std::memcpy(recon + i * E::kSize, xp, E::kSize);
-        exact.append(reinterpret_cast<const char*>(xp), E::kSize);
-        ++exact_count;
-      }
-      symbols[i] = symbol;
-      histogram.Add(ContextOf(p1, p2), symbol);
-      p2 = p1;
-      p1 = symbol;
-    }
-    if (exact_count > std::numeric_limits<uint32_t>::max() / E::kSize) {
+    Quantized q;
+    set.Quantize<D>(in, ref, n, bound, result.reconstruction.data(), &q);
+    if (q.exact_count > std::numeric_limits<uint32_t>::max() / E::kSize) {
       return Status::InvalidArgument("lossy codec: chunk too large");
     }
 
-    std::string extra_bytes = extra.Finish();
+    const bool contexts = n >= kMinElementsForContexts;
+    rans::Histogram histogram(contexts ? kContexts : 1);
+    {
+      uint8_t p1 = 0, p2 = 0;
+      for (size_t i = 0; i < n; ++i) {
+        histogram.Add(contexts ? ContextOf(p1, p2) : 0, q.symbols[i]);
+        p2 = p1;
+        p1 = q.symbols[i];
+      }
+    }
+    std::string extra_bytes = q.extra.Finish();
     ByteWriter w;
     w.PutU8(kPayloadVersion);
-    w.PutU8(static_cast<uint8_t>(Quantizer::kUniform));
+    w.PutU8(static_cast<uint8_t>(kind));
     w.PutU8(static_cast<uint8_t>(D));
-    w.PutU8(kContextModelPrevious2);
+    w.PutU8(contexts ? kContextModelPrevious2 : kContextModelNone);
     w.PutU8(ref ? kFlagDelta : 0);
     PutF64(w, bound);
-    PutF64(w, step);
     w.PutU64(n);
-    w.PutU32(exact_count);
+    w.PutU32(q.exact_count);
     w.PutU32(static_cast<uint32_t>(extra_bytes.size()));
-    w.PutBytes(exact);
+    set.WriteParams(w);
+    w.PutBytes(q.exact);
     w.PutBytes(extra_bytes);
     std::string payload = w.Release();
     const std::vector<rans::EncodeTable> tables = rans::WriteTables(histogram, &payload);
     rans::Encoder encoder(n);
     for (size_t i = n; i-- > 0;) {
-      const uint8_t q1 = i >= 1 ? symbols[i - 1] : 0;
-      const uint8_t q2 = i >= 2 ? symbols[i - 2] : 0;
-      encoder.Put(tables[ContextOf(q1, q2)], symbols[i]);
+      const uint32_t context =
+          contexts ? ContextOf(i >= 1 ? q.symbols[i - 1] : 0, i >= 2 ? q.symbols[i - 2] : 0) : 0;
+      encoder.Put(tables[context], q.symbols[i]);
     }
     encoder.Finish(&payload);
 
     result.payload = std::move(payload);
-    result.info.quantizer = static_cast<uint8_t>(Quantizer::kUniform);
+    result.info.quantizer = static_cast<uint8_t>(kind);
     result.info.bound = bound;
     result.info.elements = n;
-    result.info.exact_elements = exact_count;
-    const double side_bits = static_cast<double>(extra_bits) + 8.0 * exact.size();
+    result.info.exact_elements = q.exact_count;
+    const double side_bits = static_cast<double>(q.extra_bits) + 8.0 * q.exact.size();
     result.info.model_entropy_bits = histogram.EntropyBits() + side_bits;
     rans::Histogram order0(1);  // the same symbols without contexts
     for (const auto& counts : histogram.counts) {
@@ -380,8 +692,7 @@ class LossyQuantizedCodec final : public TensorCodec {
   }
 
   static Status ReadHeader(ByteReader& r, Header* h) {
-    uint8_t version = 0, quantizer = 0, dtype = 0, model = 0, flags = 0;
-    uint64_t bound = 0, step = 0;
+    uint8_t version = 0, quantizer = 0, dtype = 0, flags = 0;
     CKPT_RETURN_IF_ERROR(r.GetU8(&version));
     if (version != kPayloadVersion) {
       return Status::DataLoss("lossy payload version " + std::to_string(version) +
@@ -389,26 +700,25 @@ class LossyQuantizedCodec final : public TensorCodec {
     }
     CKPT_RETURN_IF_ERROR(r.GetU8(&quantizer));
     CKPT_RETURN_IF_ERROR(r.GetU8(&dtype));
-    CKPT_RETURN_IF_ERROR(r.GetU8(&model));
+    CKPT_RETURN_IF_ERROR(r.GetU8(&h->context_model));
     CKPT_RETURN_IF_ERROR(r.GetU8(&flags));
-    CKPT_RETURN_IF_ERROR(r.GetU64(&bound));
-    CKPT_RETURN_IF_ERROR(r.GetU64(&step));
+    CKPT_RETURN_IF_ERROR(GetF64(r, &h->bound));
     CKPT_RETURN_IF_ERROR(r.GetU64(&h->elements));
     CKPT_RETURN_IF_ERROR(r.GetU32(&h->exact));
     CKPT_RETURN_IF_ERROR(r.GetU32(&h->extra_bytes));
-    if (quantizer != static_cast<uint8_t>(Quantizer::kUniform)) {
+    if (quantizer < static_cast<uint8_t>(Quantizer::kUniform) ||
+        quantizer > static_cast<uint8_t>(Quantizer::kCosine)) {
       return Status::DataLoss("lossy payload: unknown quantizer " + std::to_string(quantizer));
     }
-    if (model != kContextModelPrevious2) {
-      return Status::DataLoss("lossy payload: unknown context model " + std::to_string(model));
+    if (h->context_model != kContextModelPrevious2 && h->context_model != kContextModelNone) {
+      return Status::DataLoss("lossy payload: unknown context model " +
+                              std::to_string(h->context_model));
     }
     auto d = DTypeFromTag(dtype);
     if (!d) return Status::DataLoss("lossy payload: unknown dtype tag");
     h->quantizer = static_cast<Quantizer>(quantizer);
     h->dtype = *d;
     h->delta = flags & kFlagDelta;
-    h->bound = std::bit_cast<double>(bound);
-    h->step = std::bit_cast<double>(step);
     return Status::Ok();
   }
 
@@ -416,10 +726,29 @@ class LossyQuantizedCodec final : public TensorCodec {
   Status DecodeTyped(std::span<const uint8_t> payload,
                      std::optional<std::span<const uint8_t>> reference,
                      std::span<uint8_t> out) const {
-    using E = Element<D>;
     ByteReader r(payload, "lossy payload");
     Header h;
     CKPT_RETURN_IF_ERROR(ReadHeader(r, &h));
+    QuantizerSet set;
+    set.kind = h.quantizer;
+    CKPT_RETURN_IF_ERROR(set.ReadParams(r));
+    switch (h.quantizer) {
+      case Quantizer::kExponent:
+        return DecodeElements<D>(set.exponent, h, r, reference, out);
+      case Quantizer::kFloat:
+        return DecodeElements<D>(set.floating, h, r, reference, out);
+      case Quantizer::kCosine:
+        return DecodeElements<D>(set.cosine, h, r, reference, out);
+      default:
+        return DecodeElements<D>(set.uniform, h, r, reference, out);
+    }
+  }
+
+  template <DType D, typename Q>
+  static Status DecodeElements(const Q& quantizer, const Header& h, ByteReader& r,
+                               std::optional<std::span<const uint8_t>> reference,
+                               std::span<uint8_t> out) {
+    using E = Element<D>;
     if (h.dtype != D) return Status::DataLoss("lossy payload: dtype differs from manifest");
     if (h.elements != out.size() / E::kSize || out.size() % E::kSize != 0) {
       return Status::DataLoss("lossy payload: element count differs from chunk length");
@@ -432,15 +761,15 @@ class LossyQuantizedCodec final : public TensorCodec {
       return Status::DataLoss("lossy payload: reference length differs from chunk length");
     }
     if (h.exact > h.elements) return Status::DataLoss("lossy payload: exact count out of range");
-    std::span<const uint8_t> exact, extra;
+    std::span<const uint8_t> exact, extra, rest;
     CKPT_RETURN_IF_ERROR(r.GetSpan(uint64_t{h.exact} * E::kSize, &exact));
     CKPT_RETURN_IF_ERROR(r.GetSpan(h.extra_bytes, &extra));
-    std::span<const uint8_t> rest;
     CKPT_RETURN_IF_ERROR(r.GetSpan(r.remaining(), &rest));
     const uint8_t* in = rest.data();
     const uint8_t* end = in + rest.size();
+    const bool contexts = h.context_model == kContextModelPrevious2;
     rans::DecodeTables tables;
-    CKPT_RETURN_IF_ERROR(tables.Read(in, end, kContexts));
+    CKPT_RETURN_IF_ERROR(tables.Read(in, end, contexts ? kContexts : 1));
     rans::Decoder decoder;
     CKPT_RETURN_IF_ERROR(decoder.Init(in, end));
     if (in != end) return Status::DataLoss("lossy payload: trailing bytes");
@@ -451,10 +780,9 @@ class LossyQuantizedCodec final : public TensorCodec {
     const uint8_t* next_exact = exact.data();
     const uint8_t* exact_end = exact.data() + exact.size();
     BitReader bits(extra.data(), extra.size());
-    const double step = h.step;
     uint8_t p1 = 0, p2 = 0;
     for (size_t i = 0; i < n; ++i) {
-      const uint8_t symbol = decoder.Get(tables.context(ContextOf(p1, p2)));
+      const uint8_t symbol = decoder.Get(tables.context(contexts ? ContextOf(p1, p2) : 0));
       p2 = p1;
       p1 = symbol;
       uint8_t* op = o + i * E::kSize;
@@ -474,8 +802,9 @@ class LossyQuantizedCodec final : public TensorCodec {
       } else {
         return Status::DataLoss("lossy payload: symbol out of range");
       }
+      if (!quantizer.Valid(z)) return Status::DataLoss("lossy payload: symbol out of table");
       const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
-      Reconstruct<D>(p, UnZigZag(z), step, op);
+      E::Store(p + quantizer.Value(z), op);
     }
     CKPT_RETURN_IF_ERROR(decoder.Check().WithContext("lossy payload"));
     if (next_exact != exact_end || !bits.AtEnd()) {
@@ -495,12 +824,19 @@ std::string_view QuantizerName(Quantizer q) {
       return "auto";
     case Quantizer::kUniform:
       return "uniform";
+    case Quantizer::kExponent:
+      return "exponent";
+    case Quantizer::kFloat:
+      return "float";
+    case Quantizer::kCosine:
+      return "cosine";
   }
   return "unknown";
 }
 
 std::optional<Quantizer> QuantizerFromName(std::string_view name) {
-  for (Quantizer q : {Quantizer::kAuto, Quantizer::kUniform}) {
+  for (Quantizer q : {Quantizer::kAuto, Quantizer::kUniform, Quantizer::kExponent,
+                      Quantizer::kFloat, Quantizer::kCosine}) {
     if (QuantizerName(q) == name) return q;
   }
   return std::nullopt;

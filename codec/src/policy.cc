@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 namespace ckpt {
@@ -30,7 +31,11 @@ Status ParseQuantizer(const json& value, std::string_view field, Quantizer* out)
   if (!value.is_string()) return Bad(field, "must be a string");
   const auto name = value.get<std::string>();
   auto q = QuantizerFromName(name);
-  if (!q) return Bad(field, "must be \"auto\" or \"uniform\" (got \"" + name + "\")");
+  if (!q) {
+    return Bad(field,
+               "must be \"auto\", \"uniform\", \"exponent\", \"float\" or \"cosine\" (got \"" +
+                   name + "\")");
+  }
   *out = *q;
   return Status::Ok();
 }
@@ -98,6 +103,28 @@ Result<TensorOverride> ParseOverride(const json& item, size_t index) {
   return o;
 }
 
+// "auto" or "E<e>M<m>" (e in 1..8, e + m <= 16); "auto" = E4 with the fewest mantissa bits
+// that meet the bound.
+Status ParseFloatFormat(const json& value, uint8_t* exponent_bits, uint8_t* mantissa_bits) {
+  constexpr std::string_view kField = "float_format";
+  if (!value.is_string()) return Bad(kField, "must be a string such as \"E4M3\" or \"auto\"");
+  const auto text = value.get<std::string>();
+  if (text == "auto") {
+    *exponent_bits = 0;
+    *mantissa_bits = 0;
+    return Status::Ok();
+  }
+  unsigned e = 0, m = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "E%uM%u%c", &e, &m, &tail) != 2 || e < 1 || e > 8 || e + m > 16) {
+    return Bad(kField, "must be \"auto\" or E<e>M<m> with 1 <= e <= 8 and e + m <= 16 (got \"" +
+                           text + "\")");
+  }
+  *exponent_bits = static_cast<uint8_t>(e);
+  *mantissa_bits = static_cast<uint8_t>(m);
+  return Status::Ok();
+}
+
 bool Matches(const std::string& pattern, std::string_view name) {
   return fnmatch(pattern.c_str(), std::string(name).c_str(), 0) == 0;
 }
@@ -142,6 +169,9 @@ Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPoli
       policy.keyframe_budget = budget;
     } else if (key == "quantizer") {
       CKPT_RETURN_IF_ERROR(ParseQuantizer(*it, "quantizer", &policy.quantizer));
+    } else if (key == "float_format") {
+      CKPT_RETURN_IF_ERROR(
+          ParseFloatFormat(*it, &policy.float_exponent_bits, &policy.float_mantissa_bits));
     } else if (key == "lossless_tensors") {
       if (it->is_null()) {
         policy.lossless_tensors.reset();
@@ -187,10 +217,14 @@ Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPoli
 }
 
 std::string CodecPolicy::ToJson() const {
-  json doc = {{"mode", mode == CodecMode::kLossy ? "lossy" : "lossless"},
-              {"keyframe_every", keyframe_every},
-              {"keyframe_budget", keyframe_budget},
-              {"quantizer", std::string(QuantizerName(quantizer))}};
+  json doc = {
+      {"mode", mode == CodecMode::kLossy ? "lossy" : "lossless"},
+      {"keyframe_every", keyframe_every},
+      {"keyframe_budget", keyframe_budget},
+      {"quantizer", std::string(QuantizerName(quantizer))},
+      {"float_format", float_exponent_bits == 0 ? std::string("auto")
+                                                : "E" + std::to_string(float_exponent_bits) + "M" +
+                                                      std::to_string(float_mantissa_bits)}};
   if (bound) BoundJson(*bound, doc);
   doc["lossless_tensors"] = lossless_tensors ? json(*lossless_tensors) : json(nullptr);
   json list = json::array();
@@ -214,6 +248,8 @@ TensorCoding CodecPolicy::ForTensor(std::string_view name, DType dtype,
     c.lossy = true;
     c.lossy_options.bound = b ? *b : *bound;
     c.lossy_options.quantizer = q ? *q : quantizer;
+    c.lossy_options.float_exponent_bits = float_exponent_bits;
+    c.lossy_options.float_mantissa_bits = float_mantissa_bits;
     return c;
   };
   for (const TensorOverride& o : overrides) {

@@ -377,8 +377,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   const TensorCodec* CodecFor(const TensorCoding& coding) {
     if (!coding.lossy) return ctx_.codec;
     for (const auto& [options, codec] : lossy_codecs_) {
-      if (options.quantizer == coding.lossy_options.quantizer &&
-          options.bound == coding.lossy_options.bound) {
+      if (options == coding.lossy_options) {
         return codec.get();
       }
     }

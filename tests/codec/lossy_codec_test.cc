@@ -129,8 +129,23 @@ Coded EncodeDecode(const TensorCodec& codec, DType dtype, const std::vector<uint
   return out;
 }
 
-std::unique_ptr<TensorCodec> Uniform(double bound) {
-  return NewLossyCodec({Quantizer::kUniform, {ErrorBound::Kind::kAbsolute, bound}});
+std::unique_ptr<TensorCodec> Lossy(Quantizer q, double bound) {
+  LossyCodecOptions options;
+  options.quantizer = q;
+  options.bound = {ErrorBound::Kind::kAbsolute, bound};
+  return NewLossyCodec(options);
+}
+
+std::unique_ptr<TensorCodec> Uniform(double bound) { return Lossy(Quantizer::kUniform, bound); }
+
+const Quantizer kAllQuantizers[] = {Quantizer::kUniform, Quantizer::kExponent, Quantizer::kFloat,
+                                    Quantizer::kCosine, Quantizer::kAuto};
+
+// The guarantee must hold whatever the quantizer: every property below runs for each.
+class EveryQuantizer : public ::testing::TestWithParam<Quantizer> {};
+
+std::string QuantizerParamName(const ::testing::TestParamInfo<Quantizer>& info) {
+  return std::string(QuantizerName(info.param));
 }
 
 const DType kLossyDtypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
@@ -261,8 +276,9 @@ TEST(LossyCodec, CodedSizeIsWithinTenPercentOfTheModelEntropy) {
 // A chain of `versions` versions: every version is decoded by replaying the chain from the
 // keyframe, and every restored element must be within the bound.
 void RunChain(DType dtype, double bound, size_t versions,
-              const std::function<void(size_t, std::vector<double>&)>& step) {
-  auto codec = Uniform(bound);
+              const std::function<void(size_t, std::vector<double>&)>& step,
+              Quantizer quantizer = Quantizer::kUniform) {
+  auto codec = Lossy(quantizer, bound);
   auto decoder_codec = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
   ASSERT_TRUE(decoder_codec.ok());
   std::vector<double> values(777);
@@ -429,6 +445,124 @@ TEST(LossyCodec, RejectsUnsupportedDtypesAndBadBounds) {
             StatusCode::kInvalidArgument);
   EXPECT_FALSE(LossyCodecSupports(DType::kF8E4M3));
   EXPECT_TRUE(LossyCodecSupports(DType::kBF16));
+}
+
+TEST_P(EveryQuantizer, RandomAndAdversarialValuesOfEveryDtypeStayWithinBound) {
+  const Quantizer quantizer = GetParam();
+  std::mt19937_64 rng(11);
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dtype : kLossyDtypes) {
+    for (double bound : {1e-2, 1e-4, 0.0}) {
+      std::normal_distribution<double> normal(0, 0.5);
+      std::vector<double> values(3000);
+      for (double& v : values) v = normal(rng);
+      for (size_t i = 0; i < values.size(); i += 97) {
+        values[i] = std::vector<double>{inf, -inf, std::nan(""), -0.0, 1e-40, 1e30}[i % 6];
+      }
+      const auto pushed = Pack(dtype, values);
+      auto codec = Lossy(quantizer, bound);
+      const std::string where = std::string(QuantizerName(quantizer)) + " " +
+                                std::string(DTypeName(dtype)) + " bound " + std::to_string(bound);
+      Coded key = EncodeDecode(*codec, dtype, pushed, nullptr);
+      ExpectWithinBound(dtype, pushed, key.decoded, bound, where + " keyframe");
+      for (double& v : values) v += normal(rng) * 0.01;
+      const auto next = Pack(dtype, values);
+      Coded delta = EncodeDecode(*codec, dtype, next, &key.decoded);
+      ExpectWithinBound(dtype, next, delta.decoded, bound, where + " delta");
+    }
+  }
+}
+
+TEST_P(EveryQuantizer, ChainsOfThreeHundredVersionsStayWithinBound) {
+  std::mt19937_64 rng(12);
+  std::normal_distribution<double> normal(0, 1);
+  std::cauchy_distribution<double> cauchy(0, 1e-3);
+  RunChain(
+      DType::kF32, 1e-3, 300,
+      [&](size_t v, std::vector<double>& x) {
+        const double scale = std::pow(10.0, static_cast<double>(v % 7) - 3);
+        for (size_t i = 0; i < x.size(); ++i) {
+          x[i] =
+              v % 50 == 0 ? normal(rng) * scale : x[i] + (i % 2 ? cauchy(rng) : 2e-3 * normal(rng));
+        }
+      },
+      GetParam());
+}
+
+TEST_P(EveryQuantizer, EmptyScalarAndUnchangedChunks) {
+  auto codec = Lossy(GetParam(), 1e-3);
+  for (DType dtype : kLossyDtypes) {
+    Coded empty = EncodeDecode(*codec, dtype, {}, nullptr);
+    EXPECT_TRUE(empty.decoded.empty());
+    const auto scalar = Pack(dtype, {42.0});
+    Coded s = EncodeDecode(*codec, dtype, scalar, nullptr);
+    ExpectWithinBound(dtype, scalar, s.decoded, 1e-3, "scalar");
+  }
+  std::mt19937_64 rng(13);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> values(1 << 14);
+  for (double& v : values) v = normal(rng);
+  Coded key = EncodeDecode(*codec, DType::kF32, Pack(DType::kF32, values), nullptr);
+  Coded same = EncodeDecode(*codec, DType::kF32, key.decoded, &key.decoded);
+  EXPECT_LT(same.chunk.payload.size(), 200u) << "an unchanged chunk costs a few bytes";
+}
+
+TEST_P(EveryQuantizer, CorruptPayloadsNeverCrash) {
+  std::mt19937_64 rng(14);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> values(5000);
+  for (double& v : values) v = normal(rng) * 0.1;
+  auto codec = Lossy(GetParam(), 1e-3);
+  Coded key = EncodeDecode(*codec, DType::kF32, Pack(DType::kF32, values), nullptr);
+  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
+  std::vector<uint8_t> out(values.size() * 4);
+  for (int trial = 0; trial < 500; ++trial) {
+    std::string bad = key.chunk.payload;
+    if (trial % 3 == 0) {
+      bad.resize(rng() % bad.size());
+    } else {
+      bad[rng() % bad.size()] ^= static_cast<char>(1 + rng() % 255);
+    }
+    (void)(*decoder)->Decode(DType::kF32, AsBytes(bad), std::nullopt, out);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Quantizers, EveryQuantizer, ::testing::ValuesIn(kAllQuantizers),
+                         QuantizerParamName);
+
+// Each quantizer is what its paper describes, recorded in the payload.
+TEST(LossyCodec, QuantizersBehaveAsDescribed) {
+  std::mt19937_64 rng(15);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> values(1 << 16);
+  for (double& v : values) v = normal(rng) * 0.05;
+  const auto pushed = Pack(DType::kF32, values);
+  for (Quantizer q :
+       {Quantizer::kUniform, Quantizer::kExponent, Quantizer::kFloat, Quantizer::kCosine}) {
+    Coded c = EncodeDecode(*Lossy(q, 1e-3), DType::kF32, pushed, nullptr);
+    EXPECT_EQ(c.chunk.info.quantizer, static_cast<uint8_t>(q));
+    EXPECT_EQ(c.chunk.payload[1], static_cast<char>(q));
+    ExpectWithinBound(DType::kF32, pushed, c.decoded, 1e-3, std::string(QuantizerName(q)));
+  }
+  // Cosine levels are finer for large magnitudes: a large value's error is far below the bound.
+  std::vector<double> spiky(4096, 0.0);
+  spiky[7] = 100.0;
+  Coded cos = EncodeDecode(*Lossy(Quantizer::kCosine, 1e-3), DType::kF32, Pack(DType::kF32, spiky),
+                           nullptr);
+  EXPECT_LT(std::abs(Load(DType::kF32, cos.decoded.data() + 7 * 4) - 100.0), 1e-4);
+  // auto picks the smallest: on mostly-unchanged data the lattice quantizer.
+  EXPECT_NE(EncodeDecode(*Lossy(Quantizer::kAuto, 1e-3), DType::kF32, pushed, nullptr)
+                .chunk.info.quantizer,
+            0);
+  // The float format is honoured when given.
+  LossyCodecOptions e4m3;
+  e4m3.quantizer = Quantizer::kFloat;
+  e4m3.bound = {ErrorBound::Kind::kAbsolute, 1e-3};
+  e4m3.float_exponent_bits = 4;
+  e4m3.float_mantissa_bits = 3;
+  Coded f = EncodeDecode(*NewLossyCodec(e4m3), DType::kF32, pushed, nullptr);
+  EXPECT_GT(f.chunk.info.exact_elements, 0u) << "E4M3 cannot meet 1e-3 everywhere: outliers";
+  ExpectWithinBound(DType::kF32, pushed, f.decoded, 1e-3, "E4M3");
 }
 
 }  // namespace

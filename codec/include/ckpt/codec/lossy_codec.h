@@ -27,8 +27,11 @@ namespace ckpt {
 
 // The quantizer of a lossy payload. Persisted in payloads: never change a value.
 enum class Quantizer : uint8_t {
-  kAuto = 0,  // choose per chunk (never stored)
-  kUniform = 1,
+  kAuto = 0,      // choose per chunk by estimated size (never stored)
+  kUniform = 1,   // error-bounded lattice of pitch 2 * bound (QD-Compressor, Delta-DNN)
+  kExponent = 2,  // sign + binary exponent buckets (LC-Checkpoint)
+  kFloat = 3,     // low-bit float after per-chunk scaling (OMC)
+  kCosine = 4,    // cosine levels, finer for large magnitudes (CosSGD)
 };
 
 std::string_view QuantizerName(Quantizer q);
@@ -49,6 +52,12 @@ struct ErrorBound {
 struct LossyCodecOptions {
   Quantizer quantizer = Quantizer::kAuto;
   ErrorBound bound;
+  // kFloat's format: exponent bits (1..8, 0 = 4) and mantissa bits (0 = the fewest that meet
+  // the bound for the largest deltas). E + M <= 16.
+  uint8_t float_exponent_bits = 0;
+  uint8_t float_mantissa_bits = 0;
+
+  friend bool operator==(const LossyCodecOptions&, const LossyCodecOptions&) = default;
 };
 
 // True for the dtypes the lossy codecs quantize (F64, F32, F16, BF16). Other dtypes are always

@@ -15,7 +15,10 @@
 //   max_abs_error     lossy bound: |pushed - restored| <= this, in the tensor's own dtype. > 0.
 //   max_rel_error     lossy bound relative to each tensor's value range (max - min of its finite
 //                     values) in the version being pushed. In (0, 1]. Give one of the two.
-//   quantizer         "auto" (default) or "uniform".
+//   quantizer         "auto" (default: per chunk, the quantizer with the smallest estimated
+//                     size), "uniform", "exponent", "float" or "cosine" (lossy_codec.h).
+//   float_format      the "float" quantizer's format, "E<e>M<m>" (e.g. "E4M3", "E5M10"), or
+//                     "auto" (default): E4 with the fewest mantissa bits that meet the bound.
 //   lossless_tensors  glob patterns (fnmatch: * ? [..]) of tensor names kept bit-exact. Default
 //                     (field absent or null): tensors of rank 0 or 1 (biases, norms, scalars).
 //                     [] quantizes every float tensor. Non-float tensors are always lossless.
@@ -78,6 +81,8 @@ struct CodecPolicy {
   double keyframe_budget = kDefaultKeyframeBudget;
   std::optional<ErrorBound> bound;
   Quantizer quantizer = Quantizer::kAuto;
+  uint8_t float_exponent_bits = 0;  // 0: auto
+  uint8_t float_mantissa_bits = 0;
   std::optional<std::vector<std::string>> lossless_tensors;  // nullopt: rank <= 1 stays lossless
   std::vector<TensorOverride> overrides;
 

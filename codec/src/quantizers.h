@@ -1,0 +1,207 @@
+// The quantizers of the lossy codec (internal). Each maps a delta d = x - p (finite) to a symbol
+// z, and a symbol back to a delta value. z = 0 always means "no change". The codec computes the
+// reconstruction p + Value(z) exactly as the decoder will and stores the element verbatim when
+// it misses the bound, so a quantizer only has to be good, never correct:
+//
+//   uniform   z = zigzag(round(d / step)), step = 2·bound: the lattice quantizer (QD-Compressor,
+//             Delta-DNN); unbiased rounding error.
+//   exponent  LC-Checkpoint: bucket by sign and binary exponent of d, each bucket represented by
+//             the midpoint of its smallest and largest |d|; |d| below 2^e0 <= bound is 0.
+//   float     OMC: d / scale (scale = max |d|, the per-variable transformation) rounded to a
+//             small float format with E exponent and M mantissa bits; M defaults to the fewest
+//             that meet the bound for the largest values.
+//   cosine    CosSGD: u = arccos(d / ||d||) / pi on 2^s + 1 levels (finer for large |d|); the
+//             decoder evaluates cos with DeterministicCos, so levels are bit-identical anywhere.
+//
+// Parameters are serialized into the payload after the common header (docs/format.md).
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace ckpt::lossy {
+
+inline uint64_t ZigZag(int64_t q) {
+  return (static_cast<uint64_t>(q) << 1) ^ static_cast<uint64_t>(q >> 63);
+}
+inline int64_t UnZigZag(uint64_t z) {
+  return static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
+}
+
+// Round half to even without a libm call: exact for |v| < 2^51.
+inline double RoundToInteger(double v) {
+  constexpr double kMagic = 0x1.8p52;
+  return v >= 0 ? (v + kMagic) - kMagic : -((-v + kMagic) - kMagic);
+}
+
+// |q| beyond this is stored verbatim (keeps symbols within 63 bits and the rounding exact).
+inline constexpr double kMaxQuantized = 0x1p50;
+
+// cos(x) for x in [0, pi] with a fixed sequence of IEEE double operations (no libm, no FMA: the
+// codec is compiled with -ffp-contract=off), so every build computes the same bits.
+double DeterministicCos(double x);
+
+struct UniformQuantizer {
+  double step = 0;
+  double inverse_step = 0;
+
+  explicit UniformQuantizer(double s) : step(s), inverse_step(s > 0 ? 1.0 / s : 0.0) {}
+  bool Propose(double d, uint64_t* z) const {
+    const double t = d * inverse_step;
+    if (!(std::abs(t) <= kMaxQuantized)) return false;
+    *z = ZigZag(static_cast<int64_t>(RoundToInteger(t)));
+    return true;
+  }
+  double Value(uint64_t z) const { return static_cast<double>(UnZigZag(z)) * step; }
+  bool Valid(uint64_t) const { return true; }
+};
+
+// Quantizers whose symbols index a table of delta values.
+struct TableQuantizer {
+  std::vector<double> values;  // values[z]; values[0] == 0
+  double Value(uint64_t z) const { return values[z]; }
+  bool Valid(uint64_t z) const { return z < values.size(); }
+};
+
+// LC-Checkpoint's exponent buckets. z = 1 + 2k + (d < 0) for bucket k = floor(log2|d|) - e0.
+struct ExponentQuantizer : TableQuantizer {
+  static constexpr int kMaxBuckets = 64;
+  int e0 = 0;
+
+  bool Propose(double d, uint64_t* z) const {
+    const double a = std::abs(d);
+    if (a < std::ldexp(1.0, e0)) {
+      *z = 0;
+      return true;
+    }
+    // floor(log2 a) from the exponent field (a >= 2^e0 > 0 is normal unless e0 < -1022).
+    const int k = static_cast<int>((std::bit_cast<uint64_t>(a) >> 52) & 0x7ff) - 1023 - e0;
+    if (k < 0 || 1 + 2 * static_cast<uint64_t>(k) + 1 >= values.size()) return false;
+    *z = 1 + 2 * static_cast<uint64_t>(k) + (d < 0 ? 1 : 0);
+    return true;
+  }
+};
+
+// OMC's low-bit floats after normalization by `scale`. Index i = (exponent_field << M) | m,
+// z = 2i - 1 + (d < 0) for i >= 1.
+struct FloatQuantizer : TableQuantizer {
+  static constexpr int kMaxBits = 16;  // E + M
+  double scale = 0;
+  int exponent_bits = 4;
+  int mantissa_bits = 0;
+
+  // Magnitude of index i relative to scale (exact: a power of two times a small integer).
+  double Magnitude(uint64_t i) const {
+    const int bias = (1 << exponent_bits) - 1;
+    const uint64_t field = i >> mantissa_bits;
+    const uint64_t m = i & ((uint64_t{1} << mantissa_bits) - 1);
+    if (field == 0) return std::ldexp(static_cast<double>(m), 1 - bias - mantissa_bits);
+    return std::ldexp(static_cast<double>((uint64_t{1} << mantissa_bits) + m),
+                      static_cast<int>(field) - bias - mantissa_bits);
+  }
+  uint64_t IndexCount() const { return uint64_t{1} << (exponent_bits + mantissa_bits); }
+
+  // Without a table (auto's size estimate on a sample), values are computed directly.
+  double Value(uint64_t z) const {
+    if (!values.empty()) return values[z];
+    if (z == 0) return 0.0;
+    const double v = scale * Magnitude((z + 1) / 2);
+    return z % 2 ? v : -v;
+  }
+  bool Valid(uint64_t z) const { return z < 2 * IndexCount() - 1; }
+
+  void BuildTable() {
+    values.assign(2 * IndexCount() - 1, 0.0);
+    for (uint64_t i = 1; i < IndexCount(); ++i) {
+      const double v = scale * Magnitude(i);
+      values[2 * i - 1] = v;
+      values[2 * i] = -v;
+    }
+  }
+
+  bool Propose(double d, uint64_t* z) const {
+    if (!(scale > 0)) return false;
+    const double v = std::abs(d) / scale;
+    const int bias = (1 << exponent_bits) - 1;
+    int exponent = 0;
+    std::frexp(v, &exponent);
+    const int e = exponent - 1;  // v in [2^e, 2^(e+1))
+    int64_t i;
+    if (v == 0 || e < 1 - bias) {  // subnormal range (or zero)
+      i = static_cast<int64_t>(RoundToInteger(std::ldexp(v, bias - 1 + mantissa_bits)));
+    } else {
+      const double m = RoundToInteger(std::ldexp(v, mantissa_bits - e)) -
+                       static_cast<double>(uint64_t{1} << mantissa_bits);
+      i = (static_cast<int64_t>(e + bias) << mantissa_bits) + static_cast<int64_t>(m);
+    }
+    if (i <= 0) {
+      *z = 0;
+      return true;
+    }
+    if (static_cast<uint64_t>(i) >= IndexCount()) return false;
+    *z = 2 * static_cast<uint64_t>(i) - 1 + (d < 0 ? 1 : 0);
+    return true;
+  }
+};
+
+// CosSGD's cosine levels: level k in [0, 2^s] stands for norm * cos(pi * k / 2^s); the middle
+// level is exactly 0. z = zigzag(center - k), so small positive deltas get small symbols.
+struct CosineQuantizer : TableQuantizer {
+  static constexpr int kMaxLevelBits = 16;
+  double norm = 0;
+  int level_bits = 1;
+
+  int64_t Center() const { return int64_t{1} << (level_bits - 1); }
+
+  // The value of level k, from the table or (auto's estimate on a sample) computed directly.
+  double Level(int64_t k) const {
+    if (!values.empty()) return values[ZigZag(Center() - k)];
+    if (k == Center()) return 0.0;
+    const double pi = 3.14159265358979323846;
+    return norm * DeterministicCos(pi * static_cast<double>(k) /
+                                   static_cast<double>(int64_t{1} << level_bits));
+  }
+  double Value(uint64_t z) const {
+    if (!values.empty()) return values[z];
+    return Level(Center() - UnZigZag(z));
+  }
+  bool Valid(uint64_t z) const { return z <= (uint64_t{1} << level_bits); }
+
+  void BuildTable() {
+    const int64_t last = int64_t{1} << level_bits;
+    const double pi = 3.14159265358979323846;
+    values.assign(static_cast<size_t>(last + 1), 0.0);
+    for (int64_t k = 0; k <= last; ++k) {
+      const uint64_t z = ZigZag(Center() - k);
+      values[z] =
+          k == Center()
+              ? 0.0
+              : norm * DeterministicCos(pi * static_cast<double>(k) / static_cast<double>(last));
+    }
+  }
+
+  bool Propose(double d, uint64_t* z) const {
+    if (!(norm > 0)) return false;
+    const double pi = 3.14159265358979323846;
+    const int64_t last = int64_t{1} << level_bits;
+    const double u = std::acos(std::clamp(d / norm, -1.0, 1.0)) / pi;
+    const int64_t k0 = static_cast<int64_t>(RoundToInteger(u * static_cast<double>(last)));
+    // acos is only a guide (libm may differ by an ulp): take the nearest table level.
+    int64_t best = -1;
+    double best_error = 0;
+    for (int64_t k = std::max<int64_t>(0, k0 - 1); k <= std::min(last, k0 + 1); ++k) {
+      const double error = std::abs(d - Level(k));
+      if (best < 0 || error < best_error) {
+        best = k;
+        best_error = error;
+      }
+    }
+    *z = ZigZag(Center() - best);
+    return true;
+  }
+};
+
+}  // namespace ckpt::lossy
