@@ -20,6 +20,7 @@ Usage:
   /usr/bin/python3 bench/lossy_eval.py CKPT_DIR --workload charlm --layers 4 \\
       --policy 'all-5e-3={"mode":"lossy","max_abs_error":5e-3,"lossless_tensors":[]}' \\
       [--policy NAME=JSON ...] [--bound 5e-3] [--build build-release] [--out FILE]
+      [--baselines] [--save-restored DIR]
 --bound sets the error bound of the Delta-DNN baseline (default: 5e-3).
 """
 import argparse
@@ -260,7 +261,8 @@ def check_bound(pushed, restored, detail):
     return worst
 
 
-def run_policy(name, policy, files, binary, evaluate, original_metrics, work):
+def run_policy(name, policy, files, binary, evaluate, original_metrics, work, save_dir=None,
+               names=None):
     data_dir = os.path.join(work, name.replace("/", "_"))
     daemon = Daemon(binary, data_dir)
     daemon.start()
@@ -281,6 +283,12 @@ def run_policy(name, policy, files, binary, evaluate, original_metrics, work):
     pull_s = time.perf_counter() - t0
     daemon.stop()
     worst_bound = max(check_bound(p, r, d) for p, r, d in zip(files, restored, details))
+    if save_dir:
+        out = os.path.join(save_dir, name)
+        os.makedirs(out, exist_ok=True)
+        for body, file_name in zip(restored, names):
+            with open(os.path.join(out, file_name), "wb") as f:
+                f.write(body)
     changes = []
     for body, orig in zip(restored, original_metrics):
         header, arrays = parse(body)
@@ -313,6 +321,7 @@ def main():
     parser.add_argument("--build", default="build-release")
     parser.add_argument("--baselines", action="store_true", help="also run the baselines")
     parser.add_argument("--out")
+    parser.add_argument("--save-restored", help="write each policy's restored files to DIR/NAME/")
     args = parser.parse_args()
     import torch
     torch.set_num_threads(1)
@@ -334,7 +343,8 @@ def main():
         binary = os.path.join(args.build, "daemon", "ckptd")
         for spec in args.policy:
             name, policy = spec.split("=", 1)
-            r = run_policy(name, policy, files, binary, evaluate, originals, work)
+            r = run_policy(name, policy, files, binary, evaluate, originals, work,
+                           args.save_restored, [os.path.basename(p) for p in paths])
             emit(f"| ckptd {name} `{policy}` | {r['ratio']:.2f}x | {r['bits']:.3f} "
                  f"({r['entropy']:.3f}) | {r['worst_loss']:+.3f}% | {r['worst_bound']:.3f} | "
                  f"{r['push_mbps']:.0f} | {r['pull_mbps']:.0f} |")

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "ckpt/codec/binary.h"
 #include "quantizers.h"
@@ -282,8 +283,23 @@ void QuantizeElements(const Q& quantizer, const uint8_t* in, const uint8_t* ref,
     const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
     uint8_t symbol = kExactSymbol;
     uint64_t z = 0;  // symbol 0 is "unchanged" for every quantizer
-    if (std::isfinite(x) && std::isfinite(p) && (x == p || quantizer.Propose(x - p, &z))) {
-      E::Store(p + quantizer.Value(z), rp);
+    bool proposed;
+    double value;
+    if constexpr (std::is_same_v<Q, UniformQuantizer>) {
+      // The lattice quantizer inline, without the integer round trip: q * step in double is
+      // exactly what the decoder computes from the symbol (|q| <= 2^50 is exact in double).
+      const double t = (x - p) * quantizer.inverse_step;
+      proposed = std::isfinite(x) && std::isfinite(p) && std::abs(t) <= lossy::kMaxQuantized;
+      // + 0.0 turns a -0.0 into +0.0, as the decoder's integer q would be.
+      const double q = proposed ? lossy::RoundToInteger(t) + 0.0 : 0.0;
+      value = q * quantizer.step;
+      z = lossy::ZigZag(static_cast<int64_t>(q));
+    } else {
+      proposed = std::isfinite(x) && std::isfinite(p) && (x == p || quantizer.Propose(x - p, &z));
+      value = proposed ? quantizer.Value(z) : 0.0;
+    }
+    if (proposed) {
+      E::Store(p + value, rp);
       const double r = E::Load(rp);
       // A zero of the wrong sign is within any bound, but -0.0 is kept as -0.0.
       if (WithinBound(x, r, bound) && (x != 0 || r != 0 || std::signbit(r) == std::signbit(x))) {
