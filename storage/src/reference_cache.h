@@ -32,6 +32,7 @@ class ReferenceCache {
   void DropModelExcept(std::string_view model, uint64_t keep_seq);
 
   uint64_t size_bytes() const;
+  uint64_t budget_bytes() const { return budget_bytes_; }
 
  private:
   struct Entry {

@@ -427,6 +427,16 @@ class RestoreStreamImpl final : public RestoreStream {
 
   Status Init() {
     CKPT_ASSIGN_OR_RETURN(manifest_, reader_.Manifest(record_.seq));
+    // Restoring the version the next push deltas against (the usual `latest` after a restart):
+    // its decoded chunks are exactly the reference cache's content, so keep them there; the next
+    // restore of it and the next push then need no chain replay. Only for versions that fit in
+    // half the cache, so one large restore does not flush every other model's references.
+    rocksdb::ReadOptions ro;
+    ro.snapshot = snapshot_;
+    CKPT_ASSIGN_OR_RETURN(auto state, ctx_.GetRecord<CodecStateRecord>(ro, ctx_.codec_state,
+                                                                       info_.model, "codec state"));
+    fill_reference_cache_ = state && state->reference_seq == record_.seq &&
+                            record_.raw_bytes <= ctx_.cache->budget_bytes() / 2;
     return Status::Ok();
   }
 
@@ -449,8 +459,13 @@ class RestoreStreamImpl final : public RestoreStream {
                          ? slot.done.get()
                          : reader_.DecodeChunk(record_.seq, slot.tensor, slot.chunk, &slot.data);
     std::swap(buffer_, slot.data);
+    const uint32_t tensor = slot.tensor, chunk = slot.chunk;
     queue_.pop_front();
     CKPT_RETURN_IF_ERROR(decoded);
+    if (fill_reference_cache_ && !ctx_.cache->Contains(info_.model, record_.seq, tensor, chunk)) {
+      ctx_.cache->Put(info_.model, record_.seq, tensor, chunk,
+                      std::make_shared<const std::vector<uint8_t>>(buffer_));
+    }
     Schedule();  // the next chunks decode while this one is being sent
     sha_.Update(buffer_);
     sent_ += buffer_.size();
@@ -518,6 +533,7 @@ class RestoreStreamImpl final : public RestoreStream {
   ChainReader reader_;
   const ManifestRecord* manifest_ = nullptr;
   Sha256 sha_;
+  bool fill_reference_cache_ = false;
   bool header_sent_ = false;
   uint32_t tensor_ = 0;
   uint32_t chunk_ = 0;

@@ -205,6 +205,37 @@ TEST_F(CheckpointStoreTest, LossyChainRestartsWhenDeltasOutweighTheKeyframe) {
   EXPECT_NE(std::count(kinds.begin() + 1, kinds.end(), "keyframe"), 0);
 }
 
+// After a restart, restoring `latest` leaves its chunks in the reference cache: the next push is
+// a delta again (with the default keyframe-on-miss), and still restores exactly.
+TEST_F(CheckpointStoreTest, RestoringLatestWarmsTheReferenceCache) {
+  DriftingModel model(34, 3000);
+  std::vector<std::string> bodies;
+  for (uint64_t v = 1; v <= 3; ++v) {
+    bodies.push_back(model.Next());
+    ASSERT_TRUE(Push("m", v, bodies.back()).ok());
+  }
+  Reopen();
+  auto latest = Restore("m", std::nullopt);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, bodies.back());
+  bodies.push_back(model.Next());
+  auto info = Push("m", 4, bodies.back());
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->kind, "delta");
+  Reopen();
+  for (uint64_t v = 1; v <= 4; ++v) {
+    auto body = Restore("m", v);
+    ASSERT_TRUE(body.ok());
+    EXPECT_EQ(*body, bodies[v - 1]) << v;
+  }
+  // Restoring an older version does not count: the push after it stores keyframes.
+  Reopen();
+  ASSERT_TRUE(Restore("m", 2).ok());
+  auto cold = Push("m", 5, model.Next());
+  ASSERT_TRUE(cold.ok());
+  EXPECT_EQ(cold->kind, "keyframe");
+}
+
 TEST_F(CheckpointStoreTest, DeltasAreSmallerThanKeyframes) {
   DriftingModel model(2, 20000);
   auto first = Push("m", 1, model.Next());
