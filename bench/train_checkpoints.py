@@ -3,7 +3,8 @@
 (weights + Adam state + step counter) every K steps: real checkpoint sequences for benchmarks.
 
 Workloads:
-  digits  an MLP on scikit-learn's bundled 8x8 digits (1,797 images)
+  digits      an MLP on scikit-learn's bundled 8x8 digits (1,797 images)
+  digits-cnn  a small CNN (two 3x3 conv layers, 150k parameters) on the same digits
   charlm  a transformer character language model (d_model 256, --layers, default 2) on the
           Python standard library sources under /usr/lib/python3.11
 
@@ -112,6 +113,36 @@ def digits_workload(args):
     return model, batch, loss_fn, evaluate, args.lr or 1e-3
 
 
+def digits_cnn_workload(args):
+    """A small CNN on the 8x8 digits: two 3x3 conv layers, max-pool, two linear layers. Trains
+    on 4/5 of the images; every 5th image is held out for evaluation."""
+    from sklearn.datasets import load_digits
+    x, y = load_digits(return_X_y=True)
+    x = torch.tensor(x / 16.0, dtype=torch.float32)
+    y = torch.tensor(y, dtype=torch.int64)
+    held_out = torch.arange(len(x)) % 5 == 0
+    train_x, train_y, test_x, test_y = x[~held_out], y[~held_out], x[held_out], y[held_out]
+    model = nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(64 * 4 * 4, 128), nn.ReLU(), nn.Linear(128, 10))
+    rng = torch.Generator().manual_seed(0)
+
+    def batch():
+        idx = torch.randint(0, len(train_x), (64,), generator=rng)
+        return train_x[idx], train_y[idx]
+
+    def loss_fn(out, target):
+        return nn.functional.cross_entropy(out, target)
+
+    def evaluate(m):
+        with torch.no_grad():
+            out = m(test_x)
+            return {"loss": loss_fn(out, test_y).item(),
+                    "accuracy": (out.argmax(1) == test_y).float().mean().item()}
+
+    return model, batch, loss_fn, evaluate, args.lr or 1e-3
+
+
 class CharLM(nn.Module):
     def __init__(self, vocab, dim=256, layers=2, context=128):
         super().__init__()
@@ -162,7 +193,8 @@ def charlm_workload(args):
     return model, batch, loss_fn, evaluate, args.lr or 3e-4
 
 
-WORKLOADS = {"digits": digits_workload, "charlm": charlm_workload}
+WORKLOADS = {"digits": digits_workload, "digits-cnn": digits_cnn_workload,
+             "charlm": charlm_workload}
 
 
 def apply_checkpoint(model, optimizer, tensors):
