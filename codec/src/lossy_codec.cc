@@ -54,10 +54,9 @@ using lossy::ExponentQuantizer;
 using lossy::FloatQuantizer;
 using lossy::UniformQuantizer;
 
-uint32_t ClassOf(uint8_t symbol) { return symbol == 0 ? 0 : symbol <= 2 ? 1 : 2; }
-uint32_t ContextOf(uint8_t previous, uint8_t before_previous) {
-  return ClassOf(previous) * 3 + ClassOf(before_previous);
-}
+// The class of a symbol for context modelling: 0 (unchanged), 1 (±1 step), 2 (larger or
+// verbatim). The context of a symbol is class(previous) * 3 + class(the one before).
+inline uint32_t ClassOf(uint8_t symbol) { return symbol == 0 ? 0 : symbol <= 2 ? 1 : 2; }
 
 // The symbol of a quantized value z (z < 32 itself, else its bit-length bucket).
 inline uint8_t SymbolOf(uint64_t z, uint32_t* extra_bits) {
@@ -660,13 +659,19 @@ class LossyQuantizedCodec final : public TensorCodec {
 
     const bool contexts = n >= kMinElementsForContexts;
     rans::Histogram histogram(contexts ? kContexts : 1);
-    {
-      uint8_t p1 = 0, p2 = 0;
+    std::vector<uint8_t> context_of(contexts ? n : 0);  // computed once, used by both passes
+    if (contexts) {
+      uint32_t c1 = 0, c2 = 0;  // classes of the previous two symbols
       for (size_t i = 0; i < n; ++i) {
-        histogram.Add(contexts ? ContextOf(p1, p2) : 0, q.symbols[i]);
-        p2 = p1;
-        p1 = q.symbols[i];
+        const uint8_t symbol = q.symbols[i];
+        const uint32_t context = c1 * 3 + c2;
+        context_of[i] = static_cast<uint8_t>(context);
+        histogram.Add(context, symbol);
+        c2 = c1;
+        c1 = ClassOf(symbol);
       }
+    } else {
+      for (size_t i = 0; i < n; ++i) histogram.Add(0, q.symbols[i]);
     }
     std::string extra_bytes = q.extra.Finish();
     ByteWriter w;
@@ -685,10 +690,10 @@ class LossyQuantizedCodec final : public TensorCodec {
     std::string payload = w.Release();
     const std::vector<rans::EncodeTable> tables = rans::WriteTables(histogram, &payload);
     rans::Encoder encoder(n);
-    for (size_t i = n; i-- > 0;) {
-      const uint32_t context =
-          contexts ? ContextOf(i >= 1 ? q.symbols[i - 1] : 0, i >= 2 ? q.symbols[i - 2] : 0) : 0;
-      encoder.Put(tables[context], q.symbols[i]);
+    if (contexts) {
+      for (size_t i = n; i-- > 0;) encoder.Put(tables[context_of[i]], q.symbols[i]);
+    } else {
+      for (size_t i = n; i-- > 0;) encoder.Put(tables[0], q.symbols[i]);
     }
     encoder.Finish(&payload);
 
@@ -796,11 +801,11 @@ class LossyQuantizedCodec final : public TensorCodec {
     const uint8_t* next_exact = exact.data();
     const uint8_t* exact_end = exact.data() + exact.size();
     BitReader bits(extra.data(), extra.size());
-    uint8_t p1 = 0, p2 = 0;
+    uint32_t c1 = 0, c2 = 0;  // classes of the previous two symbols (model 1)
     for (size_t i = 0; i < n; ++i) {
-      const uint8_t symbol = decoder.Get(tables.context(contexts ? ContextOf(p1, p2) : 0));
-      p2 = p1;
-      p1 = symbol;
+      const uint8_t symbol = decoder.Get(tables.context(contexts ? c1 * 3 + c2 : 0));
+      c2 = c1;
+      c1 = ClassOf(symbol);
       uint8_t* op = o + i * E::kSize;
       uint64_t z;
       if (symbol < kDirectSymbols) {
