@@ -42,7 +42,7 @@ constexpr uint32_t kContexts = 9;
 // Chunks with fewer elements use kContextModelNone.
 constexpr size_t kMinElementsForContexts = 4096;
 // auto: candidates are compared on about this many elements spread over the chunk.
-constexpr size_t kAutoSampleElements = 4096;
+constexpr size_t kAutoSampleElements = 1024;
 
 constexpr uint32_t kDirectSymbols = 32;   // zigzag values below this are their own symbol
 constexpr uint32_t kFirstBucketBits = 6;  // bit length of the smallest bucketed value (32)
