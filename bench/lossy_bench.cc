@@ -141,7 +141,9 @@ int main(int argc, char** argv) {
         auto payload = std::span<const uint8_t>(
             reinterpret_cast<const uint8_t*>(encoded->payload.data()), encoded->payload.size());
         const auto t2 = Clock::now();
-        ckpt::Status s = codec.Decode(t.dtype, payload, reference, decoded);
+        auto decoder = ckpt::CodecForDecoding(static_cast<uint16_t>(encoded->codec_id));
+        if (!decoder.ok()) return Fail(decoder.status().ToString());
+        ckpt::Status s = (*decoder)->Decode(t.dtype, payload, reference, decoded);
         const auto t3 = Clock::now();
         if (!s.ok()) return Fail(t.name + ": " + s.ToString());
         encode_time += t1 - t0;

@@ -158,6 +158,7 @@ class LosslessBytePlaneCodec final : public TensorCodec {
     auto cctx = cctx_pool_.Acquire();
     auto sample = buffer_pool_.Acquire();
     EncodedChunk out;
+    out.codec_id = CodecId::kLosslessBytePlanes;
     out.payload.resize(header_len + planes * ZSTD_compressBound(plane_len));
     char* cursor = out.payload.data() + header_len;
     ByteWriter header;

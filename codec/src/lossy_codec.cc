@@ -697,7 +697,16 @@ class LossyQuantizedCodec final : public TensorCodec {
     }
     encoder.Finish(&payload);
 
+    if (payload.size() >= current.size() && !current.empty()) {
+      // Quantizing did not pay (e.g. a bound below the dtype's resolution, or data the
+      // quantizers cannot follow): store the chunk bit-exactly instead, which also keeps it
+      // within any bound. Its reconstruction is then the input itself.
+      static const std::unique_ptr<TensorCodec> lossless = NewLosslessCodec();
+      auto exact = lossless->Encode(D, current, reference);
+      if (exact.ok() && exact->payload.size() < payload.size()) return exact;
+    }
     result.payload = std::move(payload);
+    result.codec_id = CodecId::kLossyQuantized;
     result.info.quantizer = static_cast<uint8_t>(kind);
     result.info.bound = bound;
     result.info.elements = n;

@@ -344,7 +344,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     const std::span<const uint8_t> restored =
         encoded.reconstruction_is_input ? data : std::span<const uint8_t>(encoded.reconstruction);
     ChunkRecord record;
-    record.codec_id = static_cast<uint16_t>(codec->id());
+    record.codec_id = static_cast<uint16_t>(encoded.codec_id);
     record.kind = t.kind;
     record.raw_length = data.size();
     record.raw_checksum = Xxh3Checksum(restored);

@@ -54,6 +54,10 @@ struct EncodedChunk {
   // codecs return the decoder's exact output here (the next error-feedback state).
   std::vector<uint8_t> reconstruction;
   bool reconstruction_is_input = true;
+  // The codec that decodes `payload`: normally the encoder's own id(), but an encoder may hand
+  // a chunk to another codec (the lossy codec stores a chunk losslessly when quantizing would
+  // not make it smaller, e.g. a bound below the dtype's resolution).
+  CodecId codec_id = CodecId::kLosslessBytePlanes;
 };
 
 // Replays the delta chain of one chunk: a keyframe (or an already decoded reconstruction), then
