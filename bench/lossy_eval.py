@@ -289,11 +289,13 @@ def run_policy(name, policy, files, binary, evaluate, original_metrics, work, sa
         for body, file_name in zip(restored, names):
             with open(os.path.join(out, file_name), "wb") as f:
                 f.write(body)
-    changes = []
+    changes, accuracy_changes = [], []
     for body, orig in zip(restored, original_metrics):
         header, arrays = parse(body)
         m = evaluate(header, arrays)
         changes.append(100.0 * (m["loss"] - orig["loss"]) / orig["loss"])
+        if "accuracy" in m:
+            accuracy_changes.append(100.0 * (m["accuracy"] - orig["accuracy"]))
     lossy_elements = sum(t["raw_bytes"] // 4 for d in details for t in d["tensors"]
                          if t["codec"] == "lossy")
     lossy_bits = sum(t["stored_bytes"] * 8 for d in details for t in d["tensors"]
@@ -307,6 +309,7 @@ def run_policy(name, policy, files, binary, evaluate, original_metrics, work, sa
             "bits": lossy_bits / lossy_elements if lossy_elements else 0.0,
             "entropy": entropy_bits / lossy_elements if lossy_elements else 0.0,
             "worst_loss": max(changes, key=abs), "worst_bound": worst_bound,
+            "worst_accuracy": min(accuracy_changes) if accuracy_changes else None,
             "push_mbps": raw / 1e6 / push_s, "pull_mbps": raw / 1e6 / pull_s,
             "keyframes": keyframes}
 
@@ -332,7 +335,7 @@ def main():
     originals = [evaluate(*parse(b)) for b in files]
     print(f"{len(files)} checkpoints, {raw} bytes; held-out loss {originals[0]['loss']:.4f} -> "
           f"{originals[-1]['loss']:.4f}", flush=True)
-    lines = ["| method | ratio | bits/element (entropy) | worst loss change | worst error/bound "
+    lines = ["| method | ratio | bits/element (entropy) | worst held-out loss change | worst error/bound "
              "| push MB/s | restore MB/s |", "|---|---|---|---|---|---|---|"]
 
     def emit(line):
@@ -345,9 +348,11 @@ def main():
             name, policy = spec.split("=", 1)
             r = run_policy(name, policy, files, binary, evaluate, originals, work,
                            args.save_restored, [os.path.basename(p) for p in paths])
+            accuracy = "" if r["worst_accuracy"] is None else \
+                f" (accuracy {r['worst_accuracy']:+.2f} pt)"
             emit(f"| ckptd {name} `{policy}` | {r['ratio']:.2f}x | {r['bits']:.3f} "
-                 f"({r['entropy']:.3f}) | {r['worst_loss']:+.3f}% | {r['worst_bound']:.3f} | "
-                 f"{r['push_mbps']:.0f} | {r['pull_mbps']:.0f} |")
+                 f"({r['entropy']:.3f}) | {r['worst_loss']:+.3f}%{accuracy} | "
+                 f"{r['worst_bound']:.3f} | {r['push_mbps']:.0f} | {r['pull_mbps']:.0f} |")
     if args.baselines:
         z = sum(zstd_size(b) for b in files)
         emit(f"| zstd -3 (lossless) | {raw / z:.2f}x | | 0 | | | |")
@@ -356,10 +361,16 @@ def main():
                 ("bf16 cast", cast_baseline(files, "bf16")),
                 (f"Delta-DNN (bound {args.bound:g}, zstd -3)", baseline_delta_dnn(files, args.bound)),
                 ("LC-Checkpoint (3 bits, Huffman)", baseline_lc_checkpoint(files))]:
-            changes = [100.0 * (evaluate(h, a)["loss"] - o["loss"]) / o["loss"]
-                       for (h, a), o in zip(versions, originals)]
+            metrics = [evaluate(h, a) for h, a in versions]
+            changes = [100.0 * (m["loss"] - o["loss"]) / o["loss"]
+                       for m, o in zip(metrics, originals)]
+            accuracy = ""
+            if "accuracy" in originals[0]:
+                worst = min(100.0 * (m["accuracy"] - o["accuracy"])
+                            for m, o in zip(metrics, originals))
+                accuracy = f" (accuracy {worst:+.2f} pt)"
             emit(f"| {label} | {raw / stored:.2f}x | {8 * stored / (raw / 4):.3f} | "
-                 f"{max(changes, key=abs):+.3f}% | | | |")
+                 f"{max(changes, key=abs):+.3f}%{accuracy} | | | |")
     if args.out:
         with open(args.out, "w") as f:
             f.write("\n".join(lines) + "\n")
