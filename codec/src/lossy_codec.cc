@@ -287,8 +287,10 @@ void QuantizeElements(const Q& quantizer, const uint8_t* in, const uint8_t* ref,
     if constexpr (std::is_same_v<Q, UniformQuantizer>) {
       // The lattice quantizer inline, without the integer round trip: q * step in double is
       // exactly what the decoder computes from the symbol (|q| <= 2^50 is exact in double).
+      // One comparison also rejects NaN and ±Inf in x or p (t is then NaN or infinite; with
+      // bound 0, inverse_step is 0 and t is 0 exactly when x - p is finite).
       const double t = (x - p) * quantizer.inverse_step;
-      proposed = std::isfinite(x) && std::isfinite(p) && std::abs(t) <= lossy::kMaxQuantized;
+      proposed = std::abs(t) <= lossy::kMaxQuantized;
       // + 0.0 turns a -0.0 into +0.0, as the decoder's integer q would be.
       const double q = proposed ? lossy::RoundToInteger(t) + 0.0 : 0.0;
       value = q * quantizer.step;
