@@ -812,6 +812,12 @@ class LossyQuantizedCodec final : public TensorCodec {
     const uint8_t* next_exact = exact.data();
     const uint8_t* exact_end = exact.data() + exact.size();
     BitReader bits(extra.data(), extra.size());
+    // The values of the direct symbols, looked up instead of computed (the common case).
+    double direct[kDirectSymbols];
+    for (uint32_t k = 0; k < kDirectSymbols; ++k) {
+      direct[k] =
+          quantizer.Valid(k) ? quantizer.Value(k) : std::numeric_limits<double>::quiet_NaN();
+    }
     uint32_t c1 = 0, c2 = 0;  // classes of the previous two symbols (model 1)
     for (size_t i = 0; i < n; ++i) {
       const uint8_t symbol = decoder.Get(tables.context(contexts ? c1 * 3 + c2 : 0));
@@ -820,7 +826,10 @@ class LossyQuantizedCodec final : public TensorCodec {
       uint8_t* op = o + i * E::kSize;
       uint64_t z;
       if (symbol < kDirectSymbols) {
-        z = symbol;
+        const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
+        if (!quantizer.Valid(symbol)) return Status::DataLoss("lossy payload: symbol out of table");
+        E::Store(p + direct[symbol], op);
+        continue;
       } else if (symbol == kExactSymbol) {
         if (next_exact == exact_end) return Status::DataLoss("lossy payload: exact list too short");
         std::memcpy(op, next_exact, E::kSize);
