@@ -181,6 +181,26 @@ TEST_F(CheckpointStoreTest, SwitchingBetweenLosslessAndLossyKeepsEveryVersion) {
   }
 }
 
+// A bound below the dtype's resolution: chunks fall back to lossless inside the lossy chain, and
+// every version restores bit-exactly (which is within any bound).
+TEST_F(CheckpointStoreTest, LossyChunksThatDoNotPayAreStoredLosslesslyInTheChain) {
+  ASSERT_TRUE(store_->SetPolicy("m", LossyPolicy(R"({"mode":"lossy","max_abs_error":1e-9})")).ok());
+  DriftingModel model(35, 3000);
+  std::vector<std::string> bodies;
+  for (uint64_t v = 1; v <= 6; ++v) {
+    bodies.push_back(model.Next());
+    auto info = Push("m", v, bodies.back());
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_LT(info->stored_bytes, info->raw_bytes);
+  }
+  Reopen();
+  for (uint64_t v = 1; v <= 6; ++v) {
+    auto body = Restore("m", v);
+    ASSERT_TRUE(body.ok()) << body.status().ToString();
+    EXPECT_EQ(testing::CheckWithinBound(bodies[v - 1], *body, 1e-9).error, "") << v;
+  }
+}
+
 // Lossy chains restart when their deltas outweigh their keyframe.
 TEST_F(CheckpointStoreTest, LossyChainRestartsWhenDeltasOutweighTheKeyframe) {
   // A coarse bound makes the keyframe tiny; large random moves make the deltas big.
