@@ -272,7 +272,7 @@ struct Quantized {
 // Quantizes n elements: symbols, verbatim elements, and the reconstruction into `recon`.
 template <DType D, typename Q>
 void QuantizeElements(const Q& quantizer, const uint8_t* in, const uint8_t* ref, size_t n,
-                      double bound, uint8_t* recon, Quantized* out) {
+                      double bound, bool non_negative, uint8_t* recon, Quantized* out) {
   using E = Element<D>;
   out->symbols.resize(n);
   for (size_t i = 0; i < n; ++i) {
@@ -302,8 +302,10 @@ void QuantizeElements(const Q& quantizer, const uint8_t* in, const uint8_t* ref,
     if (proposed) {
       E::Store(p + value, rp);
       const double r = E::Load(rp);
-      // A zero of the wrong sign is within any bound, but -0.0 is kept as -0.0.
-      if (WithinBound(x, r, bound) && (x != 0 || r != 0 || std::signbit(r) == std::signbit(x))) {
+      // A zero of the wrong sign is within any bound, but -0.0 is kept as -0.0; and a chunk with
+      // no negative values (variances, counts, Adam's exp_avg_sq) never restores a negative one.
+      if (WithinBound(x, r, bound) && (x != 0 || r != 0 || std::signbit(r) == std::signbit(x)) &&
+          !(non_negative && std::signbit(r))) {
         uint32_t bits;
         symbol = SymbolOf(z, &bits);
         if (bits) {
@@ -420,17 +422,17 @@ struct QuantizerSet {
   }
 
   template <DType D>
-  void Quantize(const uint8_t* in, const uint8_t* ref, size_t n, double bound, uint8_t* recon,
-                Quantized* out) const {
+  void Quantize(const uint8_t* in, const uint8_t* ref, size_t n, double bound, bool non_negative,
+                uint8_t* recon, Quantized* out) const {
     switch (kind) {
       case Quantizer::kExponent:
-        return QuantizeElements<D>(exponent, in, ref, n, bound, recon, out);
+        return QuantizeElements<D>(exponent, in, ref, n, bound, non_negative, recon, out);
       case Quantizer::kFloat:
-        return QuantizeElements<D>(floating, in, ref, n, bound, recon, out);
+        return QuantizeElements<D>(floating, in, ref, n, bound, non_negative, recon, out);
       case Quantizer::kCosine:
-        return QuantizeElements<D>(cosine, in, ref, n, bound, recon, out);
+        return QuantizeElements<D>(cosine, in, ref, n, bound, non_negative, recon, out);
       default:
-        return QuantizeElements<D>(uniform, in, ref, n, bound, recon, out);
+        return QuantizeElements<D>(uniform, in, ref, n, bound, non_negative, recon, out);
     }
   }
 };
@@ -588,7 +590,8 @@ class LossyQuantizedCodec final : public TensorCodec {
   // the sample too) and picks the one with the smallest estimated size (symbol entropy + side
   // data + parameters).
   template <DType D>
-  Quantizer ChooseQuantizer(const uint8_t* in, const uint8_t* ref, size_t n, double bound) const {
+  Quantizer ChooseQuantizer(const uint8_t* in, const uint8_t* ref, size_t n, double bound,
+                            bool non_negative) const {
     using E = Element<D>;
     const size_t stride = std::max<size_t>(1, n / kAutoSampleElements);
     const size_t m = (n + stride - 1) / stride;
@@ -607,7 +610,7 @@ class LossyQuantizedCodec final : public TensorCodec {
       QuantizerSet set;
       Configure(stats, bound, options_, kind, /*build_tables=*/false, &set);
       Quantized q;
-      set.Quantize<D>(sample_in.data(), sref, m, bound, scratch.data(), &q);
+      set.Quantize<D>(sample_in.data(), sref, m, bound, non_negative, scratch.data(), &q);
       const double bits =
           EstimatedBits(q, E::kSize) * static_cast<double>(n) / static_cast<double>(m) +
           8.0 * static_cast<double>(set.ParamBytes());
@@ -630,21 +633,22 @@ class LossyQuantizedCodec final : public TensorCodec {
     const uint8_t* in = current.data();
     const uint8_t* ref = reference ? reference->data() : nullptr;
 
+    // The range of the finite values: for relative bounds, and to know whether the chunk is
+    // non-negative (then no element may restore negative).
     double lo = std::numeric_limits<double>::infinity();
     double hi = -lo;
-    if (options_.bound.kind == ErrorBound::Kind::kRelative) {
-      for (size_t i = 0; i < n; ++i) {
-        const double x = E::Load(in + i * E::kSize);
-        if (std::isfinite(x)) {
-          lo = std::min(lo, x);
-          hi = std::max(hi, x);
-        }
+    for (size_t i = 0; i < n; ++i) {
+      const double x = E::Load(in + i * E::kSize);
+      if (std::isfinite(x)) {
+        lo = std::min(lo, x);
+        hi = std::max(hi, x);
       }
     }
     const double bound = ResolveBound(options_.bound, lo, hi);
+    const bool non_negative = n > 0 && lo >= 0;
 
     Quantizer kind = options_.quantizer;
-    if (kind == Quantizer::kAuto) kind = ChooseQuantizer<D>(in, ref, n, bound);
+    if (kind == Quantizer::kAuto) kind = ChooseQuantizer<D>(in, ref, n, bound, non_negative);
     DeltaStats stats;
     if (kind != Quantizer::kUniform) stats = CollectStats<D>(in, ref, n, bound);
     QuantizerSet set;
@@ -654,7 +658,7 @@ class LossyQuantizedCodec final : public TensorCodec {
     result.reconstruction_is_input = false;
     result.reconstruction.resize(current.size());
     Quantized q;
-    set.Quantize<D>(in, ref, n, bound, result.reconstruction.data(), &q);
+    set.Quantize<D>(in, ref, n, bound, non_negative, result.reconstruction.data(), &q);
     if (q.exact_count > std::numeric_limits<uint32_t>::max() / E::kSize) {
       return Status::InvalidArgument("lossy codec: chunk too large");
     }

@@ -540,6 +540,29 @@ TEST_P(EveryQuantizer, CorruptPayloadsNeverCrash) {
   }
 }
 
+// Variances and counts must stay non-negative: in a chunk without negative values no element
+// restores negative, even when the lattice moves between versions (relative bounds).
+TEST_P(EveryQuantizer, NonNegativeChunksNeverRestoreNegative) {
+  LossyCodecOptions options;
+  options.quantizer = GetParam();
+  options.bound = {ErrorBound::Kind::kRelative, 1e-2};
+  auto codec = NewLossyCodec(options);
+  std::mt19937_64 rng(16);
+  std::exponential_distribution<double> tiny(1e8);
+  std::vector<double> v(8192);
+  std::vector<uint8_t> reference;
+  for (int version = 0; version < 30; ++version) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = tiny(rng) * (1 + version % 5);  // range moves
+    const auto pushed = Pack(DType::kF32, v);
+    Coded c = EncodeDecode(*codec, DType::kF32, pushed, version ? &reference : nullptr);
+    reference = c.decoded;
+    for (size_t i = 0; i < v.size(); ++i) {
+      ASSERT_FALSE(std::signbit(Load(DType::kF32, c.decoded.data() + i * 4)))
+          << "version " << version << " element " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Quantizers, EveryQuantizer, ::testing::ValuesIn(kAllQuantizers),
                          QuantizerParamName);
 
