@@ -147,33 +147,10 @@ def float_names(header):
     return [n for n, i in header.items() if n != "__metadata__" and i["dtype"] == "F32"]
 
 
-def baseline_delta_dnn(files, bound):
-    """Closed-loop error-bounded uniform delta (bin width 2*bound) + zstd -3 of the symbols."""
-    step = 2 * bound
-    recon, stored, versions = {}, 0, []
-    for body in files:
-        header, arrays = parse(body)
-        out = dict(arrays)
-        stored += 8 + struct.unpack("<Q", body[:8])[0]
-        for name, a in arrays.items():
-            if header[name]["dtype"] != "F32" or not np.isfinite(a).all():
-                stored += zstd_size(a.tobytes())
-                continue
-            ref = recon.get(name)
-            ref = np.zeros_like(a, dtype=np.float64) if ref is None else ref
-            q = np.round((a.astype(np.float64) - ref) / step).astype(np.int64)
-            width = np.int8 if np.abs(q).max(initial=0) < 127 else np.int32
-            stored += zstd_size(q.astype(width).tobytes())
-            r = (ref + q * step).astype(np.float32)
-            recon[name] = r.astype(np.float64)
-            out[name] = r
-        versions.append((header, out))
-    return stored, versions
-
-
-def baseline_lc_checkpoint(files, bits=3):
-    """LC-Checkpoint: exponent buckets + priority promotion + Huffman, closed loop."""
-    keep = 2 ** bits - 1
+def closed_loop_baseline(files, code_tensor):
+    """Runs a closed-loop baseline over the versions. code_tensor(array, reference or None,
+    version index) returns (stored bytes, reconstruction as float64) for one F32 tensor; other
+    tensors (and non-finite ones) are stored with zstd -3. Returns (stored bytes, versions)."""
     recon, stored, versions = {}, 0, []
     for index, body in enumerate(files):
         header, arrays = parse(body)
@@ -183,31 +160,56 @@ def baseline_lc_checkpoint(files, bits=3):
             if header[name]["dtype"] != "F32" or not np.isfinite(a).all():
                 stored += zstd_size(a.tobytes())
                 continue
-            if index == 0:
-                stored += zstd_size(a.tobytes())
-                recon[name] = a.astype(np.float64)
-                continue
-            delta = a.astype(np.float64) - recon[name]
-            _, exponent = np.frexp(delta)
-            key = np.where(delta == 0, -10**6, exponent.astype(np.int64) * 2 + (delta < 0))
-            buckets = [k for k in np.unique(key) if k != -10**6]
-            reps = {}
-            for k in buckets:
-                member = delta[key == k]
-                reps[k] = (member.max() + member.min()) / 2
-            kept = sorted(buckets, key=lambda k: -abs(reps[k]))[:keep]
-            symbol = np.zeros(delta.shape, np.int64)
-            value = np.zeros_like(delta)
-            for s, k in enumerate(kept, start=1):
-                mask = key == k
-                symbol[mask] = s
-                value[mask] = reps[k]
-            counts = np.bincount(symbol, minlength=keep + 1)
-            stored += (huffman_bits(counts.tolist()) + 7) // 8 + 9 * len(kept)  # + codebook
-            recon[name] = recon[name] + value
-            out[name] = recon[name].astype(np.float32)
+            size, r = code_tensor(a, recon.get(name), index)
+            stored += size
+            recon[name] = r
+            out[name] = r.astype(np.float32)
         versions.append((header, out))
     return stored, versions
+
+
+def baseline_delta_dnn(files, bound):
+    """Closed-loop error-bounded uniform delta (bin width 2*bound) + zstd -3 of the symbols."""
+    step = 2 * bound
+
+    def code(a, ref, _):
+        ref = np.zeros_like(a, dtype=np.float64) if ref is None else ref
+        q = np.round((a.astype(np.float64) - ref) / step).astype(np.int64)
+        width = np.int8 if np.abs(q).max(initial=0) < 127 else np.int32
+        r = (ref + q * step).astype(np.float32).astype(np.float64)
+        return zstd_size(q.astype(width).tobytes()), r
+
+    return closed_loop_baseline(files, code)
+
+
+def baseline_lc_checkpoint(files, bits=3):
+    """LC-Checkpoint: exponent buckets + priority promotion + Huffman, closed loop; the first
+    version is stored lossless (zstd -3)."""
+    keep = 2 ** bits - 1
+
+    def code(a, ref, index):
+        if index == 0:
+            return zstd_size(a.tobytes()), a.astype(np.float64)
+        delta = a.astype(np.float64) - ref
+        _, exponent = np.frexp(delta)
+        key = np.where(delta == 0, -10**6, exponent.astype(np.int64) * 2 + (delta < 0))
+        buckets = [k for k in np.unique(key) if k != -10**6]
+        reps = {}
+        for k in buckets:
+            member = delta[key == k]
+            reps[k] = (member.max() + member.min()) / 2
+        kept = sorted(buckets, key=lambda k: -abs(reps[k]))[:keep]
+        symbol = np.zeros(delta.shape, np.int64)
+        value = np.zeros_like(delta)
+        for s, k in enumerate(kept, start=1):
+            mask = key == k
+            symbol[mask] = s
+            value[mask] = reps[k]
+        counts = np.bincount(symbol, minlength=keep + 1)
+        size = (huffman_bits(counts.tolist()) + 7) // 8 + 9 * len(kept)  # + codebook
+        return size, ref + value
+
+    return closed_loop_baseline(files, code)
 
 
 def cast_baseline(files, kind):

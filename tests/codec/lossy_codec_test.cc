@@ -10,6 +10,8 @@
 #include <limits>
 #include <random>
 
+#include "test_support.h"
+
 namespace ckpt {
 namespace {
 
@@ -49,30 +51,7 @@ std::vector<uint8_t> Pack(DType dtype, const std::vector<double>& values) {
 }
 
 double Load(DType dtype, const uint8_t* p) {
-  switch (dtype) {
-    case DType::kF64: {
-      double d;
-      std::memcpy(&d, p, 8);
-      return d;
-    }
-    case DType::kF32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case DType::kF16: {
-      _Float16 h;
-      std::memcpy(&h, p, 2);
-      return static_cast<double>(h);
-    }
-    case DType::kBF16: {
-      uint16_t b;
-      std::memcpy(&b, p, 2);
-      return std::bit_cast<float>(uint32_t{b} << 16);
-    }
-    default:
-      return 0;
-  }
+  return testing::LoadFloat(dtype, reinterpret_cast<const char*>(p));
 }
 
 std::span<const uint8_t> AsBytes(const std::string& s) {
