@@ -29,13 +29,15 @@ const Data& Weights() {
     std::vector<float> w(kElements);
     for (auto& x : w) x = init(rng);
     Data d;
-    d.previous.resize(kElements * 4);
-    std::memcpy(d.previous.data(), w.data(), d.previous.size());
+    auto bytes = [](const std::vector<float>& v) {
+      const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+      return std::vector<uint8_t>(p, p + v.size() * sizeof(float));
+    };
+    d.previous = bytes(w);
     for (size_t i = 0; i < w.size(); ++i) {
       if (i % 3) w[i] += step(rng);
     }
-    d.current.resize(kElements * 4);
-    std::memcpy(d.current.data(), w.data(), d.current.size());
+    d.current = bytes(w);
     return d;
   }();
   return data;
