@@ -1,24 +1,18 @@
-// Error-bounded lossy codec: uniform quantization of the closed-loop delta, symbols coded with a
-// context-modelled rANS coder.
+// Error-bounded lossy codec: a quantizer (quantizers.h) maps the closed-loop delta of each
+// element to a symbol, and the symbols are coded with a context-modelled rANS coder (rans.h).
 //
-// Per element i (x = input, p = reference element, 0 for keyframes):
-//   q = round((x - p) / step), step = 2 * bound
-//   r = T(p + q * step)            (computed in double, rounded once to the dtype T)
-//   if x is NaN/Inf, or p is not finite, or |x - r| > bound: the element is stored verbatim.
-// The decoder runs the same Reconstruct(), so r is bit-identical on both sides.
+// Per element (x = input, p = reference element, 0 for keyframes): the quantizer proposes a
+// symbol z for d = x - p, the reconstruction is r = T(p + V(z)) (sum in double, rounded once to
+// the dtype T), and the element is stored verbatim instead when x or p is not finite, when
+// |x - r| > bound, when r is a zero of the wrong sign, or when r < 0 in a chunk without negative
+// values. The decoder computes T(p + V(z)) the same way, so r is bit-identical on both sides.
 //
-// Symbols: z = zigzag(q); z < 32 is its own symbol; larger z are coded as the symbol of their
-// bit length plus the bits below the leading one (raw, in a separate bit stream); one symbol
-// marks a verbatim element. The context of a symbol is the class (zero, ±1, larger) of the two
-// symbols before it, which captures how busy the neighbourhood (the row of a weight matrix) is.
+// Symbols: z < 32 is its own symbol; larger z are coded as the symbol of their bit length plus
+// the bits below the leading one (raw, in a separate bit stream); one symbol marks a verbatim
+// element. The context of a symbol is the class (zero, ±1, larger) of the two symbols before it,
+// which captures how busy the neighbourhood (the row of a weight matrix) is.
 //
-// Payload layout (little-endian), see docs/format.md:
-//   u8  payload_version (1)      u8 quantizer (1 = uniform)   u8 dtype tag
-//   u8  context_model (1)        u8 flags (bit 0: delta)
-//   f64 bound  f64 step  u64 element_count  u32 exact_count  u32 extra_bytes
-//   exact_count × element (the verbatim elements, in order)
-//   extra_bytes of raw extra bits (LSB first)
-//   rANS tables and stream (rans.h)
+// Payload layout (little-endian) and the exact decoding arithmetic: docs/format.md.
 #include "ckpt/codec/lossy_codec.h"
 
 #include <bit>

@@ -234,8 +234,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     for (const auto& t : header.tensors) {
       const TensorCoding coding = policy_.ForTensor(t.name, t.dtype, t.shape);
       tensor_codecs_.push_back(CodecFor(coding));
-      ManifestTensor mt;
-      mt.codec_id = static_cast<uint16_t>(tensor_codecs_.back()->id());
+      ManifestTensor mt;  // codec_id: lossless until a chunk is stored quantized
       mt.name = t.name;
       mt.dtype = t.dtype;
       mt.shape = t.shape;
@@ -358,6 +357,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     stored_bytes_ += value.size();
     restored_sha_.Update(restored);
     ManifestTensor& entry = manifest_.tensors[tensor];
+    if (encoded.codec_id == CodecId::kLossyQuantized) entry.codec_id = record.codec_id;
     entry.stored_bytes += value.size();
     entry.quantizer = std::max(entry.quantizer, encoded.info.quantizer);
     entry.bound = std::max(entry.bound, encoded.info.bound);
