@@ -104,7 +104,9 @@ int main(int argc, char** argv) {
 
   auto* policy = app.add_subcommand("policy", "show or set the codec policy of MODEL");
   policy->add_option("MODEL", model)->required();
-  policy->add_option("JSON", json_text, "new policy, e.g. '{\"keyframe_every\":8}'");
+  policy->add_option("JSON", json_text,
+                     "fields to change, e.g. '{\"mode\":\"lossy\",\"max_abs_error\":1e-3}' or "
+                     "'{\"keyframe_every\":8}' (docs/api.md lists every field)");
 
   CLI11_PARSE(app, argc, argv);
 
