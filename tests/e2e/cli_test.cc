@@ -93,6 +93,32 @@ TEST_F(CliTest, PushListPullRemoveAndPolicy) {
   EXPECT_EQ(Run("ls resnet").exit_code, 1);
 }
 
+// The CLI with a lossy model: pull verifies the SHA-256 of what the server sends (the
+// reconstruction), and every restored element is within the bound.
+TEST_F(CliTest, LossyPolicyPushAndVerifiedPull) {
+  auto bad = Run("policy llm '{\"mode\":\"lossy\"}'");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("max_abs_error"), std::string::npos) << bad.output;
+  ASSERT_EQ(Run("policy llm '{\"mode\":\"lossy\",\"max_abs_error\":1e-3}'").exit_code, 0);
+  DriftingModel model(3, 50000);
+  std::vector<std::string> bodies;
+  for (int v = 1; v <= 3; ++v) {
+    bodies.push_back(model.Next());
+    const std::string file = WriteFile("l" + std::to_string(v) + ".safetensors", bodies.back());
+    auto r = Run("push llm " + std::to_string(v) + " " + file);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  const std::string out = (dir_.path() / "lossy.safetensors").string();
+  for (int v = 1; v <= 3; ++v) {
+    auto pull = Run("pull llm " + std::to_string(v) + " -o " + out);
+    ASSERT_EQ(pull.exit_code, 0) << pull.output;
+    EXPECT_NE(pull.output.find("(verified)"), std::string::npos);
+    auto check = testing::CheckWithinBound(bodies[v - 1], ReadFile(out), 1e-3);
+    EXPECT_EQ(check.error, "") << v;
+    EXPECT_GT(check.inexact_tensors, 0u);
+  }
+}
+
 TEST_F(CliTest, ErrorsAreOneLineAndNonZero) {
   DriftingModel model(2, 1000);
   const std::string good = WriteFile("good.safetensors", model.Next());
