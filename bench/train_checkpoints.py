@@ -88,47 +88,18 @@ def load_safetensors(path):
     return out
 
 
-def digits_workload(args):
+def load_digits_tensors():
     from sklearn.datasets import load_digits
     x, y = load_digits(return_X_y=True)
-    x = torch.tensor(x / 16.0, dtype=torch.float32)
-    y = torch.tensor(y, dtype=torch.int64)
-    model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                          nn.Linear(512, 10))
+    return torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y, dtype=torch.int64)
+
+
+def classification_workload(model, train_x, train_y, test_x, test_y, batch_size, lr):
+    """Batches drawn from (train_x, train_y), cross-entropy, evaluation on (test_x, test_y)."""
     rng = torch.Generator().manual_seed(0)
 
     def batch():
-        idx = torch.randint(0, len(x), (128,), generator=rng)
-        return x[idx], y[idx]
-
-    def loss_fn(out, target):
-        return nn.functional.cross_entropy(out, target)
-
-    def evaluate(m):
-        with torch.no_grad():
-            out = m(x)
-            return {"loss": loss_fn(out, y).item(),
-                    "accuracy": (out.argmax(1) == y).float().mean().item()}
-
-    return model, batch, loss_fn, evaluate, args.lr or 1e-3
-
-
-def digits_cnn_workload(args):
-    """A small CNN on the 8x8 digits: two 3x3 conv layers, max-pool, two linear layers. Trains
-    on 4/5 of the images; every 5th image is held out for evaluation."""
-    from sklearn.datasets import load_digits
-    x, y = load_digits(return_X_y=True)
-    x = torch.tensor(x / 16.0, dtype=torch.float32)
-    y = torch.tensor(y, dtype=torch.int64)
-    held_out = torch.arange(len(x)) % 5 == 0
-    train_x, train_y, test_x, test_y = x[~held_out], y[~held_out], x[held_out], y[held_out]
-    model = nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(),
-                          nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Flatten(), nn.Linear(64 * 4 * 4, 128), nn.ReLU(), nn.Linear(128, 10))
-    rng = torch.Generator().manual_seed(0)
-
-    def batch():
-        idx = torch.randint(0, len(train_x), (64,), generator=rng)
+        idx = torch.randint(0, len(train_x), (batch_size,), generator=rng)
         return train_x[idx], train_y[idx]
 
     def loss_fn(out, target):
@@ -140,7 +111,27 @@ def digits_cnn_workload(args):
             return {"loss": loss_fn(out, test_y).item(),
                     "accuracy": (out.argmax(1) == test_y).float().mean().item()}
 
-    return model, batch, loss_fn, evaluate, args.lr or 1e-3
+    return model, batch, loss_fn, evaluate, lr
+
+
+def digits_workload(args):
+    """An MLP on the digits; evaluated on the whole dataset (it also trains on all of it)."""
+    x, y = load_digits_tensors()
+    model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                          nn.Linear(512, 10))
+    return classification_workload(model, x, y, x, y, 128, args.lr or 1e-3)
+
+
+def digits_cnn_workload(args):
+    """A small CNN on the 8x8 digits: two 3x3 conv layers, max-pool, two linear layers. Trains
+    on 4/5 of the images; every 5th image is held out for evaluation."""
+    x, y = load_digits_tensors()
+    held_out = torch.arange(len(x)) % 5 == 0
+    model = nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(64 * 4 * 4, 128), nn.ReLU(), nn.Linear(128, 10))
+    return classification_workload(model, x[~held_out], y[~held_out], x[held_out], y[held_out], 64,
+                                   args.lr or 1e-3)
 
 
 class CharLM(nn.Module):

@@ -67,44 +67,27 @@ inline uint8_t SymbolOf(uint64_t z, uint32_t* extra_bits) {
 template <DType D>
 struct Element;
 
-template <>
-struct Element<DType::kF32> {
-  static constexpr size_t kSize = 4;
+// The dtypes that are C++ types: load by conversion, store by one rounding.
+template <typename T>
+struct NativeElement {
+  static constexpr size_t kSize = sizeof(T);
   static double Load(const uint8_t* p) {
-    float f;
-    std::memcpy(&f, p, 4);
-    return f;
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    return static_cast<double>(v);
   }
   static void Store(double v, uint8_t* p) {
-    const float f = static_cast<float>(v);
-    std::memcpy(p, &f, 4);
+    const T t = static_cast<T>(v);
+    std::memcpy(p, &t, sizeof(T));
   }
 };
 
 template <>
-struct Element<DType::kF64> {
-  static constexpr size_t kSize = 8;
-  static double Load(const uint8_t* p) {
-    double d;
-    std::memcpy(&d, p, 8);
-    return d;
-  }
-  static void Store(double v, uint8_t* p) { std::memcpy(p, &v, 8); }
-};
-
+struct Element<DType::kF32> : NativeElement<float> {};
 template <>
-struct Element<DType::kF16> {
-  static constexpr size_t kSize = 2;
-  static double Load(const uint8_t* p) {
-    _Float16 h;
-    std::memcpy(&h, p, 2);
-    return static_cast<double>(h);
-  }
-  static void Store(double v, uint8_t* p) {
-    const _Float16 h = static_cast<_Float16>(v);
-    std::memcpy(p, &h, 2);
-  }
-};
+struct Element<DType::kF64> : NativeElement<double> {};
+template <>
+struct Element<DType::kF16> : NativeElement<_Float16> {};
 
 template <>
 struct Element<DType::kBF16> {

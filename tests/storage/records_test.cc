@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "ckpt/codec/binary.h"
 #include "ckpt/codec/hashing.h"
 #include "reference_cache.h"
 
@@ -56,6 +57,8 @@ TEST(Records, VersionRecordRoundTripsIncludingRawHeader) {
   v.tensor_count = 2;
   v.sha256_hex = std::string(64, 'a');
   v.raw_header = std::string("\x10\0\0\0\0\0\0\0{\"a\":1}   \0", 19);
+  v.restored_sha256_hex = std::string(64, 'b');
+  v.lossy = true;
   const std::string bytes = v.Encode();
   auto d = VersionRecord::Decode(bytes);
   ASSERT_TRUE(d.ok());
@@ -65,6 +68,8 @@ TEST(Records, VersionRecordRoundTripsIncludingRawHeader) {
   EXPECT_EQ(d->tensor_count, 2u);
   EXPECT_EQ(d->sha256_hex, v.sha256_hex);
   EXPECT_EQ(d->raw_header, v.raw_header);
+  EXPECT_EQ(d->restored_sha256_hex, v.restored_sha256_hex);
+  EXPECT_TRUE(d->lossy);
   ExpectTruncationsAreDataLoss<VersionRecord>(bytes);
   EXPECT_EQ(VersionRecord::Decode(bytes + "x").status().code(), StatusCode::kDataLoss);
 }
@@ -86,6 +91,14 @@ TEST(Records, ManifestRecordRoundTripsEveryTensorField) {
   a.base_tensor = 3;
   a.keyframe_seq = 5;
   a.chain_length = 4;
+  a.codec_id = static_cast<uint16_t>(CodecId::kLossyQuantized);
+  a.quantizer = 1;
+  a.bound = 5e-3;
+  a.stored_bytes = 123456;
+  a.keyframe_bytes = 999999;
+  a.chain_bytes = 400000;
+  a.entropy_bits = 987654.5;
+  a.exact_elements = 3;
   ManifestTensor scalar;
   scalar.name = "step";
   scalar.dtype = DType::kI64;
@@ -109,8 +122,72 @@ TEST(Records, ManifestRecordRoundTripsEveryTensorField) {
   EXPECT_EQ(t.base_tensor, a.base_tensor);
   EXPECT_EQ(t.keyframe_seq, a.keyframe_seq);
   EXPECT_EQ(t.chain_length, a.chain_length);
+  EXPECT_EQ(t.codec_id, a.codec_id);
+  EXPECT_EQ(t.quantizer, a.quantizer);
+  EXPECT_EQ(t.bound, a.bound);
+  EXPECT_EQ(t.stored_bytes, a.stored_bytes);
+  EXPECT_EQ(t.keyframe_bytes, a.keyframe_bytes);
+  EXPECT_EQ(t.chain_bytes, a.chain_bytes);
+  EXPECT_EQ(t.entropy_bits, a.entropy_bits);
+  EXPECT_EQ(t.exact_elements, a.exact_elements);
+  EXPECT_EQ(d->tensors[1].codec_id, static_cast<uint16_t>(CodecId::kLosslessBytePlanes));
   EXPECT_TRUE(d->tensors[1].shape.empty());
   ExpectTruncationsAreDataLoss<ManifestRecord>(bytes);
+}
+
+// Formats are forever: records written in format 1 (before lossy coding) still decode, with the
+// restored body equal to the pushed one and every tensor lossless. The bytes are built field by
+// field from the format-1 layout in docs/format.md, not with today's encoder.
+TEST(Records, FormatOneVersionAndManifestRecordsStillDecode) {
+  ByteWriter v;
+  v.PutU8(1);
+  v.PutU64(7);    // seq
+  v.PutU64(3);    // floor_seq
+  v.PutU64(11);   // created_at_ms
+  v.PutU64(100);  // raw_bytes
+  v.PutU64(60);   // stored_bytes
+  v.PutU8(2);     // kind: delta
+  v.PutU32(1);    // tensor_count
+  v.PutLengthPrefixed(std::string(64, 'c'));
+  v.PutLengthPrefixed64("header");
+  auto version = VersionRecord::Decode(v.data());
+  ASSERT_TRUE(version.ok()) << version.status().ToString();
+  EXPECT_EQ(version->seq, 7u);
+  EXPECT_EQ(version->restored_sha256_hex, std::string(64, 'c'));
+  EXPECT_FALSE(version->lossy);
+  EXPECT_EQ(version->raw_header, "header");
+
+  ByteWriter m;
+  m.PutU8(1);
+  m.PutU64(1200);  // version
+  m.PutU64(5);     // floor_seq
+  m.PutU64(77);    // stored_bytes
+  m.PutU32(1);     // tensor_count
+  m.PutLengthPrefixed("w");
+  m.PutU8(static_cast<uint8_t>(DType::kF32));
+  m.PutU32(2);
+  m.PutU64(2);
+  m.PutU64(3);
+  m.PutU64(24);  // byte_size
+  m.PutU64(24);  // chunk_bytes
+  m.PutU32(1);   // chunk_count
+  m.PutU8(static_cast<uint8_t>(FrameKind::kDelta));
+  m.PutU64(4);  // base_seq
+  m.PutU32(0);  // base_tensor
+  m.PutU64(5);  // keyframe_seq
+  m.PutU32(1);  // chain_length
+  auto manifest = ManifestRecord::Decode(m.data());
+  ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
+  ASSERT_EQ(manifest->tensors.size(), 1u);
+  const ManifestTensor& t = manifest->tensors[0];
+  EXPECT_EQ(t.shape, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(t.chain_length, 1u);
+  EXPECT_EQ(t.codec_id, static_cast<uint16_t>(CodecId::kLosslessBytePlanes));
+  EXPECT_EQ(t.quantizer, 0);
+  EXPECT_EQ(t.stored_bytes, 0u);
+  // A format-1 record with format-2 fields appended is not format 1: trailing bytes.
+  EXPECT_EQ(ManifestRecord::Decode(m.data() + std::string(8, '\0')).status().code(),
+            StatusCode::kDataLoss);
 }
 
 TEST(Records, ChunkRecordRoundTripsAndDetectsPayloadCorruption) {
