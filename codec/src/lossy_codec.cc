@@ -9,8 +9,10 @@
 //
 // Symbols: z < 32 is its own symbol; larger z are coded as the symbol of their bit length plus
 // the bits below the leading one (raw, in a separate bit stream); one symbol marks a verbatim
-// element. The context of a symbol is the class (zero, ±1, larger) of the two symbols before it,
-// which captures how busy the neighbourhood (the row of a weight matrix) is.
+// element. In large F32/F64 chunks each reconstruction carries a small history state in its
+// lowest mantissa bits (how the element moved in earlier versions; see HistoryOf) and a delta's
+// symbols are coded in the context of their element's state. Otherwise the context of a symbol
+// is the class (zero, ±1, larger) of the two symbols before it.
 //
 // Payload layout (little-endian) and the exact decoding arithmetic: docs/format.md.
 #include "ckpt/codec/lossy_codec.h"
@@ -31,12 +33,21 @@ namespace {
 constexpr uint8_t kPayloadVersion = 1;
 constexpr uint8_t kContextModelPrevious2 = 1;  // 9 contexts: classes of the two previous symbols
 constexpr uint8_t kContextModelNone = 2;       // 1 context, for small chunks (tables cost less)
+constexpr uint8_t kContextModelHistory = 3;    // 8 contexts: the element's history state (below)
 constexpr uint8_t kFlagDelta = 1;
+constexpr uint8_t kFlagHistory = 2;  // reconstructions carry their history state in their low bits
 constexpr uint32_t kContexts = 9;
+constexpr uint32_t kHistoryContexts = 8;
 // Chunks with fewer elements use kContextModelNone.
 constexpr size_t kMinElementsForContexts = 4096;
 // auto: candidates are compared on about this many elements spread over the chunk.
 constexpr size_t kAutoSampleElements = 1024;
+
+constexpr uint32_t ContextCount(uint8_t context_model) {
+  return context_model == kContextModelPrevious2 ? kContexts
+         : context_model == kContextModelHistory ? kHistoryContexts
+                                                 : 1;
+}
 
 constexpr uint32_t kDirectSymbols = 32;   // zigzag values below this are their own symbol
 constexpr uint32_t kFirstBucketBits = 6;  // bit length of the smallest bucketed value (32)
@@ -106,6 +117,64 @@ struct Element<DType::kBF16> {
     std::memcpy(p, &b, 2);
   }
 };
+
+// Element history (F32 and F64 only). A reconstruction may carry, in the three lowest bits of
+// its mantissa, a state describing how the element moved in earlier versions:
+//   state = direction * 4 + since, direction 1 = the last move was up, since = versions since
+//   that move (0..3, 3 = three or more, or none since the keyframe).
+// The next delta's symbol for the element is coded in the context of that state: an element
+// that just moved is likely to move again (Adam's momentum), a quiet one to stay. Changing the
+// lowest three mantissa bits moves a value by less than 8 units in the last place; a chunk uses
+// history only when that is under 1/1024 of its bound, and every element is still checked
+// against the bound after its state is written. Zeros are never given a state (they stay exact
+// zeros), nor are verbatim elements.
+template <DType D>
+constexpr bool kCanCarryHistory = D == DType::kF32 || D == DType::kF64;
+constexpr uint32_t kHistoryMask = 7;
+constexpr uint32_t kKeyframeHistory = 3;  // no direction, quiet for three or more versions
+
+template <DType D>
+using ElementBits = std::conditional_t<D == DType::kF64, uint64_t, uint32_t>;
+
+template <DType D>
+inline uint32_t HistoryOf(const uint8_t* p) {
+  ElementBits<D> bits;
+  std::memcpy(&bits, p, sizeof(bits));
+  return static_cast<uint32_t>(bits & kHistoryMask);
+}
+
+// Writes `state` into a stored element unless it is a zero.
+template <DType D>
+inline void SetHistory(uint8_t* p, uint32_t state) {
+  using Bits = ElementBits<D>;
+  Bits bits;
+  std::memcpy(&bits, p, sizeof(bits));
+  constexpr Bits kMagnitude = ~Bits{0} >> 1;
+  if ((bits & kMagnitude) == 0) return;
+  bits = (bits & ~Bits{kHistoryMask}) | state;
+  std::memcpy(p, &bits, sizeof(bits));
+}
+
+// The state after a version in which the element moved by `moved` (0: did not move).
+inline uint32_t NextHistory(uint32_t state, double moved) {
+  if (moved > 0) return 4;
+  if (moved < 0) return 0;
+  return (state & 4) | std::min((state & 3) + 1, 3u);
+}
+
+// Whether a chunk of dtype D whose values are at most `max_abs` in magnitude can carry history
+// under `bound`: 8 units in the last place of the largest value must be below bound / 1024.
+template <DType D>
+bool HistoryFits(double max_abs, double bound) {
+  if (!kCanCarryHistory<D> || !(bound > 0) || !std::isfinite(max_abs) || !std::isfinite(bound)) {
+    return false;
+  }
+  int exponent = 0;
+  std::frexp(max_abs, &exponent);  // max_abs < 2^exponent
+  constexpr int kMantissaBits = D == DType::kF64 ? 52 : 23;
+  // ulp(max_abs) <= 2^(exponent - 1 - kMantissaBits); 8 ulp * 1024 = 2^13 ulp.
+  return bound >= std::ldexp(1.0, exponent - 1 - kMantissaBits + 13);
+}
 
 }  // namespace
 
@@ -240,18 +309,26 @@ struct DeltaStats {
 // The symbols of a chunk (or a sample of it) under one quantizer.
 struct Quantized {
   std::vector<uint8_t> symbols;
+  std::vector<uint8_t> history;  // each element's history state before this version (deltas)
   BitWriter extra;
   std::string exact;
   uint32_t exact_count = 0;
   uint64_t extra_bits = 0;
 };
 
+// How a chunk uses element history (see HistoryOf): not at all, as a keyframe (every
+// reconstruction gets kKeyframeHistory), or as a delta (states read from the reference, symbols
+// coded in their context, reconstructions get the next state).
+enum class HistoryUse { kNone, kKeyframe, kDelta };
+
 // Quantizes n elements: symbols, verbatim elements, and the reconstruction into `recon`.
-template <DType D, typename Q>
-void QuantizeElements(const Q& quantizer, const uint8_t* in, const uint8_t* ref, size_t n,
-                      double bound, bool non_negative, uint8_t* recon, Quantized* out) {
+template <DType D, typename Q, bool kHistory>
+void QuantizeElementsImpl(const Q& quantizer, const uint8_t* in, const uint8_t* ref, size_t n,
+                          double bound, bool non_negative, HistoryUse history, uint8_t* recon,
+                          Quantized* out) {
   using E = Element<D>;
   out->symbols.resize(n);
+  if constexpr (kHistory) out->history.resize(history == HistoryUse::kDelta ? n : 0);
   for (size_t i = 0; i < n; ++i) {
     const uint8_t* xp = in + i * E::kSize;
     uint8_t* rp = recon + i * E::kSize;
@@ -276,8 +353,16 @@ void QuantizeElements(const Q& quantizer, const uint8_t* in, const uint8_t* ref,
       proposed = std::isfinite(x) && std::isfinite(p) && (x == p || quantizer.Propose(x - p, &z));
       value = proposed ? quantizer.Value(z) : 0.0;
     }
+    if constexpr (kHistory) {
+      if (history == HistoryUse::kDelta)
+        out->history[i] = static_cast<uint8_t>(HistoryOf<D>(ref + i * E::kSize));
+    }
     if (proposed) {
       E::Store(p + value, rp);
+      if constexpr (kHistory) {
+        SetHistory<D>(rp, history == HistoryUse::kDelta ? NextHistory(out->history[i], value)
+                                                        : kKeyframeHistory);
+      }
       const double r = E::Load(rp);
       // A zero of the wrong sign is within any bound, but -0.0 is kept as -0.0; and a chunk with
       // no negative values (variances, counts, Adam's exp_avg_sq) never restores a negative one.
@@ -298,6 +383,20 @@ void QuantizeElements(const Q& quantizer, const uint8_t* in, const uint8_t* ref,
     }
     out->symbols[i] = symbol;
   }
+}
+
+template <DType D, typename Q>
+void QuantizeElements(const Q& quantizer, const uint8_t* in, const uint8_t* ref, size_t n,
+                      double bound, bool non_negative, HistoryUse history, uint8_t* recon,
+                      Quantized* out) {
+  if constexpr (kCanCarryHistory<D>) {
+    if (history != HistoryUse::kNone) {
+      return QuantizeElementsImpl<D, Q, true>(quantizer, in, ref, n, bound, non_negative, history,
+                                              recon, out);
+    }
+  }
+  QuantizeElementsImpl<D, Q, false>(quantizer, in, ref, n, bound, non_negative, HistoryUse::kNone,
+                                    recon, out);
 }
 
 // Estimated coded bits of `q` (order-0 entropy of the symbols plus raw side data).
@@ -400,16 +499,16 @@ struct QuantizerSet {
 
   template <DType D>
   void Quantize(const uint8_t* in, const uint8_t* ref, size_t n, double bound, bool non_negative,
-                uint8_t* recon, Quantized* out) const {
+                HistoryUse history, uint8_t* recon, Quantized* out) const {
     switch (kind) {
       case Quantizer::kExponent:
-        return QuantizeElements<D>(exponent, in, ref, n, bound, non_negative, recon, out);
+        return QuantizeElements<D>(exponent, in, ref, n, bound, non_negative, history, recon, out);
       case Quantizer::kFloat:
-        return QuantizeElements<D>(floating, in, ref, n, bound, non_negative, recon, out);
+        return QuantizeElements<D>(floating, in, ref, n, bound, non_negative, history, recon, out);
       case Quantizer::kCosine:
-        return QuantizeElements<D>(cosine, in, ref, n, bound, non_negative, recon, out);
+        return QuantizeElements<D>(cosine, in, ref, n, bound, non_negative, history, recon, out);
       default:
-        return QuantizeElements<D>(uniform, in, ref, n, bound, non_negative, recon, out);
+        return QuantizeElements<D>(uniform, in, ref, n, bound, non_negative, history, recon, out);
     }
   }
 };
@@ -509,6 +608,7 @@ struct Header {
   DType dtype = DType::kF32;
   uint8_t context_model = kContextModelPrevious2;
   bool delta = false;
+  bool history = false;
   double bound = 0;
   uint64_t elements = 0;
   uint32_t exact = 0;
@@ -587,7 +687,8 @@ class LossyQuantizedCodec final : public TensorCodec {
       QuantizerSet set;
       Configure(stats, bound, options_, kind, /*build_tables=*/false, &set);
       Quantized q;
-      set.Quantize<D>(sample_in.data(), sref, m, bound, non_negative, scratch.data(), &q);
+      set.Quantize<D>(sample_in.data(), sref, m, bound, non_negative, HistoryUse::kNone,
+                      scratch.data(), &q);
       const double bits =
           EstimatedBits(q, E::kSize) * static_cast<double>(n) / static_cast<double>(m) +
           8.0 * static_cast<double>(set.ParamBytes());
@@ -631,24 +732,33 @@ class LossyQuantizedCodec final : public TensorCodec {
     QuantizerSet set;
     Configure(stats, bound, options_, kind, /*build_tables=*/true, &set);
 
+    const bool contexts = n >= kMinElementsForContexts;
+    HistoryUse history = HistoryUse::kNone;
+    if (contexts && HistoryFits<D>(std::max(std::abs(lo), std::abs(hi)) + bound, bound)) {
+      history = ref ? HistoryUse::kDelta : HistoryUse::kKeyframe;
+    }
     EncodedChunk result;
     result.reconstruction_is_input = false;
     result.reconstruction.resize(current.size());
     Quantized q;
-    set.Quantize<D>(in, ref, n, bound, non_negative, result.reconstruction.data(), &q);
+    set.Quantize<D>(in, ref, n, bound, non_negative, history, result.reconstruction.data(), &q);
     if (q.exact_count > std::numeric_limits<uint32_t>::max() / E::kSize) {
       return Status::InvalidArgument("lossy codec: chunk too large");
     }
 
-    const bool contexts = n >= kMinElementsForContexts;
-    rans::Histogram histogram(contexts ? kContexts : 1);
-    std::vector<uint8_t> context_of(contexts ? n : 0);  // computed once, used by both passes
-    if (contexts) {
+    const uint8_t context_model = !contexts                       ? kContextModelNone
+                                  : history == HistoryUse::kDelta ? kContextModelHistory
+                                                                  : kContextModelPrevious2;
+    rans::Histogram histogram(ContextCount(context_model));
+    std::vector<uint8_t> raster_context(context_model == kContextModelPrevious2 ? n : 0);
+    if (context_model == kContextModelHistory) {
+      for (size_t i = 0; i < n; ++i) histogram.Add(q.history[i], q.symbols[i]);
+    } else if (context_model == kContextModelPrevious2) {
       uint32_t c1 = 0, c2 = 0;  // classes of the previous two symbols
       for (size_t i = 0; i < n; ++i) {
         const uint8_t symbol = q.symbols[i];
         const uint32_t context = c1 * 3 + c2;
-        context_of[i] = static_cast<uint8_t>(context);
+        raster_context[i] = static_cast<uint8_t>(context);
         histogram.Add(context, symbol);
         c2 = c1;
         c1 = ClassOf(symbol);
@@ -661,8 +771,8 @@ class LossyQuantizedCodec final : public TensorCodec {
     w.PutU8(kPayloadVersion);
     w.PutU8(static_cast<uint8_t>(kind));
     w.PutU8(static_cast<uint8_t>(D));
-    w.PutU8(contexts ? kContextModelPrevious2 : kContextModelNone);
-    w.PutU8(ref ? kFlagDelta : 0);
+    w.PutU8(context_model);
+    w.PutU8((ref ? kFlagDelta : 0) | (history != HistoryUse::kNone ? kFlagHistory : 0));
     PutF64(w, bound);
     w.PutU64(n);
     w.PutU32(q.exact_count);
@@ -673,7 +783,9 @@ class LossyQuantizedCodec final : public TensorCodec {
     std::string payload = w.Release();
     const std::vector<rans::EncodeTable> tables = rans::WriteTables(histogram, &payload);
     rans::Encoder encoder(n);
-    if (contexts) {
+    const std::vector<uint8_t>& context_of =
+        context_model == kContextModelHistory ? q.history : raster_context;
+    if (context_model != kContextModelNone) {
       for (size_t i = n; i-- > 0;) encoder.Put(tables[context_of[i]], q.symbols[i]);
     } else {
       for (size_t i = n; i-- > 0;) encoder.Put(tables[0], q.symbols[i]);
@@ -723,7 +835,8 @@ class LossyQuantizedCodec final : public TensorCodec {
         quantizer > static_cast<uint8_t>(Quantizer::kCosine)) {
       return Status::DataLoss("lossy payload: unknown quantizer " + std::to_string(quantizer));
     }
-    if (h->context_model != kContextModelPrevious2 && h->context_model != kContextModelNone) {
+    if (h->context_model != kContextModelPrevious2 && h->context_model != kContextModelNone &&
+        h->context_model != kContextModelHistory) {
       return Status::DataLoss("lossy payload: unknown context model " +
                               std::to_string(h->context_model));
     }
@@ -732,6 +845,13 @@ class LossyQuantizedCodec final : public TensorCodec {
     h->quantizer = static_cast<Quantizer>(quantizer);
     h->dtype = *d;
     h->delta = flags & kFlagDelta;
+    h->history = flags & kFlagHistory;
+    if (h->history && *d != DType::kF32 && *d != DType::kF64) {
+      return Status::DataLoss("lossy payload: element history on a dtype that cannot carry it");
+    }
+    if (h->context_model == kContextModelHistory && !(h->history && h->delta)) {
+      return Status::DataLoss("lossy payload: history contexts without a history delta");
+    }
     return Status::Ok();
   }
 
@@ -780,14 +900,12 @@ class LossyQuantizedCodec final : public TensorCodec {
     CKPT_RETURN_IF_ERROR(r.GetSpan(r.remaining(), &rest));
     const uint8_t* in = rest.data();
     const uint8_t* end = in + rest.size();
-    const bool contexts = h.context_model == kContextModelPrevious2;
     rans::DecodeTables tables;
-    CKPT_RETURN_IF_ERROR(tables.Read(in, end, contexts ? kContexts : 1));
+    CKPT_RETURN_IF_ERROR(tables.Read(in, end, ContextCount(h.context_model)));
     rans::Decoder decoder;
     CKPT_RETURN_IF_ERROR(decoder.Init(in, end));
     if (in != end) return Status::DataLoss("lossy payload: trailing bytes");
 
-    const size_t n = h.elements;
     const uint8_t* ref = reference ? reference->data() : nullptr;
     uint8_t* o = out.data();
     const uint8_t* next_exact = exact.data();
@@ -799,18 +917,48 @@ class LossyQuantizedCodec final : public TensorCodec {
       direct[k] =
           quantizer.Valid(k) ? quantizer.Value(k) : std::numeric_limits<double>::quiet_NaN();
     }
-    uint32_t c1 = 0, c2 = 0;  // classes of the previous two symbols (model 1)
+    if constexpr (kCanCarryHistory<D>) {
+      if (h.history && h.delta) {
+        return DecodeLoop<D, Q, HistoryUse::kDelta>(quantizer, h, direct, decoder, tables, bits,
+                                                    next_exact, exact_end, ref, o);
+      }
+      if (h.history) {
+        return DecodeLoop<D, Q, HistoryUse::kKeyframe>(quantizer, h, direct, decoder, tables, bits,
+                                                       next_exact, exact_end, ref, o);
+      }
+    }
+    return DecodeLoop<D, Q, HistoryUse::kNone>(quantizer, h, direct, decoder, tables, bits,
+                                               next_exact, exact_end, ref, o);
+  }
+
+  // The symbol loop of DecodeElements, for one way of using element history.
+  template <DType D, typename Q, HistoryUse kHistory>
+  static Status DecodeLoop(const Q& quantizer, const Header& h, const double* direct,
+                           rans::Decoder& decoder, const rans::DecodeTables& tables,
+                           BitReader& bits, const uint8_t* next_exact, const uint8_t* exact_end,
+                           const uint8_t* ref, uint8_t* o) {
+    using E = Element<D>;
+    const size_t n = h.elements;
+    const bool contexts = h.context_model == kContextModelPrevious2;
+    uint32_t c1 = 0, c2 = 0;  // classes of the previous two symbols (raster model)
     for (size_t i = 0; i < n; ++i) {
-      const uint8_t symbol = decoder.Get(tables.context(contexts ? c1 * 3 + c2 : 0));
+      uint32_t state = 0;
+      uint32_t context = 0;
+      if constexpr (kHistory == HistoryUse::kDelta) {
+        state = HistoryOf<D>(ref + i * E::kSize);
+        context = state;
+      } else {
+        context = contexts ? c1 * 3 + c2 : 0;
+      }
+      const uint8_t symbol = decoder.Get(tables.context(context));
       c2 = c1;
       c1 = ClassOf(symbol);
       uint8_t* op = o + i * E::kSize;
       uint64_t z;
+      double value;
       if (symbol < kDirectSymbols) {
-        const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
         if (!quantizer.Valid(symbol)) return Status::DataLoss("lossy payload: symbol out of table");
-        E::Store(p + direct[symbol], op);
-        continue;
+        value = direct[symbol];
       } else if (symbol == kExactSymbol) {
         if (next_exact == exact_end) return Status::DataLoss("lossy payload: exact list too short");
         std::memcpy(op, next_exact, E::kSize);
@@ -821,12 +969,18 @@ class LossyQuantizedCodec final : public TensorCodec {
         uint64_t low = 0;
         if (!bits.Get(width - 1, &low)) return Status::DataLoss("lossy payload: extra bits short");
         z = (uint64_t{1} << (width - 1)) | low;
+        if (!quantizer.Valid(z)) return Status::DataLoss("lossy payload: symbol out of table");
+        value = quantizer.Value(z);
       } else {
         return Status::DataLoss("lossy payload: symbol out of range");
       }
-      if (!quantizer.Valid(z)) return Status::DataLoss("lossy payload: symbol out of table");
       const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
-      E::Store(p + quantizer.Value(z), op);
+      E::Store(p + value, op);
+      if constexpr (kHistory == HistoryUse::kDelta) {
+        SetHistory<D>(op, NextHistory(state, value));
+      } else if constexpr (kHistory == HistoryUse::kKeyframe) {
+        SetHistory<D>(op, kKeyframeHistory);
+      }
     }
     CKPT_RETURN_IF_ERROR(decoder.Check().WithContext("lossy payload"));
     if (next_exact != exact_end || !bits.AtEnd()) {

@@ -237,11 +237,16 @@ TEST(LossyCodec, CodedSizeIsWithinTenPercentOfTheModelEntropy) {
 
 // A chain of `versions` versions: every version is decoded by replaying the chain from the
 // keyframe, and every restored element must be within the bound.
+// Chunks of this many elements are below the size where the codec models contexts (and, for
+// F32/F64, element history); kLargeChunk is above it.
+constexpr size_t kSmallChunk = 777;
+constexpr size_t kLargeChunk = 5000;
+
 void RunChain(DType dtype, double bound, size_t versions,
               const std::function<void(size_t, std::vector<double>&)>& step,
-              Quantizer quantizer = Quantizer::kUniform) {
+              Quantizer quantizer = Quantizer::kUniform, size_t elements = kSmallChunk) {
   auto codec = Lossy(quantizer, bound);
-  std::vector<double> values(777);
+  std::vector<double> values(elements);
   step(0, values);
   std::vector<uint8_t> pushed = Pack(dtype, values);
   Coded key = EncodeDecode(*codec, dtype, pushed, nullptr);
@@ -275,12 +280,17 @@ void RunChain(DType dtype, double bound, size_t versions,
 }
 
 TEST(LossyCodecChains, ThreeHundredVersionRandomWalksOfEveryDtype) {
-  for (DType dtype : kLossyDtypes) {
-    std::mt19937_64 rng(5);
-    std::normal_distribution<double> normal(0, 1);
-    RunChain(dtype, 1e-3, 300, [&](size_t v, std::vector<double>& x) {
-      for (double& e : x) e = v == 0 ? normal(rng) : e + 2e-3 * normal(rng);
-    });
+  for (size_t elements : {kSmallChunk, kLargeChunk}) {
+    for (DType dtype : kLossyDtypes) {
+      std::mt19937_64 rng(5);
+      std::normal_distribution<double> normal(0, 1);
+      RunChain(
+          dtype, 1e-3, 300,
+          [&](size_t v, std::vector<double>& x) {
+            for (double& e : x) e = v == 0 ? normal(rng) : e + 2e-3 * normal(rng);
+          },
+          Quantizer::kUniform, elements);
+    }
   }
 }
 
@@ -310,17 +320,102 @@ TEST(LossyCodecChains, AdversarialValuesAppearAndDisappear) {
                              -0.0,
                              1e-40,
                              3e38};
-  RunChain(DType::kF32, 1e-2, 300, [&](size_t v, std::vector<double>& x) {
-    for (size_t i = 0; i < x.size(); ++i) {
-      if ((i + v) % 17 == 0) {
-        x[i] = specials[(i + v) % 6];
-      } else if (!std::isfinite(x[i]) || std::abs(x[i]) > 1e6) {
-        x[i] = normal(rng);
-      } else {
-        x[i] += 0.02 * normal(rng);
-      }
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (size_t elements : {kSmallChunk, kLargeChunk}) {
+      RunChain(
+          dtype, 1e-2, 300,
+          [&](size_t v, std::vector<double>& x) {
+            for (size_t i = 0; i < x.size(); ++i) {
+              if ((i + v) % 17 == 0) {
+                x[i] = specials[(i + v) % 6];
+              } else if (!std::isfinite(x[i]) || std::abs(x[i]) > 1e6) {
+                x[i] = normal(rng);
+              } else {
+                x[i] += 0.02 * normal(rng);
+              }
+            }
+          },
+          Quantizer::kUniform, elements);
     }
-  });
+  }
+}
+
+// Element history (lossy_codec.cc): in large F32/F64 chunks each reconstruction carries, in its
+// three lowest mantissa bits, how the element moved before, and deltas are coded in that
+// context. It must keep the bound, keep exact zeros exact, switch itself off when the bound is
+// too small for it, and pay off on momentum-like walks.
+TEST(LossyCodecChains, ElementHistoryKeepsZerosAndTheBoundAndPaysOff) {
+  constexpr size_t kContextModelByte = 3, kFlagsByte = 4;
+  constexpr uint8_t kHistoryContexts = 3, kFlagHistory = 2;
+  const double bound = 1e-3;
+  auto codec = Uniform(bound);
+  std::mt19937_64 rng(21);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> x(kLargeChunk), velocity(kLargeChunk, 0.0);
+  for (double& e : x) e = 0.05 * normal(rng);
+  std::vector<uint8_t> reference;
+  size_t with_history = 0, with_scrambled_history = 0;
+  for (int v = 0; v < 40; ++v) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      velocity[i] = 0.9 * velocity[i] + 2e-4 * normal(rng);
+      x[i] += velocity[i];
+      if (i % 50 == 0) x[i] = 0.0;
+      if (i % 500 == 25) x[i] = -0.0;
+    }
+    const auto pushed = Pack(DType::kF32, x);
+    Coded c = EncodeDecode(*codec, DType::kF32, pushed, v ? &reference : nullptr);
+    ASSERT_EQ(c.chunk.codec_id, CodecId::kLossyQuantized);
+    const std::string& payload = c.chunk.payload;
+    EXPECT_TRUE(payload[kFlagsByte] & kFlagHistory) << "version " << v;
+    if (v > 0) {
+      EXPECT_EQ(payload[kContextModelByte], kHistoryContexts) << "version " << v;
+    }
+    ExpectWithinBound(DType::kF32, pushed, c.decoded, bound, "version " + std::to_string(v));
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (x[i] != 0) continue;
+      EXPECT_EQ(0, std::memcmp(&pushed[4 * i], &c.decoded[4 * i], 4))
+          << "version " << v << ": zero " << i << " not restored bit-exactly";
+    }
+    if (v >= 10) {
+      // The same delta against a reference whose history bits are noise (values within a few
+      // units in the last place; zeros left alone): only the contexts differ.
+      std::vector<uint8_t> scrambled = reference;
+      for (size_t i = 0; i < scrambled.size(); i += 4) {
+        uint32_t bits;
+        std::memcpy(&bits, &scrambled[i], 4);
+        if (bits << 1) scrambled[i] ^= rng() & 7;
+      }
+      auto noisy = codec->Encode(DType::kF32, pushed, std::span<const uint8_t>(scrambled));
+      ASSERT_TRUE(noisy.ok());
+      with_history += payload.size();
+      with_scrambled_history += noisy->payload.size();
+    }
+    reference = c.chunk.reconstruction;
+  }
+  EXPECT_LT(static_cast<double>(with_history), 0.95 * static_cast<double>(with_scrambled_history));
+
+  // Values near 1000 under a bound of 1e-3: 8 units in the last place (6e-5 each) are not small
+  // against the bound, so no history.
+  std::vector<double> large(kLargeChunk);
+  for (double& e : large) e = 1000 + normal(rng);
+  Coded key = EncodeDecode(*codec, DType::kF32, Pack(DType::kF32, large), nullptr);
+  for (double& e : large) e += 1e-3 * normal(rng);
+  const auto next = Pack(DType::kF32, large);
+  Coded delta = EncodeDecode(*codec, DType::kF32, next, &key.chunk.reconstruction);
+  ASSERT_EQ(delta.chunk.codec_id, CodecId::kLossyQuantized);
+  EXPECT_FALSE(delta.chunk.payload[kFlagsByte] & kFlagHistory);
+  EXPECT_NE(delta.chunk.payload[kContextModelByte], kHistoryContexts);
+  ExpectWithinBound(DType::kF32, next, delta.decoded, bound, "large values");
+
+  // History on a dtype that cannot carry it is corruption.
+  Coded half = EncodeDecode(*codec, DType::kF16, Pack(DType::kF16, x), nullptr);
+  ASSERT_EQ(half.chunk.codec_id, CodecId::kLossyQuantized);
+  std::string bad = half.chunk.payload;
+  bad[kFlagsByte] |= kFlagHistory;
+  std::vector<uint8_t> out(half.decoded.size());
+  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
+  EXPECT_EQ((*decoder)->Decode(DType::kF16, AsBytes(bad), std::nullopt, out).code(),
+            StatusCode::kDataLoss);
 }
 
 // The reason for closing the loop: an encoder that deltas against the previous *input* while
@@ -449,16 +544,18 @@ TEST_P(EveryQuantizer, ChainsOfThreeHundredVersionsStayWithinBound) {
   std::mt19937_64 rng(12);
   std::normal_distribution<double> normal(0, 1);
   std::cauchy_distribution<double> cauchy(0, 1e-3);
-  RunChain(
-      DType::kF32, 1e-3, 300,
-      [&](size_t v, std::vector<double>& x) {
-        const double scale = std::pow(10.0, static_cast<double>(v % 7) - 3);
-        for (size_t i = 0; i < x.size(); ++i) {
-          x[i] =
-              v % 50 == 0 ? normal(rng) * scale : x[i] + (i % 2 ? cauchy(rng) : 2e-3 * normal(rng));
-        }
-      },
-      GetParam());
+  for (size_t elements : {kSmallChunk, kLargeChunk}) {
+    RunChain(
+        DType::kF32, 1e-3, elements == kSmallChunk ? 300 : 100,
+        [&](size_t v, std::vector<double>& x) {
+          const double scale = std::pow(10.0, static_cast<double>(v % 7) - 3);
+          for (size_t i = 0; i < x.size(); ++i) {
+            x[i] = v % 50 == 0 ? normal(rng) * scale
+                               : x[i] + (i % 2 ? cauchy(rng) : 2e-3 * normal(rng));
+          }
+        },
+        GetParam(), elements);
+  }
 }
 
 TEST_P(EveryQuantizer, EmptyScalarAndUnchangedChunks) {
