@@ -143,23 +143,33 @@ inline uint32_t HistoryOf(const uint8_t* p) {
   return static_cast<uint32_t>(bits & kHistoryMask);
 }
 
+// `bits` (an element's IEEE bit pattern) with `state` in its history bits, unless it is a zero.
+// Written as a mask select so that it compiles without a branch (which elements move is random).
+template <typename Bits>
+inline Bits WithHistory(Bits bits, uint32_t state) {
+  constexpr Bits kMagnitude = ~Bits{0} >> 1;
+  const Bits nonzero = static_cast<Bits>(0) - static_cast<Bits>((bits & kMagnitude) != 0);
+  const Bits stuffed = (bits & ~Bits{kHistoryMask}) | state;
+  return (stuffed & nonzero) | (bits & ~nonzero);
+}
+
 // Writes `state` into a stored element unless it is a zero.
 template <DType D>
 inline void SetHistory(uint8_t* p, uint32_t state) {
-  using Bits = ElementBits<D>;
-  Bits bits;
+  ElementBits<D> bits;
   std::memcpy(&bits, p, sizeof(bits));
-  constexpr Bits kMagnitude = ~Bits{0} >> 1;
-  if ((bits & kMagnitude) == 0) return;
-  bits = (bits & ~Bits{kHistoryMask}) | state;
+  bits = WithHistory(bits, state);
   std::memcpy(p, &bits, sizeof(bits));
 }
 
-// The state after a version in which the element moved by `moved` (0: did not move).
+// The state after a version in which the element moved by `moved` (0: did not move). Also a
+// mask select, for the same reason.
 inline uint32_t NextHistory(uint32_t state, double moved) {
-  if (moved > 0) return 4;
-  if (moved < 0) return 0;
-  return (state & 4) | std::min((state & 3) + 1, 3u);
+  const uint32_t since = state & 3;
+  const uint32_t quiet = (state & 4) | (since + (since != 3));
+  const uint32_t moved_state = static_cast<uint32_t>(moved > 0) << 2;
+  const uint32_t did_move = 0u - static_cast<uint32_t>(moved != 0);
+  return (moved_state & did_move) | (quiet & ~did_move);
 }
 
 // Whether a chunk of dtype D whose values are at most `max_abs` in magnitude can carry history
@@ -321,6 +331,99 @@ struct Quantized {
 // coded in their context, reconstructions get the next state).
 enum class HistoryUse { kNone, kKeyframe, kDelta };
 
+// The smallest and largest finite element (+inf and -inf when there is none). Branch-free, in
+// the dtype's own precision where it is a C++ type (exact: min and max do not round).
+template <DType D>
+void FiniteRange(const uint8_t* in, size_t n, double* lo, double* hi) {
+  using E = Element<D>;
+  if constexpr (D == DType::kF32 || D == DType::kF64) {
+    using T = std::conditional_t<D == DType::kF32, float, double>;
+    constexpr T kInf = std::numeric_limits<T>::infinity();
+    T low = kInf, high = -kInf;
+    for (size_t i = 0; i < n; ++i) {
+      T x;
+      std::memcpy(&x, in + i * sizeof(T), sizeof(T));
+      const bool finite = x - x == 0;  // false for NaN and ±Inf
+      low = std::min(low, finite ? x : kInf);
+      high = std::max(high, finite ? x : -kInf);
+    }
+    *lo = low;
+    *hi = high;
+  } else {
+    double low = std::numeric_limits<double>::infinity(), high = -low;
+    for (size_t i = 0; i < n; ++i) {
+      const double x = E::Load(in + i * E::kSize);
+      const bool finite = x - x == 0;
+      low = std::min(low, finite ? x : std::numeric_limits<double>::infinity());
+      high = std::max(high, finite ? x : -std::numeric_limits<double>::infinity());
+    }
+    *lo = low;
+    *hi = high;
+  }
+}
+
+// Quantizes element i: its symbol (and extra bits, or the verbatim element), its history
+// state before this version (deltas with history) and its reconstruction in `recon`.
+template <DType D, typename Q, bool kHistory>
+inline void QuantizeElement(const Q& quantizer, const uint8_t* in, const uint8_t* ref, size_t i,
+                            double bound, bool non_negative, HistoryUse history, uint8_t* recon,
+                            Quantized* out) {
+  using E = Element<D>;
+  const uint8_t* xp = in + i * E::kSize;
+  uint8_t* rp = recon + i * E::kSize;
+  const double x = E::Load(xp);
+  const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
+  uint8_t symbol = kExactSymbol;
+  uint64_t z = 0;  // symbol 0 is "unchanged" for every quantizer
+  bool proposed;
+  double value;
+  if constexpr (std::is_same_v<Q, UniformQuantizer>) {
+    // The lattice quantizer inline, without the integer round trip: q * step in double is
+    // exactly what the decoder computes from the symbol (|q| <= 2^50 is exact in double).
+    // One comparison also rejects NaN and ±Inf in x or p (t is then NaN or infinite; with
+    // bound 0, inverse_step is 0 and t is 0 exactly when x - p is finite).
+    const double t = (x - p) * quantizer.inverse_step;
+    proposed = std::abs(t) <= lossy::kMaxQuantized;
+    // + 0.0 turns a -0.0 into +0.0, as the decoder's integer q would be.
+    const double q = proposed ? lossy::RoundToInteger(t) + 0.0 : 0.0;
+    value = q * quantizer.step;
+    z = lossy::ZigZag(static_cast<int64_t>(q));
+  } else {
+    proposed = std::isfinite(x) && std::isfinite(p) && (x == p || quantizer.Propose(x - p, &z));
+    value = proposed ? quantizer.Value(z) : 0.0;
+  }
+  if constexpr (kHistory) {
+    if (history == HistoryUse::kDelta) {
+      out->history[i] = static_cast<uint8_t>(HistoryOf<D>(ref + i * E::kSize));
+    }
+  }
+  if (proposed) {
+    E::Store(p + value, rp);
+    if constexpr (kHistory) {
+      SetHistory<D>(rp, history == HistoryUse::kDelta ? NextHistory(out->history[i], value)
+                                                      : kKeyframeHistory);
+    }
+    const double r = E::Load(rp);
+    // A zero of the wrong sign is within any bound, but -0.0 is kept as -0.0; and a chunk with
+    // no negative values (variances, counts, Adam's exp_avg_sq) never restores a negative one.
+    if (WithinBound(x, r, bound) && (x != 0 || r != 0 || std::signbit(r) == std::signbit(x)) &&
+        !(non_negative && std::signbit(r))) {
+      uint32_t bits;
+      symbol = SymbolOf(z, &bits);
+      if (bits) {
+        out->extra.Put(z, bits);
+        out->extra_bits += bits;
+      }
+    }
+  }
+  if (symbol == kExactSymbol) {
+    std::memcpy(rp, xp, E::kSize);
+    out->exact.append(reinterpret_cast<const char*>(xp), E::kSize);
+    ++out->exact_count;
+  }
+  out->symbols[i] = symbol;
+}
+
 // Quantizes n elements: symbols, verbatim elements, and the reconstruction into `recon`.
 template <DType D, typename Q, bool kHistory>
 void QuantizeElementsImpl(const Q& quantizer, const uint8_t* in, const uint8_t* ref, size_t n,
@@ -329,59 +432,54 @@ void QuantizeElementsImpl(const Q& quantizer, const uint8_t* in, const uint8_t* 
   using E = Element<D>;
   out->symbols.resize(n);
   if constexpr (kHistory) out->history.resize(history == HistoryUse::kDelta ? n : 0);
-  for (size_t i = 0; i < n; ++i) {
-    const uint8_t* xp = in + i * E::kSize;
-    uint8_t* rp = recon + i * E::kSize;
-    const double x = E::Load(xp);
-    const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
-    uint8_t symbol = kExactSymbol;
-    uint64_t z = 0;  // symbol 0 is "unchanged" for every quantizer
-    bool proposed;
-    double value;
-    if constexpr (std::is_same_v<Q, UniformQuantizer>) {
-      // The lattice quantizer inline, without the integer round trip: q * step in double is
-      // exactly what the decoder computes from the symbol (|q| <= 2^50 is exact in double).
-      // One comparison also rejects NaN and ±Inf in x or p (t is then NaN or infinite; with
-      // bound 0, inverse_step is 0 and t is 0 exactly when x - p is finite).
+  if constexpr (!std::is_same_v<Q, UniformQuantizer>) {
+    for (size_t i = 0; i < n; ++i) {
+      QuantizeElement<D, Q, kHistory>(quantizer, in, ref, i, bound, non_negative, history, recon,
+                                      out);
+    }
+  } else {
+    // The common case without branches that depend on the data: an element whose lattice
+    // value is a direct symbol and lands strictly inside the bound (and is not a zero, nor
+    // negative in a non-negative chunk) is done here; any other goes through QuantizeElement,
+    // which computes the same values and handles every special case.
+    const bool delta_history = kHistory && history == HistoryUse::kDelta;
+    for (size_t i = 0; i < n; ++i) {
+      const double x = E::Load(in + i * E::kSize);
+      const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
       const double t = (x - p) * quantizer.inverse_step;
-      proposed = std::abs(t) <= lossy::kMaxQuantized;
-      // + 0.0 turns a -0.0 into +0.0, as the decoder's integer q would be.
-      const double q = proposed ? lossy::RoundToInteger(t) + 0.0 : 0.0;
-      value = q * quantizer.step;
-      z = lossy::ZigZag(static_cast<int64_t>(q));
-    } else {
-      proposed = std::isfinite(x) && std::isfinite(p) && (x == p || quantizer.Propose(x - p, &z));
-      value = proposed ? quantizer.Value(z) : 0.0;
-    }
-    if constexpr (kHistory) {
-      if (history == HistoryUse::kDelta)
-        out->history[i] = static_cast<uint8_t>(HistoryOf<D>(ref + i * E::kSize));
-    }
-    if (proposed) {
-      E::Store(p + value, rp);
-      if constexpr (kHistory) {
-        SetHistory<D>(rp, history == HistoryUse::kDelta ? NextHistory(out->history[i], value)
-                                                        : kKeyframeHistory);
-      }
-      const double r = E::Load(rp);
-      // A zero of the wrong sign is within any bound, but -0.0 is kept as -0.0; and a chunk with
-      // no negative values (variances, counts, Adam's exp_avg_sq) never restores a negative one.
-      if (WithinBound(x, r, bound) && (x != 0 || r != 0 || std::signbit(r) == std::signbit(x)) &&
-          !(non_negative && std::signbit(r))) {
-        uint32_t bits;
-        symbol = SymbolOf(z, &bits);
-        if (bits) {
-          out->extra.Put(z, bits);
-          out->extra_bits += bits;
+      const double q = lossy::RoundToInteger(t) + 0.0;
+      const double value = q * quantizer.step;
+      uint8_t* rp = recon + i * E::kSize;
+      double r;
+      if constexpr (kCanCarryHistory<D>) {
+        // F32/F64: round, write the history state and take r from registers.
+        using T = std::conditional_t<D == DType::kF32, float, double>;
+        auto bits = std::bit_cast<ElementBits<D>>(static_cast<T>(p + value));
+        if constexpr (kHistory) {
+          uint32_t state = kKeyframeHistory;
+          if (delta_history) {
+            const uint32_t before = HistoryOf<D>(ref + i * E::kSize);
+            out->history[i] = static_cast<uint8_t>(before);
+            state = NextHistory(before, value);
+          }
+          bits = WithHistory(bits, state);
         }
+        std::memcpy(rp, &bits, sizeof(bits));
+        r = std::bit_cast<T>(bits);
+      } else {
+        E::Store(p + value, rp);
+        r = E::Load(rp);
+      }
+      // |t| < 15.5: |q| <= 15, a direct symbol.
+      const bool fast = (std::abs(t) < kDirectSymbols / 2 - 0.5) & (std::abs(x - r) < bound) &
+                        (x != 0) & !(non_negative & std::signbit(r));
+      if (fast) [[likely]] {
+        out->symbols[i] = static_cast<uint8_t>(lossy::ZigZag(static_cast<int64_t>(q)));
+      } else {
+        QuantizeElement<D, Q, kHistory>(quantizer, in, ref, i, bound, non_negative, history, recon,
+                                        out);
       }
     }
-    if (symbol == kExactSymbol) {
-      std::memcpy(rp, xp, E::kSize);
-      out->exact.append(reinterpret_cast<const char*>(xp), E::kSize);
-      ++out->exact_count;
-    }
-    out->symbols[i] = symbol;
   }
 }
 
@@ -713,15 +811,8 @@ class LossyQuantizedCodec final : public TensorCodec {
 
     // The range of the finite values: for relative bounds, and to know whether the chunk is
     // non-negative (then no element may restore negative).
-    double lo = std::numeric_limits<double>::infinity();
-    double hi = -lo;
-    for (size_t i = 0; i < n; ++i) {
-      const double x = E::Load(in + i * E::kSize);
-      if (std::isfinite(x)) {
-        lo = std::min(lo, x);
-        hi = std::max(hi, x);
-      }
-    }
+    double lo, hi;
+    FiniteRange<D>(in, n, &lo, &hi);
     const double bound = ResolveBound(options_.bound, lo, hi);
     const bool non_negative = n > 0 && lo >= 0;
 
@@ -785,11 +876,9 @@ class LossyQuantizedCodec final : public TensorCodec {
     rans::Encoder encoder(n);
     const std::vector<uint8_t>& context_of =
         context_model == kContextModelHistory ? q.history : raster_context;
-    if (context_model != kContextModelNone) {
-      for (size_t i = n; i-- > 0;) encoder.Put(tables[context_of[i]], q.symbols[i]);
-    } else {
-      for (size_t i = n; i-- > 0;) encoder.Put(tables[0], q.symbols[i]);
-    }
+    encoder.PutAll(q.symbols.data(),
+                   context_model != kContextModelNone ? context_of.data() : nullptr, tables.data(),
+                   n);
     encoder.Finish(&payload);
 
     if (payload.size() >= current.size() && !current.empty()) {

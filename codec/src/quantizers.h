@@ -31,10 +31,12 @@ inline int64_t UnZigZag(uint64_t z) {
   return static_cast<int64_t>(z >> 1) ^ -static_cast<int64_t>(z & 1);
 }
 
-// Round half to even without a libm call: exact for |v| < 2^51.
+// Round half to even without a libm call or a branch: exact for |v| < 2^51 (v + 1.5 * 2^52 then
+// lies in [2^52, 2^53), where doubles are the integers; the magic number is even, so ties keep
+// their parity). A result of zero is +0.0.
 inline double RoundToInteger(double v) {
   constexpr double kMagic = 0x1.8p52;
-  return v >= 0 ? (v + kMagic) - kMagic : -((-v + kMagic) - kMagic);
+  return (v + kMagic) - kMagic;
 }
 
 // |q| beyond this is stored verbatim (keeps symbols within 63 bits and the rounding exact).

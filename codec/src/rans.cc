@@ -119,6 +119,36 @@ std::vector<EncodeTable> WriteTables(const Histogram& histogram, std::string* ou
   return tables;
 }
 
+namespace {
+template <bool kContexts>
+void PutAllImpl(const uint8_t* symbols, const uint8_t* contexts, const EncodeTable* tables,
+                size_t n, uint8_t* buffer, size_t* pos, uint32_t* state) {
+  uint32_t x = *state;
+  uint8_t* out = buffer + *pos;
+  for (size_t i = n; i-- > 0;) {
+    const EncodeSymbol& s = tables[kContexts ? contexts[i] : 0][symbols[i]];
+    while (x >= s.x_max) {
+      *--out = static_cast<uint8_t>(x & 0xff);
+      x >>= 8;
+    }
+    const uint32_t q =
+        static_cast<uint32_t>((static_cast<uint64_t>(x) * s.rcp_freq) >> 32) >> s.rcp_shift;
+    x += s.bias + q * s.cmpl_freq;
+  }
+  *pos = static_cast<size_t>(out - buffer);
+  *state = x;
+}
+}  // namespace
+
+void Encoder::PutAll(const uint8_t* symbols, const uint8_t* contexts, const EncodeTable* tables,
+                     size_t n) {
+  if (contexts) {
+    PutAllImpl<true>(symbols, contexts, tables, n, buffer_.data(), &pos_, &state_);
+  } else {
+    PutAllImpl<false>(symbols, contexts, tables, n, buffer_.data(), &pos_, &state_);
+  }
+}
+
 void Encoder::Finish(std::string* out) {
   for (int i = 3; i >= 0; --i) buffer_[--pos_] = static_cast<uint8_t>(state_ >> (8 * i));
   const size_t n = buffer_.size() - pos_;

@@ -79,6 +79,10 @@ class Encoder {
     state_ += s.bias + q * s.cmpl_freq;
   }
 
+  // Puts symbols[n-1] down to symbols[0], symbol i with tables[contexts[i]] (tables[0] when
+  // `contexts` is null): the same as n calls of Put, with the state kept in a register.
+  void PutAll(const uint8_t* symbols, const uint8_t* contexts, const EncodeTable* tables, size_t n);
+
   // Appends u32 length + the coded bytes to `out`.
   void Finish(std::string* out);
 
