@@ -23,6 +23,10 @@
 #include <limits>
 #include <type_traits>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "ckpt/codec/binary.h"
 #include "quantizers.h"
 #include "rans.h"
@@ -36,6 +40,7 @@ constexpr uint8_t kContextModelNone = 2;       // 1 context, for small chunks (t
 constexpr uint8_t kContextModelHistory = 3;    // 8 contexts: the element's history state (below)
 constexpr uint8_t kFlagDelta = 1;
 constexpr uint8_t kFlagHistory = 2;  // reconstructions carry their history state in their low bits
+constexpr uint8_t kFlagFourStates = 4;  // the rANS stream interleaves four states
 constexpr uint32_t kContexts = 9;
 constexpr uint32_t kHistoryContexts = 8;
 // Chunks with fewer elements use kContextModelNone.
@@ -707,11 +712,58 @@ struct Header {
   uint8_t context_model = kContextModelPrevious2;
   bool delta = false;
   bool history = false;
+  bool four_states = false;
   double bound = 0;
   uint64_t elements = 0;
   uint32_t exact = 0;
   uint32_t extra_bytes = 0;
 };
+
+#if defined(__SSE2__)
+// Four F32 elements of a history delta under the uniform quantizer, all with direct symbols
+// (`four`, one per byte): exactly the arithmetic of the general loop (value = q * step in double,
+// the sum with the reference in double, one rounding to float, NextHistory, WithHistory), four
+// at a time.
+inline void DecodeFourDirectF32(uint32_t four, double step, const uint8_t* ref, uint8_t* out) {
+  const __m128i zero = _mm_setzero_si128();
+  const __m128i z =
+      _mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(static_cast<int>(four)), zero), zero);
+  // q = unzigzag(z) = (z >> 1) ^ -(z & 1)
+  const __m128i q =
+      _mm_xor_si128(_mm_srli_epi32(z, 1), _mm_sub_epi32(zero, _mm_and_si128(z, _mm_set1_epi32(1))));
+  const __m128d step2 = _mm_set1_pd(step);
+  const __m128d value_lo = _mm_mul_pd(_mm_cvtepi32_pd(q), step2);
+  const __m128d value_hi = _mm_mul_pd(_mm_cvtepi32_pd(_mm_shuffle_epi32(q, 0xee)), step2);
+  const __m128i ref_bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ref));
+  const __m128 p = _mm_castsi128_ps(ref_bits);
+  const __m128d sum_lo = _mm_add_pd(_mm_cvtps_pd(p), value_lo);
+  const __m128d sum_hi = _mm_add_pd(_mm_cvtps_pd(_mm_movehl_ps(p, p)), value_hi);
+  const __m128i bits = _mm_castps_si128(_mm_movelh_ps(_mm_cvtpd_ps(sum_lo), _mm_cvtpd_ps(sum_hi)));
+  // NextHistory(state, value) with 32-bit masks from the double comparisons.
+  const __m128d dzero = _mm_setzero_pd();
+  auto pack = [](__m128d lo, __m128d hi) {
+    return _mm_castps_si128(
+        _mm_shuffle_ps(_mm_castpd_ps(lo), _mm_castpd_ps(hi), _MM_SHUFFLE(2, 0, 2, 0)));
+  };
+  const __m128i up = pack(_mm_cmpgt_pd(value_lo, dzero), _mm_cmpgt_pd(value_hi, dzero));
+  const __m128i moved = pack(_mm_cmpneq_pd(value_lo, dzero), _mm_cmpneq_pd(value_hi, dzero));
+  const __m128i state = _mm_and_si128(ref_bits, _mm_set1_epi32(kHistoryMask));
+  const __m128i since = _mm_and_si128(state, _mm_set1_epi32(3));
+  // since + (since != 3) == since + 1 + (since == 3 ? -1 : 0)
+  const __m128i next_since = _mm_add_epi32(_mm_add_epi32(since, _mm_set1_epi32(1)),
+                                           _mm_cmpeq_epi32(since, _mm_set1_epi32(3)));
+  const __m128i quiet = _mm_or_si128(_mm_and_si128(state, _mm_set1_epi32(4)), next_since);
+  const __m128i moved_state = _mm_and_si128(up, _mm_set1_epi32(4));
+  const __m128i next =
+      _mm_or_si128(_mm_and_si128(moved, moved_state), _mm_andnot_si128(moved, quiet));
+  // WithHistory: zeros keep their bits.
+  const __m128i is_zero = _mm_cmpeq_epi32(_mm_and_si128(bits, _mm_set1_epi32(0x7fffffff)), zero);
+  const __m128i stuffed = _mm_or_si128(_mm_andnot_si128(_mm_set1_epi32(kHistoryMask), bits), next);
+  const __m128i result =
+      _mm_or_si128(_mm_and_si128(is_zero, bits), _mm_andnot_si128(is_zero, stuffed));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), result);
+}
+#endif
 
 class LossyQuantizedCodec final : public TensorCodec {
  public:
@@ -863,7 +915,8 @@ class LossyQuantizedCodec final : public TensorCodec {
     w.PutU8(static_cast<uint8_t>(kind));
     w.PutU8(static_cast<uint8_t>(D));
     w.PutU8(context_model);
-    w.PutU8((ref ? kFlagDelta : 0) | (history != HistoryUse::kNone ? kFlagHistory : 0));
+    w.PutU8((ref ? kFlagDelta : 0) | (history != HistoryUse::kNone ? kFlagHistory : 0) |
+            (contexts ? kFlagFourStates : 0));
     PutF64(w, bound);
     w.PutU64(n);
     w.PutU32(q.exact_count);
@@ -873,7 +926,7 @@ class LossyQuantizedCodec final : public TensorCodec {
     w.PutBytes(extra_bytes);
     std::string payload = w.Release();
     const std::vector<rans::EncodeTable> tables = rans::WriteTables(histogram, &payload);
-    rans::Encoder encoder(n);
+    rans::Encoder encoder(n, contexts ? rans::kMaxWays : 1);  // small chunks: fewer state bytes
     const std::vector<uint8_t>& context_of =
         context_model == kContextModelHistory ? q.history : raster_context;
     encoder.PutAll(q.symbols.data(),
@@ -935,6 +988,7 @@ class LossyQuantizedCodec final : public TensorCodec {
     h->dtype = *d;
     h->delta = flags & kFlagDelta;
     h->history = flags & kFlagHistory;
+    h->four_states = flags & kFlagFourStates;
     if (h->history && *d != DType::kF32 && *d != DType::kF64) {
       return Status::DataLoss("lossy payload: element history on a dtype that cannot carry it");
     }
@@ -992,7 +1046,7 @@ class LossyQuantizedCodec final : public TensorCodec {
     rans::DecodeTables tables;
     CKPT_RETURN_IF_ERROR(tables.Read(in, end, ContextCount(h.context_model)));
     rans::Decoder decoder;
-    CKPT_RETURN_IF_ERROR(decoder.Init(in, end));
+    CKPT_RETURN_IF_ERROR(decoder.Init(in, end, h.four_states ? rans::kMaxWays : 1));
     if (in != end) return Status::DataLoss("lossy payload: trailing bytes");
 
     const uint8_t* ref = reference ? reference->data() : nullptr;
@@ -1021,57 +1075,109 @@ class LossyQuantizedCodec final : public TensorCodec {
   }
 
   // The symbol loop of DecodeElements, for one way of using element history.
+  // Decodes the symbols (first pass: only the rANS states are serial, and with four interleaved
+  // states four chains run side by side), then the elements (second pass). The decoder is taken
+  // by value so that its states stay in registers.
   template <DType D, typename Q, HistoryUse kHistory>
   static Status DecodeLoop(const Q& quantizer, const Header& h, const double* direct,
-                           rans::Decoder& decoder, const rans::DecodeTables& tables,
-                           BitReader& bits, const uint8_t* next_exact, const uint8_t* exact_end,
-                           const uint8_t* ref, uint8_t* o) {
+                           rans::Decoder decoder, const rans::DecodeTables& tables, BitReader& bits,
+                           const uint8_t* next_exact, const uint8_t* exact_end, const uint8_t* ref,
+                           uint8_t* o) {
     using E = Element<D>;
     const size_t n = h.elements;
-    const bool contexts = h.context_model == kContextModelPrevious2;
-    uint32_t c1 = 0, c2 = 0;  // classes of the previous two symbols (raster model)
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t state = 0;
-      uint32_t context = 0;
-      if constexpr (kHistory == HistoryUse::kDelta) {
-        state = HistoryOf<D>(ref + i * E::kSize);
-        context = state;
-      } else {
-        context = contexts ? c1 * 3 + c2 : 0;
+    std::unique_ptr<uint8_t[]> symbols(new uint8_t[n]);
+    uint8_t* sym = symbols.get();
+    auto decode_symbols = [&](auto context_of) {
+      size_t i = 0;
+      if (h.four_states) {
+        for (; i + 3 < n; i += 4) {
+          sym[i] = decoder.Get<0>(context_of(i));
+          sym[i + 1] = decoder.Get<1>(context_of(i + 1));
+          sym[i + 2] = decoder.Get<2>(context_of(i + 2));
+          sym[i + 3] = decoder.Get<3>(context_of(i + 3));
+        }
+        if (i < n) sym[i] = decoder.Get<0>(context_of(i)), ++i;
+        if (i < n) sym[i] = decoder.Get<1>(context_of(i)), ++i;
+        if (i < n) sym[i] = decoder.Get<2>(context_of(i)), ++i;
       }
-      const uint8_t symbol = decoder.Get(tables.context(context));
-      c2 = c1;
-      c1 = ClassOf(symbol);
-      uint8_t* op = o + i * E::kSize;
-      uint64_t z;
-      double value;
-      if (symbol < kDirectSymbols) {
-        if (!quantizer.Valid(symbol)) return Status::DataLoss("lossy payload: symbol out of table");
-        value = direct[symbol];
-      } else if (symbol == kExactSymbol) {
-        if (next_exact == exact_end) return Status::DataLoss("lossy payload: exact list too short");
-        std::memcpy(op, next_exact, E::kSize);
-        next_exact += E::kSize;
-        continue;
-      } else if (symbol < kExactSymbol) {
-        const uint32_t width = symbol - kDirectSymbols + kFirstBucketBits;
-        uint64_t low = 0;
-        if (!bits.Get(width - 1, &low)) return Status::DataLoss("lossy payload: extra bits short");
-        z = (uint64_t{1} << (width - 1)) | low;
-        if (!quantizer.Valid(z)) return Status::DataLoss("lossy payload: symbol out of table");
-        value = quantizer.Value(z);
+      for (; i < n; ++i) sym[i] = decoder.Get<0>(context_of(i));  // one way
+    };
+    if constexpr (kHistory == HistoryUse::kDelta) {
+      decode_symbols([&](size_t i) { return tables.context(HistoryOf<D>(ref + i * E::kSize)); });
+    } else {
+      if (h.context_model == kContextModelPrevious2) {
+        decode_symbols([&](size_t i) {
+          const uint32_t c1 = i > 0 ? ClassOf(sym[i - 1]) : 0;
+          const uint32_t c2 = i > 1 ? ClassOf(sym[i - 2]) : 0;
+          return tables.context(c1 * 3 + c2);
+        });
       } else {
-        return Status::DataLoss("lossy payload: symbol out of range");
-      }
-      const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
-      E::Store(p + value, op);
-      if constexpr (kHistory == HistoryUse::kDelta) {
-        SetHistory<D>(op, NextHistory(state, value));
-      } else if constexpr (kHistory == HistoryUse::kKeyframe) {
-        SetHistory<D>(op, kKeyframeHistory);
+        decode_symbols([&](size_t) { return tables.context(0); });
       }
     }
     CKPT_RETURN_IF_ERROR(decoder.Check().WithContext("lossy payload"));
+
+    // Elements [begin, end), any symbol and quantizer.
+    auto decode_elements = [&](size_t begin, size_t end) -> Status {
+      for (size_t i = begin; i < end; ++i) {
+        const uint8_t symbol = sym[i];
+        uint8_t* op = o + i * E::kSize;
+        uint64_t z;
+        double value;
+        if (symbol < kDirectSymbols) {
+          if (!quantizer.Valid(symbol))
+            return Status::DataLoss("lossy payload: symbol out of table");
+          value = direct[symbol];
+        } else if (symbol == kExactSymbol) {
+          if (next_exact == exact_end)
+            return Status::DataLoss("lossy payload: exact list too short");
+          std::memcpy(op, next_exact, E::kSize);
+          next_exact += E::kSize;
+          continue;
+        } else if (symbol < kExactSymbol) {
+          const uint32_t width = symbol - kDirectSymbols + kFirstBucketBits;
+          uint64_t low = 0;
+          if (!bits.Get(width - 1, &low))
+            return Status::DataLoss("lossy payload: extra bits short");
+          z = (uint64_t{1} << (width - 1)) | low;
+          if (!quantizer.Valid(z)) return Status::DataLoss("lossy payload: symbol out of table");
+          value = quantizer.Value(z);
+        } else {
+          return Status::DataLoss("lossy payload: symbol out of range");
+        }
+        const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
+        if constexpr (kHistory == HistoryUse::kNone) {
+          E::Store(p + value, op);
+        } else {
+          using T = std::conditional_t<D == DType::kF32, float, double>;
+          auto out_bits = std::bit_cast<ElementBits<D>>(static_cast<T>(p + value));
+          const uint32_t state = kHistory == HistoryUse::kDelta
+                                     ? NextHistory(HistoryOf<D>(ref + i * E::kSize), value)
+                                     : kKeyframeHistory;
+          out_bits = WithHistory(out_bits, state);
+          std::memcpy(op, &out_bits, sizeof(out_bits));
+        }
+      }
+      return Status::Ok();
+    };
+    size_t done = 0;
+#if defined(__SSE2__)
+    if constexpr (D == DType::kF32 && std::is_same_v<Q, UniformQuantizer> &&
+                  kHistory == HistoryUse::kDelta) {
+      // Groups of four direct symbols (nearly all) take the vector path; a group with a large or
+      // verbatim symbol takes the general one.
+      for (; done + 4 <= n; done += 4) {
+        uint32_t four;
+        std::memcpy(&four, sym + done, 4);
+        if (four & 0xe0e0e0e0u) {  // a symbol >= 32
+          CKPT_RETURN_IF_ERROR(decode_elements(done, done + 4));
+        } else {
+          DecodeFourDirectF32(four, quantizer.step, ref + 4 * done, o + 4 * done);
+        }
+      }
+    }
+#endif
+    CKPT_RETURN_IF_ERROR(decode_elements(done, n));
     if (next_exact != exact_end || !bits.AtEnd()) {
       return Status::DataLoss("lossy payload: side streams not fully consumed");
     }

@@ -120,37 +120,64 @@ std::vector<EncodeTable> WriteTables(const Histogram& histogram, std::string* ou
 }
 
 namespace {
+// Puts symbol i into state x (the reverse-growing output at *out).
+template <bool kContexts>
+inline void PutOne(const uint8_t* symbols, const uint8_t* contexts, const EncodeTable* tables,
+                   size_t i, uint32_t& x, uint8_t*& out) {
+  const EncodeSymbol& s = tables[kContexts ? contexts[i] : 0][symbols[i]];
+  while (x >= s.x_max) {
+    *--out = static_cast<uint8_t>(x & 0xff);
+    x >>= 8;
+  }
+  const uint32_t q =
+      static_cast<uint32_t>((static_cast<uint64_t>(x) * s.rcp_freq) >> 32) >> s.rcp_shift;
+  x += s.bias + q * s.cmpl_freq;
+}
+
 template <bool kContexts>
 void PutAllImpl(const uint8_t* symbols, const uint8_t* contexts, const EncodeTable* tables,
-                size_t n, uint8_t* buffer, size_t* pos, uint32_t* state) {
-  uint32_t x = *state;
+                size_t n, int ways, uint8_t* buffer, size_t* pos, uint32_t* state) {
+  uint32_t x0 = state[0], x1 = state[1], x2 = state[2], x3 = state[3];
   uint8_t* out = buffer + *pos;
-  for (size_t i = n; i-- > 0;) {
-    const EncodeSymbol& s = tables[kContexts ? contexts[i] : 0][symbols[i]];
-    while (x >= s.x_max) {
-      *--out = static_cast<uint8_t>(x & 0xff);
-      x >>= 8;
+  size_t i = n;
+  if (ways == 1) {
+    while (i-- > 0) PutOne<kContexts>(symbols, contexts, tables, i, x0, out);
+  } else {
+    // Symbol i belongs to state i % 4; encode last to first.
+    while (i % 4 != 0) {
+      --i;
+      uint32_t& x = i % 4 == 0 ? x0 : i % 4 == 1 ? x1 : x2;
+      PutOne<kContexts>(symbols, contexts, tables, i, x, out);
     }
-    const uint32_t q =
-        static_cast<uint32_t>((static_cast<uint64_t>(x) * s.rcp_freq) >> 32) >> s.rcp_shift;
-    x += s.bias + q * s.cmpl_freq;
+    while (i >= 4) {
+      PutOne<kContexts>(symbols, contexts, tables, i - 1, x3, out);
+      PutOne<kContexts>(symbols, contexts, tables, i - 2, x2, out);
+      PutOne<kContexts>(symbols, contexts, tables, i - 3, x1, out);
+      PutOne<kContexts>(symbols, contexts, tables, i - 4, x0, out);
+      i -= 4;
+    }
   }
   *pos = static_cast<size_t>(out - buffer);
-  *state = x;
+  state[0] = x0;
+  state[1] = x1;
+  state[2] = x2;
+  state[3] = x3;
 }
 }  // namespace
 
 void Encoder::PutAll(const uint8_t* symbols, const uint8_t* contexts, const EncodeTable* tables,
                      size_t n) {
   if (contexts) {
-    PutAllImpl<true>(symbols, contexts, tables, n, buffer_.data(), &pos_, &state_);
+    PutAllImpl<true>(symbols, contexts, tables, n, ways_, buffer_.data(), &pos_, state_);
   } else {
-    PutAllImpl<false>(symbols, contexts, tables, n, buffer_.data(), &pos_, &state_);
+    PutAllImpl<false>(symbols, contexts, tables, n, ways_, buffer_.data(), &pos_, state_);
   }
 }
 
 void Encoder::Finish(std::string* out) {
-  for (int i = 3; i >= 0; --i) buffer_[--pos_] = static_cast<uint8_t>(state_ >> (8 * i));
+  for (int w = ways_ - 1; w >= 0; --w) {
+    for (int i = 3; i >= 0; --i) buffer_[--pos_] = static_cast<uint8_t>(state_[w] >> (8 * i));
+  }
   const size_t n = buffer_.size() - pos_;
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((n >> (8 * i)) & 0xff));
   out->append(reinterpret_cast<const char*>(buffer_.data() + pos_), n);
@@ -219,26 +246,24 @@ Status DecodeTables::Read(const uint8_t*& in, const uint8_t* end, uint32_t conte
   return Status::Ok();
 }
 
-Status Decoder::Init(const uint8_t*& in, const uint8_t* end) {
+Status Decoder::Init(const uint8_t*& in, const uint8_t* end, int ways) {
   if (end - in < 8) return Status::DataLoss("rans: truncated stream");
   uint32_t n = 0;
   for (int i = 0; i < 4; ++i) n |= uint32_t{in[i]} << (8 * i);
   in += 4;
-  if (n < 4 || n > static_cast<size_t>(end - in)) {
+  const uint32_t state_bytes = ways == kMaxWays ? 4 * kMaxWays : 4;
+  if (n < state_bytes || n > static_cast<size_t>(end - in)) {
     return Status::DataLoss("rans: coded length out of range");
   }
-  state_ = 0;
-  for (int i = 0; i < 4; ++i) state_ |= uint32_t{in[i]} << (8 * i);
-  in_ = in + 4;
+  // A one-way stream leaves the other states at their final value, so that Check() holds.
+  for (uint32_t& x : state_) x = kLow;
+  for (uint32_t w = 0; w < state_bytes / 4; ++w) {
+    state_[w] = 0;
+    for (int i = 0; i < 4; ++i) state_[w] |= uint32_t{in[4 * w + i]} << (8 * i);
+  }
+  in_ = in + state_bytes;
   end_ = in + n;
   in += n;
-  return Status::Ok();
-}
-
-Status Decoder::Check() const {
-  if (overrun_ || in_ != end_ || state_ != kLow) {
-    return Status::DataLoss("rans: coded stream is corrupt (wrong length or final state)");
-  }
   return Status::Ok();
 }
 

@@ -11,7 +11,7 @@
 // Stream layout (little-endian), see docs/format.md:
 //   u8 context_count C
 //   C × table: u8 present symbols K; K × {u8 symbol; varint frequency}  (frequencies sum to 4096)
-//   u32 coded length; coded bytes (the final encoder state first)
+//   u32 coded length; coded bytes (the final encoder states first, state 0 first)
 #pragma once
 
 #include <array>
@@ -30,6 +30,7 @@ inline constexpr uint32_t kScale = 1u << kScaleBits;
 inline constexpr uint32_t kMaxSymbols = 128;
 inline constexpr uint32_t kMaxContexts = 64;
 inline constexpr uint32_t kLow = 1u << 23;  // state lower bound
+inline constexpr int kMaxWays = 4;          // interleaved states
 
 // Symbol counts per context, gathered before encoding.
 struct Histogram {
@@ -63,33 +64,29 @@ using EncodeTable = std::array<EncodeSymbol, kMaxSymbols>;
 // Appends the tables of a histogram's contexts to `out` and returns their encoding constants.
 std::vector<EncodeTable> WriteTables(const Histogram& histogram, std::string* out);
 
-// Encodes symbols given their contexts. Usage: Put symbols in REVERSE order, then Finish.
+// Encodes symbols given their contexts, with one rANS state or four interleaved ones (symbol i
+// goes to state i % 4; the states are independent, so a decoder overlaps their work). Usage:
+// PutAll, then Finish.
 class Encoder {
  public:
-  explicit Encoder(size_t symbol_count) : buffer_(symbol_count * 2 + 16), pos_(buffer_.size()) {}
+  // `ways`: 1 or kMaxWays.
+  Encoder(size_t symbol_count, int ways)
+      : buffer_(symbol_count * 2 + 32),
+        pos_(buffer_.size()),
+        ways_(ways == kMaxWays ? kMaxWays : 1) {}
 
-  void Put(const EncodeTable& table, uint8_t symbol) {
-    const EncodeSymbol& s = table[symbol];
-    while (state_ >= s.x_max) {
-      buffer_[--pos_] = static_cast<uint8_t>(state_ & 0xff);
-      state_ >>= 8;
-    }
-    const uint32_t q =
-        static_cast<uint32_t>((static_cast<uint64_t>(state_) * s.rcp_freq) >> 32) >> s.rcp_shift;
-    state_ += s.bias + q * s.cmpl_freq;
-  }
-
-  // Puts symbols[n-1] down to symbols[0], symbol i with tables[contexts[i]] (tables[0] when
-  // `contexts` is null): the same as n calls of Put, with the state kept in a register.
+  // Codes symbols[0..n) (processed last to first), symbol i with tables[contexts[i]]
+  // (tables[0] when `contexts` is null).
   void PutAll(const uint8_t* symbols, const uint8_t* contexts, const EncodeTable* tables, size_t n);
 
-  // Appends u32 length + the coded bytes to `out`.
+  // Appends u32 length + the coded bytes (the final states first, state 0 first) to `out`.
   void Finish(std::string* out);
 
  private:
   std::vector<uint8_t> buffer_;
   size_t pos_;
-  uint32_t state_ = kLow;
+  int ways_;
+  uint32_t state_[kMaxWays] = {kLow, kLow, kLow, kLow};
 };
 
 // Per-context decoding tables: one 32-bit entry per slot {symbol:7, freq:13, start:12}.
@@ -104,36 +101,54 @@ class DecodeTables {
   std::array<const uint32_t*, kMaxContexts> contexts_{};
 };
 
+// Decodes a stream written by Encoder with the same number of ways. For speed, decode with a
+// local Decoder (everything here is inline, so its members stay in registers).
 class Decoder {
- public:
-  // Reads the u32 length and the initial state. DataLoss if truncated.
-  Status Init(const uint8_t*& in, const uint8_t* end);
+  static constexpr uint8_t kZeroByte = 0;
 
-  // Decodes one symbol with the given context's slot table. Reads past the end are clamped
-  // (they yield zeros); Check() reports them.
+ public:
+  // Reads the u32 length and the initial states. DataLoss if truncated.
+  Status Init(const uint8_t*& in, const uint8_t* end, int ways);
+
+  // Decodes one symbol with state `k` (symbol i of the stream uses state i % ways) and the given
+  // context's slot table. Reads past the end are clamped (they yield zeros); Check() reports
+  // them. Renormalization is branch-free: a step leaves the state at least 2^11 (state >= 2^23,
+  // frequency >= 1), so two conditional byte reads restore it to [2^23, 2^31) in a valid stream.
+  template <int k>
   uint8_t Get(const uint32_t* slots) {
-    const uint32_t slot = state_ & (kScale - 1);
+    uint32_t x = state_[k];
+    const uint32_t slot = x & (kScale - 1);
     const uint32_t e = slots[slot];
     const uint32_t symbol = e & 0x7f;
     const uint32_t freq = (e >> 7) & 0x1fff;
     const uint32_t start = e >> 20;
-    state_ = freq * (state_ >> kScaleBits) + slot - start;
-    while (state_ < kLow) {
-      const uint32_t byte = in_ < end_ ? *in_ : 0;
-      overrun_ |= in_ >= end_;
-      ++in_;
-      state_ = (state_ << 8) | byte;
+    x = freq * (x >> kScaleBits) + slot - start;
+    for (int step = 0; step < 2; ++step) {
+      const bool need = x < kLow;
+      const bool past_end = in_ >= end_;
+      const uint8_t* source = past_end ? &kZeroByte : in_;
+      overrun_ |= need & past_end;
+      const uint32_t refilled = (x << 8) | *source;
+      x = need ? refilled : x;
+      in_ += need;
     }
+    state_[k] = x;
     return static_cast<uint8_t>(symbol);
   }
 
-  // Verifies that decoding consumed exactly the coded bytes and ended in the initial state.
-  Status Check() const;
+  // Verifies that decoding consumed exactly the coded bytes and ended in the initial states.
+  Status Check() const {
+    if (overrun_ || in_ != end_ || state_[0] != kLow || state_[1] != kLow || state_[2] != kLow ||
+        state_[3] != kLow) {
+      return Status::DataLoss("rans: coded stream is corrupt (wrong length or final state)");
+    }
+    return Status::Ok();
+  }
 
  private:
   const uint8_t* in_ = nullptr;
   const uint8_t* end_ = nullptr;
-  uint32_t state_ = 0;
+  uint32_t state_[kMaxWays] = {kLow, kLow, kLow, kLow};
   bool overrun_ = false;
 };
 

@@ -207,14 +207,14 @@ TEST(LossyCodec, UnchangedTensorCostsAFewBytes) {
   Coded key = EncodeDecode(*codec, DType::kF32, Pack(DType::kF32, values), nullptr);
   // The next version equals the reconstruction: every delta symbol is zero.
   Coded same = EncodeDecode(*codec, DType::kF32, key.decoded, &key.decoded);
-  EXPECT_LT(same.chunk.payload.size(), 64u);
+  EXPECT_LT(same.chunk.payload.size(), 96u);  // of 256 KiB: header, 8 tables, 4 rANS states
   // Changes below the bound cost (almost) nothing either.
   std::vector<double> nudged(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
     nudged[i] = Load(DType::kF32, key.decoded.data() + i * 4) + 1e-4 * normal(rng);
   }
   Coded small = EncodeDecode(*codec, DType::kF32, Pack(DType::kF32, nudged), &key.decoded);
-  EXPECT_LT(small.chunk.payload.size(), 64u) << small.chunk.info.exact_elements << " exact";
+  EXPECT_LT(small.chunk.payload.size(), 96u) << small.chunk.info.exact_elements << " exact";
 }
 
 TEST(LossyCodec, CodedSizeIsWithinTenPercentOfTheModelEntropy) {
