@@ -574,7 +574,9 @@ class RocksCheckpointStore final : public CheckpointStore {
     meta.write_buffer_size = 8 << 20;
 
     rocksdb::ColumnFamilyOptions chunks;
-    chunks.compression = rocksdb::kNoCompression;  // payloads are already zstd-coded
+    // Large payloads go to blob files as they are (already entropy-coded); the LSM tree holds
+    // small payloads and blob references, whose headers and keys compress well.
+    chunks.compression = rocksdb::kZSTD;
     chunks.enable_blob_files = true;
     chunks.min_blob_size = kMinBlobBytes;
     chunks.blob_file_size = 256ull << 20;
