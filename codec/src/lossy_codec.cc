@@ -367,6 +367,88 @@ void FiniteRange(const uint8_t* in, size_t n, double* lo, double* hi) {
   }
 }
 
+#if defined(__SSE2__)
+// 32-bit lane masks from two 64-bit lane masks (lanes 0-1 from lo, 2-3 from hi).
+inline __m128i PackMasks(__m128d lo, __m128d hi) {
+  return _mm_castps_si128(
+      _mm_shuffle_ps(_mm_castpd_ps(lo), _mm_castpd_ps(hi), _MM_SHUFFLE(2, 0, 2, 0)));
+}
+
+// NextHistory for four lanes: `state` the states before, `value_lo`/`value_hi` the moves.
+inline __m128i NextHistoryFour(__m128i state, __m128d value_lo, __m128d value_hi) {
+  const __m128d zero = _mm_setzero_pd();
+  const __m128i up = PackMasks(_mm_cmpgt_pd(value_lo, zero), _mm_cmpgt_pd(value_hi, zero));
+  const __m128i moved = PackMasks(_mm_cmpneq_pd(value_lo, zero), _mm_cmpneq_pd(value_hi, zero));
+  const __m128i since = _mm_and_si128(state, _mm_set1_epi32(3));
+  // since + (since != 3) == since + 1 + (since == 3 ? -1 : 0)
+  const __m128i next_since = _mm_add_epi32(_mm_add_epi32(since, _mm_set1_epi32(1)),
+                                           _mm_cmpeq_epi32(since, _mm_set1_epi32(3)));
+  const __m128i quiet = _mm_or_si128(_mm_and_si128(state, _mm_set1_epi32(4)), next_since);
+  const __m128i moved_state = _mm_and_si128(up, _mm_set1_epi32(4));
+  return _mm_or_si128(_mm_and_si128(moved, moved_state), _mm_andnot_si128(moved, quiet));
+}
+
+// WithHistory for four F32 lanes.
+inline __m128i WithHistoryFour(__m128i bits, __m128i state) {
+  const __m128i is_zero =
+      _mm_cmpeq_epi32(_mm_and_si128(bits, _mm_set1_epi32(0x7fffffff)), _mm_setzero_si128());
+  const __m128i stuffed = _mm_or_si128(_mm_andnot_si128(_mm_set1_epi32(kHistoryMask), bits), state);
+  return _mm_or_si128(_mm_and_si128(is_zero, bits), _mm_andnot_si128(is_zero, stuffed));
+}
+
+// The encoder's fast path (see QuantizeElementsImpl) for four F32 elements of a history delta
+// under the uniform quantizer, with the same arithmetic. Returns false, having written nothing,
+// unless all four take it.
+inline bool QuantizeFourF32(const uint8_t* in, const uint8_t* ref, double step, double inverse_step,
+                            double bound, bool non_negative, uint8_t* recon, uint8_t* symbols,
+                            uint8_t* history) {
+  const __m128 x = _mm_loadu_ps(reinterpret_cast<const float*>(in));
+  const __m128i ref_bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ref));
+  const __m128 p = _mm_castsi128_ps(ref_bits);
+  const __m128d x_lo = _mm_cvtps_pd(x), x_hi = _mm_cvtps_pd(_mm_movehl_ps(x, x));
+  const __m128d p_lo = _mm_cvtps_pd(p), p_hi = _mm_cvtps_pd(_mm_movehl_ps(p, p));
+  const __m128d inv = _mm_set1_pd(inverse_step);
+  const __m128d t_lo = _mm_mul_pd(_mm_sub_pd(x_lo, p_lo), inv);
+  const __m128d t_hi = _mm_mul_pd(_mm_sub_pd(x_hi, p_hi), inv);
+  // RoundToInteger(t) + 0.0
+  const __m128d magic = _mm_set1_pd(0x1.8p52);
+  const __m128d dzero = _mm_setzero_pd();
+  const __m128d q_lo = _mm_add_pd(_mm_sub_pd(_mm_add_pd(t_lo, magic), magic), dzero);
+  const __m128d q_hi = _mm_add_pd(_mm_sub_pd(_mm_add_pd(t_hi, magic), magic), dzero);
+  const __m128d step2 = _mm_set1_pd(step);
+  const __m128d value_lo = _mm_mul_pd(q_lo, step2), value_hi = _mm_mul_pd(q_hi, step2);
+  const __m128i rounded = _mm_castps_si128(_mm_movelh_ps(_mm_cvtpd_ps(_mm_add_pd(p_lo, value_lo)),
+                                                         _mm_cvtpd_ps(_mm_add_pd(p_hi, value_hi))));
+  const __m128i state = _mm_and_si128(ref_bits, _mm_set1_epi32(kHistoryMask));
+  const __m128i bits = WithHistoryFour(rounded, NextHistoryFour(state, value_lo, value_hi));
+  const __m128 r = _mm_castsi128_ps(bits);
+  const __m128d r_lo = _mm_cvtps_pd(r), r_hi = _mm_cvtps_pd(_mm_movehl_ps(r, r));
+  const __m128d abs_mask = _mm_castsi128_pd(_mm_set1_epi64x(0x7fffffffffffffff));
+  const __m128d direct = _mm_set1_pd(kDirectSymbols / 2 - 0.5);
+  const __m128d bound2 = _mm_set1_pd(bound);
+  auto lane_ok = [&](__m128d t, __m128d xd, __m128d rd) {
+    return _mm_and_pd(_mm_and_pd(_mm_cmplt_pd(_mm_and_pd(t, abs_mask), direct),
+                                 _mm_cmplt_pd(_mm_and_pd(_mm_sub_pd(xd, rd), abs_mask), bound2)),
+                      _mm_cmpneq_pd(xd, dzero));
+  };
+  __m128i ok = PackMasks(lane_ok(t_lo, x_lo, r_lo), lane_ok(t_hi, x_hi, r_hi));
+  if (non_negative) ok = _mm_and_si128(ok, _mm_cmpgt_epi32(bits, _mm_set1_epi32(-1)));
+  if (_mm_movemask_ps(_mm_castsi128_ps(ok)) != 0xf) return false;
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(recon), bits);
+  // Symbols: zigzag(q) (|q| <= 15), and the states before, one byte each.
+  const __m128i q = _mm_unpacklo_epi64(_mm_cvtpd_epi32(q_lo), _mm_cvtpd_epi32(q_hi));
+  const __m128i zigzag = _mm_xor_si128(_mm_slli_epi32(q, 1), _mm_srai_epi32(q, 31));
+  auto bytes = [](__m128i v) {
+    const __m128i words = _mm_packs_epi32(v, v);
+    return static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(words, words)));
+  };
+  const uint32_t symbol_bytes = bytes(zigzag), state_bytes = bytes(state);
+  std::memcpy(symbols, &symbol_bytes, 4);
+  std::memcpy(history, &state_bytes, 4);
+  return true;
+}
+#endif
+
 // Quantizes element i: its symbol (and extra bits, or the verbatim element), its history
 // state before this version (deltas with history) and its reconstruction in `recon`.
 template <DType D, typename Q, bool kHistory>
@@ -448,7 +530,26 @@ void QuantizeElementsImpl(const Q& quantizer, const uint8_t* in, const uint8_t* 
     // negative in a non-negative chunk) is done here; any other goes through QuantizeElement,
     // which computes the same values and handles every special case.
     const bool delta_history = kHistory && history == HistoryUse::kDelta;
-    for (size_t i = 0; i < n; ++i) {
+    size_t i = 0;
+#if defined(__SSE2__)
+    if constexpr (D == DType::kF32 && kHistory) {
+      if (delta_history) {
+        // Four at a time while all four take the fast path; a group that does not is redone
+        // below, element by element.
+        for (; i + 4 <= n; i += 4) {
+          if (!QuantizeFourF32(in + 4 * i, ref + 4 * i, quantizer.step, quantizer.inverse_step,
+                               bound, non_negative, recon + 4 * i, &out->symbols[i],
+                               &out->history[i])) {
+            for (size_t k = i; k < i + 4; ++k) {
+              QuantizeElement<D, Q, kHistory>(quantizer, in, ref, k, bound, non_negative, history,
+                                              recon, out);
+            }
+          }
+        }
+      }
+    }
+#endif
+    for (; i < n; ++i) {
       const double x = E::Load(in + i * E::kSize);
       const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
       const double t = (x - p) * quantizer.inverse_step;
