@@ -148,17 +148,21 @@ inline uint32_t HistoryOf(const uint8_t* p) {
   return static_cast<uint32_t>(bits & kHistoryMask);
 }
 
-// `bits` (an element's IEEE bit pattern) with `state` in its history bits, unless it is a zero.
-// Written as a mask select so that it compiles without a branch (which elements move is random).
+// `bits` (an element's IEEE bit pattern) with `state` in its history bits, unless it is a zero
+// or not finite (±Inf and NaN keep their exact bits). Written as a mask select so that it
+// compiles without a branch (which elements move is random).
 template <typename Bits>
 inline Bits WithHistory(Bits bits, uint32_t state) {
   constexpr Bits kMagnitude = ~Bits{0} >> 1;
-  const Bits nonzero = static_cast<Bits>(0) - static_cast<Bits>((bits & kMagnitude) != 0);
+  constexpr Bits kExponent =
+      static_cast<Bits>(sizeof(Bits) == 4 ? 0x7f800000ull : 0x7ff0000000000000ull);
+  const bool carries = (bits & kMagnitude) != 0 && (bits & kExponent) != kExponent;
+  const Bits keep_mask = static_cast<Bits>(0) - static_cast<Bits>(carries);
   const Bits stuffed = (bits & ~Bits{kHistoryMask}) | state;
-  return (stuffed & nonzero) | (bits & ~nonzero);
+  return (stuffed & keep_mask) | (bits & ~keep_mask);
 }
 
-// Writes `state` into a stored element unless it is a zero.
+// Writes `state` into a stored element unless it is a zero or not finite.
 template <DType D>
 inline void SetHistory(uint8_t* p, uint32_t state) {
   ElementBits<D> bits;
@@ -390,10 +394,12 @@ inline __m128i NextHistoryFour(__m128i state, __m128d value_lo, __m128d value_hi
 
 // WithHistory for four F32 lanes.
 inline __m128i WithHistoryFour(__m128i bits, __m128i state) {
-  const __m128i is_zero =
-      _mm_cmpeq_epi32(_mm_and_si128(bits, _mm_set1_epi32(0x7fffffff)), _mm_setzero_si128());
+  const __m128i exponent = _mm_set1_epi32(0x7f800000);
+  const __m128i keep = _mm_or_si128(
+      _mm_cmpeq_epi32(_mm_and_si128(bits, _mm_set1_epi32(0x7fffffff)), _mm_setzero_si128()),
+      _mm_cmpeq_epi32(_mm_and_si128(bits, exponent), exponent));
   const __m128i stuffed = _mm_or_si128(_mm_andnot_si128(_mm_set1_epi32(kHistoryMask), bits), state);
-  return _mm_or_si128(_mm_and_si128(is_zero, bits), _mm_andnot_si128(is_zero, stuffed));
+  return _mm_or_si128(_mm_and_si128(keep, bits), _mm_andnot_si128(keep, stuffed));
 }
 
 // The encoder's fast path (see QuantizeElementsImpl) for four F32 elements of a history delta
@@ -464,7 +470,13 @@ inline void QuantizeElement(const Q& quantizer, const uint8_t* in, const uint8_t
   uint64_t z = 0;  // symbol 0 is "unchanged" for every quantizer
   bool proposed;
   double value;
-  if constexpr (std::is_same_v<Q, UniformQuantizer>) {
+  // An element identical to its reference (NaN, ±Inf and masks included) is "unchanged" if the
+  // decoder's p + 0 reproduces its bits (checked below).
+  const bool identical = ref && std::memcmp(xp, ref + i * E::kSize, E::kSize) == 0;
+  if (identical && !std::isfinite(x)) {
+    proposed = true;
+    value = 0.0;
+  } else if constexpr (std::is_same_v<Q, UniformQuantizer>) {
     // The lattice quantizer inline, without the integer round trip: q * step in double is
     // exactly what the decoder computes from the symbol (|q| <= 2^50 is exact in double).
     // One comparison also rejects NaN and ±Inf in x or p (t is then NaN or infinite; with
@@ -493,8 +505,13 @@ inline void QuantizeElement(const Q& quantizer, const uint8_t* in, const uint8_t
     const double r = E::Load(rp);
     // A zero of the wrong sign is within any bound, but -0.0 is kept as -0.0; and a chunk with
     // no negative values (variances, counts, Adam's exp_avg_sq) never restores a negative one.
-    if (WithinBound(x, r, bound) && (x != 0 || r != 0 || std::signbit(r) == std::signbit(x)) &&
-        !(non_negative && std::signbit(r))) {
+    // Non-finite elements only ever restore bit-exactly.
+    const bool accepted = std::isfinite(x)
+                              ? WithinBound(x, r, bound) &&
+                                    (x != 0 || r != 0 || std::signbit(r) == std::signbit(x)) &&
+                                    !(non_negative && std::signbit(r))
+                              : std::memcmp(rp, xp, E::kSize) == 0;
+    if (accepted) {
       uint32_t bits;
       symbol = SymbolOf(z, &bits);
       if (bits) {
@@ -857,11 +874,7 @@ inline void DecodeFourDirectF32(uint32_t four, double step, const uint8_t* ref, 
   const __m128i moved_state = _mm_and_si128(up, _mm_set1_epi32(4));
   const __m128i next =
       _mm_or_si128(_mm_and_si128(moved, moved_state), _mm_andnot_si128(moved, quiet));
-  // WithHistory: zeros keep their bits.
-  const __m128i is_zero = _mm_cmpeq_epi32(_mm_and_si128(bits, _mm_set1_epi32(0x7fffffff)), zero);
-  const __m128i stuffed = _mm_or_si128(_mm_andnot_si128(_mm_set1_epi32(kHistoryMask), bits), next);
-  const __m128i result =
-      _mm_or_si128(_mm_and_si128(is_zero, bits), _mm_andnot_si128(is_zero, stuffed));
+  const __m128i result = WithHistoryFour(bits, next);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), result);
 }
 #endif
@@ -1035,10 +1048,11 @@ class LossyQuantizedCodec final : public TensorCodec {
                    n);
     encoder.Finish(&payload);
 
-    if (payload.size() >= current.size() && !current.empty()) {
+    if ((payload.size() >= current.size() || q.exact_count * 8 > n) && !current.empty()) {
       // Quantizing did not pay (e.g. a bound below the dtype's resolution, or data the
-      // quantizers cannot follow): store the chunk bit-exactly instead, which also keeps it
-      // within any bound. Its reconstruction is then the input itself.
+      // quantizers cannot follow), or many elements went verbatim (masks of -inf, tensors
+      // mostly NaN): store the chunk bit-exactly instead if that is smaller, which also keeps
+      // it within any bound. Its reconstruction is then the input itself.
       static const std::unique_ptr<TensorCodec> lossless = NewLosslessCodec();
       auto exact = lossless->Encode(D, current, reference);
       if (exact.ok() && exact->payload.size() < payload.size()) return exact;

@@ -419,6 +419,52 @@ TEST(LossyCodecChains, ElementHistoryKeepsZerosAndTheBoundAndPaysOff) {
             StatusCode::kDataLoss);
 }
 
+// Non-finite elements that do not change (attention masks of -inf, NaN placeholders) are
+// "unchanged" symbols in a delta, restored bit-exactly, not verbatim copies in every version;
+// a chunk that would be mostly verbatim is stored losslessly.
+TEST(LossyCodec, UnchangedNonFiniteElementsCostNothing) {
+  const double bound = 1e-3;
+  auto codec = Uniform(bound);
+  std::mt19937_64 rng(22);
+  std::normal_distribution<double> normal(0, 1);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  // A 64x128 causal mask (-inf above the diagonal, 0 elsewhere): mostly verbatim if quantized.
+  std::vector<double> mask(64 * 128);
+  for (size_t r = 0; r < 64; ++r) {
+    for (size_t c = 0; c < 128; ++c) mask[r * 128 + c] = c > r ? -inf : 0.0;
+  }
+  Coded mask_key = EncodeDecode(*codec, DType::kF32, Pack(DType::kF32, mask), nullptr);
+  EXPECT_EQ(mask_key.chunk.codec_id, CodecId::kLosslessBytePlanes);
+  EXPECT_LT(mask_key.chunk.payload.size(), 512u);
+  Coded mask_delta = EncodeDecode(*codec, DType::kF32, Pack(DType::kF32, mask), &mask_key.decoded);
+  EXPECT_LT(mask_delta.chunk.payload.size(), 128u);
+  EXPECT_EQ(mask_delta.decoded, Pack(DType::kF32, mask));
+
+  // Weights with a few non-finite elements (large chunk: history contexts too).
+  std::vector<double> x(kLargeChunk);
+  for (double& e : x) e = 0.05 * normal(rng);
+  for (size_t i = 0; i < x.size(); i += 97) x[i] = i % 2 ? -inf : inf;
+  for (size_t i = 50; i < x.size(); i += 101) x[i] = nan;
+  auto pushed = Pack(DType::kF32, x);
+  const uint32_t nan_with_payload = 0x7fc01234;  // a quiet NaN with payload bits
+  std::memcpy(&pushed[4 * 50], &nan_with_payload, 4);
+  Coded key = EncodeDecode(*codec, DType::kF32, pushed, nullptr);
+  std::vector<uint8_t> reference = key.chunk.reconstruction;
+  for (int v = 1; v < 5; ++v) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::isfinite(x[i])) x[i] += 2e-3 * normal(rng);
+    }
+    auto next = Pack(DType::kF32, x);
+    std::memcpy(&next[4 * 50], &nan_with_payload, 4);
+    Coded c = EncodeDecode(*codec, DType::kF32, next, &reference);
+    ASSERT_EQ(c.chunk.codec_id, CodecId::kLossyQuantized);
+    EXPECT_EQ(c.chunk.info.exact_elements, 0u) << "version " << v;
+    ExpectWithinBound(DType::kF32, next, c.decoded, bound, "version " + std::to_string(v));
+    reference = c.chunk.reconstruction;
+  }
+}
+
 // Formats are forever: payloads written by the first lossy release (one rANS state, raster
 // contexts, no element history) decode to the bytes that release reconstructed.
 TEST(LossyCodec, PayloadsOfTheFirstReleaseStillDecode) {
@@ -663,10 +709,15 @@ TEST(LossyCodec, QuantizersBehaveAsDescribed) {
   std::normal_distribution<double> normal(0, 1);
   std::vector<double> values(1 << 16);
   for (double& v : values) v = normal(rng) * 0.05;
+  const auto first = Pack(DType::kF32, values);
+  Coded key = EncodeDecode(*Uniform(1e-3), DType::kF32, first, nullptr);
+  // The next version, a training-like step away: each quantizer codes the delta.
+  for (double& v : values) v += normal(rng) * 3e-3;
   const auto pushed = Pack(DType::kF32, values);
   for (Quantizer q :
        {Quantizer::kUniform, Quantizer::kExponent, Quantizer::kFloat, Quantizer::kCosine}) {
-    Coded c = EncodeDecode(*Lossy(q, 1e-3), DType::kF32, pushed, nullptr);
+    Coded c = EncodeDecode(*Lossy(q, 1e-3), DType::kF32, pushed, &key.chunk.reconstruction);
+    ASSERT_EQ(c.chunk.codec_id, CodecId::kLossyQuantized) << QuantizerName(q);
     EXPECT_EQ(c.chunk.info.quantizer, static_cast<uint8_t>(q));
     EXPECT_EQ(c.chunk.payload[1], static_cast<char>(q));
     ExpectWithinBound(DType::kF32, pushed, c.decoded, 1e-3, std::string(QuantizerName(q)));
