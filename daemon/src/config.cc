@@ -129,9 +129,10 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
   }
 
   if (const toml::table* storage = root["storage"].as_table()) {
-    CKPT_RETURN_IF_ERROR(CheckKeys(*storage, "storage",
-                                   {"data_dir", "chunk_bytes", "reference_cache_bytes",
-                                    "on_reference_miss", "sync_commits", "zstd_level"}));
+    CKPT_RETURN_IF_ERROR(
+        CheckKeys(*storage, "storage",
+                  {"data_dir", "chunk_bytes", "reference_cache_bytes", "on_reference_miss",
+                   "warm_cache_on_start", "sync_commits", "zstd_level"}));
     auto& st = config.store;
     CKPT_RETURN_IF_ERROR(ReadString(*storage, "storage", "data_dir", st.data_dir));
     std::string miss;
@@ -148,6 +149,8 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
     CKPT_RETURN_IF_ERROR(ReadInteger<uint64_t>(*storage, "storage", "reference_cache_bytes", 0,
                                                uint64_t{1} << 40, st.reference_cache_bytes));
     CKPT_RETURN_IF_ERROR(ReadBool(*storage, "storage", "sync_commits", st.sync_commits));
+    CKPT_RETURN_IF_ERROR(
+        ReadBool(*storage, "storage", "warm_cache_on_start", config.warm_cache_on_start));
     CKPT_RETURN_IF_ERROR(ReadInteger<int>(*storage, "storage", "zstd_level", 1, 19, st.zstd_level));
   } else if (root.contains("storage")) {
     return Bad("storage", "must be a table");

@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 
+#include "cache_warmer.h"
 #include "ckpt/api/http_server.h"
 #include "ckpt/daemon/config.h"
 #include "ckpt/storage/checkpoint_store.h"
@@ -93,13 +95,28 @@ int main(int argc, char** argv) {
   if (!server.ok()) return Fail(server.status());
   spdlog::info("ckptd {} listening on {}:{} with data in {}", ckpt::kVersionString,
                config.server.address, (*server)->port(), config.store.data_dir);
-  if (!config.ready_file.empty()) {
-    if (auto s = WriteReadyFile(config.ready_file, (*server)->port()); !s.ok()) return Fail(s);
+  // Requests are served from here on. The ready file (for supervisors and tests) is written once
+  // the reference cache holds each model's latest version again, or at once without warm-up.
+  const uint16_t port = (*server)->port();
+  std::unique_ptr<ckpt::daemon::CacheWarmer> warmer;
+  if (config.warm_cache_on_start) {
+    warmer = std::make_unique<ckpt::daemon::CacheWarmer>(
+        store->get(), config.store.reference_cache_bytes,
+        [&config, port](const ckpt::daemon::WarmupResult&) {
+          if (config.ready_file.empty()) return;
+          if (auto s = WriteReadyFile(config.ready_file, port); !s.ok()) {
+            spdlog::error("{}", s.ToString());
+          }
+        });
+    warmer->Start();
+  } else if (!config.ready_file.empty()) {
+    if (auto s = WriteReadyFile(config.ready_file, port); !s.ok()) return Fail(s);
   }
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   spdlog::info("received signal {}, shutting down", signal_number);
+  warmer.reset();  // stops a warm-up still running
   (*server)->Shutdown();
   server->reset();
   if (auto s = (*store)->Flush(); !s.ok())

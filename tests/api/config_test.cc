@@ -31,6 +31,7 @@ TEST(DaemonConfig, ExampleConfigFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.store.on_reference_miss, defaults.store.on_reference_miss);
   EXPECT_EQ(parsed.store.default_policy, defaults.store.default_policy);
   EXPECT_EQ(parsed.log_level, defaults.log_level);
+  EXPECT_EQ(parsed.warm_cache_on_start, defaults.warm_cache_on_start);
 }
 
 TEST(DaemonConfig, OverridesOnlyWhatIsSet) {
@@ -41,6 +42,9 @@ TEST(DaemonConfig, OverridesOnlyWhatIsSet) {
   EXPECT_EQ(c.server.port, 9000);
   EXPECT_EQ(c.store.default_policy.keyframe_every, 8u);
   EXPECT_EQ(c.store.data_dir, "./data");
+  EXPECT_TRUE(c.warm_cache_on_start);
+  ASSERT_TRUE(ApplyToml("[storage]\nwarm_cache_on_start = false\n", c).ok());
+  EXPECT_FALSE(c.warm_cache_on_start);
 }
 
 TEST(DaemonConfig, RejectsUnknownKeysWrongTypesAndRanges) {
@@ -53,6 +57,7 @@ TEST(DaemonConfig, RejectsUnknownKeysWrongTypesAndRanges) {
         Case{"[server]\nthreads = \"4\"\n", "server.threads"},
         Case{"[server]\nthreads = 0\n", "server.threads"},
         Case{"[storage]\nsync_commits = 1\n", "storage.sync_commits"},
+        Case{"[storage]\nwarm_cache_on_start = \"yes\"\n", "storage.warm_cache_on_start"},
         Case{"[storage]\nchunk_bytes = 10\n", "storage.chunk_bytes"}, Case{"[extra]\n", "extra"},
         Case{"[storage]\non_reference_miss = \"guess\"\n", "on_reference_miss"},
         Case{"[server]\nlisten = \"nohost\"\n", "HOST:PORT"},

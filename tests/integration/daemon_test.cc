@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -88,6 +89,33 @@ TEST_F(DaemonTest, FortyVersionsRestoreIdenticalAcrossRestartAndDeletes) {
   }
   verify_all();
   EXPECT_EQ(client_->PullToBuffer("llm-run", "2500").status().code(), StatusCode::kNotFound);
+}
+
+// After a restart the daemon restores each model's latest version in the background before it
+// reports ready (storage.warm_cache_on_start): the next push of a lossless model finds its
+// reference in memory and is a delta. Without the warm-up it is a keyframe (on_reference_miss).
+TEST_F(DaemonTest, RestartWarmsTheCacheSoTheNextPushIsADelta) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  DriftingModel model(44, 50000);
+  for (uint64_t v = 1; v <= 3; ++v) {
+    auto r = client_->PushBuffer("warm", v, model.Next());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  ASSERT_EQ(daemon_->Stop(), 0) << daemon_->log();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());  // ready = warmed
+  auto warm = client_->PushBuffer("warm", 4, model.Next());
+  ASSERT_TRUE(warm.ok()) << warm.status().ToString();
+  EXPECT_EQ(warm->kind, "delta");
+
+  const auto config = dir_.path() / "no-warmup.toml";
+  std::ofstream(config) << "[storage]\nwarm_cache_on_start = false\n";
+  ASSERT_EQ(daemon_->Stop(), 0) << daemon_->log();
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--config", config.string()}));
+  auto cold = client_->PushBuffer("warm", 5, model.Next());
+  ASSERT_TRUE(cold.ok()) << cold.status().ToString();
+  EXPECT_EQ(cold->kind, "keyframe");
+  for (uint64_t v = 1; v <= 5; ++v)
+    EXPECT_TRUE(client_->PullToBuffer("warm", std::to_string(v)).ok());
 }
 
 // The lossy guarantee through the real daemon: every version within the bound, across a restart

@@ -20,6 +20,10 @@ struct DaemonConfig {
   // If set, the bound port is written to this file once the daemon accepts connections (for
   // tests and supervisors that start ckptd on port 0).
   std::string ready_file;
+  // Restore each model's latest version at start-up (in the background, smallest first, within
+  // store.reference_cache_bytes) so that `latest` and the next push find it in memory. The ready
+  // file is written when that is done.
+  bool warm_cache_on_start = true;
 
   DaemonConfig() { store.data_dir = "./data"; }
 };
