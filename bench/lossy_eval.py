@@ -247,7 +247,8 @@ def check_bound(pushed, restored, detail):
             if x.tobytes() != r.tobytes():
                 raise AssertionError(f"lossless tensor {name} differs")
             continue
-        bound = t["max_abs_error"]
+        pointwise = "max_pointwise_rel_error" in t
+        bound = t["max_pointwise_rel_error"] if pointwise else t["max_abs_error"]
         xf = x.astype(np.float64) if header[name]["dtype"] != "BF16" else \
             (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
         rf = r.astype(np.float64) if header[name]["dtype"] != "BF16" else \
@@ -256,6 +257,11 @@ def check_bound(pushed, restored, detail):
         if x[~finite].tobytes() != r[~finite].tobytes():
             raise AssertionError(f"non-finite elements of {name} not exact")
         err = np.abs(xf[finite] - rf[finite])
+        if pointwise:  # |x - r| <= eps |x|: report the error relative to each element
+            scale = np.abs(xf[finite])
+            if np.any(err > bound * scale):
+                raise AssertionError(f"{name}: pointwise error above {bound}")
+            err = np.divide(err, scale, out=np.zeros_like(err), where=scale > 0)
         if err.size and err.max() > bound:
             raise AssertionError(f"{name}: error {err.max()} > bound {bound}")
         if err.size and bound > 0:

@@ -46,7 +46,8 @@ json DetailJson(const VersionDetail& d) {
                  {"bits_per_element", t.bits_per_element}};
     if (t.codec == "lossy") {
       item["quantizer"] = t.quantizer;
-      item["max_abs_error"] = t.bound;
+      // The log quantizer codes pointwise-relative bounds; every other one absolute bounds.
+      item[t.quantizer == "log" ? "max_pointwise_rel_error" : "max_abs_error"] = t.bound;
       item["exact_elements"] = t.exact_elements;
       item["entropy_bits_per_element"] = t.entropy_bits_per_element;
     }

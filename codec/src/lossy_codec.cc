@@ -62,6 +62,7 @@ static_assert(kExactSymbol < rans::kMaxSymbols);
 using lossy::CosineQuantizer;
 using lossy::ExponentQuantizer;
 using lossy::FloatQuantizer;
+using lossy::LogQuantizer;
 using lossy::UniformQuantizer;
 
 // The class of a symbol for context modelling: 0 (unchanged), 1 (±1 step), 2 (larger or
@@ -199,6 +200,21 @@ bool HistoryFits(double max_abs, double bound) {
 
 namespace lossy {
 
+double DeterministicExp2(double y) {
+  if (!(y > -1100)) return 0.0;
+  if (!(y < 1100)) return std::numeric_limits<double>::infinity();
+  const double i = std::floor(y);
+  const double u = (y - i) * 0.69314718055994530942;  // in [0, ln 2)
+  // e^u = sum u^k / k!, k <= 18 (truncation error < 2e-19 for u < ln 2), by Horner's rule.
+  double sum = 1.0 / 6402373705728000.0;  // 1/18!
+  double factorial = 6402373705728000.0;
+  for (int k = 17; k >= 0; --k) {
+    factorial /= static_cast<double>(k + 1);  // k! exactly (all are exact in double up to 18!)
+    sum = sum * u + 1.0 / factorial;
+  }
+  return std::ldexp(sum, static_cast<int>(i));
+}
+
 double DeterministicCos(double x) {
   // Reduce to t in [0, pi/4] with cos or sin by symmetry, then Taylor polynomials (degree 20 and
   // 21, error < 1e-19 there) evaluated by Horner's rule in a fixed order.
@@ -302,8 +318,9 @@ class BitReader {
   size_t pos_ = 0;
 };
 
+// The bound a chunk is coded with: absolute, or (pointwise) the relative factor itself.
 double ResolveBound(const ErrorBound& bound, double lo, double hi) {
-  if (bound.kind == ErrorBound::Kind::kAbsolute) return bound.value;
+  if (bound.kind != ErrorBound::Kind::kRelative) return bound.value;
   if (!(hi >= lo)) return 0;  // no finite values: every element is stored verbatim anyway
   return bound.value * (hi - lo);
 }
@@ -469,13 +486,19 @@ inline void QuantizeElement(const Q& quantizer, const uint8_t* in, const uint8_t
   uint8_t symbol = kExactSymbol;
   uint64_t z = 0;  // symbol 0 is "unchanged" for every quantizer
   bool proposed;
-  double value;
+  double value;         // the move V(z) (additive quantizers), for the history state
+  double restored = 0;  // what the decoder computes before rounding to the dtype
+  constexpr bool kLogQuantizer = std::is_same_v<Q, LogQuantizer>;
   // An element identical to its reference (NaN, ±Inf and masks included) is "unchanged" if the
   // decoder's p + 0 reproduces its bits (checked below).
   const bool identical = ref && std::memcmp(xp, ref + i * E::kSize, E::kSize) == 0;
   if (identical && !std::isfinite(x)) {
     proposed = true;
     value = 0.0;
+  } else if constexpr (kLogQuantizer) {
+    proposed = std::isfinite(p) && quantizer.Propose(x, p, &z);
+    value = 0.0;
+    if (proposed) restored = quantizer.Reconstruct(z, p);
   } else if constexpr (std::is_same_v<Q, UniformQuantizer>) {
     // The lattice quantizer inline, without the integer round trip: q * step in double is
     // exactly what the decoder computes from the symbol (|q| <= 2^50 is exact in double).
@@ -497,7 +520,11 @@ inline void QuantizeElement(const Q& quantizer, const uint8_t* in, const uint8_t
     }
   }
   if (proposed) {
-    E::Store(p + value, rp);
+    if constexpr (kLogQuantizer) {
+      E::Store(identical ? p : restored, rp);
+    } else {
+      E::Store(p + value, rp);
+    }
     if constexpr (kHistory) {
       SetHistory<D>(rp, history == HistoryUse::kDelta ? NextHistory(out->history[i], value)
                                                       : kKeyframeHistory);
@@ -505,9 +532,11 @@ inline void QuantizeElement(const Q& quantizer, const uint8_t* in, const uint8_t
     const double r = E::Load(rp);
     // A zero of the wrong sign is within any bound, but -0.0 is kept as -0.0; and a chunk with
     // no negative values (variances, counts, Adam's exp_avg_sq) never restores a negative one.
-    // Non-finite elements only ever restore bit-exactly.
+    // Non-finite elements only ever restore bit-exactly. A pointwise bound is eps * |x|, rounded
+    // down so that the check never passes an element the exact bound would not.
+    const double element_bound = kLogQuantizer ? std::nextafter(bound * std::abs(x), 0.0) : bound;
     const bool accepted = std::isfinite(x)
-                              ? WithinBound(x, r, bound) &&
+                              ? WithinBound(x, r, element_bound) &&
                                     (x != 0 || r != 0 || std::signbit(r) == std::signbit(x)) &&
                                     !(non_negative && std::signbit(r))
                               : std::memcmp(rp, xp, E::kSize) == 0;
@@ -635,9 +664,15 @@ struct QuantizerSet {
   ExponentQuantizer exponent;
   FloatQuantizer floating;
   CosineQuantizer cosine;
+  LogQuantizer log;
 
   void WriteParams(ByteWriter& w) const {
     switch (kind) {
+      case Quantizer::kLog:
+        PutF64(w, log.step);
+        w.PutU8(static_cast<uint8_t>(log.mode));
+        w.PutU32(static_cast<uint32_t>(log.k0));
+        break;
       case Quantizer::kUniform:
         PutF64(w, uniform.step);
         break;
@@ -663,6 +698,21 @@ struct QuantizerSet {
 
   Status ReadParams(ByteReader& r) {
     switch (kind) {
+      case Quantizer::kLog: {
+        uint8_t mode = 0;
+        uint32_t k0 = 0;
+        CKPT_RETURN_IF_ERROR(GetF64(r, &log.step));
+        CKPT_RETURN_IF_ERROR(r.GetU8(&mode));
+        CKPT_RETURN_IF_ERROR(r.GetU32(&k0));
+        if (!(log.step > 0) || !(log.step < 64) ||
+            (mode != static_cast<uint8_t>(LogQuantizer::Mode::kRatio) &&
+             mode != static_cast<uint8_t>(LogQuantizer::Mode::kAbsolute))) {
+          return Status::DataLoss("lossy payload: bad log quantizer parameters");
+        }
+        log.mode = static_cast<LogQuantizer::Mode>(mode);
+        log.k0 = static_cast<int32_t>(k0);
+        return Status::Ok();
+      }
       case Quantizer::kUniform: {
         double step = 0;
         CKPT_RETURN_IF_ERROR(GetF64(r, &step));
@@ -728,6 +778,8 @@ struct QuantizerSet {
         return QuantizeElements<D>(floating, in, ref, n, bound, non_negative, history, recon, out);
       case Quantizer::kCosine:
         return QuantizeElements<D>(cosine, in, ref, n, bound, non_negative, history, recon, out);
+      case Quantizer::kLog:
+        return QuantizeElements<D>(log, in, ref, n, bound, non_negative, history, recon, out);
       default:
         return QuantizeElements<D>(uniform, in, ref, n, bound, non_negative, history, recon, out);
     }
@@ -786,6 +838,12 @@ void Configure(const DeltaStats& stats, double bound, const LossyCodecOptions& o
       if (build_tables) c.BuildTable();
       break;
     }
+    case Quantizer::kLog:
+      // `bound` is the pointwise factor eps: rounding on this lattice is within ±log2(1 + eps),
+      // i.e. r / x in [1/(1 + eps), 1 + eps], inside [1 - eps, 1 + eps]. Mode and k0 are set
+      // by the encoder (ChooseLogMode).
+      set->log.step = 2 * std::log2(1 + bound);
+      break;
   }
 }
 
@@ -964,6 +1022,43 @@ class LossyQuantizedCodec final : public TensorCodec {
     return best;
   }
 
+  // log: absolute mode (k0 = the sample's mean log-index) or, for deltas, ratio mode, whichever
+  // codes an evenly spread sample of the chunk smaller.
+  template <DType D>
+  static void ChooseLogMode(const uint8_t* in, const uint8_t* ref, size_t n, double eps,
+                            bool non_negative, QuantizerSet* set) {
+    using E = Element<D>;
+    LogQuantizer& log = set->log;
+    const size_t stride = std::max<size_t>(1, n / kAutoSampleElements);
+    const size_t m = (n + stride - 1) / stride;
+    std::vector<uint8_t> sample_in(m * E::kSize), sample_ref(ref ? m * E::kSize : 0),
+        scratch(m * E::kSize);
+    double sum = 0;
+    size_t count = 0;
+    for (size_t i = 0; i < m; ++i) {
+      std::memcpy(sample_in.data() + i * E::kSize, in + i * stride * E::kSize, E::kSize);
+      if (ref) std::memcpy(sample_ref.data() + i * E::kSize, ref + i * stride * E::kSize, E::kSize);
+      const double x = E::Load(in + i * stride * E::kSize);
+      if (x != 0 && std::isfinite(x)) {
+        sum += std::log2(std::abs(x)) / log.step;
+        ++count;
+      }
+    }
+    const double mean = count ? sum / static_cast<double>(count) : 0.0;
+    log.k0 = static_cast<int32_t>(std::clamp(mean, -1e9, 1e9));
+    log.mode = LogQuantizer::Mode::kAbsolute;
+    if (!ref) return;
+    Quantized absolute, ratio;
+    set->template Quantize<D>(sample_in.data(), sample_ref.data(), m, eps, non_negative,
+                              HistoryUse::kNone, scratch.data(), &absolute);
+    log.mode = LogQuantizer::Mode::kRatio;
+    set->template Quantize<D>(sample_in.data(), sample_ref.data(), m, eps, non_negative,
+                              HistoryUse::kNone, scratch.data(), &ratio);
+    if (EstimatedBits(absolute, E::kSize) < EstimatedBits(ratio, E::kSize)) {
+      log.mode = LogQuantizer::Mode::kAbsolute;
+    }
+  }
+
   template <DType D>
   Result<EncodedChunk> EncodeTyped(std::span<const uint8_t> current,
                                    std::optional<std::span<const uint8_t>> reference) const {
@@ -982,16 +1077,27 @@ class LossyQuantizedCodec final : public TensorCodec {
     const double bound = ResolveBound(options_.bound, lo, hi);
     const bool non_negative = n > 0 && lo >= 0;
 
+    const bool pointwise = options_.bound.kind == ErrorBound::Kind::kPointwise;
     Quantizer kind = options_.quantizer;
-    if (kind == Quantizer::kAuto) kind = ChooseQuantizer<D>(in, ref, n, bound, non_negative);
+    if (pointwise) {
+      kind = Quantizer::kLog;
+    } else if (kind == Quantizer::kLog) {
+      return Status::InvalidArgument("lossy codec: the log quantizer needs a pointwise bound");
+    } else if (kind == Quantizer::kAuto) {
+      kind = ChooseQuantizer<D>(in, ref, n, bound, non_negative);
+    }
     DeltaStats stats;
-    if (kind != Quantizer::kUniform) stats = CollectStats<D>(in, ref, n, bound);
+    if (kind != Quantizer::kUniform && kind != Quantizer::kLog) {
+      stats = CollectStats<D>(in, ref, n, bound);
+    }
     QuantizerSet set;
     Configure(stats, bound, options_, kind, /*build_tables=*/true, &set);
+    if (kind == Quantizer::kLog) ChooseLogMode<D>(in, ref, n, bound, non_negative, &set);
 
     const bool contexts = n >= kMinElementsForContexts;
     HistoryUse history = HistoryUse::kNone;
-    if (contexts && HistoryFits<D>(std::max(std::abs(lo), std::abs(hi)) + bound, bound)) {
+    if (contexts && !pointwise &&
+        HistoryFits<D>(std::max(std::abs(lo), std::abs(hi)) + bound, bound)) {
       history = ref ? HistoryUse::kDelta : HistoryUse::kKeyframe;
     }
     EncodedChunk result;
@@ -1089,7 +1195,7 @@ class LossyQuantizedCodec final : public TensorCodec {
     CKPT_RETURN_IF_ERROR(r.GetU32(&h->exact));
     CKPT_RETURN_IF_ERROR(r.GetU32(&h->extra_bytes));
     if (quantizer < static_cast<uint8_t>(Quantizer::kUniform) ||
-        quantizer > static_cast<uint8_t>(Quantizer::kCosine)) {
+        quantizer > static_cast<uint8_t>(Quantizer::kLog)) {
       return Status::DataLoss("lossy payload: unknown quantizer " + std::to_string(quantizer));
     }
     if (h->context_model != kContextModelPrevious2 && h->context_model != kContextModelNone &&
@@ -1130,6 +1236,8 @@ class LossyQuantizedCodec final : public TensorCodec {
         return DecodeElements<D>(set.floating, h, r, reference, out);
       case Quantizer::kCosine:
         return DecodeElements<D>(set.cosine, h, r, reference, out);
+      case Quantizer::kLog:
+        return DecodeElements<D>(set.log, h, r, reference, out);
       default:
         return DecodeElements<D>(set.uniform, h, r, reference, out);
     }
@@ -1170,10 +1278,12 @@ class LossyQuantizedCodec final : public TensorCodec {
     const uint8_t* exact_end = exact.data() + exact.size();
     BitReader bits(extra.data(), extra.size());
     // The values of the direct symbols, looked up instead of computed (the common case).
-    double direct[kDirectSymbols];
-    for (uint32_t k = 0; k < kDirectSymbols; ++k) {
-      direct[k] =
-          quantizer.Valid(k) ? quantizer.Value(k) : std::numeric_limits<double>::quiet_NaN();
+    double direct[kDirectSymbols] = {};
+    if constexpr (!std::is_same_v<Q, LogQuantizer>) {  // log reconstructs from z and p
+      for (uint32_t k = 0; k < kDirectSymbols; ++k) {
+        direct[k] =
+            quantizer.Valid(k) ? quantizer.Value(k) : std::numeric_limits<double>::quiet_NaN();
+      }
     }
     if constexpr (kCanCarryHistory<D>) {
       if (h.history && h.delta) {
@@ -1237,8 +1347,8 @@ class LossyQuantizedCodec final : public TensorCodec {
       for (size_t i = begin; i < end; ++i) {
         const uint8_t symbol = sym[i];
         uint8_t* op = o + i * E::kSize;
-        uint64_t z;
-        double value;
+        uint64_t z = symbol;
+        double value = 0;
         if (symbol < kDirectSymbols) {
           if (!quantizer.Valid(symbol))
             return Status::DataLoss("lossy payload: symbol out of table");
@@ -1256,12 +1366,14 @@ class LossyQuantizedCodec final : public TensorCodec {
             return Status::DataLoss("lossy payload: extra bits short");
           z = (uint64_t{1} << (width - 1)) | low;
           if (!quantizer.Valid(z)) return Status::DataLoss("lossy payload: symbol out of table");
-          value = quantizer.Value(z);
+          if constexpr (!std::is_same_v<Q, LogQuantizer>) value = quantizer.Value(z);
         } else {
           return Status::DataLoss("lossy payload: symbol out of range");
         }
         const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
-        if constexpr (kHistory == HistoryUse::kNone) {
+        if constexpr (std::is_same_v<Q, LogQuantizer>) {
+          E::Store(quantizer.Reconstruct(z, p), op);  // never with history
+        } else if constexpr (kHistory == HistoryUse::kNone) {
           E::Store(p + value, op);
         } else {
           using T = std::conditional_t<D == DType::kF32, float, double>;
@@ -1316,13 +1428,15 @@ std::string_view QuantizerName(Quantizer q) {
       return "float";
     case Quantizer::kCosine:
       return "cosine";
+    case Quantizer::kLog:
+      return "log";
   }
   return "unknown";
 }
 
 std::optional<Quantizer> QuantizerFromName(std::string_view name) {
   for (Quantizer q : {Quantizer::kAuto, Quantizer::kUniform, Quantizer::kExponent,
-                      Quantizer::kFloat, Quantizer::kCosine}) {
+                      Quantizer::kFloat, Quantizer::kCosine, Quantizer::kLog}) {
     if (QuantizerName(q) == name) return q;
   }
   return std::nullopt;

@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -44,31 +45,62 @@ Status ParseBound(const json& value, std::string_view field, ErrorBound::Kind ki
                   ErrorBound* out) {
   if (!value.is_number()) return Bad(field, "must be a number");
   const double v = value.get<double>();
-  const double max = kind == ErrorBound::Kind::kRelative ? 1.0 : 1e300;
+  const double max = kind == ErrorBound::Kind::kRelative    ? 1.0
+                     : kind == ErrorBound::Kind::kPointwise ? 0.5
+                                                            : 1e300;
   if (!(v > 0) || !(v <= max) || !std::isfinite(v)) {
-    return Bad(field, kind == ErrorBound::Kind::kRelative ? "must be in (0, 1]"
-                                                          : "must be a finite number > 0");
+    return Bad(field, kind == ErrorBound::Kind::kRelative    ? "must be in (0, 1]"
+                      : kind == ErrorBound::Kind::kPointwise ? "must be in (0, 0.5]"
+                                                             : "must be a finite number > 0");
   }
   *out = ErrorBound{kind, v};
   return Status::Ok();
 }
 
-// Reads max_abs_error / max_rel_error from `object` (at most one). Sets *out when present.
-// `prefix` names the enclosing object ("" at the top level, "overrides[2]." in an override).
+constexpr std::string_view kBoundFields[] = {"max_abs_error", "max_rel_error",
+                                             "max_pointwise_rel_error"};
+constexpr ErrorBound::Kind kBoundKinds[] = {
+    ErrorBound::Kind::kAbsolute, ErrorBound::Kind::kRelative, ErrorBound::Kind::kPointwise};
+
+bool IsBoundField(std::string_view key) {
+  return std::find(std::begin(kBoundFields), std::end(kBoundFields), key) != std::end(kBoundFields);
+}
+
+// Reads max_abs_error / max_rel_error / max_pointwise_rel_error from `object` (at most one).
+// Sets *out when present. `prefix` names the enclosing object ("" at the top level,
+// "overrides[2]." in an override).
 Status ParseBoundFields(const json& object, const std::string& prefix,
                         std::optional<ErrorBound>* out) {
-  const bool abs = object.contains("max_abs_error"), rel = object.contains("max_rel_error");
-  if (abs && rel) {
-    return Status::InvalidArgument("policy: give '" + prefix + "max_abs_error' or '" + prefix +
-                                   "max_rel_error', not both");
+  std::optional<size_t> found;
+  for (size_t k = 0; k < std::size(kBoundFields); ++k) {
+    if (!object.contains(std::string(kBoundFields[k]))) continue;
+    if (found) {
+      return Status::InvalidArgument("policy: give one of '" + prefix + "max_abs_error', '" +
+                                     prefix + "max_rel_error' and '" + prefix +
+                                     "max_pointwise_rel_error', not several");
+    }
+    found = k;
   }
-  if (abs || rel) {
+  if (found) {
     ErrorBound b;
-    CKPT_RETURN_IF_ERROR(ParseBound(object[abs ? "max_abs_error" : "max_rel_error"],
-                                    prefix + (abs ? "max_abs_error" : "max_rel_error"),
-                                    abs ? ErrorBound::Kind::kAbsolute : ErrorBound::Kind::kRelative,
-                                    &b));
+    const std::string field(kBoundFields[*found]);
+    CKPT_RETURN_IF_ERROR(ParseBound(object[field], prefix + field, kBoundKinds[*found], &b));
     *out = b;
+  }
+  return Status::Ok();
+}
+
+// A pointwise bound is coded by the log quantizer only, and the log quantizer needs one.
+Status CheckQuantizerFitsBound(const std::optional<ErrorBound>& bound, Quantizer quantizer,
+                               const std::string& where) {
+  if (!bound) return Status::Ok();
+  const bool pointwise = bound->kind == ErrorBound::Kind::kPointwise;
+  if (pointwise && quantizer != Quantizer::kAuto && quantizer != Quantizer::kLog) {
+    return Bad(where + "quantizer", "must be \"auto\" or \"log\" with a pointwise bound (got \"" +
+                                        std::string(QuantizerName(quantizer)) + "\")");
+  }
+  if (!pointwise && quantizer == Quantizer::kLog) {
+    return Bad(where + "quantizer", "\"log\" needs 'max_pointwise_rel_error'");
   }
   return Status::Ok();
 }
@@ -88,14 +120,16 @@ Result<TensorOverride> ParseOverride(const json& item, size_t index) {
       Quantizer q;
       CKPT_RETURN_IF_ERROR(ParseQuantizer(*it, where + ".quantizer", &q));
       o.quantizer = q;
-    } else if (key != "max_abs_error" && key != "max_rel_error") {
+    } else if (!IsBoundField(key)) {
       return Status::InvalidArgument("policy: unknown field '" + where + "." + key + "'");
     }
   }
   CKPT_RETURN_IF_ERROR(ParseBoundFields(item, where + ".", &o.bound));
   if (o.pattern.empty()) return Bad(where + ".tensors", "is required");
   if (!o.lossless && !o.bound && !o.quantizer) {
-    return Bad(where, "must set 'lossless', 'max_abs_error', 'max_rel_error' or 'quantizer'");
+    return Bad(where,
+               "must set 'lossless', 'max_abs_error', 'max_rel_error', "
+               "'max_pointwise_rel_error' or 'quantizer'");
   }
   if (o.lossless.value_or(false) && (o.bound || o.quantizer)) {
     return Bad(where, "cannot be lossless and set a bound or quantizer");
@@ -130,7 +164,9 @@ bool Matches(const std::string& pattern, std::string_view name) {
 }
 
 json BoundJson(const ErrorBound& b, json& object) {
-  object[b.kind == ErrorBound::Kind::kAbsolute ? "max_abs_error" : "max_rel_error"] = b.value;
+  for (size_t k = 0; k < std::size(kBoundKinds); ++k) {
+    if (kBoundKinds[k] == b.kind) object[std::string(kBoundFields[k])] = b.value;
+  }
   return object;
 }
 
@@ -198,19 +234,26 @@ Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPoli
         CKPT_ASSIGN_OR_RETURN(TensorOverride o, ParseOverride((*it)[i], i));
         policy.overrides.push_back(std::move(o));
       }
-    } else if (key != "max_abs_error" && key != "max_rel_error") {
+    } else if (!IsBoundField(key)) {
       return Status::InvalidArgument("policy: unknown field '" + key + "'");
     }
   }
   CKPT_RETURN_IF_ERROR(ParseBoundFields(doc, "", &policy.bound));
   if (policy.mode == CodecMode::kLossy && !policy.bound) {
-    return Bad("mode", "\"lossy\" needs an error bound: set 'max_abs_error' or 'max_rel_error'");
+    return Bad("mode",
+               "\"lossy\" needs an error bound: set 'max_abs_error', 'max_rel_error' or "
+               "'max_pointwise_rel_error'");
   }
+  CKPT_RETURN_IF_ERROR(CheckQuantizerFitsBound(policy.bound, policy.quantizer, ""));
   for (size_t i = 0; i < policy.overrides.size(); ++i) {
     const TensorOverride& o = policy.overrides[i];
+    const std::string where = "overrides[" + std::to_string(i) + "]";
     if (!o.lossless.value_or(false) && !o.bound && !policy.bound) {
-      return Bad("overrides[" + std::to_string(i) + "]",
-                 "quantizes tensors but neither it nor the policy sets an error bound");
+      return Bad(where, "quantizes tensors but neither it nor the policy sets an error bound");
+    }
+    if (!o.lossless.value_or(false)) {
+      CKPT_RETURN_IF_ERROR(CheckQuantizerFitsBound(
+          o.bound ? o.bound : policy.bound, o.quantizer.value_or(policy.quantizer), where + "."));
     }
   }
   return policy;
@@ -248,6 +291,9 @@ TensorCoding CodecPolicy::ForTensor(std::string_view name, DType dtype,
     c.lossy = true;
     c.lossy_options.bound = b ? *b : *bound;
     c.lossy_options.quantizer = q ? *q : quantizer;
+    if (c.lossy_options.bound.kind == ErrorBound::Kind::kPointwise) {
+      c.lossy_options.quantizer = Quantizer::kLog;  // the only one for pointwise bounds
+    }
     c.lossy_options.float_exponent_bits = float_exponent_bits;
     c.lossy_options.float_mantissa_bits = float_mantissa_bits;
     return c;

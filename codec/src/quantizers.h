@@ -12,6 +12,9 @@
 //             that meet the bound for the largest values.
 //   cosine    CosSGD: u = arccos(d / ||d||) / pi on 2^s + 1 levels (finer for large |d|); the
 //             decoder evaluates cos with DeterministicCos, so levels are bit-identical anywhere.
+//   log       pointwise-relative bounds: a lattice of pitch 2 log2(1 + eps) on log2|x|, either
+//             multiplicative against the reference (ratio mode) or absolute; not additive, so
+//             it reconstructs through Reconstruct(z, p) rather than p + Value(z).
 //
 // Parameters are serialized into the payload after the common header (docs/format.md).
 #pragma once
@@ -41,6 +44,11 @@ inline double RoundToInteger(double v) {
 
 // |q| beyond this is stored verbatim (keeps symbols within 63 bits and the rounding exact).
 inline constexpr double kMaxQuantized = 0x1p50;
+
+// 2^y with a fixed sequence of IEEE double operations (floor, a degree-18 Taylor polynomial of
+// e^(f ln 2) for the fraction f by Horner's rule, ldexp), so every build computes the same bits.
+// 0 below 2^-1100, +Inf above 2^1100.
+double DeterministicExp2(double y);
 
 // cos(x) for x in [0, pi] with a fixed sequence of IEEE double operations (no libm, no FMA: the
 // codec is compiled with -ffp-contract=off), so every build computes the same bits.
@@ -204,6 +212,52 @@ struct CosineQuantizer : TableQuantizer {
     *z = ZigZag(Center() - best);
     return true;
   }
+};
+
+// Pointwise-relative bounds: a lattice of pitch `step` (= 2 log2(1 + eps)) on log2|x|.
+//   ratio:    r = p * 2^(q step), negated on a sign change; z = 2 zigzag(q) + flip.
+//   absolute: r = ±2^(k step), k = k0 + unzigzag((z - 1) >> 1), negative if (z - 1) is odd.
+// In both, z = 0 is "unchanged": r = p (0 in a keyframe).
+struct LogQuantizer {
+  enum class Mode : uint8_t { kRatio = 1, kAbsolute = 2 };
+  static constexpr int64_t kMaxIndex = int64_t{1} << 24;
+  Mode mode = Mode::kAbsolute;
+  double step = 0;
+  int32_t k0 = 0;
+
+  bool Propose(double x, double p, uint64_t* z) const {
+    if (x == p) {  // includes ±0 against ±0; the codec's sign check decides
+      *z = 0;
+      return true;
+    }
+    if (!(x != 0) || !std::isfinite(x) || !(step > 0)) return false;
+    if (mode == Mode::kRatio) {
+      if (!(p != 0) || !std::isfinite(p)) return false;
+      const double ratio = x / p;
+      const double t = std::log2(std::abs(ratio)) / step;
+      if (!(std::abs(t) < static_cast<double>(kMaxIndex))) return false;
+      *z = 2 * ZigZag(static_cast<int64_t>(RoundToInteger(t))) + (ratio < 0 ? 1 : 0);
+      return true;
+    }
+    const double t = std::log2(std::abs(x)) / step;
+    if (!(std::abs(t) < static_cast<double>(kMaxIndex))) return false;
+    const int64_t k = static_cast<int64_t>(RoundToInteger(t)) - k0;
+    *z = 1 + 2 * ZigZag(k) + (x < 0 ? 1 : 0);
+    return true;
+  }
+  double Power(int64_t n) const { return DeterministicExp2(static_cast<double>(n) * step); }
+  double Reconstruct(uint64_t z, double p) const {
+    if (z == 0) return p;
+    if (mode == Mode::kRatio) {
+      const double m = p * Power(UnZigZag(z >> 1));
+      return (z & 1) ? -m : m;
+    }
+    const uint64_t y = z - 1;
+    const double m = Power(UnZigZag(y >> 1) + k0);
+    return (y & 1) ? -m : m;
+  }
+  // Symbols whose index stays within ±2^25 (larger ones only come from corrupt data).
+  bool Valid(uint64_t z) const { return z < (uint64_t{1} << 27); }
 };
 
 }  // namespace ckpt::lossy

@@ -27,32 +27,43 @@ TEST(CodecPolicy, RejectsBadFieldsNamingThem) {
     const char* json;
     const char* field;
   };
-  for (const Case& c :
-       {Case{R"({"keyframe_every":-1})", "keyframe_every"},
-        Case{R"({"keyframe_every":"8"})", "keyframe_every"},
-        Case{R"({"keyframe_every":100000})", "keyframe_every"},
-        Case{R"({"mode":"zip"})", "mode"},
-        Case{R"({"colour":1})", "colour"},
-        Case{R"([1])", "object"},
-        Case{R"({)", "JSON"},
-        Case{R"({"mode":"lossy"})", "max_abs_error"},
-        Case{R"({"mode":"lossy","max_abs_error":0})", "max_abs_error"},
-        Case{R"({"mode":"lossy","max_abs_error":-1})", "max_abs_error"},
-        Case{R"({"mode":"lossy","max_abs_error":"1e-3"})", "max_abs_error"},
-        Case{R"({"mode":"lossy","max_rel_error":2})", "max_rel_error"},
-        Case{R"({"mode":"lossy","max_abs_error":1,"max_rel_error":0.1})", "not both"},
-        Case{R"({"mode":"lossy","max_abs_error":1,"quantizer":"magic"})", "quantizer"},
-        Case{R"({"lossless_tensors":"*.bias"})", "lossless_tensors"},
-        Case{R"({"lossless_tensors":[""]})", "lossless_tensors[0]"},
-        Case{R"({"lossless_tensors":[3]})", "lossless_tensors[0]"},
-        Case{R"({"overrides":{}})", "overrides"},
-        Case{R"({"overrides":[{"max_abs_error":1}]})", "overrides[0].tensors"},
-        Case{R"({"overrides":[{"tensors":"a*"}]})", "overrides[0]"},
-        Case{R"({"overrides":[{"tensors":"a*","max_rel_error":7}]})", "overrides[0].max_rel_error"},
-        Case{R"({"overrides":[{"tensors":"a*","lossless":true,"max_abs_error":1}]})",
-             "overrides[0]"},
-        Case{R"({"overrides":[{"tensors":"a*","quantizer":"uniform"}]})", "overrides[0]"},
-        Case{R"({"overrides":[{"tensors":"a*","colour":1}]})", "overrides[0].colour"}}) {
+  for (
+      const Case& c :
+      {Case{R"({"keyframe_every":-1})", "keyframe_every"},
+       Case{R"({"keyframe_every":"8"})", "keyframe_every"},
+       Case{R"({"keyframe_every":100000})", "keyframe_every"},
+       Case{R"({"mode":"zip"})", "mode"},
+       Case{R"({"colour":1})", "colour"},
+       Case{R"([1])", "object"},
+       Case{R"({)", "JSON"},
+       Case{R"({"mode":"lossy"})", "max_abs_error"},
+       Case{R"({"mode":"lossy","max_abs_error":0})", "max_abs_error"},
+       Case{R"({"mode":"lossy","max_abs_error":-1})", "max_abs_error"},
+       Case{R"({"mode":"lossy","max_abs_error":"1e-3"})", "max_abs_error"},
+       Case{R"({"mode":"lossy","max_rel_error":2})", "max_rel_error"},
+       Case{R"({"mode":"lossy","max_abs_error":1,"max_rel_error":0.1})", "not several"},
+       Case{R"({"mode":"lossy","max_pointwise_rel_error":0.7})", "max_pointwise_rel_error"},
+       Case{R"({"mode":"lossy","max_pointwise_rel_error":0})", "max_pointwise_rel_error"},
+       Case{R"({"mode":"lossy","max_rel_error":0.1,"max_pointwise_rel_error":0.01})",
+            "not several"},
+       Case{R"({"mode":"lossy","max_pointwise_rel_error":0.01,"quantizer":"uniform"})",
+            "quantizer"},
+       Case{R"({"mode":"lossy","max_abs_error":1,"quantizer":"log"})", "quantizer"},
+       Case{
+           R"({"mode":"lossy","max_abs_error":1,"overrides":[{"tensors":"m*","quantizer":"log"}]})",
+           "overrides[0].quantizer"},
+       Case{R"({"mode":"lossy","max_abs_error":1,"quantizer":"magic"})", "quantizer"},
+       Case{R"({"lossless_tensors":"*.bias"})", "lossless_tensors"},
+       Case{R"({"lossless_tensors":[""]})", "lossless_tensors[0]"},
+       Case{R"({"lossless_tensors":[3]})", "lossless_tensors[0]"},
+       Case{R"({"overrides":{}})", "overrides"},
+       Case{R"({"overrides":[{"max_abs_error":1}]})", "overrides[0].tensors"},
+       Case{R"({"overrides":[{"tensors":"a*"}]})", "overrides[0]"},
+       Case{R"({"overrides":[{"tensors":"a*","max_rel_error":7}]})", "overrides[0].max_rel_error"},
+       Case{R"({"overrides":[{"tensors":"a*","lossless":true,"max_abs_error":1}]})",
+            "overrides[0]"},
+       Case{R"({"overrides":[{"tensors":"a*","quantizer":"uniform"}]})", "overrides[0]"},
+       Case{R"({"overrides":[{"tensors":"a*","colour":1}]})", "overrides[0].colour"}}) {
     auto p = CodecPolicy::FromJson(c.json, CodecPolicy{});
     ASSERT_EQ(p.status().code(), StatusCode::kInvalidArgument) << c.json;
     EXPECT_NE(p.status().message().find(c.field), std::string::npos) << p.status().message();
@@ -112,6 +123,27 @@ TEST(CodecPolicy, DecidesPerTensorCoding) {
   ASSERT_TRUE(lossless.ok());
   EXPECT_FALSE(lossless->ForTensor("w", DType::kF32, matrix).lossy);
   EXPECT_TRUE(lossless->ForTensor("optim.a.exp_avg_sq", DType::kF32, matrix).lossy);
+}
+
+TEST(CodecPolicy, PointwiseBoundsUseTheLogQuantizer) {
+  auto p = CodecPolicy::FromJson(
+      R"({"mode":"lossy","max_abs_error":5e-3,
+          "overrides":[{"tensors":"optim.*","max_pointwise_rel_error":0.01}]})",
+      CodecPolicy{});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const std::vector<uint64_t> matrix = {4, 4};
+  TensorCoding moment = p->ForTensor("optim.w.exp_avg", DType::kF32, matrix);
+  EXPECT_TRUE(moment.lossy);
+  EXPECT_EQ(moment.lossy_options.bound, (ErrorBound{ErrorBound::Kind::kPointwise, 0.01}));
+  EXPECT_EQ(moment.lossy_options.quantizer, Quantizer::kLog);
+  EXPECT_EQ(p->ForTensor("w", DType::kF32, matrix).lossy_options.quantizer, Quantizer::kAuto);
+  auto again = CodecPolicy::FromJson(p->ToJson(), CodecPolicy{});
+  ASSERT_TRUE(again.ok()) << again.status().ToString() << p->ToJson();
+  EXPECT_EQ(*again, *p);
+  auto top = CodecPolicy::FromJson(
+      R"({"mode":"lossy","max_pointwise_rel_error":0.5,"quantizer":"log"})", CodecPolicy{});
+  ASSERT_TRUE(top.ok()) << top.status().ToString();
+  EXPECT_EQ(top->ForTensor("w", DType::kF32, matrix).lossy_options.quantizer, Quantizer::kLog);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Error-bounded lossy codecs for float tensors.
 //
 // Guarantee: for every element x of a chunk encoded with absolute bound e, the decoded element
-// r (in the chunk's own dtype) satisfies |x - r| <= e; NaN and ±Inf decode bit-exactly. The
+// r (in the chunk's own dtype) satisfies |x - r| <= e (with a pointwise bound: |x - r| <= e|x|);
+// NaN and ±Inf decode bit-exactly. The
 // encoder checks every element against the decoder's exact output and stores any element that
 // would miss the bound verbatim (an "exact" element), so the bound holds by construction, for
 // keyframes and deltas alike, whatever the values.
@@ -32,6 +33,7 @@ enum class Quantizer : uint8_t {
   kExponent = 2,  // sign + binary exponent buckets (LC-Checkpoint)
   kFloat = 3,     // low-bit float after per-chunk scaling (OMC)
   kCosine = 4,    // cosine levels, finer for large magnitudes (CosSGD)
+  kLog = 5,       // lattice on log2|x| for pointwise-relative bounds (the only one they use)
 };
 
 std::string_view QuantizerName(Quantizer q);
@@ -40,9 +42,11 @@ std::optional<Quantizer> QuantizerFromName(std::string_view name);
 // The error bound of a tensor. Relative bounds are relative to the value range (max - min of
 // the finite values) of the tensor in the version being encoded; the codec applies them per
 // chunk with the chunk's range, which is never larger than the tensor's, so the tensor-wide
-// guarantee holds.
+// guarantee holds. Pointwise bounds are relative to each element: |x - r| <= value * |x| (zeros
+// restore exactly, signs never change); they suit values spanning many orders of magnitude,
+// such as Adam's moments, and always use Quantizer::kLog.
 struct ErrorBound {
-  enum class Kind : uint8_t { kAbsolute = 1, kRelative = 2 };
+  enum class Kind : uint8_t { kAbsolute = 1, kRelative = 2, kPointwise = 3 };
   Kind kind = Kind::kAbsolute;
   double value = 0;
 

@@ -8,24 +8,29 @@
 //   {"mode": "lossless", "keyframe_every": 16}
 //   {"mode": "lossy", "max_abs_error": 1e-4, "quantizer": "auto",
 //    "lossless_tensors": ["*.bias", "*norm*"],
-//    "overrides": [{"tensors": "optim.*.exp_avg_sq", "max_rel_error": 1e-2}]}
+//    "overrides": [{"tensors": "optim.*", "max_pointwise_rel_error": 1e-2}]}
 // Fields:
 //   mode              "lossless" (bit-exact) or "lossy" (every float element restores within
 //                     the bound). Default: "lossless".
 //   max_abs_error     lossy bound: |pushed - restored| <= this, in the tensor's own dtype. > 0.
 //   max_rel_error     lossy bound relative to each tensor's value range (max - min of its finite
-//                     values) in the version being pushed. In (0, 1]. Give one of the two.
+//                     values) in the version being pushed. In (0, 1].
+//   max_pointwise_rel_error
+//                     lossy bound relative to each element: |pushed - restored| <= this *
+//                     |pushed| (zeros exact, signs kept). In (0, 0.5]. For values spanning many
+//                     orders of magnitude, such as Adam's moments. Give one of the three.
 //   quantizer         "auto" (default: per chunk, the quantizer with the smallest estimated
-//                     size), "uniform", "exponent", "float" or "cosine" (lossy_codec.h).
+//                     size), "uniform", "exponent", "float" or "cosine" (lossy_codec.h); with a
+//                     pointwise bound "auto" or "log" (the only one that codes it).
 //   float_format      the "float" quantizer's format, "E<e>M<m>" (e.g. "E4M3", "E5M10"), or
 //                     "auto" (default): E4 with the fewest mantissa bits that meet the bound.
 //   lossless_tensors  glob patterns (fnmatch: * ? [..]) of tensor names kept bit-exact. Default
 //                     (field absent or null): tensors of rank 0 or 1 (biases, norms, scalars).
 //                     [] quantizes every float tensor. Non-float tensors are always lossless.
-//   overrides         list of {"tensors": glob, and any of "max_abs_error" | "max_rel_error",
-//                     "quantizer", "lossless": bool}; the first matching entry decides a
-//                     tensor's coding (also in lossless mode: a lossless model may quantize,
-//                     say, its optimizer moments). At most 64 entries.
+//   overrides         list of {"tensors": glob, and any of "max_abs_error" | "max_rel_error" |
+//                     "max_pointwise_rel_error", "quantizer", "lossless": bool}; the first matching
+//                     entry decides a tensor's coding (also in lossless mode: a lossless model may
+//                     quantize, say, its optimizer moments). At most 64 entries.
 //   keyframe_every    a tensor is stored as a keyframe at least every N versions; restoring any
 //                     version decodes at most one keyframe and N-1 deltas per tensor. 1 disables
 //                     deltas. Range 1..1024, or 0 for the mode's default: 16 lossless, 32 lossy.
