@@ -260,14 +260,15 @@ Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPoli
 }
 
 std::string CodecPolicy::ToJson() const {
+  char format[16];  // "E<e>M<m>" (built with snprintf: GCC 12 -O3 misreports "E" + to_string)
+  std::snprintf(format, sizeof format, "E%uM%u", unsigned{float_exponent_bits},
+                unsigned{float_mantissa_bits});
   json doc = {
       {"mode", mode == CodecMode::kLossy ? "lossy" : "lossless"},
       {"keyframe_every", keyframe_every},
       {"keyframe_budget", keyframe_budget},
       {"quantizer", std::string(QuantizerName(quantizer))},
-      {"float_format", float_exponent_bits == 0 ? std::string("auto")
-                                                : "E" + std::to_string(float_exponent_bits) + "M" +
-                                                      std::to_string(float_mantissa_bits)}};
+      {"float_format", float_exponent_bits == 0 ? std::string("auto") : std::string(format)}};
   if (bound) BoundJson(*bound, doc);
   doc["lossless_tensors"] = lossless_tensors ? json(*lossless_tensors) : json(nullptr);
   json list = json::array();
