@@ -91,6 +91,47 @@ TEST_F(DaemonTest, FortyVersionsRestoreIdenticalAcrossRestartAndDeletes) {
   EXPECT_EQ(client_->PullToBuffer("llm-run", "2500").status().code(), StatusCode::kNotFound);
 }
 
+// A pointwise-relative override (as for optimizer moments) next to an absolute bound: every
+// element within its own bound across versions, and ?detail=1 says which bound each tensor has.
+TEST_F(DaemonTest, PointwiseBoundOverrideHoldsAndIsReported) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  ASSERT_TRUE(client_
+                  ->SetPolicy("moments", R"({"mode":"lossy","max_abs_error":1e-3,
+                      "lossless_tensors":[],
+                      "overrides":[{"tensors":"layer1.bias","max_pointwise_rel_error":0.01}]})")
+                  .ok());
+  DriftingModel model(45, 20000);
+  std::vector<std::string> bodies;
+  for (int v = 1; v <= 6; ++v) {
+    bodies.push_back(model.Next());
+    ASSERT_TRUE(client_->PushBuffer("moments", v, bodies.back()).ok());
+  }
+  for (size_t v = 1; v <= bodies.size(); ++v) {
+    auto body = client_->PullToBuffer("moments", std::to_string(v));
+    ASSERT_TRUE(body.ok()) << body.status().ToString();
+    auto check = testing::CheckWithinBound(bodies[v - 1], *body, 1e-3, {{"layer1.bias", 0.01}});
+    ASSERT_EQ(check.error, "") << "version " << v;
+  }
+  RawHttp http(daemon_->port());
+  ASSERT_TRUE(http.Send("GET /v1/models/moments/versions/6?detail=1 HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto reply = http.Read();
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  auto doc = nlohmann::json::parse(reply.body);
+  int seen = 0;
+  for (const auto& t : doc["tensors"]) {
+    if (t["name"] == "layer1.bias") {
+      EXPECT_EQ(t["quantizer"], "log");
+      EXPECT_EQ(t["max_pointwise_rel_error"], 0.01);
+      EXPECT_FALSE(t.contains("max_abs_error"));
+      ++seen;
+    } else if (t["name"] == "layer1.weight") {
+      EXPECT_EQ(t["max_abs_error"], 1e-3);
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, 2);
+}
+
 // After a restart the daemon restores each model's latest version in the background before it
 // reports ready (storage.warm_cache_on_start): the next push of a lossless model finds its
 // reference in memory and is a delta. Without the warm-up it is a keyframe (on_reference_miss).

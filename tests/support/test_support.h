@@ -167,10 +167,10 @@ struct BoundCheck {
 };
 
 // Checks the lossy guarantee on a whole safetensors body: the header restores verbatim, every
-// finite F64/F32/F16/BF16 element is within `bound`, non-finite ones and every other dtype are
-// bit-exact.
-inline BoundCheck CheckWithinBound(std::string_view pushed, std::string_view restored,
-                                   double bound) {
+// finite F64/F32/F16/BF16 element is within `bound` (or, for a tensor named in `pointwise`,
+// within that factor of its own magnitude), non-finite ones and every other dtype are bit-exact.
+inline BoundCheck CheckWithinBound(std::string_view pushed, std::string_view restored, double bound,
+                                   const std::map<std::string, double>& pointwise = {}) {
   BoundCheck out;
   if (pushed.size() != restored.size()) {
     out.error = "size differs";
@@ -213,10 +213,12 @@ inline BoundCheck CheckWithinBound(std::string_view pushed, std::string_view res
       }
       const double err = std::abs(x - y);
       out.worst = std::max(out.worst, err);
-      if (!(err <= bound)) {
+      const auto relative = pointwise.find(t.name);
+      const double allowed = relative == pointwise.end() ? bound : relative->second * std::abs(x);
+      if (!(err <= allowed)) {
         out.error = "tensor '" + t.name + "' element " + std::to_string((off - t.begin) / size) +
                     ": |" + std::to_string(x) + " - " + std::to_string(y) + "| > " +
-                    std::to_string(bound);
+                    std::to_string(allowed);
         return out;
       }
     }
