@@ -711,6 +711,7 @@ struct QuantizerSet {
         }
         log.mode = static_cast<LogQuantizer::Mode>(mode);
         log.k0 = static_cast<int32_t>(k0);
+        log.ResetCache();
         return Status::Ok();
       }
       case Quantizer::kUniform: {
@@ -1047,15 +1048,18 @@ class LossyQuantizedCodec final : public TensorCodec {
     const double mean = count ? sum / static_cast<double>(count) : 0.0;
     log.k0 = static_cast<int32_t>(std::clamp(mean, -1e9, 1e9));
     log.mode = LogQuantizer::Mode::kAbsolute;
+    log.ResetCache();
     if (!ref) return;
     Quantized absolute, ratio;
     set->template Quantize<D>(sample_in.data(), sample_ref.data(), m, eps, non_negative,
                               HistoryUse::kNone, scratch.data(), &absolute);
     log.mode = LogQuantizer::Mode::kRatio;
+    log.ResetCache();
     set->template Quantize<D>(sample_in.data(), sample_ref.data(), m, eps, non_negative,
                               HistoryUse::kNone, scratch.data(), &ratio);
     if (EstimatedBits(absolute, E::kSize) < EstimatedBits(ratio, E::kSize)) {
       log.mode = LogQuantizer::Mode::kAbsolute;
+      log.ResetCache();
     }
   }
 

@@ -23,6 +23,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace ckpt::lossy {
@@ -221,9 +222,20 @@ struct CosineQuantizer : TableQuantizer {
 struct LogQuantizer {
   enum class Mode : uint8_t { kRatio = 1, kAbsolute = 2 };
   static constexpr int64_t kMaxIndex = int64_t{1} << 24;
+  static constexpr int64_t kCacheSize = 4096;
   Mode mode = Mode::kAbsolute;
   double step = 0;
   int32_t k0 = 0;
+  // Powers E(n) already computed, for n in [cache_base, cache_base + kCacheSize) around the
+  // mode's centre (NaN: not yet). A cache, so results never depend on it; call ResetCache()
+  // after changing mode, step or k0. Not thread-safe (each coding call has its own quantizer).
+  mutable std::vector<double> cache;
+  int64_t cache_base = 0;
+
+  void ResetCache() {
+    cache_base = (mode == Mode::kRatio ? 0 : int64_t{k0}) - kCacheSize / 2;
+    cache.assign(kCacheSize, std::numeric_limits<double>::quiet_NaN());
+  }
 
   bool Propose(double x, double p, uint64_t* z) const {
     if (x == p) {  // includes ±0 against ±0; the codec's sign check decides
@@ -245,7 +257,13 @@ struct LogQuantizer {
     *z = 1 + 2 * ZigZag(k) + (x < 0 ? 1 : 0);
     return true;
   }
-  double Power(int64_t n) const { return DeterministicExp2(static_cast<double>(n) * step); }
+  double Power(int64_t n) const {
+    const uint64_t slot = static_cast<uint64_t>(n - cache_base);
+    if (slot >= cache.size()) return DeterministicExp2(static_cast<double>(n) * step);
+    double& power = cache[slot];
+    if (power != power) power = DeterministicExp2(static_cast<double>(n) * step);
+    return power;
+  }
   double Reconstruct(uint64_t z, double p) const {
     if (z == 0) return p;
     if (mode == Mode::kRatio) {
