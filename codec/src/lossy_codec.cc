@@ -916,23 +916,8 @@ inline void DecodeFourDirectF32(uint32_t four, double step, const uint8_t* ref, 
   const __m128d sum_lo = _mm_add_pd(_mm_cvtps_pd(p), value_lo);
   const __m128d sum_hi = _mm_add_pd(_mm_cvtps_pd(_mm_movehl_ps(p, p)), value_hi);
   const __m128i bits = _mm_castps_si128(_mm_movelh_ps(_mm_cvtpd_ps(sum_lo), _mm_cvtpd_ps(sum_hi)));
-  // NextHistory(state, value) with 32-bit masks from the double comparisons.
-  const __m128d dzero = _mm_setzero_pd();
-  auto pack = [](__m128d lo, __m128d hi) {
-    return _mm_castps_si128(
-        _mm_shuffle_ps(_mm_castpd_ps(lo), _mm_castpd_ps(hi), _MM_SHUFFLE(2, 0, 2, 0)));
-  };
-  const __m128i up = pack(_mm_cmpgt_pd(value_lo, dzero), _mm_cmpgt_pd(value_hi, dzero));
-  const __m128i moved = pack(_mm_cmpneq_pd(value_lo, dzero), _mm_cmpneq_pd(value_hi, dzero));
   const __m128i state = _mm_and_si128(ref_bits, _mm_set1_epi32(kHistoryMask));
-  const __m128i since = _mm_and_si128(state, _mm_set1_epi32(3));
-  // since + (since != 3) == since + 1 + (since == 3 ? -1 : 0)
-  const __m128i next_since = _mm_add_epi32(_mm_add_epi32(since, _mm_set1_epi32(1)),
-                                           _mm_cmpeq_epi32(since, _mm_set1_epi32(3)));
-  const __m128i quiet = _mm_or_si128(_mm_and_si128(state, _mm_set1_epi32(4)), next_since);
-  const __m128i moved_state = _mm_and_si128(up, _mm_set1_epi32(4));
-  const __m128i next =
-      _mm_or_si128(_mm_and_si128(moved, moved_state), _mm_andnot_si128(moved, quiet));
+  const __m128i next = NextHistoryFour(state, value_lo, value_hi);
   const __m128i result = WithHistoryFour(bits, next);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), result);
 }
