@@ -634,6 +634,11 @@ TEST(LossyCodec, PayloadsOfTheFirstReleaseStillDecode) {
                   ->Decode(DType::kF32, AsBytes(delta), std::span<const uint8_t>(first), second)
                   .ok());
   EXPECT_EQ(fnv(second), golden::kV1DeltaFnv);
+  // Raw extra bits (large symbols) keep their bit order.
+  const std::string wide = from_hex(golden::kV1WideKeyframeHex);
+  std::vector<uint8_t> third(4096 * 4);
+  ASSERT_TRUE((*decoder)->Decode(DType::kF32, AsBytes(wide), std::nullopt, third).ok());
+  EXPECT_EQ(fnv(third), golden::kV1WideKeyframeFnv);
   // And they are what they claim to be: within the bound of the values they were made from.
   for (size_t i = 0; i < 4096; ++i) {
     const double x = static_cast<float>(0.03 * std::sin(static_cast<double>(i) / 50.0) +
