@@ -50,7 +50,8 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", data_dir, "data directory (overrides storage.data_dir)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error (overrides log.level)");
   app.add_option("--ready-file", ready_file,
-                 "write the bound port to this file once accepting connections");
+                 "write the bound port to this file once accepting connections and the cache "
+                 "warm-up (storage.warm_cache_on_start) has finished");
   app.add_flag("--version", show_version, "print the version and exit");
   CLI11_PARSE(app, argc, argv);
   if (show_version) {
