@@ -272,6 +272,14 @@ inline bool WithinBound(double x, double r, double bound) {
   return err == 0;
 }
 
+// eps * |x| rounded down, so that a check against it never passes an element the exact bound
+// would not: fl(eps|x|) exceeds the product by at most a factor 1 + 2^-53, and the factor
+// 1 - 2^-51 (rounded) takes it below; subnormal products step down one unit instead.
+inline double PointwiseBound(double eps, double x) {
+  const double b = eps * std::abs(x);
+  return b > 0x1p-1000 ? b * (1 - 0x1p-51) : std::nextafter(b, 0.0);
+}
+
 // Raw bits, least significant first, packed from the low bit of each byte up.
 class BitWriter {
  public:
@@ -546,7 +554,7 @@ inline void QuantizeElement(const Q& quantizer, const uint8_t* in, const uint8_t
     // no negative values (variances, counts, Adam's exp_avg_sq) never restores a negative one.
     // Non-finite elements only ever restore bit-exactly. A pointwise bound is eps * |x|, rounded
     // down so that the check never passes an element the exact bound would not.
-    const double element_bound = kLogQuantizer ? std::nextafter(bound * std::abs(x), 0.0) : bound;
+    const double element_bound = kLogQuantizer ? PointwiseBound(bound, x) : bound;
     const bool accepted = std::isfinite(x)
                               ? WithinBound(x, r, element_bound) &&
                                     (x != 0 || r != 0 || std::signbit(r) == std::signbit(x)) &&

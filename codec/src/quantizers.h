@@ -237,7 +237,7 @@ struct LogQuantizer {
     cache.assign(kCacheSize, std::numeric_limits<double>::quiet_NaN());
   }
 
-  bool Propose(double x, double p, uint64_t* z) const {
+  [[gnu::always_inline]] bool Propose(double x, double p, uint64_t* z) const {
     if (x == p) {  // includes ±0 against ±0; the codec's sign check decides
       *z = 0;
       return true;
@@ -257,14 +257,14 @@ struct LogQuantizer {
     *z = 1 + 2 * ZigZag(k) + (x < 0 ? 1 : 0);
     return true;
   }
-  double Power(int64_t n) const {
+  [[gnu::always_inline]] double Power(int64_t n) const {
     const uint64_t slot = static_cast<uint64_t>(n - cache_base);
     if (slot >= cache.size()) return DeterministicExp2(static_cast<double>(n) * step);
     double& power = cache[slot];
     if (power != power) power = DeterministicExp2(static_cast<double>(n) * step);
     return power;
   }
-  double Reconstruct(uint64_t z, double p) const {
+  [[gnu::always_inline]] double Reconstruct(uint64_t z, double p) const {
     if (z == 0) return p;
     if (mode == Mode::kRatio) {
       const double m = p * Power(UnZigZag(z >> 1));
