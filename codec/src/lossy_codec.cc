@@ -3,16 +3,21 @@
 //
 // Per element (x = input, p = reference element, 0 for keyframes): the quantizer proposes a
 // symbol z for d = x - p, the reconstruction is r = T(p + V(z)) (sum in double, rounded once to
-// the dtype T), and the element is stored verbatim instead when x or p is not finite, when
-// |x - r| > bound, when r is a zero of the wrong sign, or when r < 0 in a chunk without negative
-// values. The decoder computes T(p + V(z)) the same way, so r is bit-identical on both sides.
+// the dtype T), and the element is stored verbatim instead when x or p is not finite (unless x
+// is bit-identical to p: then z = 0), when |x - r| > bound, when r is a zero of the wrong sign,
+// or when r < 0 in a chunk without negative values. The decoder computes T(p + V(z)) the same
+// way, so r is bit-identical on both sides. The log quantizer (pointwise-relative bounds) is
+// multiplicative instead: r = T(R(z, p)), checked against eps * |x|.
 //
 // Symbols: z < 32 is its own symbol; larger z are coded as the symbol of their bit length plus
 // the bits below the leading one (raw, in a separate bit stream); one symbol marks a verbatim
 // element. In large F32/F64 chunks each reconstruction carries a small history state in its
 // lowest mantissa bits (how the element moved in earlier versions; see HistoryOf) and a delta's
 // symbols are coded in the context of their element's state. Otherwise the context of a symbol
-// is the class (zero, ±1, larger) of the two symbols before it.
+// is the class (zero, ±1, larger) of the two symbols before it. Large chunks interleave four
+// rANS states. The common case of the uniform quantizer on F32 has SSE2 paths in both
+// directions (four elements at a time, the same arithmetic); anything else goes element by
+// element.
 //
 // Payload layout (little-endian) and the exact decoding arithmetic: docs/format.md.
 #include "ckpt/codec/lossy_codec.h"
