@@ -28,16 +28,34 @@
 #include <limits>
 #include <type_traits>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "ckpt/codec/binary.h"
+#include "lossy_kernels.h"
 #include "quantizers.h"
 #include "rans.h"
 
 namespace ckpt {
 namespace {
+
+using lossy::CosineQuantizer;
+using lossy::Element;
+using lossy::ElementBits;
+using lossy::HistoryFits;
+using lossy::HistoryOf;
+using lossy::kCanCarryHistory;
+using lossy::kDirectSymbols;
+using lossy::kHistoryMask;
+using lossy::kKeyframeHistory;
+using lossy::NextHistory;
+using lossy::SetHistory;
+using lossy::WithHistory;
+#if defined(__SSE2__)
+using lossy::DecodeFourDirectF32;
+using lossy::QuantizeFourF32;
+#endif
+using lossy::ExponentQuantizer;
+using lossy::FloatQuantizer;
+using lossy::LogQuantizer;
+using lossy::UniformQuantizer;
 
 constexpr uint8_t kPayloadVersion = 1;
 constexpr uint8_t kContextModelPrevious2 = 1;  // 9 contexts: classes of the two previous symbols
@@ -59,16 +77,10 @@ constexpr uint32_t ContextCount(uint8_t context_model) {
                                                  : 1;
 }
 
-constexpr uint32_t kDirectSymbols = 32;   // zigzag values below this are their own symbol
 constexpr uint32_t kFirstBucketBits = 6;  // bit length of the smallest bucketed value (32)
 constexpr uint32_t kMaxBucketBits = 63;
 constexpr uint8_t kExactSymbol = kDirectSymbols + (kMaxBucketBits - kFirstBucketBits) + 1;
 static_assert(kExactSymbol < rans::kMaxSymbols);
-using lossy::CosineQuantizer;
-using lossy::ExponentQuantizer;
-using lossy::FloatQuantizer;
-using lossy::LogQuantizer;
-using lossy::UniformQuantizer;
 
 // The class of a symbol for context modelling: 0 (unchanged), 1 (±1 step), 2 (larger or
 // verbatim). The context of a symbol is class(previous) * 3 + class(the one before).
@@ -83,122 +95,6 @@ inline uint8_t SymbolOf(uint64_t z, uint32_t* extra_bits) {
   const uint32_t bits = static_cast<uint32_t>(std::bit_width(z));
   *extra_bits = bits - 1;
   return static_cast<uint8_t>(kDirectSymbols + bits - kFirstBucketBits);
-}
-
-// Element access for each supported dtype: load to double, store from double (one rounding).
-template <DType D>
-struct Element;
-
-// The dtypes that are C++ types: load by conversion, store by one rounding.
-template <typename T>
-struct NativeElement {
-  static constexpr size_t kSize = sizeof(T);
-  static double Load(const uint8_t* p) {
-    T v;
-    std::memcpy(&v, p, sizeof(T));
-    return static_cast<double>(v);
-  }
-  static void Store(double v, uint8_t* p) {
-    const T t = static_cast<T>(v);
-    std::memcpy(p, &t, sizeof(T));
-  }
-};
-
-template <>
-struct Element<DType::kF32> : NativeElement<float> {};
-template <>
-struct Element<DType::kF64> : NativeElement<double> {};
-template <>
-struct Element<DType::kF16> : NativeElement<_Float16> {};
-
-template <>
-struct Element<DType::kBF16> {
-  static constexpr size_t kSize = 2;
-  static double Load(const uint8_t* p) {
-    uint16_t b;
-    std::memcpy(&b, p, 2);
-    return std::bit_cast<float>(uint32_t{b} << 16);
-  }
-  // double -> float -> bfloat16, round to nearest even at each step (NaN never reaches here:
-  // non-finite elements are stored verbatim).
-  static void Store(double v, uint8_t* p) {
-    uint32_t bits = std::bit_cast<uint32_t>(static_cast<float>(v));
-    bits += 0x7fff + ((bits >> 16) & 1);
-    const uint16_t b = static_cast<uint16_t>(bits >> 16);
-    std::memcpy(p, &b, 2);
-  }
-};
-
-// Element history (F32 and F64 only). A reconstruction may carry, in the three lowest bits of
-// its mantissa, a state describing how the element moved in earlier versions:
-//   state = direction * 4 + since, direction 1 = the last move was up, since = versions since
-//   that move (0..3, 3 = three or more, or none since the keyframe).
-// The next delta's symbol for the element is coded in the context of that state: an element
-// that just moved is likely to move again (Adam's momentum), a quiet one to stay. Changing the
-// lowest three mantissa bits moves a value by less than 8 units in the last place; a chunk uses
-// history only when that is under 1/1024 of its bound, and every element is still checked
-// against the bound after its state is written. Zeros are never given a state (they stay exact
-// zeros), nor are verbatim elements.
-template <DType D>
-constexpr bool kCanCarryHistory = D == DType::kF32 || D == DType::kF64;
-constexpr uint32_t kHistoryMask = 7;
-constexpr uint32_t kKeyframeHistory = 3;  // no direction, quiet for three or more versions
-
-template <DType D>
-using ElementBits = std::conditional_t<D == DType::kF64, uint64_t, uint32_t>;
-
-template <DType D>
-inline uint32_t HistoryOf(const uint8_t* p) {
-  ElementBits<D> bits;
-  std::memcpy(&bits, p, sizeof(bits));
-  return static_cast<uint32_t>(bits & kHistoryMask);
-}
-
-// `bits` (an element's IEEE bit pattern) with `state` in its history bits, unless it is a zero
-// or not finite (±Inf and NaN keep their exact bits). Written as a mask select so that it
-// compiles without a branch (which elements move is random).
-template <typename Bits>
-inline Bits WithHistory(Bits bits, uint32_t state) {
-  constexpr Bits kMagnitude = ~Bits{0} >> 1;
-  constexpr Bits kExponent =
-      static_cast<Bits>(sizeof(Bits) == 4 ? 0x7f800000ull : 0x7ff0000000000000ull);
-  const bool carries = (bits & kMagnitude) != 0 && (bits & kExponent) != kExponent;
-  const Bits keep_mask = static_cast<Bits>(0) - static_cast<Bits>(carries);
-  const Bits stuffed = (bits & ~Bits{kHistoryMask}) | state;
-  return (stuffed & keep_mask) | (bits & ~keep_mask);
-}
-
-// Writes `state` into a stored element unless it is a zero or not finite.
-template <DType D>
-inline void SetHistory(uint8_t* p, uint32_t state) {
-  ElementBits<D> bits;
-  std::memcpy(&bits, p, sizeof(bits));
-  bits = WithHistory(bits, state);
-  std::memcpy(p, &bits, sizeof(bits));
-}
-
-// The state after a version in which the element moved by `moved` (0: did not move). Also a
-// mask select, for the same reason.
-inline uint32_t NextHistory(uint32_t state, double moved) {
-  const uint32_t since = state & 3;
-  const uint32_t quiet = (state & 4) | (since + (since != 3));
-  const uint32_t moved_state = static_cast<uint32_t>(moved > 0) << 2;
-  const uint32_t did_move = 0u - static_cast<uint32_t>(moved != 0);
-  return (moved_state & did_move) | (quiet & ~did_move);
-}
-
-// Whether a chunk of dtype D whose values are at most `max_abs` in magnitude can carry history
-// under `bound`: 8 units in the last place of the largest value must be below bound / 1024.
-template <DType D>
-bool HistoryFits(double max_abs, double bound) {
-  if (!kCanCarryHistory<D> || !(bound > 0) || !std::isfinite(max_abs) || !std::isfinite(bound)) {
-    return false;
-  }
-  int exponent = 0;
-  std::frexp(max_abs, &exponent);  // max_abs < 2^exponent
-  constexpr int kMantissaBits = D == DType::kF64 ? 52 : 23;
-  // ulp(max_abs) <= 2^(exponent - 1 - kMantissaBits); 8 ulp * 1024 = 2^13 ulp.
-  return bound >= std::ldexp(1.0, exponent - 1 - kMantissaBits + 13);
 }
 
 }  // namespace
@@ -412,90 +308,6 @@ void FiniteRange(const uint8_t* in, size_t n, double* lo, double* hi) {
     *hi = high;
   }
 }
-
-#if defined(__SSE2__)
-// 32-bit lane masks from two 64-bit lane masks (lanes 0-1 from lo, 2-3 from hi).
-inline __m128i PackMasks(__m128d lo, __m128d hi) {
-  return _mm_castps_si128(
-      _mm_shuffle_ps(_mm_castpd_ps(lo), _mm_castpd_ps(hi), _MM_SHUFFLE(2, 0, 2, 0)));
-}
-
-// NextHistory for four lanes: `state` the states before, `value_lo`/`value_hi` the moves.
-inline __m128i NextHistoryFour(__m128i state, __m128d value_lo, __m128d value_hi) {
-  const __m128d zero = _mm_setzero_pd();
-  const __m128i up = PackMasks(_mm_cmpgt_pd(value_lo, zero), _mm_cmpgt_pd(value_hi, zero));
-  const __m128i moved = PackMasks(_mm_cmpneq_pd(value_lo, zero), _mm_cmpneq_pd(value_hi, zero));
-  const __m128i since = _mm_and_si128(state, _mm_set1_epi32(3));
-  // since + (since != 3) == since + 1 + (since == 3 ? -1 : 0)
-  const __m128i next_since = _mm_add_epi32(_mm_add_epi32(since, _mm_set1_epi32(1)),
-                                           _mm_cmpeq_epi32(since, _mm_set1_epi32(3)));
-  const __m128i quiet = _mm_or_si128(_mm_and_si128(state, _mm_set1_epi32(4)), next_since);
-  const __m128i moved_state = _mm_and_si128(up, _mm_set1_epi32(4));
-  return _mm_or_si128(_mm_and_si128(moved, moved_state), _mm_andnot_si128(moved, quiet));
-}
-
-// WithHistory for four F32 lanes.
-inline __m128i WithHistoryFour(__m128i bits, __m128i state) {
-  const __m128i exponent = _mm_set1_epi32(0x7f800000);
-  const __m128i keep = _mm_or_si128(
-      _mm_cmpeq_epi32(_mm_and_si128(bits, _mm_set1_epi32(0x7fffffff)), _mm_setzero_si128()),
-      _mm_cmpeq_epi32(_mm_and_si128(bits, exponent), exponent));
-  const __m128i stuffed = _mm_or_si128(_mm_andnot_si128(_mm_set1_epi32(kHistoryMask), bits), state);
-  return _mm_or_si128(_mm_and_si128(keep, bits), _mm_andnot_si128(keep, stuffed));
-}
-
-// The encoder's fast path (see QuantizeElementsImpl) for four F32 elements of a history delta
-// under the uniform quantizer, with the same arithmetic. Returns false, having written nothing,
-// unless all four take it.
-inline bool QuantizeFourF32(const uint8_t* in, const uint8_t* ref, double step, double inverse_step,
-                            double bound, bool non_negative, uint8_t* recon, uint8_t* symbols,
-                            uint8_t* history) {
-  const __m128 x = _mm_loadu_ps(reinterpret_cast<const float*>(in));
-  const __m128i ref_bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ref));
-  const __m128 p = _mm_castsi128_ps(ref_bits);
-  const __m128d x_lo = _mm_cvtps_pd(x), x_hi = _mm_cvtps_pd(_mm_movehl_ps(x, x));
-  const __m128d p_lo = _mm_cvtps_pd(p), p_hi = _mm_cvtps_pd(_mm_movehl_ps(p, p));
-  const __m128d inv = _mm_set1_pd(inverse_step);
-  const __m128d t_lo = _mm_mul_pd(_mm_sub_pd(x_lo, p_lo), inv);
-  const __m128d t_hi = _mm_mul_pd(_mm_sub_pd(x_hi, p_hi), inv);
-  // RoundToInteger(t) + 0.0
-  const __m128d magic = _mm_set1_pd(0x1.8p52);
-  const __m128d dzero = _mm_setzero_pd();
-  const __m128d q_lo = _mm_add_pd(_mm_sub_pd(_mm_add_pd(t_lo, magic), magic), dzero);
-  const __m128d q_hi = _mm_add_pd(_mm_sub_pd(_mm_add_pd(t_hi, magic), magic), dzero);
-  const __m128d step2 = _mm_set1_pd(step);
-  const __m128d value_lo = _mm_mul_pd(q_lo, step2), value_hi = _mm_mul_pd(q_hi, step2);
-  const __m128i rounded = _mm_castps_si128(_mm_movelh_ps(_mm_cvtpd_ps(_mm_add_pd(p_lo, value_lo)),
-                                                         _mm_cvtpd_ps(_mm_add_pd(p_hi, value_hi))));
-  const __m128i state = _mm_and_si128(ref_bits, _mm_set1_epi32(kHistoryMask));
-  const __m128i bits = WithHistoryFour(rounded, NextHistoryFour(state, value_lo, value_hi));
-  const __m128 r = _mm_castsi128_ps(bits);
-  const __m128d r_lo = _mm_cvtps_pd(r), r_hi = _mm_cvtps_pd(_mm_movehl_ps(r, r));
-  const __m128d abs_mask = _mm_castsi128_pd(_mm_set1_epi64x(0x7fffffffffffffff));
-  const __m128d direct = _mm_set1_pd(kDirectSymbols / 2 - 0.5);
-  const __m128d bound2 = _mm_set1_pd(bound);
-  auto lane_ok = [&](__m128d t, __m128d xd, __m128d rd) {
-    return _mm_and_pd(_mm_and_pd(_mm_cmplt_pd(_mm_and_pd(t, abs_mask), direct),
-                                 _mm_cmplt_pd(_mm_and_pd(_mm_sub_pd(xd, rd), abs_mask), bound2)),
-                      _mm_cmpneq_pd(xd, dzero));
-  };
-  __m128i ok = PackMasks(lane_ok(t_lo, x_lo, r_lo), lane_ok(t_hi, x_hi, r_hi));
-  if (non_negative) ok = _mm_and_si128(ok, _mm_cmpgt_epi32(bits, _mm_set1_epi32(-1)));
-  if (_mm_movemask_ps(_mm_castsi128_ps(ok)) != 0xf) return false;
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(recon), bits);
-  // Symbols: zigzag(q) (|q| <= 15), and the states before, one byte each.
-  const __m128i q = _mm_unpacklo_epi64(_mm_cvtpd_epi32(q_lo), _mm_cvtpd_epi32(q_hi));
-  const __m128i zigzag = _mm_xor_si128(_mm_slli_epi32(q, 1), _mm_srai_epi32(q, 31));
-  auto bytes = [](__m128i v) {
-    const __m128i words = _mm_packs_epi32(v, v);
-    return static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(words, words)));
-  };
-  const uint32_t symbol_bytes = bytes(zigzag), state_bytes = bytes(state);
-  std::memcpy(symbols, &symbol_bytes, 4);
-  std::memcpy(history, &state_bytes, 4);
-  return true;
-}
-#endif
 
 // Quantizes element i: its symbol (and extra bits, or the verbatim element), its history
 // state before this version (deltas with history) and its reconstruction in `recon`.
@@ -920,33 +732,6 @@ struct Header {
   uint32_t exact = 0;
   uint32_t extra_bytes = 0;
 };
-
-#if defined(__SSE2__)
-// Four F32 elements of a history delta under the uniform quantizer, all with direct symbols
-// (`four`, one per byte): exactly the arithmetic of the general loop (value = q * step in double,
-// the sum with the reference in double, one rounding to float, NextHistory, WithHistory), four
-// at a time.
-inline void DecodeFourDirectF32(uint32_t four, double step, const uint8_t* ref, uint8_t* out) {
-  const __m128i zero = _mm_setzero_si128();
-  const __m128i z =
-      _mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(static_cast<int>(four)), zero), zero);
-  // q = unzigzag(z) = (z >> 1) ^ -(z & 1)
-  const __m128i q =
-      _mm_xor_si128(_mm_srli_epi32(z, 1), _mm_sub_epi32(zero, _mm_and_si128(z, _mm_set1_epi32(1))));
-  const __m128d step2 = _mm_set1_pd(step);
-  const __m128d value_lo = _mm_mul_pd(_mm_cvtepi32_pd(q), step2);
-  const __m128d value_hi = _mm_mul_pd(_mm_cvtepi32_pd(_mm_shuffle_epi32(q, 0xee)), step2);
-  const __m128i ref_bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ref));
-  const __m128 p = _mm_castsi128_ps(ref_bits);
-  const __m128d sum_lo = _mm_add_pd(_mm_cvtps_pd(p), value_lo);
-  const __m128d sum_hi = _mm_add_pd(_mm_cvtps_pd(_mm_movehl_ps(p, p)), value_hi);
-  const __m128i bits = _mm_castps_si128(_mm_movelh_ps(_mm_cvtpd_ps(sum_lo), _mm_cvtpd_ps(sum_hi)));
-  const __m128i state = _mm_and_si128(ref_bits, _mm_set1_epi32(kHistoryMask));
-  const __m128i next = NextHistoryFour(state, value_lo, value_hi);
-  const __m128i result = WithHistoryFour(bits, next);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), result);
-}
-#endif
 
 class LossyQuantizedCodec final : public TensorCodec {
  public:
