@@ -46,6 +46,16 @@ class CheckpointStoreTest : public ::testing::Test {
     return session->Commit();
   }
 
+  // Pushes versions first..last of `drift` as model "m", appending each pushed body to `bodies`.
+  void PushVersions(DriftingModel& drift, uint64_t first, uint64_t last,
+                    std::vector<std::string>* bodies) {
+    for (uint64_t v = first; v <= last; ++v) {
+      bodies->push_back(drift.Next());
+      auto info = Push("m", v, bodies->back());
+      ASSERT_TRUE(info.ok()) << "version " << v << ": " << info.status().ToString();
+    }
+  }
+
   Result<std::string> Restore(std::string_view model, std::optional<uint64_t> version) {
     CKPT_ASSIGN_OR_RETURN(auto stream, store_->OpenRestore(model, version));
     std::string out;
@@ -230,10 +240,7 @@ TEST_F(CheckpointStoreTest, LossyChainRestartsWhenDeltasOutweighTheKeyframe) {
 TEST_F(CheckpointStoreTest, RestoringLatestWarmsTheReferenceCache) {
   DriftingModel model(34, 3000);
   std::vector<std::string> bodies;
-  for (uint64_t v = 1; v <= 3; ++v) {
-    bodies.push_back(model.Next());
-    ASSERT_TRUE(Push("m", v, bodies.back()).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(PushVersions(model, 1, 3, &bodies));
   Reopen();
   auto latest = Restore("m", std::nullopt);
   ASSERT_TRUE(latest.ok());
@@ -285,10 +292,7 @@ TEST_F(CheckpointStoreTest, KeyframeEveryBoundsTheChain) {
 TEST_F(CheckpointStoreTest, ReferenceMissPolicyAfterRestart) {
   DriftingModel model(18, 3000);
   std::vector<std::string> bodies;
-  for (uint64_t v = 1; v <= 3; ++v) {
-    bodies.push_back(model.Next());
-    ASSERT_TRUE(Push("m", v, bodies.back()).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(PushVersions(model, 1, 3, &bodies));
   Reopen();  // default: kKeyframe
   bodies.push_back(model.Next());
   auto cold = Push("m", 4, bodies.back());
