@@ -74,9 +74,12 @@ Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
     if (cache_) cached = cache_->Get(model_, s, t, chunk);
     chain.push_back({s, t, &e});
     if (cached || e.kind == FrameKind::kKeyframe) break;
-    if (e.base_seq >= s) {
+    // Bases usually precede their deltas, but a garbage-collection rebase gives a kept version a
+    // new, higher seq; so guard against cycles by length (chains are bounded by keyframe_every).
+    if (chain.size() > kMaxChainLinks) {
       return Status::DataLoss("model '" + model_ + "' version " + std::to_string(m->version) +
-                              " tensor '" + e.name + "': delta base does not precede it");
+                              " tensor '" + e.name + "': delta chain longer than " +
+                              std::to_string(kMaxChainLinks) + " links (cyclic?)");
     }
     s = e.base_seq;
     t = e.base_tensor;

@@ -40,6 +40,10 @@ class ChainReader {
   // Byte length of chunk `chunk` of `t`.
   static uint64_t ChunkLength(const ManifestTensor& t, uint32_t chunk);
 
+  // Longest chain a decode follows before reporting corruption (a cycle). keyframe_every is at
+  // most 1024, so no valid chain comes near it.
+  static constexpr size_t kMaxChainLinks = 4096;
+
  private:
   rocksdb::DB* db_;
   rocksdb::ColumnFamilyHandle* manifests_;

@@ -257,15 +257,22 @@ std::string CodecStateRecord::Encode() const {
   w.PutU8(kFormatVersion);
   w.PutU64(reference_seq);
   w.PutU64(reference_floor_seq);
+  w.PutU64(next_seq);
   return w.Release();
 }
 
 Result<CodecStateRecord> CodecStateRecord::Decode(std::string_view bytes) {
   ByteReader r(bytes, "codec state record");
   CodecStateRecord s;
-  CKPT_RETURN_IF_ERROR(CheckFormat(r, kFormatVersion, "codec state record"));
+  uint8_t format = 0;
+  CKPT_RETURN_IF_ERROR(CheckFormatRange(r, 1, kFormatVersion, "codec state record", &format));
   CKPT_RETURN_IF_ERROR(r.GetU64(&s.reference_seq));
   CKPT_RETURN_IF_ERROR(r.GetU64(&s.reference_floor_seq));
+  if (format >= 2) {
+    CKPT_RETURN_IF_ERROR(r.GetU64(&s.next_seq));
+  } else {
+    s.next_seq = s.reference_seq + 1;
+  }
   CKPT_RETURN_IF_ERROR(CheckFullyConsumed(r, "codec state record"));
   return s;
 }

@@ -106,10 +106,14 @@ struct ChunkRecord {
 // codec_state family, key "<model>". The per-model codec state: which committed manifest the
 // next push takes its deltas against. The reconstruction itself is implied by that manifest's
 // chunks (decoded on demand, cached in memory), so the state adds no copy of the checkpoint.
+// Format 2 appended next_seq; format 1 records decode with next_seq = reference_seq + 1.
 struct CodecStateRecord {
-  static constexpr uint8_t kFormatVersion = 1;
+  static constexpr uint8_t kFormatVersion = 2;
   uint64_t reference_seq = 0;
-  uint64_t reference_floor_seq = 0;
+  uint64_t reference_floor_seq = 0;  // informational since format 2 (liveness walks chains)
+  // The seq the next manifest (push or garbage-collection rebase) gets. Chunks stored under a
+  // seq >= next_seq belong to work that never committed and are removed at open.
+  uint64_t next_seq = 1;
 
   std::string Encode() const;
   static Result<CodecStateRecord> Decode(std::string_view bytes);

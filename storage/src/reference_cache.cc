@@ -50,6 +50,20 @@ void ReferenceCache::Erase(std::string_view model, uint64_t seq, uint32_t tensor
   index_.erase(it);
 }
 
+void ReferenceCache::Rekey(std::string_view model, uint64_t old_seq, uint64_t new_seq) {
+  std::lock_guard lock(mu_);
+  const std::string old_prefix = storage_keys::NumberedKey(model, old_seq);
+  const std::string new_prefix = storage_keys::NumberedKey(model, new_seq);
+  for (Entry& e : lru_) {
+    if (e.model != model || e.seq != old_seq) continue;
+    auto node = index_.extract(e.key);
+    e.key = new_prefix + e.key.substr(old_prefix.size());
+    e.seq = new_seq;
+    node.key() = e.key;
+    index_.insert(std::move(node));
+  }
+}
+
 void ReferenceCache::DropModelExcept(std::string_view model, uint64_t keep_seq) {
   std::lock_guard lock(mu_);
   for (auto it = lru_.begin(); it != lru_.end();) {

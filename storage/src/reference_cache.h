@@ -30,6 +30,9 @@ class ReferenceCache {
   void Erase(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk);
   // Drops every entry of `model` whose seq differs from `keep_seq` (0 drops all).
   void DropModelExcept(std::string_view model, uint64_t keep_seq);
+  // Files every entry of (model, old_seq) under new_seq: the manifest was rewritten under a new
+  // seq with the same reconstruction (a garbage-collection rebase).
+  void Rekey(std::string_view model, uint64_t old_seq, uint64_t new_seq);
 
   uint64_t size_bytes() const;
   uint64_t budget_bytes() const { return budget_bytes_; }

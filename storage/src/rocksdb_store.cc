@@ -18,9 +18,11 @@
 #include "ckpt/codec/tensor_codec.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "keys.h"
+#include "model_chains.h"
 #include "model_locks.h"
 #include "records.h"
 #include "reference_cache.h"
+#include "store_context.h"
 
 namespace ckpt {
 namespace {
@@ -89,38 +91,6 @@ Status BusyModel(std::string_view model) {
                          "serialized, retry when it completes");
 }
 
-// Everything a push or restore needs from the store, owned by the store.
-struct StoreContext {
-  rocksdb::DB* db = nullptr;
-  rocksdb::ColumnFamilyHandle* models = nullptr;
-  rocksdb::ColumnFamilyHandle* versions = nullptr;
-  rocksdb::ColumnFamilyHandle* manifests = nullptr;
-  rocksdb::ColumnFamilyHandle* chunks = nullptr;
-  rocksdb::ColumnFamilyHandle* codec_state = nullptr;
-  ReferenceCache* cache = nullptr;
-  const TensorCodec* codec = nullptr;
-  const StoreOptions* options = nullptr;
-
-  rocksdb::WriteOptions CommitWriteOptions() const {
-    rocksdb::WriteOptions wo;
-    wo.sync = options->sync_commits;
-    return wo;
-  }
-
-  template <typename Record>
-  Result<std::optional<Record>> GetRecord(const rocksdb::ReadOptions& ro,
-                                          rocksdb::ColumnFamilyHandle* cf, const std::string& key,
-                                          std::string_view what) const {
-    std::string value;
-    rocksdb::Status s = db->Get(ro, cf, key, &value);
-    if (s.IsNotFound()) return std::optional<Record>();
-    CKPT_RETURN_IF_ERROR(FromRocks(s, what));
-    auto decoded = Record::Decode(value);
-    if (!decoded.ok()) return decoded.status().WithContext(what);
-    return std::optional<Record>(std::move(decoded).value());
-  }
-};
-
 // ---------------------------------------------------------------------------------------------
 // Push
 
@@ -136,7 +106,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         policy_(policy),
         model_record_(std::move(model_record)),
         state_(state),
-        seq_(state ? state->reference_seq + 1 : 1),
+        seq_(state ? state->next_seq : 1),
         parser_(this, body_size),
         reader_(ctx.db, ctx.manifests, ctx.chunks, nullptr, model_, ctx.cache) {}
 
@@ -192,7 +162,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     manifest_bytes = manifest_.Encode();
     vr.stored_bytes = manifest_.stored_bytes;
 
-    CodecStateRecord state{seq_, manifest_.floor_seq};
+    CodecStateRecord state{seq_, manifest_.floor_seq, seq_ + 1};
     ModelRecord model = model_record_.value_or(ModelRecord{});
     if (!model_record_) model.created_at_ms = vr.created_at_ms;
     model.has_versions = true;
@@ -733,59 +703,25 @@ class RocksCheckpointStore final : public CheckpointStore {
     ModelLocks::Guard guard = locks_.TryLock(model);
     if (!guard) return BusyModel(model);
     const std::string name(model);
-    rocksdb::ReadOptions ro;
-    CKPT_ASSIGN_OR_RETURN(ModelRecord record, RequireModel(ro, model));
-    CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(ro, model, version));
-    const VersionRecord& victim = found.second;
-
-    // Manifests still needed: every seq in [floor, seq] of each remaining version, and the
-    // chain of the codec state's reference (the next push deltas against it).
-    std::vector<std::pair<uint64_t, uint64_t>> needed;
-    std::optional<uint64_t> new_latest;
-    {
-      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, ctx_.versions));
-      const std::string prefix = keys::ModelPrefix(name);
-      for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-        const uint64_t v = keys::NumberAfterPrefix(it->key().ToStringView(), name.size());
-        if (v == version) continue;
-        auto vr = VersionRecord::Decode(it->value().ToStringView());
-        if (!vr.ok()) return vr.status().WithContext("model '" + name + "'");
-        needed.emplace_back(vr->floor_seq, vr->seq);
-        new_latest = v;
-      }
-      CKPT_RETURN_IF_ERROR(FromRocks(it->status(), "listing versions"));
+    CKPT_ASSIGN_OR_RETURN(ModelChains chains,
+                          ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
+    auto victim = chains.versions.find(version);
+    if (victim == chains.versions.end()) {
+      return Status::NotFound("model '" + name + "' has no version " + std::to_string(version));
     }
-    CKPT_ASSIGN_OR_RETURN(
-        auto state, ctx_.GetRecord<CodecStateRecord>(ro, ctx_.codec_state, name, "codec state"));
-    if (state) needed.emplace_back(state->reference_floor_seq, state->reference_seq);
-    auto is_needed = [&](uint64_t seq) {
-      return std::any_of(needed.begin(), needed.end(),
-                         [&](const auto& r) { return seq >= r.first && seq <= r.second; });
-    };
-
+    // Manifests still needed: those of the remaining versions and of the codec state's
+    // reference (the next push deltas against it), with every link of their chains.
+    CKPT_ASSIGN_OR_RETURN(auto needed, chains.NeededSeqs(chains.LiveSeqs(version)));
     rocksdb::WriteBatch batch;
     batch.Delete(ctx_.versions, keys::VersionKey(name, version));
-    uint64_t freed = 0;
-    {
-      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, ctx_.manifests));
-      const std::string prefix = keys::ModelPrefix(name);
-      for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-        const uint64_t seq = keys::NumberAfterPrefix(it->key().ToStringView(), name.size());
-        if (is_needed(seq)) continue;
-        auto m = ManifestRecord::Decode(it->value().ToStringView());
-        if (!m.ok()) return m.status().WithContext("model '" + name + "'");
-        freed += m->stored_bytes;
-        batch.Delete(ctx_.manifests, it->key());
-        batch.DeleteRange(ctx_.chunks, keys::ChunkSeqBegin(name, seq),
-                          keys::ChunkSeqBegin(name, seq + 1));
-      }
-      CKPT_RETURN_IF_ERROR(FromRocks(it->status(), "listing manifests"));
-    }
+    const ModelChains::Removal removal = chains.RemoveUnneeded(ctx_, needed, &batch);
+    ModelRecord& record = chains.record;
     record.version_count -= 1;
-    record.raw_bytes -= victim.raw_bytes;
-    record.stored_bytes -= std::min(record.stored_bytes, freed);
-    record.has_versions = new_latest.has_value();
-    record.latest_version = new_latest.value_or(0);
+    record.raw_bytes -= victim->second.raw_bytes;
+    record.stored_bytes -= std::min(record.stored_bytes, removal.bytes);
+    chains.versions.erase(victim);
+    record.has_versions = !chains.versions.empty();
+    record.latest_version = record.has_versions ? chains.versions.rbegin()->first : 0;
     batch.Put(ctx_.models, name, record.Encode());
     return FromRocks(db_->Write(ctx_.CommitWriteOptions(), &batch), "deleting version");
   }
@@ -882,8 +818,8 @@ class RocksCheckpointStore final : public CheckpointStore {
     return out;
   }
 
-  // Recovery: chunks written by a push that never committed (crash, kill -9) lie beyond their
-  // model's committed reference seq. Remove them.
+  // Recovery: chunks written by a push or a garbage-collection rebase that never committed
+  // (crash, kill -9) lie at or beyond their model's committed next_seq. Remove them.
   Status RemoveInterruptedPushes() {
     rocksdb::ReadOptions ro;
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, ctx_.chunks));
@@ -897,10 +833,10 @@ class RocksCheckpointStore final : public CheckpointStore {
       const std::string model(key.substr(0, sep));
       CKPT_ASSIGN_OR_RETURN(
           auto state, ctx_.GetRecord<CodecStateRecord>(ro, ctx_.codec_state, model, "codec state"));
-      const uint64_t committed = state ? state->reference_seq : 0;
-      it->Seek(keys::ChunkSeqBegin(model, committed + 1));
+      const uint64_t next_seq = state ? state->next_seq : 1;
+      it->Seek(keys::ChunkSeqBegin(model, next_seq));
       if (it->Valid() && it->key().starts_with(keys::ModelPrefix(model))) {
-        batch.DeleteRange(ctx_.chunks, keys::ChunkSeqBegin(model, committed + 1),
+        batch.DeleteRange(ctx_.chunks, keys::ChunkSeqBegin(model, next_seq),
                           keys::ModelPrefixEnd(model));
         ++interrupted_pushes_removed_;
       }

@@ -219,13 +219,27 @@ TEST(Records, ChunkRecordRoundTripsAndDetectsPayloadCorruption) {
 }
 
 TEST(Records, CodecStateRecordRoundTrips) {
-  CodecStateRecord s{123, 100};
+  CodecStateRecord s{123, 100, 130};
   const std::string bytes = s.Encode();
   auto d = CodecStateRecord::Decode(bytes);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->reference_seq, 123u);
   EXPECT_EQ(d->reference_floor_seq, 100u);
+  EXPECT_EQ(d->next_seq, 130u);
   ExpectTruncationsAreDataLoss<CodecStateRecord>(bytes);
+}
+
+// Format 1 (before garbage collection could allocate seqs) had no next_seq: the next manifest
+// follows the reference.
+TEST(Records, FormatOneCodecStateRecordStillDecodes) {
+  ByteWriter w;
+  w.PutU8(1);
+  w.PutU64(9);  // reference_seq
+  w.PutU64(4);  // reference_floor_seq
+  auto d = CodecStateRecord::Decode(w.data());
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->reference_seq, 9u);
+  EXPECT_EQ(d->next_seq, 10u);
 }
 
 ReferenceCache::Chunk Bytes(size_t n, uint8_t fill) {

@@ -1,0 +1,54 @@
+// StoreContext: the RocksDB handles and shared objects every part of the store works with
+// (pushes, restores, deletion, garbage collection). Internal to the storage library.
+//
+// Owned by the store; the pointers stay valid for the store's lifetime. Thread-safe to share:
+// every member is either immutable after open or itself thread-safe.
+#pragma once
+
+#include <rocksdb/db.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "chain_reader.h"
+#include "ckpt/codec/status.h"
+#include "ckpt/codec/tensor_codec.h"
+#include "ckpt/storage/checkpoint_store.h"
+#include "reference_cache.h"
+
+namespace ckpt {
+
+// Everything a push or restore needs from the store, owned by the store.
+struct StoreContext {
+  rocksdb::DB* db = nullptr;
+  rocksdb::ColumnFamilyHandle* models = nullptr;
+  rocksdb::ColumnFamilyHandle* versions = nullptr;
+  rocksdb::ColumnFamilyHandle* manifests = nullptr;
+  rocksdb::ColumnFamilyHandle* chunks = nullptr;
+  rocksdb::ColumnFamilyHandle* codec_state = nullptr;
+  ReferenceCache* cache = nullptr;
+  const TensorCodec* codec = nullptr;
+  const StoreOptions* options = nullptr;
+
+  rocksdb::WriteOptions CommitWriteOptions() const {
+    rocksdb::WriteOptions wo;
+    wo.sync = options->sync_commits;
+    return wo;
+  }
+
+  template <typename Record>
+  Result<std::optional<Record>> GetRecord(const rocksdb::ReadOptions& ro,
+                                          rocksdb::ColumnFamilyHandle* cf, const std::string& key,
+                                          std::string_view what) const {
+    std::string value;
+    rocksdb::Status s = db->Get(ro, cf, key, &value);
+    if (s.IsNotFound()) return std::optional<Record>();
+    CKPT_RETURN_IF_ERROR(FromRocks(s, what));
+    auto decoded = Record::Decode(value);
+    if (!decoded.ok()) return decoded.status().WithContext(what);
+    return std::optional<Record>(std::move(decoded).value());
+  }
+};
+
+}  // namespace ckpt
