@@ -105,6 +105,15 @@ std::string VersionRecord::Encode() const {
   return w.Release();
 }
 
+uint8_t VersionRecord::KindOf(const ManifestRecord& manifest) {
+  bool any_key = false, any_delta = false;
+  for (const ManifestTensor& t : manifest.tensors) {
+    if (t.chunk_count == 0) continue;
+    (t.kind == FrameKind::kDelta ? any_delta : any_key) = true;
+  }
+  return any_delta ? (any_key ? kKindMixed : kKindDelta) : kKindKeyframe;
+}
+
 Result<VersionRecord> VersionRecord::Decode(std::string_view bytes) {
   ByteReader r(bytes, "version record");
   VersionRecord v;

@@ -30,11 +30,16 @@ struct ModelRecord {
   static Result<ModelRecord> Decode(std::string_view bytes);
 };
 
+struct ManifestRecord;
+
 // versions family, key "<model>\0" + u64 version. What a client sees of a version.
 // Format 2 appended restored_sha256_hex and lossy; format 1 records decode with the restored
 // body equal to the pushed one.
 struct VersionRecord {
   static constexpr uint8_t kFormatVersion = 2;
+  static constexpr uint8_t kKindKeyframe = 1;
+  static constexpr uint8_t kKindDelta = 2;
+  static constexpr uint8_t kKindMixed = 3;
   uint64_t seq = 0;        // manifest holding the version's data
   uint64_t floor_seq = 0;  // oldest manifest its delta chains reach
   int64_t created_at_ms = 0;
@@ -49,6 +54,10 @@ struct VersionRecord {
 
   std::string Encode() const;
   static Result<VersionRecord> Decode(std::string_view bytes);
+
+  // The kind of a version stored as `manifest`: keyframe, delta, or mixed when its tensors
+  // differ (tensors without chunks do not count).
+  static uint8_t KindOf(const ManifestRecord& manifest);
 };
 
 // One tensor of a manifest: where its chunks are and how to decode them.

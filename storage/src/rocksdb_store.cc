@@ -17,6 +17,7 @@
 #include "ckpt/codec/safetensors.h"
 #include "ckpt/codec/tensor_codec.h"
 #include "ckpt/storage/checkpoint_store.h"
+#include "garbage_collector.h"
 #include "keys.h"
 #include "model_chains.h"
 #include "model_locks.h"
@@ -38,10 +39,6 @@ constexpr char kCodecStateFamily[] = "codec_state";
 // Chunk payloads at least this large live in blob files rather than in the LSM tree.
 constexpr uint64_t kMinBlobBytes = 4096;
 
-constexpr uint8_t kKindKeyframe = 1;
-constexpr uint8_t kKindDelta = 2;
-constexpr uint8_t kKindMixed = 3;
-
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -50,9 +47,9 @@ int64_t NowMs() {
 
 std::string KindName(uint8_t kind) {
   switch (kind) {
-    case kKindKeyframe:
+    case VersionRecord::kKindKeyframe:
       return "keyframe";
-    case kKindDelta:
+    case VersionRecord::kKindDelta:
       return "delta";
     default:
       return "mixed";
@@ -141,7 +138,6 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     vr.sha256_hex = sha_.FinishHex();
     vr.restored_sha256_hex = restored_sha_.FinishHex();
     vr.raw_header = std::move(raw_header_);
-    bool any_key = false, any_delta = false;
     for (auto& t : manifest_.tensors) {
       vr.lossy |= t.codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized);
       if (t.kind == FrameKind::kKeyframe) {
@@ -150,10 +146,8 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
       } else {
         t.chain_bytes += t.stored_bytes;  // OnHeader set it to the reference's
       }
-      if (t.chunk_count == 0) continue;
-      (t.kind == FrameKind::kDelta ? any_delta : any_key) = true;
     }
-    vr.kind = any_delta ? (any_key ? kKindMixed : kKindDelta) : kKindKeyframe;
+    vr.kind = VersionRecord::KindOf(manifest_);
 
     manifest_.version = version_;
     manifest_.stored_bytes = stored_bytes_;
@@ -579,7 +573,8 @@ class RocksCheckpointStore final : public CheckpointStore {
     ctx_.cache = &cache_;
     ctx_.codec = codec_.get();
     ctx_.options = &options_;
-    return RemoveInterruptedPushes();
+    CKPT_RETURN_IF_ERROR(RemoveInterruptedPushes());
+    return RemoveOrphanedManifests();
   }
 
   Result<std::unique_ptr<PushSession>> BeginPush(std::string_view model, uint64_t version,
@@ -766,6 +761,25 @@ class RocksCheckpointStore final : public CheckpointStore {
                      "setting policy");
   }
 
+  Result<GcReport> CollectGarbage(std::string_view model, const GcOptions& options) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    const std::string name(model);
+    GcReport report;
+    {
+      ModelLocks::Guard guard = locks_.TryLock(model);
+      if (!guard) return BusyModel(model);
+      CKPT_ASSIGN_OR_RETURN(ModelChains chains,
+                            ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
+      CKPT_ASSIGN_OR_RETURN(report, CollectModelGarbage(ctx_, chains, options));
+    }
+    // Outside the lock: pushes may proceed while the freed range is compacted.
+    if (options.compact && report.bytes_freed > 0) {
+      CKPT_RETURN_IF_ERROR(CompactModelChunks(name));
+      report.compacted = true;
+    }
+    return report;
+  }
+
   Status Flush() override {
     rocksdb::FlushOptions fo;
     fo.wait = true;
@@ -818,6 +832,41 @@ class RocksCheckpointStore final : public CheckpointStore {
     return out;
   }
 
+  // Rewrites the model's chunk key range, dropping deleted entries and moving the blobs still
+  // referenced out of blob files that hold garbage, so blob files of deleted data are removed.
+  Status CompactModelChunks(const std::string& model) {
+    rocksdb::CompactRangeOptions cro;
+    cro.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kForce;
+    cro.blob_garbage_collection_age_cutoff = 1.0;
+    cro.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+    const std::string begin = keys::ModelPrefix(model), end = keys::ModelPrefixEnd(model);
+    const rocksdb::Slice begin_slice(begin), end_slice(end);
+    return FromRocks(db_->CompactRange(cro, ctx_.chunks, &begin_slice, &end_slice),
+                     "compacting chunks of model '" + model + "'");
+  }
+
+  // Recovery, second part: manifests no version needs any more, left by a crash between a
+  // garbage-collection rebase and its cleanup. Removes them; a model whose records cannot be
+  // read is left alone for the scrub to report.
+  Status RemoveOrphanedManifests() {
+    std::vector<std::string> models;
+    {
+      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), ctx_.models));
+      for (it->SeekToFirst(); it->Valid(); it->Next()) models.push_back(it->key().ToString());
+      CKPT_RETURN_IF_ERROR(FromRocks(it->status(), "listing models for recovery"));
+    }
+    GcOptions sweep;
+    sweep.rebase_min_dead_fraction = -1;
+    sweep.compact = false;
+    for (const std::string& model : models) {
+      auto chains = ModelChains::Load(ctx_, rocksdb::ReadOptions(), model);
+      if (!chains.ok()) continue;
+      auto swept = CollectModelGarbage(ctx_, *chains, sweep);
+      if (swept.ok()) orphaned_manifests_removed_ += swept->manifests_removed;
+    }
+    return Status::Ok();
+  }
+
   // Recovery: chunks written by a push or a garbage-collection rebase that never committed
   // (crash, kill -9) lie at or beyond their model's committed next_seq. Remove them.
   Status RemoveInterruptedPushes() {
@@ -857,6 +906,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   StoreContext ctx_;
   ModelLocks locks_;
   uint64_t interrupted_pushes_removed_ = 0;
+  uint64_t orphaned_manifests_removed_ = 0;
 };
 
 }  // namespace

@@ -109,6 +109,30 @@ struct ModelInfo {
   int64_t created_at_ms = 0;
 };
 
+// How a garbage collection treats one model (CheckpointStore::CollectGarbage).
+struct GcOptions {
+  // Kept versions whose delta chains run through deleted versions are re-encoded (rebased) so
+  // the deleted data can go, once that data exceeds this fraction of the bytes the kept
+  // versions hold themselves. 0 rebases whenever anything could be freed; a negative value
+  // never rebases (only data no chain needs is removed).
+  double rebase_min_dead_fraction = 0;
+  // Compact the model's chunk range afterwards with forced blob garbage collection, so the freed
+  // bytes leave the disk now rather than with RocksDB's background compactions.
+  bool compact = true;
+};
+
+// What a garbage collection did for one model.
+struct GcReport {
+  std::string model;
+  uint64_t manifests_removed = 0;  // stored pushes whose data was removed
+  uint64_t bytes_freed = 0;        // stored bytes they held
+  uint64_t versions_rebased = 0;   // kept versions re-encoded so that deleted data could go
+  uint64_t bytes_rewritten = 0;    // stored bytes the rebases wrote
+  uint64_t bytes_retained = 0;     // deleted versions' bytes kept because kept versions'
+                                   // (lossy) chains still need them
+  bool compacted = false;
+};
+
 // Receives one checkpoint body, chunk by chunk, as it arrives from the network.
 //
 // The model is locked for pushes while the session lives. Destroying a session that was not
@@ -173,6 +197,11 @@ class CheckpointStore {
   virtual Result<CodecPolicy> GetPolicy(std::string_view model) = 0;
   // Sets the policy, creating the model (without versions) if needed. Applies from the next push.
   virtual Status SetPolicy(std::string_view model, const CodecPolicy& policy) = 0;
+
+  // Removes the data of deleted versions of `model` that no kept version needs, rebasing kept
+  // versions per `options` (see GcOptions). Never changes what any version restores to. Aborted
+  // if the model is busy (a push is in progress).
+  virtual Result<GcReport> CollectGarbage(std::string_view model, const GcOptions& options) = 0;
 
   // Flushes memtables and the WAL so the data directory holds only table and blob files.
   // Called by the daemon on clean shutdown; the destructor closes the database.

@@ -1,0 +1,290 @@
+#include "garbage_collector.h"
+
+#include <optional>
+#include <vector>
+
+#include "ckpt/codec/hashing.h"
+#include "keys.h"
+
+namespace ckpt {
+
+namespace keys = storage_keys;
+
+namespace {
+
+struct Link {
+  uint64_t seq;
+  uint32_t tensor;
+};
+
+// How one tensor of a kept manifest is rewritten.
+struct TensorPlan {
+  bool rebase = false;
+  std::optional<Link> base;  // the nearest kept link of its old chain; none: keyframe
+};
+
+bool IsLossy(const ManifestTensor& t) {
+  return t.codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized);
+}
+
+// The links of tensor `tensor`'s chain in manifest `seq`, nearest first (the manifest itself not
+// included). The chains were validated by NeededSeqs.
+std::vector<Link> ChainLinks(const ModelChains& chains, uint64_t seq, uint32_t tensor) {
+  std::vector<Link> links;
+  const ManifestTensor* e = &chains.manifests.at(seq).tensors[tensor];
+  while (e->kind == FrameKind::kDelta && links.size() <= ChainReader::kMaxChainLinks) {
+    links.push_back({e->base_seq, e->base_tensor});
+    e = &chains.manifests.at(e->base_seq).tensors[e->base_tensor];
+  }
+  return links;
+}
+
+// Sum of the model's stored bytes: every manifest still stored.
+uint64_t ModelStoredBytes(const ModelChains& chains) {
+  uint64_t bytes = 0;
+  for (const auto& [seq, m] : chains.manifests) bytes += m.stored_bytes;
+  return bytes;
+}
+
+class Collector {
+ public:
+  Collector(const StoreContext& ctx, ModelChains& chains, const GcOptions& options)
+      : ctx_(ctx), chains_(chains), options_(options) {
+    report_.model = chains.model;
+  }
+
+  Result<GcReport> Run() {
+    std::set<uint64_t> live = chains_.LiveSeqs();
+    CKPT_ASSIGN_OR_RETURN(std::set<uint64_t> needed, chains_.NeededSeqs(live));
+    std::set<uint64_t> dead;
+    for (uint64_t seq : needed) {
+      if (!live.count(seq)) dead.insert(seq);
+    }
+    const double dead_bytes = static_cast<double>(chains_.StoredBytes(dead));
+    const double live_bytes = static_cast<double>(chains_.StoredBytes(live));
+    if (!dead.empty() && options_.rebase_min_dead_fraction >= 0 &&
+        dead_bytes > options_.rebase_min_dead_fraction * live_bytes) {
+      CKPT_RETURN_IF_ERROR(RebaseKeptVersions(live, dead));
+      live = chains_.LiveSeqs();
+      CKPT_ASSIGN_OR_RETURN(needed, chains_.NeededSeqs(live));
+    }
+    CKPT_RETURN_IF_ERROR(RemoveUnneeded(needed));
+    for (uint64_t seq : needed) {
+      if (!live.count(seq)) report_.bytes_retained += chains_.manifests.at(seq).stored_bytes;
+    }
+    return report_;
+  }
+
+ private:
+  // Rebases, oldest first, each kept manifest with a tensor whose chain runs through dead data
+  // that can go. Oldest first: a rebased manifest is a clean base for the ones after it.
+  Status RebaseKeptVersions(std::set<uint64_t> live, const std::set<uint64_t>& dead) {
+    // Dead manifests that lossy chains keep anyway: rebasing past only those frees nothing.
+    std::set<uint64_t> retained;
+    for (uint64_t seq : live) {
+      const ManifestRecord& m = chains_.manifests.at(seq);
+      for (uint32_t t = 0; t < m.tensors.size(); ++t) {
+        if (!IsLossy(m.tensors[t])) continue;
+        for (const Link& link : ChainLinks(chains_, seq, t)) {
+          if (dead.count(link.seq)) retained.insert(link.seq);
+        }
+      }
+    }
+    const std::vector<uint64_t> order(live.begin(), live.end());
+    for (uint64_t seq : order) {
+      const ManifestRecord& m = chains_.manifests.at(seq);
+      std::vector<TensorPlan> plan(m.tensors.size());
+      bool frees_something = false;
+      for (uint32_t t = 0; t < m.tensors.size(); ++t) {
+        const std::vector<Link> links = ChainLinks(chains_, seq, t);
+        bool crosses_dead = false;
+        for (const Link& link : links) {
+          if (live.count(link.seq)) {
+            if (!plan[t].base) plan[t].base = link;
+            break;  // a kept link's own chain is clean: it was handled before this one
+          }
+          crosses_dead = true;
+          if (!retained.count(link.seq)) frees_something = true;
+        }
+        plan[t].rebase = crosses_dead && !IsLossy(m.tensors[t]);
+        if (!plan[t].rebase) plan[t].base.reset();
+      }
+      if (!frees_something) continue;
+      CKPT_ASSIGN_OR_RETURN(const uint64_t new_seq, Rebase(seq, plan));
+      live.erase(seq);
+      live.insert(new_seq);
+    }
+    return Status::Ok();
+  }
+
+  // Writes manifest `seq` anew under a fresh seq, re-encoding the planned tensors, and switches
+  // every reference over in one synced batch. Returns the new seq.
+  Result<uint64_t> Rebase(uint64_t seq, const std::vector<TensorPlan>& plan) {
+    if (!chains_.codec_state) {
+      return Status::Internal("model '" + chains_.model + "' has versions but no codec state");
+    }
+    CodecStateRecord state = *chains_.codec_state;
+    const uint64_t new_seq = state.next_seq;
+    const ManifestRecord& old = chains_.manifests.at(seq);
+    ManifestRecord rebased = old;
+    ChainReader reader(ctx_.db, ctx_.manifests, ctx_.chunks, nullptr, chains_.model, ctx_.cache);
+    uint64_t tensor_bytes_before = 0, tensor_bytes_after = 0;
+    std::vector<uint8_t> target, reference;
+    for (uint32_t t = 0; t < old.tensors.size(); ++t) {
+      ManifestTensor& e = rebased.tensors[t];
+      tensor_bytes_before += e.stored_bytes;
+      if (!plan[t].rebase) {
+        CKPT_RETURN_IF_ERROR(CopyChunks(seq, new_seq, t, e.chunk_count));
+        if (e.keyframe_seq == seq) e.keyframe_seq = new_seq;
+        tensor_bytes_after += e.stored_bytes;
+        continue;
+      }
+      const std::optional<Link> base = plan[t].base;
+      uint64_t stored = 0;
+      for (uint32_t c = 0; c < e.chunk_count; ++c) {
+        CKPT_RETURN_IF_ERROR(reader.DecodeChunk(seq, t, c, &target));
+        std::optional<std::span<const uint8_t>> ref;
+        if (base) {
+          CKPT_RETURN_IF_ERROR(reader.DecodeChunk(base->seq, base->tensor, c, &reference));
+          ref = std::span<const uint8_t>(reference);
+        }
+        CKPT_ASSIGN_OR_RETURN(EncodedChunk encoded, ctx_.codec->Encode(e.dtype, target, ref));
+        ChunkRecord record;
+        record.codec_id = static_cast<uint16_t>(encoded.codec_id);
+        record.kind = base ? FrameKind::kDelta : FrameKind::kKeyframe;
+        record.raw_length = target.size();
+        record.raw_checksum = Xxh3Checksum(target);
+        record.payload = encoded.payload;
+        record.payload_checksum = Xxh3Checksum(std::span<const uint8_t>(
+            reinterpret_cast<const uint8_t*>(encoded.payload.data()), encoded.payload.size()));
+        const std::string value = record.Encode();
+        CKPT_RETURN_IF_ERROR(
+            FromRocks(ctx_.db->Put(rocksdb::WriteOptions(), ctx_.chunks,
+                                   keys::ChunkKey(chains_.model, new_seq, t, c), value),
+                      "writing rebased chunk"));
+        stored += value.size();
+      }
+      e.codec_id = static_cast<uint16_t>(CodecId::kLosslessBytePlanes);
+      e.quantizer = 0;
+      e.bound = 0;
+      e.entropy_bits = 0;
+      e.exact_elements = 0;
+      e.stored_bytes = stored;
+      if (base) {
+        const ManifestTensor& b = chains_.manifests.at(base->seq).tensors[base->tensor];
+        e.kind = FrameKind::kDelta;
+        e.base_seq = base->seq;
+        e.base_tensor = base->tensor;
+        e.keyframe_seq = b.keyframe_seq;
+        e.chain_length = b.chain_length + 1;
+        e.keyframe_bytes = b.keyframe_bytes;
+        e.chain_bytes = b.chain_bytes + stored;
+      } else {
+        e.kind = FrameKind::kKeyframe;
+        e.base_seq = 0;
+        e.base_tensor = 0;
+        e.keyframe_seq = new_seq;
+        e.chain_length = 0;
+        e.keyframe_bytes = stored;
+        e.chain_bytes = 0;
+      }
+      tensor_bytes_after += stored;
+      report_.bytes_rewritten += stored;
+    }
+    rebased.stored_bytes = old.stored_bytes - tensor_bytes_before + tensor_bytes_after;
+    rebased.floor_seq = new_seq;
+    for (const ManifestTensor& e : rebased.tensors) {
+      rebased.floor_seq = std::min(rebased.floor_seq, e.keyframe_seq);
+    }
+
+    // The switch: the new manifest, every reference to the old one, the version, the state.
+    rocksdb::WriteBatch batch;
+    chains_.manifests.emplace(new_seq, std::move(rebased));
+    for (auto& [other_seq, m] : chains_.manifests) {
+      bool changed = false;
+      for (ManifestTensor& e : m.tensors) {
+        if (e.kind == FrameKind::kDelta && e.base_seq == seq) {
+          e.base_seq = new_seq;
+          changed = true;
+        }
+        if (e.keyframe_seq == seq) {
+          e.keyframe_seq = new_seq;
+          changed = true;
+        }
+      }
+      if (changed || other_seq == new_seq) {
+        batch.Put(ctx_.manifests, keys::ManifestKey(chains_.model, other_seq), m.Encode());
+      }
+    }
+    const ManifestRecord& written = chains_.manifests.at(new_seq);
+    for (auto& [version, record] : chains_.versions) {
+      if (record.seq != seq) continue;
+      record.seq = new_seq;
+      record.floor_seq = written.floor_seq;
+      record.stored_bytes = written.stored_bytes;
+      record.kind = VersionRecord::KindOf(written);
+      batch.Put(ctx_.versions, keys::VersionKey(chains_.model, version), record.Encode());
+    }
+    const bool was_reference = state.reference_seq == seq;
+    if (was_reference) {
+      state.reference_seq = new_seq;
+      state.reference_floor_seq = written.floor_seq;
+    }
+    state.next_seq = new_seq + 1;
+    chains_.codec_state = state;
+    batch.Put(ctx_.codec_state, chains_.model, state.Encode());
+    chains_.record.stored_bytes = ModelStoredBytes(chains_);
+    batch.Put(ctx_.models, chains_.model, chains_.record.Encode());
+    CKPT_RETURN_IF_ERROR(
+        FromRocks(ctx_.db->Write(ctx_.CommitWriteOptions(), &batch), "committing rebase"));
+    if (was_reference) ctx_.cache->Rekey(chains_.model, seq, new_seq);
+    ++report_.versions_rebased;
+    return new_seq;
+  }
+
+  // Copies tensor `tensor`'s chunk records from manifest `from` to manifest `to` unchanged.
+  Status CopyChunks(uint64_t from, uint64_t to, uint32_t tensor, uint32_t chunk_count) {
+    for (uint32_t c = 0; c < chunk_count; ++c) {
+      rocksdb::PinnableSlice value;
+      CKPT_RETURN_IF_ERROR(
+          FromRocks(ctx_.db->Get(rocksdb::ReadOptions(), ctx_.chunks,
+                                 keys::ChunkKey(chains_.model, from, tensor, c), &value),
+                    "model '" + chains_.model + "': reading chunk to copy"));
+      CKPT_RETURN_IF_ERROR(
+          FromRocks(ctx_.db->Put(rocksdb::WriteOptions(), ctx_.chunks,
+                                 keys::ChunkKey(chains_.model, to, tensor, c), value),
+                    "copying chunk"));
+    }
+    return Status::Ok();
+  }
+
+  Status RemoveUnneeded(const std::set<uint64_t>& needed) {
+    rocksdb::WriteBatch batch;
+    const ModelChains::Removal removal = chains_.RemoveUnneeded(ctx_, needed, &batch);
+    if (removal.manifests == 0) return Status::Ok();
+    for (auto it = chains_.manifests.begin(); it != chains_.manifests.end();) {
+      it = needed.count(it->first) ? std::next(it) : chains_.manifests.erase(it);
+    }
+    chains_.record.stored_bytes = ModelStoredBytes(chains_);
+    batch.Put(ctx_.models, chains_.model, chains_.record.Encode());
+    CKPT_RETURN_IF_ERROR(FromRocks(ctx_.db->Write(ctx_.CommitWriteOptions(), &batch),
+                                   "removing unneeded manifests"));
+    report_.manifests_removed += removal.manifests;
+    report_.bytes_freed += removal.bytes;
+    return Status::Ok();
+  }
+
+  const StoreContext& ctx_;
+  ModelChains& chains_;
+  const GcOptions& options_;
+  GcReport report_;
+};
+
+}  // namespace
+
+Result<GcReport> CollectModelGarbage(const StoreContext& ctx, ModelChains& chains,
+                                     const GcOptions& options) {
+  return Collector(ctx, chains, options).Run();
+}
+
+}  // namespace ckpt

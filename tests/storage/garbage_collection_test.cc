@@ -1,0 +1,185 @@
+// Garbage collection: deleting versions frees their space (rebasing kept versions whose chains
+// ran through them) and never changes a byte any kept version restores to.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "store_fixture.h"
+#include "test_support.h"
+
+namespace ckpt {
+namespace {
+
+using testing::CheckpointStoreTest;
+using testing::DriftingModel;
+using testing::Sha256Hex;
+
+class GarbageCollectionTest : public CheckpointStoreTest {
+ protected:
+  // Pushes versions 1..count of `drift` as model "m"; returns version -> SHA-256 of the body a
+  // restore sends (the pushed body's, or the lossy reconstruction's).
+  std::map<uint64_t, std::string> PushAll(DriftingModel& drift, uint64_t count) {
+    std::map<uint64_t, std::string> sha;
+    for (uint64_t v = 1; v <= count; ++v) {
+      auto info = Push("m", v, drift.Next());
+      EXPECT_TRUE(info.ok()) << info.status().ToString();
+      if (info.ok()) sha[v] = info->sha256;
+    }
+    return sha;
+  }
+
+  void ExpectRestores(const std::map<uint64_t, std::string>& sha) {
+    for (const auto& [v, digest] : sha) {
+      auto body = Restore("m", v);
+      ASSERT_TRUE(body.ok()) << "version " << v << ": " << body.status().ToString();
+      EXPECT_EQ(Sha256Hex(*body), digest) << "version " << v;
+    }
+  }
+
+  uint64_t StoredBytes() { return store_->GetModel("m")->stored_bytes; }
+};
+
+TEST_F(GarbageCollectionTest, DeletingNinetyPercentFreesAtLeastEightyPercentOfTheirBytes) {
+  DriftingModel drift(31, 6000);
+  auto sha = PushAll(drift, 40);
+  const uint64_t before = StoredBytes();
+  uint64_t deleted_bytes = 0;
+  for (uint64_t v = 1; v <= 40; ++v) {
+    if (v % 10 == 0) continue;
+    deleted_bytes += store_->GetVersion("m", v)->stored_bytes;
+    ASSERT_TRUE(store_->DeleteVersion("m", v).ok());
+    sha.erase(v);
+  }
+  // Kept versions' chains still run through most deleted versions: little is freed yet.
+  EXPECT_GT(StoredBytes(), before - deleted_bytes / 2);
+
+  auto report = store_->CollectGarbage("m", GcOptions{});
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_GT(report->versions_rebased, 0u);
+  EXPECT_GT(report->bytes_freed, 0u);
+  EXPECT_EQ(report->bytes_retained, 0u);
+  EXPECT_TRUE(report->compacted);
+  const uint64_t freed = before - StoredBytes();
+  EXPECT_GE(freed, deleted_bytes * 8 / 10) << "freed " << freed << " of " << deleted_bytes;
+  ExpectRestores(sha);
+  Reopen();
+  ExpectRestores(sha);
+
+  // Nothing left to do; and the chain continues: the next push is a delta.
+  auto again = store_->CollectGarbage("m", GcOptions{});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->versions_rebased, 0u);
+  EXPECT_EQ(again->bytes_freed, 0u);
+  auto next = Push("m", 41, drift.Next());
+  ASSERT_TRUE(next.ok());
+  sha[41] = next->sha256;
+  ExpectRestores(sha);
+}
+
+TEST_F(GarbageCollectionTest, RebasingTheLatestVersionKeepsTheNextPushADelta) {
+  DriftingModel drift(32, 3000);
+  auto sha = PushAll(drift, 6);
+  for (uint64_t v = 1; v <= 5; ++v) {
+    ASSERT_TRUE(store_->DeleteVersion("m", v).ok());
+    sha.erase(v);
+  }
+  auto report = store_->CollectGarbage("m", GcOptions{});
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->versions_rebased, 1u);
+  EXPECT_EQ(store_->GetVersion("m", 6)->kind, "keyframe");
+  // The reference cache followed the rebased manifest: no keyframe for lack of a reference.
+  auto next = Push("m", 7, drift.Next());
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->kind, "delta");
+  sha[7] = next->sha256;
+  ExpectRestores(sha);
+}
+
+TEST_F(GarbageCollectionTest, LossyChainsKeepWhatTheyNeedAndReportIt) {
+  auto policy = CodecPolicy::FromJson(
+      R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[]})", CodecPolicy{});
+  ASSERT_TRUE(policy.ok());
+  ASSERT_TRUE(store_->SetPolicy("m", *policy).ok());
+  DriftingModel drift(33, 3000);
+  auto sha = PushAll(drift, 12);
+  for (uint64_t v = 1; v <= 12; ++v) {
+    if (v % 4 == 0) continue;
+    ASSERT_TRUE(store_->DeleteVersion("m", v).ok());
+    sha.erase(v);
+  }
+  auto report = store_->CollectGarbage("m", GcOptions{});
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_GT(report->bytes_retained, 0u);
+  ExpectRestores(sha);
+  Reopen();
+  ExpectRestores(sha);
+}
+
+TEST_F(GarbageCollectionTest, NegativeThresholdOnlyRemovesWhatNothingNeeds) {
+  DriftingModel drift(34, 3000);
+  auto sha = PushAll(drift, 8);
+  for (uint64_t v = 2; v <= 7; ++v) {
+    ASSERT_TRUE(store_->DeleteVersion("m", v).ok());
+    sha.erase(v);
+  }
+  GcOptions no_rebase;
+  no_rebase.rebase_min_dead_fraction = -1;
+  auto report = store_->CollectGarbage("m", no_rebase);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->versions_rebased, 0u);
+  EXPECT_GT(report->bytes_retained, 0u);
+  ExpectRestores(sha);
+}
+
+TEST_F(GarbageCollectionTest, BusyModelIsAborted) {
+  DriftingModel drift(35, 1000);
+  PushAll(drift, 2);
+  auto session = store_->BeginPush("m", 3, std::nullopt);
+  ASSERT_TRUE(session.ok());
+  EXPECT_EQ(store_->CollectGarbage("m", GcOptions{}).status().code(), StatusCode::kAborted);
+  EXPECT_EQ(store_->CollectGarbage("nope", GcOptions{}).status().code(), StatusCode::kNotFound);
+}
+
+// The property: any sequence of pushes, deletes, collections and reopens, over lossless and
+// lossy models, leaves every kept version restoring to exactly the bytes it restored to before.
+TEST_F(GarbageCollectionTest, RandomPushDeleteCollectSequencesNeverChangeKeptVersions) {
+  for (const char* policy_json : {R"({"mode":"lossless","keyframe_every":6})",
+                                  R"({"mode":"lossy","max_abs_error":1e-3,"keyframe_every":5})",
+                                  R"({"mode":"lossy","max_abs_error":1e-3})"}) {
+    SCOPED_TRACE(policy_json);
+    (void)store_->DeleteModel("m");  // NotFound on the first pass
+    auto policy = CodecPolicy::FromJson(policy_json, CodecPolicy{});
+    ASSERT_TRUE(policy.ok());
+    ASSERT_TRUE(store_->SetPolicy("m", *policy).ok());
+    DriftingModel drift(36, 2000);
+    std::mt19937_64 rng(36);
+    std::map<uint64_t, std::string> sha;
+    uint64_t next_version = 1;
+    for (int step = 0; step < 60; ++step) {
+      const unsigned action = rng() % 10;
+      if (action < 5 || sha.empty()) {
+        auto info = Push("m", next_version, drift.Next());
+        ASSERT_TRUE(info.ok()) << info.status().ToString();
+        sha[next_version++] = info->sha256;
+      } else if (action < 8) {
+        auto it = sha.begin();
+        std::advance(it, rng() % sha.size());
+        ASSERT_TRUE(store_->DeleteVersion("m", it->first).ok());
+        sha.erase(it);
+      } else if (action < 9) {
+        GcOptions options;
+        options.rebase_min_dead_fraction = (rng() % 2) ? 0.0 : 0.5;
+        options.compact = rng() % 2;
+        auto report = store_->CollectGarbage("m", options);
+        ASSERT_TRUE(report.ok()) << report.status().ToString();
+      } else {
+        Reopen();
+      }
+      ExpectRestores(sha);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ckpt
