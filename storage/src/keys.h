@@ -65,6 +65,13 @@ inline std::string ChunkSeqBegin(std::string_view model, uint64_t seq) {
   return NumberedKey(model, seq);
 }
 
+// tags: "<model>\0" + tag name -> u64 version.
+inline std::string TagKey(std::string_view model, std::string_view tag) {
+  std::string k = ModelPrefix(model);
+  k.append(tag);
+  return k;
+}
+
 // Decodes the u64 that follows "<model>\0" in a versions/manifests/chunks key.
 inline uint64_t NumberAfterPrefix(std::string_view key, size_t model_size) {
   return ReadBigEndian(key, model_size + 1, 8);

@@ -66,13 +66,15 @@ std::string ModelRecord::Encode() const {
   w.PutU64(version_count);
   w.PutU64(raw_bytes);
   w.PutU64(stored_bytes);
+  w.PutLengthPrefixed(retention_json);
   return w.Release();
 }
 
 Result<ModelRecord> ModelRecord::Decode(std::string_view bytes) {
   ByteReader r(bytes, "model record");
   ModelRecord m;
-  CKPT_RETURN_IF_ERROR(CheckFormat(r, kFormatVersion, "model record"));
+  uint8_t format = 0;
+  CKPT_RETURN_IF_ERROR(CheckFormatRange(r, 1, kFormatVersion, "model record", &format));
   uint64_t created = 0;
   uint8_t has = 0;
   CKPT_RETURN_IF_ERROR(r.GetU64(&created));
@@ -84,6 +86,7 @@ Result<ModelRecord> ModelRecord::Decode(std::string_view bytes) {
   CKPT_RETURN_IF_ERROR(r.GetU64(&m.version_count));
   CKPT_RETURN_IF_ERROR(r.GetU64(&m.raw_bytes));
   CKPT_RETURN_IF_ERROR(r.GetU64(&m.stored_bytes));
+  if (format >= 2) CKPT_RETURN_IF_ERROR(r.GetLengthPrefixed(&m.retention_json));
   CKPT_RETURN_IF_ERROR(CheckFullyConsumed(r, "model record"));
   return m;
 }
@@ -102,6 +105,16 @@ std::string VersionRecord::Encode() const {
   w.PutLengthPrefixed64(raw_header);
   w.PutLengthPrefixed(restored_sha256_hex);
   w.PutU8(lossy ? 1 : 0);
+  w.PutU32(static_cast<uint32_t>(metrics.size()));
+  for (const auto& [name, value] : metrics) {
+    w.PutLengthPrefixed(name);
+    PutF64(w, value);
+  }
+  w.PutU32(static_cast<uint32_t>(labels.size()));
+  for (const auto& [name, value] : labels) {
+    w.PutLengthPrefixed(name);
+    w.PutLengthPrefixed(value);
+  }
   return w.Release();
 }
 
@@ -137,6 +150,24 @@ Result<VersionRecord> VersionRecord::Decode(std::string_view bytes) {
     v.lossy = lossy != 0;
   } else {
     v.restored_sha256_hex = v.sha256_hex;
+  }
+  if (format >= 3) {
+    uint32_t count = 0;
+    CKPT_RETURN_IF_ERROR(r.GetU32(&count));
+    for (uint32_t i = 0; i < count; ++i) {
+      std::string name;
+      double value = 0;
+      CKPT_RETURN_IF_ERROR(r.GetLengthPrefixed(&name));
+      CKPT_RETURN_IF_ERROR(GetF64(r, &value));
+      v.metrics.emplace(std::move(name), value);
+    }
+    CKPT_RETURN_IF_ERROR(r.GetU32(&count));
+    for (uint32_t i = 0; i < count; ++i) {
+      std::string name, value;
+      CKPT_RETURN_IF_ERROR(r.GetLengthPrefixed(&name));
+      CKPT_RETURN_IF_ERROR(r.GetLengthPrefixed(&value));
+      v.labels.emplace(std::move(name), std::move(value));
+    }
   }
   CKPT_RETURN_IF_ERROR(CheckFullyConsumed(r, "version record"));
   return v;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,11 +16,12 @@
 
 namespace ckpt {
 
-// models family, key "<model>".
+// models family, key "<model>". Format 2 appended retention_json (format 1: none set).
 struct ModelRecord {
-  static constexpr uint8_t kFormatVersion = 1;
+  static constexpr uint8_t kFormatVersion = 2;
   int64_t created_at_ms = 0;
-  std::string policy_json;  // CodecPolicy::ToJson(); empty = server default
+  std::string policy_json;     // CodecPolicy::ToJson(); empty = server default
+  std::string retention_json;  // RetentionPolicy::ToJson(); empty = server default
   uint64_t latest_version = 0;
   bool has_versions = false;
   uint64_t version_count = 0;
@@ -34,9 +36,9 @@ struct ManifestRecord;
 
 // versions family, key "<model>\0" + u64 version. What a client sees of a version.
 // Format 2 appended restored_sha256_hex and lossy; format 1 records decode with the restored
-// body equal to the pushed one.
+// body equal to the pushed one. Format 3 appended metrics and labels (older: none).
 struct VersionRecord {
-  static constexpr uint8_t kFormatVersion = 2;
+  static constexpr uint8_t kFormatVersion = 3;
   static constexpr uint8_t kKindKeyframe = 1;
   static constexpr uint8_t kKindDelta = 2;
   static constexpr uint8_t kKindMixed = 3;
@@ -47,10 +49,12 @@ struct VersionRecord {
   uint64_t stored_bytes = 0;
   uint8_t kind = 0;  // 1 keyframe, 2 delta, 3 mixed
   uint32_t tensor_count = 0;
-  std::string sha256_hex;           // of the pushed body
-  std::string raw_header;           // 8-byte length prefix + JSON header, verbatim as pushed
-  std::string restored_sha256_hex;  // of the body a restore sends (differs when lossy)
-  bool lossy = false;               // some tensor was quantized
+  std::string sha256_hex;                 // of the pushed body
+  std::string raw_header;                 // 8-byte length prefix + JSON header, verbatim as pushed
+  std::string restored_sha256_hex;        // of the body a restore sends (differs when lossy)
+  bool lossy = false;                     // some tensor was quantized
+  std::map<std::string, double> metrics;  // pushed with the version (metric.<name>)
+  std::map<std::string, std::string> labels;  // pushed with the version (label.<name>)
 
   std::string Encode() const;
   static Result<VersionRecord> Decode(std::string_view bytes);

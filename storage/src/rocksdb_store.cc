@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <deque>
 #include <future>
 #include <limits>
@@ -35,9 +37,13 @@ constexpr char kVersionsFamily[] = "versions";
 constexpr char kManifestsFamily[] = "manifests";
 constexpr char kChunksFamily[] = "chunks";
 constexpr char kCodecStateFamily[] = "codec_state";
+constexpr char kTagsFamily[] = "tags";
 
 // Chunk payloads at least this large live in blob files rather than in the LSM tree.
 constexpr uint64_t kMinBlobBytes = 4096;
+
+// Longest label value a version records.
+constexpr size_t kMaxLabelBytes = 1024;
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -68,6 +74,8 @@ VersionInfo MakeVersionInfo(std::string_view model, uint64_t version, const Vers
   info.pushed_sha256 = r.sha256_hex;
   info.lossy = r.lossy;
   info.tensor_count = r.tensor_count;
+  info.metrics = r.metrics;
+  info.labels = r.labels;
   return info;
 }
 
@@ -88,6 +96,73 @@ Status BusyModel(std::string_view model) {
                          "serialized, retry when it completes");
 }
 
+// Every tag of `model`, by the version it names (names sorted).
+Result<std::map<uint64_t, std::vector<std::string>>> TagsByVersion(const StoreContext& ctx,
+                                                                   const rocksdb::ReadOptions& ro,
+                                                                   std::string_view model) {
+  std::map<uint64_t, std::vector<std::string>> out;
+  std::unique_ptr<rocksdb::Iterator> it(ctx.db->NewIterator(ro, ctx.tags));
+  const std::string prefix = keys::ModelPrefix(model);
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    if (it->value().size() != 8) {
+      return Status::DataLoss("model '" + std::string(model) + "': malformed tag record");
+    }
+    out[keys::ReadBigEndian(it->value().ToStringView(), 0, 8)].push_back(
+        it->key().ToString().substr(prefix.size()));
+  }
+  CKPT_RETURN_IF_ERROR(FromRocks(it->status(), "listing tags"));
+  return out;
+}
+
+std::string EncodeTagValue(uint64_t version) {
+  std::string v;
+  keys::AppendBigEndian(v, version, 8);
+  return v;
+}
+
+// Checks what a push carries besides its body.
+Status ValidatePushOptions(const PushOptions& options) {
+  for (const auto& [name, value] : options.metrics) {
+    CKPT_RETURN_IF_ERROR(ValidateName("metric name", name));
+    if (!std::isfinite(value)) {
+      return Status::InvalidArgument("metric '" + name + "' must be a finite number");
+    }
+  }
+  for (const auto& [name, value] : options.labels) {
+    CKPT_RETURN_IF_ERROR(ValidateName("label name", name));
+    if (value.size() > kMaxLabelBytes) {
+      return Status::InvalidArgument("label '" + name + "' is longer than " +
+                                     std::to_string(kMaxLabelBytes) + " bytes");
+    }
+  }
+  for (const auto& tag : options.tags) CKPT_RETURN_IF_ERROR(ValidateName("tag", tag));
+  return Status::Ok();
+}
+
+// Metrics and labels a body declares in its __metadata__ ("metric.<name>": number as text,
+// "label.<name>": text). Entries that do not fit the rules are ignored: the metadata belongs to
+// the training job, and other tools write it too.
+void ReadMetadataMetrics(const std::map<std::string, std::string>& metadata,
+                         std::map<std::string, double>* metrics,
+                         std::map<std::string, std::string>* labels) {
+  for (const auto& [key, value] : metadata) {
+    if (key.starts_with("metric.")) {
+      const std::string name = key.substr(7);
+      char* end = nullptr;
+      const double number = std::strtod(value.c_str(), &end);
+      if (ValidateName("metric name", name).ok() && !value.empty() &&
+          end == value.c_str() + value.size() && std::isfinite(number)) {
+        metrics->emplace(name, number);
+      }
+    } else if (key.starts_with("label.")) {
+      const std::string name = key.substr(6);
+      if (ValidateName("label name", name).ok() && value.size() <= kMaxLabelBytes) {
+        labels->emplace(name, value);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Push
 
@@ -95,12 +170,14 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
  public:
   PushSessionImpl(const StoreContext& ctx, ModelLocks::Guard guard, std::string model,
                   uint64_t version, std::optional<uint64_t> body_size, CodecPolicy policy,
-                  std::optional<ModelRecord> model_record, std::optional<CodecStateRecord> state)
+                  std::optional<ModelRecord> model_record, std::optional<CodecStateRecord> state,
+                  PushOptions options)
       : ctx_(ctx),
         guard_(std::move(guard)),
         model_(std::move(model)),
         version_(version),
         policy_(policy),
+        push_options_(std::move(options)),
         model_record_(std::move(model_record)),
         state_(state),
         seq_(state ? state->next_seq : 1),
@@ -138,6 +215,8 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     vr.sha256_hex = sha_.FinishHex();
     vr.restored_sha256_hex = restored_sha_.FinishHex();
     vr.raw_header = std::move(raw_header_);
+    vr.metrics = push_options_.metrics;
+    vr.labels = push_options_.labels;
     for (auto& t : manifest_.tensors) {
       vr.lossy |= t.codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized);
       if (t.kind == FrameKind::kKeyframe) {
@@ -170,16 +249,27 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     batch.Put(ctx_.versions, keys::VersionKey(model_, version_), vr.Encode());
     batch.Put(ctx_.codec_state, model_, state.Encode());
     batch.Put(ctx_.models, model_, model.Encode());
-    CKPT_RETURN_IF_ERROR(
-        FromRocks(ctx_.db->Write(ctx_.CommitWriteOptions(), &batch), "committing version"));
+    for (const std::string& tag : push_options_.tags) {
+      batch.Put(ctx_.tags, keys::TagKey(model_, tag), EncodeTagValue(version_));
+    }
+    {
+      std::lock_guard tags_lock(*ctx_.tags_mu);
+      CKPT_RETURN_IF_ERROR(
+          FromRocks(ctx_.db->Write(ctx_.CommitWriteOptions(), &batch), "committing version"));
+    }
     committed_ = true;
     ctx_.cache->DropModelExcept(model_, seq_);
-    return MakeVersionInfo(model_, version_, vr);
+    VersionInfo info = MakeVersionInfo(model_, version_, vr);
+    info.tags = push_options_.tags;
+    std::sort(info.tags.begin(), info.tags.end());
+    info.tags.erase(std::unique(info.tags.begin(), info.tags.end()), info.tags.end());
+    return info;
   }
 
  private:
   Status OnHeader(const SafetensorsHeader& header, std::string_view raw_header) override {
     raw_header_ = std::string(raw_header);
+    ReadMetadataMetrics(header.metadata, &push_options_.metrics, &push_options_.labels);
     restored_sha_.Update(std::span<const uint8_t>(
         reinterpret_cast<const uint8_t*>(raw_header.data()), raw_header.size()));
     const ManifestRecord* reference = nullptr;
@@ -354,6 +444,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   const std::string model_;
   const uint64_t version_;
   const CodecPolicy policy_;
+  PushOptions push_options_;
   std::vector<std::pair<LossyCodecOptions, std::unique_ptr<TensorCodec>>> lossy_codecs_;
   std::vector<const TensorCodec*> tensor_codecs_;  // per tensor of the body
   const std::optional<ModelRecord> model_record_;
@@ -558,6 +649,7 @@ class RocksCheckpointStore final : public CheckpointStore {
         {kManifestsFamily, meta},
         {kChunksFamily, chunks},
         {kCodecStateFamily, meta},
+        {kTagsFamily, meta},
     };
     rocksdb::DB* raw = nullptr;
     CKPT_RETURN_IF_ERROR(
@@ -570,6 +662,8 @@ class RocksCheckpointStore final : public CheckpointStore {
     ctx_.manifests = handles_[3];
     ctx_.chunks = handles_[4];
     ctx_.codec_state = handles_[5];
+    ctx_.tags = handles_[6];
+    ctx_.tags_mu = &tags_mu_;
     ctx_.cache = &cache_;
     ctx_.codec = codec_.get();
     ctx_.options = &options_;
@@ -578,8 +672,10 @@ class RocksCheckpointStore final : public CheckpointStore {
   }
 
   Result<std::unique_ptr<PushSession>> BeginPush(std::string_view model, uint64_t version,
-                                                 std::optional<uint64_t> body_size) override {
+                                                 std::optional<uint64_t> body_size,
+                                                 const PushOptions& options) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
     ModelLocks::Guard guard = locks_.TryLock(model);
     if (!guard) return BusyModel(model);
     const std::string name(model);
@@ -597,8 +693,9 @@ class RocksCheckpointStore final : public CheckpointStore {
     if (record && !record->policy_json.empty()) {
       CKPT_ASSIGN_OR_RETURN(policy, CodecPolicy::FromJson(record->policy_json, policy));
     }
-    return std::unique_ptr<PushSession>(new PushSessionImpl(
-        ctx_, std::move(guard), name, version, body_size, policy, std::move(record), state));
+    return std::unique_ptr<PushSession>(new PushSessionImpl(ctx_, std::move(guard), name, version,
+                                                            body_size, policy, std::move(record),
+                                                            state, options));
   }
 
   Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,
@@ -649,8 +746,18 @@ class RocksCheckpointStore final : public CheckpointStore {
 
   Result<VersionInfo> GetVersion(std::string_view model, std::optional<uint64_t> version) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
-    CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(rocksdb::ReadOptions(), model, version));
-    return MakeVersionInfo(model, found.first, found.second);
+    const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
+    rocksdb::ReadOptions ro;
+    ro.snapshot = snapshot;
+    auto result = [&]() -> Result<VersionInfo> {
+      CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(ro, model, version));
+      CKPT_ASSIGN_OR_RETURN(auto tags, TagsByVersion(ctx_, ro, model));
+      VersionInfo info = MakeVersionInfo(model, found.first, found.second);
+      info.tags = std::move(tags[found.first]);
+      return info;
+    }();
+    db_->ReleaseSnapshot(snapshot);
+    return result;
   }
 
   Result<VersionDetail> GetVersionDetail(std::string_view model,
@@ -698,11 +805,18 @@ class RocksCheckpointStore final : public CheckpointStore {
     ModelLocks::Guard guard = locks_.TryLock(model);
     if (!guard) return BusyModel(model);
     const std::string name(model);
+    std::lock_guard tags_lock(tags_mu_);
     CKPT_ASSIGN_OR_RETURN(ModelChains chains,
                           ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
     auto victim = chains.versions.find(version);
     if (victim == chains.versions.end()) {
       return Status::NotFound("model '" + name + "' has no version " + std::to_string(version));
+    }
+    CKPT_ASSIGN_OR_RETURN(auto tags, TagsByVersion(ctx_, rocksdb::ReadOptions(), name));
+    if (auto t = tags.find(version); t != tags.end()) {
+      return Status::FailedPrecondition("model '" + name + "' version " + std::to_string(version) +
+                                        " is tagged '" + t->second.front() +
+                                        "' (pinned): remove its tags first");
     }
     // Manifests still needed: those of the remaining versions and of the codec state's
     // reference (the next push deltas against it), with every link of their chains.
@@ -730,7 +844,8 @@ class RocksCheckpointStore final : public CheckpointStore {
     rocksdb::WriteBatch batch;
     batch.Delete(ctx_.models, name);
     batch.Delete(ctx_.codec_state, name);
-    for (auto* cf : {ctx_.versions, ctx_.manifests, ctx_.chunks}) {
+    std::lock_guard tags_lock(tags_mu_);
+    for (auto* cf : {ctx_.versions, ctx_.manifests, ctx_.chunks, ctx_.tags}) {
       batch.DeleteRange(cf, keys::ModelPrefix(name), keys::ModelPrefixEnd(name));
     }
     CKPT_RETURN_IF_ERROR(
@@ -761,6 +876,119 @@ class RocksCheckpointStore final : public CheckpointStore {
                      "setting policy");
   }
 
+  Status SetTag(std::string_view model, std::string_view tag, uint64_t version) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(ValidateName("tag", tag));
+    std::lock_guard tags_lock(tags_mu_);
+    CKPT_RETURN_IF_ERROR(FindVersion(rocksdb::ReadOptions(), model, version).status());
+    return FromRocks(db_->Put(ctx_.CommitWriteOptions(), ctx_.tags, keys::TagKey(model, tag),
+                              EncodeTagValue(version)),
+                     "setting tag");
+  }
+
+  Status RemoveTag(std::string_view model, std::string_view tag) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(ValidateName("tag", tag));
+    std::lock_guard tags_lock(tags_mu_);
+    CKPT_RETURN_IF_ERROR(ResolveTag(model, tag).status());
+    return FromRocks(db_->Delete(ctx_.CommitWriteOptions(), ctx_.tags, keys::TagKey(model, tag)),
+                     "removing tag");
+  }
+
+  Result<uint64_t> ResolveTag(std::string_view model, std::string_view tag) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(ValidateName("tag", tag));
+    std::string value;
+    rocksdb::Status s =
+        db_->Get(rocksdb::ReadOptions(), ctx_.tags, keys::TagKey(model, tag), &value);
+    if (s.IsNotFound()) {
+      CKPT_RETURN_IF_ERROR(RequireModel(rocksdb::ReadOptions(), model).status());
+      return Status::NotFound("model '" + std::string(model) + "' has no tag '" + std::string(tag) +
+                              "'");
+    }
+    CKPT_RETURN_IF_ERROR(FromRocks(s, "reading tag"));
+    if (value.size() != 8) return Status::DataLoss("malformed tag record");
+    return keys::ReadBigEndian(value, 0, 8);
+  }
+
+  Result<RetentionPolicy> GetRetentionPolicy(std::string_view model) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_ASSIGN_OR_RETURN(ModelRecord record, RequireModel(rocksdb::ReadOptions(), model));
+    return RetentionOf(record);
+  }
+
+  Status SetRetentionPolicy(std::string_view model, const RetentionPolicy& policy) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    ModelLocks::Guard guard = locks_.TryLock(model);
+    if (!guard) return BusyModel(model);
+    const std::string name(model);
+    CKPT_ASSIGN_OR_RETURN(
+        auto record,
+        ctx_.GetRecord<ModelRecord>(rocksdb::ReadOptions(), ctx_.models, name, "model record"));
+    ModelRecord updated = record.value_or(ModelRecord{});
+    if (!record) updated.created_at_ms = NowMs();
+    updated.retention_json = policy.ToJson();
+    return FromRocks(db_->Put(ctx_.CommitWriteOptions(), ctx_.models, name, updated.Encode()),
+                     "setting retention policy");
+  }
+
+  Result<RetentionReport> ApplyRetention(std::string_view model, const RetentionRun& run) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    const std::string name(model);
+    RetentionReport report;
+    report.model = name;
+    report.dry_run = run.dry_run;
+    {
+      ModelLocks::Guard guard = locks_.TryLock(model);
+      if (!guard) return BusyModel(model);
+      std::unique_lock tags_lock(tags_mu_);
+      CKPT_ASSIGN_OR_RETURN(ModelChains chains,
+                            ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
+      CKPT_ASSIGN_OR_RETURN(auto tags, TagsByVersion(ctx_, rocksdb::ReadOptions(), name));
+      if (run.policy) {
+        report.policy = *run.policy;
+      } else {
+        CKPT_ASSIGN_OR_RETURN(report.policy, RetentionOf(chains.record));
+      }
+      std::vector<RetentionCandidate> candidates;
+      for (const auto& [version, record] : chains.versions) {
+        RetentionCandidate c;
+        c.version = version;
+        c.created_at_ms = record.created_at_ms;
+        c.stored_bytes = record.stored_bytes;
+        c.metrics = record.metrics;
+        if (auto t = tags.find(version); t != tags.end()) c.tags = t->second;
+        candidates.push_back(std::move(c));
+      }
+      report.decisions =
+          report.policy.Evaluate(std::move(candidates), run.now_ms != 0 ? run.now_ms : NowMs());
+      for (const RetentionDecision& d : report.decisions) {
+        if (!d.keep) report.deleted.push_back(d.version);
+      }
+      if (run.dry_run) return report;
+      if (!report.deleted.empty()) {
+        rocksdb::WriteBatch batch;
+        for (uint64_t version : report.deleted) {
+          auto it = chains.versions.find(version);
+          batch.Delete(ctx_.versions, keys::VersionKey(name, version));
+          chains.record.version_count -= 1;
+          chains.record.raw_bytes -= it->second.raw_bytes;
+          chains.versions.erase(it);
+        }
+        batch.Put(ctx_.models, name, chains.record.Encode());
+        CKPT_RETURN_IF_ERROR(FromRocks(db_->Write(ctx_.CommitWriteOptions(), &batch),
+                                       "deleting versions by retention"));
+      }
+      tags_lock.unlock();
+      CKPT_ASSIGN_OR_RETURN(report.gc, CollectModelGarbage(ctx_, chains, run.gc));
+    }
+    if (run.gc.compact && report.gc.bytes_freed > 0) {
+      CKPT_RETURN_IF_ERROR(CompactModelChunks(name));
+      report.gc.compacted = true;
+    }
+    return report;
+  }
+
   Result<GcReport> CollectGarbage(std::string_view model, const GcOptions& options) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
     const std::string name(model);
@@ -789,6 +1017,11 @@ class RocksCheckpointStore final : public CheckpointStore {
   }
 
  private:
+  Result<RetentionPolicy> RetentionOf(const ModelRecord& record) const {
+    if (record.retention_json.empty()) return options_.default_retention;
+    return RetentionPolicy::FromJson(record.retention_json);
+  }
+
   Result<ModelRecord> RequireModel(const rocksdb::ReadOptions& ro, std::string_view model) {
     CKPT_ASSIGN_OR_RETURN(auto record, ctx_.GetRecord<ModelRecord>(
                                            ro, ctx_.models, std::string(model), "model record"));
@@ -819,14 +1052,16 @@ class RocksCheckpointStore final : public CheckpointStore {
   Result<std::vector<VersionInfo>> ListVersionsAt(const rocksdb::ReadOptions& ro,
                                                   std::string_view model) {
     CKPT_RETURN_IF_ERROR(RequireModel(ro, model).status());
+    CKPT_ASSIGN_OR_RETURN(auto tags, TagsByVersion(ctx_, ro, model));
     std::vector<VersionInfo> out;
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, ctx_.versions));
     const std::string prefix = keys::ModelPrefix(model);
     for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
       auto vr = VersionRecord::Decode(it->value().ToStringView());
       if (!vr.ok()) return vr.status().WithContext("model '" + std::string(model) + "'");
-      out.push_back(MakeVersionInfo(
-          model, keys::NumberAfterPrefix(it->key().ToStringView(), model.size()), *vr));
+      const uint64_t number = keys::NumberAfterPrefix(it->key().ToStringView(), model.size());
+      out.push_back(MakeVersionInfo(model, number, *vr));
+      if (auto t = tags.find(number); t != tags.end()) out.back().tags = std::move(t->second);
     }
     CKPT_RETURN_IF_ERROR(FromRocks(it->status(), "listing versions"));
     return out;
@@ -905,6 +1140,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   StoreContext ctx_;
   ModelLocks locks_;
+  std::mutex tags_mu_;  // see StoreContext::tags_mu
   uint64_t interrupted_pushes_removed_ = 0;
   uint64_t orphaned_manifests_removed_ = 0;
 };

@@ -7,6 +7,7 @@
 
 #include <rocksdb/db.h>
 
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,6 +28,10 @@ struct StoreContext {
   rocksdb::ColumnFamilyHandle* manifests = nullptr;
   rocksdb::ColumnFamilyHandle* chunks = nullptr;
   rocksdb::ColumnFamilyHandle* codec_state = nullptr;
+  rocksdb::ColumnFamilyHandle* tags = nullptr;
+  // Serializes tag changes with the deletions and pushes that must see them (taken after a
+  // model lock, never before).
+  std::mutex* tags_mu = nullptr;
   ReferenceCache* cache = nullptr;
   const TensorCodec* codec = nullptr;
   const StoreOptions* options = nullptr;

@@ -33,9 +33,11 @@ TEST(Records, ModelRecordRoundTrips) {
   m.version_count = 7;
   m.raw_bytes = 1ull << 40;
   m.stored_bytes = 12345;
+  m.retention_json = R"({"keep_last":3})";
   const std::string bytes = m.Encode();
   auto d = ModelRecord::Decode(bytes);
   ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->retention_json, m.retention_json);
   EXPECT_EQ(d->created_at_ms, m.created_at_ms);
   EXPECT_EQ(d->policy_json, m.policy_json);
   EXPECT_EQ(d->has_versions, m.has_versions);
@@ -59,9 +61,13 @@ TEST(Records, VersionRecordRoundTripsIncludingRawHeader) {
   v.raw_header = std::string("\x10\0\0\0\0\0\0\0{\"a\":1}   \0", 19);
   v.restored_sha256_hex = std::string(64, 'b');
   v.lossy = true;
+  v.metrics = {{"loss", 1.25}, {"acc", -0.0}};
+  v.labels = {{"run", "a1"}, {"empty", ""}};
   const std::string bytes = v.Encode();
   auto d = VersionRecord::Decode(bytes);
   ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->metrics, v.metrics);
+  EXPECT_EQ(d->labels, v.labels);
   EXPECT_EQ(d->seq, 42u);
   EXPECT_EQ(d->floor_seq, 33u);
   EXPECT_EQ(d->kind, 3);
@@ -227,6 +233,39 @@ TEST(Records, CodecStateRecordRoundTrips) {
   EXPECT_EQ(d->reference_floor_seq, 100u);
   EXPECT_EQ(d->next_seq, 130u);
   ExpectTruncationsAreDataLoss<CodecStateRecord>(bytes);
+}
+
+// Model records of format 1 (before retention) decode with no retention policy set; version
+// records of format 2 (before metrics) with none.
+TEST(Records, OlderModelAndVersionRecordsStillDecode) {
+  ByteWriter m;
+  m.PutU8(1);
+  m.PutU64(5);  // created_at_ms
+  m.PutLengthPrefixed("");
+  m.PutU8(1);
+  m.PutU64(300);  // latest_version
+  m.PutU64(3);
+  m.PutU64(30);
+  m.PutU64(20);
+  auto model = ModelRecord::Decode(m.data());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ(model->latest_version, 300u);
+  EXPECT_TRUE(model->retention_json.empty());
+
+  ByteWriter v;
+  v.PutU8(2);
+  for (int i = 0; i < 5; ++i) v.PutU64(i);
+  v.PutU8(1);
+  v.PutU32(1);
+  v.PutLengthPrefixed(std::string(64, 'c'));
+  v.PutLengthPrefixed64("header");
+  v.PutLengthPrefixed(std::string(64, 'd'));
+  v.PutU8(1);
+  auto version = VersionRecord::Decode(v.data());
+  ASSERT_TRUE(version.ok()) << version.status().ToString();
+  EXPECT_TRUE(version->lossy);
+  EXPECT_TRUE(version->metrics.empty());
+  EXPECT_TRUE(version->labels.empty());
 }
 
 // Format 1 (before garbage collection could allocate seqs) had no next_seq: the next manifest

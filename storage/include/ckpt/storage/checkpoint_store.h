@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -24,6 +25,7 @@
 #include "ckpt/codec/model_name.h"
 #include "ckpt/codec/policy.h"
 #include "ckpt/codec/status.h"
+#include "ckpt/storage/retention.h"
 
 namespace ckpt {
 
@@ -62,6 +64,33 @@ struct StoreOptions {
 
   // Policy of models that have none set. Default: lossless, keyframe_every 16.
   CodecPolicy default_policy;
+
+  // Retention of models that have none set. Default: keep everything.
+  RetentionPolicy default_retention;
+};
+
+// How a garbage collection treats one model (CheckpointStore::CollectGarbage).
+struct GcOptions {
+  // Kept versions whose delta chains run through deleted versions are re-encoded (rebased) so
+  // the deleted data can go, once that data exceeds this fraction of the bytes the kept
+  // versions hold themselves. 0 rebases whenever anything could be freed; a negative value
+  // never rebases (only data no chain needs is removed).
+  double rebase_min_dead_fraction = 0;
+  // Compact the model's chunk range afterwards with forced blob garbage collection, so the freed
+  // bytes leave the disk now rather than with RocksDB's background compactions.
+  bool compact = true;
+};
+
+// What a garbage collection did for one model.
+struct GcReport {
+  std::string model;
+  uint64_t manifests_removed = 0;  // stored pushes whose data was removed
+  uint64_t bytes_freed = 0;        // stored bytes they held
+  uint64_t versions_rebased = 0;   // kept versions re-encoded so that deleted data could go
+  uint64_t bytes_rewritten = 0;    // stored bytes the rebases wrote
+  uint64_t bytes_retained = 0;     // deleted versions' bytes kept because kept versions'
+                                   // (lossy) chains still need them
+  bool compacted = false;
 };
 
 struct VersionInfo {
@@ -75,6 +104,35 @@ struct VersionInfo {
   std::string pushed_sha256;  // SHA-256 (hex) of the pushed body (equal unless lossy)
   bool lossy = false;         // some tensor was quantized: restores are within the bound
   uint32_t tensor_count = 0;
+  std::map<std::string, double> metrics;      // pushed with the version
+  std::map<std::string, std::string> labels;  // pushed with the version
+  std::vector<std::string> tags;              // tags naming this version now (sorted)
+};
+
+// What a push carries besides the body: metrics (for keep_best), labels and tags. Metrics and
+// labels are also read from the body's `__metadata__` entries named `metric.<name>` (a number)
+// and `label.<name>`; these fields take precedence over them.
+struct PushOptions {
+  std::map<std::string, double> metrics;
+  std::map<std::string, std::string> labels;
+  std::vector<std::string> tags;  // each moves to the new version if another one holds it
+};
+
+// One retention pass over a model (CheckpointStore::ApplyRetention).
+struct RetentionRun {
+  bool dry_run = false;                   // decide and report, delete nothing
+  std::optional<RetentionPolicy> policy;  // evaluate this instead of the model's policy
+  GcOptions gc;                           // how the deleted versions' space is reclaimed
+  int64_t now_ms = 0;                     // the clock for keep_within; 0: now
+};
+
+struct RetentionReport {
+  std::string model;
+  RetentionPolicy policy;                    // the policy evaluated
+  std::vector<RetentionDecision> decisions;  // every version, ascending
+  std::vector<uint64_t> deleted;             // deleted (dry run: would be deleted)
+  bool dry_run = false;
+  GcReport gc;  // what reclaiming did (empty on a dry run)
 };
 
 // How one tensor of a version is stored (GET .../versions/{v}?detail=1).
@@ -107,30 +165,6 @@ struct ModelInfo {
   uint64_t stored_bytes = 0;  // payload bytes kept for the model (including data that deleted
                               // versions leave behind for later deltas)
   int64_t created_at_ms = 0;
-};
-
-// How a garbage collection treats one model (CheckpointStore::CollectGarbage).
-struct GcOptions {
-  // Kept versions whose delta chains run through deleted versions are re-encoded (rebased) so
-  // the deleted data can go, once that data exceeds this fraction of the bytes the kept
-  // versions hold themselves. 0 rebases whenever anything could be freed; a negative value
-  // never rebases (only data no chain needs is removed).
-  double rebase_min_dead_fraction = 0;
-  // Compact the model's chunk range afterwards with forced blob garbage collection, so the freed
-  // bytes leave the disk now rather than with RocksDB's background compactions.
-  bool compact = true;
-};
-
-// What a garbage collection did for one model.
-struct GcReport {
-  std::string model;
-  uint64_t manifests_removed = 0;  // stored pushes whose data was removed
-  uint64_t bytes_freed = 0;        // stored bytes they held
-  uint64_t versions_rebased = 0;   // kept versions re-encoded so that deleted data could go
-  uint64_t bytes_rewritten = 0;    // stored bytes the rebases wrote
-  uint64_t bytes_retained = 0;     // deleted versions' bytes kept because kept versions'
-                                   // (lossy) chains still need them
-  bool compacted = false;
 };
 
 // Receives one checkpoint body, chunk by chunk, as it arrives from the network.
@@ -171,7 +205,8 @@ class CheckpointStore {
   // Content-Length if known. Fails with InvalidArgument (bad name), FailedPrecondition
   // (version not above the latest) or Aborted (another push to the model is in progress).
   virtual Result<std::unique_ptr<PushSession>> BeginPush(std::string_view model, uint64_t version,
-                                                         std::optional<uint64_t> body_size) = 0;
+                                                         std::optional<uint64_t> body_size,
+                                                         const PushOptions& options = {}) = 0;
 
   // Opens a restore of `version`, or of the latest version when nullopt. The stream reads a
   // consistent snapshot: concurrent pushes and deletes do not affect it.
@@ -188,8 +223,27 @@ class CheckpointStore {
                                                  std::optional<uint64_t> version) = 0;
 
   // Deletes one version. Versions that still need its data (as a delta base) keep restoring
-  // byte-identically; data no live version needs is dropped.
+  // byte-identically; data no live version needs is dropped (CollectGarbage frees the rest).
+  // FailedPrecondition if the version is tagged: remove its tags first.
   virtual Status DeleteVersion(std::string_view model, uint64_t version) = 0;
+
+  // Tags: names unique per model (the model-name rule), each naming one version; a tagged
+  // version is pinned (retention never removes it). SetTag moves the tag if another version
+  // holds it; NotFound if the version does not exist. RemoveTag: NotFound if not set.
+  virtual Status SetTag(std::string_view model, std::string_view tag, uint64_t version) = 0;
+  virtual Status RemoveTag(std::string_view model, std::string_view tag) = 0;
+  virtual Result<uint64_t> ResolveTag(std::string_view model, std::string_view tag) = 0;
+
+  // The model's retention policy (the server default if none was set). NotFound for unknown
+  // models. SetRetentionPolicy creates the model (without versions) if needed; it applies from
+  // the next retention pass.
+  virtual Result<RetentionPolicy> GetRetentionPolicy(std::string_view model) = 0;
+  virtual Status SetRetentionPolicy(std::string_view model, const RetentionPolicy& policy) = 0;
+
+  // Evaluates the retention policy, deletes what it does not keep (unless a dry run), then
+  // reclaims the space. Aborted if the model is busy.
+  virtual Result<RetentionReport> ApplyRetention(std::string_view model,
+                                                 const RetentionRun& run) = 0;
   // Deletes a model with all its versions, policy and codec state.
   virtual Status DeleteModel(std::string_view model) = 0;
 
