@@ -1,5 +1,7 @@
 #include "ckpt/api/api_handler.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <nlohmann/json.hpp>
 
@@ -28,7 +30,75 @@ json VersionJson(const VersionInfo& v) {
           {"sha256", v.sha256},
           {"pushed_sha256", v.pushed_sha256},
           {"lossy", v.lossy},
-          {"tensor_count", v.tensor_count}};
+          {"tensor_count", v.tensor_count},
+          {"metrics", v.metrics},
+          {"labels", v.labels},
+          {"tags", v.tags}};
+}
+
+json GcJson(const GcReport& gc) {
+  return {{"manifests_removed", gc.manifests_removed}, {"bytes_freed", gc.bytes_freed},
+          {"versions_rebased", gc.versions_rebased},   {"bytes_rewritten", gc.bytes_rewritten},
+          {"bytes_retained", gc.bytes_retained},       {"compacted", gc.compacted}};
+}
+
+json RetentionJson(const RetentionReport& report) {
+  json kept = json::array();
+  for (const RetentionDecision& d : report.decisions) {
+    if (d.keep) kept.push_back({{"version", d.version}, {"kept_by", d.kept_by}});
+  }
+  json out = {{"model", report.model},
+              {"dry_run", report.dry_run},
+              {"policy", json::parse(report.policy.ToJson())},
+              {"deleted", report.deleted},
+              {"kept", std::move(kept)}};
+  if (!report.dry_run) out["gc"] = GcJson(report.gc);
+  return out;
+}
+
+// Decodes %XX escapes and '+' (a space, as HTML forms and curl -G --data-urlencode send it).
+Result<std::string> PercentDecode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '+') {
+      out.push_back(' ');
+    } else if (text[i] != '%') {
+      out.push_back(text[i]);
+    } else if (i + 2 < text.size() && hex(text[i + 1]) >= 0 && hex(text[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2])));
+      i += 2;
+    } else {
+      return Status::InvalidArgument("malformed percent-escape in '" +
+                                     std::string(text.substr(0, 200)) + "'");
+    }
+  }
+  return out;
+}
+
+// Calls `fn(key, value)` for each key=value of a query string, percent-decoded.
+template <typename Fn>
+Status ForEachQueryParam(std::string_view query, Fn&& fn) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view item = query.substr(0, amp);
+    if (!item.empty()) {
+      const size_t eq = item.find('=');
+      CKPT_ASSIGN_OR_RETURN(std::string key, PercentDecode(item.substr(0, eq)));
+      CKPT_ASSIGN_OR_RETURN(std::string value,
+                            PercentDecode(eq == std::string_view::npos ? "" : item.substr(eq + 1)));
+      CKPT_RETURN_IF_ERROR(fn(key, value));
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return Status::Ok();
 }
 
 json DetailJson(const VersionDetail& d) {
@@ -112,6 +182,36 @@ std::vector<std::string_view> SplitPath(std::string_view path) {
 
 }  // namespace
 
+Result<PushOptions> ParsePushQuery(std::string_view query) {
+  PushOptions options;
+  CKPT_RETURN_IF_ERROR(
+      ForEachQueryParam(query, [&](const std::string& key, const std::string& value) -> Status {
+        if (key.starts_with("metric.")) {
+          char* end = nullptr;
+          const double number = std::strtod(value.c_str(), &end);
+          if (value.empty() || end != value.c_str() + value.size() || !std::isfinite(number)) {
+            return Status::InvalidArgument("query parameter '" + key +
+                                           "' must be a finite number, got '" + value + "'");
+          }
+          options.metrics[key.substr(7)] = number;
+        } else if (key.starts_with("label.")) {
+          options.labels[key.substr(6)] = value;
+        } else if (key == "tag") {
+          options.tags.push_back(value);
+        } else {
+          return Status::InvalidArgument("unknown query parameter '" + key +
+                                         "' on a push (allowed: metric.<name>, label.<name>, "
+                                         "tag)");
+        }
+        return Status::Ok();
+      }));
+  return options;
+}
+
+std::string RetentionReportJson(const RetentionReport& report) {
+  return RetentionJson(report).dump();
+}
+
 Result<uint64_t> ParseVersionNumber(std::string_view text) {
   if (text.empty() || text.size() > 20) {
     return Status::InvalidArgument("version must be a decimal unsigned 64-bit integer");
@@ -131,8 +231,11 @@ Route ApiHandler::Classify(std::string_view target) {
   const size_t query = target.find('?');
   const auto parts = SplitPath(target.substr(0, query));
   Route route;
+  if (query != std::string_view::npos) route.query = std::string(target.substr(query + 1));
   if (parts.size() == 1 && parts[0] == "healthz") {
     route.kind = RouteKind::kHealth;
+  } else if (parts.size() == 3 && parts[0] == "v1" && parts[1] == "admin" && parts[2] == "gc") {
+    route.kind = RouteKind::kAdminGc;
   } else if (parts.size() >= 2 && parts[0] == "v1" && parts[1] == "models") {
     if (parts.size() == 2) {
       route.kind = RouteKind::kListModels;
@@ -144,11 +247,23 @@ Route ApiHandler::Classify(std::string_view target) {
         route.kind = RouteKind::kListVersions;
       } else if (parts.size() == 4 && parts[3] == "policy") {
         route.kind = RouteKind::kPolicy;
+      } else if (parts.size() == 4 && parts[3] == "retention") {
+        route.kind = RouteKind::kRetention;
+      } else if (parts.size() == 4 && parts[3] == "retention:preview") {
+        route.kind = RouteKind::kRetentionRun;
+        route.dry_run = true;
+      } else if (parts.size() == 4 && parts[3] == "retention:apply") {
+        route.kind = RouteKind::kRetentionRun;
+        route.dry_run = QueryFlag(route.query, "dry_run");
       } else if (parts.size() == 5 && parts[3] == "versions") {
         route.kind = RouteKind::kVersion;
+        auto decoded = PercentDecode(parts[4]);  // "tag%3Abest" is "tag:best"
+        route.version = decoded.ok() ? *decoded : std::string(parts[4]);
+        route.detail = QueryFlag(route.query, "detail");
+      } else if (parts.size() == 7 && parts[3] == "versions" && parts[5] == "tags") {
+        route.kind = RouteKind::kVersionTag;
         route.version = std::string(parts[4]);
-        route.detail =
-            query != std::string_view::npos && QueryFlag(target.substr(query + 1), "detail");
+        route.tag = std::string(parts[6]);
       }
     }
   }
@@ -241,13 +356,9 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
     }
     case RouteKind::kVersion: {
       if (method == "GET" && route.detail) {
-        std::optional<uint64_t> number;
-        if (route.version != "latest") {
-          auto parsed = ParseVersionNumber(route.version);
-          if (!parsed.ok()) return ErrorResponse(parsed.status());
-          number = *parsed;
-        }
-        auto detail = store_->GetVersionDetail(route.model, number);
+        auto number = ResolveVersion(route);
+        if (!number.ok()) return ErrorResponse(number.status());
+        auto detail = store_->GetVersionDetail(route.model, *number);
         if (!detail.ok()) return ErrorResponse(detail.status());
         return JsonResponse(200, DetailJson(*detail));
       }
@@ -281,8 +392,98 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
       }
       return MethodNotAllowed(method, "GET, PUT");
     }
+    case RouteKind::kVersionTag: {
+      if (method != "PUT" && method != "DELETE") return MethodNotAllowed(method, "PUT, DELETE");
+      auto version = ParseVersionNumber(route.version);
+      if (!version.ok()) return ErrorResponse(version.status());
+      if (method == "PUT") {
+        Status s = store_->SetTag(route.model, route.tag, *version);
+        if (!s.ok()) return ErrorResponse(s);
+        auto info = store_->GetVersion(route.model, *version);
+        if (!info.ok()) return ErrorResponse(info.status());
+        return JsonResponse(200, VersionJson(*info));
+      }
+      auto named = store_->ResolveTag(route.model, route.tag);
+      if (!named.ok()) return ErrorResponse(named.status());
+      if (*named != *version) {
+        return ErrorResponse(Status::NotFound("tag '" + route.tag + "' names version " +
+                                              std::to_string(*named) + ", not " + route.version));
+      }
+      Status s = store_->RemoveTag(route.model, route.tag);
+      return s.ok() ? NoContent() : ErrorResponse(s);
+    }
+    case RouteKind::kRetention: {
+      if (method == "GET") {
+        auto policy = store_->GetRetentionPolicy(route.model);
+        if (!policy.ok()) return ErrorResponse(policy.status());
+        return JsonResponse(200, json::parse(policy->ToJson()));
+      }
+      if (method == "PUT") {
+        Status name = ValidateModelName(route.model);
+        if (!name.ok()) return ErrorResponse(name);
+        auto policy = RetentionPolicy::FromJson(body);
+        if (!policy.ok()) return ErrorResponse(policy.status());
+        Status s = store_->SetRetentionPolicy(route.model, *policy);
+        if (!s.ok()) return ErrorResponse(s);
+        return JsonResponse(200, json::parse(policy->ToJson()));
+      }
+      return MethodNotAllowed(method, "GET, PUT");
+    }
+    case RouteKind::kRetentionRun:
+      if (method != "POST") return MethodNotAllowed(method, "POST");
+      return HandleRetentionRun(route, body);
+    case RouteKind::kAdminGc:
+      if (method != "POST") return MethodNotAllowed(method, "POST");
+      return HandleAdminGc();
   }
   return ErrorResponse(Status::Internal("unhandled route"));
+}
+
+Result<std::optional<uint64_t>> ApiHandler::ResolveVersion(const Route& route) {
+  if (route.version == "latest") return std::optional<uint64_t>();
+  if (route.version.starts_with("tag:")) {
+    CKPT_ASSIGN_OR_RETURN(uint64_t version,
+                          store_->ResolveTag(route.model, route.version.substr(4)));
+    return std::optional<uint64_t>(version);
+  }
+  CKPT_ASSIGN_OR_RETURN(uint64_t version, ParseVersionNumber(route.version));
+  return std::optional<uint64_t>(version);
+}
+
+ApiResponse ApiHandler::HandleRetentionRun(const Route& route, std::string_view body) {
+  RetentionRun run;
+  run.dry_run = route.dry_run;
+  if (body.find_first_not_of(" \t\r\n") != std::string_view::npos) {
+    auto policy = RetentionPolicy::FromJson(body);
+    if (!policy.ok()) return ErrorResponse(policy.status());
+    run.policy = *policy;
+  }
+  auto report = store_->ApplyRetention(route.model, run);
+  if (!report.ok()) return ErrorResponse(report.status());
+  return JsonResponse(200, RetentionJson(*report));
+}
+
+ApiResponse ApiHandler::HandleAdminGc() {
+  auto models = store_->ListModels();
+  if (!models.ok()) return ErrorResponse(models.status());
+  json reports = json::array();
+  uint64_t deleted = 0, freed = 0;
+  for (const ModelInfo& m : *models) {
+    auto report = store_->ApplyRetention(m.name, RetentionRun{});
+    if (!report.ok()) {
+      // A busy model (a push in progress) is skipped; the next pass takes it.
+      reports.push_back({{"model", m.name},
+                         {"error",
+                          {{"code", std::string(StatusCodeName(report.status().code()))},
+                           {"message", report.status().message()}}}});
+      continue;
+    }
+    deleted += report->deleted.size();
+    freed += report->gc.bytes_freed;
+    reports.push_back(RetentionJson(*report));
+  }
+  return JsonResponse(200,
+                      {{"models", reports}, {"deleted_versions", deleted}, {"bytes_freed", freed}});
 }
 
 Result<std::unique_ptr<PushSession>> ApiHandler::BeginPush(const Route& route,
@@ -292,12 +493,14 @@ Result<std::unique_ptr<PushSession>> ApiHandler::BeginPush(const Route& route,
     return Status::InvalidArgument("'latest' cannot be pushed; PUT needs a version number");
   }
   CKPT_ASSIGN_OR_RETURN(uint64_t version, ParseVersionNumber(route.version));
-  return store_->BeginPush(route.model, version, content_length);
+  CKPT_ASSIGN_OR_RETURN(PushOptions options, ParsePushQuery(route.query));
+  return store_->BeginPush(route.model, version, content_length, options);
 }
 
 ApiResponse ApiHandler::FinishPush(PushSession& session) {
   auto info = session.Commit();
   if (!info.ok()) return ErrorResponse(info.status());
+  if (on_push_committed_) on_push_committed_(info->model);
   json body = VersionJson(*info);
   body["model"] = info->model;
   ApiResponse r = JsonResponse(201, body);
@@ -308,10 +511,7 @@ ApiResponse ApiHandler::FinishPush(PushSession& session) {
 
 Result<std::unique_ptr<RestoreStream>> ApiHandler::OpenRestore(const Route& route) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(route.model));
-  std::optional<uint64_t> version;
-  if (route.version != "latest") {
-    CKPT_ASSIGN_OR_RETURN(version, ParseVersionNumber(route.version));
-  }
+  CKPT_ASSIGN_OR_RETURN(std::optional<uint64_t> version, ResolveVersion(route));
   return store_->OpenRestore(route.model, version);
 }
 

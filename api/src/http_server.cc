@@ -52,7 +52,9 @@ void LogRequest(const RequestLog& log, std::string_view remote) {
 class HttpServerImpl final : public HttpServer {
  public:
   HttpServerImpl(const HttpServerOptions& options, CheckpointStore* store)
-      : options_(options), handler_(store), acceptor_(net::make_strand(ioc_)) {}
+      : options_(options),
+        handler_(store, options.on_push_committed),
+        acceptor_(net::make_strand(ioc_)) {}
 
   ~HttpServerImpl() override { Shutdown(); }
 

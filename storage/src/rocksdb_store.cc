@@ -982,10 +982,8 @@ class RocksCheckpointStore final : public CheckpointStore {
       tags_lock.unlock();
       CKPT_ASSIGN_OR_RETURN(report.gc, CollectModelGarbage(ctx_, chains, run.gc));
     }
-    if (run.gc.compact && report.gc.bytes_freed > 0) {
-      CKPT_RETURN_IF_ERROR(CompactModelChunks(name));
-      report.gc.compacted = true;
-    }
+    CKPT_ASSIGN_OR_RETURN(report.gc.compacted,
+                          MaybeCompact(name, report.gc.bytes_freed, run.gc.compaction));
     return report;
   }
 
@@ -1001,10 +999,8 @@ class RocksCheckpointStore final : public CheckpointStore {
       CKPT_ASSIGN_OR_RETURN(report, CollectModelGarbage(ctx_, chains, options));
     }
     // Outside the lock: pushes may proceed while the freed range is compacted.
-    if (options.compact && report.bytes_freed > 0) {
-      CKPT_RETURN_IF_ERROR(CompactModelChunks(name));
-      report.compacted = true;
-    }
+    CKPT_ASSIGN_OR_RETURN(report.compacted,
+                          MaybeCompact(name, report.bytes_freed, options.compaction));
     return report;
   }
 
@@ -1067,12 +1063,31 @@ class RocksCheckpointStore final : public CheckpointStore {
     return out;
   }
 
-  // Rewrites the model's chunk key range, dropping deleted entries and moving the blobs still
-  // referenced out of blob files that hold garbage, so blob files of deleted data are removed.
-  Status CompactModelChunks(const std::string& model) {
+  // Records `freed` bytes of the model as awaiting compaction and, per `compaction`, compacts
+  // when any await it. Runs outside the model lock: pushes proceed meanwhile. Returns whether it
+  // compacted.
+  Result<bool> MaybeCompact(const std::string& model, uint64_t freed,
+                            GcOptions::Compaction compaction) {
+    {
+      std::lock_guard lock(freed_mu_);
+      uint64_t& pending = freed_since_compaction_[model];
+      pending += freed;
+      if (compaction == GcOptions::Compaction::kNone || pending == 0) return false;
+      pending = 0;
+    }
+    CKPT_RETURN_IF_ERROR(CompactModelChunks(model, compaction == GcOptions::Compaction::kFull));
+    return true;
+  }
+
+  // Rewrites the model's chunk key range, dropping deleted entries (blob files left holding only
+  // deleted data go with them); `force_blob_gc` also moves the blobs still referenced out of blob
+  // files that hold garbage, so that those are removed too.
+  Status CompactModelChunks(const std::string& model, bool force_blob_gc) {
     rocksdb::CompactRangeOptions cro;
-    cro.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kForce;
-    cro.blob_garbage_collection_age_cutoff = 1.0;
+    if (force_blob_gc) {
+      cro.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kForce;
+      cro.blob_garbage_collection_age_cutoff = 1.0;
+    }
     cro.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
     const std::string begin = keys::ModelPrefix(model), end = keys::ModelPrefixEnd(model);
     const rocksdb::Slice begin_slice(begin), end_slice(end);
@@ -1092,7 +1107,7 @@ class RocksCheckpointStore final : public CheckpointStore {
     }
     GcOptions sweep;
     sweep.rebase_min_dead_fraction = -1;
-    sweep.compact = false;
+    sweep.compaction = GcOptions::Compaction::kNone;
     for (const std::string& model : models) {
       auto chains = ModelChains::Load(ctx_, rocksdb::ReadOptions(), model);
       if (!chains.ok()) continue;
@@ -1141,6 +1156,8 @@ class RocksCheckpointStore final : public CheckpointStore {
   StoreContext ctx_;
   ModelLocks locks_;
   std::mutex tags_mu_;  // see StoreContext::tags_mu
+  std::mutex freed_mu_;
+  std::unordered_map<std::string, uint64_t> freed_since_compaction_;  // guarded by freed_mu_
   uint64_t interrupted_pushes_removed_ = 0;
   uint64_t orphaned_manifests_removed_ = 0;
 };

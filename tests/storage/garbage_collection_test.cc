@@ -170,7 +170,7 @@ TEST_F(GarbageCollectionTest, RandomPushDeleteCollectSequencesNeverChangeKeptVer
       } else if (action < 9) {
         GcOptions options;
         options.rebase_min_dead_fraction = (rng() % 2) ? 0.0 : 0.5;
-        options.compact = rng() % 2;
+        options.compaction = static_cast<GcOptions::Compaction>(rng() % 3);
         auto report = store_->CollectGarbage("m", options);
         ASSERT_TRUE(report.ok()) << report.status().ToString();
       } else {

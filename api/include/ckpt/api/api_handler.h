@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,14 +30,21 @@ enum class RouteKind {
   kListVersions,  // GET /v1/models/{model}/versions
   kVersion,       // PUT|GET|HEAD|DELETE /v1/models/{model}/versions/{version}
   kPolicy,        // GET|PUT /v1/models/{model}/policy
+  kVersionTag,    // PUT|DELETE /v1/models/{model}/versions/{version}/tags/{tag}
+  kRetention,     // GET|PUT /v1/models/{model}/retention
+  kRetentionRun,  // POST /v1/models/{model}/retention:preview | retention:apply
+  kAdminGc,       // POST /v1/admin/gc
   kUnknown,       // no such path: 404
 };
 
 struct Route {
   RouteKind kind = RouteKind::kUnknown;
   std::string model;
-  std::string version;  // as written in the path: decimal or "latest"
-  bool detail = false;  // ?detail=1 on a version: its storage detail (JSON) instead of the body
+  std::string version;   // as written in the path: decimal, "latest" or "tag:<name>"
+  std::string tag;       // kVersionTag: the tag
+  std::string query;     // the raw query string (after '?'), empty if none
+  bool detail = false;   // ?detail=1 on a version: its storage detail (JSON) instead of the body
+  bool dry_run = false;  // kRetentionRun: retention:preview, or retention:apply?dry_run=1
 };
 
 struct ApiResponse {
@@ -53,9 +61,13 @@ enum class RequestPlan {
   kRestore,  // GET/HEAD of a version: OpenRestore(), stream it out
 };
 
+// Called after every committed push with the model's name (the daemon schedules retention).
+using PushCommittedHook = std::function<void(const std::string& model)>;
+
 class ApiHandler {
  public:
-  explicit ApiHandler(CheckpointStore* store) : store_(store) {}
+  explicit ApiHandler(CheckpointStore* store, PushCommittedHook on_push_committed = nullptr)
+      : store_(store), on_push_committed_(std::move(on_push_committed)) {}
 
   static Route Classify(std::string_view target);
   static RequestPlan Plan(std::string_view method, const Route& route);
@@ -66,7 +78,7 @@ class ApiHandler {
   // Starts a push for PUT /v1/models/{model}/versions/{version}.
   Result<std::unique_ptr<PushSession>> BeginPush(const Route& route,
                                                  std::optional<uint64_t> content_length);
-  // Commits a push and renders its 201 response (or the error).
+  // Commits a push and renders its 201 response (or the error); runs the push hook.
   ApiResponse FinishPush(PushSession& session);
 
   // Opens a restore for GET/HEAD /v1/models/{model}/versions/{version|latest}.
@@ -81,8 +93,21 @@ class ApiHandler {
   static ApiResponse MethodNotAllowed(std::string_view method, std::string_view allowed);
 
  private:
+  // "latest" (nullopt), a number, or "tag:<name>" resolved to its version.
+  Result<std::optional<uint64_t>> ResolveVersion(const Route& route);
+  ApiResponse HandleRetentionRun(const Route& route, std::string_view body);
+  ApiResponse HandleAdminGc();
+
   CheckpointStore* store_;
+  PushCommittedHook on_push_committed_;
 };
+
+// The query parameters of a push: metric.<name>=<number>, label.<name>=<text>, tag=<name>
+// (repeatable), percent-decoded. Unknown parameters are InvalidArgument.
+Result<PushOptions> ParsePushQuery(std::string_view query);
+
+// JSON renderings shared with the daemon's logs and the offline `ckptd gc`.
+std::string RetentionReportJson(const RetentionReport& report);
 
 // Parses a decimal u64 (no sign, no leading '+', no overflow).
 Result<uint64_t> ParseVersionNumber(std::string_view text);

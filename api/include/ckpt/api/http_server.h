@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "ckpt/api/api_handler.h"
 #include "ckpt/codec/status.h"
 #include "ckpt/storage/checkpoint_store.h"
 
@@ -46,6 +47,9 @@ struct HttpServerOptions {
   std::chrono::seconds push_wait{30};
   // Size of the per-connection buffer body bytes are read into. Default: 1 MiB.
   size_t io_buffer_bytes = 1 << 20;
+  // Called after each committed push with the model's name (on a network thread: must not
+  // block). Default: none.
+  PushCommittedHook on_push_committed;
 };
 
 class HttpServer {

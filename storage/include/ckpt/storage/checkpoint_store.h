@@ -76,9 +76,17 @@ struct GcOptions {
   // versions hold themselves. 0 rebases whenever anything could be freed; a negative value
   // never rebases (only data no chain needs is removed).
   double rebase_min_dead_fraction = 0;
-  // Compact the model's chunk range afterwards with forced blob garbage collection, so the freed
-  // bytes leave the disk now rather than with RocksDB's background compactions.
-  bool compact = true;
+  // How the freed bytes leave the disk. Deleted data is removed from RocksDB at once, but its
+  // bytes stay in table and blob files until a compaction rewrites them:
+  //   kNone:   leave it to RocksDB's background compactions (cheapest; for frequent passes);
+  //   kTables: compact the model's chunk key range, so blob files holding only deleted data are
+  //            dropped (cheap: the tables hold small payloads and blob references);
+  //   kFull:   also force blob garbage collection on that range: live blobs are moved out of
+  //            blob files that also hold deleted data (rewrites the model's live payloads).
+  // Compaction runs when this pass or an earlier one (since the last compaction of the model)
+  // freed anything.
+  enum class Compaction { kNone, kTables, kFull };
+  Compaction compaction = Compaction::kFull;
 };
 
 // What a garbage collection did for one model.
