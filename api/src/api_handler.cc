@@ -180,6 +180,10 @@ std::vector<std::string_view> SplitPath(std::string_view path) {
   return parts;
 }
 
+// How long an administrative collection waits for a model busy with a push or a background
+// retention pass before reporting it busy.
+constexpr std::chrono::seconds kAdminLockWait{30};
+
 }  // namespace
 
 Result<PushOptions> ParsePushQuery(std::string_view query) {
@@ -303,10 +307,12 @@ int ApiHandler::HttpStatusFor(StatusCode code) {
 }
 
 ApiResponse ApiHandler::ErrorResponse(const Status& status) {
-  return JsonResponse(
+  ApiResponse r = JsonResponse(
       HttpStatusFor(status.code()),
       {{"error",
         {{"code", std::string(StatusCodeName(status.code()))}, {"message", status.message()}}}});
+  r.model_busy = status.code() == StatusCode::kAborted;
+  return r;
 }
 
 ApiResponse ApiHandler::MethodNotAllowed(std::string_view method, std::string_view allowed) {
@@ -468,10 +474,12 @@ ApiResponse ApiHandler::HandleAdminGc() {
   if (!models.ok()) return ErrorResponse(models.status());
   json reports = json::array();
   uint64_t deleted = 0, freed = 0;
+  RetentionRun run;
+  run.lock_wait = kAdminLockWait;
   for (const ModelInfo& m : *models) {
-    auto report = store_->ApplyRetention(m.name, RetentionRun{});
+    auto report = store_->ApplyRetention(m.name, run);
     if (!report.ok()) {
-      // A busy model (a push in progress) is skipped; the next pass takes it.
+      // A model busy for longer than kAdminLockWait is skipped; the next pass takes it.
       reports.push_back({{"model", m.name},
                          {"error",
                           {{"code", std::string(StatusCodeName(report.status().code()))},

@@ -243,7 +243,16 @@ class HttpServerImpl final : public HttpServer {
                                  log);
           break;
         }
+        // A model busy with a push or a retention pass refuses changes (ABORTED, nothing
+        // done): wait for its turn as pushes do, without holding a thread.
         ApiResponse r = handler_.Handle(log.method, route, body);
+        const auto wait_until = Clock::now() + options_.push_wait;
+        while (r.model_busy && Clock::now() < wait_until && !stopping_) {
+          net::steady_timer timer(stream.get_executor(), kPushRetryInterval);
+          beast::error_code ec;
+          co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
+          r = handler_.Handle(log.method, route, body);
+        }
         ok = co_await WriteResponse(stream, r, version, keep_alive, log.method == "HEAD", log);
         ok = ok && keep_alive;
         break;

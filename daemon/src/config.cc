@@ -98,7 +98,7 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
     return Status::InvalidArgument("config: " + std::string(e.description()) + " at " +
                                    where.str());
   }
-  CKPT_RETURN_IF_ERROR(CheckKeys(root, "", {"server", "storage", "codec", "log"}));
+  CKPT_RETURN_IF_ERROR(CheckKeys(root, "", {"server", "storage", "codec", "retention", "log"}));
 
   if (const toml::table* server = root["server"].as_table()) {
     CKPT_RETURN_IF_ERROR(
@@ -163,6 +163,34 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
                                                config.store.default_policy.keyframe_every));
   } else if (root.contains("codec")) {
     return Bad("codec", "must be a table");
+  }
+
+  if (const toml::table* retention = root["retention"].as_table()) {
+    CKPT_RETURN_IF_ERROR(
+        CheckKeys(*retention, "retention",
+                  {"interval_seconds", "after_push", "rebase_min_dead_fraction", "default"}));
+    auto& r = config.retention;
+    CKPT_RETURN_IF_ERROR(ReadInteger<int64_t>(*retention, "retention", "interval_seconds", 0,
+                                              7 * 86400, r.interval_seconds));
+    CKPT_RETURN_IF_ERROR(ReadBool(*retention, "retention", "after_push", r.after_push));
+    if (const toml::node* fraction = retention->get("rebase_min_dead_fraction")) {
+      auto v = fraction->value<double>();
+      if (!v || !(*v >= 0 && *v <= 100)) {
+        return Bad("retention.rebase_min_dead_fraction", "must be a number in [0, 100]");
+      }
+      r.rebase_min_dead_fraction = *v;
+    }
+    if (const toml::node* policy = retention->get("default")) {
+      const toml::table* table = policy->as_table();
+      if (!table) return Bad("retention.default", "must be a table such as { keep_last = 10 }");
+      std::ostringstream json;
+      json << toml::json_formatter{*table};
+      auto parsed = RetentionPolicy::FromJson(json.str());
+      if (!parsed.ok()) return Bad("retention.default", parsed.status().message());
+      config.store.default_retention = *parsed;
+    }
+  } else if (root.contains("retention")) {
+    return Bad("retention", "must be a table");
   }
 
   if (const toml::table* log = root["log"].as_table()) {

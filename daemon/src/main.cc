@@ -1,6 +1,9 @@
-// ckptd: the checkpoint storage daemon. Wires config, store and HTTP server together and
-// handles signals: SIGINT/SIGTERM stop accepting, let in-flight requests finish (up to
-// server.shutdown_grace_seconds), flush and close RocksDB, and exit 0.
+// ckptd: the checkpoint storage daemon. Wires config, store, background retention and HTTP
+// server together and handles signals: SIGINT/SIGTERM stop accepting, let in-flight requests
+// finish (up to server.shutdown_grace_seconds), flush and close RocksDB, and exit 0.
+//
+// `ckptd gc` is the offline form of POST /v1/admin/gc: with the daemon stopped, it applies every
+// model's retention policy, reclaims the space and prints one JSON report per model.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +19,7 @@
 #include "ckpt/daemon/config.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "ckpt/version.h"
+#include "retention_runner.h"
 
 namespace {
 
@@ -39,6 +43,33 @@ ckpt::Status WriteReadyFile(const std::string& path, uint16_t port) {
   return ckpt::Status::Ok();
 }
 
+// Offline garbage collection: every model, full reclamation; one JSON line per model.
+int RunOfflineGc(const DaemonConfig& config) {
+  auto store = ckpt::CheckpointStore::Open(config.store);
+  if (!store.ok()) {
+    return Fail(store.status().WithContext("opening the store (is ckptd running on it?)"));
+  }
+  auto models = (*store)->ListModels();
+  if (!models.ok()) return Fail(models.status());
+  int failures = 0;
+  uint64_t deleted = 0, freed = 0;
+  for (const ckpt::ModelInfo& model : *models) {
+    auto report = (*store)->ApplyRetention(model.name, ckpt::RetentionRun{});
+    if (!report.ok()) {
+      std::cerr << "ckptd gc: model '" << model.name << "': " << report.status().ToString() << "\n";
+      ++failures;
+      continue;
+    }
+    deleted += report->deleted.size();
+    freed += report->gc.bytes_freed;
+    std::cout << ckpt::api::RetentionReportJson(*report) << "\n";
+  }
+  if (auto s = (*store)->Flush(); !s.ok()) return Fail(s);
+  std::cerr << "ckptd gc: " << models->size() << " model(s), " << deleted << " version(s) deleted, "
+            << freed << " bytes freed\n";
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,6 +84,11 @@ int main(int argc, char** argv) {
                  "write the bound port to this file once accepting connections and the cache "
                  "warm-up (storage.warm_cache_on_start) has finished");
   app.add_flag("--version", show_version, "print the version and exit");
+  CLI::App* gc = app.add_subcommand(
+      "gc",
+      "offline: apply every model's retention policy and reclaim space, then exit (the "
+      "daemon must not be running on the data directory)");
+  gc->fallthrough();  // `ckptd gc --data-dir DIR`: the main options apply to it
   CLI11_PARSE(app, argc, argv);
   if (show_version) {
     std::cout << "ckptd " << ckpt::kVersionString << "\n";
@@ -76,6 +112,7 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(level);
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  if (gc->parsed()) return RunOfflineGc(config);
 
   // Block the shutdown signals in every thread; the main thread waits for them below.
   sigset_t signals;
@@ -92,6 +129,14 @@ int main(int argc, char** argv) {
   }
   auto store = ckpt::CheckpointStore::Open(config.store);
   if (!store.ok()) return Fail(store.status());
+  ckpt::daemon::RetentionRunnerOptions retention;
+  retention.interval = std::chrono::seconds(config.retention.interval_seconds);
+  retention.after_push = config.retention.after_push;
+  retention.rebase_min_dead_fraction = config.retention.rebase_min_dead_fraction;
+  auto retention_runner = std::make_unique<ckpt::daemon::RetentionRunner>(store->get(), retention);
+  config.server.on_push_committed = [runner = retention_runner.get()](const std::string& model) {
+    runner->ModelPushed(model);
+  };
   auto server = ckpt::api::HttpServer::Start(config.server, store->get());
   if (!server.ok()) return Fail(server.status());
   spdlog::info("ckptd {} listening on {}:{} with data in {}", ckpt::kVersionString,
@@ -120,6 +165,7 @@ int main(int argc, char** argv) {
   warmer.reset();  // stops a warm-up still running
   (*server)->Shutdown();
   server->reset();
+  retention_runner.reset();  // finishes the pass in progress
   if (auto s = (*store)->Flush(); !s.ok())
     spdlog::error("flush on shutdown failed: {}", s.ToString());
   store->reset();

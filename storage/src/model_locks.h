@@ -7,6 +7,8 @@
 // it. Thread safety: safe for concurrent use; a Guard may be released from any thread.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -46,19 +48,29 @@ class ModelLocks {
   };
 
   // Returns a held guard, or an empty one if the model is locked by someone else.
-  Guard TryLock(std::string_view model) {
-    std::lock_guard lock(mu_);
-    if (!busy_.emplace(model).second) return Guard();
-    return Guard(this, std::string(model));
+  Guard TryLock(std::string_view model) { return LockWithin(model, std::chrono::milliseconds(0)); }
+
+  // Like TryLock, but waits up to `timeout` for the model to become free. Blocks the calling
+  // thread: for background and administrative work only, never on a network thread's hot path.
+  Guard LockWithin(std::string_view model, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    const std::string name(model);
+    if (!free_.wait_for(lock, timeout, [&] { return !busy_.count(name); })) return Guard();
+    busy_.insert(name);
+    return Guard(this, name);
   }
 
  private:
   void Unlock(const std::string& model) {
-    std::lock_guard lock(mu_);
-    busy_.erase(model);
+    {
+      std::lock_guard lock(mu_);
+      busy_.erase(model);
+    }
+    free_.notify_all();
   }
 
   std::mutex mu_;
+  std::condition_variable free_;
   std::unordered_set<std::string> busy_;  // guarded by mu_
 };
 

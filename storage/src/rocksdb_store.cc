@@ -773,6 +773,8 @@ class RocksCheckpointStore final : public CheckpointStore {
       CKPT_ASSIGN_OR_RETURN(const ManifestRecord* manifest, reader.Manifest(found.second.seq));
       VersionDetail detail;
       detail.info = MakeVersionInfo(model, found.first, found.second);
+      CKPT_ASSIGN_OR_RETURN(auto tags, TagsByVersion(ctx_, ro, model));
+      detail.info.tags = std::move(tags[found.first]);
       for (const ManifestTensor& t : manifest->tensors) {
         TensorDetail d;
         d.name = t.name;
@@ -939,7 +941,7 @@ class RocksCheckpointStore final : public CheckpointStore {
     report.model = name;
     report.dry_run = run.dry_run;
     {
-      ModelLocks::Guard guard = locks_.TryLock(model);
+      ModelLocks::Guard guard = locks_.LockWithin(model, run.lock_wait);
       if (!guard) return BusyModel(model);
       std::unique_lock tags_lock(tags_mu_);
       CKPT_ASSIGN_OR_RETURN(ModelChains chains,

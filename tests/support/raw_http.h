@@ -80,6 +80,17 @@ class RawHttp {
   boost::beast::flat_buffer buffer_;
 };
 
+// Sends one request with a (possibly empty) body on a new connection and reads the answer.
+inline RawResponse Request(uint16_t port, std::string_view method, std::string_view target,
+                           std::string_view body = {}) {
+  RawHttp http(port);
+  std::string head =
+      std::string(method) + " " + std::string(target) +
+      " HTTP/1.1\r\nHost: localhost\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+  if (!http.Send(head) || !http.Send(body)) return RawResponse{0, {}, "send failed", 0, {}};
+  return http.Read();
+}
+
 inline std::string PutHeader(std::string_view target, uint64_t content_length,
                              bool expect_continue = false) {
   std::string h = "PUT " + std::string(target) + " HTTP/1.1\r\nHost: localhost\r\n";

@@ -52,6 +52,8 @@ struct ApiResponse {
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
+  // The request changed nothing because its model was busy (ABORTED): it may be retried.
+  bool model_busy = false;
 };
 
 // What a session should do with a request once its headers are known.

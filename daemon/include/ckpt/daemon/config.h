@@ -24,6 +24,12 @@ struct DaemonConfig {
   // store.reference_cache_bytes) so that `latest` and the next push find it in memory. The ready
   // file is written when that is done.
   bool warm_cache_on_start = true;
+  // Background retention ([retention]); the server-wide default policy is store.default_retention.
+  struct Retention {
+    int64_t interval_seconds = 600;         // passes over every model; 0 disables them
+    bool after_push = true;                 // a pass for a model after each of its pushes
+    double rebase_min_dead_fraction = 0.5;  // GcOptions of the automatic passes
+  } retention;
 
   DaemonConfig() { store.data_dir = "./data"; }
 };

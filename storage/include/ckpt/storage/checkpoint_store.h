@@ -13,6 +13,7 @@
 // a time, and they must be destroyed before the store that created them.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -132,6 +133,9 @@ struct RetentionRun {
   std::optional<RetentionPolicy> policy;  // evaluate this instead of the model's policy
   GcOptions gc;                           // how the deleted versions' space is reclaimed
   int64_t now_ms = 0;                     // the clock for keep_within; 0: now
+  // How long to wait for a model busy with a push before giving up with Aborted. Blocks the
+  // calling thread. Default: 0 (fail fast).
+  std::chrono::milliseconds lock_wait{0};
 };
 
 struct RetentionReport {

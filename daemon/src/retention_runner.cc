@@ -1,0 +1,105 @@
+#include "retention_runner.h"
+
+#include <spdlog/spdlog.h>
+
+#include <vector>
+
+#include "ckpt/codec/status.h"
+
+namespace ckpt::daemon {
+
+namespace {
+
+std::string Join(const std::vector<uint64_t>& versions) {
+  std::string out;
+  for (uint64_t v : versions) out += (out.empty() ? "" : ",") + std::to_string(v);
+  return out;
+}
+
+}  // namespace
+
+RetentionRunner::RetentionRunner(CheckpointStore* store, const RetentionRunnerOptions& options)
+    : store_(store), options_(options), thread_([this] { Run(); }) {}
+
+RetentionRunner::~RetentionRunner() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void RetentionRunner::ModelPushed(const std::string& model) {
+  if (!options_.after_push) return;
+  {
+    std::lock_guard lock(mu_);
+    pending_.insert(model);
+  }
+  wake_.notify_all();
+}
+
+void RetentionRunner::Run() {
+  using Clock = std::chrono::steady_clock;
+  const bool periodic = options_.interval.count() > 0;
+  Clock::time_point next_pass = Clock::now() + options_.interval;
+  std::set<std::string> busy;  // retried after a second
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    Clock::time_point wake_at = periodic ? next_pass : Clock::time_point::max();
+    if (!busy.empty()) wake_at = std::min(wake_at, Clock::now() + std::chrono::seconds(1));
+    wake_.wait_until(lock, wake_at, [&] { return stop_ || !pending_.empty(); });
+    if (stop_) break;
+    std::set<std::string> models;
+    models.swap(pending_);
+    models.merge(busy);
+    busy.clear();
+    GcOptions::Compaction compaction = GcOptions::Compaction::kNone;
+    if (periodic && Clock::now() >= next_pass) {
+      next_pass = Clock::now() + options_.interval;
+      compaction = GcOptions::Compaction::kTables;
+      lock.unlock();
+      auto all = store_->ListModels();
+      if (all.ok()) {
+        for (const ModelInfo& m : *all) models.insert(m.name);
+      } else {
+        spdlog::warn("retention: cannot list models: {}", all.status().ToString());
+      }
+      lock.lock();
+    }
+    lock.unlock();
+    for (const std::string& model : models) {
+      if (!Apply(model, compaction)) busy.insert(model);
+    }
+    lock.lock();
+  }
+}
+
+bool RetentionRunner::Apply(const std::string& model, GcOptions::Compaction compaction) {
+  RetentionRun run;
+  run.gc.rebase_min_dead_fraction = options_.rebase_min_dead_fraction;
+  run.gc.compaction = compaction;
+  auto report = store_->ApplyRetention(model, run);
+  if (!report.ok()) {
+    if (report.status().code() == StatusCode::kAborted) return false;
+    if (report.status().code() != StatusCode::kNotFound) {
+      spdlog::warn("retention: model '{}': {}", model, report.status().ToString());
+    }
+    return true;
+  }
+  const GcReport& gc = report->gc;
+  if (!report->deleted.empty() || gc.bytes_freed > 0 || gc.versions_rebased > 0) {
+    spdlog::info(
+        "retention: model '{}' policy {} deleted versions [{}]; freed {} bytes ({} stored "
+        "pushes), rebased {} kept versions ({} bytes rewritten), {} bytes retained for kept "
+        "chains{}",
+        model, report->policy.ToJson(), Join(report->deleted), gc.bytes_freed, gc.manifests_removed,
+        gc.versions_rebased, gc.bytes_rewritten, gc.bytes_retained,
+        gc.compacted ? ", compacted" : "");
+  } else {
+    spdlog::debug("retention: model '{}': nothing to delete", model);
+  }
+  return true;
+}
+
+}  // namespace ckpt::daemon

@@ -1,0 +1,54 @@
+// RetentionRunner: applies each model's retention policy in the background — after every push
+// of the model and every `interval` for all models — and logs what it decided.
+//
+// Owns one worker thread. ModelPushed() only queues the model and returns at once, so it can be
+// called from a network thread. A model busy with a push is retried a second later. Passes after
+// a push leave compaction to RocksDB (GcOptions::Compaction::kNone); the periodic pass compacts
+// the tables of models that freed space since (kTables), which drops blob files holding only
+// deleted data. Thread safety: ModelPushed and the destructor may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "ckpt/storage/checkpoint_store.h"
+
+namespace ckpt::daemon {
+
+struct RetentionRunnerOptions {
+  // Between passes over every model; zero disables them (passes after pushes still run).
+  std::chrono::seconds interval{600};
+  // Run a pass for a model after each of its pushes.
+  bool after_push = true;
+  // GcOptions::rebase_min_dead_fraction of the automatic passes.
+  double rebase_min_dead_fraction = 0.5;
+};
+
+class RetentionRunner {
+ public:
+  // `store` must outlive the runner. Starts the worker thread.
+  RetentionRunner(CheckpointStore* store, const RetentionRunnerOptions& options);
+  ~RetentionRunner();  // stops and joins the worker
+
+  // Queues a pass for `model` (if after_push is set).
+  void ModelPushed(const std::string& model);
+
+ private:
+  void Run();
+  // One pass over `model`; false if it was busy and should be retried.
+  bool Apply(const std::string& model, GcOptions::Compaction compaction);
+
+  CheckpointStore* const store_;
+  const RetentionRunnerOptions options_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::set<std::string> pending_;  // guarded by mu_
+  bool stop_ = false;              // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace ckpt::daemon

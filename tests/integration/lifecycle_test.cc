@@ -1,0 +1,206 @@
+// Integration tests of the checkpoint lifecycle over HTTP: metrics and tags on pushes, retention
+// policies, previews, background and explicit garbage collection, offline `ckptd gc`.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "daemon_process.h"
+#include "raw_http.h"
+#include "test_support.h"
+
+namespace ckpt {
+namespace {
+
+using nlohmann::json;
+using testing::DaemonProcess;
+using testing::DriftingModel;
+using testing::Request;
+using testing::Sha256Hex;
+using testing::TempDir;
+
+// Bytes the files under `dir` occupy on disk (as du counts them).
+uint64_t DiskUsage(const std::filesystem::path& dir) {
+  uint64_t bytes = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    struct stat st {};
+    if (entry.is_regular_file() && ::stat(entry.path().c_str(), &st) == 0) {
+      bytes += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
+  }
+  return bytes;
+}
+
+class LifecycleDaemonTest : public ::testing::Test {
+ protected:
+  void StartDaemon(std::vector<std::string> args = {}) {
+    daemon_ = std::make_unique<DaemonProcess>(CKPTD_BINARY, dir_.path(), std::move(args));
+    ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+  }
+
+  void TearDown() override {
+    if (HasFailure() && daemon_) std::cerr << "---- ckptd log ----\n" << daemon_->log();
+  }
+
+  testing::RawResponse Call(std::string_view method, const std::string& target,
+                            std::string_view body = {}) {
+    return Request(daemon_->port(), method, target, body);
+  }
+
+  json CallJson(std::string_view method, const std::string& target, std::string_view body = {},
+                int expected_status = 200) {
+    auto r = Call(method, target, body);
+    EXPECT_EQ(r.status, expected_status) << method << " " << target << ": " << r.body;
+    return r.body.empty() ? json() : json::parse(r.body, nullptr, false);
+  }
+
+  std::set<uint64_t> Versions(const std::string& model) {
+    std::set<uint64_t> out;
+    const json listing = CallJson("GET", "/v1/models/" + model + "/versions");
+    for (const auto& v : listing["versions"]) out.insert(v["version"].get<uint64_t>());
+    return out;
+  }
+
+  // Runs `ckptd gc` on the data directory; returns its exit code and output.
+  std::pair<int, std::string> OfflineGc() {
+    const std::string command =
+        std::string(CKPTD_BINARY) + " gc --data-dir " + (dir_.path() / "data").string() + " 2>&1";
+    FILE* pipe = popen(command.c_str(), "r");
+    std::string output;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, pipe)) output.append(buf, n);
+    const int status = pclose(pipe);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+  }
+
+  TempDir dir_;
+  std::unique_ptr<DaemonProcess> daemon_;
+};
+
+TEST_F(LifecycleDaemonTest, MetricsTagsRetentionPreviewAndApply) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  // Keep everything while pushing (retention also runs after each push); the real policy is
+  // previewed and applied below.
+  EXPECT_EQ(CallJson("PUT", "/v1/models/run/retention", "{}"), json::object());
+  EXPECT_EQ(CallJson("GET", "/v1/models/run/retention"), json::object());
+
+  DriftingModel drift(51, 20000);
+  std::map<uint64_t, std::string> sha;
+  const double loss[] = {5, 4, 1.5, 3, 2.5, 2, 1.75, 1.6};
+  for (uint64_t v = 1; v <= 8; ++v) {
+    std::string body = drift.Next();
+    std::string target = "/v1/models/run/versions/" + std::to_string(v * 10) +
+                         "?metric.loss=" + std::to_string(loss[v - 1]) + "&label.host=n%201";
+    if (v == 2) target += "&tag=release";
+    auto pushed = CallJson("PUT", target, body, 201);
+    sha[v * 10] = Sha256Hex(body);
+    EXPECT_EQ(pushed["metrics"]["loss"], loss[v - 1]);
+    EXPECT_EQ(pushed["labels"]["host"], "n 1");
+  }
+  // Restore by tag; the tag shows on the version.
+  auto by_tag = Call("GET", "/v1/models/run/versions/tag:release");
+  ASSERT_EQ(by_tag.status, 200) << by_tag.body;
+  EXPECT_EQ(Sha256Hex(by_tag.body), sha[20]);
+  EXPECT_EQ(CallJson("GET", "/v1/models/run/versions/20?detail=1")["tags"], json({"release"}));
+  // A tagged version is pinned.
+  EXPECT_EQ(Call("DELETE", "/v1/models/run/versions/20").status, 409);
+  CallJson("PUT", "/v1/models/run/versions/50/tags/candidate");
+  EXPECT_EQ(Call("DELETE", "/v1/models/run/versions/40/tags/candidate").status, 404);
+  EXPECT_EQ(Call("DELETE", "/v1/models/run/versions/50/tags/candidate").status, 204);
+  EXPECT_EQ(Call("GET", "/v1/models/run/versions/tag:candidate").status, 404);
+  EXPECT_EQ(Call("PUT", "/v1/models/run/versions/50/tags/bad%20tag").status, 400);
+  EXPECT_EQ(Call("PUT", "/v1/models/run/versions/90?metric.loss=abc", "x").status, 400);
+  EXPECT_EQ(Call("PUT", "/v1/models/run/versions/90?colour=red", "x").status, 400);
+
+  // Preview a policy without storing it: exactly what it would delete, with reasons.
+  const std::string real = R"({"keep_last":2,"keep_best":{"count":1,"metric":"loss"}})";
+  auto preview = CallJson("POST", "/v1/models/run/retention:preview", real);
+  EXPECT_EQ(preview["deleted"], json({10, 40, 50, 60}));
+  EXPECT_EQ(preview["dry_run"], true);
+  EXPECT_EQ(Versions("run").size(), 8u);
+  bool saw_best = false;
+  for (const auto& k : preview["kept"]) {
+    if (k["version"] == 30) saw_best = k["kept_by"] == json({"keep_best"});
+  }
+  EXPECT_TRUE(saw_best) << preview.dump();
+  const std::string typo = CallJson("POST", "/v1/models/run/retention:preview",
+                                    R"({"keep_lats":2})", 400)["error"]["message"];
+  EXPECT_NE(typo.find("'keep_lats'"), std::string::npos) << typo;
+
+  EXPECT_EQ(CallJson("PUT", "/v1/models/run/retention", real)["keep_last"], 2);
+  auto applied = CallJson("POST", "/v1/models/run/retention:apply");
+  EXPECT_EQ(applied["deleted"], json({10, 40, 50, 60}));
+  EXPECT_EQ(Versions("run"), (std::set<uint64_t>{20, 30, 70, 80}));
+  for (uint64_t v : {20, 30, 70, 80}) {
+    auto r = Call("GET", "/v1/models/run/versions/" + std::to_string(v));
+    ASSERT_EQ(r.status, 200);
+    EXPECT_EQ(Sha256Hex(r.body), sha[v]) << v;
+  }
+  EXPECT_EQ(Call("PATCH", "/v1/models/run/retention").status, 405);
+}
+
+TEST_F(LifecycleDaemonTest, RetentionRunsAfterEachPushAndLatestIsNeverDeleted) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  CallJson("PUT", "/v1/models/job/retention", R"({"keep_last":3})");
+  DriftingModel drift(52, 5000);
+  for (uint64_t v = 1; v <= 10; ++v) {
+    CallJson("PUT", "/v1/models/job/versions/" + std::to_string(v), drift.Next(), 201);
+  }
+  // The pass after the last push runs in the background: wait (bounded) until it has run.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (Versions("job").size() > 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(Versions("job"), (std::set<uint64_t>{8, 9, 10}));
+  EXPECT_EQ(CallJson("GET", "/v1/models/job")["latest_version"], 10);
+}
+
+TEST_F(LifecycleDaemonTest, AdminAndOfflineGcFreeTheDiskSpaceOfDeletedVersions) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  DriftingModel drift(53, 100000);
+  std::map<uint64_t, std::string> sha;
+  for (uint64_t v = 1; v <= 30; ++v) {
+    std::string body = drift.Next();
+    CallJson("PUT", "/v1/models/big/versions/" + std::to_string(v), body, 201);
+    sha[v] = Sha256Hex(body);
+  }
+  daemon_->Stop();
+  const uint64_t before = DiskUsage(dir_.path() / "data");
+
+  // Offline: nothing to do without a policy; refuses to run beside a live daemon.
+  auto [code, output] = OfflineGc();
+  EXPECT_EQ(code, 0) << output;
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  auto [busy_code, busy_output] = OfflineGc();
+  EXPECT_NE(busy_code, 0);
+  EXPECT_NE(busy_output.find("is ckptd running"), std::string::npos) << busy_output;
+
+  CallJson("PUT", "/v1/models/big/retention", R"({"keep_every":10})");
+  auto gc = CallJson("POST", "/v1/admin/gc");
+  EXPECT_EQ(gc["deleted_versions"], 27);
+  EXPECT_GT(gc["bytes_freed"].get<uint64_t>(), 0u);
+  EXPECT_EQ(Versions("big"), (std::set<uint64_t>{10, 20, 30}));
+  for (uint64_t v : {10, 20, 30}) {
+    auto r = Call("GET", "/v1/models/big/versions/" + std::to_string(v));
+    EXPECT_EQ(Sha256Hex(r.body), sha[v]) << v;
+  }
+  daemon_->Stop();
+  const uint64_t after = DiskUsage(dir_.path() / "data");
+  // 3 of 30 versions kept: the data directory shrinks to well under a third.
+  EXPECT_LT(after, before / 3) << "before " << before << " after " << after;
+
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  for (uint64_t v : {10, 20, 30}) {
+    auto r = Call("GET", "/v1/models/big/versions/" + std::to_string(v));
+    EXPECT_EQ(Sha256Hex(r.body), sha[v]) << v;
+  }
+}
+
+}  // namespace
+}  // namespace ckpt
