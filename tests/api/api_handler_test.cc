@@ -31,6 +31,36 @@ TEST(ApiRouting, ClassifiesEveryRoute) {
   }
 }
 
+TEST(ApiRouting, ClassifiesLifecycleRoutes) {
+  Route tag = ApiHandler::Classify("/v1/models/r/versions/7/tags/best");
+  EXPECT_EQ(tag.kind, RouteKind::kVersionTag);
+  EXPECT_EQ(tag.version, "7");
+  EXPECT_EQ(tag.tag, "best");
+  EXPECT_EQ(ApiHandler::Classify("/v1/models/r/retention").kind, RouteKind::kRetention);
+  Route preview = ApiHandler::Classify("/v1/models/r/retention:preview");
+  EXPECT_EQ(preview.kind, RouteKind::kRetentionRun);
+  EXPECT_TRUE(preview.dry_run);
+  EXPECT_FALSE(ApiHandler::Classify("/v1/models/r/retention:apply").dry_run);
+  EXPECT_TRUE(ApiHandler::Classify("/v1/models/r/retention:apply?dry_run=1").dry_run);
+  EXPECT_EQ(ApiHandler::Classify("/v1/admin/gc").kind, RouteKind::kAdminGc);
+  EXPECT_EQ(ApiHandler::Classify("/v1/models/r/versions/tag%3Abest").version, "tag:best");
+  EXPECT_EQ(ApiHandler::Classify("/v1/models/r/versions/9?metric.loss=1").query, "metric.loss=1");
+  EXPECT_EQ(ApiHandler::Classify("/v1/models/r/retention:delete").kind, RouteKind::kUnknown);
+}
+
+TEST(ApiRouting, PushQueryCarriesMetricsLabelsAndTags) {
+  auto options = ParsePushQuery("metric.loss=1.25&label.host=node%2F7+a&tag=best&tag=rc1");
+  ASSERT_TRUE(options.ok()) << options.status().ToString();
+  EXPECT_EQ(options->metrics.at("loss"), 1.25);
+  EXPECT_EQ(options->labels.at("host"), "node/7 a");
+  EXPECT_EQ(options->tags, (std::vector<std::string>{"best", "rc1"}));
+  EXPECT_TRUE(ParsePushQuery("").ok());
+  for (const char* bad : {"metric.loss=abc", "metric.loss=", "metric.loss=inf", "colour=red",
+                          "label.x=%zz", "tag=%4"}) {
+    EXPECT_EQ(ParsePushQuery(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(ApiRouting, PlansStreamingOnlyForVersionTransfers) {
   Route v = ApiHandler::Classify("/v1/models/r/versions/3");
   EXPECT_EQ(ApiHandler::Plan("PUT", v), RequestPlan::kPush);

@@ -32,6 +32,31 @@ TEST(DaemonConfig, ExampleConfigFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.store.default_policy, defaults.store.default_policy);
   EXPECT_EQ(parsed.log_level, defaults.log_level);
   EXPECT_EQ(parsed.warm_cache_on_start, defaults.warm_cache_on_start);
+  EXPECT_EQ(parsed.store.default_retention, defaults.store.default_retention);
+  EXPECT_TRUE(parsed.store.default_retention.KeepsEverything());
+  EXPECT_EQ(parsed.retention.interval_seconds, defaults.retention.interval_seconds);
+  EXPECT_EQ(parsed.retention.after_push, defaults.retention.after_push);
+  EXPECT_EQ(parsed.retention.rebase_min_dead_fraction, defaults.retention.rebase_min_dead_fraction);
+}
+
+TEST(DaemonConfig, RetentionSectionSetsTheDefaultPolicy) {
+  DaemonConfig c;
+  Status s = ApplyToml(R"([retention]
+interval_seconds = 0
+after_push = false
+[retention.default]
+keep_last = 5
+keep_within = "72h"
+keep_best = { count = 3, metric = "loss", mode = "min" }
+)",
+                       c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(c.retention.interval_seconds, 0);
+  EXPECT_FALSE(c.retention.after_push);
+  EXPECT_EQ(c.store.default_retention.keep_last, 5u);
+  EXPECT_EQ(c.store.default_retention.keep_within_ms, 72 * 3'600'000);
+  ASSERT_TRUE(c.store.default_retention.keep_best.has_value());
+  EXPECT_EQ(c.store.default_retention.keep_best->metric, "loss");
 }
 
 TEST(DaemonConfig, OverridesOnlyWhatIsSet) {
@@ -61,7 +86,12 @@ TEST(DaemonConfig, RejectsUnknownKeysWrongTypesAndRanges) {
         Case{"[storage]\nchunk_bytes = 10\n", "storage.chunk_bytes"}, Case{"[extra]\n", "extra"},
         Case{"[storage]\non_reference_miss = \"guess\"\n", "on_reference_miss"},
         Case{"[server]\nlisten = \"nohost\"\n", "HOST:PORT"},
-        Case{"[server]\nlisten = \"h:99999\"\n", "0..65535"}, Case{"[server\n", "config"}}) {
+        Case{"[server]\nlisten = \"h:99999\"\n", "0..65535"}, Case{"[server\n", "config"},
+        Case{"[retention.default]\nkeep_last = 0\n", "keep_last"},
+        Case{"[retention.default]\nkeep_lats = 3\n", "retention.default"},
+        Case{"[retention]\ndefault = 3\n", "retention.default"},
+        Case{"[retention]\ninterval_seconds = -1\n", "retention.interval_seconds"},
+        Case{"[retention]\nrebase_min_dead_fraction = \"x\"\n", "rebase_min_dead_fraction"}}) {
     DaemonConfig config;
     Status s = ApplyToml(c.toml, config);
     ASSERT_EQ(s.code(), StatusCode::kInvalidArgument) << c.toml;
