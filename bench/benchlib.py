@@ -1,0 +1,45 @@
+"""Shared helpers of the benchmark scripts: the real daemon on a loopback port, disk usage."""
+import http.client
+import os
+import subprocess
+import signal
+import time
+
+
+class Daemon:
+    def __init__(self, binary, data_dir):
+        self.binary, self.data_dir = binary, data_dir
+        self.proc = None
+
+    def start(self):
+        ready = os.path.join(self.data_dir + ".ready")
+        if os.path.exists(ready):
+            os.remove(ready)
+        self.proc = subprocess.Popen([self.binary, "--listen", "127.0.0.1:0", "--data-dir",
+                                      self.data_dir, "--ready-file", ready, "--log-level", "warn"])
+        for _ in range(3000):
+            if os.path.exists(ready) and open(ready).read().strip():
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError("ckptd exited during start-up")
+            time.sleep(0.01)
+        self.port = int(open(ready).read())
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=120)
+
+    def request(self, method, path, body=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
+        conn.request(method, path, body=body)
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        if resp.status >= 300:
+            raise RuntimeError(f"{method} {path}: {resp.status} {data[:300]!r}")
+        return data
+
+
+def du_bytes(path):
+    """Disk usage as du counts it (allocated blocks), in bytes."""
+    return int(subprocess.check_output(["du", "-sk", path]).split()[0]) * 1024
