@@ -56,6 +56,18 @@ json RetentionJson(const RetentionReport& report) {
   return out;
 }
 
+json ScrubJson(const ScrubReport& r) {
+  return {{"model", r.model},
+          {"clean", r.clean()},
+          {"versions_checked", r.versions_checked},
+          {"chunks_checked", r.chunks_checked},
+          {"bytes_checked", r.bytes_checked},
+          {"damaged_versions", r.damaged_versions},
+          {"problems", r.problems},
+          {"orphaned_manifests", r.orphaned_manifests},
+          {"orphaned_chunks", r.orphaned_chunks}};
+}
+
 // Decodes %XX escapes and '+' (a space, as HTML forms and curl -G --data-urlencode send it).
 Result<std::string> PercentDecode(std::string_view text) {
   std::string out;
@@ -216,6 +228,8 @@ std::string RetentionReportJson(const RetentionReport& report) {
   return RetentionJson(report).dump();
 }
 
+std::string ScrubReportJson(const ScrubReport& report) { return ScrubJson(report).dump(); }
+
 Result<uint64_t> ParseVersionNumber(std::string_view text) {
   if (text.empty() || text.size() > 20) {
     return Status::InvalidArgument("version must be a decimal unsigned 64-bit integer");
@@ -240,6 +254,8 @@ Route ApiHandler::Classify(std::string_view target) {
     route.kind = RouteKind::kHealth;
   } else if (parts.size() == 3 && parts[0] == "v1" && parts[1] == "admin" && parts[2] == "gc") {
     route.kind = RouteKind::kAdminGc;
+  } else if (parts.size() == 3 && parts[0] == "v1" && parts[1] == "admin" && parts[2] == "scrub") {
+    route.kind = RouteKind::kAdminScrub;
   } else if (parts.size() >= 2 && parts[0] == "v1" && parts[1] == "models") {
     if (parts.size() == 2) {
       route.kind = RouteKind::kListModels;
@@ -441,6 +457,9 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
     case RouteKind::kAdminGc:
       if (method != "POST") return MethodNotAllowed(method, "POST");
       return HandleAdminGc();
+    case RouteKind::kAdminScrub:
+      if (method != "POST") return MethodNotAllowed(method, "POST");
+      return HandleAdminScrub();
   }
   return ErrorResponse(Status::Internal("unhandled route"));
 }
@@ -467,6 +486,23 @@ ApiResponse ApiHandler::HandleRetentionRun(const Route& route, std::string_view 
   auto report = store_->ApplyRetention(route.model, run);
   if (!report.ok()) return ErrorResponse(report.status());
   return JsonResponse(200, RetentionJson(*report));
+}
+
+ApiResponse ApiHandler::HandleAdminScrub() {
+  auto models = store_->ListModels();
+  if (!models.ok()) return ErrorResponse(models.status());
+  json reports = json::array();
+  bool clean = true;
+  for (const ModelInfo& m : *models) {
+    auto report = store_->Scrub(m.name);
+    if (!report.ok()) {
+      if (report.status().code() == StatusCode::kNotFound) continue;  // deleted meanwhile
+      return ErrorResponse(report.status());
+    }
+    clean &= report->clean();
+    reports.push_back(ScrubJson(*report));
+  }
+  return JsonResponse(200, {{"clean", clean}, {"models", reports}});
 }
 
 ApiResponse ApiHandler::HandleAdminGc() {

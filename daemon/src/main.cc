@@ -3,7 +3,8 @@
 // finish (up to server.shutdown_grace_seconds), flush and close RocksDB, and exit 0.
 //
 // `ckptd gc` is the offline form of POST /v1/admin/gc: with the daemon stopped, it applies every
-// model's retention policy, reclaims the space and prints one JSON report per model.
+// model's retention policy, reclaims the space and prints one JSON report per model. `ckptd
+// scrub` is the offline form of POST /v1/admin/scrub.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -70,6 +71,25 @@ int RunOfflineGc(const DaemonConfig& config) {
   return failures == 0 ? 0 : 1;
 }
 
+// Offline scrub: every model; one JSON line per model. Exit 0 if all are clean, 1 if not.
+int RunOfflineScrub(const DaemonConfig& config) {
+  auto store = ckpt::CheckpointStore::Open(config.store);
+  if (!store.ok()) {
+    return Fail(store.status().WithContext("opening the store (is ckptd running on it?)"));
+  }
+  auto models = (*store)->ListModels();
+  if (!models.ok()) return Fail(models.status());
+  size_t damaged = 0;
+  for (const ckpt::ModelInfo& model : *models) {
+    auto report = (*store)->Scrub(model.name);
+    if (!report.ok()) return Fail(report.status());
+    if (!report->clean()) ++damaged;
+    std::cout << ckpt::api::ScrubReportJson(*report) << "\n";
+  }
+  std::cerr << "ckptd scrub: " << models->size() << " model(s), " << damaged << " with problems\n";
+  return damaged == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,6 +109,11 @@ int main(int argc, char** argv) {
       "offline: apply every model's retention policy and reclaim space, then exit (the "
       "daemon must not be running on the data directory)");
   gc->fallthrough();  // `ckptd gc --data-dir DIR`: the main options apply to it
+  CLI::App* scrub = app.add_subcommand(
+      "scrub",
+      "offline: read and verify every stored chunk, restore every version, report per "
+      "model; exit 1 if anything is damaged (the daemon must not be running)");
+  scrub->fallthrough();
   CLI11_PARSE(app, argc, argv);
   if (show_version) {
     std::cout << "ckptd " << ckpt::kVersionString << "\n";
@@ -113,6 +138,7 @@ int main(int argc, char** argv) {
   spdlog::set_level(level);
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   if (gc->parsed()) return RunOfflineGc(config);
+  if (scrub->parsed()) return RunOfflineScrub(config);
 
   // Block the shutdown signals in every thread; the main thread waits for them below.
   sigset_t signals;

@@ -11,6 +11,7 @@
 #include <future>
 #include <limits>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "chain_reader.h"
@@ -467,13 +468,17 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
 
 class RestoreStreamImpl final : public RestoreStream {
  public:
+  // Takes ownership of `snapshot`. With `use_cache` false every chunk is decoded from storage
+  // and the reference cache is left alone (scrub).
   RestoreStreamImpl(const StoreContext& ctx, const rocksdb::Snapshot* snapshot, std::string model,
-                    VersionInfo info, VersionRecord record)
+                    VersionInfo info, VersionRecord record, bool use_cache = true)
       : ctx_(ctx),
         snapshot_(snapshot),
         info_(std::move(info)),
         record_(std::move(record)),
-        reader_(ctx.db, ctx.manifests, ctx.chunks, snapshot, std::move(model), ctx.cache) {}
+        use_cache_(use_cache),
+        reader_(ctx.db, ctx.manifests, ctx.chunks, snapshot, std::move(model),
+                use_cache ? ctx.cache : nullptr) {}
 
   ~RestoreStreamImpl() override {
     queue_.clear();  // waits for prefetches still reading through the snapshot
@@ -490,7 +495,7 @@ class RestoreStreamImpl final : public RestoreStream {
     ro.snapshot = snapshot_;
     CKPT_ASSIGN_OR_RETURN(auto state, ctx_.GetRecord<CodecStateRecord>(ro, ctx_.codec_state,
                                                                        info_.model, "codec state"));
-    fill_reference_cache_ = state && state->reference_seq == record_.seq &&
+    fill_reference_cache_ = use_cache_ && state && state->reference_seq == record_.seq &&
                             record_.raw_bytes <= ctx_.cache->budget_bytes() / 2;
     return Status::Ok();
   }
@@ -585,6 +590,7 @@ class RestoreStreamImpl final : public RestoreStream {
   const rocksdb::Snapshot* snapshot_;
   VersionInfo info_;
   VersionRecord record_;
+  const bool use_cache_;
   ChainReader reader_;
   const ManifestRecord* manifest_ = nullptr;
   Sha256 sha_;
@@ -989,6 +995,18 @@ class RocksCheckpointStore final : public CheckpointStore {
     return report;
   }
 
+  Result<ScrubReport> Scrub(std::string_view model) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    const std::string name(model);
+    const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
+    rocksdb::ReadOptions ro;
+    ro.snapshot = snapshot;
+    ro.verify_checksums = true;
+    auto result = ScrubAt(ro, name);
+    db_->ReleaseSnapshot(snapshot);
+    return result;
+  }
+
   Result<GcReport> CollectGarbage(std::string_view model, const GcOptions& options) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
     const std::string name(model);
@@ -1015,6 +1033,85 @@ class RocksCheckpointStore final : public CheckpointStore {
   }
 
  private:
+  Result<ScrubReport> ScrubAt(const rocksdb::ReadOptions& ro, const std::string& name) {
+    ScrubReport report;
+    report.model = name;
+    CKPT_ASSIGN_OR_RETURN(ModelChains chains, ModelChains::Load(ctx_, ro, name));
+    // Data at or beyond next_seq belongs to a push or rebase still in progress.
+    const uint64_t next_seq = chains.codec_state ? chains.codec_state->next_seq : 1;
+    std::set<uint64_t> needed;
+    if (auto n = chains.NeededSeqs(chains.LiveSeqs()); n.ok()) {
+      needed = std::move(*n);
+    } else {
+      report.problems.push_back(n.status().message());
+    }
+    for (const auto& [seq, manifest] : chains.manifests) {
+      if (!needed.count(seq) && seq < next_seq) ++report.orphaned_manifests;
+    }
+    // Every chunk record: its payload checksum, and that it belongs to a stored push.
+    {
+      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, ctx_.chunks));
+      const std::string prefix = keys::ModelPrefix(name);
+      for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+        const std::string_view key = it->key().ToStringView();
+        const uint64_t seq = keys::NumberAfterPrefix(key, name.size());
+        if (seq >= next_seq) continue;
+        auto manifest = chains.manifests.find(seq);
+        if (manifest == chains.manifests.end()) {
+          ++report.orphaned_chunks;
+          continue;
+        }
+        ++report.chunks_checked;
+        report.bytes_checked += it->value().size();
+        auto record = ChunkRecord::Decode(it->value().ToStringView());
+        if (!record.ok()) {
+          const size_t at = name.size() + 1 + 8;
+          report.problems.push_back("stored push of version " +
+                                    std::to_string(manifest->second.version) + " tensor " +
+                                    std::to_string(keys::ReadBigEndian(key, at, 4)) + " chunk " +
+                                    std::to_string(keys::ReadBigEndian(key, at + 4, 4)) + ": " +
+                                    record.status().message());
+        }
+      }
+      if (!it->status().ok()) {
+        report.problems.push_back("reading chunk records: " + it->status().ToString());
+      }
+    }
+    // Every version restored in full: chain links, decoded checksums, the body's SHA-256.
+    for (const auto& [version, listed] : chains.versions) {
+      // A fresh snapshot per version (a stream owns its snapshot); a version deleted since the
+      // listing is skipped.
+      const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
+      rocksdb::ReadOptions now;
+      now.snapshot = snapshot;
+      auto found = FindVersion(now, name, version);
+      if (!found.ok() && found.status().code() == StatusCode::kNotFound) {
+        db_->ReleaseSnapshot(snapshot);
+        continue;
+      }
+      ++report.versions_checked;
+      Status restored = [&]() -> Status {
+        if (!found.ok()) {
+          db_->ReleaseSnapshot(snapshot);
+          return found.status();
+        }
+        const VersionRecord& record = found->second;
+        auto stream = std::make_unique<RestoreStreamImpl>(
+            ctx_, snapshot, name, MakeVersionInfo(name, version, record), record, false);
+        CKPT_RETURN_IF_ERROR(stream->Init());
+        for (;;) {
+          CKPT_ASSIGN_OR_RETURN(auto piece, stream->Next());
+          if (piece.empty()) return Status::Ok();
+        }
+      }();
+      if (!restored.ok()) {
+        report.damaged_versions.push_back(version);
+        report.problems.push_back(restored.message());
+      }
+    }
+    return report;
+  }
+
   Result<RetentionPolicy> RetentionOf(const ModelRecord& record) const {
     if (record.retention_json.empty()) return options_.default_retention;
     return RetentionPolicy::FromJson(record.retention_json);

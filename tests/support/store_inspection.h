@@ -3,6 +3,8 @@
 
 #include <rocksdb/db.h>
 
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +31,49 @@ inline size_t CountKeys(const std::string& dir, const std::string& family) {
   for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
   delete db;
   return count;
+}
+
+// Writes key -> value into column family `family` of the (closed) database at `dir`, bypassing
+// ckptd: to plant damage or leftovers for recovery and scrub tests. Returns false on failure.
+inline bool PutKey(const std::string& dir, const std::string& family, const std::string& key,
+                   const std::string& value) {
+  std::vector<std::string> names;
+  if (!rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir, &names).ok()) return false;
+  std::vector<rocksdb::ColumnFamilyDescriptor> families;
+  for (const auto& n : names) families.emplace_back(n, rocksdb::ColumnFamilyOptions());
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  if (!rocksdb::DB::Open(rocksdb::DBOptions(), dir, families, &handles, &db).ok()) return false;
+  bool ok = false;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == family) ok = db->Put(rocksdb::WriteOptions(), handles[i], key, value).ok();
+  }
+  for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+  delete db;
+  return ok;
+}
+
+// Flips one byte in the middle of the largest file in `dir` whose name ends with `suffix`
+// (".blob", ".sst"): damage on disk, below RocksDB. Returns the file's name, empty if none.
+inline std::string FlipByteInLargestFile(const std::string& dir, const std::string& suffix) {
+  std::filesystem::path largest;
+  uintmax_t size = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() >= suffix.size() && name.ends_with(suffix) && entry.file_size() > size) {
+      size = entry.file_size();
+      largest = entry.path();
+    }
+  }
+  if (largest.empty()) return {};
+  std::fstream f(largest, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(size / 2));
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x5a;
+  f.seekp(static_cast<std::streamoff>(size / 2));
+  f.write(&c, 1);
+  return largest.filename().string();
 }
 
 }  // namespace ckpt::testing

@@ -34,6 +34,7 @@ enum class RouteKind {
   kRetention,     // GET|PUT /v1/models/{model}/retention
   kRetentionRun,  // POST /v1/models/{model}/retention:preview | retention:apply
   kAdminGc,       // POST /v1/admin/gc
+  kAdminScrub,    // POST /v1/admin/scrub
   kUnknown,       // no such path: 404
 };
 
@@ -99,6 +100,7 @@ class ApiHandler {
   Result<std::optional<uint64_t>> ResolveVersion(const Route& route);
   ApiResponse HandleRetentionRun(const Route& route, std::string_view body);
   ApiResponse HandleAdminGc();
+  ApiResponse HandleAdminScrub();
 
   CheckpointStore* store_;
   PushCommittedHook on_push_committed_;
@@ -110,6 +112,7 @@ Result<PushOptions> ParsePushQuery(std::string_view query);
 
 // JSON renderings shared with the daemon's logs and the offline `ckptd gc`.
 std::string RetentionReportJson(const RetentionReport& report);
+std::string ScrubReportJson(const ScrubReport& report);
 
 // Parses a decimal u64 (no sign, no leading '+', no overflow).
 Result<uint64_t> ParseVersionNumber(std::string_view text);

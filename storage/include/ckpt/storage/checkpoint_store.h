@@ -179,6 +179,22 @@ struct ModelInfo {
   int64_t created_at_ms = 0;
 };
 
+// What a scrub of one model found (CheckpointStore::Scrub).
+struct ScrubReport {
+  std::string model;
+  uint64_t versions_checked = 0;  // versions restored in full and checked against their SHA-256
+  uint64_t chunks_checked = 0;    // stored chunk records read and checksum-verified
+  uint64_t bytes_checked = 0;     // bytes of those records
+  std::vector<uint64_t> damaged_versions;  // versions that cannot be restored exactly
+  std::vector<std::string> problems;       // one line per problem, naming version/tensor/chunk
+  uint64_t orphaned_manifests = 0;         // stored pushes that no version needs
+  uint64_t orphaned_chunks = 0;            // chunk records that belong to no stored push
+  bool clean() const {
+    return damaged_versions.empty() && problems.empty() && orphaned_manifests == 0 &&
+           orphaned_chunks == 0;
+  }
+};
+
 // Receives one checkpoint body, chunk by chunk, as it arrives from the network.
 //
 // The model is locked for pushes while the session lives. Destroying a session that was not
@@ -268,6 +284,12 @@ class CheckpointStore {
   // versions per `options` (see GcOptions). Never changes what any version restores to. Aborted
   // if the model is busy (a push is in progress).
   virtual Result<GcReport> CollectGarbage(std::string_view model, const GcOptions& options) = 0;
+
+  // Reads every stored chunk record of `model` (verifying its checksums), restores every version
+  // in full (verifying each chain link and the body's SHA-256), and looks for data that nothing
+  // needs. Read-only, on a snapshot; runs beside pushes (whose unfinished data is not counted).
+  // Problems are in the report; an error Status means the scrub itself could not run.
+  virtual Result<ScrubReport> Scrub(std::string_view model) = 0;
 
   // Flushes memtables and the WAL so the data directory holds only table and blob files.
   // Called by the daemon on clean shutdown; the destructor closes the database.
