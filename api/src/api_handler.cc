@@ -230,6 +230,15 @@ std::string RetentionReportJson(const RetentionReport& report) {
 
 std::string ScrubReportJson(const ScrubReport& report) { return ScrubJson(report).dump(); }
 
+std::string BackupResultJson(const BackupResult& b) {
+  return json{{"dir", b.dir},
+              {"backup_id", b.backup_id},
+              {"created_at", Iso8601(b.created_at_ms)},
+              {"size_bytes", b.size_bytes},
+              {"files", b.files}}
+      .dump();
+}
+
 Result<uint64_t> ParseVersionNumber(std::string_view text) {
   if (text.empty() || text.size() > 20) {
     return Status::InvalidArgument("version must be a decimal unsigned 64-bit integer");
@@ -252,10 +261,10 @@ Route ApiHandler::Classify(std::string_view target) {
   if (query != std::string_view::npos) route.query = std::string(target.substr(query + 1));
   if (parts.size() == 1 && parts[0] == "healthz") {
     route.kind = RouteKind::kHealth;
-  } else if (parts.size() == 3 && parts[0] == "v1" && parts[1] == "admin" && parts[2] == "gc") {
-    route.kind = RouteKind::kAdminGc;
-  } else if (parts.size() == 3 && parts[0] == "v1" && parts[1] == "admin" && parts[2] == "scrub") {
-    route.kind = RouteKind::kAdminScrub;
+  } else if (parts.size() == 3 && parts[0] == "v1" && parts[1] == "admin") {
+    if (parts[2] == "gc") route.kind = RouteKind::kAdminGc;
+    if (parts[2] == "scrub") route.kind = RouteKind::kAdminScrub;
+    if (parts[2] == "backup") route.kind = RouteKind::kAdminBackup;
   } else if (parts.size() >= 2 && parts[0] == "v1" && parts[1] == "models") {
     if (parts.size() == 2) {
       route.kind = RouteKind::kListModels;
@@ -460,6 +469,9 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
     case RouteKind::kAdminScrub:
       if (method != "POST") return MethodNotAllowed(method, "POST");
       return HandleAdminScrub();
+    case RouteKind::kAdminBackup:
+      if (method != "POST") return MethodNotAllowed(method, "POST");
+      return HandleAdminBackup(body);
   }
   return ErrorResponse(Status::Internal("unhandled route"));
 }
@@ -486,6 +498,22 @@ ApiResponse ApiHandler::HandleRetentionRun(const Route& route, std::string_view 
   auto report = store_->ApplyRetention(route.model, run);
   if (!report.ok()) return ErrorResponse(report.status());
   return JsonResponse(200, RetentionJson(*report));
+}
+
+ApiResponse ApiHandler::HandleAdminBackup(std::string_view body) {
+  const json request = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (request.is_discarded() || !request.is_object() || request.size() != 1 ||
+      !request.contains("to") || !request["to"].is_string()) {
+    return ErrorResponse(
+        Status::InvalidArgument("backup: body must be {\"to\": \"/absolute/backup/directory\"}"));
+  }
+  const std::string to = request["to"];
+  if (to.empty() || to.front() != '/') {
+    return ErrorResponse(Status::InvalidArgument("backup: 'to' must be an absolute path"));
+  }
+  auto backup = store_->Backup(to);
+  if (!backup.ok()) return ErrorResponse(backup.status());
+  return JsonResponse(200, json::parse(BackupResultJson(*backup)));
 }
 
 ApiResponse ApiHandler::HandleAdminScrub() {

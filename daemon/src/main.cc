@@ -4,7 +4,8 @@
 //
 // `ckptd gc` is the offline form of POST /v1/admin/gc: with the daemon stopped, it applies every
 // model's retention policy, reclaims the space and prints one JSON report per model. `ckptd
-// scrub` is the offline form of POST /v1/admin/scrub.
+// scrub` is the offline form of POST /v1/admin/scrub, `ckptd backup --to DIR` of POST
+// /v1/admin/backup; `ckptd restore-backup --from DIR --data-dir NEW` brings a backup back.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -90,6 +91,35 @@ int RunOfflineScrub(const DaemonConfig& config) {
   return damaged == 0 ? 0 : 1;
 }
 
+// Offline backup of the whole store into `to`; prints the backup's JSON.
+int RunOfflineBackup(const DaemonConfig& config, const std::string& to) {
+  auto store = ckpt::CheckpointStore::Open(config.store);
+  if (!store.ok()) {
+    return Fail(store.status().WithContext(
+        "opening the store (is ckptd running on it? then use POST /v1/admin/backup)"));
+  }
+  auto backup = (*store)->Backup(to);
+  if (!backup.ok()) return Fail(backup.status());
+  std::cout << ckpt::api::BackupResultJson(*backup) << "\n";
+  return 0;
+}
+
+// Restores the newest backup in `from` into a new data directory and checks that it opens.
+int RunRestoreBackup(const DaemonConfig& config, const std::string& from) {
+  if (auto s = ckpt::CheckpointStore::RestoreBackup(from, config.store.data_dir); !s.ok()) {
+    return Fail(s);
+  }
+  auto store = ckpt::CheckpointStore::Open(config.store);
+  if (!store.ok()) return Fail(store.status().WithContext("opening the restored store"));
+  auto models = (*store)->ListModels();
+  if (!models.ok()) return Fail(models.status());
+  uint64_t versions = 0;
+  for (const auto& m : *models) versions += m.version_count;
+  std::cerr << "ckptd restore-backup: " << models->size() << " model(s), " << versions
+            << " version(s) restored into " << config.store.data_dir << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,6 +144,17 @@ int main(int argc, char** argv) {
       "offline: read and verify every stored chunk, restore every version, report per "
       "model; exit 1 if anything is damaged (the daemon must not be running)");
   scrub->fallthrough();
+  std::string backup_to, backup_from;
+  CLI::App* backup = app.add_subcommand(
+      "backup",
+      "offline: a consistent backup of the store into DIR (while the daemon runs, use "
+      "POST /v1/admin/backup)");
+  backup->add_option("--to", backup_to, "backup directory (created if missing)")->required();
+  backup->fallthrough();
+  CLI::App* restore_backup = app.add_subcommand(
+      "restore-backup", "restore the newest backup in --from into --data-dir (new or empty)");
+  restore_backup->add_option("--from", backup_from, "backup directory")->required();
+  restore_backup->fallthrough();
   CLI11_PARSE(app, argc, argv);
   if (show_version) {
     std::cout << "ckptd " << ckpt::kVersionString << "\n";
@@ -139,6 +180,14 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   if (gc->parsed()) return RunOfflineGc(config);
   if (scrub->parsed()) return RunOfflineScrub(config);
+  if (backup->parsed()) return RunOfflineBackup(config, backup_to);
+  if (restore_backup->parsed()) {
+    if (data_dir.empty()) {
+      return Fail(
+          ckpt::Status::InvalidArgument("restore-backup needs --data-dir (a new directory)"));
+    }
+    return RunRestoreBackup(config, backup_from);
+  }
 
   // Block the shutdown signals in every thread; the main thread waits for them below.
   sigset_t signals;

@@ -1,6 +1,7 @@
 // The RocksDB-backed CheckpointStore. Schema and commit protocol: docs/design.md.
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <rocksdb/utilities/backup_engine.h>
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <deque>
+#include <filesystem>
 #include <future>
 #include <limits>
 #include <map>
@@ -1007,6 +1009,31 @@ class RocksCheckpointStore final : public CheckpointStore {
     return result;
   }
 
+  Result<BackupResult> Backup(const std::string& backup_dir) override {
+    if (backup_dir.empty()) return Status::InvalidArgument("backup: directory is empty");
+    rocksdb::BackupEngine* raw = nullptr;
+    CKPT_RETURN_IF_ERROR(
+        FromRocks(rocksdb::BackupEngine::Open(rocksdb::BackupEngineOptions(backup_dir),
+                                              rocksdb::Env::Default(), &raw),
+                  "opening backup directory '" + backup_dir + "'"));
+    std::unique_ptr<rocksdb::BackupEngine> engine(raw);
+    rocksdb::CreateBackupOptions create;
+    rocksdb::BackupID id = 0;
+    CKPT_RETURN_IF_ERROR(FromRocks(
+        engine->CreateNewBackupWithMetadata(create, db_.get(), "ckptd", &id), "creating backup"));
+    CKPT_RETURN_IF_ERROR(FromRocks(engine->VerifyBackup(id, /*verify_with_checksum=*/true),
+                                   "verifying backup " + std::to_string(id)));
+    rocksdb::BackupInfo info;
+    CKPT_RETURN_IF_ERROR(FromRocks(engine->GetBackupInfo(id, &info), "reading backup info"));
+    BackupResult result;
+    result.dir = backup_dir;
+    result.backup_id = id;
+    result.created_at_ms = info.timestamp * 1000;
+    result.size_bytes = info.size;
+    result.files = info.number_files;
+    return result;
+  }
+
   Result<GcReport> CollectGarbage(std::string_view model, const GcOptions& options) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
     const std::string name(model);
@@ -1262,6 +1289,30 @@ class RocksCheckpointStore final : public CheckpointStore {
 };
 
 }  // namespace
+
+Status CheckpointStore::RestoreBackup(const std::string& backup_dir, const std::string& data_dir) {
+  if (backup_dir.empty() || data_dir.empty()) {
+    return Status::InvalidArgument("restore-backup: backup and data directories are required");
+  }
+  std::error_code ec;
+  if (std::filesystem::exists(data_dir, ec) && !std::filesystem::is_empty(data_dir, ec)) {
+    return Status::FailedPrecondition("restore-backup: data directory '" + data_dir +
+                                      "' is not empty; restore into a new directory");
+  }
+  rocksdb::BackupEngineReadOnly* raw = nullptr;
+  CKPT_RETURN_IF_ERROR(
+      FromRocks(rocksdb::BackupEngineReadOnly::Open(rocksdb::BackupEngineOptions(backup_dir),
+                                                    rocksdb::Env::Default(), &raw),
+                "opening backup directory '" + backup_dir + "'"));
+  std::unique_ptr<rocksdb::BackupEngineReadOnly> engine(raw);
+  std::vector<rocksdb::BackupInfo> backups;
+  engine->GetBackupInfo(&backups);
+  if (backups.empty()) {
+    return Status::NotFound("restore-backup: no backup in '" + backup_dir + "'");
+  }
+  return FromRocks(engine->RestoreDBFromLatestBackup(data_dir, data_dir),
+                   "restoring backup into '" + data_dir + "'");
+}
 
 Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(const StoreOptions& options) {
   if (options.data_dir.empty()) return Status::InvalidArgument("store: data_dir is empty");

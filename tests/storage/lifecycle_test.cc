@@ -159,5 +159,56 @@ TEST_F(LifecycleTest, ServerDefaultRetentionAppliesToModelsWithoutOne) {
   EXPECT_EQ(Versions(), (std::set<uint64_t>{3, 4, 5}));
 }
 
+TEST_F(LifecycleTest, BackupRestoresEveryVersionTagAndPolicyIdentically) {
+  DriftingModel drift(44, 5000);
+  std::map<uint64_t, std::string> sha;
+  for (uint64_t v = 1; v <= 6; ++v) sha[v] = Push("m", v, drift.Next())->sha256;
+  ASSERT_TRUE(
+      store_->SetPolicy("q", *CodecPolicy::FromJson(R"({"mode":"lossy","max_abs_error":1e-3})", {}))
+          .ok());
+  const std::string lossy_body = drift.Next();
+  const std::string lossy_sha = Push("q", 1, lossy_body)->sha256;
+  ASSERT_TRUE(store_->SetTag("m", "release", 3).ok());
+  ASSERT_TRUE(
+      store_->SetRetentionPolicy("m", *RetentionPolicy::FromJson(R"({"keep_last":9})")).ok());
+  testing::TempDir backups;
+  auto backup = store_->Backup(backups.str());
+  ASSERT_TRUE(backup.ok()) << backup.status().ToString();
+  EXPECT_GT(backup->size_bytes, 0u);
+  EXPECT_GT(backup->files, 0u);
+  ASSERT_TRUE(Push("m", 7, drift.Next()).ok());  // after the backup: not in it
+
+  testing::TempDir restored_dir;
+  const std::string data = restored_dir.str() + "/data";
+  ASSERT_TRUE(CheckpointStore::RestoreBackup(backups.str(), data).ok());
+  EXPECT_EQ(CheckpointStore::RestoreBackup(backups.str(), data).code(),
+            StatusCode::kFailedPrecondition);  // not into a non-empty directory
+  EXPECT_EQ(CheckpointStore::RestoreBackup(restored_dir.str() + "/none", data + "2").code(),
+            StatusCode::kNotFound);
+  StoreOptions options;
+  options.data_dir = data;
+  auto copy = CheckpointStore::Open(options);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  auto versions = (*copy)->ListVersions("m");
+  ASSERT_TRUE(versions.ok());
+  ASSERT_EQ(versions->size(), 6u);
+  for (const VersionInfo& v : *versions) {
+    auto stream = (*copy)->OpenRestore("m", v.version);
+    ASSERT_TRUE(stream.ok());
+    std::string body;
+    for (;;) {
+      auto piece = (*stream)->Next();
+      ASSERT_TRUE(piece.ok()) << piece.status().ToString();
+      if (piece->empty()) break;
+      body.append(reinterpret_cast<const char*>(piece->data()), piece->size());
+    }
+    EXPECT_EQ(Sha256Hex(body), sha[v.version]) << v.version;
+  }
+  EXPECT_EQ(*(*copy)->ResolveTag("m", "release"), 3u);
+  EXPECT_EQ((*copy)->GetRetentionPolicy("m")->keep_last, 9u);
+  EXPECT_EQ((*copy)->GetVersion("q", 1)->sha256, lossy_sha);
+  EXPECT_TRUE((*copy)->Scrub("m")->clean());
+}
+
 }  // namespace
 }  // namespace ckpt

@@ -35,6 +35,7 @@ enum class RouteKind {
   kRetentionRun,  // POST /v1/models/{model}/retention:preview | retention:apply
   kAdminGc,       // POST /v1/admin/gc
   kAdminScrub,    // POST /v1/admin/scrub
+  kAdminBackup,   // POST /v1/admin/backup
   kUnknown,       // no such path: 404
 };
 
@@ -101,6 +102,7 @@ class ApiHandler {
   ApiResponse HandleRetentionRun(const Route& route, std::string_view body);
   ApiResponse HandleAdminGc();
   ApiResponse HandleAdminScrub();
+  ApiResponse HandleAdminBackup(std::string_view body);
 
   CheckpointStore* store_;
   PushCommittedHook on_push_committed_;
@@ -113,6 +115,7 @@ Result<PushOptions> ParsePushQuery(std::string_view query);
 // JSON renderings shared with the daemon's logs and the offline `ckptd gc`.
 std::string RetentionReportJson(const RetentionReport& report);
 std::string ScrubReportJson(const ScrubReport& report);
+std::string BackupResultJson(const BackupResult& backup);
 
 // Parses a decimal u64 (no sign, no leading '+', no overflow).
 Result<uint64_t> ParseVersionNumber(std::string_view text);

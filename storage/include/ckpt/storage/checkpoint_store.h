@@ -195,6 +195,15 @@ struct ScrubReport {
   }
 };
 
+// A backup made by CheckpointStore::Backup.
+struct BackupResult {
+  std::string dir;         // the backup directory (holds every backup made into it)
+  uint32_t backup_id = 0;  // this backup's number in it
+  int64_t created_at_ms = 0;
+  uint64_t size_bytes = 0;  // bytes of the files this backup consists of (shared ones included)
+  uint32_t files = 0;
+};
+
 // Receives one checkpoint body, chunk by chunk, as it arrives from the network.
 //
 // The model is locked for pushes while the session lives. Destroying a session that was not
@@ -290,6 +299,16 @@ class CheckpointStore {
   // needs. Read-only, on a snapshot; runs beside pushes (whose unfinished data is not counted).
   // Problems are in the report; an error Status means the scrub itself could not run.
   virtual Result<ScrubReport> Scrub(std::string_view model) = 0;
+
+  // Makes a consistent online backup of the whole store into `backup_dir` (created if missing;
+  // successive backups into one directory share unchanged files), with RocksDB's BackupEngine,
+  // while pushes and restores continue: it holds exactly the versions committed when it
+  // started. The backup is verified (file sizes and checksums) before this returns.
+  virtual Result<BackupResult> Backup(const std::string& backup_dir) = 0;
+
+  // Restores the newest backup in `backup_dir` into `data_dir`, which must not exist or be
+  // empty; the store there then opens like the original at the time of the backup.
+  static Status RestoreBackup(const std::string& backup_dir, const std::string& data_dir);
 
   // Flushes memtables and the WAL so the data directory holds only table and blob files.
   // Called by the daemon on clean shutdown; the destructor closes the database.
