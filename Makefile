@@ -6,7 +6,7 @@ RELEASE_DIR  ?= build-release
 CONFIG       ?= config/ckptd.toml
 JOBS         ?= $(shell nproc)
 
-.PHONY: deps run test test-asan test-tsan build release bench clean format
+.PHONY: deps run test test-asan test-tsan build release bench clean format recovery-walkthrough
 
 deps:
 	@./scripts/install-deps.sh
@@ -43,6 +43,11 @@ release: deps
 
 run: release
 	./$(RELEASE_DIR)/daemon/ckptd --config $(CONFIG)
+
+# docs/failure-recovery.md: a PyTorch trainer and ckptd killed and restarted; the final model
+# must equal an uninterrupted run's.
+recovery-walkthrough: build
+	/usr/bin/python3 scripts/failure_recovery.py --ckptd $(BUILD_DIR)/daemon/ckptd
 
 bench: release
 	@echo "benchmark programs are in $(RELEASE_DIR)/bench; see docs/benchmarks.md"
