@@ -141,9 +141,10 @@ TEST_F(GarbageCollectionTest, BusyModelIsAborted) {
   EXPECT_EQ(store_->CollectGarbage("nope", GcOptions{}).status().code(), StatusCode::kNotFound);
 }
 
-// The property: any sequence of pushes, deletes, collections and reopens, over lossless and
-// lossy models, leaves every kept version restoring to exactly the bytes it restored to before.
-TEST_F(GarbageCollectionTest, RandomPushDeleteCollectSequencesNeverChangeKeptVersions) {
+// The property: any sequence of pushes, deletes, retention passes (random policies), garbage
+// collections and reopens, over lossless and lossy models, leaves every kept version restoring
+// to exactly the bytes it restored to before.
+TEST_F(GarbageCollectionTest, RandomPushDeleteRetentionCollectSequencesNeverChangeKeptVersions) {
   for (const char* policy_json : {R"({"mode":"lossless","keyframe_every":6})",
                                   R"({"mode":"lossy","max_abs_error":1e-3,"keyframe_every":5})",
                                   R"({"mode":"lossy","max_abs_error":1e-3})"}) {
@@ -156,7 +157,7 @@ TEST_F(GarbageCollectionTest, RandomPushDeleteCollectSequencesNeverChangeKeptVer
     std::mt19937_64 rng(36);
     std::map<uint64_t, std::string> sha;
     uint64_t next_version = 1;
-    for (int step = 0; step < 60; ++step) {
+    for (int step = 0; step < 80; ++step) {
       const unsigned action = rng() % 10;
       if (action < 5 || sha.empty()) {
         auto info = Push("m", next_version, drift.Next());
@@ -167,6 +168,17 @@ TEST_F(GarbageCollectionTest, RandomPushDeleteCollectSequencesNeverChangeKeptVer
         std::advance(it, rng() % sha.size());
         ASSERT_TRUE(store_->DeleteVersion("m", it->first).ok());
         sha.erase(it);
+      } else if (action < 9 && rng() % 2) {
+        const std::string rules[] = {R"({"keep_last":3})", R"({"keep_every":4})",
+                                     R"({"keep_last":1,"keep_every":7})", R"({"max_bytes":1})"};
+        RetentionRun run;
+        run.policy = *RetentionPolicy::FromJson(rules[rng() % 4]);
+        run.gc.rebase_min_dead_fraction = (rng() % 2) ? 0.0 : 0.5;
+        const uint64_t latest = sha.rbegin()->first;
+        auto report = store_->ApplyRetention("m", run);
+        ASSERT_TRUE(report.ok()) << report.status().ToString();
+        for (uint64_t v : report->deleted) sha.erase(v);
+        ASSERT_TRUE(sha.count(latest));  // the latest is never deleted
       } else if (action < 9) {
         GcOptions options;
         options.rebase_min_dead_fraction = (rng() % 2) ? 0.0 : 0.5;
