@@ -89,10 +89,14 @@ int main(int argc, char** argv) {
   push->add_option("MODEL", model)->required();
   push->add_option("VERSION", version_number)->required();
   push->add_option("FILE", file)->required()->check(CLI::ExistingFile);
+  std::vector<std::string> metrics, labels, tags;
+  push->add_option("--metric", metrics, "NAME=NUMBER, a metric of this version (repeatable)");
+  push->add_option("--label", labels, "NAME=TEXT, a label of this version (repeatable)");
+  push->add_option("--tag", tags, "tag this version (repeatable; a tag moves if held)");
 
   auto* pull = app.add_subcommand("pull", "restore a version (or latest) to a file");
   pull->add_option("MODEL", model)->required();
-  pull->add_option("VERSION", version, "version number or 'latest'")->required();
+  pull->add_option("VERSION", version, "version number, 'latest' or 'tag:NAME'")->required();
   pull->add_option("-o,--output", file, "output file ('-' for stdout)")->required();
 
   auto* ls = app.add_subcommand("ls", "list models, or the versions of MODEL");
@@ -108,6 +112,31 @@ int main(int argc, char** argv) {
                      "fields to change, e.g. '{\"mode\":\"lossy\",\"max_abs_error\":1e-3}' or "
                      "'{\"keyframe_every\":8}' (docs/api.md lists every field)");
 
+  std::string tag_name;
+  bool remove_tag = false;
+  auto* tag = app.add_subcommand("tag", "tag (pin) VERSION of MODEL as TAG, or --remove it");
+  tag->add_option("MODEL", model)->required();
+  tag->add_option("VERSION", version_number)->required();
+  tag->add_option("TAG", tag_name)->required();
+  tag->add_flag("--remove", remove_tag, "remove the tag instead");
+
+  bool preview = false, apply = false;
+  auto* retention = app.add_subcommand(
+      "retention", "show or set the retention policy of MODEL; --preview or --apply it now");
+  retention->add_option("MODEL", model)->required();
+  retention->add_option("JSON", json_text,
+                        "a policy, e.g. '{\"keep_last\":5,\"keep_every\":1000}' (with "
+                        "--preview: evaluated instead of the stored one)");
+  retention->add_flag("--preview", preview, "list what the policy would delete, delete nothing");
+  retention->add_flag("--apply", apply, "apply the stored policy now and reclaim the space");
+
+  auto* gc = app.add_subcommand("gc", "apply every model's retention and reclaim space (admin)");
+  auto* scrub = app.add_subcommand(
+      "scrub", "verify every stored byte and version (admin); exit 1 if anything is damaged");
+  std::string backup_dir;
+  auto* backup = app.add_subcommand("backup", "online backup into DIR on the server (admin)");
+  backup->add_option("DIR", backup_dir, "absolute path on the server")->required();
+
   CLI11_PARSE(app, argc, argv);
 
   ProgressBar bar;
@@ -120,7 +149,25 @@ int main(int argc, char** argv) {
   if (!client.ok()) return Fail(client.status());
 
   if (*push) {
-    auto r = client->PushFile(model, version_number, file);
+    ckpt::PushMetadata metadata;
+    for (const std::string& item : metrics) {
+      const size_t eq = item.find('=');
+      char* end = nullptr;
+      const double value = eq == std::string::npos ? 0 : std::strtod(item.c_str() + eq + 1, &end);
+      if (eq == std::string::npos || end == item.c_str() + eq + 1 || *end != '\0') {
+        return Fail(ckpt::Status::InvalidArgument("--metric '" + item + "' must be NAME=NUMBER"));
+      }
+      metadata.metrics[item.substr(0, eq)] = value;
+    }
+    for (const std::string& item : labels) {
+      const size_t eq = item.find('=');
+      if (eq == std::string::npos) {
+        return Fail(ckpt::Status::InvalidArgument("--label '" + item + "' must be NAME=TEXT"));
+      }
+      metadata.labels[item.substr(0, eq)] = item.substr(eq + 1);
+    }
+    metadata.tags = tags;
+    auto r = client->PushFile(model, version_number, file, metadata);
     if (!r.ok()) return Fail(r.status());
     std::printf("pushed %s@%llu  %s  raw %s  stored %s  sha256 %s\n", r->model.c_str(),
                 static_cast<unsigned long long>(r->version), r->kind.c_str(),
@@ -181,6 +228,30 @@ int main(int argc, char** argv) {
     auto r = json_text.empty() ? client->GetPolicy(model) : client->SetPolicy(model, json_text);
     if (!r.ok()) return Fail(r.status());
     std::printf("%s\n", r->c_str());
+    return 0;
+  }
+  if (*tag) {
+    auto s = remove_tag ? client->RemoveTag(model, version_number, tag_name)
+                        : client->SetTag(model, version_number, tag_name);
+    if (!s.ok()) return Fail(s);
+    std::printf("%s %s@%llu %s\n", remove_tag ? "untagged" : "tagged", model.c_str(),
+                static_cast<unsigned long long>(version_number), tag_name.c_str());
+    return 0;
+  }
+  if (*retention) {
+    ckpt::Result<std::string> r = preview || apply
+                                      ? client->ApplyRetention(model, preview, json_text)
+                                  : json_text.empty() ? client->GetRetention(model)
+                                                      : client->SetRetention(model, json_text);
+    if (!r.ok()) return Fail(r.status());
+    std::printf("%s\n", r->c_str());
+    return 0;
+  }
+  if (*gc || *scrub || *backup) {
+    auto r = *gc ? client->CollectGarbage() : *scrub ? client->Scrub() : client->Backup(backup_dir);
+    if (!r.ok()) return Fail(r.status());
+    std::printf("%s\n", r->c_str());
+    if (*scrub && r->find("\"clean\":false") != std::string::npos) return 1;
     return 0;
   }
   return 0;

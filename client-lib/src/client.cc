@@ -3,6 +3,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -133,14 +134,46 @@ ModelSummary ParseModel(const json& m) {
 // A source of body bytes for a push.
 using ReadFn = std::function<Result<size_t>(char* buffer, size_t capacity)>;
 
+// Percent-encodes a query parameter value (RFC 3986 unreserved characters stay).
+std::string QueryEscape(std::string_view text) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+std::string PushQuery(const PushMetadata& metadata) {
+  std::string query;
+  auto add = [&](const std::string& item) { query += (query.empty() ? "?" : "&") + item; };
+  for (const auto& [name, value] : metadata.metrics) {
+    char number[64];
+    std::snprintf(number, sizeof number, "%.17g", value);
+    add("metric." + QueryEscape(name) + "=" + number);
+  }
+  for (const auto& [name, value] : metadata.labels) {
+    add("label." + QueryEscape(name) + "=" + QueryEscape(value));
+  }
+  for (const auto& tag : metadata.tags) add("tag=" + QueryEscape(tag));
+  return query;
+}
+
 Result<PushResult> StreamPush(const std::string& host, const std::string& port,
                               const ClientOptions& options, std::string_view model,
-                              uint64_t version, uint64_t size, const ReadFn& read) {
+                              uint64_t version, const PushMetadata& metadata, uint64_t size,
+                              const ReadFn& read) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   Connection c;
   CKPT_RETURN_IF_ERROR(c.Connect(host, port));
-  http::request<http::buffer_body> req{http::verb::put,
-                                       VersionTarget(model, std::to_string(version)), 11};
+  http::request<http::buffer_body> req{
+      http::verb::put, VersionTarget(model, std::to_string(version)) + PushQuery(metadata), 11};
   req.set(http::field::host, host);
   req.set(http::field::user_agent, std::string("ckpt/") + kVersionString);
   req.set(http::field::content_type, "application/octet-stream");
@@ -314,7 +347,7 @@ Result<Client> Client::Create(ClientOptions options) {
 }
 
 Result<PushResult> Client::PushFile(std::string_view model, uint64_t version,
-                                    const std::string& path) {
+                                    const std::string& path, const PushMetadata& metadata) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound("cannot open '" + path + "'");
   std::error_code ec;
@@ -324,7 +357,7 @@ Result<PushResult> Client::PushFile(std::string_view model, uint64_t version,
   // uploading gigabytes the server would refuse.
   CKPT_RETURN_IF_ERROR(ValidateSafetensorsFile(in, size).WithContext("'" + path + "'"));
   in.seekg(0);
-  return StreamPush(host_, port_, options_, model, version, size,
+  return StreamPush(host_, port_, options_, model, version, metadata, size,
                     [&](char* buffer, size_t capacity) -> Result<size_t> {
                       in.read(buffer, static_cast<std::streamsize>(capacity));
                       if (in.bad()) return Status::IoError("reading '" + path + "' failed");
@@ -333,9 +366,9 @@ Result<PushResult> Client::PushFile(std::string_view model, uint64_t version,
 }
 
 Result<PushResult> Client::PushBuffer(std::string_view model, uint64_t version,
-                                      std::string_view body) {
+                                      std::string_view body, const PushMetadata& metadata) {
   size_t offset = 0;
-  return StreamPush(host_, port_, options_, model, version, body.size(),
+  return StreamPush(host_, port_, options_, model, version, metadata, body.size(),
                     [&](char* buffer, size_t capacity) -> Result<size_t> {
                       const size_t n = std::min(capacity, body.size() - offset);
                       std::memcpy(buffer, body.data() + offset, n);
@@ -436,6 +469,55 @@ Result<std::string> Client::SetPolicy(std::string_view model, std::string_view p
   CKPT_ASSIGN_OR_RETURN(json doc,
                         JsonRequest(host_, port_, http::verb::put,
                                     "/v1/models/" + std::string(model) + "/policy", policy_json));
+  return doc.dump();
+}
+
+Status Client::SetTag(std::string_view model, uint64_t version, std::string_view tag) {
+  return JsonRequest(host_, port_, http::verb::put,
+                     VersionTarget(model, std::to_string(version)) + "/tags/" + std::string(tag))
+      .status();
+}
+
+Status Client::RemoveTag(std::string_view model, uint64_t version, std::string_view tag) {
+  return JsonRequest(host_, port_, http::verb::delete_,
+                     VersionTarget(model, std::to_string(version)) + "/tags/" + std::string(tag))
+      .status();
+}
+
+Result<std::string> Client::GetRetention(std::string_view model) {
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::get,
+                                              "/v1/models/" + std::string(model) + "/retention"));
+  return doc.dump();
+}
+
+Result<std::string> Client::SetRetention(std::string_view model, std::string_view policy_json) {
+  CKPT_ASSIGN_OR_RETURN(
+      json doc, JsonRequest(host_, port_, http::verb::put,
+                            "/v1/models/" + std::string(model) + "/retention", policy_json));
+  return doc.dump();
+}
+
+Result<std::string> Client::ApplyRetention(std::string_view model, bool dry_run,
+                                           std::string_view policy_json) {
+  const std::string target =
+      "/v1/models/" + std::string(model) + (dry_run ? "/retention:preview" : "/retention:apply");
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::post, target, policy_json));
+  return doc.dump();
+}
+
+Result<std::string> Client::CollectGarbage() {
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::post, "/v1/admin/gc"));
+  return doc.dump();
+}
+
+Result<std::string> Client::Scrub() {
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::post, "/v1/admin/scrub"));
+  return doc.dump();
+}
+
+Result<std::string> Client::Backup(std::string_view dir) {
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::post, "/v1/admin/backup",
+                                              json{{"to", std::string(dir)}}.dump()));
   return doc.dump();
 }
 

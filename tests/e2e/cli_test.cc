@@ -119,6 +119,45 @@ TEST_F(CliTest, LossyPolicyPushAndVerifiedPull) {
   }
 }
 
+TEST_F(CliTest, TagsMetricsRetentionGcScrubAndBackup) {
+  DriftingModel model(3, 20000);
+  std::vector<std::string> sha;
+  for (int v = 1; v <= 5; ++v) {
+    const std::string body = model.Next();
+    sha.push_back(Sha256Hex(body));
+    const std::string file = WriteFile("v" + std::to_string(v) + ".safetensors", body);
+    std::string args = "push run " + std::to_string(v) + " " + file +
+                       " --metric loss=" + std::to_string(10 - v) + " --label 'host=node 7'";
+    if (v == 2) args += " --tag release";
+    auto r = Run(args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  const std::string out = (dir_.path() / "release.safetensors").string();
+  auto pull = Run("pull run tag:release -o " + out);
+  ASSERT_EQ(pull.exit_code, 0) << pull.output;
+  EXPECT_EQ(Sha256Hex(ReadFile(out)), sha[1]);
+  EXPECT_EQ(Run("tag run 4 candidate").exit_code, 0);
+  EXPECT_EQ(Run("tag run 4 candidate --remove").exit_code, 0);
+  EXPECT_NE(Run("tag run 4 candidate --remove").exit_code, 0);
+
+  auto set = Run("retention run '{\"keep_last\":2}'");
+  ASSERT_EQ(set.exit_code, 0) << set.output;
+  auto preview = Run("retention run --preview");
+  ASSERT_EQ(preview.exit_code, 0) << preview.output;
+  EXPECT_NE(preview.output.find("\"deleted\":[1,3]"), std::string::npos) << preview.output;
+  auto gc = Run("gc");
+  ASSERT_EQ(gc.exit_code, 0) << gc.output;
+  EXPECT_NE(gc.output.find("\"deleted_versions\":2"), std::string::npos) << gc.output;
+  auto ls = Run("ls run");
+  EXPECT_EQ(ls.output.find("\n1 "), std::string::npos) << ls.output;
+  auto scrub = Run("scrub");
+  EXPECT_EQ(scrub.exit_code, 0) << scrub.output;
+  auto backup = Run("backup " + (dir_.path() / "backups").string());
+  EXPECT_EQ(backup.exit_code, 0) << backup.output;
+  EXPECT_NE(backup.output.find("\"backup_id\":1"), std::string::npos) << backup.output;
+  EXPECT_NE(Run("push run 9 " + WriteFile("x", model.Next()) + " --metric loss").exit_code, 0);
+}
+
 TEST_F(CliTest, ErrorsAreOneLineAndNonZero) {
   DriftingModel model(2, 1000);
   const std::string good = WriteFile("good.safetensors", model.Next());

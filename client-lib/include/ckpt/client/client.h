@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,6 +29,13 @@ struct ClientOptions {
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Size of the pieces bodies are streamed in. Default: 1 MiB.
   size_t io_buffer_bytes = 1 << 20;
+};
+
+// What a push carries besides the body (query parameters; docs/api.md).
+struct PushMetadata {
+  std::map<std::string, double> metrics;      // metric.<name>=<number>, e.g. {"loss", 1.23}
+  std::map<std::string, std::string> labels;  // label.<name>=<text>
+  std::vector<std::string> tags;              // tag=<name>
 };
 
 struct PushResult {
@@ -67,10 +75,12 @@ class Client {
   // Fails with InvalidArgument if the server URL is not http://HOST:PORT.
   static Result<Client> Create(ClientOptions options);
 
-  Result<PushResult> PushFile(std::string_view model, uint64_t version, const std::string& path);
-  Result<PushResult> PushBuffer(std::string_view model, uint64_t version, std::string_view body);
+  Result<PushResult> PushFile(std::string_view model, uint64_t version, const std::string& path,
+                              const PushMetadata& metadata = {});
+  Result<PushResult> PushBuffer(std::string_view model, uint64_t version, std::string_view body,
+                                const PushMetadata& metadata = {});
 
-  // `version` is a decimal number or "latest". `path` "-" writes to stdout.
+  // `version` is a decimal number, "latest" or "tag:<name>". `path` "-" writes to stdout.
   Result<PullResult> PullToFile(std::string_view model, std::string_view version,
                                 const std::string& path);
   Result<std::string> PullToBuffer(std::string_view model, std::string_view version);
@@ -83,6 +93,24 @@ class Client {
   // The policy as JSON text.
   Result<std::string> GetPolicy(std::string_view model);
   Result<std::string> SetPolicy(std::string_view model, std::string_view policy_json);
+
+  // Tags (a tagged version is pinned; a tag moves if another version holds it).
+  Status SetTag(std::string_view model, uint64_t version, std::string_view tag);
+  Status RemoveTag(std::string_view model, uint64_t version, std::string_view tag);
+
+  // The retention policy as JSON text; SetRetention replaces it.
+  Result<std::string> GetRetention(std::string_view model);
+  Result<std::string> SetRetention(std::string_view model, std::string_view policy_json);
+  // Runs retention now (or, with `dry_run`, reports what it would delete); `policy_json`, if
+  // not empty, is evaluated instead of the stored policy. Answers the report as JSON text.
+  Result<std::string> ApplyRetention(std::string_view model, bool dry_run,
+                                     std::string_view policy_json = {});
+
+  // Administrative calls, answered as JSON text: retention + garbage collection of every model,
+  // a scrub of everything stored, an online backup into `dir` (a path on the server).
+  Result<std::string> CollectGarbage();
+  Result<std::string> Scrub();
+  Result<std::string> Backup(std::string_view dir);
 
   const std::string& host() const { return host_; }
   const std::string& port() const { return port_; }
