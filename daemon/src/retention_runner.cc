@@ -55,7 +55,9 @@ void RetentionRunner::Run() {
     models.merge(busy);
     busy.clear();
     GcOptions::Compaction compaction = GcOptions::Compaction::kNone;
+    bool after_push = true;
     if (periodic && Clock::now() >= next_pass) {
+      after_push = false;
       next_pass = Clock::now() + options_.interval;
       compaction = GcOptions::Compaction::kTables;
       lock.unlock();
@@ -69,13 +71,20 @@ void RetentionRunner::Run() {
     }
     lock.unlock();
     for (const std::string& model : models) {
-      if (!Apply(model, compaction)) busy.insert(model);
+      if (!Apply(model, compaction, after_push)) busy.insert(model);
     }
     lock.lock();
   }
 }
 
-bool RetentionRunner::Apply(const std::string& model, GcOptions::Compaction compaction) {
+bool RetentionRunner::Apply(const std::string& model, GcOptions::Compaction compaction,
+                            bool after_push) {
+  if (after_push) {
+    // A pass after a push only matters when the policy can delete something; the periodic
+    // pass still collects what explicit deletes left.
+    auto policy = store_->GetRetentionPolicy(model);
+    if (policy.ok() && policy->KeepsEverything()) return true;
+  }
   RetentionRun run;
   run.gc.rebase_min_dead_fraction = options_.rebase_min_dead_fraction;
   run.gc.compaction = compaction;

@@ -39,8 +39,9 @@ class RetentionRunner {
 
  private:
   void Run();
-  // One pass over `model`; false if it was busy and should be retried.
-  bool Apply(const std::string& model, GcOptions::Compaction compaction);
+  // One pass over `model`; false if it was busy and should be retried. `after_push` passes
+  // skip models whose policy keeps everything.
+  bool Apply(const std::string& model, GcOptions::Compaction compaction, bool after_push);
 
   CheckpointStore* const store_;
   const RetentionRunnerOptions options_;
