@@ -45,12 +45,20 @@ ckpt::Status WriteReadyFile(const std::string& path, uint16_t port) {
   return ckpt::Status::Ok();
 }
 
-// Offline garbage collection: every model, full reclamation; one JSON line per model.
-int RunOfflineGc(const DaemonConfig& config) {
+// Opens the store for an offline command; the daemon holds RocksDB's lock while it runs.
+ckpt::Result<std::unique_ptr<ckpt::CheckpointStore>> OpenOffline(const DaemonConfig& config) {
   auto store = ckpt::CheckpointStore::Open(config.store);
   if (!store.ok()) {
-    return Fail(store.status().WithContext("opening the store (is ckptd running on it?)"));
+    return store.status().WithContext(
+        "opening the store (is ckptd running on it? then use the /v1/admin endpoints)");
   }
+  return store;
+}
+
+// Offline garbage collection: every model, full reclamation; one JSON line per model.
+int RunOfflineGc(const DaemonConfig& config) {
+  auto store = OpenOffline(config);
+  if (!store.ok()) return Fail(store.status());
   auto models = (*store)->ListModels();
   if (!models.ok()) return Fail(models.status());
   int failures = 0;
@@ -74,10 +82,8 @@ int RunOfflineGc(const DaemonConfig& config) {
 
 // Offline scrub: every model; one JSON line per model. Exit 0 if all are clean, 1 if not.
 int RunOfflineScrub(const DaemonConfig& config) {
-  auto store = ckpt::CheckpointStore::Open(config.store);
-  if (!store.ok()) {
-    return Fail(store.status().WithContext("opening the store (is ckptd running on it?)"));
-  }
+  auto store = OpenOffline(config);
+  if (!store.ok()) return Fail(store.status());
   auto models = (*store)->ListModels();
   if (!models.ok()) return Fail(models.status());
   size_t damaged = 0;
@@ -93,11 +99,8 @@ int RunOfflineScrub(const DaemonConfig& config) {
 
 // Offline backup of the whole store into `to`; prints the backup's JSON.
 int RunOfflineBackup(const DaemonConfig& config, const std::string& to) {
-  auto store = ckpt::CheckpointStore::Open(config.store);
-  if (!store.ok()) {
-    return Fail(store.status().WithContext(
-        "opening the store (is ckptd running on it? then use POST /v1/admin/backup)"));
-  }
+  auto store = OpenOffline(config);
+  if (!store.ok()) return Fail(store.status());
   auto backup = (*store)->Backup(to);
   if (!backup.ok()) return Fail(backup.status());
   std::cout << ckpt::api::BackupResultJson(*backup) << "\n";

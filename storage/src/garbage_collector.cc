@@ -3,7 +3,6 @@
 #include <optional>
 #include <vector>
 
-#include "ckpt/codec/hashing.h"
 #include "keys.h"
 
 namespace ckpt {
@@ -149,15 +148,8 @@ class Collector {
           ref = std::span<const uint8_t>(reference);
         }
         CKPT_ASSIGN_OR_RETURN(EncodedChunk encoded, ctx_.codec->Encode(e.dtype, target, ref));
-        ChunkRecord record;
-        record.codec_id = static_cast<uint16_t>(encoded.codec_id);
-        record.kind = base ? FrameKind::kDelta : FrameKind::kKeyframe;
-        record.raw_length = target.size();
-        record.raw_checksum = Xxh3Checksum(target);
-        record.payload = encoded.payload;
-        record.payload_checksum = Xxh3Checksum(std::span<const uint8_t>(
-            reinterpret_cast<const uint8_t*>(encoded.payload.data()), encoded.payload.size()));
-        const std::string value = record.Encode();
+        const std::string value = ChunkRecord::EncodeChunk(
+            encoded, base ? FrameKind::kDelta : FrameKind::kKeyframe, target);
         CKPT_RETURN_IF_ERROR(
             FromRocks(ctx_.db->Put(rocksdb::WriteOptions(), ctx_.chunks,
                                    keys::ChunkKey(chains_.model, new_seq, t, c), value),

@@ -270,6 +270,18 @@ std::string ChunkRecord::Encode() const {
   return w.Release();
 }
 
+std::string ChunkRecord::EncodeChunk(const EncodedChunk& encoded, FrameKind kind,
+                                     std::span<const uint8_t> restored) {
+  ChunkRecord record;
+  record.codec_id = static_cast<uint16_t>(encoded.codec_id);
+  record.kind = kind;
+  record.raw_length = restored.size();
+  record.raw_checksum = Xxh3Checksum(restored);
+  record.payload = encoded.payload;
+  record.payload_checksum = Xxh3Checksum(AsBytes(encoded.payload));
+  return record.Encode();
+}
+
 Result<ChunkRecord> ChunkRecord::Decode(std::string_view bytes) {
   ByteReader r(bytes, "chunk record");
   ChunkRecord c;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -112,6 +113,10 @@ struct ChunkRecord {
   std::string_view payload;       // points into the decoded buffer
 
   std::string Encode() const;
+  // The stored value of an encoded chunk of frame `kind` whose decoded bytes are `restored`
+  // (the input, or the lossy reconstruction): both checksums computed here.
+  static std::string EncodeChunk(const EncodedChunk& encoded, FrameKind kind,
+                                 std::span<const uint8_t> restored);
   // Checks the payload checksum; `bytes` must outlive the record.
   static Result<ChunkRecord> Decode(std::string_view bytes);
 };

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <limits>
 #include <map>
@@ -399,22 +400,16 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     // What a restore will produce: the input itself, or the lossy reconstruction.
     const std::span<const uint8_t> restored =
         encoded.reconstruction_is_input ? data : std::span<const uint8_t>(encoded.reconstruction);
-    ChunkRecord record;
-    record.codec_id = static_cast<uint16_t>(encoded.codec_id);
-    record.kind = t.kind;
-    record.raw_length = data.size();
-    record.raw_checksum = Xxh3Checksum(restored);
-    record.payload = encoded.payload;
-    record.payload_checksum = Xxh3Checksum(std::span<const uint8_t>(
-        reinterpret_cast<const uint8_t*>(encoded.payload.data()), encoded.payload.size()));
-    const std::string value = record.Encode();
+    const std::string value = ChunkRecord::EncodeChunk(encoded, t.kind, restored);
     CKPT_RETURN_IF_ERROR(FromRocks(ctx_.db->Put(rocksdb::WriteOptions(), ctx_.chunks,
                                                 keys::ChunkKey(model_, seq_, tensor, chunk), value),
                                    "writing chunk"));
     stored_bytes_ += value.size();
     restored_sha_.Update(restored);
     ManifestTensor& entry = manifest_.tensors[tensor];
-    if (encoded.codec_id == CodecId::kLossyQuantized) entry.codec_id = record.codec_id;
+    if (encoded.codec_id == CodecId::kLossyQuantized) {
+      entry.codec_id = static_cast<uint16_t>(encoded.codec_id);
+    }
     entry.stored_bytes += value.size();
     entry.quantizer = std::max(entry.quantizer, encoded.info.quantizer);
     entry.bound = std::max(entry.bound, encoded.info.bound);
@@ -872,18 +867,8 @@ class RocksCheckpointStore final : public CheckpointStore {
   }
 
   Status SetPolicy(std::string_view model, const CodecPolicy& policy) override {
-    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
-    ModelLocks::Guard guard = locks_.TryLock(model);
-    if (!guard) return BusyModel(model);
-    const std::string name(model);
-    CKPT_ASSIGN_OR_RETURN(
-        auto record,
-        ctx_.GetRecord<ModelRecord>(rocksdb::ReadOptions(), ctx_.models, name, "model record"));
-    ModelRecord updated = record.value_or(ModelRecord{});
-    if (!record) updated.created_at_ms = NowMs();
-    updated.policy_json = policy.ToJson();
-    return FromRocks(db_->Put(ctx_.CommitWriteOptions(), ctx_.models, name, updated.Encode()),
-                     "setting policy");
+    return UpdateModelRecord(model, "setting policy",
+                             [&](ModelRecord& r) { r.policy_json = policy.ToJson(); });
   }
 
   Status SetTag(std::string_view model, std::string_view tag, uint64_t version) override {
@@ -928,18 +913,8 @@ class RocksCheckpointStore final : public CheckpointStore {
   }
 
   Status SetRetentionPolicy(std::string_view model, const RetentionPolicy& policy) override {
-    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
-    ModelLocks::Guard guard = locks_.TryLock(model);
-    if (!guard) return BusyModel(model);
-    const std::string name(model);
-    CKPT_ASSIGN_OR_RETURN(
-        auto record,
-        ctx_.GetRecord<ModelRecord>(rocksdb::ReadOptions(), ctx_.models, name, "model record"));
-    ModelRecord updated = record.value_or(ModelRecord{});
-    if (!record) updated.created_at_ms = NowMs();
-    updated.retention_json = policy.ToJson();
-    return FromRocks(db_->Put(ctx_.CommitWriteOptions(), ctx_.models, name, updated.Encode()),
-                     "setting retention policy");
+    return UpdateModelRecord(model, "setting retention policy",
+                             [&](ModelRecord& r) { r.retention_json = policy.ToJson(); });
   }
 
   Result<RetentionReport> ApplyRetention(std::string_view model, const RetentionRun& run) override {
@@ -1137,6 +1112,24 @@ class RocksCheckpointStore final : public CheckpointStore {
       }
     }
     return report;
+  }
+
+  // Applies `change` to the model's record under its lock, creating the model (without
+  // versions) if needed.
+  Status UpdateModelRecord(std::string_view model, std::string_view what,
+                           const std::function<void(ModelRecord&)>& change) {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    ModelLocks::Guard guard = locks_.TryLock(model);
+    if (!guard) return BusyModel(model);
+    const std::string name(model);
+    CKPT_ASSIGN_OR_RETURN(
+        auto record,
+        ctx_.GetRecord<ModelRecord>(rocksdb::ReadOptions(), ctx_.models, name, "model record"));
+    ModelRecord updated = record.value_or(ModelRecord{});
+    if (!record) updated.created_at_ms = NowMs();
+    change(updated);
+    return FromRocks(db_->Put(ctx_.CommitWriteOptions(), ctx_.models, name, updated.Encode()),
+                     what);
   }
 
   Result<RetentionPolicy> RetentionOf(const ModelRecord& record) const {

@@ -39,6 +39,16 @@ uint64_t DiskUsage(const std::filesystem::path& dir) {
   return bytes;
 }
 
+// Runs a ckptd subcommand; returns its exit code and output.
+std::pair<int, std::string> RunCkptd(const std::string& arguments) {
+  FILE* pipe = popen((std::string(CKPTD_BINARY) + " " + arguments + " 2>&1").c_str(), "r");
+  std::string output;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe)) output.append(buf, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
 class LifecycleDaemonTest : public ::testing::Test {
  protected:
   void StartDaemon(std::vector<std::string> args = {}) {
@@ -71,14 +81,19 @@ class LifecycleDaemonTest : public ::testing::Test {
 
   // Runs `ckptd gc` on the data directory; returns its exit code and output.
   std::pair<int, std::string> OfflineGc() {
-    const std::string command =
-        std::string(CKPTD_BINARY) + " gc --data-dir " + (dir_.path() / "data").string() + " 2>&1";
-    FILE* pipe = popen(command.c_str(), "r");
-    std::string output;
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof buf, pipe)) output.append(buf, n);
-    const int status = pclose(pipe);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+    return RunCkptd("gc --data-dir " + (dir_.path() / "data").string());
+  }
+
+  // Pushes versions first..last of `drift` as `model`; returns version -> SHA-256 of the body.
+  std::map<uint64_t, std::string> PushVersions(const std::string& model, DriftingModel& drift,
+                                               uint64_t first, uint64_t last) {
+    std::map<uint64_t, std::string> sha;
+    for (uint64_t v = first; v <= last; ++v) {
+      const std::string body = drift.Next();
+      CallJson("PUT", "/v1/models/" + model + "/versions/" + std::to_string(v), body, 201);
+      sha[v] = Sha256Hex(body);
+    }
+    return sha;
   }
 
   TempDir dir_;
@@ -166,12 +181,7 @@ TEST_F(LifecycleDaemonTest, RetentionRunsAfterEachPushAndLatestIsNeverDeleted) {
 TEST_F(LifecycleDaemonTest, AdminAndOfflineGcFreeTheDiskSpaceOfDeletedVersions) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   DriftingModel drift(53, 100000);
-  std::map<uint64_t, std::string> sha;
-  for (uint64_t v = 1; v <= 30; ++v) {
-    std::string body = drift.Next();
-    CallJson("PUT", "/v1/models/big/versions/" + std::to_string(v), body, 201);
-    sha[v] = Sha256Hex(body);
-  }
+  std::map<uint64_t, std::string> sha = PushVersions("big", drift, 1, 30);
   daemon_->Stop();
   const uint64_t before = DiskUsage(dir_.path() / "data");
 
@@ -204,25 +214,10 @@ TEST_F(LifecycleDaemonTest, AdminAndOfflineGcFreeTheDiskSpaceOfDeletedVersions) 
   }
 }
 
-// Runs a ckptd subcommand; returns its exit code and output.
-std::pair<int, std::string> RunCkptd(const std::string& arguments) {
-  FILE* pipe = popen((std::string(CKPTD_BINARY) + " " + arguments + " 2>&1").c_str(), "r");
-  std::string output;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, pipe)) output.append(buf, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
-
 TEST_F(LifecycleDaemonTest, OnlineBackupWhilePushingRestoresEveryVersionIdentically) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   DriftingModel drift(54, 50000);
-  std::map<uint64_t, std::string> sha;
-  for (uint64_t v = 1; v <= 8; ++v) {
-    std::string body = drift.Next();
-    CallJson("PUT", "/v1/models/run/versions/" + std::to_string(v), body, 201);
-    sha[v] = Sha256Hex(body);
-  }
+  std::map<uint64_t, std::string> sha = PushVersions("run", drift, 1, 8);
   // Pushes continue while the backup is taken.
   std::atomic<uint64_t> pushed_during{0};
   std::mutex sha_mu;
