@@ -163,14 +163,8 @@ class Collector {
       e.exact_elements = 0;
       e.stored_bytes = stored;
       if (base) {
-        const ManifestTensor& b = chains_.manifests.at(base->seq).tensors[base->tensor];
-        e.kind = FrameKind::kDelta;
-        e.base_seq = base->seq;
-        e.base_tensor = base->tensor;
-        e.keyframe_seq = b.keyframe_seq;
-        e.chain_length = b.chain_length + 1;
-        e.keyframe_bytes = b.keyframe_bytes;
-        e.chain_bytes = b.chain_bytes + stored;
+        e.LinkTo(base->seq, base->tensor, chains_.manifests.at(base->seq).tensors[base->tensor]);
+        e.chain_bytes += stored;
       } else {
         e.kind = FrameKind::kKeyframe;
         e.base_seq = 0;

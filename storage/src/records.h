@@ -87,6 +87,18 @@ struct ManifestTensor {
   uint64_t chain_bytes = 0;     // stored bytes of the deltas since the keyframe, this included
   double entropy_bits = 0;      // lossy: entropy of the coded symbols (ChunkCodingInfo)
   uint64_t exact_elements = 0;  // lossy: elements stored verbatim
+
+  // Makes this tensor a delta against tensor `tensor` of manifest `seq`, described by `base`:
+  // one link further down base's chain. chain_bytes is base's; the caller adds its own bytes.
+  void LinkTo(uint64_t seq, uint32_t tensor, const ManifestTensor& base) {
+    kind = FrameKind::kDelta;
+    base_seq = seq;
+    base_tensor = tensor;
+    keyframe_seq = base.keyframe_seq;
+    chain_length = base.chain_length + 1;
+    keyframe_bytes = base.keyframe_bytes;
+    chain_bytes = base.chain_bytes;
+  }
 };
 
 // manifests family, key "<model>\0" + u64 seq. The internal, immutable description of one

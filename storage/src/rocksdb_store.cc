@@ -318,13 +318,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         if (rt.dtype == mt.dtype && rt.shape == mt.shape && rt.chunk_bytes == mt.chunk_bytes &&
             mt.byte_size > 0 && rt.chain_length + 1 < keyframe_every && !chain_outweighs_keyframe &&
             ReferenceAvailable(coding, it->second, mt.chunk_count)) {
-          mt.kind = FrameKind::kDelta;
-          mt.base_seq = state_->reference_seq;
-          mt.base_tensor = it->second;
-          mt.keyframe_seq = rt.keyframe_seq;
-          mt.chain_length = rt.chain_length + 1;
-          mt.keyframe_bytes = rt.keyframe_bytes;
-          mt.chain_bytes = rt.chain_bytes;
+          mt.LinkTo(state_->reference_seq, it->second, rt);
         }
       }
       manifest_.floor_seq = std::min(manifest_.floor_seq, mt.keyframe_seq);
