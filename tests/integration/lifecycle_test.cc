@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -176,6 +177,21 @@ TEST_F(LifecycleDaemonTest, RetentionRunsAfterEachPushAndLatestIsNeverDeleted) {
   }
   EXPECT_EQ(Versions("job"), (std::set<uint64_t>{8, 9, 10}));
   EXPECT_EQ(CallJson("GET", "/v1/models/job")["latest_version"], 10);
+}
+
+TEST_F(LifecycleDaemonTest, PeriodicPassAppliesPoliciesSetAfterThePushes) {
+  const std::string config = (dir_.path() / "periodic.toml").string();
+  std::ofstream(config) << "[retention]\ninterval_seconds = 1\nafter_push = false\n";
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--config", config}));
+  DriftingModel drift(56, 5000);
+  PushVersions("idle", drift, 1, 6);
+  CallJson("PUT", "/v1/models/idle/retention", R"({"keep_last":2})");
+  // No push follows: only the periodic pass can apply it. Wait (bounded) for it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (Versions("idle").size() > 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(Versions("idle"), (std::set<uint64_t>{5, 6}));
 }
 
 TEST_F(LifecycleDaemonTest, AdminAndOfflineGcFreeTheDiskSpaceOfDeletedVersions) {
