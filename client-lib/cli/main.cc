@@ -202,12 +202,20 @@ int main(int argc, char** argv) {
     }
     auto versions = client->ListVersions(model);
     if (!versions.ok()) return Fail(versions.status());
-    std::printf("%-20s %-9s %12s %12s %-25s %s\n", "VERSION", "KIND", "RAW", "STORED", "CREATED",
-                "SHA256");
+    std::printf("%-20s %-9s %12s %12s %-25s %-64s %s\n", "VERSION", "KIND", "RAW", "STORED",
+                "CREATED", "SHA256", "TAGS / METRICS");
     for (const auto& v : *versions) {
-      std::printf("%-20llu %-9s %12s %12s %-25s %s\n", static_cast<unsigned long long>(v.version),
-                  v.kind.c_str(), HumanBytes(v.raw_bytes).c_str(),
-                  HumanBytes(v.stored_bytes).c_str(), v.created_at.c_str(), v.sha256.c_str());
+      std::string extra;
+      for (const auto& name : v.tags) extra += (extra.empty() ? "" : " ") + name;
+      for (const auto& [name, value] : v.metrics) {
+        char item[160];
+        std::snprintf(item, sizeof item, "%s%s=%g", extra.empty() ? "" : " ", name.c_str(), value);
+        extra += item;
+      }
+      std::printf("%-20llu %-9s %12s %12s %-25s %-64s %s\n",
+                  static_cast<unsigned long long>(v.version), v.kind.c_str(),
+                  HumanBytes(v.raw_bytes).c_str(), HumanBytes(v.stored_bytes).c_str(),
+                  v.created_at.c_str(), v.sha256.c_str(), extra.c_str());
     }
     return 0;
   }

@@ -443,6 +443,14 @@ Result<std::vector<VersionSummary>> Client::ListVersions(std::string_view model)
     s.stored_bytes = v.value("stored_bytes", uint64_t{0});
     s.created_at = v.value("created_at", "");
     s.sha256 = v.value("sha256", "");
+    const json tags = v.value("tags", json::array());
+    for (const auto& tag : tags) {
+      if (tag.is_string()) s.tags.push_back(tag.get<std::string>());
+    }
+    const json metrics = v.value("metrics", json::object());
+    for (const auto& [name, value] : metrics.items()) {
+      if (value.is_number()) s.metrics[name] = value.get<double>();
+    }
     out.push_back(std::move(s));
   }
   return out;

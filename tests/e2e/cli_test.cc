@@ -150,6 +150,7 @@ TEST_F(CliTest, TagsMetricsRetentionGcScrubAndBackup) {
   EXPECT_NE(gc.output.find("\"deleted_versions\":2"), std::string::npos) << gc.output;
   auto ls = Run("ls run");
   EXPECT_EQ(ls.output.find("\n1 "), std::string::npos) << ls.output;
+  EXPECT_NE(ls.output.find("release loss=8"), std::string::npos) << ls.output;
   auto scrub = Run("scrub");
   EXPECT_EQ(scrub.exit_code, 0) << scrub.output;
   auto backup = Run("backup " + (dir_.path() / "backups").string());

@@ -68,6 +68,8 @@ struct VersionSummary {
   uint64_t stored_bytes = 0;
   std::string created_at;
   std::string sha256;
+  std::vector<std::string> tags;
+  std::map<std::string, double> metrics;
 };
 
 class Client {
