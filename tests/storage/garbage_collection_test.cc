@@ -2,6 +2,7 @@
 // ran through them) and never changes a byte any kept version restores to.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <random>
 
@@ -38,6 +39,17 @@ class GarbageCollectionTest : public CheckpointStoreTest {
   }
 
   uint64_t StoredBytes() { return store_->GetModel("m")->stored_bytes; }
+
+  // Deletes versions first..last of "m" for which `deleted(v)` holds, forgetting their SHA-256.
+  void DeleteVersions(
+      uint64_t first, uint64_t last, std::map<uint64_t, std::string>* sha,
+      const std::function<bool(uint64_t)>& deleted = [](uint64_t) { return true; }) {
+    for (uint64_t v = first; v <= last; ++v) {
+      if (!deleted(v)) continue;
+      ASSERT_TRUE(store_->DeleteVersion("m", v).ok()) << "version " << v;
+      sha->erase(v);
+    }
+  }
 };
 
 TEST_F(GarbageCollectionTest, DeletingNinetyPercentFreesAtLeastEightyPercentOfTheirBytes) {
@@ -80,10 +92,7 @@ TEST_F(GarbageCollectionTest, DeletingNinetyPercentFreesAtLeastEightyPercentOfTh
 TEST_F(GarbageCollectionTest, RebasingTheLatestVersionKeepsTheNextPushADelta) {
   DriftingModel drift(32, 3000);
   auto sha = PushAll(drift, 6);
-  for (uint64_t v = 1; v <= 5; ++v) {
-    ASSERT_TRUE(store_->DeleteVersion("m", v).ok());
-    sha.erase(v);
-  }
+  ASSERT_NO_FATAL_FAILURE(DeleteVersions(1, 5, &sha));
   auto report = store_->CollectGarbage("m", GcOptions{});
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_EQ(report->versions_rebased, 1u);
@@ -103,11 +112,7 @@ TEST_F(GarbageCollectionTest, LossyChainsKeepWhatTheyNeedAndReportIt) {
   ASSERT_TRUE(store_->SetPolicy("m", *policy).ok());
   DriftingModel drift(33, 3000);
   auto sha = PushAll(drift, 12);
-  for (uint64_t v = 1; v <= 12; ++v) {
-    if (v % 4 == 0) continue;
-    ASSERT_TRUE(store_->DeleteVersion("m", v).ok());
-    sha.erase(v);
-  }
+  ASSERT_NO_FATAL_FAILURE(DeleteVersions(1, 12, &sha, [](uint64_t v) { return v % 4 != 0; }));
   auto report = store_->CollectGarbage("m", GcOptions{});
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_GT(report->bytes_retained, 0u);
@@ -119,10 +124,7 @@ TEST_F(GarbageCollectionTest, LossyChainsKeepWhatTheyNeedAndReportIt) {
 TEST_F(GarbageCollectionTest, NegativeThresholdOnlyRemovesWhatNothingNeeds) {
   DriftingModel drift(34, 3000);
   auto sha = PushAll(drift, 8);
-  for (uint64_t v = 2; v <= 7; ++v) {
-    ASSERT_TRUE(store_->DeleteVersion("m", v).ok());
-    sha.erase(v);
-  }
+  ASSERT_NO_FATAL_FAILURE(DeleteVersions(2, 7, &sha));
   GcOptions no_rebase;
   no_rebase.rebase_min_dead_fraction = -1;
   auto report = store_->CollectGarbage("m", no_rebase);
