@@ -12,6 +12,7 @@
 
 #include "quantizers.h"  // internal: DeterministicExp2
 #include "test_support.h"
+#include "testdata/lossy_history_payloads.h"
 #include "testdata/lossy_v1_payloads.h"
 
 namespace ckpt {
@@ -608,21 +609,25 @@ TEST(LossyCodecPointwise, DeterministicExp2IsExactOnIntegersAndAccurate) {
   }
 }
 
+std::string FromHex(std::string_view hex) {
+  std::string bytes;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    bytes.push_back(static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
+  }
+  return bytes;
+}
+
+uint64_t Fnv1a(const std::vector<uint8_t>& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint8_t c : bytes) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
 // Formats are forever: payloads written by the first lossy release (one rANS state, raster
 // contexts, no element history) decode to the bytes that release reconstructed.
 TEST(LossyCodec, PayloadsOfTheFirstReleaseStillDecode) {
-  auto from_hex = [](std::string_view hex) {
-    std::string bytes;
-    for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-      bytes.push_back(static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
-    }
-    return bytes;
-  };
-  auto fnv = [](const std::vector<uint8_t>& bytes) {
-    uint64_t h = 1469598103934665603ull;
-    for (uint8_t c : bytes) h = (h ^ c) * 1099511628211ull;
-    return h;
-  };
+  const auto from_hex = FromHex;
+  const auto fnv = Fnv1a;
   auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
   ASSERT_TRUE(decoder.ok());
   const std::string keyframe = from_hex(golden::kV1KeyframeHex);
@@ -643,6 +648,28 @@ TEST(LossyCodec, PayloadsOfTheFirstReleaseStillDecode) {
   for (size_t i = 0; i < 4096; ++i) {
     const double x = static_cast<float>(0.03 * std::sin(static_cast<double>(i) / 50.0) +
                                         0.012 * std::sin(static_cast<double>(i) / 13.0));
+    ASSERT_LE(std::abs(Load(DType::kF32, second.data() + 4 * i) - x), 5e-3) << i;
+  }
+}
+
+// Payloads with element history (history contexts, four rANS states) decode to the bytes the
+// release that wrote them reconstructed, history bits included.
+TEST(LossyCodec, PayloadsWithElementHistoryStillDecode) {
+  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
+  ASSERT_TRUE(decoder.ok());
+  const std::string keyframe = FromHex(golden::kHistoryKeyframeHex);
+  const std::string delta = FromHex(golden::kHistoryDeltaHex);
+  std::vector<uint8_t> first(8192 * 4), second(8192 * 4);
+  ASSERT_TRUE((*decoder)->Decode(DType::kF32, AsBytes(keyframe), std::nullopt, first).ok());
+  EXPECT_EQ(Fnv1a(first), golden::kHistoryKeyframeFnv);
+  ASSERT_TRUE((*decoder)
+                  ->Decode(DType::kF32, AsBytes(delta), std::span<const uint8_t>(first), second)
+                  .ok());
+  EXPECT_EQ(Fnv1a(second), golden::kHistoryDeltaFnv);
+  for (size_t i = 0; i < 8192; ++i) {
+    const double d = static_cast<double>(i);
+    const double x = static_cast<float>(0.03 * std::sin(d / 50.0) + 0.012 * std::sin(d / 13.0) +
+                                        (i % 101 ? 0.0 : 0.5));
     ASSERT_LE(std::abs(Load(DType::kF32, second.data() + 4 * i) - x), 5e-3) << i;
   }
 }
