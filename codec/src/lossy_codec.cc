@@ -58,12 +58,16 @@ using lossy::LogQuantizer;
 using lossy::UniformQuantizer;
 
 constexpr uint8_t kPayloadVersion = 1;
+// Lattice payloads (kFlagLattice) are version 2, so that a release that predates them refuses
+// them instead of decoding them by the additive rule.
+constexpr uint8_t kPayloadVersionLattice = 2;
 constexpr uint8_t kContextModelPrevious2 = 1;  // 9 contexts: classes of the two previous symbols
 constexpr uint8_t kContextModelNone = 2;       // 1 context, for small chunks (tables cost less)
 constexpr uint8_t kContextModelHistory = 3;    // 8 contexts: the element's history state (below)
 constexpr uint8_t kFlagDelta = 1;
 constexpr uint8_t kFlagHistory = 2;  // reconstructions carry their history state in their low bits
 constexpr uint8_t kFlagFourStates = 4;  // the rANS stream interleaves four states
+constexpr uint8_t kFlagLattice = 8;  // uniform: reconstructions are lattice points (below)
 constexpr uint32_t kContexts = 9;
 constexpr uint32_t kHistoryContexts = 8;
 // Chunks with fewer elements use kContextModelNone.
@@ -486,6 +490,115 @@ void QuantizeElements(const Q& quantizer, const uint8_t* in, const uint8_t* ref,
                                     recon, out);
 }
 
+// Lattice mode (kFlagLattice, uniform quantizer only). An element's reconstruction is
+// T((kp + q) * step): kp the reference's lattice index (LatticeIndex; 0 in keyframes), q the
+// coded move unzigzag(z). A reference without an index (not finite, or beyond the lattice)
+// restores bit-identically under z = 0 and counts as kp = 0 otherwise. The encoder takes
+// q = round(x / step) - kp, so the reconstruction T(round(x / step) * step) depends on x alone,
+// not on the chain. kExactTarget (EncodeExactOnLattice) accepts an element only when its
+// reconstruction has exactly x's bits; otherwise the usual bound, sign and non-negativity checks
+// apply. Elements that fail are stored verbatim.
+template <DType D, bool kExactTarget>
+void QuantizeLatticeElement(const UniformQuantizer& u, const uint8_t* in, const uint8_t* ref,
+                            size_t i, double bound, bool non_negative, uint8_t* recon,
+                            Quantized* out) {
+  using E = Element<D>;
+  const uint8_t* xp = in + i * E::kSize;
+  uint8_t* rp = recon + i * E::kSize;
+  const double x = E::Load(xp);
+  const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
+  double kp = 0;
+  const bool indexed = lossy::LatticeIndex(p, u.inverse_step, &kp);
+  uint8_t symbol = kExactSymbol;
+  if (!indexed && ref) {
+    if (std::memcmp(xp, ref + i * E::kSize, E::kSize) == 0) {
+      std::memcpy(rp, xp, E::kSize);
+      symbol = 0;
+    }
+  }
+  const double t = x * u.inverse_step;
+  if (symbol != 0 && std::abs(t) <= lossy::kMaxQuantized) {
+    const double q = lossy::RoundToInteger(t) + 0.0 - kp;
+    if (std::abs(q) <= lossy::kMaxQuantized && (indexed || q != 0)) {
+      E::Store((kp + q) * u.step, rp);
+      const double r = E::Load(rp);
+      bool accepted;
+      if constexpr (kExactTarget) {
+        accepted = std::memcmp(rp, xp, E::kSize) == 0;
+      } else {
+        accepted = WithinBound(x, r, bound) &&
+                   (x != 0 || r != 0 || std::signbit(r) == std::signbit(x)) &&
+                   !(non_negative && std::signbit(r));
+      }
+      if (accepted) {
+        const uint64_t z = lossy::ZigZag(static_cast<int64_t>(q));
+        uint32_t bits;
+        symbol = SymbolOf(z, &bits);
+        if (bits) {
+          out->extra.Put(z, bits);
+          out->extra_bits += bits;
+        }
+      }
+    }
+  }
+  if (symbol == kExactSymbol) {
+    std::memcpy(rp, xp, E::kSize);
+    out->exact.append(reinterpret_cast<const char*>(xp), E::kSize);
+    ++out->exact_count;
+  }
+  out->symbols[i] = symbol;
+}
+
+// Quantizes n elements in lattice mode. As in QuantizeElementsImpl, the common case (a direct
+// symbol, strictly inside the bound, not a zero, not negative in a non-negative chunk; with
+// kExactTarget: the exact bits) is done without data-dependent branches, and anything else
+// goes through QuantizeLatticeElement, which computes the same values.
+template <DType D, bool kExactTarget>
+void QuantizeLatticeElements(const UniformQuantizer& u, const uint8_t* in, const uint8_t* ref,
+                             size_t n, double bound, bool non_negative, uint8_t* recon,
+                             Quantized* out) {
+  using E = Element<D>;
+  out->symbols.resize(n);
+  size_t i = 0;
+#if defined(__SSE2__)
+  if constexpr (D == DType::kF32) {
+    for (; i + 4 <= n; i += 4) {
+      if (!lossy::QuantizeFourLatticeF32<kExactTarget>(in + 4 * i, ref ? ref + 4 * i : nullptr,
+                                                       u.step, u.inverse_step, bound,
+                                                       non_negative, recon + 4 * i,
+                                                       &out->symbols[i])) {
+        for (size_t k = i; k < i + 4; ++k) {
+          QuantizeLatticeElement<D, kExactTarget>(u, in, ref, k, bound, non_negative, recon, out);
+        }
+      }
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    const uint8_t* xp = in + i * E::kSize;
+    uint8_t* rp = recon + i * E::kSize;
+    const double x = E::Load(xp);
+    const double pt = (ref ? E::Load(ref + i * E::kSize) : 0.0) * u.inverse_step;
+    const double t = x * u.inverse_step;
+    const double kp = lossy::RoundToInteger(pt) + 0.0;
+    const double q = lossy::RoundToInteger(t) + 0.0 - kp;
+    E::Store((kp + q) * u.step, rp);
+    const double r = E::Load(rp);
+    bool fast = (std::abs(pt) <= lossy::kMaxQuantized) & (std::abs(t) <= lossy::kMaxQuantized) &
+                (std::abs(q) < kDirectSymbols / 2 - 0.5);
+    if constexpr (kExactTarget) {
+      fast &= std::memcmp(rp, xp, E::kSize) == 0;
+    } else {
+      fast &= (std::abs(x - r) < bound) & (x != 0) & !(non_negative & std::signbit(r));
+    }
+    if (fast) [[likely]] {
+      out->symbols[i] = static_cast<uint8_t>(lossy::ZigZag(static_cast<int64_t>(q)));
+    } else {
+      QuantizeLatticeElement<D, kExactTarget>(u, in, ref, i, bound, non_negative, recon, out);
+    }
+  }
+}
+
 // Estimated coded bits of `q` (order-0 entropy of the symbols plus raw side data).
 double EstimatedBits(const Quantized& q, size_t element_size) {
   rans::Histogram h(1);
@@ -727,6 +840,7 @@ struct Header {
   bool delta = false;
   bool history = false;
   bool four_states = false;
+  bool lattice = false;
   double bound = 0;
   uint64_t elements = 0;
   uint32_t exact = 0;
@@ -747,20 +861,62 @@ class LossyQuantizedCodec final : public TensorCodec {
     if (!(options_.bound.value >= 0) || !std::isfinite(options_.bound.value)) {
       return Status::InvalidArgument("lossy codec: the error bound must be finite and >= 0");
     }
+    return EncodeDispatch(dtype, current, reference, nullptr);
+  }
+
+  // EncodeExactOnLattice: `target` coded on the lattice of `original` (a payload this codec
+  // wrote), every element bit-exact.
+  Result<EncodedChunk> EncodeExact(DType dtype, std::span<const uint8_t> original,
+                                   std::span<const uint8_t> target,
+                                   std::optional<std::span<const uint8_t>> reference) const {
+    if (reference && reference->size() != target.size()) {
+      return Status::InvalidArgument("lossy codec: reference length differs from chunk length");
+    }
+    ByteReader r(original, "lossy payload");
+    Header h;
+    CKPT_RETURN_IF_ERROR(ReadHeader(r, &h));
+    QuantizerSet set;
+    set.kind = h.quantizer;
+    CKPT_RETURN_IF_ERROR(set.ReadParams(r));
+    if (h.quantizer != Quantizer::kUniform) {
+      return Status::FailedPrecondition("lossy payload: quantizer " +
+                                        std::string(QuantizerName(h.quantizer)) +
+                                        " has no lattice to re-encode on");
+    }
+    if (h.dtype != dtype) return Status::DataLoss("lossy payload: dtype differs from manifest");
+    if (!(set.uniform.step > 0) || !std::isfinite(set.uniform.inverse_step)) {
+      return Status::FailedPrecondition("lossy payload: lattice step out of range");
+    }
+    const ExactTarget exact{set.uniform.step, h.bound};
+    return EncodeDispatch(dtype, target, reference, &exact);
+  }
+
+ private:
+  // The lattice and bound an exact re-encoding keeps (EncodeExact).
+  struct ExactTarget {
+    double step;
+    double bound;
+  };
+
+  Result<EncodedChunk> EncodeDispatch(DType dtype, std::span<const uint8_t> current,
+                                      std::optional<std::span<const uint8_t>> reference,
+                                      const ExactTarget* exact) const {
     switch (dtype) {
       case DType::kF32:
-        return EncodeTyped<DType::kF32>(current, reference);
+        return EncodeTyped<DType::kF32>(current, reference, exact);
       case DType::kF64:
-        return EncodeTyped<DType::kF64>(current, reference);
+        return EncodeTyped<DType::kF64>(current, reference, exact);
       case DType::kF16:
-        return EncodeTyped<DType::kF16>(current, reference);
+        return EncodeTyped<DType::kF16>(current, reference, exact);
       case DType::kBF16:
-        return EncodeTyped<DType::kBF16>(current, reference);
+        return EncodeTyped<DType::kBF16>(current, reference, exact);
       default:
         return Status::InvalidArgument("lossy codec: dtype " + std::string(DTypeName(dtype)) +
                                        " is not quantized (stored losslessly)");
     }
   }
+
+ public:
 
   Status Decode(DType dtype, std::span<const uint8_t> payload,
                 std::optional<std::span<const uint8_t>> reference,
@@ -860,7 +1016,8 @@ class LossyQuantizedCodec final : public TensorCodec {
 
   template <DType D>
   Result<EncodedChunk> EncodeTyped(std::span<const uint8_t> current,
-                                   std::optional<std::span<const uint8_t>> reference) const {
+                                   std::optional<std::span<const uint8_t>> reference,
+                                   const ExactTarget* exact) const {
     using E = Element<D>;
     if (current.size() % E::kSize != 0) {
       return Status::InvalidArgument("lossy codec: chunk is not whole elements");
@@ -873,11 +1030,11 @@ class LossyQuantizedCodec final : public TensorCodec {
     // non-negative (then no element may restore negative).
     double lo, hi;
     FiniteRange<D>(in, n, &lo, &hi);
-    const double bound = ResolveBound(options_.bound, lo, hi);
+    const double bound = exact ? exact->bound : ResolveBound(options_.bound, lo, hi);
     const bool non_negative = n > 0 && lo >= 0;
 
-    const bool pointwise = options_.bound.kind == ErrorBound::Kind::kPointwise;
-    Quantizer kind = options_.quantizer;
+    const bool pointwise = !exact && options_.bound.kind == ErrorBound::Kind::kPointwise;
+    Quantizer kind = exact ? Quantizer::kUniform : options_.quantizer;
     if (pointwise) {
       kind = Quantizer::kLog;
     } else if (kind == Quantizer::kLog) {
@@ -892,10 +1049,12 @@ class LossyQuantizedCodec final : public TensorCodec {
     QuantizerSet set;
     Configure(stats, bound, options_, kind, /*build_tables=*/true, &set);
     if (kind == Quantizer::kLog) ChooseLogMode<D>(in, ref, n, bound, non_negative, &set);
+    if (exact) set.uniform = UniformQuantizer(exact->step);
+    const bool lattice = exact || (options_.lattice && kind == Quantizer::kUniform);
 
     const bool contexts = n >= kMinElementsForContexts;
     HistoryUse history = HistoryUse::kNone;
-    if (contexts && !pointwise &&
+    if (contexts && !pointwise && !lattice &&
         HistoryFits<D>(std::max(std::abs(lo), std::abs(hi)) + bound, bound)) {
       history = ref ? HistoryUse::kDelta : HistoryUse::kKeyframe;
     }
@@ -903,7 +1062,15 @@ class LossyQuantizedCodec final : public TensorCodec {
     result.reconstruction_is_input = false;
     result.reconstruction.resize(current.size());
     Quantized q;
-    set.Quantize<D>(in, ref, n, bound, non_negative, history, result.reconstruction.data(), &q);
+    if (exact) {
+      QuantizeLatticeElements<D, true>(set.uniform, in, ref, n, bound, non_negative,
+                                       result.reconstruction.data(), &q);
+    } else if (lattice) {
+      QuantizeLatticeElements<D, false>(set.uniform, in, ref, n, bound, non_negative,
+                                        result.reconstruction.data(), &q);
+    } else {
+      set.Quantize<D>(in, ref, n, bound, non_negative, history, result.reconstruction.data(), &q);
+    }
     if (q.exact_count > std::numeric_limits<uint32_t>::max() / E::kSize) {
       return Status::InvalidArgument("lossy codec: chunk too large");
     }
@@ -930,12 +1097,12 @@ class LossyQuantizedCodec final : public TensorCodec {
     }
     std::string extra_bytes = q.extra.Finish();
     ByteWriter w;
-    w.PutU8(kPayloadVersion);
+    w.PutU8(lattice ? kPayloadVersionLattice : kPayloadVersion);
     w.PutU8(static_cast<uint8_t>(kind));
     w.PutU8(static_cast<uint8_t>(D));
     w.PutU8(context_model);
     w.PutU8((ref ? kFlagDelta : 0) | (history != HistoryUse::kNone ? kFlagHistory : 0) |
-            (contexts ? kFlagFourStates : 0));
+            (contexts ? kFlagFourStates : 0) | (lattice ? kFlagLattice : 0));
     PutF64(w, bound);
     w.PutU64(n);
     w.PutU32(q.exact_count);
@@ -959,8 +1126,8 @@ class LossyQuantizedCodec final : public TensorCodec {
       // mostly NaN): store the chunk bit-exactly instead if that is smaller, which also keeps
       // it within any bound. Its reconstruction is then the input itself.
       static const std::unique_ptr<TensorCodec> lossless = NewLosslessCodec();
-      auto exact = lossless->Encode(D, current, reference);
-      if (exact.ok() && exact->payload.size() < payload.size()) return exact;
+      auto bit_exact = lossless->Encode(D, current, reference);
+      if (bit_exact.ok() && bit_exact->payload.size() < payload.size()) return bit_exact;
     }
     result.payload = std::move(payload);
     result.codec_id = CodecId::kLossyQuantized;
@@ -981,7 +1148,7 @@ class LossyQuantizedCodec final : public TensorCodec {
   static Status ReadHeader(ByteReader& r, Header* h) {
     uint8_t version = 0, quantizer = 0, dtype = 0, flags = 0;
     CKPT_RETURN_IF_ERROR(r.GetU8(&version));
-    if (version != kPayloadVersion) {
+    if (version != kPayloadVersion && version != kPayloadVersionLattice) {
       return Status::DataLoss("lossy payload version " + std::to_string(version) +
                               " is not supported (written by a newer ckptd?)");
     }
@@ -1009,6 +1176,16 @@ class LossyQuantizedCodec final : public TensorCodec {
     h->delta = flags & kFlagDelta;
     h->history = flags & kFlagHistory;
     h->four_states = flags & kFlagFourStates;
+    h->lattice = flags & kFlagLattice;
+    if (flags & ~(kFlagDelta | kFlagHistory | kFlagFourStates | kFlagLattice)) {
+      return Status::DataLoss("lossy payload: unknown flags " + std::to_string(flags));
+    }
+    if (h->lattice != (version == kPayloadVersionLattice)) {
+      return Status::DataLoss("lossy payload: lattice flag does not match payload version");
+    }
+    if (h->lattice && (h->quantizer != Quantizer::kUniform || h->history)) {
+      return Status::DataLoss("lossy payload: lattice flag on a non-lattice quantizer");
+    }
     if (h->history && *d != DType::kF32 && *d != DType::kF64) {
       return Status::DataLoss("lossy payload: element history on a dtype that cannot carry it");
     }
@@ -1084,6 +1261,12 @@ class LossyQuantizedCodec final : public TensorCodec {
             quantizer.Valid(k) ? quantizer.Value(k) : std::numeric_limits<double>::quiet_NaN();
       }
     }
+    if constexpr (std::is_same_v<Q, UniformQuantizer>) {
+      if (h.lattice) {
+        return DecodeLoop<D, Q, HistoryUse::kNone, true>(quantizer, h, direct, decoder, tables,
+                                                         bits, next_exact, exact_end, ref, o);
+      }
+    }
     if constexpr (kCanCarryHistory<D>) {
       if (h.history && h.delta) {
         return DecodeLoop<D, Q, HistoryUse::kDelta>(quantizer, h, direct, decoder, tables, bits,
@@ -1102,7 +1285,7 @@ class LossyQuantizedCodec final : public TensorCodec {
   // Decodes the symbols (first pass: only the rANS states are serial, and with four interleaved
   // states four chains run side by side), then the elements (second pass). The decoder is taken
   // by value so that its states stay in registers.
-  template <DType D, typename Q, HistoryUse kHistory>
+  template <DType D, typename Q, HistoryUse kHistory, bool kLattice = false>
   static Status DecodeLoop(const Q& quantizer, const Header& h, const double* direct,
                            rans::Decoder decoder, const rans::DecodeTables& tables, BitReader& bits,
                            const uint8_t* next_exact, const uint8_t* exact_end, const uint8_t* ref,
@@ -1170,7 +1353,17 @@ class LossyQuantizedCodec final : public TensorCodec {
           return Status::DataLoss("lossy payload: symbol out of range");
         }
         const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
-        if constexpr (std::is_same_v<Q, LogQuantizer>) {
+        if constexpr (kLattice) {
+          // QuantizeLatticeElement's rule: T((kp + q) * step), or the reference itself under
+          // z = 0 when it has no lattice index (kp = 0 otherwise).
+          double kp = 0;
+          const double q = static_cast<double>(lossy::UnZigZag(z));
+          if (lossy::LatticeIndex(p, quantizer.inverse_step, &kp) || z != 0) {
+            E::Store((kp + q) * quantizer.step, op);
+          } else {
+            std::memcpy(op, ref + i * E::kSize, E::kSize);  // p = 0 (no reference) has an index
+          }
+        } else if constexpr (std::is_same_v<Q, LogQuantizer>) {
           E::Store(quantizer.Reconstruct(z, p), op);  // never with history
         } else if constexpr (kHistory == HistoryUse::kNone) {
           E::Store(p + value, op);
@@ -1188,6 +1381,17 @@ class LossyQuantizedCodec final : public TensorCodec {
     };
     size_t done = 0;
 #if defined(__SSE2__)
+    if constexpr (D == DType::kF32 && kLattice) {
+      for (; done + 4 <= n; done += 4) {
+        uint32_t four;
+        std::memcpy(&four, sym + done, 4);
+        if ((four & 0xe0e0e0e0u) ||
+            !lossy::DecodeFourLatticeF32(four, quantizer.step, quantizer.inverse_step,
+                                         ref ? ref + 4 * done : nullptr, o + 4 * done)) {
+          CKPT_RETURN_IF_ERROR(decode_elements(done, done + 4));
+        }
+      }
+    }
     if constexpr (D == DType::kF32 && std::is_same_v<Q, UniformQuantizer> &&
                   kHistory == HistoryUse::kDelta) {
       // Groups of four direct symbols (nearly all) take the vector path; a group with a large or
@@ -1248,6 +1452,13 @@ bool LossyCodecSupports(DType dtype) {
 
 std::unique_ptr<TensorCodec> NewLossyCodec(const LossyCodecOptions& options) {
   return std::make_unique<LossyQuantizedCodec>(options);
+}
+
+Result<EncodedChunk> EncodeExactOnLattice(DType dtype, std::span<const uint8_t> original,
+                                          std::span<const uint8_t> target,
+                                          std::optional<std::span<const uint8_t>> reference) {
+  static const LossyQuantizedCodec codec{LossyCodecOptions{}};
+  return codec.EncodeExact(dtype, original, target, reference);
 }
 
 }  // namespace ckpt

@@ -222,6 +222,98 @@ inline bool QuantizeFourF32(const uint8_t* in, const uint8_t* ref, double step, 
 #endif
 
 #if defined(__SSE2__)
+// The fast path of QuantizeLatticeElements for four F32 elements (`ref` null: a keyframe), with
+// the same arithmetic. Returns false, having written nothing, unless all four take it.
+template <bool kExactTarget>
+inline bool QuantizeFourLatticeF32(const uint8_t* in, const uint8_t* ref, double step,
+                                   double inverse_step, double bound, bool non_negative,
+                                   uint8_t* recon, uint8_t* symbols) {
+  const __m128i x_bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in));
+  const __m128 x = _mm_castsi128_ps(x_bits);
+  const __m128 p = ref ? _mm_loadu_ps(reinterpret_cast<const float*>(ref)) : _mm_setzero_ps();
+  const __m128d x_lo = _mm_cvtps_pd(x), x_hi = _mm_cvtps_pd(_mm_movehl_ps(x, x));
+  const __m128d inv = _mm_set1_pd(inverse_step);
+  const __m128d pt_lo = _mm_mul_pd(_mm_cvtps_pd(p), inv);
+  const __m128d pt_hi = _mm_mul_pd(_mm_cvtps_pd(_mm_movehl_ps(p, p)), inv);
+  const __m128d t_lo = _mm_mul_pd(x_lo, inv), t_hi = _mm_mul_pd(x_hi, inv);
+  const __m128d magic = _mm_set1_pd(0x1.8p52);
+  const __m128d dzero = _mm_setzero_pd();
+  auto round = [&](__m128d v) {  // RoundToInteger(v) + 0.0
+    return _mm_add_pd(_mm_sub_pd(_mm_add_pd(v, magic), magic), dzero);
+  };
+  const __m128d kp_lo = round(pt_lo), kp_hi = round(pt_hi);
+  const __m128d q_lo = _mm_sub_pd(round(t_lo), kp_lo), q_hi = _mm_sub_pd(round(t_hi), kp_hi);
+  const __m128d step2 = _mm_set1_pd(step);
+  const __m128 r = _mm_movelh_ps(_mm_cvtpd_ps(_mm_mul_pd(_mm_add_pd(kp_lo, q_lo), step2)),
+                                 _mm_cvtpd_ps(_mm_mul_pd(_mm_add_pd(kp_hi, q_hi), step2)));
+  const __m128i bits = _mm_castps_si128(r);
+  const __m128d abs_mask = _mm_castsi128_pd(_mm_set1_epi64x(0x7fffffffffffffff));
+  const __m128d max_index = _mm_set1_pd(0x1p50);
+  const __m128d direct = _mm_set1_pd(kDirectSymbols / 2 - 0.5);
+  auto lane_ok = [&](__m128d pt, __m128d t, __m128d q) {
+    return _mm_and_pd(_mm_and_pd(_mm_cmple_pd(_mm_and_pd(pt, abs_mask), max_index),
+                                 _mm_cmple_pd(_mm_and_pd(t, abs_mask), max_index)),
+                      _mm_cmplt_pd(_mm_and_pd(q, abs_mask), direct));
+  };
+  __m128i ok = PackMasks(lane_ok(pt_lo, t_lo, q_lo), lane_ok(pt_hi, t_hi, q_hi));
+  if constexpr (kExactTarget) {
+    (void)bound;
+    (void)non_negative;
+    ok = _mm_and_si128(ok, _mm_cmpeq_epi32(bits, x_bits));
+  } else {
+    const __m128d r_lo = _mm_cvtps_pd(r), r_hi = _mm_cvtps_pd(_mm_movehl_ps(r, r));
+    const __m128d bound2 = _mm_set1_pd(bound);
+    auto close = [&](__m128d xd, __m128d rd) {
+      return _mm_and_pd(_mm_cmplt_pd(_mm_and_pd(_mm_sub_pd(xd, rd), abs_mask), bound2),
+                        _mm_cmpneq_pd(xd, dzero));
+    };
+    ok = _mm_and_si128(ok, PackMasks(close(x_lo, r_lo), close(x_hi, r_hi)));
+    if (non_negative) ok = _mm_and_si128(ok, _mm_cmpgt_epi32(bits, _mm_set1_epi32(-1)));
+  }
+  if (_mm_movemask_ps(_mm_castsi128_ps(ok)) != 0xf) return false;
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(recon), bits);
+  const __m128i q = _mm_unpacklo_epi64(_mm_cvtpd_epi32(q_lo), _mm_cvtpd_epi32(q_hi));
+  const __m128i zigzag = _mm_xor_si128(_mm_slli_epi32(q, 1), _mm_srai_epi32(q, 31));
+  const __m128i words = _mm_packs_epi32(zigzag, zigzag);
+  const uint32_t symbol_bytes =
+      static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(words, words)));
+  std::memcpy(symbols, &symbol_bytes, 4);
+  return true;
+}
+
+// Four F32 elements of a lattice payload, all with direct symbols (`four`, one per byte),
+// exactly as the general loop decodes them: kp = RoundToInteger(p * inverse_step) + 0.0, one
+// rounding of (kp + q) * step to float. Returns false, having written nothing, when a reference
+// has no lattice index (then the general loop decodes the four).
+inline bool DecodeFourLatticeF32(uint32_t four, double step, double inverse_step,
+                                 const uint8_t* ref, uint8_t* out) {
+  const __m128 p = ref ? _mm_loadu_ps(reinterpret_cast<const float*>(ref)) : _mm_setzero_ps();
+  const __m128d inv = _mm_set1_pd(inverse_step);
+  const __m128d pt_lo = _mm_mul_pd(_mm_cvtps_pd(p), inv);
+  const __m128d pt_hi = _mm_mul_pd(_mm_cvtps_pd(_mm_movehl_ps(p, p)), inv);
+  const __m128d abs_mask = _mm_castsi128_pd(_mm_set1_epi64x(0x7fffffffffffffff));
+  const __m128d max_index = _mm_set1_pd(0x1p50);
+  const __m128d indexed = _mm_and_pd(_mm_cmple_pd(_mm_and_pd(pt_lo, abs_mask), max_index),
+                                     _mm_cmple_pd(_mm_and_pd(pt_hi, abs_mask), max_index));
+  if (_mm_movemask_pd(indexed) != 3) return false;
+  const __m128d magic = _mm_set1_pd(0x1.8p52);
+  const __m128d dzero = _mm_setzero_pd();
+  const __m128d kp_lo = _mm_add_pd(_mm_sub_pd(_mm_add_pd(pt_lo, magic), magic), dzero);
+  const __m128d kp_hi = _mm_add_pd(_mm_sub_pd(_mm_add_pd(pt_hi, magic), magic), dzero);
+  const __m128i zero = _mm_setzero_si128();
+  const __m128i z =
+      _mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(static_cast<int>(four)), zero), zero);
+  const __m128i q =
+      _mm_xor_si128(_mm_srli_epi32(z, 1), _mm_sub_epi32(zero, _mm_and_si128(z, _mm_set1_epi32(1))));
+  const __m128d step2 = _mm_set1_pd(step);
+  const __m128d r_lo = _mm_mul_pd(_mm_add_pd(kp_lo, _mm_cvtepi32_pd(q)), step2);
+  const __m128d r_hi = _mm_mul_pd(_mm_add_pd(kp_hi, _mm_cvtepi32_pd(_mm_shuffle_epi32(q, 0xee))),
+                                  step2);
+  _mm_storeu_ps(reinterpret_cast<float*>(out),
+                _mm_movelh_ps(_mm_cvtpd_ps(r_lo), _mm_cvtpd_ps(r_hi)));
+  return true;
+}
+
 // Four F32 elements of a history delta under the uniform quantizer, all with direct symbols
 // (`four`, one per byte): exactly the arithmetic of the general loop (value = q * step in double,
 // the sum with the reference in double, one rounding to float, NextHistory, WithHistory), four

@@ -46,6 +46,16 @@ inline double RoundToInteger(double v) {
 // |q| beyond this is stored verbatim (keeps symbols within 63 bits and the rounding exact).
 inline constexpr double kMaxQuantized = 0x1p50;
 
+// The lattice index of a reference value p (lattice mode): round(p / step), computed as
+// RoundToInteger(p * inverse_step) + 0.0. False when p is not finite or lies beyond the lattice
+// (|p / step| > 2^50); such a reference has no index.
+inline bool LatticeIndex(double p, double inverse_step, double* k) {
+  const double t = p * inverse_step;
+  if (!(std::abs(t) <= kMaxQuantized)) return false;
+  *k = RoundToInteger(t) + 0.0;
+  return true;
+}
+
 // 2^y with a fixed sequence of IEEE double operations (floor, a degree-18 Taylor polynomial of
 // e^(f ln 2) for the fraction f by Horner's rule, ldexp), so every build computes the same bits.
 // 0 below 2^-1100, +Inf above 2^1100.

@@ -7,12 +7,14 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <random>
 
 #include "quantizers.h"  // internal: DeterministicExp2
 #include "test_support.h"
 #include "testdata/lossy_history_payloads.h"
+#include "testdata/lossy_lattice_payloads.h"
 #include "testdata/lossy_v1_payloads.h"
 
 namespace ckpt {
@@ -114,12 +116,22 @@ Coded EncodeDecode(const TensorCodec& codec, DType dtype, const std::vector<uint
   return out;
 }
 
+// What a codec under test quantizes with: a quantizer, and whether its reconstructions are
+// lattice points (LossyCodecOptions::lattice).
+struct Coding {
+  Coding(Quantizer q, bool on_lattice = false) : quantizer(q), lattice(on_lattice) {}  // NOLINT
+  Quantizer quantizer;
+  bool lattice;
+};
+
 // A codec with an absolute bound, or (for the log quantizer) a pointwise one.
-std::unique_ptr<TensorCodec> Lossy(Quantizer q, double bound) {
+std::unique_ptr<TensorCodec> Lossy(Coding coding, double bound) {
   LossyCodecOptions options;
-  options.quantizer = q;
-  options.bound = {
-      q == Quantizer::kLog ? ErrorBound::Kind::kPointwise : ErrorBound::Kind::kAbsolute, bound};
+  options.quantizer = coding.quantizer;
+  options.lattice = coding.lattice;
+  options.bound = {coding.quantizer == Quantizer::kLog ? ErrorBound::Kind::kPointwise
+                                                       : ErrorBound::Kind::kAbsolute,
+                   bound};
   return NewLossyCodec(options);
 }
 
@@ -154,14 +166,16 @@ void ExpectWithin(Quantizer q, DType dtype, const std::vector<uint8_t>& pushed,
 
 std::unique_ptr<TensorCodec> Uniform(double bound) { return Lossy(Quantizer::kUniform, bound); }
 
-const Quantizer kAllQuantizers[] = {Quantizer::kUniform, Quantizer::kExponent, Quantizer::kFloat,
-                                    Quantizer::kCosine, Quantizer::kAuto};
+const Coding kAllCodings[] = {Quantizer::kUniform,     {Quantizer::kUniform, true},
+                              Quantizer::kExponent,    Quantizer::kFloat,
+                              Quantizer::kCosine,      Quantizer::kAuto,
+                              {Quantizer::kAuto, true}};
 
 // The guarantee must hold whatever the quantizer: every property below runs for each.
-class EveryQuantizer : public ::testing::TestWithParam<Quantizer> {};
+class EveryQuantizer : public ::testing::TestWithParam<Coding> {};
 
-std::string QuantizerParamName(const ::testing::TestParamInfo<Quantizer>& info) {
-  return std::string(QuantizerName(info.param));
+std::string QuantizerParamName(const ::testing::TestParamInfo<Coding>& info) {
+  return std::string(QuantizerName(info.param.quantizer)) + (info.param.lattice ? "_lattice" : "");
 }
 
 const DType kLossyDtypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
@@ -278,8 +292,9 @@ constexpr size_t kLargeChunk = 5000;
 
 void RunChain(DType dtype, double bound, size_t versions,
               const std::function<void(size_t, std::vector<double>&)>& step,
-              Quantizer quantizer = Quantizer::kUniform, size_t elements = kSmallChunk) {
-  auto codec = Lossy(quantizer, bound);
+              Coding coding = Quantizer::kUniform, size_t elements = kSmallChunk) {
+  const Quantizer quantizer = coding.quantizer;
+  auto codec = Lossy(coding, bound);
   std::vector<double> values(elements);
   step(0, values);
   std::vector<uint8_t> pushed = Pack(dtype, values);
@@ -674,6 +689,174 @@ TEST(LossyCodec, PayloadsWithElementHistoryStillDecode) {
   }
 }
 
+TEST(LossyCodec, LatticePayloadsStillDecode) {
+  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
+  ASSERT_TRUE(decoder.ok());
+  const std::string keyframe = FromHex(golden::kLatticeKeyframeHex);
+  const std::string delta = FromHex(golden::kLatticeDeltaHex);
+  std::vector<uint8_t> first(8192 * 4), second(8192 * 4);
+  ASSERT_TRUE((*decoder)->Decode(DType::kF32, AsBytes(keyframe), std::nullopt, first).ok());
+  EXPECT_EQ(Fnv1a(first), golden::kLatticeKeyframeFnv);
+  ASSERT_TRUE((*decoder)
+                  ->Decode(DType::kF32, AsBytes(delta), std::span<const uint8_t>(first), second)
+                  .ok());
+  EXPECT_EQ(Fnv1a(second), golden::kLatticeDeltaFnv);
+  // Every element is a lattice point of pitch 2 * 5e-3 (none of these went verbatim).
+  for (size_t i = 0; i < 8192; ++i) {
+    const double r = Load(DType::kF32, second.data() + 4 * i);
+    ASSERT_EQ(r, static_cast<float>(std::nearbyint(r / 1e-2) * 1e-2)) << i;
+  }
+}
+
+// Lattice reconstructions depend on the pushed values alone: the same values reached through
+// different chains restore to the same bits (elements stored verbatim aside).
+TEST(LossyCodecLattice, ReconstructionsDoNotDependOnTheChain) {
+  auto codec = Lossy({Quantizer::kUniform, true}, 1e-3);
+  std::mt19937_64 rng(40);
+  std::normal_distribution<double> normal(0, 1);
+  for (size_t n : {kSmallChunk, kLargeChunk}) {
+    std::vector<double> v(n);
+    for (double& e : v) e = 0.1 * normal(rng);
+    const auto v0 = Pack(DType::kF32, v);
+    for (double& e : v) e += 3e-3 * normal(rng);
+    const auto v1 = Pack(DType::kF32, v);
+    for (double& e : v) e += 3e-3 * normal(rng);
+    const auto v2 = Pack(DType::kF32, v);
+    Coded k0 = EncodeDecode(*codec, DType::kF32, v0, nullptr);
+    Coded d1 = EncodeDecode(*codec, DType::kF32, v1, &k0.decoded);
+    Coded via_chain = EncodeDecode(*codec, DType::kF32, v2, &d1.decoded);
+    Coded direct = EncodeDecode(*codec, DType::kF32, v2, &k0.decoded);
+    Coded keyframe = EncodeDecode(*codec, DType::kF32, v2, nullptr);
+    EXPECT_EQ(via_chain.decoded, direct.decoded) << n;
+    EXPECT_EQ(via_chain.decoded, keyframe.decoded) << n;
+    ExpectWithinBound(DType::kF32, v2, via_chain.decoded, 1e-3, "lattice");
+  }
+}
+
+// Garbage collection's exact re-encoding: a version of a lattice chain re-encoded against an
+// older version (or as a keyframe) decodes to exactly its reconstruction, for every dtype and
+// with adversarial values, and costs about one delta over the gap, not a full-precision copy.
+TEST(LossyCodecLattice, ExactReencodingIsBitExactAndCheap) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::mt19937_64 rng(41);
+  std::normal_distribution<double> normal(0, 1);
+  for (DType dtype : kLossyDtypes) {
+    for (bool relative : {false, true}) {
+      LossyCodecOptions options;
+      options.quantizer = Quantizer::kUniform;
+      options.lattice = true;
+      options.bound = relative ? ErrorBound{ErrorBound::Kind::kRelative, 1e-3}
+                               : ErrorBound{ErrorBound::Kind::kAbsolute, 1e-3};
+      auto codec = NewLossyCodec(options);
+      std::vector<double> v(kLargeChunk);
+      for (double& e : v) e = 0.2 * normal(rng);
+      std::vector<Coded> chain;
+      for (int version = 0; version < 12; ++version) {
+        for (size_t i = 0; i < v.size(); ++i) {
+          v[i] += 2e-3 * normal(rng) * (1 + version % 3);  // the range (relative step) moves
+          if (i % 211 == static_cast<size_t>(version)) {
+            v[i] = std::vector<double>{inf, -inf, std::nan(""), -0.0, 1e-40, 3.0}[i % 6];
+          }
+        }
+        chain.push_back(
+            EncodeDecode(*codec, dtype, Pack(dtype, v), version ? &chain.back().decoded : nullptr));
+      }
+      const std::string where =
+          std::string(DTypeName(dtype)) + (relative ? " relative" : " absolute");
+      const Coded& target = chain[11];
+      ASSERT_EQ(target.chunk.codec_id, CodecId::kLossyQuantized) << where;
+      size_t gap_bytes = 0;
+      for (int version = 2; version <= 11; ++version) {
+        gap_bytes += chain[version].chunk.payload.size();
+      }
+      const std::vector<uint8_t>* references[] = {&chain[1].decoded, nullptr};
+      for (const std::vector<uint8_t>* reference : references) {
+        std::optional<std::span<const uint8_t>> ref;
+        if (reference) ref = std::span<const uint8_t>(*reference);
+        auto rebased =
+            EncodeExactOnLattice(dtype, AsBytes(target.chunk.payload), target.decoded, ref);
+        ASSERT_TRUE(rebased.ok()) << where << ": " << rebased.status().ToString();
+        auto decoder = CodecForDecoding(static_cast<uint16_t>(rebased->codec_id));
+        ASSERT_TRUE(decoder.ok());
+        std::vector<uint8_t> out(target.decoded.size());
+        ASSERT_TRUE((*decoder)->Decode(dtype, AsBytes(rebased->payload), ref, out).ok()) << where;
+        EXPECT_EQ(out, target.decoded) << where << (reference ? " delta" : " keyframe");
+        if (reference && (dtype == DType::kF32 || dtype == DType::kF64)) {
+          EXPECT_EQ(rebased->codec_id, CodecId::kLossyQuantized) << where;
+          EXPECT_LT(rebased->payload.size(), gap_bytes / 2) << where << ": one delta over the gap";
+        }
+      }
+    }
+  }
+}
+
+TEST(LossyCodecLattice, ExactReencodingOfOtherPayloads) {
+  std::mt19937_64 rng(42);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> v(kLargeChunk);
+  for (double& e : v) e = 0.2 * normal(rng);
+  const auto first = Pack(DType::kF32, v);
+  for (double& e : v) e += 2e-3 * normal(rng);
+  const auto second = Pack(DType::kF32, v);
+  // Additive payloads with element history: still exact (history bits go verbatim or lossless).
+  auto additive = Uniform(1e-3);
+  Coded a0 = EncodeDecode(*additive, DType::kF32, first, nullptr);
+  Coded a1 = EncodeDecode(*additive, DType::kF32, second, &a0.decoded);
+  auto rebased =
+      EncodeExactOnLattice(DType::kF32, AsBytes(a1.chunk.payload), a1.decoded, std::nullopt);
+  ASSERT_TRUE(rebased.ok()) << rebased.status().ToString();
+  std::vector<uint8_t> out(a1.decoded.size());
+  ASSERT_TRUE((*CodecForDecoding(static_cast<uint16_t>(rebased->codec_id)))
+                  ->Decode(DType::kF32, AsBytes(rebased->payload), std::nullopt, out)
+                  .ok());
+  EXPECT_EQ(out, a1.decoded);
+  // Quantizers without a lattice are refused; garbage is DataLoss; the dtype must match.
+  Coded c = EncodeDecode(*Lossy(Quantizer::kCosine, 1e-3), DType::kF32, first, nullptr);
+  EXPECT_EQ(EncodeExactOnLattice(DType::kF32, AsBytes(c.chunk.payload), c.decoded, std::nullopt)
+                .status()
+                .code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      EncodeExactOnLattice(DType::kF32, AsBytes(std::string("junk")), a1.decoded, std::nullopt)
+          .status()
+          .code(),
+      StatusCode::kDataLoss);
+  EXPECT_FALSE(
+      EncodeExactOnLattice(DType::kF64, AsBytes(a1.chunk.payload), a1.decoded, std::nullopt).ok());
+}
+
+// Lattice payloads cost about what additive payloads with element history cost: the trade for
+// path independence is the history contexts.
+TEST(LossyCodecLattice, CostsLittleMoreThanElementHistory) {
+  std::mt19937_64 rng(43);
+  std::normal_distribution<double> normal(0, 1);
+  auto additive = Uniform(1e-3);
+  auto lattice = Lossy({Quantizer::kUniform, true}, 1e-3);
+  std::vector<double> v(1 << 15), momentum(v.size());
+  for (double& e : v) e = 0.1 * normal(rng);
+  std::vector<uint8_t> ref_a, ref_l;
+  size_t bytes_a = 0, bytes_l = 0;
+  for (int version = 0; version < 20; ++version) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      momentum[i] = 0.9 * momentum[i] + 3e-4 * normal(rng);
+      v[i] += momentum[i];
+    }
+    const auto pushed = Pack(DType::kF32, v);
+    Coded a = EncodeDecode(*additive, DType::kF32, pushed, version ? &ref_a : nullptr);
+    Coded l = EncodeDecode(*lattice, DType::kF32, pushed, version ? &ref_l : nullptr);
+    ExpectWithinBound(DType::kF32, pushed, l.decoded, 1e-3, "lattice");
+    ref_a = a.decoded;
+    ref_l = l.decoded;
+    if (version) {
+      bytes_a += a.chunk.payload.size();
+      bytes_l += l.chunk.payload.size();
+    }
+  }
+  EXPECT_LT(static_cast<double>(bytes_l), 1.15 * static_cast<double>(bytes_a));
+  std::cout << "deltas: additive with history " << bytes_a << " bytes, lattice " << bytes_l
+            << " bytes\n";
+}
+
 // The reason for closing the loop: an encoder that deltas against the previous *input* while
 // the decoder applies the deltas to the previous *reconstruction* drifts past the bound; the
 // closed loop never does.
@@ -771,7 +954,7 @@ TEST(LossyCodec, RejectsUnsupportedDtypesAndBadBounds) {
 }
 
 TEST_P(EveryQuantizer, RandomAndAdversarialValuesOfEveryDtypeStayWithinBound) {
-  const Quantizer quantizer = GetParam();
+  const Quantizer quantizer = GetParam().quantizer;
   std::mt19937_64 rng(11);
   const double inf = std::numeric_limits<double>::infinity();
   for (DType dtype : kLossyDtypes) {
@@ -783,7 +966,7 @@ TEST_P(EveryQuantizer, RandomAndAdversarialValuesOfEveryDtypeStayWithinBound) {
         values[i] = std::vector<double>{inf, -inf, std::nan(""), -0.0, 1e-40, 1e30}[i % 6];
       }
       const auto pushed = Pack(dtype, values);
-      auto codec = Lossy(quantizer, bound);
+      auto codec = Lossy(GetParam(), bound);
       const std::string where = std::string(QuantizerName(quantizer)) + " " +
                                 std::string(DTypeName(dtype)) + " bound " + std::to_string(bound);
       Coded key = EncodeDecode(*codec, dtype, pushed, nullptr);
@@ -856,7 +1039,8 @@ TEST_P(EveryQuantizer, CorruptPayloadsNeverCrash) {
 // restores negative, even when the lattice moves between versions (relative bounds).
 TEST_P(EveryQuantizer, NonNegativeChunksNeverRestoreNegative) {
   LossyCodecOptions options;
-  options.quantizer = GetParam();
+  options.quantizer = GetParam().quantizer;
+  options.lattice = GetParam().lattice;
   options.bound = {ErrorBound::Kind::kRelative, 1e-2};
   auto codec = NewLossyCodec(options);
   std::mt19937_64 rng(16);
@@ -875,7 +1059,7 @@ TEST_P(EveryQuantizer, NonNegativeChunksNeverRestoreNegative) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Quantizers, EveryQuantizer, ::testing::ValuesIn(kAllQuantizers),
+INSTANTIATE_TEST_SUITE_P(Quantizers, EveryQuantizer, ::testing::ValuesIn(kAllCodings),
                          QuantizerParamName);
 
 // Each quantizer is what its paper describes, recorded in the payload.

@@ -60,6 +60,12 @@ struct LossyCodecOptions {
   // the bound for the largest deltas). E + M <= 16.
   uint8_t float_exponent_bits = 0;
   uint8_t float_mantissa_bits = 0;
+  // Uniform quantizer: reconstructions are points of a fixed lattice, fl(k * step) for an
+  // integer k, rather than the reference plus a move, so a version's reconstruction depends on
+  // its own values and not on the chain that led to it. Garbage collection can then re-encode a
+  // kept version against any other version exactly and cheaply (EncodeExactOnLattice). Costs
+  // the element-history contexts (a few percent of the ratio). Other quantizers ignore it.
+  bool lattice = false;
 
   friend bool operator==(const LossyCodecOptions&, const LossyCodecOptions&) = default;
 };
@@ -71,5 +77,17 @@ bool LossyCodecSupports(DType dtype);
 // A lossy codec with fixed options; Encode fails with InvalidArgument for unsupported dtypes.
 // Immutable, safe for concurrent use.
 std::unique_ptr<TensorCodec> NewLossyCodec(const LossyCodecOptions& options);
+
+// Exact re-encoding, for garbage collection. `original` is a stored lossy payload and `target`
+// its reconstruction (what it decodes to). Returns a chunk that decodes against `reference`
+// (none: a keyframe) to exactly `target`, bit for bit: a lattice payload with the original's
+// step and bound (elements off that lattice verbatim), or a lossless one when that is smaller.
+// The cost is small when `target` and `reference` are both lattice reconstructions: the
+// payload then holds the lattice moves between them. FailedPrecondition when `original` is not
+// a uniform-quantizer payload (there is no lattice to re-encode on); DataLoss when it cannot
+// be parsed.
+Result<EncodedChunk> EncodeExactOnLattice(DType dtype, std::span<const uint8_t> original,
+                                          std::span<const uint8_t> target,
+                                          std::optional<std::span<const uint8_t>> reference);
 
 }  // namespace ckpt
