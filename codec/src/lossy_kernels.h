@@ -307,8 +307,8 @@ inline bool DecodeFourLatticeF32(uint32_t four, double step, double inverse_step
       _mm_xor_si128(_mm_srli_epi32(z, 1), _mm_sub_epi32(zero, _mm_and_si128(z, _mm_set1_epi32(1))));
   const __m128d step2 = _mm_set1_pd(step);
   const __m128d r_lo = _mm_mul_pd(_mm_add_pd(kp_lo, _mm_cvtepi32_pd(q)), step2);
-  const __m128d r_hi = _mm_mul_pd(_mm_add_pd(kp_hi, _mm_cvtepi32_pd(_mm_shuffle_epi32(q, 0xee))),
-                                  step2);
+  const __m128d r_hi =
+      _mm_mul_pd(_mm_add_pd(kp_hi, _mm_cvtepi32_pd(_mm_shuffle_epi32(q, 0xee))), step2);
   _mm_storeu_ps(reinterpret_cast<float*>(out),
                 _mm_movelh_ps(_mm_cvtpd_ps(r_lo), _mm_cvtpd_ps(r_hi)));
   return true;

@@ -203,6 +203,9 @@ Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPoli
       const double budget = it->get<double>();
       if (!(budget >= 0 && budget <= 1e6)) return Bad("keyframe_budget", "must be in [0, 1e6]");
       policy.keyframe_budget = budget;
+    } else if (key == "reclaimable") {
+      if (!it->is_boolean()) return Bad("reclaimable", "must be true or false");
+      policy.reclaimable = it->get<bool>();
     } else if (key == "quantizer") {
       CKPT_RETURN_IF_ERROR(ParseQuantizer(*it, "quantizer", &policy.quantizer));
     } else if (key == "float_format") {
@@ -267,6 +270,7 @@ std::string CodecPolicy::ToJson() const {
       {"mode", mode == CodecMode::kLossy ? "lossy" : "lossless"},
       {"keyframe_every", keyframe_every},
       {"keyframe_budget", keyframe_budget},
+      {"reclaimable", reclaimable},
       {"quantizer", std::string(QuantizerName(quantizer))},
       {"float_format", float_exponent_bits == 0 ? std::string("auto") : std::string(format)}};
   if (bound) BoundJson(*bound, doc);
@@ -297,6 +301,7 @@ TensorCoding CodecPolicy::ForTensor(std::string_view name, DType dtype,
     }
     c.lossy_options.float_exponent_bits = float_exponent_bits;
     c.lossy_options.float_mantissa_bits = float_mantissa_bits;
+    c.lossy_options.lattice = reclaimable;
     return c;
   };
   for (const TensorOverride& o : overrides) {

@@ -124,6 +124,10 @@ struct Coding {
   bool lattice;
 };
 
+void PrintTo(const Coding& coding, std::ostream* os) {
+  *os << QuantizerName(coding.quantizer) << (coding.lattice ? " on the lattice" : "");
+}
+
 // A codec with an absolute bound, or (for the log quantizer) a pointwise one.
 std::unique_ptr<TensorCodec> Lossy(Coding coding, double bound) {
   LossyCodecOptions options;

@@ -14,6 +14,21 @@ TEST(CodecPolicy, ParsesAndRoundTrips) {
   EXPECT_EQ(*again, *p);
 }
 
+// Lossy tensors are coded on the lattice (reclaimable) unless the policy opts out.
+TEST(CodecPolicy, ReclaimableSelectsLatticeCoding) {
+  const std::vector<uint64_t> matrix = {4, 4};
+  auto p = CodecPolicy::FromJson(R"({"mode":"lossy","max_abs_error":1e-3})", CodecPolicy{});
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->reclaimable);
+  EXPECT_TRUE(p->ForTensor("w", DType::kF32, matrix).lossy_options.lattice);
+  auto off = CodecPolicy::FromJson(R"({"reclaimable":false})", *p);
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->ForTensor("w", DType::kF32, matrix).lossy_options.lattice);
+  auto again = CodecPolicy::FromJson(off->ToJson(), CodecPolicy{});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *off);
+}
+
 TEST(CodecPolicy, MissingFieldsKeepBaseValues) {
   CodecPolicy base;
   base.keyframe_every = 9;
@@ -33,6 +48,7 @@ TEST(CodecPolicy, RejectsBadFieldsNamingThem) {
        Case{R"({"keyframe_every":"8"})", "keyframe_every"},
        Case{R"({"keyframe_every":100000})", "keyframe_every"},
        Case{R"({"mode":"zip"})", "mode"},
+       Case{R"({"reclaimable":"yes"})", "reclaimable"},
        Case{R"({"colour":1})", "colour"},
        Case{R"([1])", "object"},
        Case{R"({)", "JSON"},

@@ -84,6 +84,7 @@ struct CodecPolicy {
   CodecMode mode = CodecMode::kLossless;
   uint32_t keyframe_every = 0;  // 0: the mode's default
   double keyframe_budget = kDefaultKeyframeBudget;
+  bool reclaimable = true;
   std::optional<ErrorBound> bound;
   Quantizer quantizer = Quantizer::kAuto;
   uint8_t float_exponent_bits = 0;  // 0: auto
