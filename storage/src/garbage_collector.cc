@@ -63,7 +63,7 @@ class Collector {
     const double live_bytes = static_cast<double>(chains_.StoredBytes(live));
     if (!dead.empty() && options_.rebase_min_dead_fraction >= 0 &&
         dead_bytes > options_.rebase_min_dead_fraction * live_bytes) {
-      CKPT_RETURN_IF_ERROR(RebaseKeptVersions(live, dead));
+      CKPT_RETURN_IF_ERROR(RebaseKeptVersions(live));
       live = chains_.LiveSeqs();
       CKPT_ASSIGN_OR_RETURN(needed, chains_.NeededSeqs(live));
     }
@@ -75,50 +75,68 @@ class Collector {
   }
 
  private:
-  // Rebases, oldest first, each kept manifest with a tensor whose chain runs through dead data
-  // that can go. Oldest first: a rebased manifest is a clean base for the ones after it.
-  Status RebaseKeptVersions(std::set<uint64_t> live, const std::set<uint64_t>& dead) {
-    // Dead manifests that lossy chains keep anyway: rebasing past only those frees nothing.
-    std::set<uint64_t> retained;
-    for (uint64_t seq : live) {
-      const ManifestRecord& m = chains_.manifests.at(seq);
-      for (uint32_t t = 0; t < m.tensors.size(); ++t) {
-        if (!IsLossy(m.tensors[t])) continue;
-        for (const Link& link : ChainLinks(chains_, seq, t)) {
-          if (dead.count(link.seq)) retained.insert(link.seq);
-        }
-      }
-    }
+  // Rebases, oldest first, each kept manifest with a tensor whose chain runs through dead data.
+  // Oldest first: a rebased manifest is a clean base for the ones after it.
+  Status RebaseKeptVersions(std::set<uint64_t> live) {
     const std::vector<uint64_t> order(live.begin(), live.end());
     for (uint64_t seq : order) {
       const ManifestRecord& m = chains_.manifests.at(seq);
       std::vector<TensorPlan> plan(m.tensors.size());
-      bool frees_something = false;
+      std::set<uint64_t> crossed;  // the dead manifests this one's chains run through
       for (uint32_t t = 0; t < m.tensors.size(); ++t) {
-        const std::vector<Link> links = ChainLinks(chains_, seq, t);
-        bool crosses_dead = false;
-        for (const Link& link : links) {
+        for (const Link& link : ChainLinks(chains_, seq, t)) {
           if (live.count(link.seq)) {
             if (!plan[t].base) plan[t].base = link;
             break;  // a kept link's own chain is clean: it was handled before this one
           }
-          crosses_dead = true;
-          if (!retained.count(link.seq)) frees_something = true;
+          plan[t].rebase = true;
+          crossed.insert(link.seq);
         }
-        plan[t].rebase = crosses_dead && !IsLossy(m.tensors[t]);
         if (!plan[t].rebase) plan[t].base.reset();
       }
-      if (!frees_something) continue;
-      CKPT_ASSIGN_OR_RETURN(const uint64_t new_seq, Rebase(seq, plan));
+      if (crossed.empty()) continue;
+      CKPT_ASSIGN_OR_RETURN(const std::optional<uint64_t> new_seq,
+                            Rebase(seq, plan, chains_.StoredBytes(crossed)));
+      if (!new_seq) continue;
       live.erase(seq);
-      live.insert(new_seq);
+      live.insert(*new_seq);
     }
     return Status::Ok();
   }
 
+  // An exact re-encoding of `target`, chunk `chunk` of tensor `tensor` of manifest `seq`,
+  // against `reference`: on the lattice of its stored payload when it has one (lossy tensors
+  // coded on the lattice re-encode at about the cost of one delta), otherwise losslessly.
+  Result<EncodedChunk> Reencode(uint64_t seq, uint32_t tensor, uint32_t chunk,
+                                const ManifestTensor& e, std::span<const uint8_t> target,
+                                std::optional<std::span<const uint8_t>> reference) {
+    if (IsLossy(e)) {
+      rocksdb::PinnableSlice value;
+      CKPT_RETURN_IF_ERROR(
+          FromRocks(ctx_.db->Get(rocksdb::ReadOptions(), ctx_.chunks,
+                                 keys::ChunkKey(chains_.model, seq, tensor, chunk), &value),
+                    "model '" + chains_.model + "': reading chunk to rebase"));
+      CKPT_ASSIGN_OR_RETURN(const ChunkRecord record, ChunkRecord::Decode(value.ToStringView()));
+      if (record.codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized)) {
+        const std::span<const uint8_t> payload(
+            reinterpret_cast<const uint8_t*>(record.payload.data()), record.payload.size());
+        auto on_lattice = EncodeExactOnLattice(e.dtype, payload, target, reference);
+        if (on_lattice.ok() || on_lattice.status().code() != StatusCode::kFailedPrecondition) {
+          return on_lattice;
+        }
+      }
+    }
+    return ctx_.codec->Encode(e.dtype, target, reference);
+  }
+
   // Writes manifest `seq` anew under a fresh seq, re-encoding the planned tensors, and switches
-  // every reference over in one synced batch. Returns the new seq.
-  Result<uint64_t> Rebase(uint64_t seq, const std::vector<TensorPlan>& plan) {
+  // every reference over in one synced batch. Returns the new seq; nothing (and the chunks
+  // written for it removed) when the rewrite would grow the manifest by at least
+  // `freeable_bytes`, the stored bytes of the dead manifests its chains run through: then
+  // keeping those is cheaper (lossy chains written without the lattice can be expensive to
+  // re-encode exactly).
+  Result<std::optional<uint64_t>> Rebase(uint64_t seq, const std::vector<TensorPlan>& plan,
+                                         uint64_t freeable_bytes) {
     if (!chains_.codec_state) {
       return Status::Internal("model '" + chains_.model + "' has versions but no codec state");
     }
@@ -127,7 +145,7 @@ class Collector {
     const ManifestRecord& old = chains_.manifests.at(seq);
     ManifestRecord rebased = old;
     ChainReader reader(ctx_.db, ctx_.manifests, ctx_.chunks, nullptr, chains_.model, ctx_.cache);
-    uint64_t tensor_bytes_before = 0, tensor_bytes_after = 0;
+    uint64_t tensor_bytes_before = 0, tensor_bytes_after = 0, rewritten = 0;
     std::vector<uint8_t> target, reference;
     for (uint32_t t = 0; t < old.tensors.size(); ++t) {
       ManifestTensor& e = rebased.tensors[t];
@@ -140,6 +158,8 @@ class Collector {
       }
       const std::optional<Link> base = plan[t].base;
       uint64_t stored = 0;
+      double entropy_bits = 0;
+      uint64_t exact_elements = 0;
       for (uint32_t c = 0; c < e.chunk_count; ++c) {
         CKPT_RETURN_IF_ERROR(reader.DecodeChunk(seq, t, c, &target));
         std::optional<std::span<const uint8_t>> ref;
@@ -147,7 +167,9 @@ class Collector {
           CKPT_RETURN_IF_ERROR(reader.DecodeChunk(base->seq, base->tensor, c, &reference));
           ref = std::span<const uint8_t>(reference);
         }
-        CKPT_ASSIGN_OR_RETURN(EncodedChunk encoded, ctx_.codec->Encode(e.dtype, target, ref));
+        CKPT_ASSIGN_OR_RETURN(EncodedChunk encoded, Reencode(seq, t, c, e, target, ref));
+        entropy_bits += encoded.info.model_entropy_bits;
+        exact_elements += encoded.info.exact_elements;
         const std::string value = ChunkRecord::EncodeChunk(
             encoded, base ? FrameKind::kDelta : FrameKind::kKeyframe, target);
         CKPT_RETURN_IF_ERROR(
@@ -156,11 +178,9 @@ class Collector {
                       "writing rebased chunk"));
         stored += value.size();
       }
-      e.codec_id = static_cast<uint16_t>(CodecId::kLosslessBytePlanes);
-      e.quantizer = 0;
-      e.bound = 0;
-      e.entropy_bits = 0;
-      e.exact_elements = 0;
+      // A lossy tensor keeps its codec, quantizer and bound: it restores to the same bytes.
+      e.entropy_bits = entropy_bits;
+      e.exact_elements = exact_elements;
       e.stored_bytes = stored;
       if (base) {
         e.LinkTo(base->seq, base->tensor, chains_.manifests.at(base->seq).tensors[base->tensor]);
@@ -175,7 +195,11 @@ class Collector {
         e.chain_bytes = 0;
       }
       tensor_bytes_after += stored;
-      report_.bytes_rewritten += stored;
+      rewritten += stored;
+    }
+    if (tensor_bytes_after >= tensor_bytes_before + freeable_bytes) {
+      CKPT_RETURN_IF_ERROR(RemoveChunks(new_seq, rebased));
+      return std::optional<uint64_t>();
     }
     rebased.stored_bytes = old.stored_bytes - tensor_bytes_before + tensor_bytes_after;
     rebased.floor_seq = new_seq;
@@ -225,7 +249,8 @@ class Collector {
         FromRocks(ctx_.db->Write(ctx_.CommitWriteOptions(), &batch), "committing rebase"));
     if (was_reference) ctx_.cache->Rekey(chains_.model, seq, new_seq);
     ++report_.versions_rebased;
-    return new_seq;
+    report_.bytes_rewritten += rewritten;
+    return std::optional<uint64_t>(new_seq);
   }
 
   // Copies tensor `tensor`'s chunk records from manifest `from` to manifest `to` unchanged.
@@ -242,6 +267,17 @@ class Collector {
                     "copying chunk"));
     }
     return Status::Ok();
+  }
+
+  // Deletes the chunk records written under `seq` for `manifest`'s tensors (a rebase given up).
+  Status RemoveChunks(uint64_t seq, const ManifestRecord& manifest) {
+    rocksdb::WriteBatch batch;
+    for (uint32_t t = 0; t < manifest.tensors.size(); ++t) {
+      for (uint32_t c = 0; c < manifest.tensors[t].chunk_count; ++c) {
+        batch.Delete(ctx_.chunks, keys::ChunkKey(chains_.model, seq, t, c));
+      }
+    }
+    return FromRocks(ctx_.db->Write(rocksdb::WriteOptions(), &batch), "removing rebased chunks");
   }
 
   Status RemoveUnneeded(const std::set<uint64_t>& needed) {
