@@ -40,6 +40,11 @@
 //                     strictest useful value, 0 turns the rule off. Default: 8 (on training
 //                     runs a lossy keyframe costs 3-5 deltas, so 1 would re-key every few
 //                     versions and cost a third of the ratio; see docs/benchmarks.md).
+//   reclaimable       lossy, uniform quantizer: code reconstructions on a fixed lattice
+//                     (LossyCodecOptions::lattice) so that garbage collection can re-encode
+//                     kept versions exactly and cheaply when versions between them are deleted.
+//                     false: element-history contexts instead (~3% smaller deltas), but deleted
+//                     versions inside a kept version's chain stay stored. Default: true.
 #pragma once
 
 #include <cstdint>
