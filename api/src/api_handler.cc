@@ -321,6 +321,10 @@ int ApiHandler::HttpStatusFor(StatusCode code) {
       return 409;
     case StatusCode::kResourceExhausted:
       return 413;
+    case StatusCode::kUnauthenticated:
+      return 401;
+    case StatusCode::kPermissionDenied:
+      return 403;
     case StatusCode::kUnavailable:
       return 503;
     case StatusCode::kDataLoss:
@@ -337,6 +341,9 @@ ApiResponse ApiHandler::ErrorResponse(const Status& status) {
       {{"error",
         {{"code", std::string(StatusCodeName(status.code()))}, {"message", status.message()}}}});
   r.model_busy = status.code() == StatusCode::kAborted;
+  if (status.code() == StatusCode::kUnauthenticated) {
+    r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"ckptd\"");
+  }
   return r;
 }
 
@@ -362,7 +369,9 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
       auto models = store_->ListModels();
       if (!models.ok()) return ErrorResponse(models.status());
       json list = json::array();
-      for (const auto& m : *models) list.push_back(ModelJson(m));
+      for (const auto& m : *models) {
+        if (m.name.rfind(route.model_prefix, 0) == 0) list.push_back(ModelJson(m));
+      }
       return JsonResponse(200, {{"models", list}});
     }
     case RouteKind::kModel: {

@@ -37,6 +37,7 @@ constexpr auto kPushRetryInterval = std::chrono::milliseconds(20);
 struct RequestLog {
   std::string method;
   std::string target;
+  std::string principal = "-";  // the token's name, "-" without authorization
   int status = 0;
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
@@ -45,8 +46,8 @@ struct RequestLog {
 
 void LogRequest(const RequestLog& log, std::string_view remote) {
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - log.start).count();
-  spdlog::info("{} {} {} status={} in={} out={} {:.1f}ms", remote, log.method, log.target,
-               log.status, log.bytes_in, log.bytes_out, ms);
+  spdlog::info("{} {} {} {} status={} in={} out={} {:.1f}ms", remote, log.principal, log.method,
+               log.target, log.status, log.bytes_in, log.bytes_out, ms);
 }
 
 class HttpServerImpl final : public HttpServer {
@@ -198,7 +199,9 @@ class HttpServerImpl final : public HttpServer {
       co_await http::async_read_header(stream, buffer, parser,
                                        net::redirect_error(kUseAwaitable, ec));
       if (ec == http::error::header_limit) {
-        RequestLog log{"?", "?", 431};
+        RequestLog log;
+        log.method = log.target = "?";
+        log.status = 431;
         ApiResponse r = ApiHandler::ErrorResponse(Status::InvalidArgument(
             "request headers exceed " + std::to_string(options_.max_header_bytes) + " bytes"));
         r.status = 431;
@@ -226,7 +229,26 @@ class HttpServerImpl final : public HttpServer {
     log.target = std::string(req.target());
     const bool keep_alive = req.keep_alive() && !stopping_;
     const unsigned version = req.version();
-    const Route route = ApiHandler::Classify(log.target);
+    Route route = ApiHandler::Classify(log.target);
+    if (options_.authorizer) {
+      const auto header = req[http::field::authorization];
+      auto principal = options_.authorizer->Authorize(
+          std::string_view(header.data(), header.size()), log.method, route);
+      if (!principal.ok()) {
+        // Nothing of the request is acted on; a body is drained (bounded) or cut off.
+        co_await WriteResponse(stream, ApiHandler::ErrorResponse(principal.status()), version,
+                               false, false, log);
+        const bool expect_continue = beast::iequals(req[http::field::expect], "100-continue");
+        if (!parser.is_done() && !expect_continue) {
+          std::vector<uint8_t> scratch(64 << 10);
+          co_await DrainBeforeClose(stream, buffer, parser, scratch);
+        }
+        LogRequest(log, remote);
+        co_return false;
+      }
+      log.principal = principal->name;
+      route.model_prefix = principal->model_prefix;
+    }
     bool ok = false;
     switch (ApiHandler::Plan(log.method, route)) {
       case RequestPlan::kPush:

@@ -6,7 +6,9 @@
 //   ckpt rm MODEL [VERSION]             delete a version, or the whole model
 //   ckpt policy MODEL [JSON]            show or set a model's codec policy
 //
-// The server comes from --server or $CKPT_SERVER (default http://127.0.0.1:8420). A progress
+// The server comes from --server or $CKPT_SERVER (default http://127.0.0.1:8420), a bearer token
+// (daemons with authorization) from $CKPT_TOKEN or --token-file (never a command-line argument,
+// where other users could read it in the process list). A progress
 // bar is drawn on stderr when it is a terminal. Any error prints one line and exits non-zero.
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 
 #include "ckpt/client/client.h"
@@ -79,6 +82,9 @@ int main(int argc, char** argv) {
   std::string server = "http://127.0.0.1:8420";
   if (const char* env = std::getenv("CKPT_SERVER")) server = env;
   app.add_option("--server", server, "ckptd base URL (default $CKPT_SERVER or " + server + ")");
+  std::string token_file;
+  app.add_option("--token-file", token_file,
+                 "file holding the bearer token (default: $CKPT_TOKEN, if set)");
   bool show_version = false;
   app.set_version_flag("--version", std::string("ckpt ") + ckpt::kVersionString);
   (void)show_version;
@@ -142,6 +148,15 @@ int main(int argc, char** argv) {
   ProgressBar bar;
   ckpt::ClientOptions options;
   options.server = server;
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in || !std::getline(in, options.token) || options.token.empty()) {
+      std::cerr << "ckpt: cannot read a token from '" << token_file << "'\n";
+      return 2;
+    }
+  } else if (const char* env = std::getenv("CKPT_TOKEN")) {
+    options.token = env;
+  }
   if (isatty(STDERR_FILENO)) {
     options.progress = [&bar](uint64_t done, uint64_t total) { bar.Update(done, total); };
   }

@@ -30,6 +30,10 @@ StatusCode CodeForHttp(unsigned status) {
   switch (status) {
     case 400:
       return StatusCode::kInvalidArgument;
+    case 401:
+      return StatusCode::kUnauthenticated;
+    case 403:
+      return StatusCode::kPermissionDenied;
     case 404:
       return StatusCode::kNotFound;
     case 409:
@@ -84,15 +88,23 @@ class Connection {
 };
 
 // Sends a small request and reads the full (small) response.
+// The headers every request carries: Host, User-Agent and, with a token, Authorization.
+template <typename Request>
+void SetCommonHeaders(Request& req, const std::string& host, const ClientOptions& options) {
+  req.set(http::field::host, host);
+  req.set(http::field::user_agent, std::string("ckpt/") + kVersionString);
+  if (!options.token.empty()) req.set(http::field::authorization, "Bearer " + options.token);
+}
+
 Result<http::response<http::string_body>> SimpleRequest(const std::string& host,
-                                                        const std::string& port, http::verb verb,
-                                                        const std::string& target,
+                                                        const std::string& port,
+                                                        const ClientOptions& options,
+                                                        http::verb verb, const std::string& target,
                                                         std::string_view body) {
   Connection c;
   CKPT_RETURN_IF_ERROR(c.Connect(host, port));
   http::request<http::string_body> req{verb, target, 11};
-  req.set(http::field::host, host);
-  req.set(http::field::user_agent, std::string("ckpt/") + kVersionString);
+  SetCommonHeaders(req, host, options);
   if (!body.empty()) req.set(http::field::content_type, "application/json");
   req.body() = std::string(body);
   req.prepare_payload();
@@ -105,9 +117,10 @@ Result<http::response<http::string_body>> SimpleRequest(const std::string& host,
   return res;
 }
 
-Result<json> JsonRequest(const std::string& host, const std::string& port, http::verb verb,
-                         const std::string& target, std::string_view body = {}) {
-  CKPT_ASSIGN_OR_RETURN(auto res, SimpleRequest(host, port, verb, target, body));
+Result<json> JsonRequest(const std::string& host, const std::string& port,
+                         const ClientOptions& options, http::verb verb, const std::string& target,
+                         std::string_view body = {}) {
+  CKPT_ASSIGN_OR_RETURN(auto res, SimpleRequest(host, port, options, verb, target, body));
   if (res.result_int() / 100 != 2) return ErrorFromResponse(res.result_int(), res.body());
   if (res.body().empty()) return json();
   json doc = json::parse(res.body(), nullptr, false);
@@ -174,8 +187,7 @@ Result<PushResult> StreamPush(const std::string& host, const std::string& port,
   CKPT_RETURN_IF_ERROR(c.Connect(host, port));
   http::request<http::buffer_body> req{
       http::verb::put, VersionTarget(model, std::to_string(version)) + PushQuery(metadata), 11};
-  req.set(http::field::host, host);
-  req.set(http::field::user_agent, std::string("ckpt/") + kVersionString);
+  SetCommonHeaders(req, host, options);
   req.set(http::field::content_type, "application/octet-stream");
   req.set(http::field::expect, "100-continue");
   req.content_length(size);
@@ -265,8 +277,7 @@ Result<PullResult> StreamPull(const std::string& host, const std::string& port,
   Connection c;
   CKPT_RETURN_IF_ERROR(c.Connect(host, port));
   http::request<http::empty_body> req{http::verb::get, VersionTarget(model, version), 11};
-  req.set(http::field::host, host);
-  req.set(http::field::user_agent, std::string("ckpt/") + kVersionString);
+  SetCommonHeaders(req, host, options);
   beast::error_code ec;
   http::write(c.stream(), req, ec);
   if (ec) return NetworkError(ec, "sending request");
@@ -419,20 +430,21 @@ Result<std::string> Client::PullToBuffer(std::string_view model, std::string_vie
 }
 
 Result<std::vector<ModelSummary>> Client::ListModels() {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::get, "/v1/models"));
+  CKPT_ASSIGN_OR_RETURN(json doc,
+                        JsonRequest(host_, port_, options_, http::verb::get, "/v1/models"));
   std::vector<ModelSummary> out;
   for (const auto& m : doc.value("models", json::array())) out.push_back(ParseModel(m));
   return out;
 }
 
 Result<ModelSummary> Client::GetModel(std::string_view model) {
-  CKPT_ASSIGN_OR_RETURN(
-      json doc, JsonRequest(host_, port_, http::verb::get, "/v1/models/" + std::string(model)));
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, http::verb::get,
+                                              "/v1/models/" + std::string(model)));
   return ParseModel(doc);
 }
 
 Result<std::vector<VersionSummary>> Client::ListVersions(std::string_view model) {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::get,
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, http::verb::get,
                                               "/v1/models/" + std::string(model) + "/versions"));
   std::vector<VersionSummary> out;
   for (const auto& v : doc.value("versions", json::array())) {
@@ -457,50 +469,51 @@ Result<std::vector<VersionSummary>> Client::ListVersions(std::string_view model)
 }
 
 Status Client::DeleteVersion(std::string_view model, uint64_t version) {
-  return JsonRequest(host_, port_, http::verb::delete_,
+  return JsonRequest(host_, port_, options_, http::verb::delete_,
                      VersionTarget(model, std::to_string(version)))
       .status();
 }
 
 Status Client::DeleteModel(std::string_view model) {
-  return JsonRequest(host_, port_, http::verb::delete_, "/v1/models/" + std::string(model))
+  return JsonRequest(host_, port_, options_, http::verb::delete_,
+                     "/v1/models/" + std::string(model))
       .status();
 }
 
 Result<std::string> Client::GetPolicy(std::string_view model) {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::get,
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, http::verb::get,
                                               "/v1/models/" + std::string(model) + "/policy"));
   return doc.dump();
 }
 
 Result<std::string> Client::SetPolicy(std::string_view model, std::string_view policy_json) {
   CKPT_ASSIGN_OR_RETURN(json doc,
-                        JsonRequest(host_, port_, http::verb::put,
+                        JsonRequest(host_, port_, options_, http::verb::put,
                                     "/v1/models/" + std::string(model) + "/policy", policy_json));
   return doc.dump();
 }
 
 Status Client::SetTag(std::string_view model, uint64_t version, std::string_view tag) {
-  return JsonRequest(host_, port_, http::verb::put,
+  return JsonRequest(host_, port_, options_, http::verb::put,
                      VersionTarget(model, std::to_string(version)) + "/tags/" + std::string(tag))
       .status();
 }
 
 Status Client::RemoveTag(std::string_view model, uint64_t version, std::string_view tag) {
-  return JsonRequest(host_, port_, http::verb::delete_,
+  return JsonRequest(host_, port_, options_, http::verb::delete_,
                      VersionTarget(model, std::to_string(version)) + "/tags/" + std::string(tag))
       .status();
 }
 
 Result<std::string> Client::GetRetention(std::string_view model) {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::get,
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, http::verb::get,
                                               "/v1/models/" + std::string(model) + "/retention"));
   return doc.dump();
 }
 
 Result<std::string> Client::SetRetention(std::string_view model, std::string_view policy_json) {
   CKPT_ASSIGN_OR_RETURN(
-      json doc, JsonRequest(host_, port_, http::verb::put,
+      json doc, JsonRequest(host_, port_, options_, http::verb::put,
                             "/v1/models/" + std::string(model) + "/retention", policy_json));
   return doc.dump();
 }
@@ -509,23 +522,27 @@ Result<std::string> Client::ApplyRetention(std::string_view model, bool dry_run,
                                            std::string_view policy_json) {
   const std::string target =
       "/v1/models/" + std::string(model) + (dry_run ? "/retention:preview" : "/retention:apply");
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::post, target, policy_json));
+  CKPT_ASSIGN_OR_RETURN(json doc,
+                        JsonRequest(host_, port_, options_, http::verb::post, target, policy_json));
   return doc.dump();
 }
 
 Result<std::string> Client::CollectGarbage() {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::post, "/v1/admin/gc"));
+  CKPT_ASSIGN_OR_RETURN(json doc,
+                        JsonRequest(host_, port_, options_, http::verb::post, "/v1/admin/gc"));
   return doc.dump();
 }
 
 Result<std::string> Client::Scrub() {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::post, "/v1/admin/scrub"));
+  CKPT_ASSIGN_OR_RETURN(json doc,
+                        JsonRequest(host_, port_, options_, http::verb::post, "/v1/admin/scrub"));
   return doc.dump();
 }
 
 Result<std::string> Client::Backup(std::string_view dir) {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, http::verb::post, "/v1/admin/backup",
-                                              json{{"to", std::string(dir)}}.dump()));
+  CKPT_ASSIGN_OR_RETURN(json doc,
+                        JsonRequest(host_, port_, options_, http::verb::post, "/v1/admin/backup",
+                                    json{{"to", std::string(dir)}}.dump()));
   return doc.dump();
 }
 

@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 
+#include <boost/asio/ip/address.hpp>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -98,7 +99,8 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
     return Status::InvalidArgument("config: " + std::string(e.description()) + " at " +
                                    where.str());
   }
-  CKPT_RETURN_IF_ERROR(CheckKeys(root, "", {"server", "storage", "codec", "retention", "log"}));
+  CKPT_RETURN_IF_ERROR(
+      CheckKeys(root, "", {"server", "storage", "codec", "retention", "log", "auth"}));
 
   if (const toml::table* server = root["server"].as_table()) {
     CKPT_RETURN_IF_ERROR(
@@ -193,6 +195,35 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
     return Bad("retention", "must be a table");
   }
 
+  if (const toml::table* auth = root["auth"].as_table()) {
+    CKPT_RETURN_IF_ERROR(CheckKeys(*auth, "auth", {"tokens"}));
+    if (const toml::node* tokens = auth->get("tokens")) {
+      const toml::array* list = tokens->as_array();
+      if (!list) return Bad("auth.tokens", "must be an array of tables ([[auth.tokens]])");
+      config.tokens.clear();
+      for (size_t i = 0; i < list->size(); ++i) {
+        const std::string where = "auth.tokens[" + std::to_string(i) + "]";
+        const toml::table* t = list->get(i)->as_table();
+        if (!t) return Bad(where, "must be a table with name, sha256, scope, model_prefix");
+        CKPT_RETURN_IF_ERROR(CheckKeys(*t, where, {"name", "sha256", "scope", "model_prefix"}));
+        api::TokenGrant grant;
+        std::string scope = "read";
+        CKPT_RETURN_IF_ERROR(ReadString(*t, where, "name", grant.name));
+        CKPT_RETURN_IF_ERROR(ReadString(*t, where, "sha256", grant.sha256_hex));
+        CKPT_RETURN_IF_ERROR(ReadString(*t, where, "scope", scope));
+        CKPT_RETURN_IF_ERROR(ReadString(*t, where, "model_prefix", grant.model_prefix));
+        const auto parsed = api::ScopeFromName(scope);
+        if (!parsed) return Bad(where + ".scope", "must be \"read\", \"write\" or \"admin\"");
+        grant.scope = *parsed;
+        config.tokens.push_back(std::move(grant));
+      }
+      auto check = api::Authorizer::Create(config.tokens);
+      if (!check.ok()) return Bad("auth.tokens", check.status().message());
+    }
+  } else if (root.contains("auth")) {
+    return Bad("auth", "must be a table");
+  }
+
   if (const toml::table* log = root["log"].as_table()) {
     CKPT_RETURN_IF_ERROR(CheckKeys(*log, "log", {"level"}));
     CKPT_RETURN_IF_ERROR(ReadString(*log, "log", "level", config.log_level));
@@ -200,6 +231,18 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
     return Bad("log", "must be a table");
   }
   return Status::Ok();
+}
+
+Status CheckListenerIsProtected(const DaemonConfig& config) {
+  if (!config.tokens.empty()) return Status::Ok();
+  const std::string& address = config.server.address;
+  boost::system::error_code ec;
+  const auto ip = boost::asio::ip::make_address(address, ec);
+  if (address == "localhost" || (!ec && ip.is_loopback())) return Status::Ok();
+  return Status::FailedPrecondition(
+      "refusing to listen on " + address +
+      " without authentication: anyone who can reach it could read, overwrite and delete every "
+      "checkpoint. Configure [[auth.tokens]] (see config/ckptd.toml) or listen on 127.0.0.1");
 }
 
 Status ApplyTomlFile(const std::string& path, DaemonConfig& config) {

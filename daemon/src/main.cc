@@ -192,6 +192,15 @@ int main(int argc, char** argv) {
     return RunRestoreBackup(config, backup_from);
   }
 
+  if (auto s = ckpt::daemon::CheckListenerIsProtected(config); !s.ok()) return Fail(s);
+  if (!config.tokens.empty()) {
+    auto authorizer = ckpt::api::Authorizer::Create(config.tokens);
+    if (!authorizer.ok()) return Fail(authorizer.status());
+    config.server.authorizer =
+        std::make_shared<const ckpt::api::Authorizer>(std::move(authorizer).value());
+    spdlog::info("authorization on: {} token(s)", config.tokens.size());
+  }
+
   // Block the shutdown signals in every thread; the main thread waits for them below.
   sigset_t signals;
   sigemptyset(&signals);

@@ -99,6 +99,50 @@ TEST(DaemonConfig, RejectsUnknownKeysWrongTypesAndRanges) {
   }
 }
 
+TEST(DaemonConfig, AuthTokensAreParsedAndChecked) {
+  DaemonConfig c;
+  const std::string digest = api::Authorizer::TokenDigestHex("secret");
+  Status s = ApplyToml("[[auth.tokens]]\nname = \"trainer\"\nsha256 = \"" + digest +
+                           "\"\nscope = \"write\"\nmodel_prefix = \"team-\"\n"
+                           "[[auth.tokens]]\nname = \"ops\"\nsha256 = \"" +
+                           api::Authorizer::TokenDigestHex("other") + "\"\nscope = \"admin\"\n",
+                       c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(c.tokens.size(), 2u);
+  EXPECT_EQ(c.tokens[0].name, "trainer");
+  EXPECT_EQ(c.tokens[0].scope, api::Scope::kWrite);
+  EXPECT_EQ(c.tokens[0].model_prefix, "team-");
+  EXPECT_EQ(c.tokens[1].scope, api::Scope::kAdmin);
+  for (const auto& [toml, mention] : std::vector<std::pair<std::string, std::string>>{
+           {"[[auth.tokens]]\nname = \"x\"\nsha256 = \"" + digest + "\"\nscope = \"root\"\n",
+            "auth.tokens[0].scope"},
+           {"[[auth.tokens]]\nname = \"x\"\nsha256 = \"abc\"\n", "64 hex digits"},
+           {"[[auth.tokens]]\nname = \"x\"\ntoken = \"plain\"\n", "auth.tokens[0].token"},
+           {"[auth]\ntokens = 3\n", "auth.tokens"}}) {
+    DaemonConfig bad;
+    Status e = ApplyToml(toml, bad);
+    ASSERT_EQ(e.code(), StatusCode::kInvalidArgument) << toml;
+    EXPECT_NE(e.message().find(mention), std::string::npos) << e.message();
+  }
+}
+
+TEST(DaemonConfig, NonLoopbackListenersNeedTokens) {
+  DaemonConfig c;
+  EXPECT_TRUE(CheckListenerIsProtected(c).ok());  // 127.0.0.1
+  for (const char* listen : {"[::1]:0", "localhost:1"}) {
+    ASSERT_TRUE(ApplyListen(listen, c).ok());
+    EXPECT_TRUE(CheckListenerIsProtected(c).ok()) << listen;
+  }
+  for (const char* listen : {"0.0.0.0:8420", "10.1.2.3:8420", "[::]:8420", "ckpt.example:1"}) {
+    ASSERT_TRUE(ApplyListen(listen, c).ok());
+    Status s = CheckListenerIsProtected(c);
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << listen;
+    EXPECT_NE(s.message().find("auth.tokens"), std::string::npos);
+  }
+  c.tokens.push_back({"t", api::Authorizer::TokenDigestHex("t"), api::Scope::kRead, ""});
+  EXPECT_TRUE(CheckListenerIsProtected(c).ok());
+}
+
 TEST(DaemonConfig, ListenAcceptsBracketedIpv6) {
   DaemonConfig c;
   ASSERT_TRUE(ApplyListen("[::1]:0", c).ok());

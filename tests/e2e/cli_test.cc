@@ -181,5 +181,46 @@ TEST_F(CliTest, ErrorsAreOneLineAndNonZero) {
   expect_error(Run("ls", "ftp://nowhere"), "must start with http://");
 }
 
+// Against a daemon with tokens: the CLI sends $CKPT_TOKEN or the --token-file's token.
+TEST(CliAuthTest, TokenFromEnvironmentOrFile) {
+  TempDir dir;
+  const auto config = dir.path() / "auth.toml";
+  std::ofstream(config) << "[[auth.tokens]]\nname = \"ci\"\nsha256 = \"" << Sha256Hex("s3cret")
+                        << "\"\nscope = \"write\"\n";
+  DaemonProcess daemon(CKPTD_BINARY, dir.path(), {"--config", config.string()});
+  ASSERT_TRUE(daemon.Start()) << daemon.log();
+  auto run = [&](const std::string& env, const std::string& args) {
+    const std::string cmd =
+        env + " CKPT_SERVER=" + daemon.url() + " " + CKPT_CLI_BINARY + " " + args + " 2>&1";
+    CommandResult r;
+    FILE* pipe = popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
+    const int status = pclose(pipe);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+  };
+  DriftingModel model(2, 1000);
+  const auto body = (dir.path() / "v.safetensors").string();
+  std::ofstream(body, std::ios::binary) << model.Next();
+  auto refused = run("", "push m 1 " + body);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("Authorization"), std::string::npos) << refused.output;
+  auto wrong = run("CKPT_TOKEN=nope", "ls");
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.output.find("not valid"), std::string::npos) << wrong.output;
+  auto pushed = run("CKPT_TOKEN=s3cret", "push m 1 " + body);
+  ASSERT_EQ(pushed.exit_code, 0) << pushed.output;
+  const auto token_file = (dir.path() / "token").string();
+  std::ofstream(token_file) << "s3cret\n";
+  auto listed = run("", "--token-file " + token_file + " ls m");
+  ASSERT_EQ(listed.exit_code, 0) << listed.output;
+  EXPECT_NE(listed.output.find("1"), std::string::npos);
+  auto gc = run("CKPT_TOKEN=s3cret", "gc");
+  EXPECT_NE(gc.exit_code, 0) << "gc needs admin";
+  EXPECT_NE(gc.output.find("scope"), std::string::npos) << gc.output;
+}
+
 }  // namespace
 }  // namespace ckpt

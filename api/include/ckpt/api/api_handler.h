@@ -47,6 +47,9 @@ struct Route {
   std::string query;     // the raw query string (after '?'), empty if none
   bool detail = false;   // ?detail=1 on a version: its storage detail (JSON) instead of the body
   bool dry_run = false;  // kRetentionRun: retention:preview, or retention:apply?dry_run=1
+  // Set by the server after authorization: listings show only models whose names start with
+  // it (empty: all).
+  std::string model_prefix;
 };
 
 struct ApiResponse {

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "ckpt/api/api_handler.h"
+#include "ckpt/api/auth.h"
 #include "ckpt/codec/status.h"
 #include "ckpt/storage/checkpoint_store.h"
 
@@ -50,6 +51,9 @@ struct HttpServerOptions {
   // Called after each committed push with the model's name (on a network thread: must not
   // block). Default: none.
   PushCommittedHook on_push_committed;
+  // Bearer-token authorization of every request (auth.h); null or without tokens: every
+  // request is allowed. Default: none.
+  std::shared_ptr<const Authorizer> authorizer;
 };
 
 class HttpServer {

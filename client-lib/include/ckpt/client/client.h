@@ -29,6 +29,8 @@ struct ClientOptions {
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Size of the pieces bodies are streamed in. Default: 1 MiB.
   size_t io_buffer_bytes = 1 << 20;
+  // Bearer token sent with every request (daemons with [[auth.tokens]]). Default: none.
+  std::string token;
 };
 
 // What a push carries besides the body (query parameters; docs/api.md).

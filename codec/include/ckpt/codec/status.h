@@ -31,6 +31,8 @@ enum class StatusCode {
   kUnavailable,         // shutting down or temporarily unable to serve (HTTP 503)
   kInternal,            // a bug or an unexpected library failure (HTTP 500)
   kIoError,             // the storage engine failed to read or write (HTTP 500)
+  kUnauthenticated,     // no valid credentials were presented (HTTP 401)
+  kPermissionDenied,    // the credentials do not cover the request (HTTP 403)
 };
 
 // Returns a stable upper-snake name such as "INVALID_ARGUMENT", used in JSON error bodies.
@@ -60,6 +62,12 @@ class [[nodiscard]] Status {
   static Status Unavailable(std::string msg) { return {StatusCode::kUnavailable, std::move(msg)}; }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
   static Status IoError(std::string msg) { return {StatusCode::kIoError, std::move(msg)}; }
+  static Status Unauthenticated(std::string msg) {
+    return {StatusCode::kUnauthenticated, std::move(msg)};
+  }
+  static Status PermissionDenied(std::string msg) {
+    return {StatusCode::kPermissionDenied, std::move(msg)};
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

@@ -6,7 +6,9 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "ckpt/api/auth.h"
 #include "ckpt/api/http_server.h"
 #include "ckpt/codec/status.h"
 #include "ckpt/storage/checkpoint_store.h"
@@ -31,6 +33,9 @@ struct DaemonConfig {
     double rebase_min_dead_fraction = 0.5;  // GcOptions of the automatic passes
   } retention;
 
+  // Bearer tokens ([[auth.tokens]]); none: authorization disabled (loopback listeners only).
+  std::vector<api::TokenGrant> tokens;
+
   DaemonConfig() { store.data_dir = "./data"; }
 };
 
@@ -41,5 +46,8 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config);
 Status ApplyTomlFile(const std::string& path, DaemonConfig& config);
 // Parses "host:port" into the server options.
 Status ApplyListen(std::string_view listen, DaemonConfig& config);
+// Refuses (FailedPrecondition, saying what to do) a listener on a non-loopback address without
+// tokens: the API would be open to the network.
+Status CheckListenerIsProtected(const DaemonConfig& config);
 
 }  // namespace ckpt::daemon
