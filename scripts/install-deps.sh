@@ -8,6 +8,8 @@ PACKAGES=(
   librocksdb-dev libboost-dev libzstd-dev zstd libspdlog-dev libfmt-dev libssl-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libxxhash-dev
   libbenchmark-dev curl
+  # TLS tests make their certificates at test time
+  openssl
   # the failure-recovery walkthrough (a real PyTorch training loop; docs/failure-recovery.md)
   python3-torch python3-sklearn libopenblas0-pthread
 )

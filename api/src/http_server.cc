@@ -9,6 +9,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <condition_variable>
 #include <limits>
 #include <mutex>
@@ -59,7 +60,40 @@ class HttpServerImpl final : public HttpServer {
 
   ~HttpServerImpl() override { Shutdown(); }
 
+  // The TLS context when HTTPS is configured (TLS 1.2+; client certificates verified against
+  // tls_client_ca_file when given).
+  Status SetUpTls() {
+    if (options_.tls_cert_file.empty() && options_.tls_key_file.empty()) return Status::Ok();
+    if (options_.tls_cert_file.empty() || options_.tls_key_file.empty()) {
+      return Status::InvalidArgument("TLS needs both a certificate file and a key file");
+    }
+    tls_ = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
+    tls_->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                      net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                      net::ssl::context::no_tlsv1_1 | net::ssl::context::single_dh_use);
+    beast::error_code ec;
+    tls_->use_certificate_chain_file(options_.tls_cert_file, ec);
+    if (ec) {
+      return Status::InvalidArgument("TLS certificate '" + options_.tls_cert_file +
+                                     "': " + ec.message());
+    }
+    tls_->use_private_key_file(options_.tls_key_file, net::ssl::context::pem, ec);
+    if (ec) {
+      return Status::InvalidArgument("TLS key '" + options_.tls_key_file + "': " + ec.message());
+    }
+    if (!options_.tls_client_ca_file.empty()) {
+      tls_->load_verify_file(options_.tls_client_ca_file, ec);
+      if (ec) {
+        return Status::InvalidArgument("TLS client CA '" + options_.tls_client_ca_file +
+                                       "': " + ec.message());
+      }
+      tls_->set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert);
+    }
+    return Status::Ok();
+  }
+
   Status Listen() {
+    CKPT_RETURN_IF_ERROR(SetUpTls());
     beast::error_code ec;
     auto address = net::ip::make_address(options_.address, ec);
     if (ec) return Status::InvalidArgument("invalid listen address '" + options_.address + "'");
@@ -170,19 +204,46 @@ class HttpServerImpl final : public HttpServer {
       // algorithm meets the client's delayed ACK and stalls each response by ~40 ms.
       socket.set_option(tcp::no_delay(true), ec);
       auto executor = socket.get_executor();
-      net::co_spawn(executor, Session(std::move(socket)), net::detached);
+      if (tls_) {
+        net::co_spawn(executor, TlsSession(std::move(socket)), net::detached);
+      } else {
+        net::co_spawn(executor, Session(std::move(socket)), net::detached);
+      }
     }
   }
 
+  static std::string RemoteOf(const tcp::socket& socket) {
+    beast::error_code ec;
+    auto endpoint = socket.remote_endpoint(ec);
+    return ec ? std::string("?")
+              : endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+  }
+
   net::awaitable<void> Session(tcp::socket socket) {
+    const std::string remote = RemoteOf(socket);
     beast::tcp_stream stream(std::move(socket));
-    std::string remote;
-    {
-      beast::error_code ec;
-      auto endpoint = stream.socket().remote_endpoint(ec);
-      if (!ec) remote = endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+    co_await Serve(stream, remote);
+  }
+
+  // HTTPS: the TLS handshake (bounded by io_timeout), then the same sessions as plain HTTP.
+  net::awaitable<void> TlsSession(tcp::socket socket) {
+    const std::string remote = RemoteOf(socket);
+    beast::ssl_stream<beast::tcp_stream> stream(std::move(socket), *tls_);
+    beast::get_lowest_layer(stream).expires_after(options_.io_timeout);
+    beast::error_code ec;
+    co_await stream.async_handshake(net::ssl::stream_base::server,
+                                    net::redirect_error(kUseAwaitable, ec));
+    if (ec) {
+      spdlog::info("{} TLS handshake failed: {}", remote, ec.message());
+      co_return;
     }
-    SessionRegistration registration(this, &stream);
+    co_await Serve(stream, remote);
+  }
+
+  // The request loop of one connection, over a plain or TLS stream.
+  template <class Stream>
+  net::awaitable<void> Serve(Stream& stream, const std::string& remote) {
+    SessionRegistration registration(this, &beast::get_lowest_layer(stream));
     beast::flat_buffer buffer;
     // Beast sizes each socket read by the buffer's spare capacity; without a reserve a body
     // arrives in ~1.5 KB reads, each a coroutine resumption.
@@ -194,7 +255,7 @@ class HttpServerImpl final : public HttpServer {
       // Body sizes are enforced per route (HandlePush, ReadSmallBody) so that an oversized
       // request still gets its 413 answer instead of a dropped connection.
       parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-      stream.expires_after(options_.idle_timeout);
+      beast::get_lowest_layer(stream).expires_after(options_.idle_timeout);
       beast::error_code ec;
       co_await http::async_read_header(stream, buffer, parser,
                                        net::redirect_error(kUseAwaitable, ec));
@@ -216,11 +277,12 @@ class HttpServerImpl final : public HttpServer {
       if (!keep_going) break;
     }
     beast::error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    beast::get_lowest_layer(stream).socket().shutdown(tcp::socket::shutdown_send, ignored);
   }
 
   // Handles one request whose header has been read. Returns false if the connection must close.
-  net::awaitable<bool> HandleRequest(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+  template <class Stream>
+  net::awaitable<bool> HandleRequest(Stream& stream, beast::flat_buffer& buffer,
                                      http::request_parser<http::buffer_body>& parser,
                                      const std::string& remote) {
     auto& req = parser.get();
@@ -284,21 +346,22 @@ class HttpServerImpl final : public HttpServer {
     co_return ok;
   }
 
-  net::awaitable<Status> ReadSmallBody(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+  template <class Stream>
+  net::awaitable<Status> ReadSmallBody(Stream& stream, beast::flat_buffer& buffer,
                                        http::request_parser<http::buffer_body>& parser,
                                        std::string& body, RequestLog& log) {
     char chunk[8192];
     if (!parser.is_done() && beast::iequals(parser.get()[http::field::expect], "100-continue")) {
       http::response<http::empty_body> cont{http::status::continue_, parser.get().version()};
       beast::error_code ec;
-      stream.expires_after(options_.io_timeout);
+      beast::get_lowest_layer(stream).expires_after(options_.io_timeout);
       co_await http::async_write(stream, cont, net::redirect_error(kUseAwaitable, ec));
       if (ec) co_return Status::Unavailable("writing 100 Continue: " + ec.message());
     }
     while (!parser.is_done()) {
       parser.get().body().data = chunk;
       parser.get().body().size = sizeof chunk;
-      stream.expires_after(options_.io_timeout);
+      beast::get_lowest_layer(stream).expires_after(options_.io_timeout);
       beast::error_code ec;
       co_await http::async_read(stream, buffer, parser, net::redirect_error(kUseAwaitable, ec));
       if (ec == http::error::need_buffer) ec = {};
@@ -313,7 +376,8 @@ class HttpServerImpl final : public HttpServer {
     co_return Status::Ok();
   }
 
-  net::awaitable<bool> HandlePush(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+  template <class Stream>
+  net::awaitable<bool> HandlePush(Stream& stream, beast::flat_buffer& buffer,
                                   http::request_parser<http::buffer_body>& parser,
                                   const Route& route, RequestLog& log, bool keep_alive) {
     auto& req = parser.get();
@@ -354,14 +418,14 @@ class HttpServerImpl final : public HttpServer {
     if (expect_continue) {
       http::response<http::empty_body> cont{http::status::continue_, version};
       beast::error_code ec;
-      stream.expires_after(options_.io_timeout);
+      beast::get_lowest_layer(stream).expires_after(options_.io_timeout);
       co_await http::async_write(stream, cont, net::redirect_error(kUseAwaitable, ec));
       if (ec) co_return false;
     }
     while (!parser.is_done()) {
       parser.get().body().data = chunk.data();
       parser.get().body().size = chunk.size();
-      stream.expires_after(options_.io_timeout);
+      beast::get_lowest_layer(stream).expires_after(options_.io_timeout);
       beast::error_code ec;
       co_await http::async_read(stream, buffer, parser, net::redirect_error(kUseAwaitable, ec));
       if (ec == http::error::need_buffer) ec = {};
@@ -399,18 +463,19 @@ class HttpServerImpl final : public HttpServer {
 
   // After refusing a body mid-way, keeps reading (and discarding) a bounded amount of it so the
   // client, still sending, receives the error response instead of a connection reset.
-  net::awaitable<void> DrainBeforeClose(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+  template <class Stream>
+  net::awaitable<void> DrainBeforeClose(Stream& stream, beast::flat_buffer& buffer,
                                         http::request_parser<http::buffer_body>& parser,
                                         std::vector<uint8_t>& scratch) {
     constexpr uint64_t kMaxDrainBytes = 64ull << 20;
     constexpr auto kMaxDrainTime = std::chrono::seconds(2);
     uint64_t drained = 0;
     beast::error_code ec;
-    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    beast::get_lowest_layer(stream).socket().shutdown(tcp::socket::shutdown_send, ec);
     while (!parser.is_done() && drained < kMaxDrainBytes) {
       parser.get().body().data = scratch.data();
       parser.get().body().size = scratch.size();
-      stream.expires_after(kMaxDrainTime);
+      beast::get_lowest_layer(stream).expires_after(kMaxDrainTime);
       co_await http::async_read(stream, buffer, parser, net::redirect_error(kUseAwaitable, ec));
       if (ec == http::error::need_buffer) ec = {};
       if (ec) break;
@@ -418,7 +483,8 @@ class HttpServerImpl final : public HttpServer {
     }
   }
 
-  net::awaitable<bool> HandleRestore(beast::tcp_stream& stream,
+  template <class Stream>
+  net::awaitable<bool> HandleRestore(Stream& stream,
                                      http::request_parser<http::buffer_body>& parser,
                                      const Route& route, RequestLog& log, bool keep_alive) {
     const unsigned version = parser.get().version();
@@ -445,14 +511,14 @@ class HttpServerImpl final : public HttpServer {
       res.body().data = nullptr;
       res.body().more = false;
       http::response_serializer<http::buffer_body> sr{res};
-      stream.expires_after(options_.io_timeout);
+      beast::get_lowest_layer(stream).expires_after(options_.io_timeout);
       co_await http::async_write_header(stream, sr, net::redirect_error(kUseAwaitable, ec));
       co_return !ec && keep_alive;
     }
     res.body().data = nullptr;
     res.body().more = true;
     http::response_serializer<http::buffer_body> sr{res};
-    stream.expires_after(options_.io_timeout);
+    beast::get_lowest_layer(stream).expires_after(options_.io_timeout);
     co_await http::async_write_header(stream, sr, net::redirect_error(kUseAwaitable, ec));
     if (ec) co_return false;
     for (;;) {
@@ -469,7 +535,7 @@ class HttpServerImpl final : public HttpServer {
       res.body().data = last ? nullptr : const_cast<uint8_t*>(piece->data());
       res.body().size = piece->size();
       res.body().more = !last;
-      stream.expires_after(options_.io_timeout);
+      beast::get_lowest_layer(stream).expires_after(options_.io_timeout);
       co_await http::async_write(stream, sr, net::redirect_error(kUseAwaitable, ec));
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {
@@ -482,9 +548,9 @@ class HttpServerImpl final : public HttpServer {
     co_return keep_alive;
   }
 
-  net::awaitable<bool> WriteResponse(beast::tcp_stream& stream, const ApiResponse& r,
-                                     unsigned version, bool keep_alive, bool head,
-                                     RequestLog& log) {
+  template <class Stream>
+  net::awaitable<bool> WriteResponse(Stream& stream, const ApiResponse& r, unsigned version,
+                                     bool keep_alive, bool head, RequestLog& log) {
     http::response<http::string_body> res{static_cast<http::status>(r.status), version};
     res.set(http::field::server, std::string("ckptd/") + kVersionString);
     if (!r.content_type.empty()) res.set(http::field::content_type, r.content_type);
@@ -499,7 +565,7 @@ class HttpServerImpl final : public HttpServer {
     log.status = r.status;
     log.bytes_out += head ? 0 : r.body.size();
     beast::error_code ec;
-    stream.expires_after(options_.io_timeout);
+    beast::get_lowest_layer(stream).expires_after(options_.io_timeout);
     if (head) {
       http::response_serializer<http::string_body> sr{res};
       co_await http::async_write_header(stream, sr, net::redirect_error(kUseAwaitable, ec));
@@ -511,6 +577,7 @@ class HttpServerImpl final : public HttpServer {
 
   const HttpServerOptions options_;
   ApiHandler handler_;
+  std::unique_ptr<net::ssl::context> tls_;  // null: plain HTTP
   net::io_context ioc_;
   tcp::acceptor acceptor_;
   std::vector<std::thread> threads_;

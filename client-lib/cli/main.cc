@@ -6,7 +6,8 @@
 //   ckpt rm MODEL [VERSION]             delete a version, or the whole model
 //   ckpt policy MODEL [JSON]            show or set a model's codec policy
 //
-// The server comes from --server or $CKPT_SERVER (default http://127.0.0.1:8420), a bearer token
+// The server comes from --server or $CKPT_SERVER (default http://127.0.0.1:8420; https:// with
+// --cacert or $CKPT_CACERT for a private CA), a bearer token
 // (daemons with authorization) from $CKPT_TOKEN or --token-file (never a command-line argument,
 // where other users could read it in the process list). A progress
 // bar is drawn on stderr when it is a terminal. Any error prints one line and exits non-zero.
@@ -85,6 +86,12 @@ int main(int argc, char** argv) {
   std::string token_file;
   app.add_option("--token-file", token_file,
                  "file holding the bearer token (default: $CKPT_TOKEN, if set)");
+  std::string ca_file, client_cert, client_key;
+  app.add_option("--cacert", ca_file,
+                 "https://: PEM file of the CAs the server certificate must chain to "
+                 "(default: $CKPT_CACERT, else the system's)");
+  app.add_option("--cert", client_cert, "https://: client certificate (PEM), if the server asks");
+  app.add_option("--key", client_key, "https://: the client certificate's private key (PEM)");
   bool show_version = false;
   app.set_version_flag("--version", std::string("ckpt ") + ckpt::kVersionString);
   (void)show_version;
@@ -148,6 +155,12 @@ int main(int argc, char** argv) {
   ProgressBar bar;
   ckpt::ClientOptions options;
   options.server = server;
+  if (ca_file.empty()) {
+    if (const char* env = std::getenv("CKPT_CACERT")) ca_file = env;
+  }
+  options.ca_file = ca_file;
+  options.client_cert_file = client_cert;
+  options.client_key_file = client_key;
   if (!token_file.empty()) {
     std::ifstream in(token_file);
     if (!in || !std::getline(in, options.token) || options.token.empty()) {

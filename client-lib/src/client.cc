@@ -1,8 +1,10 @@
 #include "ckpt/client/client.h"
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <cctype>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +13,7 @@
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "ckpt/codec/hashing.h"
 #include "ckpt/codec/model_name.h"
@@ -61,29 +64,72 @@ Status NetworkError(const beast::error_code& ec, std::string_view what) {
   return Status::Unavailable(std::string(what) + ": " + ec.message());
 }
 
-// One connection to the daemon.
+}  // namespace
+
+// The TLS client context of an https:// Client: trusted CAs (ca_file, or the system's) and an
+// optional client certificate.
+struct TlsContext {
+  net::ssl::context ssl{net::ssl::context::tls_client};
+};
+
+namespace {
+
+// One connection to the daemon, plain or TLS. It is itself the stream Beast reads and writes
+// (SyncReadStream and SyncWriteStream), so every request is written once for both.
 class Connection {
  public:
   // The read buffer's spare capacity sizes each socket read (see api/src/http_server.cc).
-  Connection() : stream_(ioc_) { buffer_.reserve(256 << 10); }
+  Connection() { buffer_.reserve(256 << 10); }
 
-  Status Connect(const std::string& host, const std::string& port) {
+  Status Connect(const std::string& host, const std::string& port, TlsContext* tls) {
     beast::error_code ec;
     tcp::resolver resolver(ioc_);
     auto results = resolver.resolve(host, port, ec);
     if (ec) return NetworkError(ec, "resolving " + host);
-    stream_.connect(results, ec);
+    beast::tcp_stream stream(ioc_);
+    stream.connect(results, ec);
     if (ec) return NetworkError(ec, "connecting to " + host + ":" + port);
-    stream_.socket().set_option(tcp::no_delay(true), ec);  // header + body pieces: no Nagle stall
+    stream.socket().set_option(tcp::no_delay(true), ec);  // header + body pieces: no Nagle stall
+    if (!tls) {
+      tcp_.emplace(std::move(stream));
+      return Status::Ok();
+    }
+    tls_.emplace(std::move(stream), tls->ssl);
+    // SNI, and the certificate must name the host we asked for.
+    if (!SSL_set_tlsext_host_name(tls_->native_handle(), host.c_str())) {
+      return Status::Unavailable("TLS: cannot set the server name " + host);
+    }
+    tls_->set_verify_callback(net::ssl::host_name_verification(host), ec);
+    if (!ec) tls_->handshake(net::ssl::stream_base::client, ec);
+    if (ec) return NetworkError(ec, "TLS handshake with " + host + ":" + port);
     return Status::Ok();
   }
 
-  beast::tcp_stream& stream() { return stream_; }
+  // SyncReadStream / SyncWriteStream.
+  template <class Buffers>
+  size_t read_some(const Buffers& buffers, beast::error_code& ec) {
+    return tls_ ? tls_->read_some(buffers, ec) : tcp_->read_some(buffers, ec);
+  }
+  template <class Buffers>
+  size_t read_some(const Buffers& buffers) {
+    return tls_ ? tls_->read_some(buffers) : tcp_->read_some(buffers);
+  }
+  template <class Buffers>
+  size_t write_some(const Buffers& buffers, beast::error_code& ec) {
+    return tls_ ? tls_->write_some(buffers, ec) : tcp_->write_some(buffers, ec);
+  }
+  template <class Buffers>
+  size_t write_some(const Buffers& buffers) {
+    return tls_ ? tls_->write_some(buffers) : tcp_->write_some(buffers);
+  }
+
+  Connection& stream() { return *this; }
   beast::flat_buffer& buffer() { return buffer_; }
 
  private:
   net::io_context ioc_;
-  beast::tcp_stream stream_;
+  std::optional<beast::tcp_stream> tcp_;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> tls_;
   beast::flat_buffer buffer_;
 };
 
@@ -96,13 +142,11 @@ void SetCommonHeaders(Request& req, const std::string& host, const ClientOptions
   if (!options.token.empty()) req.set(http::field::authorization, "Bearer " + options.token);
 }
 
-Result<http::response<http::string_body>> SimpleRequest(const std::string& host,
-                                                        const std::string& port,
-                                                        const ClientOptions& options,
-                                                        http::verb verb, const std::string& target,
-                                                        std::string_view body) {
+Result<http::response<http::string_body>> SimpleRequest(
+    const std::string& host, const std::string& port, const ClientOptions& options, TlsContext* tls,
+    http::verb verb, const std::string& target, std::string_view body) {
   Connection c;
-  CKPT_RETURN_IF_ERROR(c.Connect(host, port));
+  CKPT_RETURN_IF_ERROR(c.Connect(host, port, tls));
   http::request<http::string_body> req{verb, target, 11};
   SetCommonHeaders(req, host, options);
   if (!body.empty()) req.set(http::field::content_type, "application/json");
@@ -118,9 +162,9 @@ Result<http::response<http::string_body>> SimpleRequest(const std::string& host,
 }
 
 Result<json> JsonRequest(const std::string& host, const std::string& port,
-                         const ClientOptions& options, http::verb verb, const std::string& target,
-                         std::string_view body = {}) {
-  CKPT_ASSIGN_OR_RETURN(auto res, SimpleRequest(host, port, options, verb, target, body));
+                         const ClientOptions& options, TlsContext* tls, http::verb verb,
+                         const std::string& target, std::string_view body = {}) {
+  CKPT_ASSIGN_OR_RETURN(auto res, SimpleRequest(host, port, options, tls, verb, target, body));
   if (res.result_int() / 100 != 2) return ErrorFromResponse(res.result_int(), res.body());
   if (res.body().empty()) return json();
   json doc = json::parse(res.body(), nullptr, false);
@@ -179,12 +223,12 @@ std::string PushQuery(const PushMetadata& metadata) {
 }
 
 Result<PushResult> StreamPush(const std::string& host, const std::string& port,
-                              const ClientOptions& options, std::string_view model,
+                              const ClientOptions& options, TlsContext* tls, std::string_view model,
                               uint64_t version, const PushMetadata& metadata, uint64_t size,
                               const ReadFn& read) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   Connection c;
-  CKPT_RETURN_IF_ERROR(c.Connect(host, port));
+  CKPT_RETURN_IF_ERROR(c.Connect(host, port, tls));
   http::request<http::buffer_body> req{
       http::verb::put, VersionTarget(model, std::to_string(version)) + PushQuery(metadata), 11};
   SetCommonHeaders(req, host, options);
@@ -271,11 +315,11 @@ Status ValidateSafetensorsFile(std::ifstream& in, uint64_t size) {
 using WriteFn = std::function<Status(const char* data, size_t n)>;
 
 Result<PullResult> StreamPull(const std::string& host, const std::string& port,
-                              const ClientOptions& options, std::string_view model,
+                              const ClientOptions& options, TlsContext* tls, std::string_view model,
                               std::string_view version, const WriteFn& write) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   Connection c;
-  CKPT_RETURN_IF_ERROR(c.Connect(host, port));
+  CKPT_RETURN_IF_ERROR(c.Connect(host, port, tls));
   http::request<http::empty_body> req{http::verb::get, VersionTarget(model, version), 11};
   SetCommonHeaders(req, host, options);
   beast::error_code ec;
@@ -333,16 +377,18 @@ Result<PullResult> StreamPull(const std::string& host, const std::string& port,
 
 Result<Client> Client::Create(ClientOptions options) {
   std::string_view url = options.server;
-  constexpr std::string_view kScheme = "http://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
-    return Status::InvalidArgument("server URL '" + options.server + "' must start with http://");
+  constexpr std::string_view kHttp = "http://", kHttps = "https://";
+  const bool https = url.substr(0, kHttps.size()) == kHttps;
+  if (!https && url.substr(0, kHttp.size()) != kHttp) {
+    return Status::InvalidArgument("server URL '" + options.server +
+                                   "' must start with http:// or https://");
   }
-  url.remove_prefix(kScheme.size());
+  url.remove_prefix(https ? kHttps.size() : kHttp.size());
   while (!url.empty() && url.back() == '/') url.remove_suffix(1);
   if (url.find('/') != std::string_view::npos) {
     return Status::InvalidArgument("server URL '" + options.server + "' must not have a path");
   }
-  std::string host(url), port = "80";
+  std::string host(url), port = https ? "443" : "80";
   const size_t colon = url.rfind(':');
   if (colon != std::string_view::npos && url.find(']', colon) == std::string_view::npos) {
     host = std::string(url.substr(0, colon));
@@ -354,7 +400,30 @@ Result<Client> Client::Create(ClientOptions options) {
   if (host.empty() || port.empty() || port.find_first_not_of("0123456789") != std::string::npos) {
     return Status::InvalidArgument("server URL '" + options.server + "' must be http://HOST:PORT");
   }
-  return Client(std::move(options), std::move(host), std::move(port));
+  std::shared_ptr<TlsContext> tls;
+  if (https) {
+    tls = std::make_shared<TlsContext>();
+    beast::error_code ec;
+    if (options.ca_file.empty()) {
+      tls->ssl.set_default_verify_paths(ec);
+    } else {
+      tls->ssl.load_verify_file(options.ca_file, ec);
+    }
+    if (ec) {
+      return Status::InvalidArgument("CA file '" + options.ca_file + "': " + ec.message());
+    }
+    tls->ssl.set_verify_mode(net::ssl::verify_peer);
+    if (!options.client_cert_file.empty()) {
+      tls->ssl.use_certificate_chain_file(options.client_cert_file, ec);
+      if (!ec) {
+        tls->ssl.use_private_key_file(options.client_key_file, net::ssl::context::pem, ec);
+      }
+      if (ec) return Status::InvalidArgument("client certificate or key: " + ec.message());
+    }
+  } else if (!options.ca_file.empty() || !options.client_cert_file.empty()) {
+    return Status::InvalidArgument("TLS files given for a plain http:// server URL");
+  }
+  return Client(std::move(options), std::move(host), std::move(port), std::move(tls));
 }
 
 Result<PushResult> Client::PushFile(std::string_view model, uint64_t version,
@@ -368,7 +437,7 @@ Result<PushResult> Client::PushFile(std::string_view model, uint64_t version,
   // uploading gigabytes the server would refuse.
   CKPT_RETURN_IF_ERROR(ValidateSafetensorsFile(in, size).WithContext("'" + path + "'"));
   in.seekg(0);
-  return StreamPush(host_, port_, options_, model, version, metadata, size,
+  return StreamPush(host_, port_, options_, tls_.get(), model, version, metadata, size,
                     [&](char* buffer, size_t capacity) -> Result<size_t> {
                       in.read(buffer, static_cast<std::streamsize>(capacity));
                       if (in.bad()) return Status::IoError("reading '" + path + "' failed");
@@ -379,7 +448,7 @@ Result<PushResult> Client::PushFile(std::string_view model, uint64_t version,
 Result<PushResult> Client::PushBuffer(std::string_view model, uint64_t version,
                                       std::string_view body, const PushMetadata& metadata) {
   size_t offset = 0;
-  return StreamPush(host_, port_, options_, model, version, metadata, body.size(),
+  return StreamPush(host_, port_, options_, tls_.get(), model, version, metadata, body.size(),
                     [&](char* buffer, size_t capacity) -> Result<size_t> {
                       const size_t n = std::min(capacity, body.size() - offset);
                       std::memcpy(buffer, body.data() + offset, n);
@@ -391,20 +460,23 @@ Result<PushResult> Client::PushBuffer(std::string_view model, uint64_t version,
 Result<PullResult> Client::PullToFile(std::string_view model, std::string_view version,
                                       const std::string& path) {
   if (path == "-") {
-    return StreamPull(host_, port_, options_, model, version, [](const char* d, size_t n) {
-      std::cout.write(d, static_cast<std::streamsize>(n));
-      return std::cout ? Status::Ok() : Status::IoError("writing to stdout failed");
-    });
+    return StreamPull(
+        host_, port_, options_, tls_.get(), model, version, [](const char* d, size_t n) {
+          std::cout.write(d, static_cast<std::streamsize>(n));
+          return std::cout ? Status::Ok() : Status::IoError("writing to stdout failed");
+        });
   }
   const std::string partial = path + ".partial";
   Result<PullResult> result = [&]() -> Result<PullResult> {
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
     if (!out) return Status::IoError("cannot create '" + partial + "'");
     CKPT_ASSIGN_OR_RETURN(
-        auto r, StreamPull(host_, port_, options_, model, version, [&](const char* d, size_t n) {
-          out.write(d, static_cast<std::streamsize>(n));
-          return out ? Status::Ok() : Status::IoError("writing '" + partial + "' failed");
-        }));
+        auto r, StreamPull(host_, port_, options_, tls_.get(), model, version,
+                           [&](const char* d, size_t n) {
+                             out.write(d, static_cast<std::streamsize>(n));
+                             return out ? Status::Ok()
+                                        : Status::IoError("writing '" + partial + "' failed");
+                           }));
     out.close();
     if (!out) return Status::IoError("closing '" + partial + "' failed");
     return r;
@@ -422,7 +494,7 @@ Result<PullResult> Client::PullToFile(std::string_view model, std::string_view v
 Result<std::string> Client::PullToBuffer(std::string_view model, std::string_view version) {
   std::string out;
   CKPT_RETURN_IF_ERROR(
-      StreamPull(host_, port_, options_, model, version, [&](const char* d, size_t n) {
+      StreamPull(host_, port_, options_, tls_.get(), model, version, [&](const char* d, size_t n) {
         out.append(d, n);
         return Status::Ok();
       }).status());
@@ -430,21 +502,21 @@ Result<std::string> Client::PullToBuffer(std::string_view model, std::string_vie
 }
 
 Result<std::vector<ModelSummary>> Client::ListModels() {
-  CKPT_ASSIGN_OR_RETURN(json doc,
-                        JsonRequest(host_, port_, options_, http::verb::get, "/v1/models"));
+  CKPT_ASSIGN_OR_RETURN(
+      json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::get, "/v1/models"));
   std::vector<ModelSummary> out;
   for (const auto& m : doc.value("models", json::array())) out.push_back(ParseModel(m));
   return out;
 }
 
 Result<ModelSummary> Client::GetModel(std::string_view model) {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, http::verb::get,
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::get,
                                               "/v1/models/" + std::string(model)));
   return ParseModel(doc);
 }
 
 Result<std::vector<VersionSummary>> Client::ListVersions(std::string_view model) {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, http::verb::get,
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::get,
                                               "/v1/models/" + std::string(model) + "/versions"));
   std::vector<VersionSummary> out;
   for (const auto& v : doc.value("versions", json::array())) {
@@ -469,51 +541,51 @@ Result<std::vector<VersionSummary>> Client::ListVersions(std::string_view model)
 }
 
 Status Client::DeleteVersion(std::string_view model, uint64_t version) {
-  return JsonRequest(host_, port_, options_, http::verb::delete_,
+  return JsonRequest(host_, port_, options_, tls_.get(), http::verb::delete_,
                      VersionTarget(model, std::to_string(version)))
       .status();
 }
 
 Status Client::DeleteModel(std::string_view model) {
-  return JsonRequest(host_, port_, options_, http::verb::delete_,
+  return JsonRequest(host_, port_, options_, tls_.get(), http::verb::delete_,
                      "/v1/models/" + std::string(model))
       .status();
 }
 
 Result<std::string> Client::GetPolicy(std::string_view model) {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, http::verb::get,
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::get,
                                               "/v1/models/" + std::string(model) + "/policy"));
   return doc.dump();
 }
 
 Result<std::string> Client::SetPolicy(std::string_view model, std::string_view policy_json) {
   CKPT_ASSIGN_OR_RETURN(json doc,
-                        JsonRequest(host_, port_, options_, http::verb::put,
+                        JsonRequest(host_, port_, options_, tls_.get(), http::verb::put,
                                     "/v1/models/" + std::string(model) + "/policy", policy_json));
   return doc.dump();
 }
 
 Status Client::SetTag(std::string_view model, uint64_t version, std::string_view tag) {
-  return JsonRequest(host_, port_, options_, http::verb::put,
+  return JsonRequest(host_, port_, options_, tls_.get(), http::verb::put,
                      VersionTarget(model, std::to_string(version)) + "/tags/" + std::string(tag))
       .status();
 }
 
 Status Client::RemoveTag(std::string_view model, uint64_t version, std::string_view tag) {
-  return JsonRequest(host_, port_, options_, http::verb::delete_,
+  return JsonRequest(host_, port_, options_, tls_.get(), http::verb::delete_,
                      VersionTarget(model, std::to_string(version)) + "/tags/" + std::string(tag))
       .status();
 }
 
 Result<std::string> Client::GetRetention(std::string_view model) {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, http::verb::get,
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::get,
                                               "/v1/models/" + std::string(model) + "/retention"));
   return doc.dump();
 }
 
 Result<std::string> Client::SetRetention(std::string_view model, std::string_view policy_json) {
   CKPT_ASSIGN_OR_RETURN(
-      json doc, JsonRequest(host_, port_, options_, http::verb::put,
+      json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::put,
                             "/v1/models/" + std::string(model) + "/retention", policy_json));
   return doc.dump();
 }
@@ -522,27 +594,27 @@ Result<std::string> Client::ApplyRetention(std::string_view model, bool dry_run,
                                            std::string_view policy_json) {
   const std::string target =
       "/v1/models/" + std::string(model) + (dry_run ? "/retention:preview" : "/retention:apply");
-  CKPT_ASSIGN_OR_RETURN(json doc,
-                        JsonRequest(host_, port_, options_, http::verb::post, target, policy_json));
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::post,
+                                              target, policy_json));
   return doc.dump();
 }
 
 Result<std::string> Client::CollectGarbage() {
-  CKPT_ASSIGN_OR_RETURN(json doc,
-                        JsonRequest(host_, port_, options_, http::verb::post, "/v1/admin/gc"));
+  CKPT_ASSIGN_OR_RETURN(
+      json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::post, "/v1/admin/gc"));
   return doc.dump();
 }
 
 Result<std::string> Client::Scrub() {
-  CKPT_ASSIGN_OR_RETURN(json doc,
-                        JsonRequest(host_, port_, options_, http::verb::post, "/v1/admin/scrub"));
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::post,
+                                              "/v1/admin/scrub"));
   return doc.dump();
 }
 
 Result<std::string> Client::Backup(std::string_view dir) {
   CKPT_ASSIGN_OR_RETURN(json doc,
-                        JsonRequest(host_, port_, options_, http::verb::post, "/v1/admin/backup",
-                                    json{{"to", std::string(dir)}}.dump()));
+                        JsonRequest(host_, port_, options_, tls_.get(), http::verb::post,
+                                    "/v1/admin/backup", json{{"to", std::string(dir)}}.dump()));
   return doc.dump();
 }
 

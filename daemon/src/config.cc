@@ -107,7 +107,8 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
         CheckKeys(*server, "server",
                   {"listen", "threads", "max_body_bytes", "max_header_bytes", "max_json_body_bytes",
                    "io_timeout_seconds", "idle_timeout_seconds", "shutdown_grace_seconds",
-                   "push_wait_seconds", "io_buffer_bytes"}));
+                   "push_wait_seconds", "io_buffer_bytes", "tls_cert_file", "tls_key_file",
+                   "tls_client_ca_file"}));
     std::string listen;
     CKPT_RETURN_IF_ERROR(ReadString(*server, "server", "listen", listen));
     if (!listen.empty()) CKPT_RETURN_IF_ERROR(ApplyListen(listen, config));
@@ -126,6 +127,16 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
     CKPT_RETURN_IF_ERROR(
         ApplySeconds(*server, "server", "shutdown_grace_seconds", s.shutdown_grace));
     CKPT_RETURN_IF_ERROR(ApplySeconds(*server, "server", "push_wait_seconds", s.push_wait));
+    CKPT_RETURN_IF_ERROR(ReadString(*server, "server", "tls_cert_file", s.tls_cert_file));
+    CKPT_RETURN_IF_ERROR(ReadString(*server, "server", "tls_key_file", s.tls_key_file));
+    CKPT_RETURN_IF_ERROR(
+        ReadString(*server, "server", "tls_client_ca_file", s.tls_client_ca_file));
+    if (s.tls_cert_file.empty() != s.tls_key_file.empty()) {
+      return Bad("server.tls_cert_file", "and server.tls_key_file must be given together");
+    }
+    if (!s.tls_client_ca_file.empty() && s.tls_cert_file.empty()) {
+      return Bad("server.tls_client_ca_file", "needs server.tls_cert_file and tls_key_file");
+    }
   } else if (root.contains("server")) {
     return Bad("server", "must be a table");
   }

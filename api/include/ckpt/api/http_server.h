@@ -1,6 +1,7 @@
 // HttpServer: the ckptd HTTP/1.1 listener and sessions, on Boost.Beast with C++20 coroutines.
 //
 // Each connection is one coroutine on its own strand; the io_context runs on `threads` threads.
+// With a certificate and key configured the listener speaks HTTPS only (Beast ssl_stream).
 // Request handling itself is delegated to ApiHandler; this layer only moves bytes, enforces
 // limits and timeouts, honours `Expect: 100-continue`, and logs one line per request.
 //
@@ -51,6 +52,13 @@ struct HttpServerOptions {
   // Called after each committed push with the model's name (on a network thread: must not
   // block). Default: none.
   PushCommittedHook on_push_committed;
+  // HTTPS: PEM certificate chain and private key files (TLS 1.2 or later); both empty: plain
+  // HTTP. Default: none.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // With HTTPS, also require a client certificate signed by a CA in this PEM file. Default:
+  // none (clients are not asked for certificates).
+  std::string tls_client_ca_file;
   // Bearer-token authorization of every request (auth.h); null or without tokens: every
   // request is allowed. Default: none.
   std::shared_ptr<const Authorizer> authorizer;

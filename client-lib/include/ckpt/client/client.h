@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,7 +32,15 @@ struct ClientOptions {
   size_t io_buffer_bytes = 1 << 20;
   // Bearer token sent with every request (daemons with [[auth.tokens]]). Default: none.
   std::string token;
+  // https:// servers: the PEM file of CAs the server's certificate must chain to (default: the
+  // system's trust store), and an optional client certificate and key (daemons that require
+  // one, server.tls_client_ca_file). The certificate must name the URL's host.
+  std::string ca_file;
+  std::string client_cert_file;
+  std::string client_key_file;
 };
+
+struct TlsContext;  // client.cc: the TLS settings of an https:// client
 
 // What a push carries besides the body (query parameters; docs/api.md).
 struct PushMetadata {
@@ -76,7 +85,8 @@ struct VersionSummary {
 
 class Client {
  public:
-  // Fails with InvalidArgument if the server URL is not http://HOST:PORT.
+  // Fails with InvalidArgument if the server URL is not http://HOST:PORT or https://HOST:PORT,
+  // or a TLS file cannot be loaded.
   static Result<Client> Create(ClientOptions options);
 
   Result<PushResult> PushFile(std::string_view model, uint64_t version, const std::string& path,
@@ -120,12 +130,16 @@ class Client {
   const std::string& port() const { return port_; }
 
  private:
-  Client(ClientOptions options, std::string host, std::string port)
-      : options_(std::move(options)), host_(std::move(host)), port_(std::move(port)) {}
+  Client(ClientOptions options, std::string host, std::string port, std::shared_ptr<TlsContext> tls)
+      : options_(std::move(options)),
+        host_(std::move(host)),
+        port_(std::move(port)),
+        tls_(std::move(tls)) {}
 
   ClientOptions options_;
   std::string host_;
   std::string port_;
+  std::shared_ptr<TlsContext> tls_;  // null: plain HTTP
 };
 
 }  // namespace ckpt
