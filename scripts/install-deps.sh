@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   librocksdb-dev libboost-dev libzstd-dev zstd libspdlog-dev libfmt-dev libssl-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libxxhash-dev
-  libbenchmark-dev curl
+  libbenchmark-dev curl prometheus-cpp-dev
   # TLS tests make their certificates at test time
   openssl
   # the failure-recovery walkthrough (a real PyTorch training loop; docs/failure-recovery.md)

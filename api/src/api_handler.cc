@@ -254,6 +254,40 @@ Result<uint64_t> ParseVersionNumber(std::string_view text) {
   return v;
 }
 
+std::string_view RouteName(RouteKind kind) {
+  switch (kind) {
+    case RouteKind::kHealth:
+      return "health";
+    case RouteKind::kListModels:
+      return "list_models";
+    case RouteKind::kModel:
+      return "model";
+    case RouteKind::kListVersions:
+      return "list_versions";
+    case RouteKind::kVersion:
+      return "version";
+    case RouteKind::kPolicy:
+      return "policy";
+    case RouteKind::kVersionTag:
+      return "version_tag";
+    case RouteKind::kRetention:
+      return "retention";
+    case RouteKind::kRetentionRun:
+      return "retention_run";
+    case RouteKind::kAdminGc:
+      return "admin_gc";
+    case RouteKind::kAdminScrub:
+      return "admin_scrub";
+    case RouteKind::kAdminBackup:
+      return "admin_backup";
+    case RouteKind::kMetrics:
+      return "metrics";
+    case RouteKind::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
 Route ApiHandler::Classify(std::string_view target) {
   const size_t query = target.find('?');
   const auto parts = SplitPath(target.substr(0, query));
@@ -261,6 +295,8 @@ Route ApiHandler::Classify(std::string_view target) {
   if (query != std::string_view::npos) route.query = std::string(target.substr(query + 1));
   if (parts.size() == 1 && parts[0] == "healthz") {
     route.kind = RouteKind::kHealth;
+  } else if (parts.size() == 1 && parts[0] == "metrics") {
+    route.kind = RouteKind::kMetrics;
   } else if (parts.size() == 3 && parts[0] == "v1" && parts[1] == "admin") {
     if (parts[2] == "gc") route.kind = RouteKind::kAdminGc;
     if (parts[2] == "scrub") route.kind = RouteKind::kAdminScrub;
@@ -364,6 +400,13 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
     case RouteKind::kHealth:
       if (method != "GET" && method != "HEAD") return MethodNotAllowed(method, "GET, HEAD");
       return JsonResponse(200, {{"status", "ok"}});
+    case RouteKind::kMetrics: {
+      if (method != "GET" && method != "HEAD") return MethodNotAllowed(method, "GET, HEAD");
+      ApiResponse r;
+      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      r.body = metrics_.Render(*store_);
+      return r;
+    }
     case RouteKind::kListModels: {
       if (method != "GET") return MethodNotAllowed(method, "GET");
       auto models = store_->ListModels();

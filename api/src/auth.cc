@@ -87,6 +87,8 @@ std::optional<Requirement> Authorizer::RequirementFor(std::string_view method, c
     case RouteKind::kAdminScrub:
     case RouteKind::kAdminBackup:
       return Requirement{Scope::kAdmin, true};
+    case RouteKind::kMetrics:  // names every model
+      return Requirement{Scope::kRead, true};
     case RouteKind::kListModels:
     case RouteKind::kModel:
     case RouteKind::kListVersions:

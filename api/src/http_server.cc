@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <limits>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <unordered_map>
 
@@ -36,6 +37,8 @@ constexpr auto kPushRetryInterval = std::chrono::milliseconds(20);
 
 // Per-request facts for the access log.
 struct RequestLog {
+  std::string id;  // X-Request-Id: the client's if it sent a sane one, else generated
+  std::string_view route = "unknown";
   std::string method;
   std::string target;
   std::string principal = "-";  // the token's name, "-" without authorization
@@ -45,10 +48,30 @@ struct RequestLog {
   Clock::time_point start = Clock::now();
 };
 
+// A request id the client may choose: 1..64 characters of [A-Za-z0-9._-].
+bool SaneRequestId(std::string_view id) {
+  if (id.empty() || id.size() > 64) return false;
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// A fresh request id: a per-process random prefix and a counter, 16 hex digits.
+std::string NewRequestId() {
+  static const uint32_t prefix = std::random_device{}();
+  static std::atomic<uint32_t> counter{0};
+  char id[17];
+  std::snprintf(id, sizeof id, "%08x%08x", prefix, counter.fetch_add(1));
+  return id;
+}
+
 void LogRequest(const RequestLog& log, std::string_view remote) {
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - log.start).count();
-  spdlog::info("{} {} {} {} status={} in={} out={} {:.1f}ms", remote, log.principal, log.method,
-               log.target, log.status, log.bytes_in, log.bytes_out, ms);
+  spdlog::info("{} {} {} {} {} status={} in={} out={} {:.1f}ms", remote, log.id, log.principal,
+               log.method, log.target, log.status, log.bytes_in, log.bytes_out, ms);
 }
 
 class HttpServerImpl final : public HttpServer {
@@ -267,7 +290,7 @@ class HttpServerImpl final : public HttpServer {
             "request headers exceed " + std::to_string(options_.max_header_bytes) + " bytes"));
         r.status = 431;
         co_await WriteResponse(stream, r, 11, false, false, log);
-        LogRequest(log, remote);
+        Finish(log, remote);
         break;
       }
       if (ec) break;  // closed, timed out, or not HTTP
@@ -287,11 +310,16 @@ class HttpServerImpl final : public HttpServer {
                                      const std::string& remote) {
     auto& req = parser.get();
     RequestLog log;
+    const auto client_id = req["X-Request-Id"];
+    log.id = SaneRequestId(std::string_view(client_id.data(), client_id.size()))
+                 ? std::string(client_id)
+                 : NewRequestId();
     log.method = std::string(req.method_string());
     log.target = std::string(req.target());
     const bool keep_alive = req.keep_alive() && !stopping_;
     const unsigned version = req.version();
     Route route = ApiHandler::Classify(log.target);
+    log.route = RouteName(route.kind);
     if (options_.authorizer) {
       const auto header = req[http::field::authorization];
       auto principal = options_.authorizer->Authorize(
@@ -305,7 +333,7 @@ class HttpServerImpl final : public HttpServer {
           std::vector<uint8_t> scratch(64 << 10);
           co_await DrainBeforeClose(stream, buffer, parser, scratch);
         }
-        LogRequest(log, remote);
+        Finish(log, remote);
         co_return false;
       }
       log.principal = principal->name;
@@ -342,8 +370,16 @@ class HttpServerImpl final : public HttpServer {
         break;
       }
     }
-    LogRequest(log, remote);
+    Finish(log, remote);
     co_return ok;
+  }
+
+  // Logs a finished request and records it in the metrics.
+  void Finish(const RequestLog& log, const std::string& remote) {
+    LogRequest(log, remote);
+    handler_.metrics().ObserveRequest(
+        log.route, log.method, log.status, log.bytes_in, log.bytes_out,
+        std::chrono::duration<double>(Clock::now() - log.start).count());
   }
 
   template <class Stream>
@@ -501,6 +537,7 @@ class HttpServerImpl final : public HttpServer {
     RestoreStream& body = **restore;
     http::response<http::buffer_body> res{http::status::ok, version};
     res.set(http::field::server, std::string("ckptd/") + kVersionString);
+    res.set("X-Request-Id", log.id);
     res.set(http::field::content_type, "application/octet-stream");
     for (const auto& [k, v] : ApiHandler::RestoreHeaders(body.info())) res.set(k, v);
     res.keep_alive(keep_alive);
@@ -553,6 +590,7 @@ class HttpServerImpl final : public HttpServer {
                                      bool keep_alive, bool head, RequestLog& log) {
     http::response<http::string_body> res{static_cast<http::status>(r.status), version};
     res.set(http::field::server, std::string("ckptd/") + kVersionString);
+    if (!log.id.empty()) res.set("X-Request-Id", log.id);
     if (!r.content_type.empty()) res.set(http::field::content_type, r.content_type);
     for (const auto& [k, v] : r.headers) res.set(k, v);
     res.keep_alive(keep_alive);

@@ -249,6 +249,7 @@ class Collector {
         FromRocks(ctx_.db->Write(ctx_.CommitWriteOptions(), &batch), "committing rebase"));
     if (was_reference) ctx_.cache->Rekey(chains_.model, seq, new_seq);
     ++report_.versions_rebased;
+    ctx_.counters->gc_versions_rebased.fetch_add(1, std::memory_order_relaxed);
     report_.bytes_rewritten += rewritten;
     return std::optional<uint64_t>(new_seq);
   }
@@ -293,6 +294,7 @@ class Collector {
                                    "removing unneeded manifests"));
     report_.manifests_removed += removal.manifests;
     report_.bytes_freed += removal.bytes;
+    ctx_.counters->gc_bytes_freed.fetch_add(removal.bytes, std::memory_order_relaxed);
     return Status::Ok();
   }
 

@@ -262,6 +262,9 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
           FromRocks(ctx_.db->Write(ctx_.CommitWriteOptions(), &batch), "committing version"));
     }
     committed_ = true;
+    ctx_.counters->pushes.fetch_add(1, std::memory_order_relaxed);
+    ctx_.counters->push_raw_bytes.fetch_add(vr.raw_bytes, std::memory_order_relaxed);
+    ctx_.counters->push_stored_bytes.fetch_add(vr.stored_bytes, std::memory_order_relaxed);
     ctx_.cache->DropModelExcept(model_, seq_);
     VersionInfo info = MakeVersionInfo(model_, version_, vr);
     info.tags = push_options_.tags;
@@ -390,7 +393,13 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
       }
     }
     const TensorCodec* codec = tensor_codecs_[tensor];
+    const auto encode_start = std::chrono::steady_clock::now();
     CKPT_ASSIGN_OR_RETURN(EncodedChunk encoded, codec->Encode(t.dtype, data, reference));
+    ctx_.counters->encode_ns.fetch_add(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now() - encode_start)
+                                  .count()),
+        std::memory_order_relaxed);
     // What a restore will produce: the input itself, or the lossy reconstruction.
     const std::span<const uint8_t> restored =
         encoded.reconstruction_is_input ? data : std::span<const uint8_t>(encoded.reconstruction);
@@ -664,6 +673,7 @@ class RocksCheckpointStore final : public CheckpointStore {
     ctx_.cache = &cache_;
     ctx_.codec = codec_.get();
     ctx_.options = &options_;
+    ctx_.counters = &counters_;
     CKPT_RETURN_IF_ERROR(RemoveInterruptedPushes());
     return RemoveOrphanedManifests();
   }
@@ -831,7 +841,10 @@ class RocksCheckpointStore final : public CheckpointStore {
     record.has_versions = !chains.versions.empty();
     record.latest_version = record.has_versions ? chains.versions.rbegin()->first : 0;
     batch.Put(ctx_.models, name, record.Encode());
-    return FromRocks(db_->Write(ctx_.CommitWriteOptions(), &batch), "deleting version");
+    CKPT_RETURN_IF_ERROR(
+        FromRocks(db_->Write(ctx_.CommitWriteOptions(), &batch), "deleting version"));
+    counters_.versions_deleted.fetch_add(1, std::memory_order_relaxed);
+    return Status::Ok();
   }
 
   Status DeleteModel(std::string_view model) override {
@@ -957,6 +970,8 @@ class RocksCheckpointStore final : public CheckpointStore {
         batch.Put(ctx_.models, name, chains.record.Encode());
         CKPT_RETURN_IF_ERROR(FromRocks(db_->Write(ctx_.CommitWriteOptions(), &batch),
                                        "deleting versions by retention"));
+        counters_.retention_versions_deleted.fetch_add(report.deleted.size(),
+                                                       std::memory_order_relaxed);
       }
       tags_lock.unlock();
       CKPT_ASSIGN_OR_RETURN(report.gc, CollectModelGarbage(ctx_, chains, run.gc));
@@ -1018,6 +1033,35 @@ class RocksCheckpointStore final : public CheckpointStore {
     CKPT_ASSIGN_OR_RETURN(report.compacted,
                           MaybeCompact(name, report.bytes_freed, options.compaction));
     return report;
+  }
+
+  StoreStats Stats() override {
+    StoreStats s;
+    auto get = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    s.pushes = get(counters_.pushes);
+    s.push_raw_bytes = get(counters_.push_raw_bytes);
+    s.push_stored_bytes = get(counters_.push_stored_bytes);
+    s.encode_seconds = static_cast<double>(get(counters_.encode_ns)) * 1e-9;
+    s.versions_deleted = get(counters_.versions_deleted);
+    s.retention_versions_deleted = get(counters_.retention_versions_deleted);
+    s.gc_bytes_freed = get(counters_.gc_bytes_freed);
+    s.gc_versions_rebased = get(counters_.gc_versions_rebased);
+    auto sum = [this](const std::string& property) {
+      uint64_t total = 0;
+      for (rocksdb::ColumnFamilyHandle* cf : handles_) {
+        uint64_t value = 0;
+        if (db_->GetIntProperty(cf, property, &value)) total += value;
+      }
+      return total;
+    };
+    s.sst_bytes = sum(rocksdb::DB::Properties::kTotalSstFilesSize);
+    s.blob_bytes = sum(rocksdb::DB::Properties::kTotalBlobFileSize);
+    s.pending_compaction_bytes = sum(rocksdb::DB::Properties::kEstimatePendingCompactionBytes);
+    uint64_t running = 0;
+    if (db_->GetIntProperty(rocksdb::DB::Properties::kNumRunningCompactions, &running)) {
+      s.running_compactions = running;
+    }
+    return s;
   }
 
   Status Flush() override {
@@ -1267,6 +1311,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   StoreContext ctx_;
+  StoreCounters counters_;
   ModelLocks locks_;
   std::mutex tags_mu_;  // see StoreContext::tags_mu
   std::mutex freed_mu_;

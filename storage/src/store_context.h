@@ -7,6 +7,7 @@
 
 #include <rocksdb/db.h>
 
+#include <atomic>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -21,6 +22,19 @@
 namespace ckpt {
 
 // Everything a push or restore needs from the store, owned by the store.
+// Cumulative counters of an open store (reported by CheckpointStore::Stats). Lock-free,
+// relaxed order: monitoring figures, never used for decisions.
+struct StoreCounters {
+  std::atomic<uint64_t> pushes{0};
+  std::atomic<uint64_t> push_raw_bytes{0};
+  std::atomic<uint64_t> push_stored_bytes{0};
+  std::atomic<uint64_t> encode_ns{0};
+  std::atomic<uint64_t> versions_deleted{0};
+  std::atomic<uint64_t> retention_versions_deleted{0};
+  std::atomic<uint64_t> gc_bytes_freed{0};
+  std::atomic<uint64_t> gc_versions_rebased{0};
+};
+
 struct StoreContext {
   rocksdb::DB* db = nullptr;
   rocksdb::ColumnFamilyHandle* models = nullptr;
@@ -35,6 +49,7 @@ struct StoreContext {
   ReferenceCache* cache = nullptr;
   const TensorCodec* codec = nullptr;
   const StoreOptions* options = nullptr;
+  StoreCounters* counters = nullptr;
 
   rocksdb::WriteOptions CommitWriteOptions() const {
     rocksdb::WriteOptions wo;

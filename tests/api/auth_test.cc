@@ -52,6 +52,7 @@ TEST(Authorizer, EveryScopeAndPrefixAgainstEveryRouteKind) {
       {"POST", "/v1/admin/gc", Scope::kAdmin, true},
       {"POST", "/v1/admin/scrub", Scope::kAdmin, true},
       {"POST", "/v1/admin/backup", Scope::kAdmin, true},
+      {"GET", "/metrics", Scope::kRead, true},
   };
   struct Token {
     const char* token;

@@ -14,7 +14,9 @@ struct RawResponse {
   std::string body;
   std::string error;  // network error, if the connection failed before a response
   uint64_t content_length = 0;
-  std::string sha256;  // X-Ckpt-Sha256
+  std::string sha256;      // X-Ckpt-Sha256
+  std::string request_id;  // X-Request-Id
+  std::string content_type;
 };
 
 class RawHttp {
@@ -66,6 +68,8 @@ class RawHttp {
       return r;
     }
     r.status = parser.get().result_int();
+    r.request_id = std::string(parser.get()["X-Request-Id"]);
+    r.content_type = std::string(parser.get()[http::field::content_type]);
     if (r.status != 100) {
       http::read(stream_, buffer_, parser, ec);
       if (ec) r.error = ec.message();
@@ -87,7 +91,11 @@ inline RawResponse Request(uint16_t port, std::string_view method, std::string_v
   std::string head =
       std::string(method) + " " + std::string(target) +
       " HTTP/1.1\r\nHost: localhost\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n";
-  if (!http.Send(head) || !http.Send(body)) return RawResponse{0, {}, "send failed", 0, {}};
+  if (!http.Send(head) || !http.Send(body)) {
+    RawResponse failed;
+    failed.error = "send failed";
+    return failed;
+  }
   return http.Read();
 }
 

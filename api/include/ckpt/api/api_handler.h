@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "ckpt/api/metrics.h"
 #include "ckpt/codec/status.h"
 #include "ckpt/storage/checkpoint_store.h"
 
@@ -36,8 +37,12 @@ enum class RouteKind {
   kAdminGc,       // POST /v1/admin/gc
   kAdminScrub,    // POST /v1/admin/scrub
   kAdminBackup,   // POST /v1/admin/backup
+  kMetrics,       // GET /metrics
   kUnknown,       // no such path: 404
 };
+
+// A stable lowercase name of a route kind ("version", "list_models", …), for metrics and logs.
+std::string_view RouteName(RouteKind kind);
 
 struct Route {
   RouteKind kind = RouteKind::kUnknown;
@@ -76,6 +81,9 @@ class ApiHandler {
   explicit ApiHandler(CheckpointStore* store, PushCommittedHook on_push_committed = nullptr)
       : store_(store), on_push_committed_(std::move(on_push_committed)) {}
 
+  // The metrics GET /metrics reports; the server records each finished request here.
+  ServerMetrics& metrics() { return metrics_; }
+
   static Route Classify(std::string_view target);
   static RequestPlan Plan(std::string_view method, const Route& route);
 
@@ -109,6 +117,7 @@ class ApiHandler {
 
   CheckpointStore* store_;
   PushCommittedHook on_push_committed_;
+  ServerMetrics metrics_;
 };
 
 // The query parameters of a push: metric.<name>=<number>, label.<name>=<text>, tag=<name>

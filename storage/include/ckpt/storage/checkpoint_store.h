@@ -102,6 +102,23 @@ struct GcReport {
   bool compacted = false;
 };
 
+// Monitoring figures of an open store: counters since it opened and the storage engine's sizes.
+struct StoreStats {
+  uint64_t pushes = 0;                      // committed pushes
+  uint64_t push_raw_bytes = 0;              // their bodies' bytes
+  uint64_t push_stored_bytes = 0;           // what they added to the store
+  double encode_seconds = 0;                // codec time of pushes (encoding chunks)
+  uint64_t versions_deleted = 0;            // by DELETE
+  uint64_t retention_versions_deleted = 0;  // by retention passes
+  uint64_t gc_bytes_freed = 0;              // stored bytes garbage collection removed
+  uint64_t gc_versions_rebased = 0;
+  // RocksDB: table and blob files, and the bytes compactions still have to rewrite.
+  uint64_t sst_bytes = 0;
+  uint64_t blob_bytes = 0;
+  uint64_t pending_compaction_bytes = 0;
+  uint64_t running_compactions = 0;
+};
+
 struct VersionInfo {
   std::string model;
   uint64_t version = 0;
@@ -309,6 +326,9 @@ class CheckpointStore {
   // Restores the newest backup in `backup_dir` into `data_dir`, which must not exist or be
   // empty; the store there then opens like the original at the time of the backup.
   static Status RestoreBackup(const std::string& backup_dir, const std::string& data_dir);
+
+  // Counters since open and the storage engine's sizes. Thread-safe, cheap (no scans).
+  virtual StoreStats Stats() = 0;
 
   // Flushes memtables and the WAL so the data directory holds only table and blob files.
   // Called by the daemon on clean shutdown; the destructor closes the database.

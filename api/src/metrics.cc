@@ -1,0 +1,130 @@
+#include "ckpt/api/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+namespace ckpt::api {
+
+struct ServerMetrics::Families {
+  prometheus::Family<prometheus::Counter>& requests;
+  prometheus::Family<prometheus::Histogram>& latency;
+  prometheus::Counter& bytes_in;
+  prometheus::Counter& bytes_out;
+};
+
+namespace {
+
+// Request latencies from 1 ms (health checks, listings) to 5 min (multi-GB pushes).
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
+  return kBuckets;
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  auto& requests = prometheus::BuildCounter()
+                       .Name("ckptd_http_requests_total")
+                       .Help("HTTP requests answered, by route, method and status")
+                       .Register(*registry_);
+  auto& latency = prometheus::BuildHistogram()
+                      .Name("ckptd_http_request_duration_seconds")
+                      .Help("Time from a request's headers to its last response byte, by route")
+                      .Register(*registry_);
+  auto& bytes = prometheus::BuildCounter()
+                    .Name("ckptd_http_bytes_total")
+                    .Help("Request and response body bytes, by direction")
+                    .Register(*registry_);
+  families_.reset(new Families{requests, latency, bytes.Add({{"direction", "in"}}),
+                               bytes.Add({{"direction", "out"}})});
+}
+
+ServerMetrics::~ServerMetrics() = default;
+
+void ServerMetrics::ObserveRequest(std::string_view route, std::string_view method, int status,
+                                   uint64_t bytes_in, uint64_t bytes_out, double seconds) {
+  families_->requests
+      .Add({{"route", std::string(route)},
+            {"method", std::string(method)},
+            {"status", std::to_string(status)}})
+      .Increment();
+  families_->latency.Add({{"route", std::string(route)}}, LatencyBuckets()).Observe(seconds);
+  families_->bytes_in.Increment(static_cast<double>(bytes_in));
+  families_->bytes_out.Increment(static_cast<double>(bytes_out));
+}
+
+std::string ServerMetrics::Render(CheckpointStore& store) const {
+  // The store's figures go into a registry of their own, built for this scrape: models that
+  // were deleted simply do not appear.
+  prometheus::Registry now;
+  auto gauge = [&now](const std::string& name, const std::string& help) -> auto& {
+    return prometheus::BuildGauge().Name(name).Help(help).Register(now);
+  };
+  auto counter = [&now](const std::string& name, const std::string& help) -> auto& {
+    return prometheus::BuildCounter().Name(name).Help(help).Register(now);
+  };
+  auto& raw = gauge("ckptd_model_raw_bytes", "Sum of the raw (pushed) bytes of a model's versions");
+  auto& stored = gauge("ckptd_model_stored_bytes",
+                       "Payload bytes stored for a model (including data deleted versions leave "
+                       "for later deltas)");
+  auto& ratio = gauge("ckptd_model_compression_ratio", "raw_bytes / stored_bytes of a model");
+  auto& versions = gauge("ckptd_model_versions", "Live versions of a model");
+  auto models = store.ListModels();
+  if (models.ok()) {
+    for (const ModelInfo& m : *models) {
+      const prometheus::Labels labels = {{"model", m.name}};
+      raw.Add(labels).Set(static_cast<double>(m.raw_bytes));
+      stored.Add(labels).Set(static_cast<double>(m.stored_bytes));
+      versions.Add(labels).Set(static_cast<double>(m.version_count));
+      if (m.stored_bytes > 0) {
+        ratio.Add(labels).Set(static_cast<double>(m.raw_bytes) /
+                              static_cast<double>(m.stored_bytes));
+      }
+    }
+  }
+  const StoreStats s = store.Stats();
+  auto add_counter = [&](const std::string& name, const std::string& help, double value) {
+    counter(name, help).Add({}).Increment(value);
+  };
+  add_counter("ckptd_pushes_total", "Committed pushes since start", static_cast<double>(s.pushes));
+  add_counter("ckptd_push_raw_bytes_total", "Body bytes of committed pushes since start",
+              static_cast<double>(s.push_raw_bytes));
+  add_counter("ckptd_push_stored_bytes_total", "Bytes committed pushes added to the store",
+              static_cast<double>(s.push_stored_bytes));
+  add_counter("ckptd_codec_encode_seconds_total", "Codec time of pushes (encoding chunks)",
+              s.encode_seconds);
+  add_counter("ckptd_versions_deleted_total", "Versions deleted by DELETE since start",
+              static_cast<double>(s.versions_deleted));
+  add_counter("ckptd_retention_versions_deleted_total",
+              "Versions deleted by retention passes since start",
+              static_cast<double>(s.retention_versions_deleted));
+  add_counter("ckptd_gc_bytes_freed_total", "Stored bytes garbage collection removed",
+              static_cast<double>(s.gc_bytes_freed));
+  add_counter("ckptd_gc_versions_rebased_total", "Kept versions re-encoded by garbage collection",
+              static_cast<double>(s.gc_versions_rebased));
+  gauge("ckptd_rocksdb_sst_bytes", "Size of RocksDB's table files")
+      .Add({})
+      .Set(static_cast<double>(s.sst_bytes));
+  gauge("ckptd_rocksdb_blob_bytes", "Size of RocksDB's blob files")
+      .Add({})
+      .Set(static_cast<double>(s.blob_bytes));
+  gauge("ckptd_rocksdb_pending_compaction_bytes",
+        "Bytes RocksDB estimates compactions must rewrite")
+      .Add({})
+      .Set(static_cast<double>(s.pending_compaction_bytes));
+  gauge("ckptd_rocksdb_running_compactions", "Compactions running now")
+      .Add({})
+      .Set(static_cast<double>(s.running_compactions));
+
+  std::vector<prometheus::MetricFamily> all = registry_->Collect();
+  std::vector<prometheus::MetricFamily> store_families = now.Collect();
+  all.insert(all.end(), store_families.begin(), store_families.end());
+  return prometheus::TextSerializer().Serialize(all);
+}
+
+}  // namespace ckpt::api
