@@ -213,6 +213,35 @@ class HttpServerImpl final : public HttpServer {
     }
   }
 
+  bool AtConnectionLimit() {
+    if (options_.max_connections == 0) return false;
+    std::lock_guard lock(sessions_mu_);
+    return sessions_.size() >= options_.max_connections;
+  }
+
+  // Over max_connections: a plain-HTTP client gets a 503 (best effort, without reading its
+  // request), a TLS client a closed connection; either way the connection ends at once.
+  void RefuseConnection(tcp::socket socket) {
+    spdlog::warn("{} refused: {} connections open (server.max_connections)", RemoteOf(socket),
+                 options_.max_connections);
+    if (!tls_) {
+      static const std::string kBusy = [] {
+        const std::string body =
+            R"({"error":{"code":"UNAVAILABLE","message":"too many connections; retry in a moment"}})"
+            "\n";
+        return "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Type: "
+               "application/json\r\nRetry-After: 1\r\nContent-Length: " +
+               std::to_string(body.size()) + "\r\n\r\n" + body;
+      }();
+      beast::error_code ec;
+      socket.non_blocking(true, ec);
+      socket.write_some(net::buffer(kBusy), ec);  // a fresh socket's send buffer takes it
+    }
+    beast::error_code ignored;
+    socket.shutdown(tcp::socket::shutdown_both, ignored);
+    socket.close(ignored);
+  }
+
   net::awaitable<void> AcceptLoop() {
     for (;;) {
       beast::error_code ec;
@@ -226,6 +255,10 @@ class HttpServerImpl final : public HttpServer {
       // Responses are written as a header followed by body pieces; without TCP_NODELAY, Nagle's
       // algorithm meets the client's delayed ACK and stalls each response by ~40 ms.
       socket.set_option(tcp::no_delay(true), ec);
+      if (AtConnectionLimit()) {
+        RefuseConnection(std::move(socket));
+        continue;
+      }
       auto executor = socket.get_executor();
       if (tls_) {
         net::co_spawn(executor, TlsSession(std::move(socket)), net::detached);

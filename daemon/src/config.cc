@@ -108,7 +108,7 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
                   {"listen", "threads", "max_body_bytes", "max_header_bytes", "max_json_body_bytes",
                    "io_timeout_seconds", "idle_timeout_seconds", "shutdown_grace_seconds",
                    "push_wait_seconds", "io_buffer_bytes", "tls_cert_file", "tls_key_file",
-                   "tls_client_ca_file"}));
+                   "tls_client_ca_file", "max_connections"}));
     std::string listen;
     CKPT_RETURN_IF_ERROR(ReadString(*server, "server", "listen", listen));
     if (!listen.empty()) CKPT_RETURN_IF_ERROR(ApplyListen(listen, config));
@@ -127,10 +127,11 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
     CKPT_RETURN_IF_ERROR(
         ApplySeconds(*server, "server", "shutdown_grace_seconds", s.shutdown_grace));
     CKPT_RETURN_IF_ERROR(ApplySeconds(*server, "server", "push_wait_seconds", s.push_wait));
+    CKPT_RETURN_IF_ERROR(
+        ReadInteger<size_t>(*server, "server", "max_connections", 0, 1u << 20, s.max_connections));
     CKPT_RETURN_IF_ERROR(ReadString(*server, "server", "tls_cert_file", s.tls_cert_file));
     CKPT_RETURN_IF_ERROR(ReadString(*server, "server", "tls_key_file", s.tls_key_file));
-    CKPT_RETURN_IF_ERROR(
-        ReadString(*server, "server", "tls_client_ca_file", s.tls_client_ca_file));
+    CKPT_RETURN_IF_ERROR(ReadString(*server, "server", "tls_client_ca_file", s.tls_client_ca_file));
     if (s.tls_cert_file.empty() != s.tls_key_file.empty()) {
       return Bad("server.tls_cert_file", "and server.tls_key_file must be given together");
     }
@@ -142,10 +143,10 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
   }
 
   if (const toml::table* storage = root["storage"].as_table()) {
-    CKPT_RETURN_IF_ERROR(
-        CheckKeys(*storage, "storage",
-                  {"data_dir", "chunk_bytes", "reference_cache_bytes", "on_reference_miss",
-                   "warm_cache_on_start", "sync_commits", "zstd_level"}));
+    CKPT_RETURN_IF_ERROR(CheckKeys(*storage, "storage",
+                                   {"data_dir", "chunk_bytes", "reference_cache_bytes",
+                                    "on_reference_miss", "warm_cache_on_start", "sync_commits",
+                                    "zstd_level", "max_tensors_per_checkpoint", "max_models"}));
     auto& st = config.store;
     CKPT_RETURN_IF_ERROR(ReadString(*storage, "storage", "data_dir", st.data_dir));
     std::string miss;
@@ -165,6 +166,10 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
     CKPT_RETURN_IF_ERROR(
         ReadBool(*storage, "storage", "warm_cache_on_start", config.warm_cache_on_start));
     CKPT_RETURN_IF_ERROR(ReadInteger<int>(*storage, "storage", "zstd_level", 1, 19, st.zstd_level));
+    CKPT_RETURN_IF_ERROR(ReadInteger<uint32_t>(*storage, "storage", "max_tensors_per_checkpoint", 1,
+                                               1u << 24, st.max_tensors_per_checkpoint));
+    CKPT_RETURN_IF_ERROR(ReadInteger<uint64_t>(*storage, "storage", "max_models", 0,
+                                               uint64_t{1} << 40, st.max_models));
   } else if (root.contains("storage")) {
     return Bad("storage", "must be a table");
   }

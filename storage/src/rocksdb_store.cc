@@ -287,8 +287,11 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         reference_index.emplace(reference->tensors[i].name, i);
       }
     }
-    if (header.tensors.size() > std::numeric_limits<uint32_t>::max()) {
-      return Status::InvalidArgument("too many tensors");
+    if (header.tensors.size() > ctx_.options->max_tensors_per_checkpoint) {
+      return Status::ResourceExhausted("checkpoint has " + std::to_string(header.tensors.size()) +
+                                       " tensors; the limit is " +
+                                       std::to_string(ctx_.options->max_tensors_per_checkpoint) +
+                                       " (storage.max_tensors_per_checkpoint)");
     }
     manifest_.floor_seq = seq_;
     const uint32_t keyframe_every = policy_.EffectiveKeyframeEvery();
@@ -694,6 +697,7 @@ class RocksCheckpointStore final : public CheckpointStore {
           "version " + std::to_string(version) + " must be greater than the latest version " +
           std::to_string(record->latest_version) + " of model '" + name + "'");
     }
+    if (!record) CKPT_RETURN_IF_ERROR(CheckModelLimit());
     CKPT_ASSIGN_OR_RETURN(
         auto state, ctx_.GetRecord<CodecStateRecord>(ro, ctx_.codec_state, name, "codec state"));
     CodecPolicy policy = options_.default_policy;
@@ -1163,11 +1167,27 @@ class RocksCheckpointStore final : public CheckpointStore {
     CKPT_ASSIGN_OR_RETURN(
         auto record,
         ctx_.GetRecord<ModelRecord>(rocksdb::ReadOptions(), ctx_.models, name, "model record"));
+    if (!record) CKPT_RETURN_IF_ERROR(CheckModelLimit());
     ModelRecord updated = record.value_or(ModelRecord{});
     if (!record) updated.created_at_ms = NowMs();
     change(updated);
     return FromRocks(db_->Put(ctx_.CommitWriteOptions(), ctx_.models, name, updated.Encode()),
                      what);
+  }
+
+  // FailedPrecondition when the store already holds options_.max_models models (counts at most
+  // that many keys).
+  Status CheckModelLimit() {
+    if (options_.max_models == 0) return Status::Ok();
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), ctx_.models));
+    uint64_t count = 0;
+    for (it->SeekToFirst(); it->Valid() && count < options_.max_models; it->Next()) ++count;
+    CKPT_RETURN_IF_ERROR(FromRocks(it->status(), "counting models"));
+    if (count < options_.max_models) return Status::Ok();
+    return Status::FailedPrecondition("the store holds the maximum of " +
+                                      std::to_string(options_.max_models) +
+                                      " models (storage.max_models): delete a model or raise "
+                                      "the limit");
   }
 
   Result<RetentionPolicy> RetentionOf(const ModelRecord& record) const {

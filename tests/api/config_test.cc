@@ -24,6 +24,12 @@ TEST(DaemonConfig, ExampleConfigFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.server.shutdown_grace, defaults.server.shutdown_grace);
   EXPECT_EQ(parsed.server.io_buffer_bytes, defaults.server.io_buffer_bytes);
   EXPECT_EQ(parsed.store.zstd_level, defaults.store.zstd_level);
+  EXPECT_EQ(parsed.store.max_tensors_per_checkpoint, defaults.store.max_tensors_per_checkpoint);
+  EXPECT_EQ(parsed.store.max_models, defaults.store.max_models);
+  EXPECT_EQ(parsed.server.tls_cert_file, defaults.server.tls_cert_file);
+  EXPECT_EQ(parsed.server.tls_client_ca_file, defaults.server.tls_client_ca_file);
+  EXPECT_EQ(parsed.tokens.size(), 0u);
+  EXPECT_EQ(parsed.server.max_connections, defaults.server.max_connections);
   EXPECT_EQ(parsed.store.data_dir, defaults.store.data_dir);
   EXPECT_EQ(parsed.store.chunk_bytes, defaults.store.chunk_bytes);
   EXPECT_EQ(parsed.store.reference_cache_bytes, defaults.store.reference_cache_bytes);

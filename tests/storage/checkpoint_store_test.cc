@@ -523,5 +523,39 @@ TEST_F(CheckpointStoreTest, ListingsReportCountsAndSizes) {
   EXPECT_EQ(store_->OpenRestore("a", 4).status().code(), StatusCode::kNotFound);
 }
 
+// Limits: too many tensors in a checkpoint, too many models. Refusals change nothing.
+TEST(CheckpointStoreLimits, TensorAndModelCountsAreEnforced) {
+  testing::TempDir dir;
+  StoreOptions options;
+  options.data_dir = dir.str();
+  options.max_tensors_per_checkpoint = 3;
+  options.max_models = 2;
+  auto store = CheckpointStore::Open(options);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto push = [&](std::string_view model, const std::string& body) -> Status {
+    CKPT_ASSIGN_OR_RETURN(auto session, (*store)->BeginPush(model, 1, body.size()));
+    CKPT_RETURN_IF_ERROR(session->Write(Bytes(body)));
+    return session->Commit().status();
+  };
+  DriftingModel drift(60, 100);  // four tensors
+  const Status too_many = push("a", drift.Next());
+  EXPECT_EQ(too_many.code(), StatusCode::kResourceExhausted) << too_many.ToString();
+  EXPECT_NE(too_many.message().find("max_tensors_per_checkpoint"), std::string::npos);
+  EXPECT_EQ((*store)->GetModel("a").status().code(), StatusCode::kNotFound);
+
+  std::vector<testing::OwnedTensor> one = {
+      {"w", DType::kF32, {2}, testing::FloatBytes(std::vector<float>{1, 2})}};
+  ASSERT_TRUE(push("a", testing::Serialize(one)).ok());
+  ASSERT_TRUE((*store)->SetPolicy("b", CodecPolicy{}).ok());
+  const Status third = push("c", testing::Serialize(one));
+  EXPECT_EQ(third.code(), StatusCode::kFailedPrecondition) << third.ToString();
+  EXPECT_NE(third.message().find("max_models"), std::string::npos);
+  EXPECT_EQ((*store)->SetPolicy("d", CodecPolicy{}).code(), StatusCode::kFailedPrecondition);
+  // Existing models are not affected; deleting one makes room.
+  EXPECT_TRUE((*store)->SetPolicy("a", CodecPolicy{}).ok());
+  ASSERT_TRUE((*store)->DeleteModel("b").ok());
+  EXPECT_TRUE(push("c", testing::Serialize(one)).ok());
+}
+
 }  // namespace
 }  // namespace ckpt

@@ -47,6 +47,9 @@ struct HttpServerOptions {
   // A push to a model that is already receiving one waits (without holding a thread) up to this
   // long for its turn, then gets 409. Default: 30 s.
   std::chrono::seconds push_wait{30};
+  // Open connections beyond this are answered 503 (plain HTTP) or closed (TLS) at once.
+  // 0: no limit. Default: 1024.
+  size_t max_connections = 1024;
   // Size of the per-connection buffer body bytes are read into. Default: 1 MiB.
   size_t io_buffer_bytes = 1 << 20;
   // Called after each committed push with the model's name (on a network thread: must not

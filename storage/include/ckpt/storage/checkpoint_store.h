@@ -63,6 +63,15 @@ struct StoreOptions {
   // zstd level of the lossless codec. Default: 1.
   int zstd_level = 1;
 
+  // Largest number of tensors in one pushed checkpoint; more is ResourceExhausted before any
+  // tensor data is read. Default: 65536.
+  uint32_t max_tensors_per_checkpoint = 65536;
+
+  // Largest number of models; creating one more (a first push, or setting a policy) is
+  // FailedPrecondition. Checked when a model is created, so concurrent first pushes of new
+  // models can exceed it by their number. 0: no limit. Default: 100000.
+  uint64_t max_models = 100000;
+
   // Policy of models that have none set. Default: lossless, keyframe_every 16.
   CodecPolicy default_policy;
 
