@@ -10,6 +10,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <cmath>
 #include <condition_variable>
 #include <limits>
 #include <mutex>
@@ -19,6 +20,7 @@
 
 #include "ckpt/api/api_handler.h"
 #include "ckpt/version.h"
+#include "nlohmann/json.hpp"
 
 namespace ckpt::api {
 namespace {
@@ -68,8 +70,17 @@ std::string NewRequestId() {
   return id;
 }
 
-void LogRequest(const RequestLog& log, std::string_view remote) {
+void LogRequest(const RequestLog& log, std::string_view remote, bool json) {
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - log.start).count();
+  if (json) {
+    const nlohmann::json line = {{"request_id", log.id},       {"remote", remote},
+                                 {"principal", log.principal}, {"method", log.method},
+                                 {"target", log.target},       {"route", log.route},
+                                 {"status", log.status},       {"bytes_in", log.bytes_in},
+                                 {"bytes_out", log.bytes_out}, {"ms", std::round(ms * 10) / 10}};
+    spdlog::info("{}", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    return;
+  }
   spdlog::info("{} {} {} {} {} status={} in={} out={} {:.1f}ms", remote, log.id, log.principal,
                log.method, log.target, log.status, log.bytes_in, log.bytes_out, ms);
 }
@@ -409,7 +420,7 @@ class HttpServerImpl final : public HttpServer {
 
   // Logs a finished request and records it in the metrics.
   void Finish(const RequestLog& log, const std::string& remote) {
-    LogRequest(log, remote);
+    LogRequest(log, remote, options_.json_logs);
     handler_.metrics().ObserveRequest(
         log.route, log.method, log.status, log.bytes_in, log.bytes_out,
         std::chrono::duration<double>(Clock::now() - log.start).count());

@@ -241,8 +241,13 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
   }
 
   if (const toml::table* log = root["log"].as_table()) {
-    CKPT_RETURN_IF_ERROR(CheckKeys(*log, "log", {"level"}));
+    CKPT_RETURN_IF_ERROR(CheckKeys(*log, "log", {"level", "format"}));
     CKPT_RETURN_IF_ERROR(ReadString(*log, "log", "level", config.log_level));
+    std::string format = "text";
+    CKPT_RETURN_IF_ERROR(ReadString(*log, "log", "format", format));
+    if (format != "text" && format != "json")
+      return Bad("log.format", "must be \"text\" or \"json\"");
+    config.server.json_logs = format == "json";
   } else if (root.contains("log")) {
     return Bad("log", "must be a table");
   }

@@ -6,6 +6,7 @@
 // model's retention policy, reclaims the space and prints one JSON report per model. `ckptd
 // scrub` is the offline form of POST /v1/admin/scrub, `ckptd backup --to DIR` of POST
 // /v1/admin/backup; `ckptd restore-backup --from DIR --data-dir NEW` brings a backup back.
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "cache_warmer.h"
 #include "ckpt/api/http_server.h"
@@ -24,6 +26,27 @@
 #include "retention_runner.h"
 
 namespace {
+
+// The JSON log line's fields after time and level: a message that is itself a JSON object (the
+// request log with json_logs) contributes its members; any other becomes "msg", escaped.
+class JsonFields final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    const std::string_view text(msg.payload.data(), msg.payload.size());
+    std::string out;
+    if (text.size() >= 2 && text.front() == '{' && text.back() == '}') {
+      out = std::string(text.substr(1, text.size() - 2));
+    } else {
+      out = "\"msg\":" + nlohmann::json(std::string(text))
+                             .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+    dest.append(out.data(), out.data() + out.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<JsonFields>();
+  }
+};
 
 using ckpt::daemon::DaemonConfig;
 
@@ -180,7 +203,14 @@ int main(int argc, char** argv) {
     return Fail(ckpt::Status::InvalidArgument("unknown log level '" + config.log_level + "'"));
   }
   spdlog::set_level(level);
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  if (config.server.json_logs) {
+    auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+    formatter->add_flag<JsonFields>('*').set_pattern(
+        R"({"time":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l",%*})");
+    spdlog::set_formatter(std::move(formatter));
+  } else {
+    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  }
   if (gc->parsed()) return RunOfflineGc(config);
   if (scrub->parsed()) return RunOfflineScrub(config);
   if (backup->parsed()) return RunOfflineBackup(config, backup_to);

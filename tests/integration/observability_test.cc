@@ -2,8 +2,11 @@
 // request ids echoed in X-Request-Id.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 
 #include "ckpt/client/client.h"
 #include "daemon_process.h"
@@ -90,6 +93,37 @@ TEST_F(ObservabilityTest, RequestIdsAreEchoedOrGenerated) {
   EXPECT_TRUE(std::regex_match(unsafe.request_id, std::regex("[0-9a-f]{16}")));
   // Every answer gets its own.
   EXPECT_NE(Get("/v1/models/none/versions/latest").request_id, generated.request_id);
+}
+
+TEST(JsonLogsTest, EveryLineIsAJsonObjectAndRequestsHaveFields) {
+  TempDir dir;
+  const auto config = dir.path() / "json.toml";
+  std::ofstream(config) << "[log]\nformat = \"json\"\n";
+  DaemonProcess daemon(CKPTD_BINARY, dir.path(), {"--config", config.string()});
+  daemon.set_log_level("info");
+  ASSERT_TRUE(daemon.Start()) << daemon.log();
+  RawHttp http(daemon.port());
+  ASSERT_TRUE(http.Send("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Request-Id: json-1\r\n\r\n"));
+  ASSERT_EQ(http.Read().status, 200);
+  EXPECT_EQ(daemon.Stop(), 0);
+  std::istringstream lines(daemon.log());
+  std::string line;
+  int parsed = 0;
+  bool found = false;
+  while (std::getline(lines, line)) {
+    const auto doc = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(doc.is_object()) << line;
+    EXPECT_TRUE(doc.contains("time") && doc.contains("level")) << line;
+    ++parsed;
+    if (doc.value("request_id", "") == "json-1") {
+      found = true;
+      EXPECT_EQ(doc.value("status", 0), 200);
+      EXPECT_EQ(doc.value("route", ""), "list_models");
+      EXPECT_EQ(doc.value("method", ""), "GET");
+    }
+  }
+  EXPECT_GE(parsed, 3);
+  EXPECT_TRUE(found) << daemon.log();
 }
 
 }  // namespace

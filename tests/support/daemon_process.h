@@ -32,7 +32,7 @@ class DaemonProcess {
     const auto log = work_dir_ / "ckptd.log";
     std::vector<std::string> args = {
         binary_,        "--listen",     "127.0.0.1:0", "--data-dir", (work_dir_ / "data").string(),
-        "--ready-file", ready.string(), "--log-level", "warn"};
+        "--ready-file", ready.string(), "--log-level", log_level_};
     args.insert(args.end(), extra_.begin(), extra_.end());
     pid_ = fork();
     if (pid_ == 0) {
@@ -81,6 +81,9 @@ class DaemonProcess {
     pid_ = -1;
   }
 
+  // The --log-level the daemon starts with. Default: warn.
+  void set_log_level(std::string level) { log_level_ = std::move(level); }
+
   uint16_t port() const { return port_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::filesystem::path data_dir() const { return work_dir_ / "data"; }
@@ -93,6 +96,7 @@ class DaemonProcess {
   std::string binary_;
   std::filesystem::path work_dir_;
   std::vector<std::string> extra_;
+  std::string log_level_ = "warn";
   pid_t pid_ = -1;
   uint16_t port_ = 0;
 };

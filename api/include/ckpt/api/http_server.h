@@ -62,6 +62,10 @@ struct HttpServerOptions {
   // With HTTPS, also require a client certificate signed by a CA in this PEM file. Default:
   // none (clients are not asked for certificates).
   std::string tls_client_ca_file;
+  // Log each request as a JSON object (request_id, remote, principal, method, target, status,
+  // bytes_in, bytes_out, ms) instead of a text line; the daemon's JSON log formatter turns it
+  // into the line's fields. Default: false.
+  bool json_logs = false;
   // Bearer-token authorization of every request (auth.h); null or without tokens: every
   // request is allowed. Default: none.
   std::shared_ptr<const Authorizer> authorizer;
