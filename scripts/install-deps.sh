@@ -12,6 +12,8 @@ PACKAGES=(
   openssl
   # the failure-recovery walkthrough (a real PyTorch training loop; docs/failure-recovery.md)
   python3-torch python3-sklearn libopenblas0-pthread
+  # the Python client's tests (client-lib/python installs offline with Debian's pip)
+  python3-pip python3-setuptools
 )
 
 missing=()

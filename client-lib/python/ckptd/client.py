@@ -1,0 +1,238 @@
+"""ckptd HTTP client on the standard library (http.client), streaming in both directions."""
+import hashlib
+import http.client
+import json
+import os
+import ssl
+import sys
+import time
+import urllib.parse
+
+from .safetensors import read_safetensors, safetensors_layout
+
+_PIECE = 1 << 20
+
+
+class CkptdError(Exception):
+    """An error answer from ckptd: `status` (HTTP), `code` (e.g. NOT_FOUND) and the message."""
+
+    def __init__(self, status, code, message):
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message = status, code, message
+
+
+class _Progress:
+    """A progress bar on stderr for transfers of 8 MiB or more, only on a terminal."""
+
+    def __init__(self, label, total, enabled=None):
+        self.label, self.total, self.done = label, total, 0
+        self.enabled = (sys.stderr.isatty() if enabled is None else enabled) and total >= 8 << 20
+        self.last = 0.0
+
+    def add(self, n):
+        self.done += n
+        now = time.monotonic()
+        if self.enabled and (now - self.last > 0.1 or self.done >= self.total):
+            self.last = now
+            width = 30
+            filled = int(width * self.done / max(self.total, 1))
+            sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] "
+                             f"{self.done / 2**20:.0f}/{self.total / 2**20:.0f} MiB")
+            if self.done >= self.total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+class Client:
+    """A connection profile for one ckptd server. Thread-compatible (one request at a time per
+    call; make one Client per thread for parallel transfers)."""
+
+    def __init__(self, url="http://127.0.0.1:8420", token=None, ca_file=None, timeout=600,
+                 progress=None):
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"server URL {url!r} must be http://HOST:PORT or https://HOST:PORT")
+        if parsed.path not in ("", "/"):
+            raise ValueError(f"server URL {url!r} must not have a path")
+        self._https = parsed.scheme == "https"
+        self._host = parsed.hostname
+        self._port = parsed.port or (443 if self._https else 80)
+        self._token = token if token is not None else os.environ.get("CKPT_TOKEN")
+        self._timeout = timeout
+        self._progress = progress
+        self._ssl = ssl.create_default_context(cafile=ca_file) if self._https else None
+
+    # -- plumbing -----------------------------------------------------------------------------
+    def _connect(self):
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout,
+                                               context=self._ssl)
+        return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+
+    def _headers(self, extra=None):
+        headers = {"User-Agent": "ckptd-python/0.1"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        headers.update(extra or {})
+        return headers
+
+    @staticmethod
+    def _raise_for(response):
+        body = response.read()
+        code, message = "HTTP_ERROR", body.decode(errors="replace")
+        try:
+            error = json.loads(body)["error"]
+            code, message = error["code"], error["message"]
+        except (ValueError, KeyError, TypeError):
+            pass
+        raise CkptdError(response.status, code, message)
+
+    def _json(self, method, path, body=None):
+        conn = self._connect()
+        try:
+            payload = json.dumps(body).encode() if body is not None else None
+            headers = self._headers({"Content-Type": "application/json"} if payload else None)
+            conn.request(method, path, body=payload, headers=headers)
+            response = conn.getresponse()
+            if response.status >= 300:
+                self._raise_for(response)
+            data = response.read()
+            return json.loads(data) if data else None
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _quote(name):
+        return urllib.parse.quote(str(name), safe="")
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def push(self, model, step, state_dict_or_path, metadata=None, metrics=None, tags=()):
+        """Pushes a checkpoint as `model` at version `step`: a dict of tensors (torch or numpy,
+        written as safetensors on the fly, never copied whole) or the path of a safetensors
+        file. `metadata` goes into `__metadata__` (strings); `metrics` ({"loss": 1.2}) and
+        `tags` are attached to the version. Returns the server's answer (dict)."""
+        query = [(f"metric.{k}", repr(float(v))) for k, v in (metrics or {}).items()]
+        query += [("tag", t) for t in tags]
+        path = f"/v1/models/{self._quote(model)}/versions/{int(step)}"
+        if query:
+            path += "?" + urllib.parse.urlencode(query)
+        if isinstance(state_dict_or_path, (str, os.PathLike)):
+            file = open(state_dict_or_path, "rb")
+            total = os.fstat(file.fileno()).st_size
+
+            def pieces():
+                with file:
+                    while True:
+                        chunk = file.read(_PIECE)
+                        if not chunk:
+                            return
+                        yield chunk
+        else:
+            prefix, views, total = safetensors_layout(state_dict_or_path, metadata)
+
+            def pieces():
+                yield prefix
+                for view in views:
+                    for start in range(0, len(view), _PIECE):
+                        yield view[start:start + _PIECE]
+        progress = _Progress(f"push {model}@{step}", total, self._progress)
+        conn = self._connect()
+        try:
+            conn.putrequest("PUT", path)
+            for key, value in self._headers({"Content-Type": "application/octet-stream",
+                                             "Content-Length": str(total)}).items():
+                conn.putheader(key, value)
+            conn.endheaders()
+            try:
+                for piece in pieces():
+                    conn.send(piece)
+                    progress.add(len(piece))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the server answered early (an error): read it below
+            response = conn.getresponse()
+            if response.status != 201:
+                self._raise_for(response)
+            return json.loads(response.read())
+        finally:
+            conn.close()
+
+    def pull(self, model, version="latest", as_torch=True):
+        """Restores `version` (a step, "latest" or "tag:NAME") as a dict of tensors (torch, or
+        numpy arrays when torch is missing or `as_torch` is False), streamed from the socket
+        into one buffer per tensor. The SHA-256 the server announces is verified."""
+        tensors, _ = self.pull_with_metadata(model, version, as_torch)
+        return tensors
+
+    def pull_with_metadata(self, model, version="latest", as_torch=True):
+        path = f"/v1/models/{self._quote(model)}/versions/{self._quote(version)}"
+        conn = self._connect()
+        try:
+            conn.request("GET", path, headers=self._headers())
+            response = conn.getresponse()
+            if response.status != 200:
+                self._raise_for(response)
+            expected = response.getheader("X-Ckpt-Sha256")
+            total = int(response.getheader("Content-Length", "0"))
+            progress = _Progress(f"pull {model}@{version}", total, self._progress)
+            sha = hashlib.sha256()
+
+            def readinto(view):
+                n = response.readinto(view)
+                if n:
+                    sha.update(view[:n])
+                return n
+
+            tensors, metadata = read_safetensors(readinto, as_torch, progress.add)
+            if response.read(1):
+                raise CkptdError(200, "DATA_LOSS", "restore has bytes after the last tensor")
+            if expected and sha.hexdigest() != expected:
+                raise CkptdError(200, "DATA_LOSS",
+                                 f"restored bytes hash to {sha.hexdigest()}, server said {expected}")
+            return tensors, metadata
+        finally:
+            conn.close()
+
+    def pull_to_file(self, model, path, version="latest"):
+        """Restores `version` into a safetensors file (SHA-256 verified). Returns its size."""
+        url = f"/v1/models/{self._quote(model)}/versions/{self._quote(version)}"
+        conn = self._connect()
+        try:
+            conn.request("GET", url, headers=self._headers())
+            response = conn.getresponse()
+            if response.status != 200:
+                self._raise_for(response)
+            expected = response.getheader("X-Ckpt-Sha256")
+            sha, size = hashlib.sha256(), 0
+            with open(path, "wb") as out:
+                while True:
+                    chunk = response.read(_PIECE)
+                    if not chunk:
+                        break
+                    sha.update(chunk)
+                    out.write(chunk)
+                    size += len(chunk)
+            if expected and sha.hexdigest() != expected:
+                raise CkptdError(200, "DATA_LOSS", "restored file does not match its SHA-256")
+            return size
+        finally:
+            conn.close()
+
+    # -- models, versions, policies -----------------------------------------------------------
+    def list_models(self):
+        return self._json("GET", "/v1/models")["models"]
+
+    def versions(self, model):
+        return self._json("GET", f"/v1/models/{self._quote(model)}/versions")["versions"]
+
+    def delete_version(self, model, version):
+        self._json("DELETE", f"/v1/models/{self._quote(model)}/versions/{int(version)}")
+
+    def set_policy(self, model, policy):
+        return self._json("PUT", f"/v1/models/{self._quote(model)}/policy", policy)
+
+    def set_retention(self, model, retention):
+        return self._json("PUT", f"/v1/models/{self._quote(model)}/retention", retention)
+
+    def tag(self, model, version, tag):
+        self._json("PUT", f"/v1/models/{self._quote(model)}/versions/{int(version)}"
+                          f"/tags/{self._quote(tag)}")

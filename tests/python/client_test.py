@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""End-to-end test of the Python client (client-lib/python) against the real ckptd.
+
+Usage: client_test.py --ckptd PATH. Exits 77 (skipped) when torch is not importable, so that
+CTest reports a skip with the reason instead of a failure."""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client-lib", "python"))
+
+try:
+    import torch
+except ImportError:
+    print("skipped: torch is not importable by", sys.executable, "(Debian: python3-torch)")
+    sys.exit(77)
+import numpy as np
+
+import ckptd  # noqa: E402
+
+CKPTD = None
+
+
+def read(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
+
+
+class Daemon:
+    def __init__(self, work):
+        self.work = work
+        ready = os.path.join(work, "ready")
+        self.log = open(os.path.join(work, "ckptd.log"), "wb")
+        self.proc = subprocess.Popen(
+            [CKPTD, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(work, "data"),
+             "--ready-file", ready, "--log-level", "warn"], stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if os.path.exists(ready) and read(ready).strip():
+                self.port = int(read(ready))
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError("ckptd exited: " + read(self.log.name))
+            time.sleep(0.01)
+        raise RuntimeError("ckptd did not become ready")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+class ClientTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.daemon = Daemon(self.tmp.name)
+        self.client = ckptd.Client(f"http://127.0.0.1:{self.daemon.port}", progress=False)
+
+    def tearDown(self):
+        self.daemon.stop()
+        self.tmp.cleanup()
+
+    def state_dict(self, seed):
+        g = torch.Generator().manual_seed(seed)
+        return {
+            "layer.weight": torch.randn(64, 32, generator=g),
+            "layer.bias": torch.randn(64, generator=g),
+            "half": torch.randn(8, 8, generator=g).half(),
+            "brain": torch.randn(16, generator=g).bfloat16(),
+            "steps": torch.tensor(1234, dtype=torch.int64),
+            "mask": torch.rand(5, generator=g) > 0.5,
+            "empty": torch.zeros(0, 3),
+        }
+
+    def assert_equal_dicts(self, a, b):
+        self.assertEqual(list(a), list(b))
+        for name in a:
+            self.assertEqual(a[name].dtype, b[name].dtype, name)
+            self.assertEqual(tuple(a[name].shape), tuple(b[name].shape), name)
+            self.assertTrue(torch.equal(a[name], b[name]), name)
+
+    def test_push_state_dict_and_pull_it_back_equal(self):
+        first, second = self.state_dict(1), self.state_dict(2)
+        answer = self.client.push("run1", 100, first, metadata={"epoch": 3},
+                                  metrics={"loss": 1.5}, tags=["start"])
+        self.assertEqual(answer["version"], 100)
+        self.client.push("run1", 200, second)
+        self.assert_equal_dicts(self.client.pull("run1"), second)
+        self.assert_equal_dicts(self.client.pull("run1", 100), first)
+        self.assert_equal_dicts(self.client.pull("run1", "tag:start"), first)
+        _, metadata = self.client.pull_with_metadata("run1", 100)
+        self.assertEqual(metadata.get("epoch"), "3")
+        self.assertEqual([v["version"] for v in self.client.versions("run1")], [100, 200])
+        self.assertEqual([m["name"] for m in self.client.list_models()], ["run1"])
+        # numpy without torch tensors
+        arrays = self.client.pull("run1", as_torch=False)
+        self.assertIsInstance(arrays["layer.weight"], np.ndarray)
+        np.testing.assert_array_equal(arrays["layer.weight"], second["layer.weight"].numpy())
+
+    def test_push_a_file_and_pull_to_a_file(self):
+        path = os.path.join(self.tmp.name, "a.safetensors")
+        prefix, views, total = ckptd.safetensors_layout(self.state_dict(3))
+        with open(path, "wb") as out:
+            out.write(prefix)
+            for view in views:
+                out.write(view)
+        self.assertEqual(os.path.getsize(path), total)
+        self.client.push("files", 1, path)
+        restored = os.path.join(self.tmp.name, "b.safetensors")
+        self.assertEqual(self.client.pull_to_file("files", restored), total)
+        self.assertEqual(read(path, "rb"), read(restored, "rb"))
+
+    def test_lossy_policy_retention_tags_and_errors(self):
+        self.client.set_policy("lossy", {"mode": "lossy", "max_abs_error": 1e-3})
+        weights = {"w": torch.randn(256, 256)}
+        self.client.push("lossy", 1, weights)
+        back = self.client.pull("lossy")
+        self.assertLessEqual(float((back["w"] - weights["w"]).abs().max()), 1e-3)
+        self.client.push("lossy", 2, weights)
+        self.client.tag("lossy", 1, "keep")
+        self.client.set_retention("lossy", {"keep_last": 1})
+        with self.assertRaises(ckptd.CkptdError) as missing:
+            self.client.pull("lossy", 99)
+        self.assertEqual(missing.exception.status, 404)
+        self.assertEqual(missing.exception.code, "NOT_FOUND")
+        with self.assertRaises(ckptd.CkptdError) as stale:
+            self.client.push("lossy", 2, weights)
+        self.assertEqual(stale.exception.status, 409)
+        with self.assertRaises(ValueError):
+            ckptd.Client("ftp://x:1")
+
+    def test_installs_offline_with_debians_pip(self):
+        target = os.path.join(self.tmp.name, "site")
+        # A copy: setuptools writes build/ and *.egg-info next to the sources.
+        source = os.path.join(self.tmp.name, "src")
+        shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                     "client-lib", "python"), source,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        build = tempfile.mkdtemp(dir=self.tmp.name)
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-index",
+             "--no-deps", "--target", target, source],
+            capture_output=True, text=True, env=dict(os.environ, TMPDIR=build))
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertTrue(os.path.exists(os.path.join(target, "ckptd", "client.py")))
+
+
+def main():
+    global CKPTD
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ckptd", required=True)
+    args, rest = parser.parse_known_args()
+    CKPTD = args.ckptd
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
