@@ -316,6 +316,35 @@ void FiniteRange(const uint8_t* in, size_t n, double* lo, double* hi) {
   }
 }
 
+// Whether reconstruction r of the finite element x is acceptable: within `bound`, not a zero of
+// the wrong sign (-0.0 is kept as -0.0), not negative in a chunk without negative values
+// (variances, counts, Adam's exp_avg_sq).
+inline bool Acceptable(double x, double r, double bound, bool non_negative) {
+  return WithinBound(x, r, bound) && (x != 0 || r != 0 || std::signbit(r) == std::signbit(x)) &&
+         !(non_negative && std::signbit(r));
+}
+
+// Records element i: the symbol of z (and its extra bits) if `accepted`, else the element
+// verbatim, also as its reconstruction.
+template <size_t kElementSize>
+inline void EmitElement(bool accepted, uint64_t z, const uint8_t* xp, uint8_t* rp, size_t i,
+                        Quantized* out) {
+  uint8_t symbol = kExactSymbol;
+  if (accepted) {
+    uint32_t bits;
+    symbol = SymbolOf(z, &bits);
+    if (bits) {
+      out->extra.Put(z, bits);
+      out->extra_bits += bits;
+    }
+  } else {
+    std::memcpy(rp, xp, kElementSize);
+    out->exact.append(reinterpret_cast<const char*>(xp), kElementSize);
+    ++out->exact_count;
+  }
+  out->symbols[i] = symbol;
+}
+
 // Quantizes element i: its symbol (and extra bits, or the verbatim element), its history
 // state before this version (deltas with history) and its reconstruction in `recon`.
 template <DType D, typename Q, bool kHistory>
@@ -327,7 +356,7 @@ inline void QuantizeElement(const Q& quantizer, const uint8_t* in, const uint8_t
   uint8_t* rp = recon + i * E::kSize;
   const double x = E::Load(xp);
   const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
-  uint8_t symbol = kExactSymbol;
+  bool accepted = false;
   uint64_t z = 0;  // symbol 0 is "unchanged" for every quantizer
   bool proposed;
   double value;         // the move V(z) (additive quantizers), for the history state
@@ -379,26 +408,10 @@ inline void QuantizeElement(const Q& quantizer, const uint8_t* in, const uint8_t
     // Non-finite elements only ever restore bit-exactly. A pointwise bound is eps * |x|, rounded
     // down so that the check never passes an element the exact bound would not.
     const double element_bound = kLogQuantizer ? PointwiseBound(bound, x) : bound;
-    const bool accepted = std::isfinite(x)
-                              ? WithinBound(x, r, element_bound) &&
-                                    (x != 0 || r != 0 || std::signbit(r) == std::signbit(x)) &&
-                                    !(non_negative && std::signbit(r))
-                              : std::memcmp(rp, xp, E::kSize) == 0;
-    if (accepted) {
-      uint32_t bits;
-      symbol = SymbolOf(z, &bits);
-      if (bits) {
-        out->extra.Put(z, bits);
-        out->extra_bits += bits;
-      }
-    }
+    accepted = std::isfinite(x) ? Acceptable(x, r, element_bound, non_negative)
+                                : std::memcmp(rp, xp, E::kSize) == 0;
   }
-  if (symbol == kExactSymbol) {
-    std::memcpy(rp, xp, E::kSize);
-    out->exact.append(reinterpret_cast<const char*>(xp), E::kSize);
-    ++out->exact_count;
-  }
-  out->symbols[i] = symbol;
+  EmitElement<E::kSize>(accepted, z, xp, rp, i, out);
 }
 
 // Quantizes n elements: symbols, verbatim elements, and the reconstruction into `recon`.
@@ -512,44 +525,26 @@ void QuantizeLatticeElement(const UniformQuantizer& u, const uint8_t* in, const 
   const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
   double kp = 0;
   const bool indexed = lossy::LatticeIndex(p, u.inverse_step, &kp);
-  uint8_t symbol = kExactSymbol;
-  if (!indexed && ref) {
-    if (std::memcmp(xp, ref + i * E::kSize, E::kSize) == 0) {
-      std::memcpy(rp, xp, E::kSize);
-      symbol = 0;
-    }
+  if (!indexed && ref && std::memcmp(xp, ref + i * E::kSize, E::kSize) == 0) {
+    std::memcpy(rp, xp, E::kSize);  // z = 0 restores a reference without an index as it is
+    return EmitElement<E::kSize>(true, 0, xp, rp, i, out);
   }
+  bool accepted = false;
+  uint64_t z = 0;
   const double t = x * u.inverse_step;
-  if (symbol != 0 && std::abs(t) <= lossy::kMaxQuantized) {
+  if (std::abs(t) <= lossy::kMaxQuantized) {
     const double q = lossy::RoundToInteger(t) + 0.0 - kp;
     if (std::abs(q) <= lossy::kMaxQuantized && (indexed || q != 0)) {
       E::Store((kp + q) * u.step, rp);
-      const double r = E::Load(rp);
-      bool accepted;
       if constexpr (kExactTarget) {
         accepted = std::memcmp(rp, xp, E::kSize) == 0;
       } else {
-        accepted = WithinBound(x, r, bound) &&
-                   (x != 0 || r != 0 || std::signbit(r) == std::signbit(x)) &&
-                   !(non_negative && std::signbit(r));
+        accepted = Acceptable(x, E::Load(rp), bound, non_negative);
       }
-      if (accepted) {
-        const uint64_t z = lossy::ZigZag(static_cast<int64_t>(q));
-        uint32_t bits;
-        symbol = SymbolOf(z, &bits);
-        if (bits) {
-          out->extra.Put(z, bits);
-          out->extra_bits += bits;
-        }
-      }
+      z = lossy::ZigZag(static_cast<int64_t>(q));
     }
   }
-  if (symbol == kExactSymbol) {
-    std::memcpy(rp, xp, E::kSize);
-    out->exact.append(reinterpret_cast<const char*>(xp), E::kSize);
-    ++out->exact_count;
-  }
-  out->symbols[i] = symbol;
+  EmitElement<E::kSize>(accepted, z, xp, rp, i, out);
 }
 
 // Quantizes n elements in lattice mode. As in QuantizeElementsImpl, the common case (a direct
