@@ -7,8 +7,8 @@ import time
 
 
 class Daemon:
-    def __init__(self, binary, data_dir):
-        self.binary, self.data_dir = binary, data_dir
+    def __init__(self, binary, data_dir, log=None):
+        self.binary, self.data_dir, self.log = binary, data_dir, log
         self.proc = None
 
     def start(self):
@@ -16,7 +16,8 @@ class Daemon:
         if os.path.exists(ready):
             os.remove(ready)
         self.proc = subprocess.Popen([self.binary, "--listen", "127.0.0.1:0", "--data-dir",
-                                      self.data_dir, "--ready-file", ready, "--log-level", "warn"])
+                                      self.data_dir, "--ready-file", ready, "--log-level", "warn"],
+                                     stdout=self.log, stderr=self.log)
         for _ in range(3000):
             if os.path.exists(ready) and open(ready).read().strip():
                 break
