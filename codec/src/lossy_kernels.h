@@ -144,6 +144,22 @@ inline __m128i PackMasks(__m128d lo, __m128d hi) {
       _mm_shuffle_ps(_mm_castpd_ps(lo), _mm_castpd_ps(hi), _MM_SHUFFLE(2, 0, 2, 0)));
 }
 
+// RoundToInteger(v) + 0.0 for two lanes (quantizers.h: exact for |v| < 2^51, ties to even).
+inline __m128d RoundToIntegerTwo(__m128d v) {
+  const __m128d magic = _mm_set1_pd(0x1.8p52);
+  return _mm_add_pd(_mm_sub_pd(_mm_add_pd(v, magic), magic), _mm_setzero_pd());
+}
+
+// The four direct symbols of `four` (one per byte) as 32-bit lanes q = unzigzag(z) =
+// (z >> 1) ^ -(z & 1).
+inline __m128i UnzigzagFour(uint32_t four) {
+  const __m128i zero = _mm_setzero_si128();
+  const __m128i z =
+      _mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(static_cast<int>(four)), zero), zero);
+  return _mm_xor_si128(_mm_srli_epi32(z, 1),
+                       _mm_sub_epi32(zero, _mm_and_si128(z, _mm_set1_epi32(1))));
+}
+
 // NextHistory for four lanes: `state` the states before, `value_lo`/`value_hi` the moves.
 inline __m128i NextHistoryFour(__m128i state, __m128d value_lo, __m128d value_hi) {
   const __m128d zero = _mm_setzero_pd();
@@ -182,11 +198,8 @@ inline bool QuantizeFourF32(const uint8_t* in, const uint8_t* ref, double step, 
   const __m128d inv = _mm_set1_pd(inverse_step);
   const __m128d t_lo = _mm_mul_pd(_mm_sub_pd(x_lo, p_lo), inv);
   const __m128d t_hi = _mm_mul_pd(_mm_sub_pd(x_hi, p_hi), inv);
-  // RoundToInteger(t) + 0.0
-  const __m128d magic = _mm_set1_pd(0x1.8p52);
   const __m128d dzero = _mm_setzero_pd();
-  const __m128d q_lo = _mm_add_pd(_mm_sub_pd(_mm_add_pd(t_lo, magic), magic), dzero);
-  const __m128d q_hi = _mm_add_pd(_mm_sub_pd(_mm_add_pd(t_hi, magic), magic), dzero);
+  const __m128d q_lo = RoundToIntegerTwo(t_lo), q_hi = RoundToIntegerTwo(t_hi);
   const __m128d step2 = _mm_set1_pd(step);
   const __m128d value_lo = _mm_mul_pd(q_lo, step2), value_hi = _mm_mul_pd(q_hi, step2);
   const __m128i rounded = _mm_castps_si128(_mm_movelh_ps(_mm_cvtpd_ps(_mm_add_pd(p_lo, value_lo)),
@@ -236,13 +249,10 @@ inline bool QuantizeFourLatticeF32(const uint8_t* in, const uint8_t* ref, double
   const __m128d pt_lo = _mm_mul_pd(_mm_cvtps_pd(p), inv);
   const __m128d pt_hi = _mm_mul_pd(_mm_cvtps_pd(_mm_movehl_ps(p, p)), inv);
   const __m128d t_lo = _mm_mul_pd(x_lo, inv), t_hi = _mm_mul_pd(x_hi, inv);
-  const __m128d magic = _mm_set1_pd(0x1.8p52);
   const __m128d dzero = _mm_setzero_pd();
-  auto round = [&](__m128d v) {  // RoundToInteger(v) + 0.0
-    return _mm_add_pd(_mm_sub_pd(_mm_add_pd(v, magic), magic), dzero);
-  };
-  const __m128d kp_lo = round(pt_lo), kp_hi = round(pt_hi);
-  const __m128d q_lo = _mm_sub_pd(round(t_lo), kp_lo), q_hi = _mm_sub_pd(round(t_hi), kp_hi);
+  const __m128d kp_lo = RoundToIntegerTwo(pt_lo), kp_hi = RoundToIntegerTwo(pt_hi);
+  const __m128d q_lo = _mm_sub_pd(RoundToIntegerTwo(t_lo), kp_lo);
+  const __m128d q_hi = _mm_sub_pd(RoundToIntegerTwo(t_hi), kp_hi);
   const __m128d step2 = _mm_set1_pd(step);
   const __m128 r = _mm_movelh_ps(_mm_cvtpd_ps(_mm_mul_pd(_mm_add_pd(kp_lo, q_lo), step2)),
                                  _mm_cvtpd_ps(_mm_mul_pd(_mm_add_pd(kp_hi, q_hi), step2)));
@@ -296,15 +306,8 @@ inline bool DecodeFourLatticeF32(uint32_t four, double step, double inverse_step
   const __m128d indexed = _mm_and_pd(_mm_cmple_pd(_mm_and_pd(pt_lo, abs_mask), max_index),
                                      _mm_cmple_pd(_mm_and_pd(pt_hi, abs_mask), max_index));
   if (_mm_movemask_pd(indexed) != 3) return false;
-  const __m128d magic = _mm_set1_pd(0x1.8p52);
-  const __m128d dzero = _mm_setzero_pd();
-  const __m128d kp_lo = _mm_add_pd(_mm_sub_pd(_mm_add_pd(pt_lo, magic), magic), dzero);
-  const __m128d kp_hi = _mm_add_pd(_mm_sub_pd(_mm_add_pd(pt_hi, magic), magic), dzero);
-  const __m128i zero = _mm_setzero_si128();
-  const __m128i z =
-      _mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(static_cast<int>(four)), zero), zero);
-  const __m128i q =
-      _mm_xor_si128(_mm_srli_epi32(z, 1), _mm_sub_epi32(zero, _mm_and_si128(z, _mm_set1_epi32(1))));
+  const __m128d kp_lo = RoundToIntegerTwo(pt_lo), kp_hi = RoundToIntegerTwo(pt_hi);
+  const __m128i q = UnzigzagFour(four);
   const __m128d step2 = _mm_set1_pd(step);
   const __m128d r_lo = _mm_mul_pd(_mm_add_pd(kp_lo, _mm_cvtepi32_pd(q)), step2);
   const __m128d r_hi =
@@ -319,12 +322,7 @@ inline bool DecodeFourLatticeF32(uint32_t four, double step, double inverse_step
 // the sum with the reference in double, one rounding to float, NextHistory, WithHistory), four
 // at a time.
 inline void DecodeFourDirectF32(uint32_t four, double step, const uint8_t* ref, uint8_t* out) {
-  const __m128i zero = _mm_setzero_si128();
-  const __m128i z =
-      _mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(static_cast<int>(four)), zero), zero);
-  // q = unzigzag(z) = (z >> 1) ^ -(z & 1)
-  const __m128i q =
-      _mm_xor_si128(_mm_srli_epi32(z, 1), _mm_sub_epi32(zero, _mm_and_si128(z, _mm_set1_epi32(1))));
+  const __m128i q = UnzigzagFour(four);
   const __m128d step2 = _mm_set1_pd(step);
   const __m128d value_lo = _mm_mul_pd(_mm_cvtepi32_pd(q), step2);
   const __m128d value_hi = _mm_mul_pd(_mm_cvtepi32_pd(_mm_shuffle_epi32(q, 0xee)), step2);

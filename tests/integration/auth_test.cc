@@ -9,39 +9,31 @@
 #include <iostream>
 
 #include "ckpt/client/client.h"
-#include "daemon_process.h"
+#include "daemon_fixture.h"
 #include "raw_http.h"
 #include "test_support.h"
 
 namespace ckpt {
 namespace {
 
-using testing::DaemonProcess;
 using testing::DriftingModel;
 using testing::RawHttp;
 using testing::Sha256Hex;
 using testing::TempDir;
 
-class AuthTest : public ::testing::Test {
+class AuthTest : public testing::DaemonFixture {
  protected:
   void SetUp() override {
-    const auto config = dir_.path() / "auth.toml";
-    std::ofstream out(config);
+    std::string config;
     auto token = [&](const char* name, const char* secret, const char* scope, const char* prefix) {
-      out << "[[auth.tokens]]\nname = \"" << name << "\"\nsha256 = \"" << Sha256Hex(secret)
-          << "\"\nscope = \"" << scope << "\"\nmodel_prefix = \"" << prefix << "\"\n";
+      config += "[[auth.tokens]]\nname = \"" + std::string(name) + "\"\nsha256 = \"" +
+                Sha256Hex(secret) + "\"\nscope = \"" + scope + "\"\nmodel_prefix = \"" + prefix +
+                "\"\n";
     };
     token("reader", "read-secret", "read", "");
     token("team-writer", "team-secret", "write", "team-");
     token("ops", "admin-secret", "admin", "");
-    out.close();
-    daemon_ = std::make_unique<DaemonProcess>(
-        CKPTD_BINARY, dir_.path(), std::vector<std::string>{"--config", config.string()});
-    ASSERT_TRUE(daemon_->Start()) << daemon_->log();
-  }
-
-  void TearDown() override {
-    if (HasFailure() && daemon_) std::cerr << "---- ckptd log ----\n" << daemon_->log();
+    ASSERT_NO_FATAL_FAILURE(StartDaemon(config));
   }
 
   Client ClientWith(const std::string& token) {
@@ -62,9 +54,6 @@ class AuthTest : public ::testing::Test {
     auto r = http.Read();
     return {r.status, r.body};
   }
-
-  TempDir dir_;
-  std::unique_ptr<DaemonProcess> daemon_;
 };
 
 TEST_F(AuthTest, TokensScopesAndPrefixesAreEnforcedOverHttp) {

@@ -3,43 +3,30 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <fstream>
-#include <iostream>
 
 #include "ckpt/client/client.h"
-#include "daemon_process.h"
+#include "daemon_fixture.h"
 #include "raw_http.h"
 #include "test_support.h"
 
 namespace ckpt {
 namespace {
 
-using testing::DaemonProcess;
 using testing::DriftingModel;
 using testing::RawHttp;
-using testing::TempDir;
 
-class LimitsTest : public ::testing::Test {
+class LimitsTest : public testing::DaemonFixture {
  protected:
   void SetUp() override {
-    const auto config = dir_.path() / "limits.toml";
-    std::ofstream(config) << "[server]\nmax_connections = 3\nidle_timeout_seconds = 1\n"
-                             "io_timeout_seconds = 1\n[storage]\nmax_tensors_per_checkpoint = 3\n";
-    daemon_ = std::make_unique<DaemonProcess>(
-        CKPTD_BINARY, dir_.path(), std::vector<std::string>{"--config", config.string()});
-    ASSERT_TRUE(daemon_->Start()) << daemon_->log();
-  }
-  void TearDown() override {
-    if (HasFailure() && daemon_) std::cerr << "---- ckptd log ----\n" << daemon_->log();
+    ASSERT_NO_FATAL_FAILURE(
+        StartDaemon("[server]\nmax_connections = 3\nidle_timeout_seconds = 1\n"
+                    "io_timeout_seconds = 1\n[storage]\nmax_tensors_per_checkpoint = 3\n"));
   }
 
   bool Healthy() {
     RawHttp http(daemon_->port());
     return http.Send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n") && http.Read().status == 200;
   }
-
-  TempDir dir_;
-  std::unique_ptr<DaemonProcess> daemon_;
 };
 
 TEST_F(LimitsTest, ConnectionsBeyondTheLimitGet503AndOthersKeepWorking) {

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "ckpt/client/client.h"
-#include "daemon_process.h"
+#include "daemon_fixture.h"
 #include "raw_http.h"
 #include "test_support.h"
 
@@ -21,15 +21,9 @@ using testing::DriftingModel;
 using testing::RawHttp;
 using testing::TempDir;
 
-class ObservabilityTest : public ::testing::Test {
+class ObservabilityTest : public testing::DaemonFixture {
  protected:
-  void SetUp() override {
-    daemon_ = std::make_unique<DaemonProcess>(CKPTD_BINARY, dir_.path());
-    ASSERT_TRUE(daemon_->Start()) << daemon_->log();
-  }
-  void TearDown() override {
-    if (HasFailure() && daemon_) std::cerr << "---- ckptd log ----\n" << daemon_->log();
-  }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(StartDaemon()); }
 
   testing::RawResponse Get(const std::string& target, const std::string& extra_headers = "") {
     RawHttp http(daemon_->port());
@@ -43,9 +37,6 @@ class ObservabilityTest : public ::testing::Test {
     if (at == std::string::npos) return -1;
     return std::stod(text.substr(at + series.size() + 2));
   }
-
-  TempDir dir_;
-  std::unique_ptr<DaemonProcess> daemon_;
 };
 
 TEST_F(ObservabilityTest, MetricsCoverRequestsModelsStoreAndEngine) {

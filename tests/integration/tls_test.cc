@@ -9,7 +9,7 @@
 #include <iostream>
 
 #include "ckpt/client/client.h"
-#include "daemon_process.h"
+#include "daemon_fixture.h"
 #include "test_support.h"
 
 namespace ckpt {
@@ -24,7 +24,7 @@ int Shell(const std::string& command) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-class TlsTest : public ::testing::Test {
+class TlsTest : public testing::DaemonFixture {
  protected:
   void SetUp() override {
     const std::string d = dir_.path().string();
@@ -48,20 +48,11 @@ class TlsTest : public ::testing::Test {
     ASSERT_EQ(Shell(script), 0) << "openssl failed: see " << d << "/openssl.log";
   }
 
-  void StartDaemon(bool require_client_cert) {
-    const auto config = dir_.path() / "tls.toml";
-    std::ofstream out(config);
-    out << "[server]\ntls_cert_file = \"" << Path("server.crt") << "\"\ntls_key_file = \""
-        << Path("server.key") << "\"\n";
-    if (require_client_cert) out << "tls_client_ca_file = \"" << Path("ca.crt") << "\"\n";
-    out.close();
-    daemon_ = std::make_unique<DaemonProcess>(
-        CKPTD_BINARY, dir_.path(), std::vector<std::string>{"--config", config.string()});
-    ASSERT_TRUE(daemon_->Start()) << daemon_->log();
-  }
-
-  void TearDown() override {
-    if (HasFailure() && daemon_) std::cerr << "---- ckptd log ----\n" << daemon_->log();
+  void StartTlsDaemon(bool require_client_cert) {
+    std::string config = "[server]\ntls_cert_file = \"" + Path("server.crt") +
+                         "\"\ntls_key_file = \"" + Path("server.key") + "\"\n";
+    if (require_client_cert) config += "tls_client_ca_file = \"" + Path("ca.crt") + "\"\n";
+    ASSERT_NO_FATAL_FAILURE(StartDaemon(config));
   }
 
   std::string Path(const std::string& name) const { return (dir_.path() / name).string(); }
@@ -78,13 +69,10 @@ class TlsTest : public ::testing::Test {
     options.client_key_file = key;
     return Client::Create(options);
   }
-
-  TempDir dir_;
-  std::unique_ptr<DaemonProcess> daemon_;
 };
 
 TEST_F(TlsTest, PushAndPullOverHttpsAndWhatIsRefused) {
-  ASSERT_NO_FATAL_FAILURE(StartDaemon(false));
+  ASSERT_NO_FATAL_FAILURE(StartTlsDaemon(false));
   DriftingModel drift(80, 50000);
   const std::string v1 = drift.Next(), v2 = drift.Next();
   for (const std::string host : {"localhost", "127.0.0.1"}) {
@@ -126,7 +114,7 @@ TEST_F(TlsTest, PushAndPullOverHttpsAndWhatIsRefused) {
 }
 
 TEST_F(TlsTest, ClientCertificatesAreRequiredWhenConfigured) {
-  ASSERT_NO_FATAL_FAILURE(StartDaemon(true));
+  ASSERT_NO_FATAL_FAILURE(StartTlsDaemon(true));
   auto without = ClientFor(HttpsUrl(), Path("ca.crt"));
   ASSERT_TRUE(without.ok());
   EXPECT_FALSE(without->ListModels().ok());

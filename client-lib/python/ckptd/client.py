@@ -163,14 +163,24 @@ class Client:
         tensors, _ = self.pull_with_metadata(model, version, as_torch)
         return tensors
 
-    def pull_with_metadata(self, model, version="latest", as_torch=True):
-        path = f"/v1/models/{self._quote(model)}/versions/{self._quote(version)}"
+    def _open_restore(self, model, version):
+        """(connection, response) of GET version; raises CkptdError unless 200. The caller
+        closes the connection."""
         conn = self._connect()
         try:
-            conn.request("GET", path, headers=self._headers())
+            conn.request("GET", f"/v1/models/{self._quote(model)}/versions/{self._quote(version)}",
+                         headers=self._headers())
             response = conn.getresponse()
             if response.status != 200:
                 self._raise_for(response)
+            return conn, response
+        except BaseException:
+            conn.close()
+            raise
+
+    def pull_with_metadata(self, model, version="latest", as_torch=True):
+        conn, response = self._open_restore(model, version)
+        try:
             expected = response.getheader("X-Ckpt-Sha256")
             total = int(response.getheader("Content-Length", "0"))
             progress = _Progress(f"pull {model}@{version}", total, self._progress)
@@ -194,13 +204,8 @@ class Client:
 
     def pull_to_file(self, model, path, version="latest"):
         """Restores `version` into a safetensors file (SHA-256 verified). Returns its size."""
-        url = f"/v1/models/{self._quote(model)}/versions/{self._quote(version)}"
-        conn = self._connect()
+        conn, response = self._open_restore(model, version)
         try:
-            conn.request("GET", url, headers=self._headers())
-            response = conn.getresponse()
-            if response.status != 200:
-                self._raise_for(response)
             expected = response.getheader("X-Ckpt-Sha256")
             sha, size = hashlib.sha256(), 0
             with open(path, "wb") as out:
