@@ -671,20 +671,29 @@ TEST(LossyCodec, PayloadsOfTheFirstReleaseStillDecode) {
   }
 }
 
+// Decodes a golden keyframe (8192 F32 elements) and a delta against it, checks both against the
+// FNV-1a hashes of what the writing release reconstructed, and returns the delta's output.
+std::vector<uint8_t> DecodeGoldenPair(const char* keyframe_hex, uint64_t keyframe_fnv,
+                                      const char* delta_hex, uint64_t delta_fnv) {
+  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
+  EXPECT_TRUE(decoder.ok());
+  const std::string keyframe = FromHex(keyframe_hex), delta = FromHex(delta_hex);
+  std::vector<uint8_t> first(8192 * 4), second(8192 * 4);
+  EXPECT_TRUE((*decoder)->Decode(DType::kF32, AsBytes(keyframe), std::nullopt, first).ok());
+  EXPECT_EQ(Fnv1a(first), keyframe_fnv);
+  EXPECT_TRUE((*decoder)
+                  ->Decode(DType::kF32, AsBytes(delta), std::span<const uint8_t>(first), second)
+                  .ok());
+  EXPECT_EQ(Fnv1a(second), delta_fnv);
+  return second;
+}
+
 // Payloads with element history (history contexts, four rANS states) decode to the bytes the
 // release that wrote them reconstructed, history bits included.
 TEST(LossyCodec, PayloadsWithElementHistoryStillDecode) {
-  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
-  ASSERT_TRUE(decoder.ok());
-  const std::string keyframe = FromHex(golden::kHistoryKeyframeHex);
-  const std::string delta = FromHex(golden::kHistoryDeltaHex);
-  std::vector<uint8_t> first(8192 * 4), second(8192 * 4);
-  ASSERT_TRUE((*decoder)->Decode(DType::kF32, AsBytes(keyframe), std::nullopt, first).ok());
-  EXPECT_EQ(Fnv1a(first), golden::kHistoryKeyframeFnv);
-  ASSERT_TRUE((*decoder)
-                  ->Decode(DType::kF32, AsBytes(delta), std::span<const uint8_t>(first), second)
-                  .ok());
-  EXPECT_EQ(Fnv1a(second), golden::kHistoryDeltaFnv);
+  const std::vector<uint8_t> second =
+      DecodeGoldenPair(golden::kHistoryKeyframeHex, golden::kHistoryKeyframeFnv,
+                       golden::kHistoryDeltaHex, golden::kHistoryDeltaFnv);
   for (size_t i = 0; i < 8192; ++i) {
     const double d = static_cast<double>(i);
     const double x = static_cast<float>(0.03 * std::sin(d / 50.0) + 0.012 * std::sin(d / 13.0) +
@@ -694,17 +703,9 @@ TEST(LossyCodec, PayloadsWithElementHistoryStillDecode) {
 }
 
 TEST(LossyCodec, LatticePayloadsStillDecode) {
-  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
-  ASSERT_TRUE(decoder.ok());
-  const std::string keyframe = FromHex(golden::kLatticeKeyframeHex);
-  const std::string delta = FromHex(golden::kLatticeDeltaHex);
-  std::vector<uint8_t> first(8192 * 4), second(8192 * 4);
-  ASSERT_TRUE((*decoder)->Decode(DType::kF32, AsBytes(keyframe), std::nullopt, first).ok());
-  EXPECT_EQ(Fnv1a(first), golden::kLatticeKeyframeFnv);
-  ASSERT_TRUE((*decoder)
-                  ->Decode(DType::kF32, AsBytes(delta), std::span<const uint8_t>(first), second)
-                  .ok());
-  EXPECT_EQ(Fnv1a(second), golden::kLatticeDeltaFnv);
+  const std::vector<uint8_t> second =
+      DecodeGoldenPair(golden::kLatticeKeyframeHex, golden::kLatticeKeyframeFnv,
+                       golden::kLatticeDeltaHex, golden::kLatticeDeltaFnv);
   // Every element is a lattice point of pitch 2 * 5e-3 (none of these went verbatim).
   for (size_t i = 0; i < 8192; ++i) {
     const double r = Load(DType::kF32, second.data() + 4 * i);
