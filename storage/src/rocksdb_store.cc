@@ -1122,7 +1122,8 @@ class RocksCheckpointStore final : public CheckpointStore {
       }
     }
     // Every version restored in full: chain links, decoded checksums, the body's SHA-256.
-    for (const auto& [version, listed] : chains.versions) {
+    for (const auto& entry : chains.versions) {
+      const uint64_t version = entry.first;  // named: lambdas below capture it
       // A fresh snapshot per version (a stream owns its snapshot); a version deleted since the
       // listing is skipped.
       const rocksdb::Snapshot* snapshot = db_->GetSnapshot();

@@ -11,7 +11,8 @@
 #include <limits>
 #include <random>
 
-#include "quantizers.h"  // internal: DeterministicExp2
+#include "lossy_kernels.h"  // internal: the software binary16 conversions
+#include "quantizers.h"     // internal: DeterministicExp2
 #include "test_support.h"
 #include "testdata/lossy_history_payloads.h"
 #include "testdata/lossy_lattice_payloads.h"
@@ -19,6 +20,54 @@
 
 namespace ckpt {
 namespace {
+
+#if defined(__FLT16_MANT_DIG__)
+// Builds without a native half type (clang 14, the fuzzing build) convert F16 in software; the
+// payloads they read and write must be the same, so both conversions must agree bit for bit.
+TEST(SoftwareHalf, MatchesTheNativeConversionsExactly) {
+  for (uint32_t h = 0; h <= 0xffff; ++h) {
+    const auto bits = static_cast<uint16_t>(h);
+    _Float16 native;
+    std::memcpy(&native, &bits, 2);
+    const double expected = static_cast<double>(native), got = lossy::HalfBitsToDouble(bits);
+    if (std::isnan(expected)) {
+      ASSERT_TRUE(std::isnan(got)) << std::hex << h;
+    } else {
+      ASSERT_EQ(std::bit_cast<uint64_t>(got), std::bit_cast<uint64_t>(expected)) << std::hex << h;
+    }
+  }
+  auto check = [](double v) {
+    const _Float16 native = static_cast<_Float16>(v);
+    uint16_t expected;
+    std::memcpy(&expected, &native, 2);
+    ASSERT_EQ(lossy::DoubleToHalfBits(v), expected) << std::hexfloat << v;
+  };
+  // Every half value, the midpoints between neighbours and the doubles just beside them
+  // (ties to even, double rounding), then random doubles over the whole range.
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    const double lo = lossy::HalfBitsToDouble(static_cast<uint16_t>(h));
+    const double hi =
+        h + 1 == 0x7c00 ? 65536.0 : lossy::HalfBitsToDouble(static_cast<uint16_t>(h + 1));
+    const double mid = (lo + hi) / 2;
+    for (double v : {lo, mid, std::nextafter(mid, 0.0), std::nextafter(mid, 1e9), hi}) {
+      check(v);
+      check(-v);
+    }
+  }
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 1'000'000; ++i) {
+    const double v = std::bit_cast<double>(rng());
+    if (!std::isnan(v)) check(v);
+    check(std::ldexp(std::uniform_real_distribution<double>(-1, 1)(rng), -30 + i % 50));
+  }
+  for (double v :
+       {0.0, -0.0, 65504.0, 65519.999, 65520.0, 1e300, -1e-300, 0x1p-25, 0x1p-24, 0x1.8p-25,
+        std::numeric_limits<double>::infinity(), std::numeric_limits<double>::denorm_min()}) {
+    check(v);
+    check(-v);
+  }
+}
+#endif
 
 // Values as doubles <-> bytes of a dtype (round to nearest, as a client would store them).
 std::vector<uint8_t> Pack(DType dtype, const std::vector<double>& values) {
