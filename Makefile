@@ -6,7 +6,8 @@ RELEASE_DIR  ?= build-release
 CONFIG       ?= config/ckptd.toml
 JOBS         ?= $(shell nproc)
 
-.PHONY: deps run test test-asan test-tsan build release bench clean format recovery-walkthrough
+.PHONY: deps run test test-asan test-tsan build release bench clean format recovery-walkthrough \
+	fuzz fuzz-seeds
 
 deps:
 	@./scripts/install-deps.sh
@@ -15,7 +16,9 @@ build: deps
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_WERROR=ON
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# The status page's test drives headless Chromium (Debian's chromium package).
 test: build
+	@./scripts/install-deps.sh --browser
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 # The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer (integration tests run
@@ -37,6 +40,20 @@ test-tsan: deps
 	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/sanitizers/tsan.supp" \
 	  ctest --output-on-failure -j $(JOBS) --timeout 900 -E RecoveryRemovesChunksOfInterruptedPush
 
+# libFuzzer harnesses (tests/fuzz) built with clang, ASan and UBSan, each run FUZZ_SECONDS
+# (default 60) from the seed corpus. Crashing inputs land in build-fuzz/fuzz-artifacts/.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@./scripts/install-deps.sh --fuzz
+	cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCKPT_BUILD_FUZZ=ON -DCKPT_BUILD_TESTS=OFF -DCKPT_BUILD_BENCH=OFF -DCKPT_SANITIZE=address,undefined
+	cmake --build build-fuzz -j $(JOBS)
+	./scripts/run-fuzzers.sh build-fuzz $(FUZZ_SECONDS)
+
+# Rewrites the seed corpora in tests/fuzz/corpus from the current codecs and formats.
+fuzz-seeds: build
+	./$(BUILD_DIR)/tests/fuzz/fuzz_make_seeds tests/fuzz/corpus
+
 release: deps
 	cmake -S . -B $(RELEASE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCKPT_BUILD_TESTS=OFF
 	cmake --build $(RELEASE_DIR) -j $(JOBS)
@@ -56,4 +73,4 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD_DIR) $(RELEASE_DIR) build-asan build-tsan
+	rm -rf $(BUILD_DIR) $(RELEASE_DIR) build-asan build-tsan build-fuzz

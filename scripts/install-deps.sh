@@ -16,6 +16,17 @@ PACKAGES=(
   python3-pip python3-setuptools
 )
 
+# Optional groups, named on the command line:
+#   --fuzz     clang and its libFuzzer runtime (make fuzz)
+#   --browser  Chromium, headless (the status page's browser test)
+for group in "$@"; do
+  case "$group" in
+    --fuzz) PACKAGES+=(clang libclang-rt-14-dev) ;;
+    --browser) PACKAGES+=(chromium) ;;
+    *) echo "install-deps: unknown option $group" >&2; exit 2 ;;
+  esac
+done
+
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)

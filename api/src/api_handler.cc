@@ -5,10 +5,18 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "status_page.h"
+
 namespace ckpt::api {
 namespace {
 
 using nlohmann::json;
+
+// Serializes a response document. Invalid UTF-8 (a label or a path segment echoed in an error
+// message can hold any bytes) becomes U+FFFD instead of an exception.
+std::string Dump(const json& doc) {
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 std::string Iso8601(int64_t ms) {
   std::time_t seconds = static_cast<std::time_t>(ms / 1000);
@@ -167,7 +175,7 @@ json ModelJson(const ModelInfo& m) {
 ApiResponse JsonResponse(int status, const json& body) {
   ApiResponse r;
   r.status = status;
-  r.body = body.dump();
+  r.body = Dump(body);
   r.body.push_back('\n');
   return r;
 }
@@ -225,18 +233,17 @@ Result<PushOptions> ParsePushQuery(std::string_view query) {
 }
 
 std::string RetentionReportJson(const RetentionReport& report) {
-  return RetentionJson(report).dump();
+  return Dump(RetentionJson(report));
 }
 
-std::string ScrubReportJson(const ScrubReport& report) { return ScrubJson(report).dump(); }
+std::string ScrubReportJson(const ScrubReport& report) { return Dump(ScrubJson(report)); }
 
 std::string BackupResultJson(const BackupResult& b) {
-  return json{{"dir", b.dir},
-              {"backup_id", b.backup_id},
-              {"created_at", Iso8601(b.created_at_ms)},
-              {"size_bytes", b.size_bytes},
-              {"files", b.files}}
-      .dump();
+  return Dump(json{{"dir", b.dir},
+                   {"backup_id", b.backup_id},
+                   {"created_at", Iso8601(b.created_at_ms)},
+                   {"size_bytes", b.size_bytes},
+                   {"files", b.files}});
 }
 
 Result<uint64_t> ParseVersionNumber(std::string_view text) {
@@ -256,6 +263,8 @@ Result<uint64_t> ParseVersionNumber(std::string_view text) {
 
 std::string_view RouteName(RouteKind kind) {
   switch (kind) {
+    case RouteKind::kStatusPage:
+      return "status_page";
     case RouteKind::kHealth:
       return "health";
     case RouteKind::kListModels:
@@ -293,7 +302,14 @@ Route ApiHandler::Classify(std::string_view target) {
   const auto parts = SplitPath(target.substr(0, query));
   Route route;
   if (query != std::string_view::npos) route.query = std::string(target.substr(query + 1));
-  if (parts.size() == 1 && parts[0] == "healthz") {
+  if (parts.size() == 1 && parts[0].empty()) {
+    route.kind = RouteKind::kStatusPage;
+    // The model filter; a malformed query shows the overview (the page takes no other input).
+    (void)ForEachQueryParam(route.query, [&](const std::string& key, const std::string& value) {
+      if (key == "model") route.model = value;
+      return Status::Ok();
+    });
+  } else if (parts.size() == 1 && parts[0] == "healthz") {
     route.kind = RouteKind::kHealth;
   } else if (parts.size() == 1 && parts[0] == "metrics") {
     route.kind = RouteKind::kMetrics;
@@ -397,6 +413,19 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
   switch (route.kind) {
     case RouteKind::kUnknown:
       return ErrorResponse(Status::NotFound("no such endpoint"));
+    case RouteKind::kStatusPage: {
+      if (method != "GET" && method != "HEAD") return MethodNotAllowed(method, "GET, HEAD");
+      auto page = RenderStatusPage(*store_, {route.model, route.model_prefix});
+      if (!page.ok()) return ErrorResponse(page.status());
+      ApiResponse r;
+      r.content_type = "text/html; charset=utf-8";
+      r.body = std::move(*page);
+      // The page is self-contained: the browser may fetch nothing, run nothing.
+      r.headers.emplace_back("Content-Security-Policy",
+                             "default-src 'none'; style-src 'unsafe-inline'");
+      r.headers.emplace_back("Cache-Control", "no-store");
+      return r;
+    }
     case RouteKind::kHealth:
       if (method != "GET" && method != "HEAD") return MethodNotAllowed(method, "GET, HEAD");
       return JsonResponse(200, {{"status", "ok"}});

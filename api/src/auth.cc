@@ -1,6 +1,7 @@
 #include "ckpt/api/auth.h"
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 
 #include <set>
 
@@ -10,6 +11,37 @@ namespace ckpt::api {
 namespace {
 
 constexpr std::string_view kBearer = "Bearer ";
+constexpr std::string_view kBasic = "Basic ";
+
+// Whether `header` starts with `scheme` (compared case-insensitively, as HTTP schemes are).
+bool HasScheme(std::string_view header, std::string_view scheme) {
+  if (header.size() <= scheme.size()) return false;
+  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+  for (size_t i = 0; i < scheme.size(); ++i) {
+    if (lower(header[i]) != lower(scheme[i])) return false;
+  }
+  return true;
+}
+
+// The token of "Bearer <token>", or the password of "Basic base64(<user>:<password>)" (what a
+// browser sends for the status page; the user name is ignored). nullopt if neither.
+std::optional<std::string> PresentedToken(std::string_view header) {
+  if (HasScheme(header, kBearer)) return std::string(header.substr(kBearer.size()));
+  if (!HasScheme(header, kBasic)) return std::nullopt;
+  const std::string_view encoded = header.substr(kBasic.size());
+  if (encoded.size() % 4 != 0 || encoded.size() > 4096) return std::nullopt;
+  std::string decoded(encoded.size() / 4 * 3, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(decoded.data()),
+                                reinterpret_cast<const unsigned char*>(encoded.data()),
+                                static_cast<int>(encoded.size()));
+  if (n < 0) return std::nullopt;
+  // EVP_DecodeBlock counts the bytes the '=' padding stands for.
+  const size_t padding = encoded.ends_with("==") ? 2 : encoded.ends_with("=") ? 1 : 0;
+  decoded.resize(static_cast<size_t>(n) - padding);
+  const size_t colon = decoded.find(':');
+  if (colon == std::string::npos) return std::nullopt;
+  return decoded.substr(colon + 1);
+}
 
 bool HexToDigest(std::string_view hex, std::array<uint8_t, 32>* out) {
   if (hex.size() != 64) return false;
@@ -89,6 +121,7 @@ std::optional<Requirement> Authorizer::RequirementFor(std::string_view method, c
       return Requirement{Scope::kAdmin, true};
     case RouteKind::kMetrics:  // names every model
       return Requirement{Scope::kRead, true};
+    case RouteKind::kStatusPage:  // shows the models the token's prefix covers
     case RouteKind::kListModels:
     case RouteKind::kModel:
     case RouteKind::kListVersions:
@@ -100,6 +133,12 @@ std::optional<Requirement> Authorizer::RequirementFor(std::string_view method, c
       return Requirement{read_or_write, false};
   }
   return Requirement{Scope::kAdmin, true};
+}
+
+std::string Authorizer::Challenge(const Route& route) {
+  // Browsers ask for Basic credentials themselves; the page is what people open in one.
+  return route.kind == RouteKind::kStatusPage ? "Basic realm=\"ckptd\", charset=\"UTF-8\""
+                                              : "Bearer realm=\"ckptd\"";
 }
 
 std::string Authorizer::TokenDigestHex(std::string_view token) {
@@ -116,16 +155,14 @@ Result<Principal> Authorizer::Authorize(std::string_view authorization, std::str
   if (authorization.empty()) {
     return Status::Unauthenticated("this endpoint needs an 'Authorization: Bearer <token>' header");
   }
-  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
-  bool bearer = authorization.size() > kBearer.size();
-  for (size_t i = 0; bearer && i < kBearer.size(); ++i) {
-    bearer = lower(authorization[i]) == lower(kBearer[i]);  // the scheme is case-insensitive
-  }
-  if (!bearer) {
-    return Status::Unauthenticated("the Authorization header must be 'Bearer <token>'");
+  const std::optional<std::string> token = PresentedToken(authorization);
+  if (!token) {
+    return Status::Unauthenticated(
+        "the Authorization header must be 'Bearer <token>' (or Basic with the token as the "
+        "password)");
   }
   std::array<uint8_t, 32> presented;
-  HexToDigest(TokenDigestHex(authorization.substr(kBearer.size())), &presented);
+  HexToDigest(TokenDigestHex(*token), &presented);
   // Every grant is compared, in constant time, whatever matched before.
   const Grant* match = nullptr;
   for (const Grant& g : grants_) {

@@ -253,6 +253,19 @@ class HttpServerImpl final : public HttpServer {
     socket.close(ignored);
   }
 
+  // Completion of a session coroutine. Expected failures are Status values, so an exception
+  // here is a bug: the connection is gone, the daemon serves on, and the log says why.
+  static void LogEscapedException(std::exception_ptr error) {
+    if (!error) return;
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      spdlog::error("a connection was dropped by an unexpected exception: {}", e.what());
+    } catch (...) {
+      spdlog::error("a connection was dropped by an unexpected non-standard exception");
+    }
+  }
+
   net::awaitable<void> AcceptLoop() {
     for (;;) {
       beast::error_code ec;
@@ -272,9 +285,9 @@ class HttpServerImpl final : public HttpServer {
       }
       auto executor = socket.get_executor();
       if (tls_) {
-        net::co_spawn(executor, TlsSession(std::move(socket)), net::detached);
+        net::co_spawn(executor, TlsSession(std::move(socket)), LogEscapedException);
       } else {
-        net::co_spawn(executor, Session(std::move(socket)), net::detached);
+        net::co_spawn(executor, Session(std::move(socket)), LogEscapedException);
       }
     }
   }
@@ -370,8 +383,11 @@ class HttpServerImpl final : public HttpServer {
           std::string_view(header.data(), header.size()), log.method, route);
       if (!principal.ok()) {
         // Nothing of the request is acted on; a body is drained (bounded) or cut off.
-        co_await WriteResponse(stream, ApiHandler::ErrorResponse(principal.status()), version,
-                               false, false, log);
+        ApiResponse denied = ApiHandler::ErrorResponse(principal.status());
+        for (auto& [name, value] : denied.headers) {
+          if (name == "WWW-Authenticate") value = Authorizer::Challenge(route);
+        }
+        co_await WriteResponse(stream, denied, version, false, false, log);
         const bool expect_continue = beast::iequals(req[http::field::expect], "100-continue");
         if (!parser.is_done() && !expect_continue) {
           std::vector<uint8_t> scratch(64 << 10);

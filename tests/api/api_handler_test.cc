@@ -26,9 +26,18 @@ TEST(ApiRouting, ClassifiesEveryRoute) {
   EXPECT_EQ(v.kind, RouteKind::kVersion);
   EXPECT_EQ(v.version, "latest");
   for (const char* unknown :
-       {"/", "/v2/models", "/v1/models/r/versions/1/x", "v1/models", "/v1/models/r/blobs"}) {
+       {"/v2/models", "/v1/models/r/versions/1/x", "v1/models", "/v1/models/r/blobs", "//"}) {
     EXPECT_EQ(ApiHandler::Classify(unknown).kind, RouteKind::kUnknown) << unknown;
   }
+}
+
+TEST(ApiRouting, ClassifiesTheStatusPage) {
+  EXPECT_EQ(ApiHandler::Classify("/").kind, RouteKind::kStatusPage);
+  EXPECT_EQ(ApiHandler::Classify("/").model, "");
+  const Route one = ApiHandler::Classify("/?model=run%2Da.1&x=y");
+  EXPECT_EQ(one.kind, RouteKind::kStatusPage);
+  EXPECT_EQ(one.model, "run-a.1");
+  EXPECT_EQ(ApiHandler::Classify("/?model=%zz").model, "");  // malformed: the overview
 }
 
 TEST(ApiRouting, ClassifiesLifecycleRoutes) {
@@ -131,6 +140,45 @@ TEST_F(ApiHandlerTest, HealthAndEmptyListing) {
   ApiResponse models = Call("GET", "/v1/models");
   EXPECT_EQ(models.status, 200);
   EXPECT_EQ(json::parse(models.body)["models"].size(), 0u);
+}
+
+TEST_F(ApiHandlerTest, StatusPageEscapesEverythingClientsWrote) {
+  ApiResponse empty = Call("GET", "/");
+  ASSERT_EQ(empty.status, 200);
+  EXPECT_EQ(empty.content_type, "text/html; charset=utf-8");
+  EXPECT_NE(empty.body.find("No models yet."), std::string::npos);
+
+  // Tensor-name patterns are free text (names are validated, patterns cannot be).
+  ASSERT_EQ(Call("PUT", "/v1/models/m/policy", R"({"lossless_tensors": ["<img src=x>*"]})").status,
+            200);
+  DriftingModel drift(5, 2000);
+  Push("m", 1, drift.Next());
+  ApiResponse page = Call("GET", "/");
+  ASSERT_EQ(page.status, 200);
+  EXPECT_NE(page.body.find("&quot;&lt;img src=x&gt;*&quot;"), std::string::npos);
+  EXPECT_EQ(page.body.find("<img"), std::string::npos);
+  EXPECT_EQ(Call("POST", "/").status, 405);
+  EXPECT_EQ(Call("GET", "/?model=absent").status, 404);
+}
+
+// Found by the http_request fuzzer: an error message echoing invalid UTF-8 made the JSON
+// serializer throw, and the connection was dropped without an answer.
+TEST_F(ApiHandlerTest, InvalidUtf8InEchoedTextIsReplacedNotFatal) {
+  DriftingModel drift(6, 1000);
+  Push("m", 1, drift.Next());
+  const ApiResponse bad = Call("GET", "/v1/models/m/versions/lades%F4t?detail=1");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("lades\xEF\xBF\xBDt"), std::string::npos) << bad.body;  // U+FFFD
+
+  const std::string body = drift.Next();
+  auto session = handler_->BeginPush(ApiHandler::Classify("/v1/models/m/versions/2?label.host=%FF"),
+                                     body.size());
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  ASSERT_TRUE((*session)->Write({reinterpret_cast<const uint8_t*>(body.data()), body.size()}).ok());
+  EXPECT_EQ(handler_->FinishPush(**session).status, 201);
+  const ApiResponse listed = Call("GET", "/v1/models/m/versions");
+  EXPECT_EQ(listed.status, 200);
+  EXPECT_NE(listed.body.find("\"host\":\"\xEF\xBF\xBD\""), std::string::npos) << listed.body;
 }
 
 TEST_F(ApiHandlerTest, ListsModelsAndVersionsWithContractFields) {

@@ -53,6 +53,8 @@ TEST(Authorizer, EveryScopeAndPrefixAgainstEveryRouteKind) {
       {"POST", "/v1/admin/scrub", Scope::kAdmin, true},
       {"POST", "/v1/admin/backup", Scope::kAdmin, true},
       {"GET", "/metrics", Scope::kRead, true},
+      {"GET", "/", Scope::kRead, false},  // the status page: models within the prefix
+      {"GET", "/?model=team-m", Scope::kRead, false},
   };
   struct Token {
     const char* token;
@@ -93,10 +95,22 @@ TEST(Authorizer, ThePrincipalCarriesTheNameAndPrefix) {
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->name, "team-writer");
   EXPECT_EQ(p->model_prefix, "team-");
-  // The scheme is case-insensitive; anything but a bearer token is refused.
+  // The scheme is case-insensitive. Basic carries the token as its password (any user name), as
+  // browsers send it for the status page; anything else is refused.
   EXPECT_TRUE(a.Authorize("bearer a-token", "POST", ApiHandler::Classify("/v1/admin/gc")).ok());
-  EXPECT_EQ(a.Authorize("Basic YTpi", "GET", ApiHandler::Classify("/v1/models")).status().code(),
-            StatusCode::kUnauthenticated);
+  EXPECT_TRUE(a.Authorize("Basic dTpyLXRva2Vu", "GET", ApiHandler::Classify("/")).ok());
+  auto basic = a.Authorize("basic OnR3LXRva2Vu", "GET", ApiHandler::Classify("/"));  // ":tw-token"
+  ASSERT_TRUE(basic.ok());
+  EXPECT_EQ(basic->name, "team-writer");
+  for (const char* bad : {"Basic YTpi", "Basic ci10b2tlbg==", "Basic dTpyLXRva2Vu=", "Basic !!!!",
+                          "Basic ", "Token r-token"}) {
+    EXPECT_EQ(a.Authorize(bad, "GET", ApiHandler::Classify("/")).status().code(),
+              StatusCode::kUnauthenticated)
+        << bad;
+  }
+  EXPECT_EQ(Authorizer::Challenge(ApiHandler::Classify("/")),
+            "Basic realm=\"ckptd\", charset=\"UTF-8\"");
+  EXPECT_EQ(Authorizer::Challenge(ApiHandler::Classify("/v1/models")), "Bearer realm=\"ckptd\"");
   EXPECT_EQ(a.Authorize("Bearer ", "GET", ApiHandler::Classify("/v1/models")).status().code(),
             StatusCode::kUnauthenticated);
   // The error names the token and what was missing, never the token itself.

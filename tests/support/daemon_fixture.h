@@ -17,9 +17,9 @@ namespace ckpt::testing {
 
 class DaemonFixture : public ::testing::Test {
  protected:
-  // Starts the daemon with `config_toml` (when not empty) as its --config file. Call through
-  // ASSERT_NO_FATAL_FAILURE.
-  void StartDaemon(const std::string& config_toml = "") {
+  // Starts the daemon with `config_toml` (when not empty) as its --config file, logging at
+  // `log_level` ("info" logs every request). Call through ASSERT_NO_FATAL_FAILURE.
+  void StartDaemon(const std::string& config_toml = "", const std::string& log_level = "warn") {
     std::vector<std::string> args;
     if (!config_toml.empty()) {
       const auto config = dir_.path() / "ckptd.toml";
@@ -27,6 +27,7 @@ class DaemonFixture : public ::testing::Test {
       args = {"--config", config.string()};
     }
     daemon_ = std::make_unique<DaemonProcess>(CKPTD_BINARY, dir_.path(), std::move(args));
+    daemon_->set_log_level(log_level);
     ASSERT_TRUE(daemon_->Start()) << daemon_->log();
   }
 

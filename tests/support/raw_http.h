@@ -5,6 +5,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <map>
 #include <string>
 
 namespace ckpt::testing {
@@ -17,6 +18,7 @@ struct RawResponse {
   std::string sha256;      // X-Ckpt-Sha256
   std::string request_id;  // X-Request-Id
   std::string content_type;
+  std::map<std::string, std::string> headers;  // every header, names in lowercase
 };
 
 class RawHttp {
@@ -70,6 +72,11 @@ class RawHttp {
     r.status = parser.get().result_int();
     r.request_id = std::string(parser.get()["X-Request-Id"]);
     r.content_type = std::string(parser.get()[http::field::content_type]);
+    for (const auto& field : parser.get()) {
+      std::string name(field.name_string());
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      r.headers[name] = std::string(field.value());
+    }
     if (r.status != 100) {
       http::read(stream_, buffer_, parser, ec);
       if (ec) r.error = ec.message();

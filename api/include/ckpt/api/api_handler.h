@@ -25,6 +25,7 @@
 namespace ckpt::api {
 
 enum class RouteKind {
+  kStatusPage,    // GET / (HTML; ?model=<name> for one model)
   kHealth,        // GET /healthz
   kListModels,    // GET /v1/models
   kModel,         // GET|DELETE /v1/models/{model}
@@ -46,7 +47,7 @@ std::string_view RouteName(RouteKind kind);
 
 struct Route {
   RouteKind kind = RouteKind::kUnknown;
-  std::string model;
+  std::string model;     // kStatusPage: the ?model= filter (empty: every model)
   std::string version;   // as written in the path: decimal, "latest" or "tag:<name>"
   std::string tag;       // kVersionTag: the tag
   std::string query;     // the raw query string (after '?'), empty if none

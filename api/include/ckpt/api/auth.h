@@ -7,6 +7,8 @@
 //   admin  also /v1/admin/* (garbage collection, scrub, backup)
 // A prefix limits a token to the models whose names start with it; listings show only those
 // models, and routes that span every model (/v1/admin/*) need a token without a prefix.
+// Tokens are presented as "Authorization: Bearer <token>", or as the password of HTTP Basic
+// authentication (any user name), which is what a browser sends for the status page (GET /).
 // GET /healthz needs no token. With no tokens configured, authorization is disabled and every
 // request is allowed (the daemon permits that on loopback listeners only).
 //
@@ -69,10 +71,14 @@ class Authorizer {
   static std::optional<Requirement> RequirementFor(std::string_view method, const Route& route);
 
   // Authorizes a request given its Authorization header (empty when absent).
-  // Unauthenticated: authorization is enabled and no valid "Bearer <token>" was presented.
+  // Unauthenticated: authorization is enabled and no valid token was presented.
   // PermissionDenied: the token's scope or prefix does not cover the request.
   Result<Principal> Authorize(std::string_view authorization, std::string_view method,
                               const Route& route) const;
+
+  // The WWW-Authenticate challenge of a 401 on `route`: Basic for the status page (so that a
+  // browser prompts for the token), Bearer elsewhere.
+  static std::string Challenge(const Route& route);
 
   // The SHA-256 of a token as 64 lowercase hex digits (what the config stores).
   static std::string TokenDigestHex(std::string_view token);

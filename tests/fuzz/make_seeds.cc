@@ -1,0 +1,263 @@
+// Writes the fuzzers' seed corpora into <dir>/<harness>/: valid safetensors bodies, payloads of
+// every codec, quantizer and float dtype (keyframes and deltas, with awkward values), policy
+// documents and HTTP requests for every route. Deterministic: the same files on every run.
+//
+// Usage: fuzz_make_seeds <corpus dir>   (`make fuzz-seeds` runs it on tests/fuzz/corpus)
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ckpt/codec/lossy_codec.h"
+#include "ckpt/codec/safetensors.h"
+#include "ckpt/codec/tensor_codec.h"
+
+using namespace ckpt;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path root;
+
+void Write(const std::string& harness, const std::string& name, std::string_view bytes) {
+  fs::create_directories(root / harness);
+  std::ofstream out(root / harness / name, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// The value of `result`; exits naming the failure otherwise.
+template <typename T>
+T Must(Result<T> result) {
+  if (!result.ok()) {
+    std::fprintf(stderr, "fuzz_make_seeds: %s\n", result.status().ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(result).value();
+}
+
+std::string_view View(const std::vector<uint8_t>& v) {
+  return {reinterpret_cast<const char*>(v.data()), v.size()};
+}
+
+// `count` elements of `dtype` near `scale`, with NaN, ±Inf, -0 and a denormal among them.
+std::vector<uint8_t> Values(DType dtype, size_t count, double scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0, scale);
+  std::vector<uint8_t> out(count * DTypeSize(dtype));
+  for (size_t i = 0; i < count; ++i) {
+    double v = normal(rng);
+    if (i == 3) v = std::numeric_limits<double>::quiet_NaN();
+    if (i == 5) v = std::numeric_limits<double>::infinity();
+    if (i == 6) v = -std::numeric_limits<double>::infinity();
+    if (i == 7) v = -0.0;
+    if (i == 9) v = std::numeric_limits<float>::denorm_min();
+    uint8_t* p = out.data() + i * DTypeSize(dtype);
+    if (dtype == DType::kF64) {
+      std::memcpy(p, &v, 8);
+    } else {
+      const float f = static_cast<float>(v);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      if (dtype == DType::kF32) {
+        std::memcpy(p, &f, 4);
+      } else if (dtype == DType::kBF16) {
+        const auto b = static_cast<uint16_t>(bits >> 16);
+        std::memcpy(p, &b, 2);
+      } else {  // F16, roughly: enough to be a plausible value
+        const auto h =
+            static_cast<uint16_t>((bits >> 16 & 0x8000) | (((bits >> 13) & 0x7fff) - (112 << 10)));
+        std::memcpy(p, &h, 2);
+      }
+    }
+  }
+  return out;
+}
+
+// tensor_decode input: codec byte, dtype tag, u16 count, frame byte, reference, payload.
+void DecodeSeed(const std::string& name, CodecId codec, DType dtype, size_t count,
+                const std::vector<uint8_t>* reference, const std::string& payload) {
+  std::string input;
+  input.push_back(codec == CodecId::kLossyQuantized ? 1 : 0);
+  input.push_back(static_cast<char>(static_cast<uint8_t>(dtype) - 1));
+  input.push_back(static_cast<char>(count & 0xff));
+  input.push_back(static_cast<char>(count >> 8));
+  input.push_back(reference ? 1 : 0);
+  if (reference) input += View(*reference);
+  input += payload;
+  Write("tensor_decode", name, input);
+}
+
+void TensorDecodeSeeds() {
+  const size_t count = 300;
+  for (DType dtype :
+       {DType::kF32, DType::kF64, DType::kF16, DType::kBF16, DType::kI32, DType::kU8}) {
+    const std::string dname(DTypeName(dtype));
+    const auto v1 = Values(dtype, count, 1.0, 1), v2 = Values(dtype, count, 1.0, 1);
+    auto moved = v2;
+    for (size_t i = 0; i < moved.size(); i += 13) moved[i] ^= 1;
+    auto lossless = NewLosslessCodec();
+    auto key = lossless->Encode(dtype, v1, std::nullopt);
+    auto delta = lossless->Encode(dtype, moved, std::span<const uint8_t>(v1));
+    DecodeSeed("lossless_key_" + dname, CodecId::kLosslessBytePlanes, dtype, count, nullptr,
+               key->payload);
+    DecodeSeed("lossless_delta_" + dname, CodecId::kLosslessBytePlanes, dtype, count, &v1,
+               delta->payload);
+    if (!LossyCodecSupports(dtype)) continue;
+    const std::pair<const char*, LossyCodecOptions> variants[] = {
+        {"uniform", {Quantizer::kUniform, {ErrorBound::Kind::kAbsolute, 1e-2}}},
+        {"lattice", {Quantizer::kUniform, {ErrorBound::Kind::kAbsolute, 1e-2}, 0, 0, true}},
+        {"exponent", {Quantizer::kExponent, {ErrorBound::Kind::kAbsolute, 1e-2}}},
+        {"float", {Quantizer::kFloat, {ErrorBound::Kind::kRelative, 1e-3}, 4, 0}},
+        {"cosine", {Quantizer::kCosine, {ErrorBound::Kind::kAbsolute, 1e-2}}},
+        {"log", {Quantizer::kLog, {ErrorBound::Kind::kPointwise, 1e-2}}},
+        {"auto", {Quantizer::kAuto, {ErrorBound::Kind::kAbsolute, 1e-3}}},
+    };
+    for (const auto& [qname, options] : variants) {
+      auto codec = NewLossyCodec(options);
+      auto k = codec->Encode(dtype, v1, std::nullopt);
+      if (!k.ok() || k->codec_id != CodecId::kLossyQuantized) continue;
+      const std::vector<uint8_t> recon = k->reconstruction_is_input ? v1 : k->reconstruction;
+      auto d = codec->Encode(dtype, Values(dtype, count, 1.01, 2), std::span(recon));
+      DecodeSeed(std::string("lossy_key_") + qname + "_" + dname, CodecId::kLossyQuantized, dtype,
+                 count, nullptr, k->payload);
+      if (d.ok() && d->codec_id == CodecId::kLossyQuantized) {
+        DecodeSeed(std::string("lossy_delta_") + qname + "_" + dname, CodecId::kLossyQuantized,
+                   dtype, count, &recon, d->payload);
+      }
+    }
+  }
+}
+
+std::string Floats(std::initializer_list<float> values) {
+  return {reinterpret_cast<const char*>(std::data(values)), values.size() * sizeof(float)};
+}
+
+std::string SampleBody() {
+  const std::string w = Floats({0.5f, -1.25f, 3.0f, 0.0f, -0.0f, 1e-40f});
+  const std::string b = Floats({0.1f, 0.2f});
+  const std::string ids = "\x01\x02\x03\x04";
+  return Must(WriteSafetensors({{"layer.weight", DType::kF32, {2, 3}, w},
+                            {"layer.bias", DType::kF32, {2}, b},
+                            {"ids", DType::kU8, {4}, ids},
+                            {"empty", DType::kF16, {0, 4}, ""},
+                            {"scalar", DType::kF32, {}, Floats({7.0f})}},
+                           {{"format", "pt"}, {"metric.loss", "0.25"}}));
+}
+
+void SafetensorsSeeds() {
+  const std::string body = SampleBody();
+  for (uint8_t piece : {0, 1, 255}) {
+    Write("safetensors", "sample_piece" + std::to_string(piece), std::string(1, piece) + body);
+  }
+  Write("safetensors", "empty_header", std::string(1, 3) + Must(WriteSafetensors({})));
+  const std::string bf16("\x80\x3f\x00\x40", 4);
+  Write("safetensors", "bf16",
+        std::string(1, 0) + Must(WriteSafetensors({{"x", DType::kBF16, {2}, bf16}})));
+  std::string hand = R"({"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})";
+  std::string prefix(8, '\0');
+  const uint64_t n = hand.size();
+  std::memcpy(prefix.data(), &n, 8);
+  Write("safetensors", "hand_written", std::string(1, 2) + prefix + hand + std::string(8, 'x'));
+}
+
+void PolicySeeds() {
+  const char* codec_policies[] = {
+      R"({"mode":"lossless"})",
+      R"({"mode":"lossless","keyframe_every":8,"zstd_level":3})",
+      R"({"mode":"lossy","max_abs_error":1e-4})",
+      R"({"mode":"lossy","max_rel_error":1e-3,"quantizer":"cosine"})",
+      R"({"mode":"lossy","max_abs_error":1e-3,"quantizer":"float","float_format":"E4M3"})",
+      R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":["*.bias","norm*"],)"
+      R"("reclaimable":false})",
+      R"({"mode":"lossy","max_abs_error":1e-3,"overrides":[{"tensors":["exp_avg_sq*"],)"
+      R"("max_pointwise_rel_error":0.01}]})",
+  };
+  int i = 0;
+  for (const char* p : codec_policies) {
+    Write("policy_json", "codec_" + std::to_string(i), std::string(1, 0) + p);
+    Write("policy_json", "codec_over_lossy_" + std::to_string(i++), std::string(1, 1) + p);
+  }
+  const char* retention[] = {
+      R"({"keep_last":5})",
+      R"({"keep_last":3,"keep_every":1000,"keep_within":"7d","max_bytes":1000000000})",
+      R"({"keep_best":{"metric":"loss","mode":"min","count":2}})",
+      R"({})",
+  };
+  i = 0;
+  for (const char* p : retention) {
+    Write("policy_json", "retention_" + std::to_string(i++), std::string(1, 2) + p);
+  }
+}
+
+void HttpSeeds() {
+  const std::string body = SampleBody();
+  auto request = [](const std::string& method, const std::string& target, const std::string& token,
+                    const std::string& payload) {
+    std::string r = method + " " + target + " HTTP/1.1\r\nHost: localhost\r\n";
+    if (!token.empty()) r += "Authorization: Bearer " + token + "\r\n";
+    if (!payload.empty() || method == "PUT" || method == "POST") {
+      r += "Content-Length: " + std::to_string(payload.size()) + "\r\n";
+    }
+    return r + "\r\n" + payload;
+  };
+  const struct {
+    const char* name;
+    std::string bytes;
+  } seeds[] = {
+      {"push",
+       request("PUT", "/v1/models/m/versions/40?metric.loss=0.1&tag=new", "write-token", body)},
+      {"push_new_model", request("PUT", "/v1/models/mnew/versions/1", "admin-token", body)},
+      {"push_chunked",
+       "PUT /v1/models/m/versions/50 HTTP/1.1\r\nHost: x\r\nAuthorization: "
+       "Bearer write-token\r\nTransfer-Encoding: chunked\r\n\r\n" +
+           [&] {
+             char size[32];
+             std::snprintf(size, sizeof size, "%zx\r\n", body.size());
+             return std::string(size) + body + "\r\n0\r\n\r\n";
+           }()},
+      {"restore_latest", request("GET", "/v1/models/mlossy/versions/latest", "read-token", "")},
+      {"restore_tag", request("GET", "/v1/models/m/versions/tag:best", "read-token", "")},
+      {"head", request("HEAD", "/v1/models/m/versions/10", "read-token", "")},
+      {"detail", request("GET", "/v1/models/mlossy/versions/30?detail=1", "read-token", "")},
+      {"list_models", request("GET", "/v1/models", "write-token", "")},
+      {"list_versions", request("GET", "/v1/models/m/versions", "read-token", "")},
+      {"model", request("GET", "/v1/models/other", "read-token", "")},
+      {"policy_put", request("PUT", "/v1/models/m/policy", "write-token",
+                             R"({"mode":"lossy","max_abs_error":0.001})")},
+      {"retention_put",
+       request("PUT", "/v1/models/m/retention", "write-token", R"({"keep_last":2})")},
+      {"retention_preview", request("POST", "/v1/models/m/retention:preview", "read-token", "")},
+      {"retention_apply",
+       request("POST", "/v1/models/m/retention:apply", "write-token", R"({"keep_last":2})")},
+      {"tag", request("PUT", "/v1/models/m/versions/30/tags/keep", "write-token", "")},
+      {"untag", request("DELETE", "/v1/models/m/versions/20/tags/best", "write-token", "")},
+      {"delete_version", request("DELETE", "/v1/models/m/versions/10", "write-token", "")},
+      {"admin_gc", request("POST", "/v1/admin/gc", "admin-token", "")},
+      {"admin_scrub", request("POST", "/v1/admin/scrub", "admin-token", "")},
+      {"metrics", request("GET", "/metrics", "admin-token", "")},
+      {"status_page", request("GET", "/?model=m", "read-token", "")},
+      {"healthz", request("GET", "/healthz", "", "")},
+      {"unauthenticated", request("GET", "/v1/models", "", "")},
+  };
+  for (const auto& seed : seeds) Write("http_request", seed.name, seed.bytes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: fuzz_make_seeds <corpus dir>\n");
+    return 2;
+  }
+  root = argv[1];
+  TensorDecodeSeeds();
+  SafetensorsSeeds();
+  PolicySeeds();
+  HttpSeeds();
+  return 0;
+}
