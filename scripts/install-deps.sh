@@ -14,6 +14,8 @@ PACKAGES=(
   python3-torch python3-sklearn libopenblas0-pthread
   # the Python client's tests (client-lib/python installs offline with Debian's pip)
   python3-pip python3-setuptools
+  # a one-node Ceph cluster for the RADOS tests (scripts/ceph-one-node.sh)
+  ceph-mon ceph-osd librados-dev libradospp-dev
 )
 
 # Optional groups, named on the command line:

@@ -1,6 +1,7 @@
 #include "status_page.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>

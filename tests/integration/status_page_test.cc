@@ -57,9 +57,10 @@ class StatusPageTest : public testing::DaemonFixture {
 
   // Runs headless Chromium on the page; returns its stdout (the DOM with --dump-dom).
   std::string Chromium(const std::string& flags, const std::string& url) {
-    const std::string command = std::string(kChromium) +
+    // Bounded: a browser that hangs fails the test in a minute.
+    const std::string command = "timeout 60 " + std::string(kChromium) +
                                 " --headless=new --no-sandbox --disable-gpu --hide-scrollbars"
-                                " --no-first-run --user-data-dir=" +
+                                " --disable-dev-shm-usage --no-first-run --user-data-dir=" +
                                 (dir_.path() / "chromium").string() + " " + flags + " '" + url +
                                 "' 2>" + (dir_.path() / "chromium.log").string();
     std::string out;
