@@ -4,8 +4,10 @@
 Usage: client_test.py --ckptd PATH. Exits 77 (skipped) when torch is not importable, so that
 CTest reports a skip with the reason instead of a failure."""
 import argparse
+import hashlib
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -34,12 +36,18 @@ def read(path, mode="r"):
 
 
 class Daemon:
-    def __init__(self, work):
+    def __init__(self, work, config=None):
         self.work = work
         ready = os.path.join(work, "ready")
         self.log = open(os.path.join(work, "ckptd.log"), "wb")
+        extra = []
+        if config is not None:
+            path = os.path.join(work, "ckptd.toml")
+            with open(path, "w") as f:
+                f.write(config)
+            extra = ["--config", path]
         self.proc = subprocess.Popen(
-            [CKPTD, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(work, "data"),
+            [CKPTD, *extra, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(work, "data"),
              "--ready-file", ready, "--log-level", "warn"], stdout=self.log, stderr=self.log)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -150,6 +158,55 @@ class ClientTest(unittest.TestCase):
             capture_output=True, text=True, env=dict(os.environ, TMPDIR=build))
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         self.assertTrue(os.path.exists(os.path.join(target, "ckptd", "client.py")))
+
+
+class HttpsAndTokenTest(unittest.TestCase):
+    """The client over HTTPS (a private CA made here with openssl) with bearer tokens."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        d = self.tmp.name
+        script = (
+            "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-ca"
+            " -keyout ca.key -out ca.crt"
+            " && openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout server.key"
+            " -out server.csr"
+            " && printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext"
+            " && openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial"
+            " -days 2 -extfile san.ext -out server.crt")
+        made = subprocess.run(["sh", "-c", script], cwd=d, capture_output=True, text=True)
+        self.assertEqual(made.returncode, 0, made.stderr)
+        digest = hashlib.sha256(b"trainer-token").hexdigest()
+        reader = hashlib.sha256(b"reader-token").hexdigest()
+        self.daemon = Daemon(d, config=(
+            f'[server]\ntls_cert_file = "{d}/server.crt"\ntls_key_file = "{d}/server.key"\n'
+            f'[[auth.tokens]]\nname = "trainer"\nscope = "write"\nsha256 = "{digest}"\n'
+            f'[[auth.tokens]]\nname = "reader"\nscope = "read"\nsha256 = "{reader}"\n'))
+        self.url = f"https://127.0.0.1:{self.daemon.port}"
+        self.ca = os.path.join(d, "ca.crt")
+
+    def tearDown(self):
+        self.daemon.stop()
+        self.tmp.cleanup()
+
+    def test_push_and_pull_over_https_with_a_token(self):
+        client = ckptd.Client(self.url, token="trainer-token", ca_file=self.ca, progress=False)
+        weights = {"w": torch.randn(128, 64), "step": torch.tensor(7)}
+        client.push("secure", 1, weights)
+        back = client.pull("secure")
+        self.assertTrue(torch.equal(back["w"], weights["w"]))
+        self.assertEqual(int(back["step"]), 7)
+        reader = ckptd.Client(self.url, token="reader-token", ca_file=self.ca, progress=False)
+        self.assertTrue(torch.equal(reader.pull("secure", 1)["w"], weights["w"]))
+        with self.assertRaises(ckptd.CkptdError) as denied:
+            reader.push("secure", 2, weights)
+        self.assertEqual(denied.exception.status, 403)
+        with self.assertRaises(ckptd.CkptdError) as anonymous:
+            ckptd.Client(self.url, ca_file=self.ca, progress=False).list_models()
+        self.assertEqual(anonymous.exception.status, 401)
+        # Without the private CA the server's certificate is not trusted.
+        with self.assertRaises(ssl.SSLError):
+            ckptd.Client(self.url, token="reader-token", progress=False).list_models()
 
 
 def main():
