@@ -7,6 +7,8 @@
 #                                              prints CEPH_CONF=DIR/ceph.conf
 #   scripts/ceph-one-node.sh stop DIR           kills the daemons by their recorded PIDs
 #
+# Gives up (and kills what it started) if the pool is not writable within $CEPH_START_TIMEOUT
+# seconds (default 90).
 # Ports: the monitor listens on 127.0.0.1 at $CEPH_MON_PORT (v2, default 3300) and
 # $CEPH_MON_PORT_V1 (default 6789). Everything else (keyrings, data, logs, sockets) stays in DIR.
 set -euo pipefail
@@ -96,14 +98,15 @@ echo $! >"$dir/osd.pid"
 timeout 30 ceph osd pool create "$pool" 8 8 >/dev/null 2>&1
 # Ready when a real write lands (without a manager `ceph -s` shows no pools, but I/O works).
 echo ready >"$dir/probe"
-for _ in $(seq 1 300); do
-  if timeout 5 rados -p "$pool" put ckptd-probe "$dir/probe" 2>/dev/null; then
-    timeout 5 rados -p "$pool" rm ckptd-probe 2>/dev/null || true
+deadline=$((SECONDS + ${CEPH_START_TIMEOUT:-90}))
+while ((SECONDS < deadline)); do
+  if timeout 10 rados -p "$pool" put ckptd-probe "$dir/probe" 2>/dev/null; then
+    timeout 10 rados -p "$pool" rm ckptd-probe 2>/dev/null || true
     echo "CEPH_CONF=$CEPH_CONF"
     exit 0
   fi
   sleep 0.1
 done
-echo "ceph-one-node: pool $pool not writable after 30 s; logs in $dir/log" >&2
+echo "ceph-one-node: pool $pool not writable after ${CEPH_START_TIMEOUT:-90} s; logs in $dir/log" >&2
 stop
 exit 1
