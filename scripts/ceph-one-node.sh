@@ -32,6 +32,8 @@ if [[ "$cmd" == stop ]]; then
   exit 0
 fi
 [[ "$cmd" == start ]] || { echo "unknown command $cmd" >&2; exit 2; }
+# Any failing step leaves nothing running.
+trap 'echo "ceph-one-node: a step failed; logs in $dir/log" >&2; stop' ERR
 
 mkdir -p "$dir"/{mon,osd,run,log,crash}
 dir=$(cd "$dir" && pwd)
