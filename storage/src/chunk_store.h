@@ -1,0 +1,48 @@
+// ChunkStore: the payload backend of the checkpoint store — immutable named objects holding
+// chunk records (keyframes and deltas). Internal to storage/.
+//
+// The store names each chunk so that a name is written once with one content (model, seq,
+// writer epoch, tensor, chunk): a retried or duplicated Put writes the same bytes again and is
+// harmless, and a fenced former owner can never overwrite a live chunk. That makes the
+// interface the smallest one every object store offers (RADOS, S3): put, get, delete, list by
+// prefix. docs/design.md ("Scale-out on Ceph RADOS") has the plan that wires it in.
+//
+// Thread safety: implementations are safe for concurrent use.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/codec/status.h"
+
+namespace ckpt {
+
+class ChunkStore {
+ public:
+  virtual ~ChunkStore() = default;
+
+  // Writes the whole object `name` (replacing it if it exists). Durable when it returns Ok.
+  virtual Status Put(std::string_view name, std::string_view bytes) = 0;
+  // The whole object. NotFound if there is none.
+  virtual Result<std::string> Get(std::string_view name) = 0;
+  // Removes the object; Ok if there was none (deletion is idempotent).
+  virtual Status Delete(std::string_view name) = 0;
+  // The names that start with `prefix`, in no particular order. Cost: a scan of the store's
+  // objects (for garbage collection of orphans, not for the data path).
+  virtual Result<std::vector<std::string>> List(std::string_view prefix) = 0;
+};
+
+// Where a RADOS chunk store keeps its objects.
+struct RadosChunkStoreOptions {
+  std::string conf_file;  // ceph.conf of the cluster (monitors, keyring)
+  std::string client_name = "client.admin";
+  std::string pool = "ckptd";
+  std::string object_namespace = "chunks";  // RADOS namespace within the pool
+};
+
+// Connects to the cluster and opens the pool. IoError naming the step if it cannot.
+Result<std::unique_ptr<ChunkStore>> OpenRadosChunkStore(const RadosChunkStoreOptions& options);
+
+}  // namespace ckpt
