@@ -243,6 +243,9 @@ Status DecodeTables::Read(const uint8_t*& in, const uint8_t* end, uint32_t conte
     }
     next += kScale;
   }
+  // Contexts the payload declares no table for: a corrupt stream (or a reference whose element
+  // history names contexts the encoder never used) must not reach a null table.
+  for (uint32_t c = contexts; c < kMaxContexts; ++c) contexts_[c] = UnusedContextSlots().data();
   return Status::Ok();
 }
 

@@ -92,7 +92,8 @@ class Encoder {
 // Per-context decoding tables: one 32-bit entry per slot {symbol:7, freq:13, start:12}.
 class DecodeTables {
  public:
-  // Reads `contexts` tables written by WriteTables. DataLoss on malformed tables.
+  // Reads `contexts` tables written by WriteTables. DataLoss on malformed tables. Afterwards
+  // context(c) is a valid table for every c < kMaxContexts (undeclared ones decode as unused).
   Status Read(const uint8_t*& in, const uint8_t* end, uint32_t contexts);
   const uint32_t* context(uint32_t c) const { return contexts_[c]; }
 
