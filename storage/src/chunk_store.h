@@ -42,7 +42,8 @@ struct RadosChunkStoreOptions {
   std::string object_namespace = "chunks";  // RADOS namespace within the pool
 };
 
-// Connects to the cluster and opens the pool. IoError naming the step if it cannot.
+// Connects to the cluster and opens the pool. IoError naming the step if it cannot. Built when
+// CKPT_WITH_RADOS is on (the default; off in the clang fuzzing build).
 Result<std::unique_ptr<ChunkStore>> OpenRadosChunkStore(const RadosChunkStoreOptions& options);
 
 }  // namespace ckpt
