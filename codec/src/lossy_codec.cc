@@ -1357,10 +1357,12 @@ class LossyQuantizedCodec final : public TensorCodec {
           // z = 0 when it has no lattice index (kp = 0 otherwise).
           double kp = 0;
           const double q = static_cast<double>(lossy::UnZigZag(z));
-          if (lossy::LatticeIndex(p, quantizer.inverse_step, &kp) || z != 0) {
+          // Without a reference (a keyframe) kp is 0. A corrupt header's step can leave even
+          // p = 0 without an index, so "no reference" is tested, not inferred.
+          if (ref == nullptr || lossy::LatticeIndex(p, quantizer.inverse_step, &kp) || z != 0) {
             E::Store((kp + q) * quantizer.step, op);
           } else {
-            std::memcpy(op, ref + i * E::kSize, E::kSize);  // p = 0 (no reference) has an index
+            std::memcpy(op, ref + i * E::kSize, E::kSize);
           }
         } else if constexpr (std::is_same_v<Q, LogQuantizer>) {
           E::Store(quantizer.Reconstruct(z, p), op);  // never with history
