@@ -1,5 +1,6 @@
 // ChunkStore on Ceph RADOS through librados: one object per chunk, in one namespace of a pool.
 #include <cerrno>
+#include <limits>
 #include <rados/librados.hpp>
 #include <system_error>
 
@@ -37,6 +38,9 @@ class RadosChunkStore : public ChunkStore {
   }
 
   Status Put(std::string_view name, std::string_view bytes) override {
+    if (bytes.size() > std::numeric_limits<unsigned>::max()) {  // bufferlist lengths are 32-bit
+      return Status::InvalidArgument(Describe("writing", name) + ": larger than 4 GiB");
+    }
     librados::bufferlist data;
     data.append(bytes.data(), static_cast<unsigned>(bytes.size()));
     return FromRados(io_.write_full(std::string(name), data), Describe("writing", name));
