@@ -17,9 +17,9 @@ Status FromRocks(const rocksdb::Status& s, std::string_view what) {
 }
 
 ChainReader::ChainReader(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* manifests,
-                         rocksdb::ColumnFamilyHandle* chunks, const rocksdb::Snapshot* snapshot,
+                         StoreBackend* backend, const rocksdb::Snapshot* snapshot,
                          std::string model, ReferenceCache* cache)
-    : db_(db), manifests_(manifests), chunks_(chunks), model_(std::move(model)), cache_(cache) {
+    : db_(db), manifests_(manifests), backend_(backend), model_(std::move(model)), cache_(cache) {
   read_options_.snapshot = snapshot;
   read_options_.verify_checksums = true;
 }
@@ -109,9 +109,8 @@ Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
     }
     rocksdb::PinnableSlice value;
     CKPT_RETURN_IF_ERROR(
-        FromRocks(db_->Get(read_options_, chunks_,
-                           storage_keys::ChunkKey(model_, it->seq, it->tensor, chunk), &value),
-                  where));
+        backend_->GetChunk(read_options_, model_, it->seq, it->tensor, chunk, &value)
+            .WithContext(where));
     auto record = ChunkRecord::Decode(value.ToStringView());
     if (!record.ok()) return record.status().WithContext(where);
     if (record->kind != e.kind) {

@@ -20,14 +20,14 @@
 #include "ckpt/codec/status.h"
 #include "records.h"
 #include "reference_cache.h"
+#include "store_backend.h"
 
 namespace ckpt {
 
 class ChainReader {
  public:
-  ChainReader(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* manifests,
-              rocksdb::ColumnFamilyHandle* chunks, const rocksdb::Snapshot* snapshot,
-              std::string model, ReferenceCache* cache);
+  ChainReader(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* manifests, StoreBackend* backend,
+              const rocksdb::Snapshot* snapshot, std::string model, ReferenceCache* cache);
 
   // The manifest at `seq` (NotFound/DataLoss on failure). The pointer stays valid for the
   // reader's lifetime.
@@ -47,7 +47,7 @@ class ChainReader {
  private:
   rocksdb::DB* db_;
   rocksdb::ColumnFamilyHandle* manifests_;
-  rocksdb::ColumnFamilyHandle* chunks_;
+  StoreBackend* backend_;
   rocksdb::ReadOptions read_options_;
   std::string model_;
   ReferenceCache* cache_;

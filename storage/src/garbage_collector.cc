@@ -113,9 +113,8 @@ class Collector {
     if (IsLossy(e)) {
       rocksdb::PinnableSlice value;
       CKPT_RETURN_IF_ERROR(
-          FromRocks(ctx_.db->Get(rocksdb::ReadOptions(), ctx_.chunks,
-                                 keys::ChunkKey(chains_.model, seq, tensor, chunk), &value),
-                    "model '" + chains_.model + "': reading chunk to rebase"));
+          ctx_.backend->GetChunk(rocksdb::ReadOptions(), chains_.model, seq, tensor, chunk, &value)
+              .WithContext("model '" + chains_.model + "': reading chunk to rebase"));
       CKPT_ASSIGN_OR_RETURN(const ChunkRecord record, ChunkRecord::Decode(value.ToStringView()));
       if (record.codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized)) {
         const std::span<const uint8_t> payload(
@@ -141,10 +140,10 @@ class Collector {
       return Status::Internal("model '" + chains_.model + "' has versions but no codec state");
     }
     CodecStateRecord state = *chains_.codec_state;
-    const uint64_t new_seq = state.next_seq;
+    const uint64_t new_seq = std::max(state.next_seq, ctx_.backend->SeqFloor(chains_.model));
     const ManifestRecord& old = chains_.manifests.at(seq);
     ManifestRecord rebased = old;
-    ChainReader reader(ctx_.db, ctx_.manifests, ctx_.chunks, nullptr, chains_.model, ctx_.cache);
+    ChainReader reader(ctx_.db, ctx_.manifests, ctx_.backend, nullptr, chains_.model, ctx_.cache);
     uint64_t tensor_bytes_before = 0, tensor_bytes_after = 0, rewritten = 0;
     std::vector<uint8_t> target, reference;
     for (uint32_t t = 0; t < old.tensors.size(); ++t) {
@@ -172,10 +171,8 @@ class Collector {
         exact_elements += encoded.info.exact_elements;
         const std::string value = ChunkRecord::EncodeChunk(
             encoded, base ? FrameKind::kDelta : FrameKind::kKeyframe, target);
-        CKPT_RETURN_IF_ERROR(
-            FromRocks(ctx_.db->Put(rocksdb::WriteOptions(), ctx_.chunks,
-                                   keys::ChunkKey(chains_.model, new_seq, t, c), value),
-                      "writing rebased chunk"));
+        CKPT_RETURN_IF_ERROR(ctx_.backend->PutChunk(chains_.model, new_seq, t, c, value)
+                                 .WithContext("writing rebased chunk"));
         stored += value.size();
       }
       // A lossy tensor keeps its codec, quantizer and bound: it restores to the same bytes.
@@ -198,7 +195,7 @@ class Collector {
       rewritten += stored;
     }
     if (tensor_bytes_after >= tensor_bytes_before + freeable_bytes) {
-      CKPT_RETURN_IF_ERROR(RemoveChunks(new_seq, rebased));
+      ctx_.backend->DiscardChunks(chains_.model, ChunkSet::Of(new_seq, rebased));
       return std::optional<uint64_t>();
     }
     rebased.stored_bytes = old.stored_bytes - tensor_bytes_before + tensor_bytes_after;
@@ -208,7 +205,8 @@ class Collector {
     }
 
     // The switch: the new manifest, every reference to the old one, the version, the state.
-    rocksdb::WriteBatch batch;
+    ModelChange change;
+    rocksdb::WriteBatch& batch = change.batch;
     chains_.manifests.emplace(new_seq, std::move(rebased));
     for (auto& [other_seq, m] : chains_.manifests) {
       bool changed = false;
@@ -245,8 +243,7 @@ class Collector {
     batch.Put(ctx_.codec_state, chains_.model, state.Encode());
     chains_.record.stored_bytes = ModelStoredBytes(chains_);
     batch.Put(ctx_.models, chains_.model, chains_.record.Encode());
-    CKPT_RETURN_IF_ERROR(
-        FromRocks(ctx_.db->Write(ctx_.CommitWriteOptions(), &batch), "committing rebase"));
+    CKPT_RETURN_IF_ERROR(ctx_.backend->Commit(chains_.model, change, "committing rebase"));
     if (was_reference) ctx_.cache->Rekey(chains_.model, seq, new_seq);
     ++report_.versions_rebased;
     ctx_.counters->gc_versions_rebased.fetch_add(1, std::memory_order_relaxed);
@@ -259,39 +256,26 @@ class Collector {
     for (uint32_t c = 0; c < chunk_count; ++c) {
       rocksdb::PinnableSlice value;
       CKPT_RETURN_IF_ERROR(
-          FromRocks(ctx_.db->Get(rocksdb::ReadOptions(), ctx_.chunks,
-                                 keys::ChunkKey(chains_.model, from, tensor, c), &value),
-                    "model '" + chains_.model + "': reading chunk to copy"));
+          ctx_.backend->GetChunk(rocksdb::ReadOptions(), chains_.model, from, tensor, c, &value)
+              .WithContext("model '" + chains_.model + "': reading chunk to copy"));
       CKPT_RETURN_IF_ERROR(
-          FromRocks(ctx_.db->Put(rocksdb::WriteOptions(), ctx_.chunks,
-                                 keys::ChunkKey(chains_.model, to, tensor, c), value),
-                    "copying chunk"));
+          ctx_.backend->PutChunk(chains_.model, to, tensor, c, value.ToStringView())
+              .WithContext("copying chunk"));
     }
     return Status::Ok();
   }
 
-  // Deletes the chunk records written under `seq` for `manifest`'s tensors (a rebase given up).
-  Status RemoveChunks(uint64_t seq, const ManifestRecord& manifest) {
-    rocksdb::WriteBatch batch;
-    for (uint32_t t = 0; t < manifest.tensors.size(); ++t) {
-      for (uint32_t c = 0; c < manifest.tensors[t].chunk_count; ++c) {
-        batch.Delete(ctx_.chunks, keys::ChunkKey(chains_.model, seq, t, c));
-      }
-    }
-    return FromRocks(ctx_.db->Write(rocksdb::WriteOptions(), &batch), "removing rebased chunks");
-  }
-
   Status RemoveUnneeded(const std::set<uint64_t>& needed) {
-    rocksdb::WriteBatch batch;
-    const ModelChains::Removal removal = chains_.RemoveUnneeded(ctx_, needed, &batch);
+    ModelChange change;
+    const ModelChains::Removal removal = chains_.RemoveUnneeded(ctx_, needed, &change);
     if (removal.manifests == 0) return Status::Ok();
     for (auto it = chains_.manifests.begin(); it != chains_.manifests.end();) {
       it = needed.count(it->first) ? std::next(it) : chains_.manifests.erase(it);
     }
     chains_.record.stored_bytes = ModelStoredBytes(chains_);
-    batch.Put(ctx_.models, chains_.model, chains_.record.Encode());
-    CKPT_RETURN_IF_ERROR(FromRocks(ctx_.db->Write(ctx_.CommitWriteOptions(), &batch),
-                                   "removing unneeded manifests"));
+    change.batch.Put(ctx_.models, chains_.model, chains_.record.Encode());
+    CKPT_RETURN_IF_ERROR(
+        ctx_.backend->Commit(chains_.model, change, "removing unneeded manifests"));
     report_.manifests_removed += removal.manifests;
     report_.bytes_freed += removal.bytes;
     ctx_.counters->gc_bytes_freed.fetch_add(removal.bytes, std::memory_order_relaxed);

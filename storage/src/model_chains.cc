@@ -98,15 +98,14 @@ Result<std::set<uint64_t>> ModelChains::NeededSeqs(const std::set<uint64_t>& liv
 
 ModelChains::Removal ModelChains::RemoveUnneeded(const StoreContext& ctx,
                                                  const std::set<uint64_t>& needed,
-                                                 rocksdb::WriteBatch* batch) const {
+                                                 ModelChange* change) const {
   Removal removal;
   for (const auto& [seq, manifest] : manifests) {
     if (needed.count(seq)) continue;
     ++removal.manifests;
     removal.bytes += manifest.stored_bytes;
-    batch->Delete(ctx.manifests, keys::ManifestKey(model, seq));
-    batch->DeleteRange(ctx.chunks, keys::ChunkSeqBegin(model, seq),
-                       keys::ChunkSeqBegin(model, seq + 1));
+    change->batch.Delete(ctx.manifests, keys::ManifestKey(model, seq));
+    change->unreachable.push_back(ChunkSet::Of(seq, manifest));
   }
   return removal;
 }

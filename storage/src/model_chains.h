@@ -9,8 +9,6 @@
 // Thread-compatible: loaded and used by one thread holding the model's lock.
 #pragma once
 
-#include <rocksdb/write_batch.h>
-
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -42,14 +40,14 @@ struct ModelChains {
   // DataLoss if a chain points at a missing manifest or tensor.
   Result<std::set<uint64_t>> NeededSeqs(const std::set<uint64_t>& live) const;
 
-  // Adds to `batch` the removal of every manifest (and its chunks) not in `needed`; returns the
-  // bytes they held and how many there were.
+  // Adds to `change` the removal of every manifest (and its chunks) not in `needed`; returns
+  // the bytes they held and how many there were.
   struct Removal {
     uint64_t manifests = 0;
     uint64_t bytes = 0;
   };
   Removal RemoveUnneeded(const StoreContext& ctx, const std::set<uint64_t>& needed,
-                         rocksdb::WriteBatch* batch) const;
+                         ModelChange* change) const;
 
   // Sum of the stored bytes of the manifests in `seqs`.
   uint64_t StoredBytes(const std::set<uint64_t>& seqs) const;

@@ -173,9 +173,9 @@ void ReadMetadataMetrics(const std::map<std::string, std::string>& metadata,
 class PushSessionImpl final : public PushSession, private SafetensorsSink {
  public:
   PushSessionImpl(const StoreContext& ctx, ModelLocks::Guard guard, std::string model,
-                  uint64_t version, std::optional<uint64_t> body_size, CodecPolicy policy,
-                  std::optional<ModelRecord> model_record, std::optional<CodecStateRecord> state,
-                  PushOptions options)
+                  uint64_t version, uint64_t seq, std::optional<uint64_t> body_size,
+                  CodecPolicy policy, std::optional<ModelRecord> model_record,
+                  std::optional<CodecStateRecord> state, PushOptions options)
       : ctx_(ctx),
         guard_(std::move(guard)),
         model_(std::move(model)),
@@ -184,19 +184,15 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         push_options_(std::move(options)),
         model_record_(std::move(model_record)),
         state_(state),
-        seq_(state ? state->next_seq : 1),
+        seq_(seq),
         parser_(this, body_size),
-        reader_(ctx.db, ctx.manifests, ctx.chunks, nullptr, model_, ctx.cache) {}
+        reader_(ctx.db, ctx.manifests, ctx.backend, nullptr, model_, ctx.cache) {}
 
   ~PushSessionImpl() override {
     if (committed_) return;
-    // Abort: remove every chunk this push wrote. Not synced: if the process dies first, the
-    // recovery pass at the next open removes them.
-    rocksdb::WriteOptions wo;
-    ctx_.db
-        ->DeleteRange(wo, ctx_.chunks, keys::ChunkSeqBegin(model_, seq_),
-                      keys::ChunkSeqBegin(model_, seq_ + 1))
-        .PermitUncheckedError();
+    // Abort: remove every chunk this push wrote (best effort: what a crash leaves behind is
+    // removed by recovery or garbage collection).
+    ctx_.backend->DiscardChunks(model_, ChunkSet::Of(seq_, manifest_));
     ctx_.cache->DropModelExcept(model_, state_ ? state_->reference_seq : 0);
   }
 
@@ -248,7 +244,8 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     model.raw_bytes += vr.raw_bytes;
     model.stored_bytes += vr.stored_bytes;
 
-    rocksdb::WriteBatch batch;
+    ModelChange change;
+    rocksdb::WriteBatch& batch = change.batch;
     batch.Put(ctx_.manifests, keys::ManifestKey(model_, seq_), manifest_bytes);
     batch.Put(ctx_.versions, keys::VersionKey(model_, version_), vr.Encode());
     batch.Put(ctx_.codec_state, model_, state.Encode());
@@ -258,8 +255,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     }
     {
       std::lock_guard tags_lock(*ctx_.tags_mu);
-      CKPT_RETURN_IF_ERROR(
-          FromRocks(ctx_.db->Write(ctx_.CommitWriteOptions(), &batch), "committing version"));
+      CKPT_RETURN_IF_ERROR(ctx_.backend->Commit(model_, change, "committing version"));
     }
     committed_ = true;
     ctx_.counters->pushes.fetch_add(1, std::memory_order_relaxed);
@@ -407,9 +403,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     const std::span<const uint8_t> restored =
         encoded.reconstruction_is_input ? data : std::span<const uint8_t>(encoded.reconstruction);
     const std::string value = ChunkRecord::EncodeChunk(encoded, t.kind, restored);
-    CKPT_RETURN_IF_ERROR(FromRocks(ctx_.db->Put(rocksdb::WriteOptions(), ctx_.chunks,
-                                                keys::ChunkKey(model_, seq_, tensor, chunk), value),
-                                   "writing chunk"));
+    CKPT_RETURN_IF_ERROR(ctx_.backend->PutChunk(model_, seq_, tensor, chunk, value));
     stored_bytes_ += value.size();
     restored_sha_.Update(restored);
     ManifestTensor& entry = manifest_.tensors[tensor];
@@ -480,7 +474,7 @@ class RestoreStreamImpl final : public RestoreStream {
         info_(std::move(info)),
         record_(std::move(record)),
         use_cache_(use_cache),
-        reader_(ctx.db, ctx.manifests, ctx.chunks, snapshot, std::move(model),
+        reader_(ctx.db, ctx.manifests, ctx.backend, snapshot, std::move(model),
                 use_cache ? ctx.cache : nullptr) {}
 
   ~RestoreStreamImpl() override {
@@ -669,10 +663,12 @@ class RocksCheckpointStore final : public CheckpointStore {
     ctx_.models = handles_[1];
     ctx_.versions = handles_[2];
     ctx_.manifests = handles_[3];
-    ctx_.chunks = handles_[4];
+    chunks_ = handles_[4];
     ctx_.codec_state = handles_[5];
     ctx_.tags = handles_[6];
     ctx_.tags_mu = &tags_mu_;
+    backend_ = NewLocalBackend(raw, chunks_, options_.sync_commits);
+    ctx_.backend = backend_.get();
     ctx_.cache = &cache_;
     ctx_.codec = codec_.get();
     ctx_.options = &options_;
@@ -689,6 +685,7 @@ class RocksCheckpointStore final : public CheckpointStore {
     ModelLocks::Guard guard = locks_.TryLock(model);
     if (!guard) return BusyModel(model);
     const std::string name(model);
+    CKPT_RETURN_IF_ERROR(backend_->ClaimWrites(name));
     rocksdb::ReadOptions ro;
     CKPT_ASSIGN_OR_RETURN(auto record,
                           ctx_.GetRecord<ModelRecord>(ro, ctx_.models, name, "model record"));
@@ -704,9 +701,10 @@ class RocksCheckpointStore final : public CheckpointStore {
     if (record && !record->policy_json.empty()) {
       CKPT_ASSIGN_OR_RETURN(policy, CodecPolicy::FromJson(record->policy_json, policy));
     }
+    const uint64_t seq = std::max(state ? state->next_seq : 1, backend_->SeqFloor(name));
     return std::unique_ptr<PushSession>(new PushSessionImpl(ctx_, std::move(guard), name, version,
-                                                            body_size, policy, std::move(record),
-                                                            state, options));
+                                                            seq, body_size, policy,
+                                                            std::move(record), state, options));
   }
 
   Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,
@@ -779,7 +777,7 @@ class RocksCheckpointStore final : public CheckpointStore {
     ro.snapshot = snapshot;
     auto result = [&]() -> Result<VersionDetail> {
       CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(ro, model, version));
-      ChainReader reader(ctx_.db, ctx_.manifests, ctx_.chunks, snapshot, std::string(model),
+      ChainReader reader(ctx_.db, ctx_.manifests, ctx_.backend, snapshot, std::string(model),
                          nullptr);
       CKPT_ASSIGN_OR_RETURN(const ManifestRecord* manifest, reader.Manifest(found.second.seq));
       VersionDetail detail;
@@ -818,6 +816,7 @@ class RocksCheckpointStore final : public CheckpointStore {
     ModelLocks::Guard guard = locks_.TryLock(model);
     if (!guard) return BusyModel(model);
     const std::string name(model);
+    CKPT_RETURN_IF_ERROR(backend_->ClaimWrites(name));
     std::lock_guard tags_lock(tags_mu_);
     CKPT_ASSIGN_OR_RETURN(ModelChains chains,
                           ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
@@ -834,9 +833,9 @@ class RocksCheckpointStore final : public CheckpointStore {
     // Manifests still needed: those of the remaining versions and of the codec state's
     // reference (the next push deltas against it), with every link of their chains.
     CKPT_ASSIGN_OR_RETURN(auto needed, chains.NeededSeqs(chains.LiveSeqs(version)));
-    rocksdb::WriteBatch batch;
-    batch.Delete(ctx_.versions, keys::VersionKey(name, version));
-    const ModelChains::Removal removal = chains.RemoveUnneeded(ctx_, needed, &batch);
+    ModelChange change;
+    change.batch.Delete(ctx_.versions, keys::VersionKey(name, version));
+    const ModelChains::Removal removal = chains.RemoveUnneeded(ctx_, needed, &change);
     ModelRecord& record = chains.record;
     record.version_count -= 1;
     record.raw_bytes -= victim->second.raw_bytes;
@@ -844,9 +843,8 @@ class RocksCheckpointStore final : public CheckpointStore {
     chains.versions.erase(victim);
     record.has_versions = !chains.versions.empty();
     record.latest_version = record.has_versions ? chains.versions.rbegin()->first : 0;
-    batch.Put(ctx_.models, name, record.Encode());
-    CKPT_RETURN_IF_ERROR(
-        FromRocks(db_->Write(ctx_.CommitWriteOptions(), &batch), "deleting version"));
+    change.batch.Put(ctx_.models, name, record.Encode());
+    CKPT_RETURN_IF_ERROR(backend_->Commit(name, change, "deleting version"));
     counters_.versions_deleted.fetch_add(1, std::memory_order_relaxed);
     return Status::Ok();
   }
@@ -855,17 +853,22 @@ class RocksCheckpointStore final : public CheckpointStore {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
     ModelLocks::Guard guard = locks_.TryLock(model);
     if (!guard) return BusyModel(model);
-    CKPT_RETURN_IF_ERROR(RequireModel(rocksdb::ReadOptions(), model).status());
     const std::string name(model);
-    rocksdb::WriteBatch batch;
-    batch.Delete(ctx_.models, name);
-    batch.Delete(ctx_.codec_state, name);
+    CKPT_RETURN_IF_ERROR(backend_->ClaimWrites(name));
     std::lock_guard tags_lock(tags_mu_);
-    for (auto* cf : {ctx_.versions, ctx_.manifests, ctx_.chunks, ctx_.tags}) {
-      batch.DeleteRange(cf, keys::ModelPrefix(name), keys::ModelPrefixEnd(name));
+    CKPT_ASSIGN_OR_RETURN(ModelChains chains,
+                          ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
+    ModelChange change;
+    change.whole_model = true;
+    change.batch.Delete(ctx_.models, name);
+    change.batch.Delete(ctx_.codec_state, name);
+    for (auto* cf : {ctx_.versions, ctx_.manifests, ctx_.tags}) {
+      change.batch.DeleteRange(cf, keys::ModelPrefix(name), keys::ModelPrefixEnd(name));
     }
-    CKPT_RETURN_IF_ERROR(
-        FromRocks(db_->Write(ctx_.CommitWriteOptions(), &batch), "deleting model"));
+    for (const auto& [seq, manifest] : chains.manifests) {
+      change.unreachable.push_back(ChunkSet::Of(seq, manifest));
+    }
+    CKPT_RETURN_IF_ERROR(backend_->Commit(name, change, "deleting model"));
     cache_.DropModelExcept(name, 0);
     return Status::Ok();
   }
@@ -885,20 +888,25 @@ class RocksCheckpointStore final : public CheckpointStore {
   Status SetTag(std::string_view model, std::string_view tag, uint64_t version) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
     CKPT_RETURN_IF_ERROR(ValidateName("tag", tag));
+    const std::string name(model);
+    CKPT_RETURN_IF_ERROR(backend_->ClaimWrites(name));
     std::lock_guard tags_lock(tags_mu_);
     CKPT_RETURN_IF_ERROR(FindVersion(rocksdb::ReadOptions(), model, version).status());
-    return FromRocks(db_->Put(ctx_.CommitWriteOptions(), ctx_.tags, keys::TagKey(model, tag),
-                              EncodeTagValue(version)),
-                     "setting tag");
+    ModelChange change;
+    change.batch.Put(ctx_.tags, keys::TagKey(model, tag), EncodeTagValue(version));
+    return backend_->Commit(name, change, "setting tag");
   }
 
   Status RemoveTag(std::string_view model, std::string_view tag) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
     CKPT_RETURN_IF_ERROR(ValidateName("tag", tag));
+    const std::string name(model);
+    CKPT_RETURN_IF_ERROR(backend_->ClaimWrites(name));
     std::lock_guard tags_lock(tags_mu_);
     CKPT_RETURN_IF_ERROR(ResolveTag(model, tag).status());
-    return FromRocks(db_->Delete(ctx_.CommitWriteOptions(), ctx_.tags, keys::TagKey(model, tag)),
-                     "removing tag");
+    ModelChange change;
+    change.batch.Delete(ctx_.tags, keys::TagKey(model, tag));
+    return backend_->Commit(name, change, "removing tag");
   }
 
   Result<uint64_t> ResolveTag(std::string_view model, std::string_view tag) override {
@@ -937,6 +945,7 @@ class RocksCheckpointStore final : public CheckpointStore {
     {
       ModelLocks::Guard guard = locks_.LockWithin(model, run.lock_wait);
       if (!guard) return BusyModel(model);
+      CKPT_RETURN_IF_ERROR(run.dry_run ? backend_->Refresh(name) : backend_->ClaimWrites(name));
       std::unique_lock tags_lock(tags_mu_);
       CKPT_ASSIGN_OR_RETURN(ModelChains chains,
                             ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
@@ -963,17 +972,16 @@ class RocksCheckpointStore final : public CheckpointStore {
       }
       if (run.dry_run) return report;
       if (!report.deleted.empty()) {
-        rocksdb::WriteBatch batch;
+        ModelChange change;
         for (uint64_t version : report.deleted) {
           auto it = chains.versions.find(version);
-          batch.Delete(ctx_.versions, keys::VersionKey(name, version));
+          change.batch.Delete(ctx_.versions, keys::VersionKey(name, version));
           chains.record.version_count -= 1;
           chains.record.raw_bytes -= it->second.raw_bytes;
           chains.versions.erase(it);
         }
-        batch.Put(ctx_.models, name, chains.record.Encode());
-        CKPT_RETURN_IF_ERROR(FromRocks(db_->Write(ctx_.CommitWriteOptions(), &batch),
-                                       "deleting versions by retention"));
+        change.batch.Put(ctx_.models, name, chains.record.Encode());
+        CKPT_RETURN_IF_ERROR(backend_->Commit(name, change, "deleting versions by retention"));
         counters_.retention_versions_deleted.fetch_add(report.deleted.size(),
                                                        std::memory_order_relaxed);
       }
@@ -1029,6 +1037,7 @@ class RocksCheckpointStore final : public CheckpointStore {
     {
       ModelLocks::Guard guard = locks_.TryLock(model);
       if (!guard) return BusyModel(model);
+      CKPT_RETURN_IF_ERROR(backend_->ClaimWrites(name));
       CKPT_ASSIGN_OR_RETURN(ModelChains chains,
                             ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
       CKPT_ASSIGN_OR_RETURN(report, CollectModelGarbage(ctx_, chains, options));
@@ -1093,34 +1102,25 @@ class RocksCheckpointStore final : public CheckpointStore {
       if (!needed.count(seq) && seq < next_seq) ++report.orphaned_manifests;
     }
     // Every chunk record: its payload checksum, and that it belongs to a stored push.
-    {
-      std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, ctx_.chunks));
-      const std::string prefix = keys::ModelPrefix(name);
-      for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-        const std::string_view key = it->key().ToStringView();
-        const uint64_t seq = keys::NumberAfterPrefix(key, name.size());
-        if (seq >= next_seq) continue;
-        auto manifest = chains.manifests.find(seq);
-        if (manifest == chains.manifests.end()) {
-          ++report.orphaned_chunks;
-          continue;
-        }
-        ++report.chunks_checked;
-        report.bytes_checked += it->value().size();
-        auto record = ChunkRecord::Decode(it->value().ToStringView());
-        if (!record.ok()) {
-          const size_t at = name.size() + 1 + 8;
-          report.problems.push_back("stored push of version " +
-                                    std::to_string(manifest->second.version) + " tensor " +
-                                    std::to_string(keys::ReadBigEndian(key, at, 4)) + " chunk " +
-                                    std::to_string(keys::ReadBigEndian(key, at + 4, 4)) + ": " +
-                                    record.status().message());
-        }
-      }
-      if (!it->status().ok()) {
-        report.problems.push_back("reading chunk records: " + it->status().ToString());
-      }
-    }
+    Status listed = backend_->ForEachChunk(
+        ro, name, next_seq,
+        [&](uint64_t seq, uint32_t tensor, uint32_t chunk, std::string_view value) {
+          auto manifest = chains.manifests.find(seq);
+          if (manifest == chains.manifests.end()) {
+            ++report.orphaned_chunks;
+            return;
+          }
+          ++report.chunks_checked;
+          report.bytes_checked += value.size();
+          auto record = ChunkRecord::Decode(value);
+          if (!record.ok()) {
+            report.problems.push_back("stored push of version " +
+                                      std::to_string(manifest->second.version) + " tensor " +
+                                      std::to_string(tensor) + " chunk " + std::to_string(chunk) +
+                                      ": " + record.status().message());
+          }
+        });
+    if (!listed.ok()) report.problems.push_back(listed.message());
     // Every version restored in full: chain links, decoded checksums, the body's SHA-256.
     for (const auto& entry : chains.versions) {
       const uint64_t version = entry.first;  // named: lambdas below capture it
@@ -1165,6 +1165,7 @@ class RocksCheckpointStore final : public CheckpointStore {
     ModelLocks::Guard guard = locks_.TryLock(model);
     if (!guard) return BusyModel(model);
     const std::string name(model);
+    CKPT_RETURN_IF_ERROR(backend_->ClaimWrites(name));
     CKPT_ASSIGN_OR_RETURN(
         auto record,
         ctx_.GetRecord<ModelRecord>(rocksdb::ReadOptions(), ctx_.models, name, "model record"));
@@ -1172,8 +1173,9 @@ class RocksCheckpointStore final : public CheckpointStore {
     ModelRecord updated = record.value_or(ModelRecord{});
     if (!record) updated.created_at_ms = NowMs();
     change(updated);
-    return FromRocks(db_->Put(ctx_.CommitWriteOptions(), ctx_.models, name, updated.Encode()),
-                     what);
+    ModelChange commit;
+    commit.batch.Put(ctx_.models, name, updated.Encode());
+    return backend_->Commit(name, commit, what);
   }
 
   // FailedPrecondition when the store already holds options_.max_models models (counts at most
@@ -1269,7 +1271,7 @@ class RocksCheckpointStore final : public CheckpointStore {
     cro.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
     const std::string begin = keys::ModelPrefix(model), end = keys::ModelPrefixEnd(model);
     const rocksdb::Slice begin_slice(begin), end_slice(end);
-    return FromRocks(db_->CompactRange(cro, ctx_.chunks, &begin_slice, &end_slice),
+    return FromRocks(db_->CompactRange(cro, chunks_, &begin_slice, &end_slice),
                      "compacting chunks of model '" + model + "'");
   }
 
@@ -1299,7 +1301,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   // (crash, kill -9) lie at or beyond their model's committed next_seq. Remove them.
   Status RemoveInterruptedPushes() {
     rocksdb::ReadOptions ro;
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, ctx_.chunks));
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, chunks_));
     rocksdb::WriteBatch batch;
     for (it->SeekToFirst(); it->Valid();) {
       std::string_view key = it->key().ToStringView();
@@ -1313,7 +1315,7 @@ class RocksCheckpointStore final : public CheckpointStore {
       const uint64_t next_seq = state ? state->next_seq : 1;
       it->Seek(keys::ChunkSeqBegin(model, next_seq));
       if (it->Valid() && it->key().starts_with(keys::ModelPrefix(model))) {
-        batch.DeleteRange(ctx_.chunks, keys::ChunkSeqBegin(model, next_seq),
+        batch.DeleteRange(chunks_, keys::ChunkSeqBegin(model, next_seq),
                           keys::ModelPrefixEnd(model));
         ++interrupted_pushes_removed_;
       }
@@ -1331,6 +1333,8 @@ class RocksCheckpointStore final : public CheckpointStore {
   std::unique_ptr<TensorCodec> codec_;
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  rocksdb::ColumnFamilyHandle* chunks_ = nullptr;  // the local backend's chunk records
+  std::unique_ptr<StoreBackend> backend_;
   StoreContext ctx_;
   StoreCounters counters_;
   ModelLocks locks_;

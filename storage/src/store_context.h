@@ -1,5 +1,5 @@
-// StoreContext: the RocksDB handles and shared objects every part of the store works with
-// (pushes, restores, deletion, garbage collection). Internal to the storage library.
+// StoreContext: the RocksDB handles, the backend and shared objects every part of the store works
+// with (pushes, restores, deletion, garbage collection). Internal to the storage library.
 //
 // Owned by the store; the pointers stay valid for the store's lifetime. Thread-safe to share:
 // every member is either immutable after open or itself thread-safe.
@@ -18,6 +18,7 @@
 #include "ckpt/codec/tensor_codec.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "reference_cache.h"
+#include "store_backend.h"
 
 namespace ckpt {
 
@@ -40,22 +41,17 @@ struct StoreContext {
   rocksdb::ColumnFamilyHandle* models = nullptr;
   rocksdb::ColumnFamilyHandle* versions = nullptr;
   rocksdb::ColumnFamilyHandle* manifests = nullptr;
-  rocksdb::ColumnFamilyHandle* chunks = nullptr;
   rocksdb::ColumnFamilyHandle* codec_state = nullptr;
   rocksdb::ColumnFamilyHandle* tags = nullptr;
   // Serializes tag changes with the deletions and pushes that must see them (taken after a
   // model lock, never before).
   std::mutex* tags_mu = nullptr;
+  // Where chunk records live and how metadata changes commit.
+  StoreBackend* backend = nullptr;
   ReferenceCache* cache = nullptr;
   const TensorCodec* codec = nullptr;
   const StoreOptions* options = nullptr;
   StoreCounters* counters = nullptr;
-
-  rocksdb::WriteOptions CommitWriteOptions() const {
-    rocksdb::WriteOptions wo;
-    wo.sync = options->sync_commits;
-    return wo;
-  }
 
   template <typename Record>
   Result<std::optional<Record>> GetRecord(const rocksdb::ReadOptions& ro,

@@ -1,0 +1,98 @@
+// The single-node backend: chunk records in RocksDB's chunks family, beside the metadata.
+#include "chain_reader.h"
+#include "keys.h"
+#include "store_backend.h"
+
+namespace ckpt {
+
+namespace keys = storage_keys;
+
+ChunkSet ChunkSet::Of(uint64_t seq, const ManifestRecord& manifest) {
+  ChunkSet set;
+  set.seq = seq;
+  for (const ManifestTensor& t : manifest.tensors) set.chunk_counts.push_back(t.chunk_count);
+  return set;
+}
+
+namespace {
+
+class LocalBackend final : public StoreBackend {
+ public:
+  LocalBackend(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* chunks, bool sync)
+      : db_(db), chunks_(chunks), sync_(sync) {}
+
+  Status PutChunk(const std::string& model, uint64_t seq, uint32_t tensor, uint32_t chunk,
+                  std::string_view record) override {
+    return FromRocks(db_->Put(rocksdb::WriteOptions(), chunks_,
+                              keys::ChunkKey(model, seq, tensor, chunk), record),
+                     "writing chunk");
+  }
+
+  Status GetChunk(const rocksdb::ReadOptions& ro, const std::string& model, uint64_t seq,
+                  uint32_t tensor, uint32_t chunk, rocksdb::PinnableSlice* record) override {
+    return FromRocks(db_->Get(ro, chunks_, keys::ChunkKey(model, seq, tensor, chunk), record),
+                     "reading chunk");
+  }
+
+  // Not synced: if the process dies first, recovery at the next open removes the records.
+  void DiscardChunks(const std::string& model, const ChunkSet& chunks) override {
+    db_->DeleteRange(rocksdb::WriteOptions(), chunks_, keys::ChunkSeqBegin(model, chunks.seq),
+                     keys::ChunkSeqBegin(model, chunks.seq + 1))
+        .PermitUncheckedError();
+  }
+
+  Status ForEachChunk(const rocksdb::ReadOptions& ro, const std::string& model, uint64_t seq_end,
+                      const ChunkVisitor& visit) override {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, chunks_));
+    const std::string end = keys::ChunkSeqBegin(model, seq_end);
+    for (it->Seek(keys::ModelPrefix(model)); it->Valid() && it->key().compare(end) < 0;
+         it->Next()) {
+      const std::string_view key = it->key().ToStringView();
+      const size_t at = model.size() + 1;
+      visit(keys::ReadBigEndian(key, at, 8),
+            static_cast<uint32_t>(keys::ReadBigEndian(key, at + 8, 4)),
+            static_cast<uint32_t>(keys::ReadBigEndian(key, at + 12, 4)),
+            it->value().ToStringView());
+    }
+    return FromRocks(it->status(), "reading chunk records");
+  }
+
+  Status Commit(const std::string& model, ModelChange& change, std::string_view what) override {
+    if (change.whole_model) {
+      change.batch.DeleteRange(chunks_, keys::ModelPrefix(model), keys::ModelPrefixEnd(model));
+    }
+    for (const ChunkSet& set : change.unreachable) {
+      if (change.whole_model) break;
+      change.batch.DeleteRange(chunks_, keys::ChunkSeqBegin(model, set.seq),
+                               keys::ChunkSeqBegin(model, set.seq + 1));
+    }
+    rocksdb::WriteOptions wo;
+    wo.sync = sync_;
+    return FromRocks(db_->Write(wo, &change.batch), what);
+  }
+
+  Status Refresh(const std::string&) override { return Status::Ok(); }
+  Status ClaimWrites(const std::string&) override { return Status::Ok(); }
+  Result<std::optional<std::string>> WriteOwner(const std::string&) override {
+    return std::optional<std::string>();
+  }
+  uint64_t SeqFloor(const std::string&) override { return 0; }
+  Result<std::optional<std::vector<std::string>>> ListModelNames() override {
+    return std::optional<std::vector<std::string>>();
+  }
+  bool IsLocal() const override { return true; }
+
+ private:
+  rocksdb::DB* const db_;
+  rocksdb::ColumnFamilyHandle* const chunks_;
+  const bool sync_;
+};
+
+}  // namespace
+
+std::unique_ptr<StoreBackend> NewLocalBackend(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* chunks,
+                                              bool sync) {
+  return std::make_unique<LocalBackend>(db, chunks, sync);
+}
+
+}  // namespace ckpt

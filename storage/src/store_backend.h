@@ -1,0 +1,107 @@
+// StoreBackend: where a store's chunk records live and how a change of a model's metadata
+// becomes durable. Internal to storage/.
+//
+// The store always keeps its metadata (models, versions, manifests, codec state, tags) in its
+// local RocksDB and reasons about it there. The backend decides what "durable" means:
+//   - LocalBackend (the default): chunk records are in RocksDB's chunks family and a change is
+//     one synced WriteBatch. Single node; nothing else involved.
+//   - the RADOS backend (rados_backend.cc): chunk records are RADOS objects; a change commits
+//     first to the model's object in the cluster (one guarded operation, fenced by the model's
+//     lease epoch) and then to the local RocksDB, which is a cache of the cluster's metadata that
+//     any daemon can rebuild (Refresh). Writes to a model go through the one daemon holding its
+//     lease (ClaimWrites).
+//
+// Thread safety: implementations are safe for concurrent use; the store serializes changes of
+// one model (ModelLocks) before calling Commit.
+#pragma once
+
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/codec/status.h"
+#include "records.h"
+
+namespace ckpt {
+
+// The chunk records written under one seq: tensor i has chunk_counts[i] chunks.
+struct ChunkSet {
+  uint64_t seq = 0;
+  std::vector<uint32_t> chunk_counts;
+
+  static ChunkSet Of(uint64_t seq, const ManifestRecord& manifest);
+};
+
+// One atomic change of one model's metadata, and the chunk records it makes unreachable.
+struct ModelChange {
+  rocksdb::WriteBatch batch;          // puts and deletes in the metadata families
+  std::vector<ChunkSet> unreachable;  // removed with (local) or after (RADOS) the commit
+  // The model is deleted: every chunk record of it goes, including ones no manifest lists.
+  bool whole_model = false;
+};
+
+// The RocksDB column families of the metadata, as the store opened them.
+struct MetadataFamilies {
+  rocksdb::ColumnFamilyHandle* models = nullptr;
+  rocksdb::ColumnFamilyHandle* versions = nullptr;
+  rocksdb::ColumnFamilyHandle* manifests = nullptr;
+  rocksdb::ColumnFamilyHandle* codec_state = nullptr;
+  rocksdb::ColumnFamilyHandle* tags = nullptr;
+};
+
+class StoreBackend {
+ public:
+  virtual ~StoreBackend() = default;
+
+  // Chunk records. Names are (model, seq, tensor, chunk); a seq is never reused for other
+  // content (SeqFloor), so a record, once written, never changes.
+  virtual Status PutChunk(const std::string& model, uint64_t seq, uint32_t tensor, uint32_t chunk,
+                          std::string_view record) = 0;
+  // Reads through `ro` (its snapshot, for the local backend). NotFound if absent.
+  virtual Status GetChunk(const rocksdb::ReadOptions& ro, const std::string& model, uint64_t seq,
+                          uint32_t tensor, uint32_t chunk, rocksdb::PinnableSlice* record) = 0;
+  // Removes chunk records no commit refers to (an aborted push, a rebase given up). Best effort:
+  // what stays behind is an orphan for garbage collection.
+  virtual void DiscardChunks(const std::string& model, const ChunkSet& chunks) = 0;
+  // Every stored chunk record of `model` with seq below `seq_end` (scrub).
+  using ChunkVisitor =
+      std::function<void(uint64_t seq, uint32_t tensor, uint32_t chunk, std::string_view record)>;
+  virtual Status ForEachChunk(const rocksdb::ReadOptions& ro, const std::string& model,
+                              uint64_t seq_end, const ChunkVisitor& visit) = 0;
+
+  // Makes `change` durable and visible, then removes its unreachable chunks. `what` names the
+  // operation in errors. The caller holds the model's lock.
+  virtual Status Commit(const std::string& model, ModelChange& change, std::string_view what) = 0;
+
+  // Scale-out hooks; the local backend has nothing to do.
+  //
+  // Before reading `model`: bring the local metadata up to date (a no-op when it is).
+  virtual Status Refresh(const std::string& model) = 0;
+  // Before changing `model` (under its lock): Ok if this daemon may write it (it holds or just
+  // took the model's lease); Unavailable naming the owner otherwise.
+  virtual Status ClaimWrites(const std::string& model) = 0;
+  // Where writes to `model` must go: nullopt when this daemon may take them (it holds the lease,
+  // or nobody does), else the owner's advertised URL.
+  virtual Result<std::optional<std::string>> WriteOwner(const std::string& model) = 0;
+  // The lowest seq a new push or rebase of `model` may use (0: no floor). Seqs above it were
+  // never used by any daemon, so records written under them cannot collide with a former
+  // owner's.
+  virtual uint64_t SeqFloor(const std::string& model) = 0;
+  // Every model's name (nullopt: the local models family is authoritative).
+  virtual Result<std::optional<std::vector<std::string>>> ListModelNames() = 0;
+  // Whether the data is in this daemon's RocksDB alone (backups, compaction, recovery apply).
+  virtual bool IsLocal() const = 0;
+};
+
+// The default backend: chunk records in `chunks`, commits as synced (per `sync`) write batches.
+std::unique_ptr<StoreBackend> NewLocalBackend(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* chunks,
+                                              bool sync);
+
+}  // namespace ckpt
