@@ -45,9 +45,13 @@ json VersionJson(const VersionInfo& v) {
 }
 
 json GcJson(const GcReport& gc) {
-  return {{"manifests_removed", gc.manifests_removed}, {"bytes_freed", gc.bytes_freed},
-          {"versions_rebased", gc.versions_rebased},   {"bytes_rewritten", gc.bytes_rewritten},
-          {"bytes_retained", gc.bytes_retained},       {"compacted", gc.compacted}};
+  return {{"manifests_removed", gc.manifests_removed},
+          {"bytes_freed", gc.bytes_freed},
+          {"versions_rebased", gc.versions_rebased},
+          {"bytes_rewritten", gc.bytes_rewritten},
+          {"bytes_retained", gc.bytes_retained},
+          {"compacted", gc.compacted},
+          {"orphan_chunks_removed", gc.orphan_chunks_removed}};
 }
 
 json RetentionJson(const RetentionReport& report) {
@@ -396,6 +400,41 @@ ApiResponse ApiHandler::ErrorResponse(const Status& status) {
   if (status.code() == StatusCode::kUnauthenticated) {
     r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"ckptd\"");
   }
+  return r;
+}
+
+std::optional<ApiResponse> ApiHandler::WriteRedirect(std::string_view method, const Route& route,
+                                                     std::string_view target) {
+  if (method == "GET" || method == "HEAD" || route.model.empty()) return std::nullopt;
+  switch (route.kind) {
+    case RouteKind::kModel:
+    case RouteKind::kVersion:
+    case RouteKind::kPolicy:
+    case RouteKind::kVersionTag:
+    case RouteKind::kRetention:
+      break;
+    case RouteKind::kRetentionRun:
+      if (route.dry_run) return std::nullopt;  // a preview reads
+      break;
+    default:
+      return std::nullopt;
+  }
+  auto owner = store_->WriteOwner(route.model);
+  if (!owner.ok() || !*owner) return std::nullopt;  // errors surface from the handler itself
+  if ((*owner)->empty()) {
+    return ErrorResponse(Status::Unavailable("model '" + route.model +
+                                             "' is written through another ckptd daemon, which "
+                                             "advertises no URL (cluster.advertise_url)"));
+  }
+  std::string location = **owner;
+  while (!location.empty() && location.back() == '/') location.pop_back();
+  location += target;
+  ApiResponse r =
+      JsonResponse(307, {{"error",
+                          {{"code", "REDIRECT"},
+                           {"message", "model '" + route.model + "' is written through " + **owner},
+                           {"location", location}}}});
+  r.headers.emplace_back("Location", location);
   return r;
 }
 

@@ -399,6 +399,19 @@ class HttpServerImpl final : public HttpServer {
       log.principal = principal->name;
       route.model_prefix = principal->model_prefix;
     }
+    // With a cluster, a model's writes go through the daemon holding its lease: redirect there
+    // before reading any body (a client that sent Expect: 100-continue has sent none yet).
+    if (auto redirect = handler_.WriteRedirect(log.method, route, log.target)) {
+      const bool body_pending = !parser.is_done();
+      co_await WriteResponse(stream, *redirect, version, keep_alive && !body_pending, false, log);
+      const bool expect_continue = beast::iequals(req[http::field::expect], "100-continue");
+      if (body_pending && !expect_continue) {
+        std::vector<uint8_t> scratch(64 << 10);
+        co_await DrainBeforeClose(stream, buffer, parser, scratch);
+      }
+      Finish(log, remote);
+      co_return keep_alive && !body_pending;
+    }
     bool ok = false;
     switch (ApiHandler::Plan(log.method, route)) {
       case RequestPlan::kPush:

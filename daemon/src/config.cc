@@ -100,7 +100,7 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
                                    where.str());
   }
   CKPT_RETURN_IF_ERROR(
-      CheckKeys(root, "", {"server", "storage", "codec", "retention", "log", "auth"}));
+      CheckKeys(root, "", {"server", "storage", "cluster", "codec", "retention", "log", "auth"}));
 
   if (const toml::table* server = root["server"].as_table()) {
     CKPT_RETURN_IF_ERROR(
@@ -172,6 +172,36 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
                                                uint64_t{1} << 40, st.max_models));
   } else if (root.contains("storage")) {
     return Bad("storage", "must be a table");
+  }
+
+  if (const toml::table* cluster = root["cluster"].as_table()) {
+    CKPT_RETURN_IF_ERROR(CheckKeys(
+        *cluster, "cluster",
+        {"ceph_conf", "client_name", "pool", "namespace", "lease_seconds", "advertise_url"}));
+    ClusterOptions c;
+    CKPT_RETURN_IF_ERROR(ReadString(*cluster, "cluster", "ceph_conf", c.conf_file));
+    CKPT_RETURN_IF_ERROR(ReadString(*cluster, "cluster", "client_name", c.client_name));
+    CKPT_RETURN_IF_ERROR(ReadString(*cluster, "cluster", "pool", c.pool));
+    CKPT_RETURN_IF_ERROR(ReadString(*cluster, "cluster", "namespace", c.object_namespace));
+    CKPT_RETURN_IF_ERROR(ReadString(*cluster, "cluster", "advertise_url", c.advertise_url));
+    if (const toml::node* lease = cluster->get("lease_seconds")) {
+      auto v = lease->value<double>();
+      if (!v || !(*v >= 1 && *v <= 3600)) {
+        return Bad("cluster.lease_seconds", "must be a number of seconds in [1, 3600]");
+      }
+      c.lease = std::chrono::milliseconds(static_cast<int64_t>(*v * 1000));
+    }
+    if (!c.conf_file.empty()) {
+      if (c.pool.empty()) return Bad("cluster.pool", "must not be empty");
+      if (c.advertise_url.empty()) {
+        return Bad("cluster.advertise_url",
+                   "is required with a cluster: the URL other daemons redirect writes to (for "
+                   "example \"http://10.0.0.5:8420\")");
+      }
+      config.store.cluster = std::move(c);
+    }
+  } else if (root.contains("cluster")) {
+    return Bad("cluster", "must be a table");
   }
 
   if (const toml::table* codec = root["codec"].as_table()) {

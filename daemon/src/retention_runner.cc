@@ -79,6 +79,8 @@ void RetentionRunner::Run() {
 
 bool RetentionRunner::Apply(const std::string& model, GcOptions::Compaction compaction,
                             bool after_push) {
+  // With a cluster, a model's retention runs on the daemon that writes it.
+  if (auto owner = store_->WriteOwner(model); !owner.ok() || *owner) return true;
   if (after_push) {
     // A pass after a push only matters when the policy can delete something; the periodic
     // pass still collects what explicit deletes left.
@@ -91,7 +93,9 @@ bool RetentionRunner::Apply(const std::string& model, GcOptions::Compaction comp
   auto report = store_->ApplyRetention(model, run);
   if (!report.ok()) {
     if (report.status().code() == StatusCode::kAborted) return false;
-    if (report.status().code() != StatusCode::kNotFound) {
+    // kUnavailable: another daemon took the model's lease meanwhile; it runs the retention.
+    if (report.status().code() != StatusCode::kNotFound &&
+        report.status().code() != StatusCode::kUnavailable) {
       spdlog::warn("retention: model '{}': {}", model, report.status().ToString());
     }
     return true;

@@ -57,6 +57,11 @@ class LocalBackend final : public StoreBackend {
     return FromRocks(it->status(), "reading chunk records");
   }
 
+  Result<uint64_t> RemoveOrphanChunks(const std::string&, const std::set<uint64_t>&,
+                                      uint64_t) override {
+    return uint64_t{0};
+  }
+
   Status Commit(const std::string& model, ModelChange& change, std::string_view what) override {
     if (change.whole_model) {
       change.batch.DeleteRange(chunks_, keys::ModelPrefix(model), keys::ModelPrefixEnd(model));

@@ -30,6 +30,9 @@
 #include "records.h"
 #include "reference_cache.h"
 #include "store_context.h"
+#ifdef CKPT_WITH_RADOS
+#include "rados_backend.h"
+#endif
 
 namespace ckpt {
 namespace {
@@ -667,12 +670,26 @@ class RocksCheckpointStore final : public CheckpointStore {
     ctx_.codec_state = handles_[5];
     ctx_.tags = handles_[6];
     ctx_.tags_mu = &tags_mu_;
-    backend_ = NewLocalBackend(raw, chunks_, options_.sync_commits);
+    if (options_.cluster) {
+#ifdef CKPT_WITH_RADOS
+      MetadataFamilies metadata{ctx_.models, ctx_.versions, ctx_.manifests, ctx_.codec_state,
+                                ctx_.tags};
+      CKPT_ASSIGN_OR_RETURN(backend_, NewRadosBackend(raw, metadata, *options_.cluster));
+#else
+      return Status::InvalidArgument(
+          "store: a cluster is configured but this build has no RADOS support (CKPT_WITH_RADOS)");
+#endif
+    } else {
+      backend_ = NewLocalBackend(raw, chunks_, options_.sync_commits);
+    }
     ctx_.backend = backend_.get();
     ctx_.cache = &cache_;
     ctx_.codec = codec_.get();
     ctx_.options = &options_;
     ctx_.counters = &counters_;
+    // With a cluster, recovery is the owner's business: interrupted pushes leave orphan chunks
+    // that its garbage collection removes.
+    if (!backend_->IsLocal()) return Status::Ok();
     CKPT_RETURN_IF_ERROR(RemoveInterruptedPushes());
     return RemoveOrphanedManifests();
   }
@@ -710,6 +727,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,
                                                      std::optional<uint64_t> version) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
     const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
     rocksdb::ReadOptions ro;
     ro.snapshot = snapshot;
@@ -727,6 +745,17 @@ class RocksCheckpointStore final : public CheckpointStore {
 
   Result<std::vector<ModelInfo>> ListModels() override {
     std::vector<ModelInfo> out;
+    CKPT_ASSIGN_OR_RETURN(auto names, backend_->ListModelNames());
+    if (names) {  // the cluster's index
+      for (const std::string& name : *names) {
+        CKPT_RETURN_IF_ERROR(backend_->Refresh(name));
+        auto record =
+            ctx_.GetRecord<ModelRecord>(rocksdb::ReadOptions(), ctx_.models, name, "model record");
+        if (!record.ok()) return record.status().WithContext("model '" + name + "'");
+        if (*record) out.push_back(MakeModelInfo(name, **record));
+      }
+      return out;
+    }
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), ctx_.models));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       auto record = ModelRecord::Decode(it->value().ToStringView());
@@ -739,12 +768,14 @@ class RocksCheckpointStore final : public CheckpointStore {
 
   Result<ModelInfo> GetModel(std::string_view model) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
     CKPT_ASSIGN_OR_RETURN(auto record, RequireModel(rocksdb::ReadOptions(), model));
     return MakeModelInfo(model, record);
   }
 
   Result<std::vector<VersionInfo>> ListVersions(std::string_view model) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
     const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
     rocksdb::ReadOptions ro;
     ro.snapshot = snapshot;
@@ -755,6 +786,7 @@ class RocksCheckpointStore final : public CheckpointStore {
 
   Result<VersionInfo> GetVersion(std::string_view model, std::optional<uint64_t> version) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
     const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
     rocksdb::ReadOptions ro;
     ro.snapshot = snapshot;
@@ -772,6 +804,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   Result<VersionDetail> GetVersionDetail(std::string_view model,
                                          std::optional<uint64_t> version) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
     const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
     rocksdb::ReadOptions ro;
     ro.snapshot = snapshot;
@@ -875,6 +908,7 @@ class RocksCheckpointStore final : public CheckpointStore {
 
   Result<CodecPolicy> GetPolicy(std::string_view model) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
     CKPT_ASSIGN_OR_RETURN(ModelRecord record, RequireModel(rocksdb::ReadOptions(), model));
     if (record.policy_json.empty()) return options_.default_policy;
     return CodecPolicy::FromJson(record.policy_json, options_.default_policy);
@@ -912,6 +946,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   Result<uint64_t> ResolveTag(std::string_view model, std::string_view tag) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
     CKPT_RETURN_IF_ERROR(ValidateName("tag", tag));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
     std::string value;
     rocksdb::Status s =
         db_->Get(rocksdb::ReadOptions(), ctx_.tags, keys::TagKey(model, tag), &value);
@@ -927,6 +962,7 @@ class RocksCheckpointStore final : public CheckpointStore {
 
   Result<RetentionPolicy> GetRetentionPolicy(std::string_view model) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
     CKPT_ASSIGN_OR_RETURN(ModelRecord record, RequireModel(rocksdb::ReadOptions(), model));
     return RetentionOf(record);
   }
@@ -987,6 +1023,7 @@ class RocksCheckpointStore final : public CheckpointStore {
       }
       tags_lock.unlock();
       CKPT_ASSIGN_OR_RETURN(report.gc, CollectModelGarbage(ctx_, chains, run.gc));
+      CKPT_ASSIGN_OR_RETURN(report.gc.orphan_chunks_removed, RemoveOrphanChunks(name));
     }
     CKPT_ASSIGN_OR_RETURN(report.gc.compacted,
                           MaybeCompact(name, report.gc.bytes_freed, run.gc.compaction));
@@ -996,6 +1033,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   Result<ScrubReport> Scrub(std::string_view model) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
     const std::string name(model);
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(name));
     const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
     rocksdb::ReadOptions ro;
     ro.snapshot = snapshot;
@@ -1007,6 +1045,11 @@ class RocksCheckpointStore final : public CheckpointStore {
 
   Result<BackupResult> Backup(const std::string& backup_dir) override {
     if (backup_dir.empty()) return Status::InvalidArgument("backup: directory is empty");
+    if (!backend_->IsLocal()) {
+      return Status::FailedPrecondition(
+          "backup: the data is in the Ceph cluster (the data directory is only a cache); back up "
+          "the pool with Ceph's tools");
+    }
     rocksdb::BackupEngine* raw = nullptr;
     CKPT_RETURN_IF_ERROR(
         FromRocks(rocksdb::BackupEngine::Open(rocksdb::BackupEngineOptions(backup_dir),
@@ -1041,11 +1084,17 @@ class RocksCheckpointStore final : public CheckpointStore {
       CKPT_ASSIGN_OR_RETURN(ModelChains chains,
                             ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
       CKPT_ASSIGN_OR_RETURN(report, CollectModelGarbage(ctx_, chains, options));
+      CKPT_ASSIGN_OR_RETURN(report.orphan_chunks_removed, RemoveOrphanChunks(name));
     }
     // Outside the lock: pushes may proceed while the freed range is compacted.
     CKPT_ASSIGN_OR_RETURN(report.compacted,
                           MaybeCompact(name, report.bytes_freed, options.compaction));
     return report;
+  }
+
+  Result<std::optional<std::string>> WriteOwner(std::string_view model) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    return backend_->WriteOwner(std::string(model));
   }
 
   StoreStats Stats() override {
@@ -1243,6 +1292,19 @@ class RocksCheckpointStore final : public CheckpointStore {
     return out;
   }
 
+  // Chunk records of `model` that no stored push owns (interrupted pushes of this or a former
+  // owner). Under the model's lock, so no push of ours is in progress.
+  Result<uint64_t> RemoveOrphanChunks(const std::string& model) {
+    if (backend_->IsLocal()) return uint64_t{0};
+    CKPT_ASSIGN_OR_RETURN(ModelChains chains,
+                          ModelChains::Load(ctx_, rocksdb::ReadOptions(), model));
+    std::set<uint64_t> stored;
+    for (const auto& [seq, manifest] : chains.manifests) stored.insert(seq);
+    const uint64_t next_seq = chains.codec_state ? chains.codec_state->next_seq : 1;
+    return backend_->RemoveOrphanChunks(model, stored,
+                                        std::max(next_seq, backend_->SeqFloor(model)));
+  }
+
   // Records `freed` bytes of the model as awaiting compaction and, per `compaction`, compacts
   // when any await it. Runs outside the model lock: pushes proceed meanwhile. Returns whether it
   // compacted.
@@ -1252,7 +1314,9 @@ class RocksCheckpointStore final : public CheckpointStore {
       std::lock_guard lock(freed_mu_);
       uint64_t& pending = freed_since_compaction_[model];
       pending += freed;
-      if (compaction == GcOptions::Compaction::kNone || pending == 0) return false;
+      if (compaction == GcOptions::Compaction::kNone || pending == 0 || !backend_->IsLocal()) {
+        return false;
+      }
       pending = 0;
     }
     CKPT_RETURN_IF_ERROR(CompactModelChunks(model, compaction == GcOptions::Compaction::kFull));

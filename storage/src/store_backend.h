@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,6 +76,13 @@ class StoreBackend {
       std::function<void(uint64_t seq, uint32_t tensor, uint32_t chunk, std::string_view record)>;
   virtual Status ForEachChunk(const rocksdb::ReadOptions& ro, const std::string& model,
                               uint64_t seq_end, const ChunkVisitor& visit) = 0;
+
+  // Removes the chunk records of `model` with seq below `seq_end` that belong to no stored push
+  // (`stored`: the seqs of every stored manifest), left by pushes a crash or a lost lease
+  // interrupted; returns how many. The local backend removes those at open (0 here).
+  virtual Result<uint64_t> RemoveOrphanChunks(const std::string& model,
+                                              const std::set<uint64_t>& stored,
+                                              uint64_t seq_end) = 0;
 
   // Makes `change` durable and visible, then removes its unreachable chunks. `what` names the
   // operation in errors. The caller holds the model's lock.

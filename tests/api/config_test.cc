@@ -12,6 +12,7 @@ TEST(DaemonConfig, ExampleConfigFileParsesToTheDefaults) {
   DaemonConfig defaults;
   DaemonConfig parsed;
   ASSERT_TRUE(ApplyTomlFile(CKPT_EXAMPLE_CONFIG, parsed).ok());
+  EXPECT_FALSE(parsed.store.cluster.has_value());
   EXPECT_EQ(parsed.server.address, defaults.server.address);
   EXPECT_EQ(parsed.server.port, defaults.server.port);
   EXPECT_EQ(parsed.server.threads, defaults.server.threads);
@@ -89,20 +90,52 @@ TEST(DaemonConfig, RejectsUnknownKeysWrongTypesAndRanges) {
         Case{"[server]\nthreads = 0\n", "server.threads"},
         Case{"[storage]\nsync_commits = 1\n", "storage.sync_commits"},
         Case{"[storage]\nwarm_cache_on_start = \"yes\"\n", "storage.warm_cache_on_start"},
-        Case{"[storage]\nchunk_bytes = 10\n", "storage.chunk_bytes"}, Case{"[extra]\n", "extra"},
+        Case{"[storage]\nchunk_bytes = 10\n", "storage.chunk_bytes"},
+        Case{"[extra]\n", "extra"},
         Case{"[storage]\non_reference_miss = \"guess\"\n", "on_reference_miss"},
         Case{"[server]\nlisten = \"nohost\"\n", "HOST:PORT"},
-        Case{"[server]\nlisten = \"h:99999\"\n", "0..65535"}, Case{"[server\n", "config"},
+        Case{"[server]\nlisten = \"h:99999\"\n", "0..65535"},
+        Case{"[server\n", "config"},
         Case{"[retention.default]\nkeep_last = 0\n", "keep_last"},
         Case{"[retention.default]\nkeep_lats = 3\n", "retention.default"},
         Case{"[retention]\ndefault = 3\n", "retention.default"},
         Case{"[retention]\ninterval_seconds = -1\n", "retention.interval_seconds"},
-        Case{"[retention]\nrebase_min_dead_fraction = \"x\"\n", "rebase_min_dead_fraction"}}) {
+        Case{"[retention]\nrebase_min_dead_fraction = \"x\"\n", "rebase_min_dead_fraction"},
+        Case{"[cluster]\nceph_conf = \"/etc/ceph/ceph.conf\"\n", "cluster.advertise_url"},
+        Case{"[cluster]\nlease_seconds = 0.5\n", "cluster.lease_seconds"},
+        Case{"[cluster]\nceph_conf = \"c\"\nadvertise_url = \"http://h:1\"\npool = \"\"\n",
+             "cluster.pool"},
+        Case{"[cluster]\nmonitors = \"x\"\n", "cluster.monitors"}}) {
     DaemonConfig config;
     Status s = ApplyToml(c.toml, config);
     ASSERT_EQ(s.code(), StatusCode::kInvalidArgument) << c.toml;
     EXPECT_NE(s.message().find(c.mention), std::string::npos) << s.message();
   }
+}
+
+TEST(DaemonConfig, ClusterSectionConfiguresTheRadosBackend) {
+  DaemonConfig single;
+  ASSERT_TRUE(ApplyToml("[cluster]\nceph_conf = \"\"\n", single).ok());
+  EXPECT_FALSE(single.store.cluster.has_value());  // empty ceph_conf: a single node
+
+  DaemonConfig c;
+  Status s = ApplyToml(R"([cluster]
+ceph_conf = "/etc/ceph/ceph.conf"
+client_name = "client.ckptd"
+pool = "checkpoints"
+namespace = "prod"
+lease_seconds = 2.5
+advertise_url = "http://10.0.0.5:8420"
+)",
+                       c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(c.store.cluster.has_value());
+  EXPECT_EQ(c.store.cluster->conf_file, "/etc/ceph/ceph.conf");
+  EXPECT_EQ(c.store.cluster->client_name, "client.ckptd");
+  EXPECT_EQ(c.store.cluster->pool, "checkpoints");
+  EXPECT_EQ(c.store.cluster->object_namespace, "prod");
+  EXPECT_EQ(c.store.cluster->lease, std::chrono::milliseconds(2500));
+  EXPECT_EQ(c.store.cluster->advertise_url, "http://10.0.0.5:8420");
 }
 
 TEST(DaemonConfig, AuthTokensAreParsedAndChecked) {

@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "ceph_cluster.h"
 #include "chunk_store.h"  // internal: the RADOS chunk store
 #include "test_support.h"
 
@@ -27,19 +28,6 @@ namespace ckpt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A free loopback TCP port (bound and released; the cluster binds it right after).
-uint16_t FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 librados::bufferlist Bytes(const std::string& s) {
   librados::bufferlist bl;
@@ -49,35 +37,8 @@ librados::bufferlist Bytes(const std::string& s) {
 
 class RadosTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    if (!std::filesystem::exists("/usr/bin/ceph-mon") ||
-        !std::filesystem::exists("/usr/bin/ceph-osd")) {
-      skip_reason_ = "Ceph is not installed (ceph-mon, ceph-osd: scripts/install-deps.sh)";
-      return;
-    }
-    dir_ = std::make_unique<testing::TempDir>();
-    const std::string command = "CEPH_MON_PORT=" + std::to_string(FreePort()) +
-                                " CEPH_MON_PORT_V1=" + std::to_string(FreePort()) + " " +
-                                CKPT_CEPH_SCRIPT + " start " + dir_->str() + "/ceph ckptd > " +
-                                dir_->str() + "/start.log 2>&1";
-    const auto start = Clock::now();
-    start_status_ = std::system(command.c_str());
-    start_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
-  }
-
-  static void TearDownTestSuite() {
-    if (dir_) {
-      const std::string command =
-          std::string(CKPT_CEPH_SCRIPT) + " stop " + dir_->str() + "/ceph > /dev/null 2>&1";
-      (void)std::system(command.c_str());
-      dir_.reset();
-    }
-  }
-
   void SetUp() override {
-    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
-    std::ifstream log(dir_->path() / "start.log");
-    ASSERT_EQ(start_status_, 0) << std::string(std::istreambuf_iterator<char>(log), {});
+    CKPT_REQUIRE_CEPH_CLUSTER();
     ASSERT_NO_FATAL_FAILURE(Connect(&cluster_, &io_));
   }
 
@@ -88,22 +49,19 @@ class RadosTest : public ::testing::Test {
 
   static void Connect(librados::Rados* cluster, librados::IoCtx* io) {
     ASSERT_EQ(cluster->init2("client.admin", "ceph", 0), 0);
-    const std::string conf = dir_->str() + "/ceph/ceph.conf";
+    const std::string conf = testing::CephCluster::Get().conf_file();
     ASSERT_EQ(cluster->conf_read_file(conf.c_str()), 0);
     ASSERT_EQ(cluster->connect(), 0);
     ASSERT_EQ(cluster->ioctx_create("ckptd", *io), 0);
   }
 
-  static inline std::unique_ptr<testing::TempDir> dir_;
-  static inline std::string skip_reason_;
-  static inline int start_status_ = -1;
-  static inline double start_seconds_ = 0;
   librados::Rados cluster_;
   librados::IoCtx io_;
 };
 
 TEST_F(RadosTest, WholeObjectsRoundTrip) {
-  std::cout << "one-node cluster writable after " << start_seconds_ << " s\n";
+  std::cout << "one-node cluster writable after " << testing::CephCluster::Get().start_seconds()
+            << " s\n";
   std::string payload(8 << 20, '\0');
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 2654435761u >> 13);
   librados::bufferlist written = Bytes(payload);
@@ -175,7 +133,7 @@ TEST_F(RadosTest, ExclusiveLocksExpire) {
 
 TEST_F(RadosTest, ChunkStorePutGetListDelete) {
   RadosChunkStoreOptions options;
-  options.conf_file = dir_->str() + "/ceph/ceph.conf";
+  options.conf_file = testing::CephCluster::Get().conf_file();
   auto store = OpenRadosChunkStore(options);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   ChunkStore& chunks = **store;
@@ -206,13 +164,13 @@ TEST_F(RadosTest, ChunkStorePutGetListDelete) {
 
 TEST_F(RadosTest, ChunkStoreOpenFailuresNameTheStep) {
   RadosChunkStoreOptions options;
-  options.conf_file = dir_->str() + "/ceph/ceph.conf";
+  options.conf_file = testing::CephCluster::Get().conf_file();
   options.pool = "no-such-pool";
   auto store = OpenRadosChunkStore(options);
   ASSERT_FALSE(store.ok());
   EXPECT_NE(store.status().message().find("opening pool 'no-such-pool'"), std::string::npos)
       << store.status().ToString();
-  options.conf_file = dir_->str() + "/missing.conf";
+  options.conf_file = "/nonexistent/ckptd-test/missing.conf";
   auto unread = OpenRadosChunkStore(options);
   ASSERT_FALSE(unread.ok());
   EXPECT_NE(unread.status().message().find("reading"), std::string::npos);

@@ -31,7 +31,7 @@ class DaemonProcess {
     std::filesystem::remove(ready);
     const auto log = work_dir_ / "ckptd.log";
     std::vector<std::string> args = {
-        binary_,        "--listen",     "127.0.0.1:0", "--data-dir", (work_dir_ / "data").string(),
+        binary_,        "--listen",     listen_,       "--data-dir", (work_dir_ / "data").string(),
         "--ready-file", ready.string(), "--log-level", log_level_};
     args.insert(args.end(), extra_.begin(), extra_.end());
     pid_ = fork();
@@ -81,6 +81,10 @@ class DaemonProcess {
     pid_ = -1;
   }
 
+  // The --listen address. Default: "127.0.0.1:0" (a free port).
+  void set_listen(std::string listen) { listen_ = std::move(listen); }
+  pid_t pid() const { return pid_; }
+
   // The --log-level the daemon starts with. Default: warn.
   void set_log_level(std::string level) { log_level_ = std::move(level); }
 
@@ -97,6 +101,7 @@ class DaemonProcess {
   std::filesystem::path work_dir_;
   std::vector<std::string> extra_;
   std::string log_level_ = "warn";
+  std::string listen_ = "127.0.0.1:0";
   pid_t pid_ = -1;
   uint16_t port_ = 0;
 };

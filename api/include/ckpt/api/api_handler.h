@@ -91,6 +91,12 @@ class ApiHandler {
   // Handles a non-streaming request. `body` is the full request body.
   ApiResponse Handle(std::string_view method, const Route& route, std::string_view body);
 
+  // With a cluster: for a request that changes a model another daemon writes (holds the lease
+  // of), the 307 redirect to that daemon (`target`: the request target, kept as is), or 503 when
+  // the owner advertises no URL. nullopt: handle the request here.
+  std::optional<ApiResponse> WriteRedirect(std::string_view method, const Route& route,
+                                           std::string_view target);
+
   // Starts a push for PUT /v1/models/{model}/versions/{version}.
   Result<std::unique_ptr<PushSession>> BeginPush(const Route& route,
                                                  std::optional<uint64_t> content_length);

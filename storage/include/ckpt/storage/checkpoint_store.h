@@ -30,6 +30,23 @@
 
 namespace ckpt {
 
+// Scale-out on Ceph (docs/deployment.md): several daemons share one RADOS pool. Chunk records
+// and every metadata record live in the pool; the local data directory holds only a cache of the
+// metadata that any daemon rebuilds from the cluster. Each model is written through one daemon
+// at a time, the holder of its lease; the others serve its restores and redirect its writes.
+struct ClusterOptions {
+  std::string conf_file;                     // ceph.conf of the cluster (monitors, keyring)
+  std::string client_name = "client.admin";  // the cephx user
+  std::string pool = "ckptd";
+  std::string object_namespace = "ckptd";  // RADOS namespace within the pool
+  // How long a model's write lease lasts without renewal (renewed every third of it): the time
+  // another daemon waits before taking over the models of a daemon that died.
+  std::chrono::milliseconds lease{10000};
+  // This daemon's base URL as clients reach it ("http://10.0.0.5:7070"): where other daemons
+  // redirect writes of the models it owns.
+  std::string advertise_url;
+};
+
 struct StoreOptions {
   // Directory holding the RocksDB database; created if missing. Default: none (required).
   std::string data_dir;
@@ -77,6 +94,10 @@ struct StoreOptions {
 
   // Retention of models that have none set. Default: keep everything.
   RetentionPolicy default_retention;
+
+  // When set, the store keeps its data in a RADOS pool shared with other daemons (see
+  // ClusterOptions) instead of in data_dir alone. Default: unset (single node).
+  std::optional<ClusterOptions> cluster;
 };
 
 // How a garbage collection treats one model (CheckpointStore::CollectGarbage).
@@ -102,12 +123,13 @@ struct GcOptions {
 // What a garbage collection did for one model.
 struct GcReport {
   std::string model;
-  uint64_t manifests_removed = 0;  // stored pushes whose data was removed
-  uint64_t bytes_freed = 0;        // stored bytes they held
-  uint64_t versions_rebased = 0;   // kept versions re-encoded so that deleted data could go
-  uint64_t bytes_rewritten = 0;    // stored bytes the rebases wrote
-  uint64_t bytes_retained = 0;     // deleted versions' bytes kept because kept versions'
-                                   // (lossy) chains still need them
+  uint64_t manifests_removed = 0;      // stored pushes whose data was removed
+  uint64_t bytes_freed = 0;            // stored bytes they held
+  uint64_t versions_rebased = 0;       // kept versions re-encoded so that deleted data could go
+  uint64_t bytes_rewritten = 0;        // stored bytes the rebases wrote
+  uint64_t bytes_retained = 0;         // deleted versions' bytes kept because kept versions'
+                                       // (lossy) chains still need them
+  uint64_t orphan_chunks_removed = 0;  // RADOS: chunk objects of interrupted pushes removed
   bool compacted = false;
 };
 
@@ -335,6 +357,11 @@ class CheckpointStore {
   // Restores the newest backup in `backup_dir` into `data_dir`, which must not exist or be
   // empty; the store there then opens like the original at the time of the backup.
   static Status RestoreBackup(const std::string& backup_dir, const std::string& data_dir);
+
+  // Where writes to `model` must go: nullopt when this daemon takes them (always, on a single
+  // node; with a cluster, when it holds the model's lease or nobody does), else the base URL the
+  // lease holder advertises (empty if it advertises none).
+  virtual Result<std::optional<std::string>> WriteOwner(std::string_view model) = 0;
 
   // Counters since open and the storage engine's sizes. Thread-safe, cheap (no scans).
   virtual StoreStats Stats() = 0;

@@ -1,0 +1,21 @@
+// The RADOS backend of the checkpoint store (rados_backend.cc). Internal to storage/; built when
+// CKPT_WITH_RADOS is on.
+#pragma once
+
+#include <rocksdb/db.h>
+
+#include <memory>
+
+#include "ckpt/codec/status.h"
+#include "ckpt/storage/checkpoint_store.h"
+#include "store_backend.h"
+
+namespace ckpt {
+
+// Connects to the cluster and opens the pool; IoError naming the step if it cannot. `db` and
+// `families` are the store's local cache of the metadata; they outlive the backend.
+Result<std::unique_ptr<StoreBackend>> NewRadosBackend(rocksdb::DB* db,
+                                                      const MetadataFamilies& families,
+                                                      const ClusterOptions& options);
+
+}  // namespace ckpt

@@ -1,0 +1,330 @@
+// Scale-out: real ckptd daemons sharing one pool of a real one-node Ceph cluster (each test in
+// its own RADOS namespace). Any daemon restores any model; writes go through the lease holder
+// (307 elsewhere); a killed owner's models are taken over once its lease expires; a paused
+// owner that lost its lease cannot commit; lossy models keep their bound across owners; a daemon
+// with an empty data directory serves everything from the cluster.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <rados/librados.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ceph_cluster.h"
+#include "daemon_process.h"
+#include "raw_http.h"
+#include "test_support.h"
+
+namespace ckpt {
+namespace {
+
+using nlohmann::json;
+using testing::CephCluster;
+using testing::DaemonProcess;
+using testing::DriftingModel;
+using testing::RawHttp;
+using testing::Request;
+using testing::Sha256Hex;
+using testing::TempDir;
+using Clock = std::chrono::steady_clock;
+
+constexpr double kLeaseSeconds = 3;
+
+// One ckptd of the deployment under test: its own directory, a fixed port (so that its
+// advertised URL is known before it starts), the shared pool and namespace.
+struct Node {
+  Node(const std::string& name, const std::string& object_namespace)
+      : port(testing::FreePort()), url("http://127.0.0.1:" + std::to_string(port)) {
+    std::filesystem::create_directories(dir.path() / name);
+    const auto config = dir.path() / "ckptd.toml";
+    // Small network reads, so that a partly sent body is consumed (and its chunks written) as
+    // it arrives.
+    std::ofstream(config) << "[server]\nio_buffer_bytes = 4096\n"
+                          << "[storage]\nchunk_bytes = 16384\n"
+                          << "[retention]\ninterval_seconds = 0\nafter_push = false\n"
+                          << "[cluster]\nceph_conf = \"" << CephCluster::Get().conf_file()
+                          << "\"\npool = \"" << CephCluster::kPool << "\"\nnamespace = \""
+                          << object_namespace << "\"\nlease_seconds = " << kLeaseSeconds
+                          << "\nadvertise_url = \"" << url << "\"\n";
+    process = std::make_unique<DaemonProcess>(
+        CKPTD_BINARY, dir.path(), std::vector<std::string>{"--config", config.string()});
+    process->set_listen("127.0.0.1:" + std::to_string(port));
+    process->set_log_level("info");
+  }
+
+  TempDir dir;
+  uint16_t port;
+  std::string url;
+  std::unique_ptr<DaemonProcess> process;
+};
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CKPT_REQUIRE_CEPH_CLUSTER();
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    namespace_ = std::string("t-") + info->name();
+    a_ = std::make_unique<Node>("a", namespace_);
+    b_ = std::make_unique<Node>("b", namespace_);
+    ASSERT_TRUE(a_->process->Start()) << a_->process->log();
+    ASSERT_TRUE(b_->process->Start()) << b_->process->log();
+  }
+
+  void TearDown() override {
+    for (Node* node : {a_.get(), b_.get()}) {
+      if (node && node->process->pid() > 0) kill(node->process->pid(), SIGCONT);
+      if (HasFailure() && node) std::cerr << "---- ckptd log ----\n" << node->process->log();
+    }
+  }
+
+  static std::string VersionPath(const std::string& model, uint64_t version) {
+    return "/v1/models/" + model + "/versions/" + std::to_string(version);
+  }
+
+  // The chunk objects of `model` in this test's namespace.
+  size_t ChunkObjects(const std::string& model) {
+    librados::Rados cluster;
+    librados::IoCtx io;
+    EXPECT_EQ(cluster.init2("client.admin", "ceph", 0), 0);
+    EXPECT_EQ(cluster.conf_read_file(CephCluster::Get().conf_file().c_str()), 0);
+    EXPECT_EQ(cluster.connect(), 0);
+    EXPECT_EQ(cluster.ioctx_create(CephCluster::kPool, io), 0);
+    io.set_namespace(namespace_);
+    size_t n = 0;
+    const std::string prefix = "chunk/" + model + "/";
+    for (auto it = io.nobjects_begin(); it != io.nobjects_end(); ++it) {
+      if (it->get_oid().starts_with(prefix)) ++n;
+    }
+    io.close();
+    cluster.shutdown();
+    return n;
+  }
+
+  // Pushes through `node` until it is accepted (a takeover waits for the lease to expire):
+  // returns the final response and how long it took. Redirects are not followed: a redirect to
+  // `dead_url` counts as "not yet".
+  testing::RawResponse PushUntilAccepted(Node& node, const std::string& target,
+                                         const std::string& body, double* seconds) {
+    const auto start = Clock::now();
+    testing::RawResponse r;
+    while (Clock::now() - start < std::chrono::seconds(30)) {
+      r = Request(node.port, "PUT", target, body);
+      if (r.status != 307 && r.status != 503) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling the lease
+    }
+    *seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return r;
+  }
+
+  std::string namespace_;
+  std::unique_ptr<Node> a_, b_;
+};
+
+TEST_F(ClusterTest, AnyDaemonRestoresWritesRedirectToTheOwnerAndAnEmptyDiskServesEverything) {
+  DriftingModel drift(7, 20000);
+  std::map<uint64_t, std::string> sha;
+  for (uint64_t v = 1; v <= 6; ++v) {
+    const std::string body = drift.Next();
+    auto r = Request(a_->port, "PUT", VersionPath("m", v * 10), body);
+    ASSERT_EQ(r.status, 201) << r.body;
+    sha[v * 10] = Sha256Hex(body);
+  }
+  auto tag = Request(a_->port, "PUT", "/v1/models/m/versions/30/tags/best");
+  ASSERT_EQ(tag.status, 200) << tag.body;
+
+  // Every version restores through B, bit-exact; listings and tags agree.
+  for (const auto& [v, digest] : sha) {
+    auto r = Request(b_->port, "GET", VersionPath("m", v));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(Sha256Hex(r.body), digest) << "version " << v;
+  }
+  auto latest = Request(b_->port, "GET", "/v1/models/m/versions/latest");
+  EXPECT_EQ(Sha256Hex(latest.body), sha[60]);
+  auto tagged = Request(b_->port, "GET", "/v1/models/m/versions/tag:best");
+  EXPECT_EQ(Sha256Hex(tagged.body), sha[30]);
+  auto models = json::parse(Request(b_->port, "GET", "/v1/models").body);
+  ASSERT_EQ(models["models"].size(), 1u) << models.dump();
+  EXPECT_EQ(models["models"][0]["version_count"], 6);
+
+  // Writes sent to B go to A, the lease holder, before any body is read.
+  const std::string next = drift.Next();
+  auto redirected = Request(b_->port, "PUT", VersionPath("m", 70), next);
+  EXPECT_EQ(redirected.status, 307) << redirected.body;
+  EXPECT_EQ(redirected.headers["location"], a_->url + VersionPath("m", 70));
+  auto policy = Request(b_->port, "PUT", "/v1/models/m/policy", R"({"mode":"lossless"})");
+  EXPECT_EQ(policy.status, 307);
+  EXPECT_EQ(Request(b_->port, "DELETE", VersionPath("m", 10)).status, 307);
+  // A version pushed (and one deleted) through A is seen by B at once.
+  ASSERT_EQ(Request(a_->port, "PUT", VersionPath("m", 70), next).status, 201);
+  ASSERT_EQ(Request(a_->port, "DELETE", VersionPath("m", 20)).status, 204);
+  sha[70] = Sha256Hex(next);
+  sha.erase(20);
+  EXPECT_EQ(Sha256Hex(Request(b_->port, "GET", "/v1/models/m/versions/latest").body), sha[70]);
+  EXPECT_EQ(Request(b_->port, "GET", VersionPath("m", 20)).status, 404);
+
+  // A replacement node: B again, from an empty data directory.
+  ASSERT_EQ(b_->process->Stop(), 0);
+  std::filesystem::remove_all(b_->process->data_dir());
+  ASSERT_TRUE(b_->process->Start()) << b_->process->log();
+  for (const auto& [v, digest] : sha) {
+    auto r = Request(b_->port, "GET", VersionPath("m", v));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(Sha256Hex(r.body), digest) << "version " << v << " from an empty disk";
+  }
+}
+
+TEST_F(ClusterTest, KilledOwnersModelsAreTakenOverAfterTheLeaseAndOrphansCollected) {
+  DriftingModel drift(11, 40000);
+  std::map<uint64_t, std::string> sha;
+  for (uint64_t v = 1; v <= 3; ++v) {
+    const std::string body = drift.Next();
+    ASSERT_EQ(Request(a_->port, "PUT", VersionPath("m", v), body).status, 201);
+    sha[v] = Sha256Hex(body);
+  }
+  const size_t committed_chunks = ChunkObjects("m");
+
+  // A push to A that A never finishes: most of the body, then A dies.
+  const std::string interrupted = drift.Next();
+  RawHttp http(a_->port);
+  ASSERT_TRUE(http.Send(testing::PutHeader(VersionPath("m", 4), interrupted.size())));
+  ASSERT_TRUE(http.Send(std::string_view(interrupted).substr(0, interrupted.size() * 3 / 4)));
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (ChunkObjects("m") == committed_chunks && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // A writes its chunks
+  }
+  ASSERT_GT(ChunkObjects("m"), committed_chunks) << "A wrote no chunk of the interrupted push";
+  a_->process->Kill();
+  const auto killed = Clock::now();
+
+  // B takes the model over once A's lease expires; the push through B then succeeds.
+  const std::string body = drift.Next();
+  double seconds = 0;
+  auto pushed = PushUntilAccepted(*b_, VersionPath("m", 5), body, &seconds);
+  ASSERT_EQ(pushed.status, 201) << pushed.body;
+  sha[5] = Sha256Hex(body);
+  const double takeover = std::chrono::duration<double>(Clock::now() - killed).count();
+  std::cout << "takeover after kill -9: " << takeover << " s (lease " << kLeaseSeconds << " s)\n";
+  EXPECT_LE(takeover, 2 * kLeaseSeconds + 5);
+
+  auto listed = json::parse(Request(b_->port, "GET", "/v1/models/m/versions").body);
+  std::vector<uint64_t> versions;
+  for (const auto& v : listed["versions"]) versions.push_back(v["version"]);
+  EXPECT_EQ(versions, (std::vector<uint64_t>{1, 2, 3, 5}));  // the interrupted one is absent
+  for (const auto& [v, digest] : sha) {
+    auto r = Request(b_->port, "GET", VersionPath("m", v));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(Sha256Hex(r.body), digest) << "version " << v;
+  }
+
+  // The interrupted push's chunks are orphans: scrub sees them, garbage collection removes them.
+  auto before = json::parse(Request(b_->port, "POST", "/v1/admin/scrub").body);
+  EXPECT_GT(before["models"][0]["orphaned_chunks"].get<uint64_t>(), 0u) << before.dump();
+  auto gc = Request(b_->port, "POST", "/v1/admin/gc");
+  ASSERT_EQ(gc.status, 200) << gc.body;
+  auto after = json::parse(Request(b_->port, "POST", "/v1/admin/scrub").body);
+  EXPECT_EQ(after["models"][0]["orphaned_chunks"], 0) << after.dump();
+  EXPECT_EQ(after["models"][0]["damaged_versions"].size(), 0u) << after.dump();
+}
+
+TEST_F(ClusterTest, APausedOwnerThatLostItsLeaseCannotCommit) {
+  DriftingModel drift(13, 20000);
+  std::map<uint64_t, std::string> sha;
+  for (uint64_t v = 1; v <= 2; ++v) {
+    const std::string body = drift.Next();
+    ASSERT_EQ(Request(a_->port, "PUT", VersionPath("m", v), body).status, 201);
+    sha[v] = Sha256Hex(body);
+  }
+  // A starts a push, then freezes (it still believes it owns the model).
+  const std::string stale = drift.Next();
+  RawHttp http(a_->port);
+  ASSERT_TRUE(http.Send(testing::PutHeader(VersionPath("m", 3), stale.size())));
+  const size_t committed_chunks = ChunkObjects("m");
+  ASSERT_TRUE(http.Send(std::string_view(stale).substr(0, stale.size() / 2)));
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (ChunkObjects("m") == committed_chunks && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // A is inside the push
+  }
+  ASSERT_GT(ChunkObjects("m"), committed_chunks) << "A wrote no chunk of its push";
+  ASSERT_EQ(kill(a_->process->pid(), SIGSTOP), 0);
+
+  // B takes over and commits versions 3 and 4.
+  double seconds = 0;
+  const std::string b3 = drift.Next();
+  auto r3 = PushUntilAccepted(*b_, VersionPath("m", 3), b3, &seconds);
+  ASSERT_EQ(r3.status, 201) << r3.body;
+  const std::string b4 = drift.Next();
+  ASSERT_EQ(Request(b_->port, "PUT", VersionPath("m", 4), b4).status, 201);
+  sha[3] = Sha256Hex(b3);
+  sha[4] = Sha256Hex(b4);
+
+  // A resumes and finishes its push: the commit is refused, nothing changes.
+  ASSERT_EQ(kill(a_->process->pid(), SIGCONT), 0);
+  ASSERT_TRUE(http.Send(std::string_view(stale).substr(stale.size() / 2)));
+  auto refused = http.Read();
+  // Refused by the epoch guard of the commit, or earlier when A's lease renewal found the lease
+  // taken: either way 503, and nothing of it is visible.
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_NE(refused.body.find("lease"), std::string::npos) << refused.body;
+
+  auto listed = json::parse(Request(b_->port, "GET", "/v1/models/m/versions").body);
+  ASSERT_EQ(listed["versions"].size(), 4u) << listed.dump();
+  for (const auto& [v, digest] : sha) {
+    auto through_b = Request(b_->port, "GET", VersionPath("m", v));
+    EXPECT_EQ(Sha256Hex(through_b.body), digest) << "version " << v;
+    auto through_a = Request(a_->port, "GET", VersionPath("m", v));
+    EXPECT_EQ(Sha256Hex(through_a.body), digest) << "version " << v << " through A";
+  }
+  // A now sends writes to B.
+  auto redirected = Request(a_->port, "PUT", VersionPath("m", 5), drift.Next());
+  EXPECT_EQ(redirected.status, 307);
+  EXPECT_EQ(redirected.headers["location"], b_->url + VersionPath("m", 5));
+}
+
+TEST_F(ClusterTest, LossyModelsKeepTheirBoundAcrossAnOwnershipChange) {
+  constexpr double kBound = 1e-3;
+  ASSERT_EQ(Request(a_->port, "PUT", "/v1/models/q/policy",
+                    R"({"mode":"lossy","max_abs_error":0.001,"lossless_tensors":[]})")
+                .status,
+            200);
+  DriftingModel drift(17, 30000);
+  std::map<uint64_t, std::string> pushed;
+  for (uint64_t v = 1; v <= 4; ++v) {
+    pushed[v] = drift.Next();
+    ASSERT_EQ(Request(a_->port, "PUT", VersionPath("q", v), pushed[v]).status, 201);
+  }
+  ASSERT_EQ(a_->process->Stop(), 0);  // a clean stop releases A's leases: B takes over at once
+  for (uint64_t v = 5; v <= 8; ++v) {
+    pushed[v] = drift.Next();
+    double seconds = 0;
+    auto r = PushUntilAccepted(*b_, VersionPath("q", v), pushed[v], &seconds);
+    ASSERT_EQ(r.status, 201) << r.body;
+    if (v == 5) {
+      EXPECT_LT(seconds, kLeaseSeconds) << "a released lease is taken at once";
+    }
+  }
+  // B continued the closed loop: its first version's quantized tensors are deltas against the
+  // reconstruction A left, not keyframes.
+  auto detail = json::parse(Request(b_->port, "GET", VersionPath("q", 5) + "?detail=1").body);
+  int quantized = 0;
+  for (const auto& t : detail["tensors"]) {
+    if (t["codec"] != "lossy") continue;
+    ++quantized;
+    EXPECT_EQ(t["kind"], "delta") << t.dump();
+  }
+  EXPECT_GT(quantized, 0) << detail.dump();
+  for (const auto& [v, body] : pushed) {
+    auto r = Request(b_->port, "GET", VersionPath("q", v));
+    ASSERT_EQ(r.status, 200) << r.body;
+    auto check = testing::CheckWithinBound(body, r.body, kBound);
+    EXPECT_TRUE(check.error.empty()) << "version " << v << ": " << check.error;
+    EXPECT_LE(check.worst, kBound);
+  }
+}
+
+}  // namespace
+}  // namespace ckpt
