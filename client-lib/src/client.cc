@@ -135,6 +135,70 @@ class Connection {
 
 // Sends a small request and reads the full (small) response.
 // The headers every request carries: Host, User-Agent and, with a token, Authorization.
+struct ServerUrl {
+  bool https = false;
+  std::string host;
+  std::string port;
+  std::string target;  // with `with_target`: the path and query ("/" if none)
+};
+
+// http(s)://HOST[:PORT] (a server URL), or with `with_target` also a path: an absolute URL as a
+// redirect's Location names it.
+Result<ServerUrl> ParseServerUrl(std::string_view url, bool with_target) {
+  const std::string text(url);
+  constexpr std::string_view kHttp = "http://", kHttps = "https://";
+  ServerUrl out;
+  out.https = url.substr(0, kHttps.size()) == kHttps;
+  if (!out.https && url.substr(0, kHttp.size()) != kHttp) {
+    return Status::InvalidArgument("server URL '" + text + "' must start with http:// or https://");
+  }
+  url.remove_prefix(out.https ? kHttps.size() : kHttp.size());
+  if (with_target) {
+    const size_t slash = url.find('/');
+    out.target = slash == std::string_view::npos ? "/" : std::string(url.substr(slash));
+    url = url.substr(0, slash);
+  }
+  while (!url.empty() && url.back() == '/') url.remove_suffix(1);
+  if (url.find('/') != std::string_view::npos) {
+    return Status::InvalidArgument("server URL '" + text + "' must not have a path");
+  }
+  out.host = std::string(url);
+  out.port = out.https ? "443" : "80";
+  const size_t colon = url.rfind(':');
+  if (colon != std::string_view::npos && url.find(']', colon) == std::string_view::npos) {
+    out.host = std::string(url.substr(0, colon));
+    out.port = std::string(url.substr(colon + 1));
+  }
+  if (out.host.size() > 2 && out.host.front() == '[' && out.host.back() == ']') {
+    out.host = out.host.substr(1, out.host.size() - 2);
+  }
+  if (out.host.empty() || out.port.empty() ||
+      out.port.find_first_not_of("0123456789") != std::string::npos) {
+    return Status::InvalidArgument("server URL '" + text + "' must be http://HOST:PORT");
+  }
+  return out;
+}
+
+// Writes to a model go through the daemon holding its lease (a cluster of daemons): others
+// answer 307 with its URL, before any body is sent. Redirects are followed this many times.
+constexpr int kMaxRedirects = 4;
+
+// The endpoint a 307/308 response points to. Only the same scheme is followed (the TLS settings
+// belong to it); the target must be the one requested.
+Result<ServerUrl> RedirectTarget(bool https, std::string_view location,
+                                 const std::string& requested_target) {
+  CKPT_ASSIGN_OR_RETURN(ServerUrl to, ParseServerUrl(location, true));
+  if (to.https != https) {
+    return Status::FailedPrecondition("server redirected to '" + std::string(location) +
+                                      "', which changes the scheme; not followed");
+  }
+  if (to.target != requested_target) {
+    return Status::FailedPrecondition("server redirected to '" + std::string(location) +
+                                      "', another resource; not followed");
+  }
+  return to;
+}
+
 template <typename Request>
 void SetCommonHeaders(Request& req, const std::string& host, const ClientOptions& options) {
   req.set(http::field::host, host);
@@ -143,22 +207,32 @@ void SetCommonHeaders(Request& req, const std::string& host, const ClientOptions
 }
 
 Result<http::response<http::string_body>> SimpleRequest(
-    const std::string& host, const std::string& port, const ClientOptions& options, TlsContext* tls,
-    http::verb verb, const std::string& target, std::string_view body) {
-  Connection c;
-  CKPT_RETURN_IF_ERROR(c.Connect(host, port, tls));
-  http::request<http::string_body> req{verb, target, 11};
-  SetCommonHeaders(req, host, options);
-  if (!body.empty()) req.set(http::field::content_type, "application/json");
-  req.body() = std::string(body);
-  req.prepare_payload();
-  beast::error_code ec;
-  http::write(c.stream(), req, ec);
-  if (ec) return NetworkError(ec, "sending request");
-  http::response<http::string_body> res;
-  http::read(c.stream(), c.buffer(), res, ec);
-  if (ec) return NetworkError(ec, "reading response");
-  return res;
+    const std::string& first_host, const std::string& first_port, const ClientOptions& options,
+    TlsContext* tls, http::verb verb, const std::string& target, std::string_view body) {
+  std::string host = first_host, port = first_port;
+  for (int hop = 0;; ++hop) {
+    Connection c;
+    CKPT_RETURN_IF_ERROR(c.Connect(host, port, tls));
+    http::request<http::string_body> req{verb, target, 11};
+    SetCommonHeaders(req, host, options);
+    if (!body.empty()) req.set(http::field::content_type, "application/json");
+    req.body() = std::string(body);
+    req.prepare_payload();
+    beast::error_code ec;
+    http::write(c.stream(), req, ec);
+    if (ec) return NetworkError(ec, "sending request");
+    http::response<http::string_body> res;
+    http::read(c.stream(), c.buffer(), res, ec);
+    if (ec) return NetworkError(ec, "reading response");
+    const unsigned status = res.result_int();
+    if ((status != 307 && status != 308) || hop == kMaxRedirects) return res;
+    const auto location = res[http::field::location];
+    if (location.empty()) return res;
+    CKPT_ASSIGN_OR_RETURN(ServerUrl next,
+                          RedirectTarget(tls != nullptr, std::string(location), target));
+    host = next.host;
+    port = next.port;
+  }
 }
 
 Result<json> JsonRequest(const std::string& host, const std::string& port,
@@ -222,15 +296,15 @@ std::string PushQuery(const PushMetadata& metadata) {
   return query;
 }
 
-Result<PushResult> StreamPush(const std::string& host, const std::string& port,
-                              const ClientOptions& options, TlsContext* tls, std::string_view model,
-                              uint64_t version, const PushMetadata& metadata, uint64_t size,
-                              const ReadFn& read) {
-  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+// One attempt of StreamPush at host:port. A redirect announced instead of 100 Continue (no body
+// byte sent) sets `location`.
+Result<PushResult> StreamPushOnce(const std::string& host, const std::string& port,
+                                  const ClientOptions& options, TlsContext* tls,
+                                  const std::string& target, uint64_t size, const ReadFn& read,
+                                  std::optional<std::string>* location) {
   Connection c;
   CKPT_RETURN_IF_ERROR(c.Connect(host, port, tls));
-  http::request<http::buffer_body> req{
-      http::verb::put, VersionTarget(model, std::to_string(version)) + PushQuery(metadata), 11};
+  http::request<http::buffer_body> req{http::verb::put, target, 11};
   SetCommonHeaders(req, host, options);
   req.set(http::field::content_type, "application/octet-stream");
   req.set(http::field::expect, "100-continue");
@@ -250,7 +324,10 @@ Result<PushResult> StreamPush(const std::string& host, const std::string& port,
     if (ec) return NetworkError(ec, "reading server reply");
     if (interim.get().result() != http::status::continue_) {
       http::read(c.stream(), c.buffer(), interim, ec);
-      return ErrorFromResponse(interim.get().result_int(), interim.get().body());
+      const unsigned status = interim.get().result_int();
+      const auto to = interim.get()[http::field::location];
+      if ((status == 307 || status == 308) && !to.empty()) *location = std::string(to);
+      return ErrorFromResponse(status, interim.get().body());
     }
   }
 
@@ -292,6 +369,23 @@ Result<PushResult> StreamPush(const std::string& host, const std::string& port,
   r.stored_bytes = doc.value("stored_bytes", uint64_t{0});
   r.sha256 = doc.value("sha256", "");
   return r;
+}
+
+Result<PushResult> StreamPush(const std::string& first_host, const std::string& first_port,
+                              const ClientOptions& options, TlsContext* tls, std::string_view model,
+                              uint64_t version, const PushMetadata& metadata, uint64_t size,
+                              const ReadFn& read) {
+  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+  const std::string target = VersionTarget(model, std::to_string(version)) + PushQuery(metadata);
+  std::string host = first_host, port = first_port;
+  for (int hop = 0;; ++hop) {
+    std::optional<std::string> location;
+    auto pushed = StreamPushOnce(host, port, options, tls, target, size, read, &location);
+    if (!location || hop == kMaxRedirects) return pushed;
+    CKPT_ASSIGN_OR_RETURN(ServerUrl next, RedirectTarget(tls != nullptr, *location, target));
+    host = next.host;
+    port = next.port;
+  }
 }
 
 Status ValidateSafetensorsFile(std::ifstream& in, uint64_t size) {
@@ -376,30 +470,9 @@ Result<PullResult> StreamPull(const std::string& host, const std::string& port,
 }  // namespace
 
 Result<Client> Client::Create(ClientOptions options) {
-  std::string_view url = options.server;
-  constexpr std::string_view kHttp = "http://", kHttps = "https://";
-  const bool https = url.substr(0, kHttps.size()) == kHttps;
-  if (!https && url.substr(0, kHttp.size()) != kHttp) {
-    return Status::InvalidArgument("server URL '" + options.server +
-                                   "' must start with http:// or https://");
-  }
-  url.remove_prefix(https ? kHttps.size() : kHttp.size());
-  while (!url.empty() && url.back() == '/') url.remove_suffix(1);
-  if (url.find('/') != std::string_view::npos) {
-    return Status::InvalidArgument("server URL '" + options.server + "' must not have a path");
-  }
-  std::string host(url), port = https ? "443" : "80";
-  const size_t colon = url.rfind(':');
-  if (colon != std::string_view::npos && url.find(']', colon) == std::string_view::npos) {
-    host = std::string(url.substr(0, colon));
-    port = std::string(url.substr(colon + 1));
-  }
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  if (host.empty() || port.empty() || port.find_first_not_of("0123456789") != std::string::npos) {
-    return Status::InvalidArgument("server URL '" + options.server + "' must be http://HOST:PORT");
-  }
+  CKPT_ASSIGN_OR_RETURN(const ServerUrl parsed, ParseServerUrl(options.server, false));
+  const bool https = parsed.https;
+  std::string host = parsed.host, port = parsed.port;
   std::shared_ptr<TlsContext> tls;
   if (https) {
     tls = std::make_shared<TlsContext>();

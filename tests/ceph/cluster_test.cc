@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ceph_cluster.h"
+#include "ckpt/client/client.h"
 #include "daemon_process.h"
 #include "raw_http.h"
 #include "test_support.h"
@@ -176,6 +177,57 @@ TEST_F(ClusterTest, AnyDaemonRestoresWritesRedirectToTheOwnerAndAnEmptyDiskServe
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(Sha256Hex(r.body), digest) << "version " << v << " from an empty disk";
   }
+}
+
+// The C++ client (and so the CLI) and the Python client follow a write's redirect to the lease
+// holder; the C++ client before sending any of the body (Expect: 100-continue).
+TEST_F(ClusterTest, ClientsFollowRedirectsToTheWriter) {
+  DriftingModel drift(5, 10000);
+  const std::string first = drift.Next();
+  ASSERT_EQ(Request(a_->port, "PUT", VersionPath("m", 1), first).status, 201);  // A writes m
+
+  ClientOptions options;
+  options.server = b_->url;
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const std::string second = drift.Next();
+  auto pushed = client->PushBuffer("m", 2, second);
+  ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+  EXPECT_EQ(pushed->version, 2u);
+  auto policy = client->SetPolicy("m", R"({"mode":"lossless","keyframe_every":8})");
+  ASSERT_TRUE(policy.ok()) << policy.status().ToString();
+  auto pulled = client->PullToBuffer("m", "2");
+  ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+  EXPECT_EQ(Sha256Hex(*pulled), Sha256Hex(second));
+  EXPECT_NE(a_->process->log().find("PUT /v1/models/m/versions/2 status=201"), std::string::npos);
+  EXPECT_NE(b_->process->log().find("PUT /v1/models/m/versions/2 status=307 in=0"),
+            std::string::npos)
+      << "the C++ client sent body bytes to the daemon that redirected";
+
+  const std::string script = R"(
+import sys
+sys.path.insert(0, ")" + std::string(CKPT_PYTHON_CLIENT_DIR) +
+                             R"(")
+import numpy as np
+from ckptd import Client
+c = Client(")" + b_->url + R"(")
+weights = {"w": np.arange(4096, dtype=np.float32)}
+c.push("m", 3, weights)
+c.tag("m", 3, "py")
+back = c.pull("m", "tag:py", as_torch=False)
+assert (back["w"] == weights["w"]).all()
+print("python ok")
+)";
+  const auto path = a_->dir.path() / "redirect.py";
+  std::ofstream(path) << script;
+  const std::string output = (a_->dir.path() / "python.out").string();
+  const int rc =
+      std::system(("/usr/bin/python3 " + path.string() + " > " + output + " 2>&1").c_str());
+  std::ifstream in(output);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("python ok"), std::string::npos) << text;
+  EXPECT_NE(a_->process->log().find("PUT /v1/models/m/versions/3 status=201"), std::string::npos);
 }
 
 TEST_F(ClusterTest, KilledOwnersModelsAreTakenOverAfterTheLeaseAndOrphansCollected) {

@@ -61,13 +61,56 @@ class Client:
         self._timeout = timeout
         self._progress = progress
         self._ssl = ssl.create_default_context(cafile=ca_file) if self._https else None
+        # With several daemons on one Ceph pool, a model's writes go through the daemon holding
+        # its lease; the others answer 307. Where each model's writes were last redirected to.
+        self._writer = {}
 
     # -- plumbing -----------------------------------------------------------------------------
-    def _connect(self):
+    def _connect(self, endpoint=None):
+        host, port = endpoint or (self._host, self._port)
         if self._https:
-            return http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout,
+            return http.client.HTTPSConnection(host, port, timeout=self._timeout,
                                                context=self._ssl)
-        return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+        return http.client.HTTPConnection(host, port, timeout=self._timeout)
+
+    def _redirect(self, model, response, path):
+        """The endpoint a 307/308 answer for a write of `model` points to (remembered for the
+        model's next writes); raises if it cannot be followed."""
+        location = urllib.parse.urlsplit(response.getheader("Location") or "")
+        target = location.path + ("?" + location.query if location.query else "")
+        if location.scheme != ("https" if self._https else "http") or target != path \
+                or not location.hostname:
+            self._raise_for(response)
+        response.read()
+        endpoint = (location.hostname, location.port or (443 if self._https else 80))
+        self._writer[model] = endpoint
+        return endpoint
+
+    def _write(self, model, send):
+        """Runs `send(conn, ...)` -> response for a write of `model` against the daemon that
+        takes the model's writes, following up to 4 redirects."""
+        endpoint = self._writer.get(model)
+        for _ in range(5):
+            conn = self._connect(endpoint)
+            try:
+                try:
+                    response, path = send(conn)
+                except OSError:
+                    if endpoint is None:
+                        raise
+                    self._writer.pop(model, None)  # the remembered writer is gone: ask again
+                    endpoint = None
+                    continue
+                if response.status in (307, 308):
+                    endpoint = self._redirect(model, response, path)
+                    continue
+                if response.status >= 300:
+                    self._raise_for(response)
+                data = response.read()
+                return json.loads(data) if data else None
+            finally:
+                conn.close()
+        raise CkptdError(508, "REDIRECT_LOOP", f"writes of model {model!r} redirect in a loop")
 
     def _headers(self, extra=None):
         headers = {"User-Agent": "ckptd-python/0.1"}
@@ -87,13 +130,20 @@ class Client:
             pass
         raise CkptdError(response.status, code, message)
 
-    def _json(self, method, path, body=None):
+    def _json(self, method, path, body=None, model=None):
+        """A JSON request; `model`: a write of that model (redirects to its writer followed)."""
+        payload = json.dumps(body).encode() if body is not None else None
+        headers = self._headers({"Content-Type": "application/json"} if payload else None)
+
+        def send(conn):
+            conn.request(method, path, body=payload, headers=headers)
+            return conn.getresponse(), path
+
+        if model is not None and method != "GET":
+            return self._write(model, send)
         conn = self._connect()
         try:
-            payload = json.dumps(body).encode() if body is not None else None
-            headers = self._headers({"Content-Type": "application/json"} if payload else None)
-            conn.request(method, path, body=payload, headers=headers)
-            response = conn.getresponse()
+            response, _ = send(conn)
             if response.status >= 300:
                 self._raise_for(response)
             data = response.read()
@@ -117,11 +167,11 @@ class Client:
         if query:
             path += "?" + urllib.parse.urlencode(query)
         if isinstance(state_dict_or_path, (str, os.PathLike)):
-            file = open(state_dict_or_path, "rb")
-            total = os.fstat(file.fileno()).st_size
+            file_path = state_dict_or_path
+            total = os.stat(file_path).st_size
 
-            def pieces():
-                with file:
+            def pieces():  # opened per attempt: a redirected push sends the file again
+                with open(file_path, "rb") as file:
                     while True:
                         chunk = file.read(_PIECE)
                         if not chunk:
@@ -136,8 +186,8 @@ class Client:
                     for start in range(0, len(view), _PIECE):
                         yield view[start:start + _PIECE]
         progress = _Progress(f"push {model}@{step}", total, self._progress)
-        conn = self._connect()
-        try:
+
+        def send(conn):
             conn.putrequest("PUT", path)
             for key, value in self._headers({"Content-Type": "application/octet-stream",
                                              "Content-Length": str(total)}).items():
@@ -148,13 +198,10 @@ class Client:
                     conn.send(piece)
                     progress.add(len(piece))
             except (BrokenPipeError, ConnectionResetError):
-                pass  # the server answered early (an error): read it below
-            response = conn.getresponse()
-            if response.status != 201:
-                self._raise_for(response)
-            return json.loads(response.read())
-        finally:
-            conn.close()
+                pass  # the server answered early (an error or a redirect): read it below
+            return conn.getresponse(), path
+
+        return self._write(model, send)
 
     def pull(self, model, version="latest", as_torch=True):
         """Restores `version` (a step, "latest" or "tag:NAME") as a dict of tensors (torch, or
@@ -230,14 +277,16 @@ class Client:
         return self._json("GET", f"/v1/models/{self._quote(model)}/versions")["versions"]
 
     def delete_version(self, model, version):
-        self._json("DELETE", f"/v1/models/{self._quote(model)}/versions/{int(version)}")
+        self._json("DELETE", f"/v1/models/{self._quote(model)}/versions/{int(version)}",
+                   model=model)
 
     def set_policy(self, model, policy):
-        return self._json("PUT", f"/v1/models/{self._quote(model)}/policy", policy)
+        return self._json("PUT", f"/v1/models/{self._quote(model)}/policy", policy, model=model)
 
     def set_retention(self, model, retention):
-        return self._json("PUT", f"/v1/models/{self._quote(model)}/retention", retention)
+        return self._json("PUT", f"/v1/models/{self._quote(model)}/retention", retention,
+                          model=model)
 
     def tag(self, model, version, tag):
         self._json("PUT", f"/v1/models/{self._quote(model)}/versions/{int(version)}"
-                          f"/tags/{self._quote(tag)}")
+                          f"/tags/{self._quote(tag)}", model=model)
