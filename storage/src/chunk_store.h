@@ -5,7 +5,8 @@
 // writer epoch, tensor, chunk): a retried or duplicated Put writes the same bytes again and is
 // harmless, and a fenced former owner can never overwrite a live chunk. That makes the
 // interface the smallest one every object store offers (RADOS, S3): put, get, delete, list by
-// prefix. docs/design.md ("Scale-out on Ceph RADOS") has the plan that wires it in.
+// prefix. The RADOS backend of the store (rados_backend.cc) keeps its chunk records in one;
+// an S3 implementation would fit the same interface.
 //
 // Thread safety: implementations are safe for concurrent use.
 #pragma once
@@ -29,6 +30,16 @@ class ChunkStore {
   virtual Result<std::string> Get(std::string_view name) = 0;
   // Removes the object; Ok if there was none (deletion is idempotent).
   virtual Status Delete(std::string_view name) = 0;
+  // Removes every object in `names` (implementations may run the removals concurrently); the
+  // first error, after trying all.
+  virtual Status DeleteAll(const std::vector<std::string>& names) {
+    Status first;
+    for (const std::string& name : names) {
+      Status s = Delete(name);
+      if (first.ok()) first = std::move(s);
+    }
+    return first;
+  }
   // The names that start with `prefix`, in no particular order. Cost: a scan of the store's
   // objects (for garbage collection of orphans, not for the data path).
   virtual Result<std::vector<std::string>> List(std::string_view prefix) = 0;

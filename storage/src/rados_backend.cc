@@ -25,18 +25,18 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <rados/librados.hpp>
 #include <random>
 #include <set>
-#include <system_error>
 #include <thread>
 #include <unordered_map>
 
 #include "chain_reader.h"
 #include "keys.h"
+#include "rados_chunk_store.h"
+#include "rados_status.h"
 
 namespace ckpt {
 namespace {
@@ -56,14 +56,6 @@ constexpr char kGenerationKey[] =
 constexpr int kSeqEpochShift = 40;
 // Largest omap page read at once.
 constexpr uint64_t kOmapPage = 4096;
-
-Status FromRados(int r, std::string_view what) {
-  if (r >= 0) return Status::Ok();
-  std::string message =
-      "rados: " + std::string(what) + ": " + std::error_code(-r, std::generic_category()).message();
-  if (r == -ENOENT) return Status::NotFound(std::move(message));
-  return Status::IoError(std::move(message));
-}
 
 librados::bufferlist U64(uint64_t v) {
   std::string s;
@@ -124,11 +116,12 @@ class RadosBackend final : public StoreBackend {
     }
     background_cv_.notify_all();
     if (background_.joinable()) background_.join();
-    RunDueDeletions(/*all=*/true);
+    if (chunks_) RunDueDeletions(/*all=*/true);
     // Leases are released so that another daemon can take the models over at once.
     for (auto& [model, state] : states_) {
       if (state->owned) io_.unlock(ModelObject(model), kLockName, cookie_);
     }
+    chunks_.reset();
     io_.close();
     cluster_.shutdown();
   }
@@ -138,10 +131,13 @@ class RadosBackend final : public StoreBackend {
                                    "initialising client " + options_.client_name));
     CKPT_RETURN_IF_ERROR(FromRados(cluster_.conf_read_file(options_.conf_file.c_str()),
                                    "reading " + options_.conf_file));
+    // No admin socket: several daemons (and tools) with one client name share a host.
+    cluster_.conf_set("admin_socket", "");
     CKPT_RETURN_IF_ERROR(FromRados(cluster_.connect(), "connecting to the cluster"));
     CKPT_RETURN_IF_ERROR(FromRados(cluster_.ioctx_create(options_.pool.c_str(), io_),
                                    "opening pool '" + options_.pool + "'"));
     io_.set_namespace(options_.object_namespace);
+    chunks_ = NewRadosChunkStore(io_);
     background_ = std::thread([this] { BackgroundLoop(); });
     return Status::Ok();
   }
@@ -150,27 +146,19 @@ class RadosBackend final : public StoreBackend {
 
   Status PutChunk(const std::string& model, uint64_t seq, uint32_t tensor, uint32_t chunk,
                   std::string_view record) override {
-    if (record.size() > std::numeric_limits<unsigned>::max()) {
-      return Status::InvalidArgument("rados: chunk record larger than 4 GiB");
-    }
-    librados::bufferlist data;
-    data.append(record.data(), static_cast<unsigned>(record.size()));
-    const std::string oid = ChunkObject(model, seq, tensor, chunk);
-    return FromRados(io_.write_full(oid, data), "writing " + oid);
+    return chunks_->Put(ChunkObject(model, seq, tensor, chunk), record);
   }
 
   Status GetChunk(const rocksdb::ReadOptions&, const std::string& model, uint64_t seq,
                   uint32_t tensor, uint32_t chunk, rocksdb::PinnableSlice* record) override {
-    const std::string oid = ChunkObject(model, seq, tensor, chunk);
-    librados::bufferlist data;
-    CKPT_RETURN_IF_ERROR(FromRados(io_.read(oid, data, 0, 0), "reading " + oid));
-    *record->GetSelf() = data.to_str();
+    CKPT_ASSIGN_OR_RETURN(*record->GetSelf(), chunks_->Get(ChunkObject(model, seq, tensor, chunk)));
     record->PinSelf();
     return Status::Ok();
   }
 
+  // Best effort: what is left is an orphan for garbage collection.
   void DiscardChunks(const std::string& model, const ChunkSet& chunks) override {
-    RemoveChunkObjects(ChunkNames(model, chunks));
+    (void)chunks_->DeleteAll(ChunkNames(model, chunks));
   }
 
   Status ForEachChunk(const rocksdb::ReadOptions&, const std::string& model, uint64_t seq_end,
@@ -178,11 +166,10 @@ class RadosBackend final : public StoreBackend {
     CKPT_ASSIGN_OR_RETURN(auto names, ListChunkObjects(model));
     for (const auto& [name, seq, tensor, chunk] : names) {
       if (seq >= seq_end) continue;
-      librados::bufferlist data;
-      const int r = io_.read(name, data, 0, 0);
-      if (r == -ENOENT) continue;  // removed since the listing
-      CKPT_RETURN_IF_ERROR(FromRados(r, "reading " + name));
-      visit(seq, tensor, chunk, data.to_str());
+      auto record = chunks_->Get(name);
+      if (record.status().code() == StatusCode::kNotFound) continue;  // removed since listed
+      CKPT_RETURN_IF_ERROR(record.status());
+      visit(seq, tensor, chunk, *record);
     }
     return Status::Ok();
   }
@@ -194,7 +181,7 @@ class RadosBackend final : public StoreBackend {
     for (const auto& [name, seq, tensor, chunk] : names) {
       if (seq < seq_end && !stored.count(seq)) orphans.push_back(name);
     }
-    RemoveChunkObjects(orphans);
+    CKPT_RETURN_IF_ERROR(chunks_->DeleteAll(orphans));
     return static_cast<uint64_t>(orphans.size());
   }
 
@@ -550,44 +537,16 @@ class RadosBackend final : public StoreBackend {
   };
   Result<std::vector<ListedChunk>> ListChunkObjects(const std::string& model) {
     const std::string prefix = ChunkPrefix(model);
+    CKPT_ASSIGN_OR_RETURN(auto names, chunks_->List(prefix));
     std::vector<ListedChunk> out;
-    try {
-      for (auto it = io_.nobjects_begin(); it != io_.nobjects_end(); ++it) {
-        const std::string& oid = it->get_oid();
-        if (!oid.starts_with(prefix)) continue;
-        unsigned long long seq = 0;
-        unsigned tensor = 0, chunk = 0;
-        if (std::sscanf(oid.c_str() + prefix.size(), "%16llx/%u/%u", &seq, &tensor, &chunk) == 3) {
-          out.push_back({oid, seq, tensor, chunk});
-        }
+    for (std::string& oid : names) {
+      unsigned long long seq = 0;
+      unsigned tensor = 0, chunk = 0;
+      if (std::sscanf(oid.c_str() + prefix.size(), "%16llx/%u/%u", &seq, &tensor, &chunk) == 3) {
+        out.push_back({std::move(oid), seq, tensor, chunk});
       }
-    } catch (const std::exception& e) {  // the iterator reports errors by throwing
-      return Status::IoError(std::string("rados: listing objects: ") + e.what());
     }
     return out;
-  }
-
-  // Removes objects concurrently (best effort: a failure leaves an orphan for GC).
-  void RemoveChunkObjects(const std::vector<std::string>& names) {
-    constexpr size_t kInFlight = 64;
-    std::deque<librados::AioCompletion*> pending;
-    for (const std::string& name : names) {
-      librados::AioCompletion* c = librados::Rados::aio_create_completion();
-      if (io_.aio_remove(name, c) < 0) {
-        c->release();
-        continue;
-      }
-      pending.push_back(c);
-      if (pending.size() >= kInFlight) {
-        pending.front()->wait_for_complete();
-        pending.front()->release();
-        pending.pop_front();
-      }
-    }
-    for (auto* c : pending) {
-      c->wait_for_complete();
-      c->release();
-    }
   }
 
   void RemoveIndexEntry(const std::string& model) {
@@ -614,7 +573,7 @@ class RadosBackend final : public StoreBackend {
         deferred_.pop_front();
       }
     }
-    RemoveChunkObjects(due);
+    (void)chunks_->DeleteAll(due);  // best effort: the rest are orphans for GC
   }
 
   // Renews held leases every third of the lease and runs due deletions.
@@ -658,6 +617,7 @@ class RadosBackend final : public StoreBackend {
   std::string cookie_;  // "<random id> <advertised URL>": identifies this daemon's leases
   librados::Rados cluster_;
   librados::IoCtx io_;
+  std::unique_ptr<ChunkStore> chunks_;  // the chunk objects, on io_'s connection
 
   std::mutex states_mu_;
   std::unordered_map<std::string, std::unique_ptr<ModelState>> states_;  // guarded by states_mu_

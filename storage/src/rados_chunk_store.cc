@@ -1,45 +1,44 @@
 // ChunkStore on Ceph RADOS through librados: one object per chunk, in one namespace of a pool.
+#include "rados_chunk_store.h"
+
 #include <cerrno>
+#include <deque>
 #include <limits>
 #include <rados/librados.hpp>
-#include <system_error>
 
-#include "chunk_store.h"
+#include "rados_status.h"
 
 namespace ckpt {
 namespace {
 
-// A librados return code (negative errno) as a Status.
-Status FromRados(int r, std::string_view what) {
-  if (r >= 0) return Status::Ok();
-  std::string message =
-      std::string(what) + ": " + std::error_code(-r, std::generic_category()).message();
-  if (r == -ENOENT) return Status::NotFound(std::move(message));
-  return Status::IoError(std::move(message));
-}
-
 class RadosChunkStore : public ChunkStore {
  public:
+  RadosChunkStore() = default;
+  // Shares the connection of `io` (whose owner outlives this store).
+  explicit RadosChunkStore(librados::IoCtx& io) : connected_(false) { io_.dup(io); }
+
   ~RadosChunkStore() override {
     io_.close();
-    cluster_.shutdown();
+    if (connected_) cluster_.shutdown();
   }
 
   Status Open(const RadosChunkStoreOptions& options) {
     CKPT_RETURN_IF_ERROR(FromRados(cluster_.init2(options.client_name.c_str(), "ceph", 0),
-                                   "rados: initialising client " + options.client_name));
+                                   "initialising client " + options.client_name));
     CKPT_RETURN_IF_ERROR(FromRados(cluster_.conf_read_file(options.conf_file.c_str()),
-                                   "rados: reading " + options.conf_file));
-    CKPT_RETURN_IF_ERROR(FromRados(cluster_.connect(), "rados: connecting to the cluster"));
+                                   "reading " + options.conf_file));
+    // No admin socket: several daemons (and tools) with one client name share a host.
+    cluster_.conf_set("admin_socket", "");
+    CKPT_RETURN_IF_ERROR(FromRados(cluster_.connect(), "connecting to the cluster"));
     CKPT_RETURN_IF_ERROR(FromRados(cluster_.ioctx_create(options.pool.c_str(), io_),
-                                   "rados: opening pool '" + options.pool + "'"));
+                                   "opening pool '" + options.pool + "'"));
     io_.set_namespace(options.object_namespace);
     return Status::Ok();
   }
 
   Status Put(std::string_view name, std::string_view bytes) override {
     if (bytes.size() > std::numeric_limits<unsigned>::max()) {  // bufferlist lengths are 32-bit
-      return Status::InvalidArgument(Describe("writing", name) + ": larger than 4 GiB");
+      return Status::InvalidArgument("rados: " + Describe("writing", name) + ": larger than 4 GiB");
     }
     librados::bufferlist data;
     data.append(bytes.data(), static_cast<unsigned>(bytes.size()));
@@ -59,6 +58,39 @@ class RadosChunkStore : public ChunkStore {
     return r == -ENOENT ? Status::Ok() : FromRados(r, Describe("removing", name));
   }
 
+  // Up to 64 removals in flight.
+  Status DeleteAll(const std::vector<std::string>& names) override {
+    constexpr size_t kInFlight = 64;
+    struct Pending {
+      librados::AioCompletion* completion;
+      const std::string* name;
+    };
+    std::deque<Pending> pending;
+    Status first;
+    auto finish = [&](Pending p) {
+      p.completion->wait_for_complete();
+      const int r = p.completion->get_return_value();
+      p.completion->release();
+      if (r < 0 && r != -ENOENT && first.ok()) first = FromRados(r, Describe("removing", *p.name));
+    };
+    for (const std::string& name : names) {
+      librados::AioCompletion* c = librados::Rados::aio_create_completion();
+      const int r = io_.aio_remove(name, c);
+      if (r < 0) {
+        c->release();
+        if (first.ok()) first = FromRados(r, Describe("removing", name));
+        continue;
+      }
+      pending.push_back({c, &name});
+      if (pending.size() >= kInFlight) {
+        finish(pending.front());
+        pending.pop_front();
+      }
+    }
+    for (const Pending& p : pending) finish(p);
+    return first;
+  }
+
   Result<std::vector<std::string>> List(std::string_view prefix) override {
     std::vector<std::string> names;
     try {
@@ -73,14 +105,19 @@ class RadosChunkStore : public ChunkStore {
 
  private:
   static std::string Describe(std::string_view action, std::string_view name) {
-    return "rados: " + std::string(action) + " object '" + std::string(name) + "'";
+    return std::string(action) + " object '" + std::string(name) + "'";
   }
 
+  bool connected_ = true;  // owns cluster_ (OpenRadosChunkStore) rather than sharing a connection
   librados::Rados cluster_;
   librados::IoCtx io_;
 };
 
 }  // namespace
+
+std::unique_ptr<ChunkStore> NewRadosChunkStore(librados::IoCtx& io) {
+  return std::make_unique<RadosChunkStore>(io);
+}
 
 Result<std::unique_ptr<ChunkStore>> OpenRadosChunkStore(const RadosChunkStoreOptions& options) {
   auto store = std::make_unique<RadosChunkStore>();

@@ -160,6 +160,18 @@ TEST_F(RadosTest, ChunkStorePutGetListDelete) {
   EXPECT_TRUE(chunks.Delete("m1/0000000001.1/0/0").ok());  // idempotent
   EXPECT_EQ(chunks.Get("m1/0000000001.1/0/0").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(chunks.List("m1/")->size(), 1u);
+
+  // Bulk removal (concurrent in RADOS): every name, present or not.
+  std::vector<std::string> many;
+  for (int i = 0; i < 150; ++i) {
+    many.push_back("bulk/" + std::to_string(i));
+    if (i % 3 != 0) {
+      ASSERT_TRUE(chunks.Put(many.back(), std::to_string(i)).ok());
+    }
+  }
+  EXPECT_EQ(chunks.List("bulk/")->size(), 100u);
+  ASSERT_TRUE(chunks.DeleteAll(many).ok());
+  EXPECT_TRUE(chunks.List("bulk/")->empty());
 }
 
 TEST_F(RadosTest, ChunkStoreOpenFailuresNameTheStep) {

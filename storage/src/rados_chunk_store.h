@@ -1,0 +1,15 @@
+// The RADOS chunk store on a connection the caller already has. Internal to storage/.
+#pragma once
+
+#include <memory>
+#include <rados/librados.hpp>
+
+#include "chunk_store.h"
+
+namespace ckpt {
+
+// A chunk store in `io`'s pool and namespace (the IoCtx is duplicated; the connection behind it
+// must outlive the store).
+std::unique_ptr<ChunkStore> NewRadosChunkStore(librados::IoCtx& io);
+
+}  // namespace ckpt
