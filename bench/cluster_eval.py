@@ -25,6 +25,7 @@ import hashlib
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -279,6 +280,7 @@ def main():
         cluster.shutdown()
         subprocess.run([os.path.join(ROOT, "scripts", "ceph-one-node.sh"), "stop", ceph_dir],
                        stdout=subprocess.DEVNULL)
+        shutil.rmtree(work, ignore_errors=True)
 
     print(f"\n| store | push MB/s | restore MB/s | stored MiB | ratio |")
     print("|---|---|---|---|---|")

@@ -91,6 +91,16 @@ Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
     return Status::Ok();
   }
   const uint64_t length = ChunkLength(target, chunk);
+  // The stored links, oldest first, read a window at a time (concurrently where the backend can)
+  // so that a chain costs few round trips while memory stays bounded.
+  constexpr size_t kReadWindow = 8;
+  std::vector<StoreBackend::ChunkAddress> stored;
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    if (it == chain.rbegin() && cached) continue;
+    stored.push_back({it->seq, it->tensor, chunk});
+  }
+  std::vector<rocksdb::PinnableSlice> window;
+  size_t window_begin = 0, next_stored = 0;
   std::unique_ptr<ChainDecoder> decoder;
   const TensorCodec* decoder_codec = nullptr;
   uint64_t target_checksum = 0;
@@ -107,10 +117,15 @@ Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
       // comes with the first stored link's codec, below.
       continue;
     }
-    rocksdb::PinnableSlice value;
-    CKPT_RETURN_IF_ERROR(
-        backend_->GetChunk(read_options_, model_, it->seq, it->tensor, chunk, &value)
-            .WithContext(where));
+    if (next_stored == window_begin + window.size()) {
+      window_begin = next_stored;
+      const size_t end = std::min(stored.size(), window_begin + kReadWindow);
+      const std::vector<StoreBackend::ChunkAddress> addresses(stored.begin() + window_begin,
+                                                              stored.begin() + end);
+      CKPT_RETURN_IF_ERROR(
+          backend_->GetChunks(read_options_, model_, addresses, &window).WithContext(where));
+    }
+    const rocksdb::PinnableSlice& value = window[next_stored++ - window_begin];
     auto record = ChunkRecord::Decode(value.ToStringView());
     if (!record.ok()) return record.status().WithContext(where);
     if (record->kind != e.kind) {

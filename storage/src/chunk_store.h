@@ -28,6 +28,33 @@ class ChunkStore {
   virtual Status Put(std::string_view name, std::string_view bytes) = 0;
   // The whole object. NotFound if there is none.
   virtual Result<std::string> Get(std::string_view name) = 0;
+
+  // Starts writing `name` (the bytes are copied); durable once Wait() returns Ok. Lets a writer
+  // keep several writes in flight. Must be waited for before the store is destroyed.
+  class PendingPut {
+   public:
+    virtual ~PendingPut() = default;
+    virtual Status Wait() = 0;
+  };
+  virtual std::unique_ptr<PendingPut> PutAsync(std::string_view name, std::string_view bytes) {
+    struct Done : PendingPut {
+      explicit Done(Status s) : status(std::move(s)) {}
+      Status Wait() override { return status; }
+      Status status;
+    };
+    return std::make_unique<Done>(Put(name, bytes));
+  }
+  // Reads every object in `names` (implementations may read concurrently); fails with the first
+  // error (NotFound if one is missing).
+  virtual Result<std::vector<std::string>> GetAll(const std::vector<std::string>& names) {
+    std::vector<std::string> out;
+    for (const std::string& name : names) {
+      CKPT_ASSIGN_OR_RETURN(std::string bytes, Get(name));
+      out.push_back(std::move(bytes));
+    }
+    return out;
+  }
+
   // Removes the object; Ok if there was none (deletion is idempotent).
   virtual Status Delete(std::string_view name) = 0;
   // Removes every object in `names` (implementations may run the removals concurrently); the

@@ -56,6 +56,8 @@ constexpr char kGenerationKey[] =
 constexpr int kSeqEpochShift = 40;
 // Largest omap page read at once.
 constexpr uint64_t kOmapPage = 4096;
+// Chunk writes in flight per model (each holds a copy of its record: <= 16 x chunk_bytes).
+constexpr size_t kWritesInFlight = 16;
 
 librados::bufferlist U64(uint64_t v) {
   std::string s;
@@ -92,6 +94,9 @@ struct ModelState {
   uint64_t epoch = 0;                   // ours while owned
   Clock::time_point lease_valid_until;  // conservative local view of the lock's expiry
   std::optional<uint64_t> generation;   // the cluster's generation the local cache reflects
+
+  std::mutex writes_mu;  // guards writes (taken without mu: pushes write while others read)
+  std::deque<std::unique_ptr<ChunkStore::PendingPut>> writes;  // chunk writes in flight
 };
 
 class RadosBackend final : public StoreBackend {
@@ -121,6 +126,7 @@ class RadosBackend final : public StoreBackend {
     for (auto& [model, state] : states_) {
       if (state->owned) io_.unlock(ModelObject(model), kLockName, cookie_);
     }
+    for (auto& [model, state] : states_) (void)WaitForWrites(*state);
     chunks_.reset();
     io_.close();
     cluster_.shutdown();
@@ -144,9 +150,36 @@ class RadosBackend final : public StoreBackend {
 
   // ---- chunk records
 
+  // Asynchronous: up to kWritesInFlight writes per model; Commit and DiscardChunks wait for
+  // them.
   Status PutChunk(const std::string& model, uint64_t seq, uint32_t tensor, uint32_t chunk,
                   std::string_view record) override {
-    return chunks_->Put(ChunkObject(model, seq, tensor, chunk), record);
+    ModelState& state = StateOf(model);
+    std::unique_ptr<ChunkStore::PendingPut> oldest;
+    {
+      std::lock_guard lock(state.writes_mu);
+      state.writes.push_back(chunks_->PutAsync(ChunkObject(model, seq, tensor, chunk), record));
+      if (state.writes.size() <= kWritesInFlight) return Status::Ok();
+      oldest = std::move(state.writes.front());
+      state.writes.pop_front();
+    }
+    return oldest->Wait();
+  }
+
+  Status GetChunks(const rocksdb::ReadOptions&, const std::string& model,
+                   const std::vector<ChunkAddress>& addresses,
+                   std::vector<rocksdb::PinnableSlice>* records) override {
+    std::vector<std::string> names;
+    for (const ChunkAddress& a : addresses) {
+      names.push_back(ChunkObject(model, a.seq, a.tensor, a.chunk));
+    }
+    CKPT_ASSIGN_OR_RETURN(std::vector<std::string> bytes, chunks_->GetAll(names));
+    *records = std::vector<rocksdb::PinnableSlice>(bytes.size());
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      *(*records)[i].GetSelf() = std::move(bytes[i]);
+      (*records)[i].PinSelf();
+    }
+    return Status::Ok();
   }
 
   Status GetChunk(const rocksdb::ReadOptions&, const std::string& model, uint64_t seq,
@@ -158,6 +191,7 @@ class RadosBackend final : public StoreBackend {
 
   // Best effort: what is left is an orphan for garbage collection.
   void DiscardChunks(const std::string& model, const ChunkSet& chunks) override {
+    (void)WaitForWrites(StateOf(model));
     (void)chunks_->DeleteAll(ChunkNames(model, chunks));
   }
 
@@ -189,6 +223,9 @@ class RadosBackend final : public StoreBackend {
 
   Status Commit(const std::string& model, ModelChange& change, std::string_view what) override {
     ModelState& state = StateOf(model);
+    // Every chunk the change refers to is durable before the commit makes it visible.
+    CKPT_RETURN_IF_ERROR(
+        WaitForWrites(state).WithContext("model '" + model + "': " + std::string(what)));
     std::lock_guard lock(state.mu);
     if (!state.owned || !state.generation) {
       return Status::Unavailable("model '" + model + "': " + std::string(what) +
@@ -336,6 +373,21 @@ class RadosBackend final : public StoreBackend {
   bool IsLocal() const override { return false; }
 
  private:
+  // Waits for the model's chunk writes in flight; the first error.
+  static Status WaitForWrites(ModelState& state) {
+    std::deque<std::unique_ptr<ChunkStore::PendingPut>> writes;
+    {
+      std::lock_guard lock(state.writes_mu);
+      writes.swap(state.writes);
+    }
+    Status first;
+    for (auto& write : writes) {
+      Status s = write->Wait();
+      if (first.ok()) first = std::move(s);
+    }
+    return first;
+  }
+
   ModelState& StateOf(const std::string& model) {
     std::lock_guard lock(states_mu_);
     auto& slot = states_[model];

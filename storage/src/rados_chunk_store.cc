@@ -1,6 +1,7 @@
 // ChunkStore on Ceph RADOS through librados: one object per chunk, in one namespace of a pool.
 #include "rados_chunk_store.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <deque>
 #include <limits>
@@ -51,6 +52,75 @@ class RadosChunkStore : public ChunkStore {
     const int r = io_.read(std::string(name), data, 0, 0);
     CKPT_RETURN_IF_ERROR(FromRados(r, Describe("reading", name)));
     return data.to_str();
+  }
+
+  std::unique_ptr<PendingPut> PutAsync(std::string_view name, std::string_view bytes) override {
+    struct Pending : PendingPut {
+      ~Pending() override {
+        if (completion) (void)Wait();
+      }
+      Status Wait() override {
+        if (!completion) return status;
+        completion->wait_for_complete();
+        const int r = completion->get_return_value();
+        completion->release();
+        completion = nullptr;
+        status = FromRados(r, Describe("writing", name));
+        return status;
+      }
+      std::string name;
+      librados::bufferlist data;
+      librados::AioCompletion* completion = nullptr;
+      Status status;
+    };
+    auto pending = std::make_unique<Pending>();
+    pending->name = std::string(name);
+    if (bytes.size() > std::numeric_limits<unsigned>::max()) {
+      pending->status =
+          Status::InvalidArgument("rados: " + Describe("writing", name) + ": larger than 4 GiB");
+      return pending;
+    }
+    pending->data.append(bytes.data(), static_cast<unsigned>(bytes.size()));
+    pending->completion = librados::Rados::aio_create_completion();
+    const int r = io_.aio_write_full(pending->name, pending->completion, pending->data);
+    if (r < 0) {
+      pending->completion->release();
+      pending->completion = nullptr;
+      pending->status = FromRados(r, Describe("writing", name));
+    }
+    return pending;
+  }
+
+  // Up to 16 reads in flight.
+  Result<std::vector<std::string>> GetAll(const std::vector<std::string>& names) override {
+    constexpr size_t kInFlight = 16;
+    std::vector<std::string> out(names.size());
+    for (size_t begin = 0; begin < names.size(); begin += kInFlight) {
+      const size_t end = std::min(names.size(), begin + kInFlight);
+      std::vector<librados::bufferlist> data(end - begin);
+      std::vector<librados::AioCompletion*> completions;
+      int failed = 0;
+      size_t failed_at = begin;
+      for (size_t i = begin; i < end; ++i) {
+        librados::AioCompletion* c = librados::Rados::aio_create_completion();
+        const int r = io_.aio_read(names[i], c, &data[i - begin], 0, 0);
+        if (r < 0) {
+          c->release();
+          if (failed == 0) failed = r, failed_at = i;
+          break;
+        }
+        completions.push_back(c);
+      }
+      for (size_t k = 0; k < completions.size(); ++k) {
+        completions[k]->wait_for_complete();
+        const int r = completions[k]->get_return_value();
+        completions[k]->release();
+        if (r < 0 && failed == 0) failed = r, failed_at = begin + k;
+      }
+      if (failed < 0) return FromRados(failed, Describe("reading", names[failed_at]));
+      for (size_t i = begin; i < end; ++i) out[i] = data[i - begin].to_str();
+    }
+    return out;
   }
 
   Status Delete(std::string_view name) override {

@@ -63,11 +63,31 @@ class StoreBackend {
 
   // Chunk records. Names are (model, seq, tensor, chunk); a seq is never reused for other
   // content (SeqFloor), so a record, once written, never changes.
+  //
+  // A write may complete asynchronously (RADOS keeps several in flight): it is durable once a
+  // Commit of the model succeeds, which first waits for the model's writes and fails if any did.
   virtual Status PutChunk(const std::string& model, uint64_t seq, uint32_t tensor, uint32_t chunk,
                           std::string_view record) = 0;
   // Reads through `ro` (its snapshot, for the local backend). NotFound if absent.
   virtual Status GetChunk(const rocksdb::ReadOptions& ro, const std::string& model, uint64_t seq,
                           uint32_t tensor, uint32_t chunk, rocksdb::PinnableSlice* record) = 0;
+  // Reads several records at once (the links of a delta chain; RADOS reads them concurrently).
+  // `records` is resized to `addresses`.
+  struct ChunkAddress {
+    uint64_t seq;
+    uint32_t tensor;
+    uint32_t chunk;
+  };
+  virtual Status GetChunks(const rocksdb::ReadOptions& ro, const std::string& model,
+                           const std::vector<ChunkAddress>& addresses,
+                           std::vector<rocksdb::PinnableSlice>* records) {
+    *records = std::vector<rocksdb::PinnableSlice>(addresses.size());
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      const ChunkAddress& a = addresses[i];
+      CKPT_RETURN_IF_ERROR(GetChunk(ro, model, a.seq, a.tensor, a.chunk, &(*records)[i]));
+    }
+    return Status::Ok();
+  }
   // Removes chunk records no commit refers to (an aborted push, a rebase given up). Best effort:
   // what stays behind is an orphan for garbage collection.
   virtual void DiscardChunks(const std::string& model, const ChunkSet& chunks) = 0;
