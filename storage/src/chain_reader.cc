@@ -122,8 +122,13 @@ Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
       const size_t end = std::min(stored.size(), window_begin + kReadWindow);
       const std::vector<StoreBackend::ChunkAddress> addresses(stored.begin() + window_begin,
                                                               stored.begin() + end);
-      CKPT_RETURN_IF_ERROR(
-          backend_->GetChunks(read_options_, model_, addresses, &window).WithContext(where));
+      if (!backend_->GetChunks(read_options_, model_, addresses, &window).ok()) {
+        // Name the link that fails: read this one alone (the next window starts after it).
+        window = std::vector<rocksdb::PinnableSlice>(1);
+        CKPT_RETURN_IF_ERROR(
+            backend_->GetChunk(read_options_, model_, it->seq, it->tensor, chunk, &window[0])
+                .WithContext(where));
+      }
     }
     const rocksdb::PinnableSlice& value = window[next_stored++ - window_begin];
     auto record = ChunkRecord::Decode(value.ToStringView());
