@@ -31,14 +31,21 @@ class Daemon:
         self.proc.wait(timeout=120)
 
     def request(self, method, path, body=None):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
+        status, data = http_request(self.port, method, path, body)
+        if status >= 300:
+            raise RuntimeError(f"{method} {path}: {status} {data[:300]!r}")
+        return data
+
+
+def http_request(port, method, path, body=None):
+    """One request to 127.0.0.1:port; (status, body)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    try:
         conn.request(method, path, body=body)
         resp = conn.getresponse()
-        data = resp.read()
+        return resp.status, resp.read()
+    finally:
         conn.close()
-        if resp.status >= 300:
-            raise RuntimeError(f"{method} {path}: {resp.status} {data[:300]!r}")
-        return data
 
 
 def du_bytes(path):

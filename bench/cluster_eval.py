@@ -22,8 +22,6 @@ Usage:
 import argparse
 import glob
 import hashlib
-import http.client
-import json
 import os
 import shutil
 import signal
@@ -37,7 +35,7 @@ import time
 import rados
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import du_bytes  # noqa: E402
+from benchlib import du_bytes, http_request  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POOL = "ckptd"
@@ -97,12 +95,7 @@ class Node:
         self.proc.wait()
 
     def request(self, method, path, body=None):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
-        conn.request(method, path, body=body)
-        resp = conn.getresponse()
-        data = resp.read()
-        conn.close()
-        return resp.status, data
+        return http_request(self.port, method, path, body)
 
 
 def checked(node, method, path, body=None):
@@ -282,7 +275,7 @@ def main():
                        stdout=subprocess.DEVNULL)
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"\n| store | push MB/s | restore MB/s | stored MiB | ratio |")
+    print("\n| store | push MB/s | restore MB/s | stored MiB | ratio |")
     print("|---|---|---|---|---|")
     for label, (push, get, _, stored) in results.items():
         p = f"{mb_s(raw, push):.0f}" if push else "—"

@@ -133,16 +133,12 @@ class RadosBackend final : public StoreBackend {
   }
 
   Status Connect() {
-    CKPT_RETURN_IF_ERROR(FromRados(cluster_.init2(options_.client_name.c_str(), "ceph", 0),
-                                   "initialising client " + options_.client_name));
-    CKPT_RETURN_IF_ERROR(FromRados(cluster_.conf_read_file(options_.conf_file.c_str()),
-                                   "reading " + options_.conf_file));
-    // No admin socket: several daemons (and tools) with one client name share a host.
-    cluster_.conf_set("admin_socket", "");
-    CKPT_RETURN_IF_ERROR(FromRados(cluster_.connect(), "connecting to the cluster"));
-    CKPT_RETURN_IF_ERROR(FromRados(cluster_.ioctx_create(options_.pool.c_str(), io_),
-                                   "opening pool '" + options_.pool + "'"));
-    io_.set_namespace(options_.object_namespace);
+    RadosChunkStoreOptions where;
+    where.conf_file = options_.conf_file;
+    where.client_name = options_.client_name;
+    where.pool = options_.pool;
+    where.object_namespace = options_.object_namespace;
+    CKPT_RETURN_IF_ERROR(ConnectToPool(where, &cluster_, &io_));
     chunks_ = NewRadosChunkStore(io_);
     background_ = std::thread([this] { BackgroundLoop(); });
     return Status::Ok();

@@ -24,17 +24,7 @@ class RadosChunkStore : public ChunkStore {
   }
 
   Status Open(const RadosChunkStoreOptions& options) {
-    CKPT_RETURN_IF_ERROR(FromRados(cluster_.init2(options.client_name.c_str(), "ceph", 0),
-                                   "initialising client " + options.client_name));
-    CKPT_RETURN_IF_ERROR(FromRados(cluster_.conf_read_file(options.conf_file.c_str()),
-                                   "reading " + options.conf_file));
-    // No admin socket: several daemons (and tools) with one client name share a host.
-    cluster_.conf_set("admin_socket", "");
-    CKPT_RETURN_IF_ERROR(FromRados(cluster_.connect(), "connecting to the cluster"));
-    CKPT_RETURN_IF_ERROR(FromRados(cluster_.ioctx_create(options.pool.c_str(), io_),
-                                   "opening pool '" + options.pool + "'"));
-    io_.set_namespace(options.object_namespace);
-    return Status::Ok();
+    return ConnectToPool(options, &cluster_, &io_);
   }
 
   Status Put(std::string_view name, std::string_view bytes) override {
@@ -184,6 +174,21 @@ class RadosChunkStore : public ChunkStore {
 };
 
 }  // namespace
+
+Status ConnectToPool(const RadosChunkStoreOptions& where, librados::Rados* cluster,
+                     librados::IoCtx* io) {
+  CKPT_RETURN_IF_ERROR(FromRados(cluster->init2(where.client_name.c_str(), "ceph", 0),
+                                 "initialising client " + where.client_name));
+  CKPT_RETURN_IF_ERROR(
+      FromRados(cluster->conf_read_file(where.conf_file.c_str()), "reading " + where.conf_file));
+  // No admin socket: several daemons (and tools) with one client name share a host.
+  cluster->conf_set("admin_socket", "");
+  CKPT_RETURN_IF_ERROR(FromRados(cluster->connect(), "connecting to the cluster"));
+  CKPT_RETURN_IF_ERROR(FromRados(cluster->ioctx_create(where.pool.c_str(), *io),
+                                 "opening pool '" + where.pool + "'"));
+  io->set_namespace(where.object_namespace);
+  return Status::Ok();
+}
 
 std::unique_ptr<ChunkStore> NewRadosChunkStore(librados::IoCtx& io) {
   return std::make_unique<RadosChunkStore>(io);

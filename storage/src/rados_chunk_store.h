@@ -8,6 +8,11 @@
 
 namespace ckpt {
 
+// Connects `cluster` as `where` names (client, ceph.conf) and opens `io` on its pool and
+// namespace; IoError naming the step that failed.
+Status ConnectToPool(const RadosChunkStoreOptions& where, librados::Rados* cluster,
+                     librados::IoCtx* io);
+
 // A chunk store in `io`'s pool and namespace (the IoCtx is duplicated; the connection behind it
 // must outlive the store).
 std::unique_ptr<ChunkStore> NewRadosChunkStore(librados::IoCtx& io);

@@ -104,10 +104,7 @@ class Client:
                 if response.status in (307, 308):
                     endpoint = self._redirect(model, response, path)
                     continue
-                if response.status >= 300:
-                    self._raise_for(response)
-                data = response.read()
-                return json.loads(data) if data else None
+                return self._json_answer(response)
             finally:
                 conn.close()
         raise CkptdError(508, "REDIRECT_LOOP", f"writes of model {model!r} redirect in a loop")
@@ -130,6 +127,12 @@ class Client:
             pass
         raise CkptdError(response.status, code, message)
 
+    def _json_answer(self, response):
+        if response.status >= 300:
+            self._raise_for(response)
+        data = response.read()
+        return json.loads(data) if data else None
+
     def _json(self, method, path, body=None, model=None):
         """A JSON request; `model`: a write of that model (redirects to its writer followed)."""
         payload = json.dumps(body).encode() if body is not None else None
@@ -143,11 +146,7 @@ class Client:
             return self._write(model, send)
         conn = self._connect()
         try:
-            response, _ = send(conn)
-            if response.status >= 300:
-                self._raise_for(response)
-            data = response.read()
-            return json.loads(data) if data else None
+            return self._json_answer(send(conn)[0])
         finally:
             conn.close()
 
