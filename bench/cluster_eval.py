@@ -147,6 +147,16 @@ def namespace_bytes(io, namespace):
     return data, omap, objects
 
 
+def restore_latest(node, files):
+    """Seconds to restore `latest` once (the first request after a failure)."""
+    start = time.monotonic()
+    data = checked(node, "GET", "/v1/models/m/versions/latest")
+    seconds = time.monotonic() - start
+    if len(data) != len(files[-1][1]):
+        raise RuntimeError("latest: wrong size")
+    return seconds
+
+
 def mb_s(total_bytes, seconds):
     return total_bytes / seconds / 1e6
 
@@ -177,6 +187,7 @@ def main():
     cluster.connect()
     io = cluster.open_ioctx(POOL)
     results = {}
+    latest = {}  # seconds to restore `latest` once, right after the pushes
     try:
         # 1. The peer: raw files as objects.
         put_cli, get_cli, put_lib, get_lib = [], [], [], []
@@ -210,20 +221,22 @@ def main():
                                                statistics.median(get_lib), None, raw)
 
         # 2. ckptd on its local RocksDB.
-        push_t, get_t, dus = [], [], []
+        push_t, get_t, dus, latest_local = [], [], [], []
         for run in range(args.runs):
             node = Node(binary, work, f"local{run}")
             node.start()
             push_t.append(push_all(node, files))
+            latest_local.append(restore_latest(node, files))
             get_t.append(restore_all(node, files))
             node.stop()
             dus.append(du_bytes(node.data_dir()))
+        latest["ckptd, local RocksDB"] = statistics.median(latest_local)
         results["ckptd, local RocksDB"] = (statistics.median(push_t), statistics.median(get_t),
                                            None, statistics.median(dus))
 
         # 3. ckptd on RADOS: push through A, restore through A and through B.
         for label, policy in (("lossless", None), ("lossy 5e-3", LOSSY)):
-            push_t, get_a, get_b, stored = [], [], [], []
+            push_t, get_a, get_b, stored, latest_a, latest_b = [], [], [], [], [], []
             for run in range(args.runs):
                 ns = f"ckptd-{label.split()[0]}-{run}"
                 a = Node(binary, work, f"{ns}-a", (conf, ns, args.lease))
@@ -231,6 +244,8 @@ def main():
                 a.start()
                 b.start()
                 push_t.append(push_all(a, files, policy))
+                latest_a.append(restore_latest(a, files))
+                latest_b.append(restore_latest(b, files))
                 get_a.append(restore_all(a, files, expect_exact=policy is None))
                 get_b.append(restore_all(b, files, expect_exact=policy is None))
                 a.stop()
@@ -242,6 +257,8 @@ def main():
                 statistics.median(stored))
             results[f"ckptd on RADOS, {label} (restore via B)"] = (
                 None, statistics.median(get_b), None, statistics.median(stored))
+            latest[f"ckptd on RADOS, {label}, via A (the writer)"] = statistics.median(latest_a)
+            latest[f"ckptd on RADOS, {label}, via B (cold)"] = statistics.median(latest_b)
 
         # 4. Takeover after kill -9.
         takeovers = []
@@ -281,6 +298,11 @@ def main():
         p = f"{mb_s(raw, push):.0f}" if push else "—"
         print(f"| {label} | {p} | {mb_s(raw, get):.0f} | {stored / 2**20:.1f} | "
               f"{raw / stored:.2f}x |")
+    one = len(files[-1][1])
+    print(f"\n| restore of `latest` ({one / 2**20:.1f} MiB) | ms | MB/s |")
+    print("|---|---|---|")
+    for label, seconds in latest.items():
+        print(f"| {label} | {seconds * 1000:.0f} | {mb_s(one, seconds):.0f} |")
     print(f"\ntakeover after kill -9 (lease {args.lease:g} s): "
           + ", ".join(f"{t:.2f}" for t in takeovers)
           + f" s; median {statistics.median(takeovers):.2f} s")

@@ -183,6 +183,12 @@ Status ConnectToPool(const RadosChunkStoreOptions& where, librados::Rados* clust
       FromRados(cluster->conf_read_file(where.conf_file.c_str()), "reading " + where.conf_file));
   // No admin socket: several daemons (and tools) with one client name share a host.
   cluster->conf_set("admin_socket", "");
+  // Errors instead of hangs when the cluster is unreachable or unhealthy: librados waits 300 s
+  // for the monitors and forever for operations by default. A failed operation fails its
+  // request (a push stores nothing); the lease then expires on its own.
+  cluster->conf_set("client_mount_timeout", "30");
+  cluster->conf_set("rados_mon_op_timeout", "30");
+  cluster->conf_set("rados_osd_op_timeout", "120");
   CKPT_RETURN_IF_ERROR(FromRados(cluster->connect(), "connecting to the cluster"));
   CKPT_RETURN_IF_ERROR(FromRados(cluster->ioctx_create(where.pool.c_str(), *io),
                                  "opening pool '" + where.pool + "'"));
