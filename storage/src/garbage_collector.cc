@@ -206,6 +206,7 @@ class Collector {
 
     // The switch: the new manifest, every reference to the old one, the version, the state.
     ModelChange change;
+    change.refers_to_new_chunks = true;
     rocksdb::WriteBatch& batch = change.batch;
     chains_.manifests.emplace(new_seq, std::move(rebased));
     for (auto& [other_seq, m] : chains_.manifests) {

@@ -207,9 +207,15 @@ class RadosBackend final : public StoreBackend {
   Result<uint64_t> RemoveOrphanChunks(const std::string& model, const std::set<uint64_t>& stored,
                                       uint64_t seq_end) override {
     CKPT_ASSIGN_OR_RETURN(auto names, ListChunkObjects(model));
+    // Chunks whose removal is deferred for readers are left to the deferral.
+    std::set<std::string> deferred;
+    {
+      std::lock_guard lock(background_mu_);
+      for (const Deferred& d : deferred_) deferred.insert(d.names.begin(), d.names.end());
+    }
     std::vector<std::string> orphans;
     for (const auto& [name, seq, tensor, chunk] : names) {
-      if (seq < seq_end && !stored.count(seq)) orphans.push_back(name);
+      if (seq < seq_end && !stored.count(seq) && !deferred.count(name)) orphans.push_back(name);
     }
     CKPT_RETURN_IF_ERROR(chunks_->DeleteAll(orphans));
     return static_cast<uint64_t>(orphans.size());
@@ -219,9 +225,12 @@ class RadosBackend final : public StoreBackend {
 
   Status Commit(const std::string& model, ModelChange& change, std::string_view what) override {
     ModelState& state = StateOf(model);
-    // Every chunk the change refers to is durable before the commit makes it visible.
-    CKPT_RETURN_IF_ERROR(
-        WaitForWrites(state).WithContext("model '" + model + "': " + std::string(what)));
+    // Every chunk the change refers to is durable before the commit makes it visible. (Other
+    // changes, a tag say, leave the writes of a push in progress to that push.)
+    if (change.refers_to_new_chunks) {
+      CKPT_RETURN_IF_ERROR(
+          WaitForWrites(state).WithContext("model '" + model + "': " + std::string(what)));
+    }
     std::lock_guard lock(state.mu);
     if (!state.owned || !state.generation) {
       return Status::Unavailable("model '" + model + "': " + std::string(what) +
@@ -285,7 +294,11 @@ class RadosBackend final : public StoreBackend {
   Status ClaimWrites(const std::string& model) override {
     ModelState& state = StateOf(model);
     std::lock_guard lock(state.mu);
-    if (state.owned && Clock::now() < state.lease_valid_until) return Status::Ok();
+    if (state.owned && Clock::now() < state.lease_valid_until) {
+      // Our cache missed a commit's local apply: rebuild it before writing on top of it.
+      if (!state.generation) return Resync(model, state);
+      return Status::Ok();
+    }
     const std::string oid = ModelObject(model);
     timeval duration = LeaseTimeval();
     const auto requested = Clock::now();

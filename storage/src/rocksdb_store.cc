@@ -248,6 +248,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     model.stored_bytes += vr.stored_bytes;
 
     ModelChange change;
+    change.refers_to_new_chunks = true;
     rocksdb::WriteBatch& batch = change.batch;
     batch.Put(ctx_.manifests, keys::ManifestKey(model_, seq_), manifest_bytes);
     batch.Put(ctx_.versions, keys::VersionKey(model_, version_), vr.Encode());

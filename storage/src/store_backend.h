@@ -46,6 +46,9 @@ struct ModelChange {
   std::vector<ChunkSet> unreachable;  // removed with (local) or after (RADOS) the commit
   // The model is deleted: every chunk record of it goes, including ones no manifest lists.
   bool whole_model = false;
+  // The change refers to chunk records the caller just wrote (a push, a rebase): the commit
+  // waits until they are durable. Only the holder of the model's lock writes chunks.
+  bool refers_to_new_chunks = false;
 };
 
 // The RocksDB column families of the metadata, as the store opened them.
@@ -65,7 +68,8 @@ class StoreBackend {
   // content (SeqFloor), so a record, once written, never changes.
   //
   // A write may complete asynchronously (RADOS keeps several in flight): it is durable once a
-  // Commit of the model succeeds, which first waits for the model's writes and fails if any did.
+  // Commit of a change with refers_to_new_chunks succeeds, which first waits for the model's
+  // writes and fails if any did.
   virtual Status PutChunk(const std::string& model, uint64_t seq, uint32_t tensor, uint32_t chunk,
                           std::string_view record) = 0;
   // Reads through `ro` (its snapshot, for the local backend). NotFound if absent.
