@@ -230,6 +230,17 @@ print("python ok")
   EXPECT_NE(a_->process->log().find("PUT /v1/models/m/versions/3 status=201"), std::string::npos);
 }
 
+// A daemon that cannot reach its pool does not start, and says why.
+TEST_F(ClusterTest, AMisconfiguredClusterStopsTheDaemonWithTheReason) {
+  TempDir dir;
+  const auto config = dir.path() / "ckptd.toml";
+  std::ofstream(config) << "[cluster]\nceph_conf = \"" << CephCluster::Get().conf_file()
+                        << "\"\npool = \"no-such-pool\"\nadvertise_url = \"http://127.0.0.1:1\"\n";
+  DaemonProcess daemon(CKPTD_BINARY, dir.path(), {"--config", config.string()});
+  EXPECT_FALSE(daemon.Start());
+  EXPECT_NE(daemon.log().find("opening pool 'no-such-pool'"), std::string::npos) << daemon.log();
+}
+
 TEST_F(ClusterTest, KilledOwnersModelsAreTakenOverAfterTheLeaseAndOrphansCollected) {
   DriftingModel drift(11, 40000);
   std::map<uint64_t, std::string> sha;
