@@ -94,6 +94,7 @@ struct ModelState {
   uint64_t epoch = 0;                   // ours while owned
   Clock::time_point lease_valid_until;  // conservative local view of the lock's expiry
   std::optional<uint64_t> generation;   // the cluster's generation the local cache reflects
+  bool indexed = false;                 // known to be in the index (set while owned)
 
   std::mutex writes_mu;  // guards writes (taken without mu: pushes write while others read)
   std::deque<std::unique_ptr<ChunkStore::PendingPut>> writes;  // chunk writes in flight
@@ -121,8 +122,9 @@ class RadosBackend final : public StoreBackend {
     }
     background_cv_.notify_all();
     if (background_.joinable()) background_.join();
-    if (chunks_) RunDueDeletions(/*all=*/true);
-    // Leases are released so that another daemon can take the models over at once.
+    // Removals still deferred are left: other daemons may be reading those chunks, and the next
+    // garbage collection of each model removes them as orphans. Leases are released so that
+    // another daemon can take the models over at once.
     for (auto& [model, state] : states_) {
       if (state->owned) io_.unlock(ModelObject(model), kLockName, cookie_);
     }
@@ -243,6 +245,7 @@ class RadosBackend final : public StoreBackend {
     uint64_t epoch = state.epoch;
     sets[kGenerationKey] = U64(generation);
     if (change.whole_model) sets[kEpochKey] = U64(++epoch);  // seqs of a new model start higher
+    if (!state.indexed && sets.count("m")) CKPT_RETURN_IF_ERROR(AddIndexEntry(model, state));
     librados::ObjectWriteOperation op;
     int guard = 0;
     op.omap_cmp({{kEpochKey, {U64(state.epoch), LIBRADOS_CMPXATTR_OP_EQ}},
@@ -265,7 +268,7 @@ class RadosBackend final : public StoreBackend {
     // The local cache follows; if this fails the next claim or refresh rebuilds it.
     Status local = FromRocks(db_->Write(rocksdb::WriteOptions(), &change.batch), what);
     if (!local.ok()) state.generation.reset();
-    if (change.whole_model) RemoveIndexEntry(model);
+    if (change.whole_model) RemoveIndexEntry(model, state);
     std::vector<std::string> unreachable;
     for (const ChunkSet& set : change.unreachable) {
       auto names = ChunkNames(model, set);
@@ -333,10 +336,7 @@ class RadosBackend final : public StoreBackend {
     bump.omap_set({{kEpochKey, U64(epoch + 1)}});
     CKPT_RETURN_IF_ERROR(
         FromRados(io_.operate(oid, &bump), "taking over model '" + model + "' (epoch)"));
-    librados::ObjectWriteOperation index;
-    index.omap_set({{model, librados::bufferlist()}});
-    CKPT_RETURN_IF_ERROR(
-        FromRados(io_.operate(kIndexObject, &index), "adding model '" + model + "' to the index"));
+    CKPT_RETURN_IF_ERROR(AddIndexEntry(model, state));
     state.epoch = epoch + 1;
     state.generation.reset();
     CKPT_RETURN_IF_ERROR(Resync(model, state));
@@ -610,10 +610,22 @@ class RadosBackend final : public StoreBackend {
     return out;
   }
 
-  void RemoveIndexEntry(const std::string& model) {
+  // The index lists a model from before its record is first committed until after it is
+  // deleted (a listed name without a record is skipped by listings).
+  Status AddIndexEntry(const std::string& model, ModelState& state) {
+    librados::ObjectWriteOperation op;
+    op.omap_set({{model, librados::bufferlist()}});
+    CKPT_RETURN_IF_ERROR(
+        FromRados(io_.operate(kIndexObject, &op), "adding model '" + model + "' to the index"));
+    state.indexed = true;
+    return Status::Ok();
+  }
+
+  void RemoveIndexEntry(const std::string& model, ModelState& state) {
     librados::ObjectWriteOperation op;
     op.omap_rm_keys({model});
     io_.operate(kIndexObject, &op);
+    state.indexed = false;
   }
 
   // Chunks made unreachable by a commit are removed a grace period later (two leases), so that
@@ -624,11 +636,11 @@ class RadosBackend final : public StoreBackend {
     deferred_.push_back({Clock::now() + options_.lease * 2, std::move(names)});
   }
 
-  void RunDueDeletions(bool all) {
+  void RunDueDeletions() {
     std::vector<std::string> due;
     {
       std::lock_guard lock(background_mu_);
-      while (!deferred_.empty() && (all || deferred_.front().due <= Clock::now())) {
+      while (!deferred_.empty() && (deferred_.front().due <= Clock::now())) {
         auto& names = deferred_.front().names;
         due.insert(due.end(), names.begin(), names.end());
         deferred_.pop_front();
@@ -645,7 +657,7 @@ class RadosBackend final : public StoreBackend {
       if (stopping_) break;
       lock.unlock();
       RenewLeases();
-      RunDueDeletions(/*all=*/false);
+      RunDueDeletions();
       lock.lock();
     }
   }

@@ -177,6 +177,17 @@ TEST_F(ClusterTest, AnyDaemonRestoresWritesRedirectToTheOwnerAndAnEmptyDiskServe
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(Sha256Hex(r.body), digest) << "version " << v << " from an empty disk";
   }
+
+  // A deleted model disappears everywhere; pushed again, it is listed everywhere again.
+  ASSERT_EQ(Request(a_->port, "DELETE", "/v1/models/m").status, 204);
+  EXPECT_EQ(Request(b_->port, "GET", "/v1/models/m").status, 404);
+  EXPECT_TRUE(json::parse(Request(b_->port, "GET", "/v1/models").body)["models"].empty());
+  const std::string again = drift.Next();
+  ASSERT_EQ(Request(a_->port, "PUT", VersionPath("m", 5), again).status, 201);
+  auto relisted = json::parse(Request(b_->port, "GET", "/v1/models").body);
+  ASSERT_EQ(relisted["models"].size(), 1u) << relisted.dump();
+  EXPECT_EQ(relisted["models"][0]["version_count"], 1);
+  EXPECT_EQ(Sha256Hex(Request(b_->port, "GET", VersionPath("m", 5)).body), Sha256Hex(again));
 }
 
 // The C++ client (and so the CLI) and the Python client follow a write's redirect to the lease
