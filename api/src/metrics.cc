@@ -120,6 +120,20 @@ std::string ServerMetrics::Render(CheckpointStore& store) const {
   gauge("ckptd_rocksdb_running_compactions", "Compactions running now")
       .Add({})
       .Set(static_cast<double>(s.running_compactions));
+  if (s.cluster) {
+    gauge("ckptd_cluster_models_owned", "Models whose write lease this daemon holds")
+        .Add({})
+        .Set(static_cast<double>(s.models_owned));
+    add_counter("ckptd_cluster_lease_takeovers_total",
+                "Write leases taken since start (a model's first write through this daemon)",
+                static_cast<double>(s.lease_takeovers));
+    add_counter("ckptd_cluster_leases_lost_total",
+                "Lease renewals that found the lease taken by another daemon",
+                static_cast<double>(s.leases_lost));
+    add_counter("ckptd_cluster_commits_fenced_total",
+                "Commits refused because another daemon had taken the model over",
+                static_cast<double>(s.commits_fenced));
+  }
 
   std::vector<prometheus::MetricFamily> all = registry_->Collect();
   std::vector<prometheus::MetricFamily> store_families = now.Collect();

@@ -258,6 +258,7 @@ class RadosBackend final : public StoreBackend {
       // Another daemon took the model over (or committed): our view is stale. Nothing applied.
       state.owned = false;
       state.generation.reset();
+      commits_fenced_.fetch_add(1, std::memory_order_relaxed);
       return Status::Unavailable("model '" + model + "': " + std::string(what) +
                                  ": refused, another daemon took over the model's write lease; "
                                  "retry (it will be redirected)");
@@ -341,6 +342,7 @@ class RadosBackend final : public StoreBackend {
     state.generation.reset();
     CKPT_RETURN_IF_ERROR(Resync(model, state));
     state.owned = true;
+    lease_takeovers_.fetch_add(1, std::memory_order_relaxed);
     return Status::Ok();
   }
 
@@ -380,6 +382,22 @@ class RadosBackend final : public StoreBackend {
   }
 
   bool IsLocal() const override { return false; }
+
+  void AddStats(StoreStats* stats) override {
+    stats->cluster = true;
+    stats->lease_takeovers = lease_takeovers_.load(std::memory_order_relaxed);
+    stats->leases_lost = leases_lost_.load(std::memory_order_relaxed);
+    stats->commits_fenced = commits_fenced_.load(std::memory_order_relaxed);
+    std::vector<ModelState*> states;
+    {
+      std::lock_guard lock(states_mu_);
+      for (auto& [model, state] : states_) states.push_back(state.get());
+    }
+    for (ModelState* state : states) {
+      std::lock_guard lock(state->mu);
+      stats->models_owned += state->owned ? 1 : 0;
+    }
+  }
 
  private:
   // Waits for the model's chunk writes in flight; the first error.
@@ -679,6 +697,7 @@ class RadosBackend final : public StoreBackend {
         state->lease_valid_until = requested + LeaseMargin();
       } else {
         state->owned = false;  // expired and taken, or unreachable: claim again on next write
+        leases_lost_.fetch_add(1, std::memory_order_relaxed);
       }
     }
   }
@@ -691,6 +710,11 @@ class RadosBackend final : public StoreBackend {
   librados::Rados cluster_;
   librados::IoCtx io_;
   std::unique_ptr<ChunkStore> chunks_;  // the chunk objects, on io_'s connection
+
+  // Monitoring counters (relaxed: figures, never decisions).
+  std::atomic<uint64_t> lease_takeovers_{0};
+  std::atomic<uint64_t> leases_lost_{0};
+  std::atomic<uint64_t> commits_fenced_{0};
 
   std::mutex states_mu_;
   std::unordered_map<std::string, std::unique_ptr<ModelState>> states_;  // guarded by states_mu_

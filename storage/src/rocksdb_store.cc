@@ -1124,6 +1124,7 @@ class RocksCheckpointStore final : public CheckpointStore {
     if (db_->GetIntProperty(rocksdb::DB::Properties::kNumRunningCompactions, &running)) {
       s.running_compactions = running;
     }
+    backend_->AddStats(&s);
     return s;
   }
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "ckpt/codec/status.h"
+#include "ckpt/storage/checkpoint_store.h"
 #include "records.h"
 
 namespace ckpt {
@@ -128,6 +129,8 @@ class StoreBackend {
   virtual uint64_t SeqFloor(const std::string& model) = 0;
   // Every model's name (nullopt: the local models family is authoritative).
   virtual Result<std::optional<std::vector<std::string>>> ListModelNames() = 0;
+  // Adds the backend's figures (cluster: leases) to `stats`.
+  virtual void AddStats(StoreStats*) {}
   // Whether the data is in this daemon's RocksDB alone (backups, compaction, recovery apply).
   virtual bool IsLocal() const = 0;
 };

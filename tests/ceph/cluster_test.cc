@@ -353,6 +353,19 @@ TEST_F(ClusterTest, APausedOwnerThatLostItsLeaseCannotCommit) {
     auto through_a = Request(a_->port, "GET", VersionPath("m", v));
     EXPECT_EQ(Sha256Hex(through_a.body), digest) << "version " << v << " through A";
   }
+  // The monitoring figures say what happened: B took the lease; A lost it (its renewal found it
+  // taken, or its commit was fenced).
+  auto sample = [](uint16_t port, const std::string& name) {
+    const std::string text = Request(port, "GET", "/metrics").body;
+    const size_t at = text.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + name.size() + 2));
+  };
+  EXPECT_EQ(sample(b_->port, "ckptd_cluster_models_owned"), 1);
+  EXPECT_EQ(sample(b_->port, "ckptd_cluster_lease_takeovers_total"), 1);
+  EXPECT_EQ(sample(a_->port, "ckptd_cluster_models_owned"), 0);
+  EXPECT_GE(sample(a_->port, "ckptd_cluster_leases_lost_total") +
+                sample(a_->port, "ckptd_cluster_commits_fenced_total"),
+            1);
   // A now sends writes to B.
   auto redirected = Request(a_->port, "PUT", VersionPath("m", 5), drift.Next());
   EXPECT_EQ(redirected.status, 307);

@@ -148,6 +148,12 @@ struct StoreStats {
   uint64_t blob_bytes = 0;
   uint64_t pending_compaction_bytes = 0;
   uint64_t running_compactions = 0;
+  // With a cluster (StoreOptions::cluster): this daemon's write leases.
+  bool cluster = false;
+  uint64_t models_owned = 0;     // leases held now
+  uint64_t lease_takeovers = 0;  // leases taken since start (a model's first write here)
+  uint64_t leases_lost = 0;      // renewals that found the lease taken (or the cluster away)
+  uint64_t commits_fenced = 0;   // commits refused: another daemon had taken the model over
 };
 
 struct VersionInfo {
