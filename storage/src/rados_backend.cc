@@ -46,12 +46,13 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kLockName[] = "owner";
 constexpr char kIndexObject[] = "models";
-constexpr char kEpochKey[] =
-    "\x01"
-    "epoch";
-constexpr char kGenerationKey[] =
-    "\x01"
-    "generation";
+// Control keys of a model object start with \001, below every record's family letter.
+constexpr char kEpochKey[] = "\001epoch";
+constexpr char kGenerationKey[] = "\001generation";
+// The layout of a model object (docs/format.md): written at every takeover; a daemon refuses a
+// model whose layout is newer than it understands.
+constexpr char kLayoutKey[] = "\001layout";
+constexpr uint64_t kLayoutVersion = 1;
 // Seqs a daemon allocates for a model lie above epoch << kSeqEpochShift.
 constexpr int kSeqEpochShift = 40;
 // Largest omap page read at once.
@@ -323,10 +324,11 @@ class RadosBackend final : public StoreBackend {
     std::map<std::string, librados::bufferlist> control;
     int prval = 0;
     librados::ObjectReadOperation read;
-    read.omap_get_vals_by_keys({kEpochKey, kGenerationKey}, &control, &prval);
+    read.omap_get_vals_by_keys({kEpochKey, kGenerationKey, kLayoutKey}, &control, &prval);
     CKPT_RETURN_IF_ERROR(
         FromRados(io_.operate(oid, &read, nullptr), "reading model '" + model + "'"));
     CKPT_ASSIGN_OR_RETURN(const uint64_t epoch, ReadU64(control, kEpochKey));
+    CKPT_RETURN_IF_ERROR(CheckLayout(model, control));
     librados::ObjectWriteOperation bump;
     int guard = 0;
     if (control.count(kEpochKey)) {
@@ -334,7 +336,7 @@ class RadosBackend final : public StoreBackend {
     } else {
       bump.omap_set({{kGenerationKey, U64(0)}});
     }
-    bump.omap_set({{kEpochKey, U64(epoch + 1)}});
+    bump.omap_set({{kEpochKey, U64(epoch + 1)}, {kLayoutKey, U64(kLayoutVersion)}});
     CKPT_RETURN_IF_ERROR(
         FromRados(io_.operate(oid, &bump), "taking over model '" + model + "' (epoch)"));
     CKPT_RETURN_IF_ERROR(AddIndexEntry(model, state));
@@ -413,6 +415,17 @@ class RadosBackend final : public StoreBackend {
       if (first.ok()) first = std::move(s);
     }
     return first;
+  }
+
+  // FailedPrecondition when the model object has a layout newer than this daemon's.
+  static Status CheckLayout(const std::string& model,
+                            const std::map<std::string, librados::bufferlist>& control) {
+    CKPT_ASSIGN_OR_RETURN(const uint64_t layout, ReadU64(control, kLayoutKey));
+    if (layout <= kLayoutVersion) return Status::Ok();
+    return Status::FailedPrecondition("model '" + model +
+                                      "' was written by a newer ckptd (RADOS layout " +
+                                      std::to_string(layout) + "; this one knows up to " +
+                                      std::to_string(kLayoutVersion) + "): upgrade this daemon");
   }
 
   ModelState& StateOf(const std::string& model) {
@@ -537,7 +550,7 @@ class RadosBackend final : public StoreBackend {
         std::map<std::string, librados::bufferlist> page, control;
         int prval = 0, control_rval = 0;
         librados::ObjectReadOperation op;
-        op.omap_get_vals_by_keys({kGenerationKey}, &control, &control_rval);
+        op.omap_get_vals_by_keys({kGenerationKey, kLayoutKey}, &control, &control_rval);
         op.omap_get_vals2(after, kOmapPage, &page, &more, &prval);
         const int r = io_.operate(ModelObject(model), &op, nullptr);
         if (r == -ENOENT) {
@@ -545,6 +558,7 @@ class RadosBackend final : public StoreBackend {
           break;
         }
         CKPT_RETURN_IF_ERROR(FromRados(r, "reading model '" + model + "'"));
+        CKPT_RETURN_IF_ERROR(CheckLayout(model, control));
         CKPT_ASSIGN_OR_RETURN(const uint64_t g, ReadU64(control, kGenerationKey));
         if (generation && *generation != g) {
           consistent = false;

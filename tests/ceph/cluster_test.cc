@@ -252,6 +252,35 @@ TEST_F(ClusterTest, AMisconfiguredClusterStopsTheDaemonWithTheReason) {
   EXPECT_NE(daemon.log().find("opening pool 'no-such-pool'"), std::string::npos) << daemon.log();
 }
 
+// Formats are forever, and forward compatibility is refused loudly: a model object written with
+// a newer layout is neither read nor taken over.
+TEST_F(ClusterTest, AModelOfANewerLayoutIsRefused) {
+  librados::Rados cluster;
+  librados::IoCtx io;
+  ASSERT_EQ(cluster.init2("client.admin", "ceph", 0), 0);
+  ASSERT_EQ(cluster.conf_read_file(CephCluster::Get().conf_file().c_str()), 0);
+  ASSERT_EQ(cluster.connect(), 0);
+  ASSERT_EQ(cluster.ioctx_create(CephCluster::kPool, io), 0);
+  io.set_namespace(namespace_);
+  auto u64 = [](uint64_t v) {
+    librados::bufferlist bl;
+    for (int i = 7; i >= 0; --i) bl.append(static_cast<char>((v >> (8 * i)) & 0xff));
+    return bl;
+  };
+  ASSERT_EQ(io.omap_set("model.future", {{std::string("\001layout"), u64(2)},
+                                         {std::string("\001generation"), u64(1)},
+                                         {std::string("\001epoch"), u64(1)}}),
+            0);
+  auto read = Request(b_->port, "GET", "/v1/models/future");
+  EXPECT_EQ(read.status, 409) << read.body;
+  EXPECT_NE(read.body.find("newer ckptd"), std::string::npos) << read.body;
+  auto write = Request(a_->port, "PUT", "/v1/models/future/policy", R"({"mode":"lossless"})");
+  EXPECT_EQ(write.status, 409) << write.body;
+  EXPECT_NE(write.body.find("newer ckptd"), std::string::npos) << write.body;
+  io.close();
+  cluster.shutdown();
+}
+
 TEST_F(ClusterTest, KilledOwnersModelsAreTakenOverAfterTheLeaseAndOrphansCollected) {
   DriftingModel drift(11, 40000);
   std::map<uint64_t, std::string> sha;
