@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <rados/librados.hpp>
 #include <string>
 
 #include "test_support.h"
@@ -57,6 +58,17 @@ class CephCluster {
   double start_seconds() const { return start_seconds_; }
   std::string conf_file() const { return dir_->str() + "/ceph/ceph.conf"; }
   static constexpr char kPool[] = "ckptd";
+
+  // Connects a client.admin client to the pool, in `object_namespace`. ASSERTs (call through
+  // ASSERT_NO_FATAL_FAILURE).
+  void Connect(librados::Rados* cluster, librados::IoCtx* io,
+               const std::string& object_namespace = "") const {
+    ASSERT_EQ(cluster->init2("client.admin", "ceph", 0), 0);
+    ASSERT_EQ(cluster->conf_read_file(conf_file().c_str()), 0);
+    ASSERT_EQ(cluster->connect(), 0);
+    ASSERT_EQ(cluster->ioctx_create(kPool, *io), 0);
+    io->set_namespace(object_namespace);
+  }
 
   void Stop() {
     if (!dir_ || stopped_) return;

@@ -74,6 +74,7 @@ class ClusterTest : public ::testing::Test {
     b_ = std::make_unique<Node>("b", namespace_);
     ASSERT_TRUE(a_->process->Start()) << a_->process->log();
     ASSERT_TRUE(b_->process->Start()) << b_->process->log();
+    ASSERT_NO_FATAL_FAILURE(CephCluster::Get().Connect(&cluster_, &io_, namespace_));
   }
 
   void TearDown() override {
@@ -81,6 +82,8 @@ class ClusterTest : public ::testing::Test {
       if (node && node->process->pid() > 0) kill(node->process->pid(), SIGCONT);
       if (HasFailure() && node) std::cerr << "---- ckptd log ----\n" << node->process->log();
     }
+    io_.close();
+    cluster_.shutdown();
   }
 
   static std::string VersionPath(const std::string& model, uint64_t version) {
@@ -89,20 +92,11 @@ class ClusterTest : public ::testing::Test {
 
   // The chunk objects of `model` in this test's namespace.
   size_t ChunkObjects(const std::string& model) {
-    librados::Rados cluster;
-    librados::IoCtx io;
-    EXPECT_EQ(cluster.init2("client.admin", "ceph", 0), 0);
-    EXPECT_EQ(cluster.conf_read_file(CephCluster::Get().conf_file().c_str()), 0);
-    EXPECT_EQ(cluster.connect(), 0);
-    EXPECT_EQ(cluster.ioctx_create(CephCluster::kPool, io), 0);
-    io.set_namespace(namespace_);
     size_t n = 0;
     const std::string prefix = "chunk/" + model + "/";
-    for (auto it = io.nobjects_begin(); it != io.nobjects_end(); ++it) {
+    for (auto it = io_.nobjects_begin(); it != io_.nobjects_end(); ++it) {
       if (it->get_oid().starts_with(prefix)) ++n;
     }
-    io.close();
-    cluster.shutdown();
     return n;
   }
 
@@ -124,6 +118,8 @@ class ClusterTest : public ::testing::Test {
 
   std::string namespace_;
   std::unique_ptr<Node> a_, b_;
+  librados::Rados cluster_;  // a client of the test's own, to look at the pool
+  librados::IoCtx io_;
 };
 
 TEST_F(ClusterTest, AnyDaemonRestoresWritesRedirectToTheOwnerAndAnEmptyDiskServesEverything) {
@@ -255,21 +251,14 @@ TEST_F(ClusterTest, AMisconfiguredClusterStopsTheDaemonWithTheReason) {
 // Formats are forever, and forward compatibility is refused loudly: a model object written with
 // a newer layout is neither read nor taken over.
 TEST_F(ClusterTest, AModelOfANewerLayoutIsRefused) {
-  librados::Rados cluster;
-  librados::IoCtx io;
-  ASSERT_EQ(cluster.init2("client.admin", "ceph", 0), 0);
-  ASSERT_EQ(cluster.conf_read_file(CephCluster::Get().conf_file().c_str()), 0);
-  ASSERT_EQ(cluster.connect(), 0);
-  ASSERT_EQ(cluster.ioctx_create(CephCluster::kPool, io), 0);
-  io.set_namespace(namespace_);
   auto u64 = [](uint64_t v) {
     librados::bufferlist bl;
     for (int i = 7; i >= 0; --i) bl.append(static_cast<char>((v >> (8 * i)) & 0xff));
     return bl;
   };
-  ASSERT_EQ(io.omap_set("model.future", {{std::string("\001layout"), u64(2)},
-                                         {std::string("\001generation"), u64(1)},
-                                         {std::string("\001epoch"), u64(1)}}),
+  ASSERT_EQ(io_.omap_set("model.future", {{std::string("\001layout"), u64(2)},
+                                          {std::string("\001generation"), u64(1)},
+                                          {std::string("\001epoch"), u64(1)}}),
             0);
   auto read = Request(b_->port, "GET", "/v1/models/future");
   EXPECT_EQ(read.status, 409) << read.body;
@@ -277,8 +266,6 @@ TEST_F(ClusterTest, AModelOfANewerLayoutIsRefused) {
   auto write = Request(a_->port, "PUT", "/v1/models/future/policy", R"({"mode":"lossless"})");
   EXPECT_EQ(write.status, 409) << write.body;
   EXPECT_NE(write.body.find("newer ckptd"), std::string::npos) << write.body;
-  io.close();
-  cluster.shutdown();
 }
 
 TEST_F(ClusterTest, KilledOwnersModelsAreTakenOverAfterTheLeaseAndOrphansCollected) {

@@ -48,11 +48,7 @@ class RadosTest : public ::testing::Test {
   }
 
   static void Connect(librados::Rados* cluster, librados::IoCtx* io) {
-    ASSERT_EQ(cluster->init2("client.admin", "ceph", 0), 0);
-    const std::string conf = testing::CephCluster::Get().conf_file();
-    ASSERT_EQ(cluster->conf_read_file(conf.c_str()), 0);
-    ASSERT_EQ(cluster->connect(), 0);
-    ASSERT_EQ(cluster->ioctx_create("ckptd", *io), 0);
+    testing::CephCluster::Get().Connect(cluster, io);
   }
 
   librados::Rados cluster_;
