@@ -7,7 +7,8 @@
 //   ckpt policy MODEL [JSON]            show or set a model's codec policy
 //
 // The server comes from --server or $CKPT_SERVER (default http://127.0.0.1:8420; https:// with
-// --cacert or $CKPT_CACERT for a private CA), a bearer token
+// --cacert or $CKPT_CACERT for a private CA; several daemons of one Ceph deployment separated by
+// commas: each request goes to the first that answers, writes follow redirects), a bearer token
 // (daemons with authorization) from $CKPT_TOKEN or --token-file (never a command-line argument,
 // where other users could read it in the process list). A progress
 // bar is drawn on stderr when it is a terminal. Any error prints one line and exits non-zero.
@@ -82,7 +83,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string server = "http://127.0.0.1:8420";
   if (const char* env = std::getenv("CKPT_SERVER")) server = env;
-  app.add_option("--server", server, "ckptd base URL (default $CKPT_SERVER or " + server + ")");
+  app.add_option(
+      "--server", server,
+      "ckptd base URL, or several separated by commas (default $CKPT_SERVER or " + server + ")");
   std::string token_file;
   app.add_option("--token-file", token_file,
                  "file holding the bearer token (default: $CKPT_TOKEN, if set)");

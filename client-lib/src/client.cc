@@ -81,7 +81,28 @@ class Connection {
   // The read buffer's spare capacity sizes each socket read (see api/src/http_server.cc).
   Connection() { buffer_.reserve(256 << 10); }
 
-  Status Connect(const std::string& host, const std::string& port, TlsContext* tls) {
+  // Connects to the first of `endpoints` that accepts (and, with TLS, completes a verified
+  // handshake); the error of each attempt if none does.
+  Status Connect(const std::vector<ServerEndpoint>& endpoints, TlsContext* tls) {
+    std::string errors;
+    for (const ServerEndpoint& e : endpoints) {
+      tcp_.reset();
+      tls_.reset();
+      Status s = ConnectTo(e.host, e.port, tls);
+      if (s.ok()) {
+        host_ = e.host;
+        return s;
+      }
+      if (endpoints.size() == 1) return s;
+      errors += (errors.empty() ? "" : "; ") + s.message();
+    }
+    return Status::Unavailable("no server reachable: " + errors);
+  }
+
+  // The host connected to (for the Host header).
+  const std::string& host() const { return host_; }
+
+  Status ConnectTo(const std::string& host, const std::string& port, TlsContext* tls) {
     beast::error_code ec;
     tcp::resolver resolver(ioc_);
     auto results = resolver.resolve(host, port, ec);
@@ -128,6 +149,7 @@ class Connection {
 
  private:
   net::io_context ioc_;
+  std::string host_;
   std::optional<beast::tcp_stream> tcp_;
   std::optional<beast::ssl_stream<beast::tcp_stream>> tls_;
   beast::flat_buffer buffer_;
@@ -206,15 +228,17 @@ void SetCommonHeaders(Request& req, const std::string& host, const ClientOptions
   if (!options.token.empty()) req.set(http::field::authorization, "Bearer " + options.token);
 }
 
-Result<http::response<http::string_body>> SimpleRequest(
-    const std::string& first_host, const std::string& first_port, const ClientOptions& options,
-    TlsContext* tls, http::verb verb, const std::string& target, std::string_view body) {
-  std::string host = first_host, port = first_port;
+Result<http::response<http::string_body>> SimpleRequest(const std::vector<ServerEndpoint>& servers,
+                                                        const ClientOptions& options,
+                                                        TlsContext* tls, http::verb verb,
+                                                        const std::string& target,
+                                                        std::string_view body) {
+  std::vector<ServerEndpoint> endpoints = servers;
   for (int hop = 0;; ++hop) {
     Connection c;
-    CKPT_RETURN_IF_ERROR(c.Connect(host, port, tls));
+    CKPT_RETURN_IF_ERROR(c.Connect(endpoints, tls));
     http::request<http::string_body> req{verb, target, 11};
-    SetCommonHeaders(req, host, options);
+    SetCommonHeaders(req, c.host(), options);
     if (!body.empty()) req.set(http::field::content_type, "application/json");
     req.body() = std::string(body);
     req.prepare_payload();
@@ -230,15 +254,14 @@ Result<http::response<http::string_body>> SimpleRequest(
     if (location.empty()) return res;
     CKPT_ASSIGN_OR_RETURN(ServerUrl next,
                           RedirectTarget(tls != nullptr, std::string(location), target));
-    host = next.host;
-    port = next.port;
+    endpoints = {{next.host, next.port}};
   }
 }
 
-Result<json> JsonRequest(const std::string& host, const std::string& port,
-                         const ClientOptions& options, TlsContext* tls, http::verb verb,
-                         const std::string& target, std::string_view body = {}) {
-  CKPT_ASSIGN_OR_RETURN(auto res, SimpleRequest(host, port, options, tls, verb, target, body));
+Result<json> JsonRequest(const std::vector<ServerEndpoint>& endpoints, const ClientOptions& options,
+                         TlsContext* tls, http::verb verb, const std::string& target,
+                         std::string_view body = {}) {
+  CKPT_ASSIGN_OR_RETURN(auto res, SimpleRequest(endpoints, options, tls, verb, target, body));
   if (res.result_int() / 100 != 2) return ErrorFromResponse(res.result_int(), res.body());
   if (res.body().empty()) return json();
   json doc = json::parse(res.body(), nullptr, false);
@@ -298,14 +321,14 @@ std::string PushQuery(const PushMetadata& metadata) {
 
 // One attempt of StreamPush at host:port. A redirect announced instead of 100 Continue (no body
 // byte sent) sets `location`.
-Result<PushResult> StreamPushOnce(const std::string& host, const std::string& port,
+Result<PushResult> StreamPushOnce(const std::vector<ServerEndpoint>& endpoints,
                                   const ClientOptions& options, TlsContext* tls,
                                   const std::string& target, uint64_t size, const ReadFn& read,
                                   std::optional<std::string>* location) {
   Connection c;
-  CKPT_RETURN_IF_ERROR(c.Connect(host, port, tls));
+  CKPT_RETURN_IF_ERROR(c.Connect(endpoints, tls));
   http::request<http::buffer_body> req{http::verb::put, target, 11};
-  SetCommonHeaders(req, host, options);
+  SetCommonHeaders(req, c.host(), options);
   req.set(http::field::content_type, "application/octet-stream");
   req.set(http::field::expect, "100-continue");
   req.content_length(size);
@@ -371,20 +394,19 @@ Result<PushResult> StreamPushOnce(const std::string& host, const std::string& po
   return r;
 }
 
-Result<PushResult> StreamPush(const std::string& first_host, const std::string& first_port,
+Result<PushResult> StreamPush(const std::vector<ServerEndpoint>& servers,
                               const ClientOptions& options, TlsContext* tls, std::string_view model,
                               uint64_t version, const PushMetadata& metadata, uint64_t size,
                               const ReadFn& read) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   const std::string target = VersionTarget(model, std::to_string(version)) + PushQuery(metadata);
-  std::string host = first_host, port = first_port;
+  std::vector<ServerEndpoint> endpoints = servers;
   for (int hop = 0;; ++hop) {
     std::optional<std::string> location;
-    auto pushed = StreamPushOnce(host, port, options, tls, target, size, read, &location);
+    auto pushed = StreamPushOnce(endpoints, options, tls, target, size, read, &location);
     if (!location || hop == kMaxRedirects) return pushed;
     CKPT_ASSIGN_OR_RETURN(ServerUrl next, RedirectTarget(tls != nullptr, *location, target));
-    host = next.host;
-    port = next.port;
+    endpoints = {{next.host, next.port}};
   }
 }
 
@@ -408,14 +430,14 @@ Status ValidateSafetensorsFile(std::ifstream& in, uint64_t size) {
 
 using WriteFn = std::function<Status(const char* data, size_t n)>;
 
-Result<PullResult> StreamPull(const std::string& host, const std::string& port,
+Result<PullResult> StreamPull(const std::vector<ServerEndpoint>& endpoints,
                               const ClientOptions& options, TlsContext* tls, std::string_view model,
                               std::string_view version, const WriteFn& write) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   Connection c;
-  CKPT_RETURN_IF_ERROR(c.Connect(host, port, tls));
+  CKPT_RETURN_IF_ERROR(c.Connect(endpoints, tls));
   http::request<http::empty_body> req{http::verb::get, VersionTarget(model, version), 11};
-  SetCommonHeaders(req, host, options);
+  SetCommonHeaders(req, c.host(), options);
   beast::error_code ec;
   http::write(c.stream(), req, ec);
   if (ec) return NetworkError(ec, "sending request");
@@ -470,9 +492,23 @@ Result<PullResult> StreamPull(const std::string& host, const std::string& port,
 }  // namespace
 
 Result<Client> Client::Create(ClientOptions options) {
-  CKPT_ASSIGN_OR_RETURN(const ServerUrl parsed, ParseServerUrl(options.server, false));
-  const bool https = parsed.https;
-  std::string host = parsed.host, port = parsed.port;
+  std::vector<ServerEndpoint> endpoints;
+  bool https = false;
+  std::string_view list = options.server;
+  for (size_t i = 0; list.size() > 0; ++i) {
+    const size_t comma = list.find(',');
+    CKPT_ASSIGN_OR_RETURN(const ServerUrl parsed, ParseServerUrl(list.substr(0, comma), false));
+    if (i == 0) https = parsed.https;
+    if (parsed.https != https) {
+      return Status::InvalidArgument("server URLs '" + options.server +
+                                     "' mix http:// and https://");
+    }
+    endpoints.push_back({parsed.host, parsed.port});
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+    if (list.empty()) return Status::InvalidArgument("server URLs end with a comma");
+  }
+  if (endpoints.empty()) return Status::InvalidArgument("no server URL given");
   std::shared_ptr<TlsContext> tls;
   if (https) {
     tls = std::make_shared<TlsContext>();
@@ -496,7 +532,7 @@ Result<Client> Client::Create(ClientOptions options) {
   } else if (!options.ca_file.empty() || !options.client_cert_file.empty()) {
     return Status::InvalidArgument("TLS files given for a plain http:// server URL");
   }
-  return Client(std::move(options), std::move(host), std::move(port), std::move(tls));
+  return Client(std::move(options), std::move(endpoints), std::move(tls));
 }
 
 Result<PushResult> Client::PushFile(std::string_view model, uint64_t version,
@@ -510,7 +546,7 @@ Result<PushResult> Client::PushFile(std::string_view model, uint64_t version,
   // uploading gigabytes the server would refuse.
   CKPT_RETURN_IF_ERROR(ValidateSafetensorsFile(in, size).WithContext("'" + path + "'"));
   in.seekg(0);
-  return StreamPush(host_, port_, options_, tls_.get(), model, version, metadata, size,
+  return StreamPush(endpoints_, options_, tls_.get(), model, version, metadata, size,
                     [&](char* buffer, size_t capacity) -> Result<size_t> {
                       in.read(buffer, static_cast<std::streamsize>(capacity));
                       if (in.bad()) return Status::IoError("reading '" + path + "' failed");
@@ -521,7 +557,7 @@ Result<PushResult> Client::PushFile(std::string_view model, uint64_t version,
 Result<PushResult> Client::PushBuffer(std::string_view model, uint64_t version,
                                       std::string_view body, const PushMetadata& metadata) {
   size_t offset = 0;
-  return StreamPush(host_, port_, options_, tls_.get(), model, version, metadata, body.size(),
+  return StreamPush(endpoints_, options_, tls_.get(), model, version, metadata, body.size(),
                     [&](char* buffer, size_t capacity) -> Result<size_t> {
                       const size_t n = std::min(capacity, body.size() - offset);
                       std::memcpy(buffer, body.data() + offset, n);
@@ -534,7 +570,7 @@ Result<PullResult> Client::PullToFile(std::string_view model, std::string_view v
                                       const std::string& path) {
   if (path == "-") {
     return StreamPull(
-        host_, port_, options_, tls_.get(), model, version, [](const char* d, size_t n) {
+        endpoints_, options_, tls_.get(), model, version, [](const char* d, size_t n) {
           std::cout.write(d, static_cast<std::streamsize>(n));
           return std::cout ? Status::Ok() : Status::IoError("writing to stdout failed");
         });
@@ -544,12 +580,11 @@ Result<PullResult> Client::PullToFile(std::string_view model, std::string_view v
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
     if (!out) return Status::IoError("cannot create '" + partial + "'");
     CKPT_ASSIGN_OR_RETURN(
-        auto r, StreamPull(host_, port_, options_, tls_.get(), model, version,
-                           [&](const char* d, size_t n) {
-                             out.write(d, static_cast<std::streamsize>(n));
-                             return out ? Status::Ok()
-                                        : Status::IoError("writing '" + partial + "' failed");
-                           }));
+        auto r,
+        StreamPull(endpoints_, options_, tls_.get(), model, version, [&](const char* d, size_t n) {
+          out.write(d, static_cast<std::streamsize>(n));
+          return out ? Status::Ok() : Status::IoError("writing '" + partial + "' failed");
+        }));
     out.close();
     if (!out) return Status::IoError("closing '" + partial + "' failed");
     return r;
@@ -567,7 +602,7 @@ Result<PullResult> Client::PullToFile(std::string_view model, std::string_view v
 Result<std::string> Client::PullToBuffer(std::string_view model, std::string_view version) {
   std::string out;
   CKPT_RETURN_IF_ERROR(
-      StreamPull(host_, port_, options_, tls_.get(), model, version, [&](const char* d, size_t n) {
+      StreamPull(endpoints_, options_, tls_.get(), model, version, [&](const char* d, size_t n) {
         out.append(d, n);
         return Status::Ok();
       }).status());
@@ -576,20 +611,20 @@ Result<std::string> Client::PullToBuffer(std::string_view model, std::string_vie
 
 Result<std::vector<ModelSummary>> Client::ListModels() {
   CKPT_ASSIGN_OR_RETURN(
-      json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::get, "/v1/models"));
+      json doc, JsonRequest(endpoints_, options_, tls_.get(), http::verb::get, "/v1/models"));
   std::vector<ModelSummary> out;
   for (const auto& m : doc.value("models", json::array())) out.push_back(ParseModel(m));
   return out;
 }
 
 Result<ModelSummary> Client::GetModel(std::string_view model) {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::get,
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(endpoints_, options_, tls_.get(), http::verb::get,
                                               "/v1/models/" + std::string(model)));
   return ParseModel(doc);
 }
 
 Result<std::vector<VersionSummary>> Client::ListVersions(std::string_view model) {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::get,
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(endpoints_, options_, tls_.get(), http::verb::get,
                                               "/v1/models/" + std::string(model) + "/versions"));
   std::vector<VersionSummary> out;
   for (const auto& v : doc.value("versions", json::array())) {
@@ -614,51 +649,51 @@ Result<std::vector<VersionSummary>> Client::ListVersions(std::string_view model)
 }
 
 Status Client::DeleteVersion(std::string_view model, uint64_t version) {
-  return JsonRequest(host_, port_, options_, tls_.get(), http::verb::delete_,
+  return JsonRequest(endpoints_, options_, tls_.get(), http::verb::delete_,
                      VersionTarget(model, std::to_string(version)))
       .status();
 }
 
 Status Client::DeleteModel(std::string_view model) {
-  return JsonRequest(host_, port_, options_, tls_.get(), http::verb::delete_,
+  return JsonRequest(endpoints_, options_, tls_.get(), http::verb::delete_,
                      "/v1/models/" + std::string(model))
       .status();
 }
 
 Result<std::string> Client::GetPolicy(std::string_view model) {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::get,
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(endpoints_, options_, tls_.get(), http::verb::get,
                                               "/v1/models/" + std::string(model) + "/policy"));
   return doc.dump();
 }
 
 Result<std::string> Client::SetPolicy(std::string_view model, std::string_view policy_json) {
   CKPT_ASSIGN_OR_RETURN(json doc,
-                        JsonRequest(host_, port_, options_, tls_.get(), http::verb::put,
+                        JsonRequest(endpoints_, options_, tls_.get(), http::verb::put,
                                     "/v1/models/" + std::string(model) + "/policy", policy_json));
   return doc.dump();
 }
 
 Status Client::SetTag(std::string_view model, uint64_t version, std::string_view tag) {
-  return JsonRequest(host_, port_, options_, tls_.get(), http::verb::put,
+  return JsonRequest(endpoints_, options_, tls_.get(), http::verb::put,
                      VersionTarget(model, std::to_string(version)) + "/tags/" + std::string(tag))
       .status();
 }
 
 Status Client::RemoveTag(std::string_view model, uint64_t version, std::string_view tag) {
-  return JsonRequest(host_, port_, options_, tls_.get(), http::verb::delete_,
+  return JsonRequest(endpoints_, options_, tls_.get(), http::verb::delete_,
                      VersionTarget(model, std::to_string(version)) + "/tags/" + std::string(tag))
       .status();
 }
 
 Result<std::string> Client::GetRetention(std::string_view model) {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::get,
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(endpoints_, options_, tls_.get(), http::verb::get,
                                               "/v1/models/" + std::string(model) + "/retention"));
   return doc.dump();
 }
 
 Result<std::string> Client::SetRetention(std::string_view model, std::string_view policy_json) {
   CKPT_ASSIGN_OR_RETURN(
-      json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::put,
+      json doc, JsonRequest(endpoints_, options_, tls_.get(), http::verb::put,
                             "/v1/models/" + std::string(model) + "/retention", policy_json));
   return doc.dump();
 }
@@ -667,27 +702,27 @@ Result<std::string> Client::ApplyRetention(std::string_view model, bool dry_run,
                                            std::string_view policy_json) {
   const std::string target =
       "/v1/models/" + std::string(model) + (dry_run ? "/retention:preview" : "/retention:apply");
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::post,
+  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(endpoints_, options_, tls_.get(), http::verb::post,
                                               target, policy_json));
   return doc.dump();
 }
 
 Result<std::string> Client::CollectGarbage() {
   CKPT_ASSIGN_OR_RETURN(
-      json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::post, "/v1/admin/gc"));
+      json doc, JsonRequest(endpoints_, options_, tls_.get(), http::verb::post, "/v1/admin/gc"));
   return doc.dump();
 }
 
 Result<std::string> Client::Scrub() {
-  CKPT_ASSIGN_OR_RETURN(json doc, JsonRequest(host_, port_, options_, tls_.get(), http::verb::post,
-                                              "/v1/admin/scrub"));
+  CKPT_ASSIGN_OR_RETURN(
+      json doc, JsonRequest(endpoints_, options_, tls_.get(), http::verb::post, "/v1/admin/scrub"));
   return doc.dump();
 }
 
 Result<std::string> Client::Backup(std::string_view dir) {
-  CKPT_ASSIGN_OR_RETURN(json doc,
-                        JsonRequest(host_, port_, options_, tls_.get(), http::verb::post,
-                                    "/v1/admin/backup", json{{"to", std::string(dir)}}.dump()));
+  CKPT_ASSIGN_OR_RETURN(
+      json doc, JsonRequest(endpoints_, options_, tls_.get(), http::verb::post, "/v1/admin/backup",
+                            json{{"to", std::string(dir)}}.dump()));
   return doc.dump();
 }
 

@@ -52,6 +52,43 @@ class DaemonTest : public ::testing::Test {
   std::unique_ptr<Client> client_;
 };
 
+// Several daemons of one deployment may be listed; each request goes to the first that
+// accepts a connection.
+TEST_F(DaemonTest, ClientsFailOverToTheNextListedServer) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  // A port nothing listens on: bound for a moment, then released.
+  uint16_t dead = 0;
+  {
+    boost::asio::io_context ioc;
+    boost::asio::ip::tcp::acceptor acceptor(ioc, {boost::asio::ip::make_address("127.0.0.1"), 0});
+    dead = acceptor.local_endpoint().port();
+  }
+  const std::string dead_url = "http://127.0.0.1:" + std::to_string(dead);
+  ClientOptions options;
+  options.server = dead_url + "," + daemon_->url();
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ASSERT_EQ(client->endpoints().size(), 2u);
+  DriftingModel model(3, 5000);
+  const std::string body = model.Next();
+  auto pushed = client->PushBuffer("failover", 1, body);
+  ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+  auto pulled = client->PullToBuffer("failover", "latest");
+  ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+  EXPECT_EQ(Sha256Hex(*pulled), Sha256Hex(body));
+  EXPECT_TRUE(client->ListModels().ok());
+
+  options.server = dead_url + "," + dead_url;
+  auto none = Client::Create(options)->ListModels();
+  EXPECT_EQ(none.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(none.status().message().find("no server reachable"), std::string::npos)
+      << none.status().ToString();
+  for (const char* bad : {"http://a:1,https://b:2", "http://a:1,", "http://a:1,ftp://b:2"}) {
+    options.server = bad;
+    EXPECT_EQ(Client::Create(options).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST_F(DaemonTest, FortyVersionsRestoreIdenticalAcrossRestartAndDeletes) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   DriftingModel model(42, 200000);  // ~800 KB of F32 weights plus F16/BF16/I64/BOOL tensors

@@ -7,6 +7,7 @@ import argparse
 import hashlib
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -143,6 +144,22 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(stale.exception.status, 409)
         with self.assertRaises(ValueError):
             ckptd.Client("ftp://x:1")
+        with self.assertRaises(ValueError):
+            ckptd.Client("http://a:1,https://b:2")
+
+    def test_fails_over_to_the_next_listed_server(self):
+        with socket.socket() as s:  # a port nothing listens on
+            s.bind(("127.0.0.1", 0))
+            dead = s.getsockname()[1]
+        client = ckptd.Client(f"http://127.0.0.1:{dead},http://127.0.0.1:{self.daemon.port}",
+                              progress=False)
+        weights = {"w": torch.arange(1000, dtype=torch.float32)}
+        client.push("failover", 1, weights)
+        self.assertTrue(torch.equal(client.pull("failover")["w"], weights["w"]))
+        nobody = ckptd.Client(f"http://127.0.0.1:{dead},http://127.0.0.1:{dead}", progress=False)
+        with self.assertRaises(ConnectionError) as error:
+            nobody.list_models()
+        self.assertIn("no server reachable", str(error.exception))
 
     def test_installs_offline_with_debians_pip(self):
         target = os.path.join(self.tmp.name, "site")

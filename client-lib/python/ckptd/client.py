@@ -49,14 +49,23 @@ class Client:
 
     def __init__(self, url="http://127.0.0.1:8420", token=None, ca_file=None, timeout=600,
                  progress=None):
-        parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ValueError(f"server URL {url!r} must be http://HOST:PORT or https://HOST:PORT")
-        if parsed.path not in ("", "/"):
-            raise ValueError(f"server URL {url!r} must not have a path")
-        self._https = parsed.scheme == "https"
-        self._host = parsed.hostname
-        self._port = parsed.port or (443 if self._https else 80)
+        # Several daemons of one deployment (one Ceph pool) may be listed, separated by commas:
+        # each request goes to the first that accepts a connection.
+        self._endpoints = []
+        schemes = set()
+        for one in url.split(","):
+            parsed = urllib.parse.urlsplit(one.strip())
+            if parsed.scheme not in ("http", "https") or not parsed.hostname:
+                raise ValueError(
+                    f"server URL {one!r} must be http://HOST:PORT or https://HOST:PORT")
+            if parsed.path not in ("", "/"):
+                raise ValueError(f"server URL {one!r} must not have a path")
+            schemes.add(parsed.scheme)
+            self._endpoints.append(
+                (parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80)))
+        if len(schemes) != 1:
+            raise ValueError(f"server URLs {url!r} mix http:// and https://")
+        self._https = schemes.pop() == "https"
         self._token = token if token is not None else os.environ.get("CKPT_TOKEN")
         self._timeout = timeout
         self._progress = progress
@@ -67,11 +76,24 @@ class Client:
 
     # -- plumbing -----------------------------------------------------------------------------
     def _connect(self, endpoint=None):
-        host, port = endpoint or (self._host, self._port)
-        if self._https:
-            return http.client.HTTPSConnection(host, port, timeout=self._timeout,
-                                               context=self._ssl)
-        return http.client.HTTPConnection(host, port, timeout=self._timeout)
+        """A connected connection to `endpoint`, or to the first listed server that accepts."""
+        candidates = [endpoint] if endpoint else self._endpoints
+        errors = []
+        for host, port in candidates:
+            if self._https:
+                conn = http.client.HTTPSConnection(host, port, timeout=self._timeout,
+                                                   context=self._ssl)
+            else:
+                conn = http.client.HTTPConnection(host, port, timeout=self._timeout)
+            try:
+                conn.connect()
+                return conn
+            except OSError as error:
+                conn.close()
+                if len(candidates) == 1:
+                    raise
+                errors.append(f"{host}:{port}: {error}")
+        raise ConnectionError("no server reachable: " + "; ".join(errors))
 
     def _redirect(self, model, response, path):
         """The endpoint a 307/308 answer for a write of `model` points to (remembered for the

@@ -24,7 +24,9 @@
 namespace ckpt {
 
 struct ClientOptions {
-  // Base URL of the daemon, "http://HOST:PORT". Default: http://127.0.0.1:8420.
+  // Base URL of the daemon, "http://HOST:PORT". Several daemons of one deployment (on one Ceph
+  // pool) may be listed, separated by commas, all with the same scheme: each request goes to the
+  // first that accepts a connection (list the nearest first). Default: http://127.0.0.1:8420.
   std::string server = "http://127.0.0.1:8420";
   // Called during transfers with bytes done and the total (0 if unknown).
   std::function<void(uint64_t done, uint64_t total)> progress;
@@ -41,6 +43,12 @@ struct ClientOptions {
 };
 
 struct TlsContext;  // client.cc: the TLS settings of an https:// client
+
+// One daemon a client may talk to.
+struct ServerEndpoint {
+  std::string host;
+  std::string port;
+};
 
 // What a push carries besides the body (query parameters; docs/api.md).
 struct PushMetadata {
@@ -126,19 +134,16 @@ class Client {
   Result<std::string> Scrub();
   Result<std::string> Backup(std::string_view dir);
 
-  const std::string& host() const { return host_; }
-  const std::string& port() const { return port_; }
+  // The daemons of ClientOptions::server, in order.
+  const std::vector<ServerEndpoint>& endpoints() const { return endpoints_; }
 
  private:
-  Client(ClientOptions options, std::string host, std::string port, std::shared_ptr<TlsContext> tls)
-      : options_(std::move(options)),
-        host_(std::move(host)),
-        port_(std::move(port)),
-        tls_(std::move(tls)) {}
+  Client(ClientOptions options, std::vector<ServerEndpoint> endpoints,
+         std::shared_ptr<TlsContext> tls)
+      : options_(std::move(options)), endpoints_(std::move(endpoints)), tls_(std::move(tls)) {}
 
   ClientOptions options_;
-  std::string host_;
-  std::string port_;
+  std::vector<ServerEndpoint> endpoints_;
   std::shared_ptr<TlsContext> tls_;  // null: plain HTTP
 };
 
