@@ -44,8 +44,10 @@ class _Progress:
 
 
 class Client:
-    """A connection profile for one ckptd server. Thread-compatible (one request at a time per
-    call; make one Client per thread for parallel transfers)."""
+    """A connection profile for ckptd: one daemon, or several daemons of one deployment
+    ("http://a:8420,http://b:8420"). Writes follow redirects to the daemon that writes the model.
+    Thread-compatible (one request at a time per call; make one Client per thread for parallel
+    transfers)."""
 
     def __init__(self, url="http://127.0.0.1:8420", token=None, ca_file=None, timeout=600,
                  progress=None):
