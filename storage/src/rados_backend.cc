@@ -296,6 +296,53 @@ class RadosBackend final : public StoreBackend {
     return Resync(model, state);
   }
 
+  // The generations of all `models` are read concurrently (64 in flight); only the models whose
+  // cache is older are then re-read.
+  Status RefreshMany(const std::vector<std::string>& models) override {
+    constexpr size_t kInFlight = 64;
+    struct Check {
+      const std::string* model;
+      std::map<std::string, librados::bufferlist> control;
+      int prval = 0;
+      librados::ObjectReadOperation op;
+      librados::AioCompletion* completion = nullptr;
+    };
+    for (size_t begin = 0; begin < models.size(); begin += kInFlight) {
+      const size_t end = std::min(models.size(), begin + kInFlight);
+      std::vector<Check> checks(end - begin);
+      for (size_t i = begin; i < end; ++i) {
+        Check& c = checks[i - begin];
+        c.model = &models[i];
+        c.op.omap_get_vals_by_keys({kGenerationKey}, &c.control, &c.prval);
+        c.completion = librados::Rados::aio_create_completion();
+        if (io_.aio_operate(ModelObject(models[i]), c.completion, &c.op, nullptr) < 0) {
+          c.completion->release();
+          c.completion = nullptr;
+        }
+      }
+      for (Check& c : checks) {
+        int r = -EIO;
+        if (c.completion) {
+          c.completion->wait_for_complete();
+          r = c.completion->get_return_value();
+          c.completion->release();
+        }
+        ModelState& state = StateOf(*c.model);
+        std::lock_guard lock(state.mu);
+        if (state.owned && state.generation) continue;
+        if (r < 0 && r != -ENOENT) {
+          CKPT_RETURN_IF_ERROR(FromRados(r, "reading model '" + *c.model + "'"));
+        }
+        if (r == 0) {
+          CKPT_ASSIGN_OR_RETURN(const uint64_t generation, ReadU64(c.control, kGenerationKey));
+          if (state.generation && *state.generation == generation) continue;
+        }
+        CKPT_RETURN_IF_ERROR(Resync(*c.model, state));
+      }
+    }
+    return Status::Ok();
+  }
+
   Status ClaimWrites(const std::string& model) override {
     ModelState& state = StateOf(model);
     std::lock_guard lock(state.mu);

@@ -748,8 +748,8 @@ class RocksCheckpointStore final : public CheckpointStore {
     std::vector<ModelInfo> out;
     CKPT_ASSIGN_OR_RETURN(auto names, backend_->ListModelNames());
     if (names) {  // the cluster's index
+      CKPT_RETURN_IF_ERROR(backend_->RefreshMany(*names));
       for (const std::string& name : *names) {
-        CKPT_RETURN_IF_ERROR(backend_->Refresh(name));
         auto record =
             ctx_.GetRecord<ModelRecord>(rocksdb::ReadOptions(), ctx_.models, name, "model record");
         if (!record.ok()) return record.status().WithContext("model '" + name + "'");

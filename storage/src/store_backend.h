@@ -117,6 +117,11 @@ class StoreBackend {
   //
   // Before reading `model`: bring the local metadata up to date (a no-op when it is).
   virtual Status Refresh(const std::string& model) = 0;
+  // Refresh of many models at once (listings).
+  virtual Status RefreshMany(const std::vector<std::string>& models) {
+    for (const std::string& model : models) CKPT_RETURN_IF_ERROR(Refresh(model));
+    return Status::Ok();
+  }
   // Before changing `model` (under its lock): Ok if this daemon may write it (it holds or just
   // took the model's lease); Unavailable naming the owner otherwise.
   virtual Status ClaimWrites(const std::string& model) = 0;

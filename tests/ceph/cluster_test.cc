@@ -163,6 +163,17 @@ TEST_F(ClusterTest, AnyDaemonRestoresWritesRedirectToTheOwnerAndAnEmptyDiskServe
   sha.erase(20);
   EXPECT_EQ(Sha256Hex(Request(b_->port, "GET", "/v1/models/m/versions/latest").body), sha[70]);
   EXPECT_EQ(Request(b_->port, "GET", VersionPath("m", 20)).status, 404);
+  // Models written through different daemons are listed by every daemon.
+  for (const char* name : {"n1", "n2", "n3"}) {
+    ASSERT_EQ(Request(b_->port, "PUT", VersionPath(name, 1), drift.Next()).status, 201);
+  }
+  for (uint16_t port : {a_->port, b_->port}) {
+    auto all = json::parse(Request(port, "GET", "/v1/models").body);
+    EXPECT_EQ(all["models"].size(), 4u) << all.dump();
+  }
+  for (const char* name : {"n1", "n2", "n3"}) {
+    ASSERT_EQ(Request(b_->port, "DELETE", std::string("/v1/models/") + name).status, 204);
+  }
 
   // A replacement node: B again, from an empty data directory.
   ASSERT_EQ(b_->process->Stop(), 0);
