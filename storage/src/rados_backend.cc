@@ -283,7 +283,7 @@ class RadosBackend final : public StoreBackend {
   Status Refresh(const std::string& model) override {
     ModelState& state = StateOf(model);
     std::lock_guard lock(state.mu);
-    if (state.owned && state.generation) return Status::Ok();  // we are the only writer
+    if (TrustsCache(state)) return Status::Ok();
     std::map<std::string, librados::bufferlist> control;
     int prval = 0;
     librados::ObjectReadOperation op;
@@ -329,7 +329,7 @@ class RadosBackend final : public StoreBackend {
         }
         ModelState& state = StateOf(*c.model);
         std::lock_guard lock(state.mu);
-        if (state.owned && state.generation) continue;
+        if (TrustsCache(state)) continue;
         if (r < 0 && r != -ENOENT) {
           CKPT_RETURN_IF_ERROR(FromRados(r, "reading model '" + *c.model + "'"));
         }
@@ -449,6 +449,13 @@ class RadosBackend final : public StoreBackend {
   }
 
  private:
+  // Whether the local cache of a model is current without asking the cluster: this daemon is
+  // its only writer (it holds the lease, renewed recently enough). After a pause longer than
+  // that, reads check the generation like any other daemon's.
+  static bool TrustsCache(const ModelState& state) {
+    return state.owned && state.generation && Clock::now() < state.lease_valid_until;
+  }
+
   // Waits for the model's chunk writes in flight; the first error.
   static Status WaitForWrites(ModelState& state) {
     std::deque<std::unique_ptr<ChunkStore::PendingPut>> writes;
