@@ -169,6 +169,7 @@ class HttpServerImpl final : public HttpServer {
     }
     ioc_.stop();
     Join();
+    admin_pool_.join();  // an administrative pass in progress finishes first
   }
 
  private:
@@ -430,13 +431,13 @@ class HttpServerImpl final : public HttpServer {
         }
         // A model busy with a push or a retention pass refuses changes (ABORTED, nothing
         // done): wait for its turn as pushes do, without holding a thread.
-        ApiResponse r = handler_.Handle(log.method, route, body);
+        ApiResponse r = co_await HandleSimple(log.method, route, body);
         const auto wait_until = Clock::now() + options_.push_wait;
         while (r.model_busy && Clock::now() < wait_until && !stopping_) {
           net::steady_timer timer(stream.get_executor(), kPushRetryInterval);
           beast::error_code ec;
           co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
-          r = handler_.Handle(log.method, route, body);
+          r = co_await HandleSimple(log.method, route, body);
         }
         ok = co_await WriteResponse(stream, r, version, keep_alive, log.method == "HEAD", log);
         ok = ok && keep_alive;
@@ -445,6 +446,37 @@ class HttpServerImpl final : public HttpServer {
     }
     Finish(log, remote);
     co_return ok;
+  }
+
+  // Handler::Handle for a request with a small body. Administrative passes over whole models
+  // (garbage collection, scrub, backup, retention:apply) can take minutes: they run on the
+  // admin thread, one at a time, so that they never hold a network thread.
+  net::awaitable<ApiResponse> HandleSimple(std::string method, Route route, std::string body) {
+    const bool long_running = route.kind == RouteKind::kAdminGc ||
+                              route.kind == RouteKind::kAdminScrub ||
+                              route.kind == RouteKind::kAdminBackup ||
+                              (route.kind == RouteKind::kRetentionRun && !route.dry_run);
+    if (!long_running) co_return handler_.Handle(method, route, body);
+    // The pass posts its result back to this session's executor and wakes it by cancelling a
+    // timer that never expires (with Boost 1.74, co_spawn across execution contexts corrupts the
+    // coroutine frame allocator, so no coroutine runs on the admin thread).
+    auto executor = co_await net::this_coro::executor;
+    auto wake = std::make_shared<net::steady_timer>(executor, net::steady_timer::time_point::max());
+    auto result = std::make_shared<std::optional<ApiResponse>>();
+    net::post(admin_pool_, [this, wake, result, method = std::move(method),
+                            route = std::move(route), body = std::move(body)] {
+      ApiResponse r = handler_.Handle(method, route, body);
+      net::post(wake->get_executor(), [wake, result, r = std::move(r)]() mutable {
+        *result = std::move(r);
+        wake->cancel();
+      });
+    });
+    // Sessions run on strands: the result is stored (and the timer cancelled) on this strand,
+    // after this coroutine started waiting.
+    beast::error_code ec;
+    if (!*result) co_await wake->async_wait(net::redirect_error(kUseAwaitable, ec));
+    if (!*result) co_return ApiHandler::ErrorResponse(Status::Unavailable("shutting down"));
+    co_return std::move(**result);
   }
 
   // Logs a finished request and records it in the metrics.
@@ -692,6 +724,7 @@ class HttpServerImpl final : public HttpServer {
   net::io_context ioc_;
   tcp::acceptor acceptor_;
   std::vector<std::thread> threads_;
+  net::thread_pool admin_pool_{1};  // administrative passes (HandleSimple), one at a time
   std::atomic<bool> stopping_{false};
   uint16_t port_ = 0;
   std::atomic<uint64_t> next_session_id_{0};
