@@ -11,8 +11,9 @@
 //     any daemon can rebuild (Refresh). Writes to a model go through the one daemon holding its
 //     lease (ClaimWrites).
 //
-// Thread safety: implementations are safe for concurrent use; the store serializes changes of
-// one model (ModelLocks) before calling Commit.
+// Thread safety: implementations are safe for concurrent use. Pushes, deletions, policy
+// changes and garbage collection of one model are serialized by the store (ModelLocks); a tag
+// change may commit beside them, so implementations serialize the commits of one model.
 #pragma once
 
 #include <rocksdb/db.h>
@@ -110,7 +111,7 @@ class StoreBackend {
                                               uint64_t seq_end) = 0;
 
   // Makes `change` durable and visible, then removes its unreachable chunks. `what` names the
-  // operation in errors. The caller holds the model's lock.
+  // operation in errors. The caller holds the model's lock (tag changes: the tags mutex).
   virtual Status Commit(const std::string& model, ModelChange& change, std::string_view what) = 0;
 
   // Scale-out hooks; the local backend has nothing to do.
