@@ -93,7 +93,7 @@ Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
   const uint64_t length = ChunkLength(target, chunk);
   // The stored links, oldest first, read a window at a time (concurrently where the backend can)
   // so that a chain costs few round trips while memory stays bounded.
-  constexpr size_t kReadWindow = 8;
+  const size_t read_window = std::max<size_t>(1, backend_->ReadWindow());
   std::vector<StoreBackend::ChunkAddress> stored;
   for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
     if (it == chain.rbegin() && cached) continue;
@@ -119,7 +119,7 @@ Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
     }
     if (next_stored == window_begin + window.size()) {
       window_begin = next_stored;
-      const size_t end = std::min(stored.size(), window_begin + kReadWindow);
+      const size_t end = std::min(stored.size(), window_begin + read_window);
       const std::vector<StoreBackend::ChunkAddress> addresses(stored.begin() + window_begin,
                                                               stored.begin() + end);
       if (!backend_->GetChunks(read_options_, model_, addresses, &window).ok()) {

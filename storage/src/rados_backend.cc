@@ -165,6 +165,8 @@ class RadosBackend final : public StoreBackend {
     return oldest->Wait();
   }
 
+  size_t ReadWindow() const override { return 8; }
+
   Status GetChunks(const rocksdb::ReadOptions&, const std::string& model,
                    const std::vector<ChunkAddress>& addresses,
                    std::vector<rocksdb::PinnableSlice>* records) override {

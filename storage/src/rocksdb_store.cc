@@ -890,8 +890,7 @@ class RocksCheckpointStore final : public CheckpointStore {
     const std::string name(model);
     CKPT_RETURN_IF_ERROR(backend_->ClaimWrites(name));
     std::lock_guard tags_lock(tags_mu_);
-    CKPT_ASSIGN_OR_RETURN(ModelChains chains,
-                          ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
+    CKPT_RETURN_IF_ERROR(RequireModel(rocksdb::ReadOptions(), model).status());
     ModelChange change;
     change.whole_model = true;
     change.batch.Delete(ctx_.models, name);
@@ -899,8 +898,12 @@ class RocksCheckpointStore final : public CheckpointStore {
     for (auto* cf : {ctx_.versions, ctx_.manifests, ctx_.tags}) {
       change.batch.DeleteRange(cf, keys::ModelPrefix(name), keys::ModelPrefixEnd(name));
     }
-    for (const auto& [seq, manifest] : chains.manifests) {
-      change.unreachable.push_back(ChunkSet::Of(seq, manifest));
+    if (!backend_->IsLocal()) {  // the local backend drops the model's whole chunk range
+      CKPT_ASSIGN_OR_RETURN(ModelChains chains,
+                            ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
+      for (const auto& [seq, manifest] : chains.manifests) {
+        change.unreachable.push_back(ChunkSet::Of(seq, manifest));
+      }
     }
     CKPT_RETURN_IF_ERROR(backend_->Commit(name, change, "deleting model"));
     cache_.DropModelExcept(name, 0);

@@ -84,6 +84,10 @@ class StoreBackend {
     uint32_t tensor;
     uint32_t chunk;
   };
+  // How many records a reader should ask GetChunks for at once: 1 where reads are local (no
+  // latency to hide, and every record read ahead is memory), more where each read is a round
+  // trip.
+  virtual size_t ReadWindow() const { return 1; }
   virtual Status GetChunks(const rocksdb::ReadOptions& ro, const std::string& model,
                            const std::vector<ChunkAddress>& addresses,
                            std::vector<rocksdb::PinnableSlice>* records) {
