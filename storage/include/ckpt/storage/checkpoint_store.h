@@ -5,6 +5,9 @@
 // against the previous version's reconstruction of the same chunk (see docs/design.md). Any
 // stored version restores to exactly the bytes that were pushed (lossless mode).
 //
+// The data lives in the local RocksDB (StoreOptions::data_dir), or with StoreOptions::cluster in
+// a Ceph RADOS pool that several daemons share (ClusterOptions, docs/deployment.md).
+//
 // Thread safety: a CheckpointStore is safe for concurrent use by any number of threads.
 // Pushes to one model are serialized (while one is in progress, a second BeginPush, delete or
 // policy change of that model fails fast with Aborted; the HTTP layer waits and retries pushes);
@@ -300,7 +303,10 @@ class CheckpointStore {
                                                          const PushOptions& options = {}) = 0;
 
   // Opens a restore of `version`, or of the latest version when nullopt. The stream reads a
-  // consistent snapshot: concurrent pushes and deletes do not affect it.
+  // consistent snapshot: concurrent pushes and deletes do not affect it. (With a cluster, data
+  // that another daemon's deletion or garbage collection made unreachable stays readable for two
+  // lease durations; a restore still reading it after that fails with an error, never with wrong
+  // bytes.)
   virtual Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,
                                                              std::optional<uint64_t> version) = 0;
 
