@@ -716,12 +716,18 @@ class RadosBackend final : public StoreBackend {
     state.indexed = false;
   }
 
-  // Chunks made unreachable by a commit are removed a grace period later (two leases), so that
+  // How long chunks a commit made unreachable stay readable: two leases, at least 5 minutes (a
+  // multi-gigabyte restore started on the previous generation must be able to finish).
+  Clock::duration RemovalGrace() const {
+    return std::max<Clock::duration>(options_.lease * 2, std::chrono::minutes(5));
+  }
+
+  // Chunks made unreachable by a commit are removed a grace period later (RemovalGrace), so that
   // restores other daemons started from the previous generation can still read them.
   void DeferRemoval(std::vector<std::string> names) {
     if (names.empty()) return;
     std::lock_guard lock(background_mu_);
-    deferred_.push_back({Clock::now() + options_.lease * 2, std::move(names)});
+    deferred_.push_back({Clock::now() + RemovalGrace(), std::move(names)});
   }
 
   void RunDueDeletions() {

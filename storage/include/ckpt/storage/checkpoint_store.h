@@ -304,9 +304,9 @@ class CheckpointStore {
 
   // Opens a restore of `version`, or of the latest version when nullopt. The stream reads a
   // consistent snapshot: concurrent pushes and deletes do not affect it. (With a cluster, data
-  // that another daemon's deletion or garbage collection made unreachable stays readable for two
-  // lease durations; a restore still reading it after that fails with an error, never with wrong
-  // bytes.)
+  // that another daemon's deletion or garbage collection made unreachable stays readable for
+  // two lease durations, at least 5 minutes; a restore still reading it after that fails with
+  // an error, never with wrong bytes.)
   virtual Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,
                                                              std::optional<uint64_t> version) = 0;
 
