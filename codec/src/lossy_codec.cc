@@ -13,11 +13,12 @@
 // the bits below the leading one (raw, in a separate bit stream); one symbol marks a verbatim
 // element. Lattice payloads (LossyCodecOptions::lattice, uniform only) reconstruct instead
 // T((kp + q) * step) from the reference's lattice index kp = round(p / step), so that every
-// reconstruction is a lattice point that depends on the pushed value alone; their deltas code
-// symbols order-0. Otherwise, in large F32/F64 chunks each reconstruction carries a small history
-// state in its lowest mantissa bits (how the element moved in earlier versions; see HistoryOf) and
-// a delta's symbols are coded in the context of their element's state. Otherwise the context of a
-// symbol is the class (zero, ±1, larger) of the two symbols before it. Large chunks interleave four
+// reconstruction is the lattice point nearest the pushed value whatever the chain. In large
+// F32/F64 chunks each reconstruction (lattice point or not) carries a small history state in its
+// lowest mantissa bits (how the element moved in earlier versions; see HistoryOf) and a delta's
+// symbols are coded in the context of their element's state. Otherwise the context of a symbol
+// is the class (zero, ±1, larger) of the two symbols before it, or none (small chunks, lattice
+// deltas without history). Large chunks interleave four
 // rANS states. The common case of the uniform quantizer on F32 has SSE2 paths in both
 // directions (four elements at a time, the same arithmetic); anything else goes element by
 // element.
@@ -64,6 +65,9 @@ constexpr uint8_t kPayloadVersion = 1;
 // Lattice payloads (kFlagLattice) are version 2, so that a release that predates them refuses
 // them instead of decoding them by the additive rule.
 constexpr uint8_t kPayloadVersionLattice = 2;
+// Lattice payloads with element history (kFlagLattice | kFlagHistory) are version 3, for the
+// same reason.
+constexpr uint8_t kPayloadVersionLatticeHistory = 3;
 constexpr uint8_t kContextModelPrevious2 = 1;  // 9 contexts: classes of the two previous symbols
 constexpr uint8_t kContextModelNone = 2;       // 1 context, for small chunks (tables cost less)
 constexpr uint8_t kContextModelHistory = 3;    // 8 contexts: the element's history state (below)
@@ -71,6 +75,8 @@ constexpr uint8_t kFlagDelta = 1;
 constexpr uint8_t kFlagHistory = 2;  // reconstructions carry their history state in their low bits
 constexpr uint8_t kFlagFourStates = 4;  // the rANS stream interleaves four states
 constexpr uint8_t kFlagLattice = 8;     // uniform: reconstructions are lattice points (below)
+// Lattice with history: every element's history state is coded explicitly (exact re-encodings).
+constexpr uint8_t kFlagExplicitHistory = 16;
 constexpr uint32_t kContexts = 9;
 constexpr uint32_t kHistoryContexts = 8;
 // Chunks with fewer elements use kContextModelNone.
@@ -274,6 +280,7 @@ struct DeltaStats {
 struct Quantized {
   std::vector<uint8_t> symbols;
   std::vector<uint8_t> history;  // each element's history state before this version (deltas)
+  std::vector<uint8_t> explicit_history;  // exact lattice targets: each element's own state
   BitWriter extra;
   std::string exact;
   uint32_t exact_count = 0;
@@ -510,19 +517,31 @@ void QuantizeElements(const Q& quantizer, const uint8_t* in, const uint8_t* ref,
 // T((kp + q) * step): kp the reference's lattice index (LatticeIndex; 0 in keyframes), q the
 // coded move unzigzag(z). A reference without an index (not finite, or beyond the lattice)
 // restores bit-identically under z = 0 and counts as kp = 0 otherwise. The encoder takes
-// q = round(x / step) - kp, so the reconstruction T(round(x / step) * step) depends on x alone,
-// not on the chain. kExactTarget (EncodeExactOnLattice) accepts an element only when its
-// reconstruction has exactly x's bits; otherwise the usual bound, sign and non-negativity checks
+// q = round(x / step) - kp, so the lattice point T(round(x / step) * step) depends on x alone,
+// not on the chain. With element history (kFlagHistory: F32/F64 chunks where it fits, as in
+// additive payloads) the lattice point then carries a history state in its lowest mantissa
+// bits: NextHistory(the reference's state, q) in deltas, kKeyframeHistory in keyframes. Those
+// bits are far below half the pitch, so they never change a kp. kExactTarget
+// (EncodeExactOnLattice) accepts an element only when its reconstruction has exactly x's bits;
+// with history, x's own state is the one written (the payload then codes every element's state
+// explicitly, kFlagExplicitHistory). Otherwise the usual bound, sign and non-negativity checks
 // apply. Elements that fail are stored verbatim.
 template <DType D, bool kExactTarget>
 void QuantizeLatticeElement(const UniformQuantizer& u, const uint8_t* in, const uint8_t* ref,
-                            size_t i, double bound, bool non_negative, uint8_t* recon,
-                            Quantized* out) {
+                            size_t i, double bound, bool non_negative, HistoryUse history,
+                            uint8_t* recon, Quantized* out) {
   using E = Element<D>;
   const uint8_t* xp = in + i * E::kSize;
   uint8_t* rp = recon + i * E::kSize;
   const double x = E::Load(xp);
   const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
+  uint32_t before = kKeyframeHistory;
+  if constexpr (kCanCarryHistory<D>) {
+    if (history == HistoryUse::kDelta) {
+      before = HistoryOf<D>(ref + i * E::kSize);
+      out->history[i] = static_cast<uint8_t>(before);
+    }
+  }
   double kp = 0;
   const bool indexed = lossy::LatticeIndex(p, u.inverse_step, &kp);
   if (!indexed && ref && std::memcmp(xp, ref + i * E::kSize, E::kSize) == 0) {
@@ -536,6 +555,13 @@ void QuantizeLatticeElement(const UniformQuantizer& u, const uint8_t* in, const 
     const double q = lossy::RoundToInteger(t) + 0.0 - kp;
     if (std::abs(q) <= lossy::kMaxQuantized && (indexed || q != 0)) {
       E::Store((kp + q) * u.step, rp);
+      if constexpr (kCanCarryHistory<D>) {
+        if (history != HistoryUse::kNone) {
+          SetHistory<D>(rp, kExactTarget                       ? HistoryOf<D>(xp)
+                            : history == HistoryUse::kKeyframe ? kKeyframeHistory
+                                                               : NextHistory(before, q));
+        }
+      }
       if constexpr (kExactTarget) {
         accepted = std::memcmp(rp, xp, E::kSize) == 0;
       } else {
@@ -553,24 +579,51 @@ void QuantizeLatticeElement(const UniformQuantizer& u, const uint8_t* in, const 
 // goes through QuantizeLatticeElement, which computes the same values.
 template <DType D, bool kExactTarget>
 void QuantizeLatticeElements(const UniformQuantizer& u, const uint8_t* in, const uint8_t* ref,
-                             size_t n, double bound, bool non_negative, uint8_t* recon,
-                             Quantized* out) {
+                             size_t n, double bound, bool non_negative, HistoryUse history,
+                             uint8_t* recon, Quantized* out) {
   using E = Element<D>;
   out->symbols.resize(n);
+  out->history.resize(history == HistoryUse::kDelta ? n : 0);
+  if constexpr (kExactTarget && kCanCarryHistory<D>) {
+    if (history != HistoryUse::kNone) {
+      out->explicit_history.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        out->explicit_history[i] = static_cast<uint8_t>(HistoryOf<D>(in + i * E::kSize));
+      }
+    }
+  }
   size_t i = 0;
 #if defined(__SSE2__)
   if constexpr (D == DType::kF32) {
     for (; i + 4 <= n; i += 4) {
-      if (!lossy::QuantizeFourLatticeF32<kExactTarget>(in + 4 * i, ref ? ref + 4 * i : nullptr,
-                                                       u.step, u.inverse_step, bound, non_negative,
-                                                       recon + 4 * i, &out->symbols[i])) {
+      bool fast;
+      if (history == HistoryUse::kNone) {
+        fast = lossy::QuantizeFourLatticeF32<kExactTarget>(
+            in + 4 * i, ref ? ref + 4 * i : nullptr, u.step, u.inverse_step, bound, non_negative,
+            recon + 4 * i, &out->symbols[i]);
+      } else if constexpr (!kExactTarget) {
+        fast = lossy::QuantizeFourLatticeF32<false, true>(
+            in + 4 * i, ref ? ref + 4 * i : nullptr, u.step, u.inverse_step, bound, non_negative,
+            recon + 4 * i, &out->symbols[i], ref ? &out->history[i] : nullptr);
+      } else {
+        break;  // exact targets with history: element by element below
+      }
+      if (!fast) {
         for (size_t k = i; k < i + 4; ++k) {
-          QuantizeLatticeElement<D, kExactTarget>(u, in, ref, k, bound, non_negative, recon, out);
+          QuantizeLatticeElement<D, kExactTarget>(u, in, ref, k, bound, non_negative, history,
+                                                  recon, out);
         }
       }
     }
   }
 #endif
+  if (history != HistoryUse::kNone) {
+    for (; i < n; ++i) {
+      QuantizeLatticeElement<D, kExactTarget>(u, in, ref, i, bound, non_negative, history, recon,
+                                              out);
+    }
+    return;
+  }
   for (; i < n; ++i) {
     const uint8_t* xp = in + i * E::kSize;
     uint8_t* rp = recon + i * E::kSize;
@@ -591,9 +644,20 @@ void QuantizeLatticeElements(const UniformQuantizer& u, const uint8_t* in, const
     if (fast) [[likely]] {
       out->symbols[i] = static_cast<uint8_t>(lossy::ZigZag(static_cast<int64_t>(q)));
     } else {
-      QuantizeLatticeElement<D, kExactTarget>(u, in, ref, i, bound, non_negative, recon, out);
+      QuantizeLatticeElement<D, kExactTarget>(u, in, ref, i, bound, non_negative, history, recon,
+                                              out);
     }
   }
+}
+
+// The context of element i's explicit history state (kFlagExplicitHistory): the state the
+// element would get without it — NextHistory of the reference's state `before` and the move of
+// a direct symbol; kKeyframeHistory in keyframes; 0 for any other symbol.
+inline uint8_t ExplicitHistoryContext(uint8_t symbol, uint32_t before, bool delta) {
+  if (symbol >= kDirectSymbols) return 0;
+  if (!delta) return kKeyframeHistory;
+  return static_cast<uint8_t>(
+      NextHistory(before, static_cast<double>(lossy::UnZigZag(uint64_t{symbol}))));
 }
 
 // Estimated coded bits of `q` (order-0 entropy of the symbols plus raw side data).
@@ -838,6 +902,7 @@ struct Header {
   bool history = false;
   bool four_states = false;
   bool lattice = false;
+  bool explicit_history = false;
   double bound = 0;
   uint64_t elements = 0;
   uint32_t exact = 0;
@@ -884,7 +949,7 @@ class LossyQuantizedCodec final : public TensorCodec {
     if (!(set.uniform.step > 0) || !std::isfinite(set.uniform.inverse_step)) {
       return Status::FailedPrecondition("lossy payload: lattice step out of range");
     }
-    const ExactTarget exact{set.uniform.step, h.bound};
+    const ExactTarget exact{set.uniform.step, h.bound, h.history};
     return EncodeDispatch(dtype, target, reference, &exact);
   }
 
@@ -893,6 +958,7 @@ class LossyQuantizedCodec final : public TensorCodec {
   struct ExactTarget {
     double step;
     double bound;
+    bool history;  // the original carries element history: so does the target
   };
 
   Result<EncodedChunk> EncodeDispatch(DType dtype, std::span<const uint8_t> current,
@@ -1049,20 +1115,25 @@ class LossyQuantizedCodec final : public TensorCodec {
     const bool lattice = exact || (options_.lattice && kind == Quantizer::kUniform);
 
     const bool contexts = n >= kMinElementsForContexts;
+    // Element history where it fits; an exact re-encoding carries it exactly when the payload
+    // it re-encodes did (its reconstructions have history bits to reproduce).
+    const bool carries_history =
+        kCanCarryHistory<D> &&
+        (exact ? exact->history
+               : options_.history && contexts && !pointwise &&
+                     HistoryFits<D>(std::max(std::abs(lo), std::abs(hi)) + bound, bound));
     HistoryUse history = HistoryUse::kNone;
-    if (contexts && !pointwise && !lattice &&
-        HistoryFits<D>(std::max(std::abs(lo), std::abs(hi)) + bound, bound)) {
-      history = ref ? HistoryUse::kDelta : HistoryUse::kKeyframe;
-    }
+    if (carries_history) history = ref ? HistoryUse::kDelta : HistoryUse::kKeyframe;
+    const bool explicit_history = exact && carries_history;
     EncodedChunk result;
     result.reconstruction_is_input = false;
     result.reconstruction.resize(current.size());
     Quantized q;
     if (exact) {
-      QuantizeLatticeElements<D, true>(set.uniform, in, ref, n, bound, non_negative,
+      QuantizeLatticeElements<D, true>(set.uniform, in, ref, n, bound, non_negative, history,
                                        result.reconstruction.data(), &q);
     } else if (lattice) {
-      QuantizeLatticeElements<D, false>(set.uniform, in, ref, n, bound, non_negative,
+      QuantizeLatticeElements<D, false>(set.uniform, in, ref, n, bound, non_negative, history,
                                         result.reconstruction.data(), &q);
     } else {
       set.Quantize<D>(in, ref, n, bound, non_negative, history, result.reconstruction.data(), &q);
@@ -1071,11 +1142,12 @@ class LossyQuantizedCodec final : public TensorCodec {
       return Status::InvalidArgument("lossy codec: chunk too large");
     }
 
-    // Lattice deltas code order-0: their symbols have no element history, and the two previous
-    // symbols gain under 0.3% on training runs while serializing the decoder. (Keyframes of
-    // smooth tensors gain more, and are rare.)
-    const uint8_t context_model = !contexts || (lattice && ref)   ? kContextModelNone
+    // Deltas with history code each symbol in the context of its element's state. Lattice
+    // deltas without it code order-0: the two previous symbols gain under 0.3% on training
+    // runs while serializing the decoder. (Keyframes of smooth tensors gain more, and are rare.)
+    const uint8_t context_model = !contexts                       ? kContextModelNone
                                   : history == HistoryUse::kDelta ? kContextModelHistory
+                                  : lattice && ref                ? kContextModelNone
                                                                   : kContextModelPrevious2;
     rans::Histogram histogram(ContextCount(context_model));
     std::vector<uint8_t> raster_context(context_model == kContextModelPrevious2 ? n : 0);
@@ -1095,13 +1167,34 @@ class LossyQuantizedCodec final : public TensorCodec {
       for (size_t i = 0; i < n; ++i) histogram.Add(0, q.symbols[i]);
     }
     std::string extra_bytes = q.extra.Finish();
+    // Exact re-encodings with history: every element's state, in the context of the state it
+    // would get otherwise (mostly the same), as a stream of its own.
+    std::string explicit_stream;
+    double explicit_bits = 0;
+    if (explicit_history) {
+      rans::Histogram states(kHistoryContexts);
+      std::vector<uint8_t> state_context(n);
+      for (size_t i = 0; i < n; ++i) {
+        state_context[i] = ExplicitHistoryContext(q.symbols[i], ref ? q.history[i] : 0, ref);
+        states.Add(state_context[i], q.explicit_history[i]);
+      }
+      explicit_bits = states.EntropyBits();
+      const std::vector<rans::EncodeTable> state_tables =
+          rans::WriteTables(states, &explicit_stream);
+      rans::Encoder state_encoder(n, 1);
+      state_encoder.PutAll(q.explicit_history.data(), state_context.data(), state_tables.data(), n);
+      state_encoder.Finish(&explicit_stream);
+    }
     ByteWriter w;
-    w.PutU8(lattice ? kPayloadVersionLattice : kPayloadVersion);
+    w.PutU8(!lattice                       ? kPayloadVersion
+            : history != HistoryUse::kNone ? kPayloadVersionLatticeHistory
+                                           : kPayloadVersionLattice);
     w.PutU8(static_cast<uint8_t>(kind));
     w.PutU8(static_cast<uint8_t>(D));
     w.PutU8(context_model);
     w.PutU8((ref ? kFlagDelta : 0) | (history != HistoryUse::kNone ? kFlagHistory : 0) |
-            (contexts ? kFlagFourStates : 0) | (lattice ? kFlagLattice : 0));
+            (contexts ? kFlagFourStates : 0) | (lattice ? kFlagLattice : 0) |
+            (explicit_history ? kFlagExplicitHistory : 0));
     PutF64(w, bound);
     w.PutU64(n);
     w.PutU32(q.exact_count);
@@ -1109,6 +1202,13 @@ class LossyQuantizedCodec final : public TensorCodec {
     set.WriteParams(w);
     w.PutBytes(q.exact);
     w.PutBytes(extra_bytes);
+    if (explicit_history) {
+      if (explicit_stream.size() > std::numeric_limits<uint32_t>::max()) {
+        return Status::InvalidArgument("lossy codec: chunk too large");
+      }
+      w.PutU32(static_cast<uint32_t>(explicit_stream.size()));
+      w.PutBytes(explicit_stream);
+    }
     std::string payload = w.Release();
     const std::vector<rans::EncodeTable> tables = rans::WriteTables(histogram, &payload);
     rans::Encoder encoder(n, contexts ? rans::kMaxWays : 1);  // small chunks: fewer state bytes
@@ -1135,19 +1235,20 @@ class LossyQuantizedCodec final : public TensorCodec {
     result.info.elements = n;
     result.info.exact_elements = q.exact_count;
     const double side_bits = static_cast<double>(q.extra_bits) + 8.0 * q.exact.size();
-    result.info.model_entropy_bits = histogram.EntropyBits() + side_bits;
+    result.info.model_entropy_bits = histogram.EntropyBits() + side_bits + explicit_bits;
     rans::Histogram order0(1);  // the same symbols without contexts
     for (const auto& counts : histogram.counts) {
       for (uint32_t k = 0; k < rans::kMaxSymbols; ++k) order0.counts[0][k] += counts[k];
     }
-    result.info.order0_entropy_bits = order0.EntropyBits() + side_bits;
+    result.info.order0_entropy_bits = order0.EntropyBits() + side_bits + explicit_bits;
     return result;
   }
 
   static Status ReadHeader(ByteReader& r, Header* h) {
     uint8_t version = 0, quantizer = 0, dtype = 0, flags = 0;
     CKPT_RETURN_IF_ERROR(r.GetU8(&version));
-    if (version != kPayloadVersion && version != kPayloadVersionLattice) {
+    if (version != kPayloadVersion && version != kPayloadVersionLattice &&
+        version != kPayloadVersionLatticeHistory) {
       return Status::DataLoss("lossy payload version " + std::to_string(version) +
                               " is not supported (written by a newer ckptd?)");
     }
@@ -1176,13 +1277,17 @@ class LossyQuantizedCodec final : public TensorCodec {
     h->history = flags & kFlagHistory;
     h->four_states = flags & kFlagFourStates;
     h->lattice = flags & kFlagLattice;
-    if (flags & ~(kFlagDelta | kFlagHistory | kFlagFourStates | kFlagLattice)) {
+    h->explicit_history = flags & kFlagExplicitHistory;
+    if (flags &
+        ~(kFlagDelta | kFlagHistory | kFlagFourStates | kFlagLattice | kFlagExplicitHistory)) {
       return Status::DataLoss("lossy payload: unknown flags " + std::to_string(flags));
     }
-    if (h->lattice != (version == kPayloadVersionLattice)) {
-      return Status::DataLoss("lossy payload: lattice flag does not match payload version");
+    if (h->lattice != (version != kPayloadVersion) ||
+        (h->lattice && h->history) != (version == kPayloadVersionLatticeHistory) ||
+        (h->explicit_history && version != kPayloadVersionLatticeHistory)) {
+      return Status::DataLoss("lossy payload: flags do not match payload version");
     }
-    if (h->lattice && (h->quantizer != Quantizer::kUniform || h->history)) {
+    if (h->lattice && h->quantizer != Quantizer::kUniform) {
       return Status::DataLoss("lossy payload: lattice flag on a non-lattice quantizer");
     }
     if (h->history && *d != DType::kF32 && *d != DType::kF64) {
@@ -1235,9 +1340,14 @@ class LossyQuantizedCodec final : public TensorCodec {
       return Status::DataLoss("lossy payload: reference length differs from chunk length");
     }
     if (h.exact > h.elements) return Status::DataLoss("lossy payload: exact count out of range");
-    std::span<const uint8_t> exact, extra, rest;
+    std::span<const uint8_t> exact, extra, explicit_states, rest;
     CKPT_RETURN_IF_ERROR(r.GetSpan(uint64_t{h.exact} * E::kSize, &exact));
     CKPT_RETURN_IF_ERROR(r.GetSpan(h.extra_bytes, &extra));
+    if (h.explicit_history) {
+      uint32_t explicit_bytes = 0;
+      CKPT_RETURN_IF_ERROR(r.GetU32(&explicit_bytes));
+      CKPT_RETURN_IF_ERROR(r.GetSpan(explicit_bytes, &explicit_states));
+    }
     CKPT_RETURN_IF_ERROR(r.GetSpan(r.remaining(), &rest));
     const uint8_t* in = rest.data();
     const uint8_t* end = in + rest.size();
@@ -1262,33 +1372,72 @@ class LossyQuantizedCodec final : public TensorCodec {
     }
     if constexpr (std::is_same_v<Q, UniformQuantizer>) {
       if (h.lattice) {
+        if constexpr (kCanCarryHistory<D>) {
+          if (h.history && h.delta) {
+            return DecodeLoop<D, Q, HistoryUse::kDelta, true>(quantizer, h, direct, decoder, tables,
+                                                              bits, next_exact, exact_end, ref, o,
+                                                              explicit_states);
+          }
+          if (h.history) {
+            return DecodeLoop<D, Q, HistoryUse::kKeyframe, true>(
+                quantizer, h, direct, decoder, tables, bits, next_exact, exact_end, ref, o,
+                explicit_states);
+          }
+        }
         return DecodeLoop<D, Q, HistoryUse::kNone, true>(quantizer, h, direct, decoder, tables,
-                                                         bits, next_exact, exact_end, ref, o);
+                                                         bits, next_exact, exact_end, ref, o, {});
       }
     }
     if constexpr (kCanCarryHistory<D>) {
       if (h.history && h.delta) {
         return DecodeLoop<D, Q, HistoryUse::kDelta>(quantizer, h, direct, decoder, tables, bits,
-                                                    next_exact, exact_end, ref, o);
+                                                    next_exact, exact_end, ref, o, {});
       }
       if (h.history) {
         return DecodeLoop<D, Q, HistoryUse::kKeyframe>(quantizer, h, direct, decoder, tables, bits,
-                                                       next_exact, exact_end, ref, o);
+                                                       next_exact, exact_end, ref, o, {});
       }
     }
     return DecodeLoop<D, Q, HistoryUse::kNone>(quantizer, h, direct, decoder, tables, bits,
-                                               next_exact, exact_end, ref, o);
+                                               next_exact, exact_end, ref, o, {});
+  }
+
+  // Decodes the explicit history states of n elements (kFlagExplicitHistory) into `states`,
+  // in the contexts the encoder used (ExplicitHistoryContext, from the decoded symbols).
+  template <DType D, HistoryUse kHistory>
+  static Status DecodeExplicitHistory(std::span<const uint8_t> stream, const uint8_t* sym,
+                                      const uint8_t* ref, size_t n, uint8_t* states) {
+    const uint8_t* in = stream.data();
+    const uint8_t* end = in + stream.size();
+    rans::DecodeTables tables;
+    CKPT_RETURN_IF_ERROR(tables.Read(in, end, kHistoryContexts));
+    rans::Decoder decoder;
+    CKPT_RETURN_IF_ERROR(decoder.Init(in, end, 1));
+    if (in != end) return Status::DataLoss("lossy payload: trailing bytes after history states");
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t before = kHistory == HistoryUse::kDelta
+                                  ? HistoryOf<D>(ref + i * Element<D>::kSize)
+                                  : kKeyframeHistory;
+      const uint8_t context =
+          ExplicitHistoryContext(sym[i], before, kHistory == HistoryUse::kDelta);
+      states[i] = decoder.Get<0>(tables.context(context));
+      if (states[i] > kHistoryMask) {
+        return Status::DataLoss("lossy payload: history state out of range");
+      }
+    }
+    return decoder.Check().WithContext("lossy payload history states");
   }
 
   // The symbol loop of DecodeElements, for one way of using element history.
   // Decodes the symbols (first pass: only the rANS states are serial, and with four interleaved
   // states four chains run side by side), then the elements (second pass). The decoder is taken
   // by value so that its states stay in registers.
+  // `explicit_states`: the stream of every element's history state (kFlagExplicitHistory).
   template <DType D, typename Q, HistoryUse kHistory, bool kLattice = false>
   static Status DecodeLoop(const Q& quantizer, const Header& h, const double* direct,
                            rans::Decoder decoder, const rans::DecodeTables& tables, BitReader& bits,
                            const uint8_t* next_exact, const uint8_t* exact_end, const uint8_t* ref,
-                           uint8_t* o) {
+                           uint8_t* o, std::span<const uint8_t> explicit_states) {
     using E = Element<D>;
     const size_t n = h.elements;
     std::unique_ptr<uint8_t[]> symbols(new uint8_t[n]);
@@ -1322,6 +1471,16 @@ class LossyQuantizedCodec final : public TensorCodec {
       }
     }
     CKPT_RETURN_IF_ERROR(decoder.Check().WithContext("lossy payload"));
+    std::unique_ptr<uint8_t[]> states;
+    (void)explicit_states;  // read only by lattice payloads with history
+    if constexpr (kLattice && kHistory != HistoryUse::kNone) {
+      if (h.explicit_history) {
+        states.reset(new uint8_t[n]);
+        const Status decoded =
+            DecodeExplicitHistory<D, kHistory>(explicit_states, sym, ref, n, states.get());
+        if (!decoded.ok()) return decoded;
+      }
+    }
 
     // Elements [begin, end), any symbol and quantizer.
     auto decode_elements = [&](size_t begin, size_t end) -> Status {
@@ -1361,6 +1520,12 @@ class LossyQuantizedCodec final : public TensorCodec {
           // p = 0 without an index, so "no reference" is tested, not inferred.
           if (ref == nullptr || lossy::LatticeIndex(p, quantizer.inverse_step, &kp) || z != 0) {
             E::Store((kp + q) * quantizer.step, op);
+            if constexpr (kHistory != HistoryUse::kNone) {
+              SetHistory<D>(op, states ? states[i]
+                                : kHistory == HistoryUse::kKeyframe
+                                    ? kKeyframeHistory
+                                    : NextHistory(HistoryOf<D>(ref + i * E::kSize), q));
+            }
           } else {
             std::memcpy(op, ref + i * E::kSize, E::kSize);
           }
@@ -1383,17 +1548,17 @@ class LossyQuantizedCodec final : public TensorCodec {
     size_t done = 0;
 #if defined(__SSE2__)
     if constexpr (D == DType::kF32 && kLattice) {
-      for (; done + 4 <= n; done += 4) {
+      for (; done + 4 <= n && !states; done += 4) {
         uint32_t four;
         std::memcpy(&four, sym + done, 4);
-        if ((four & 0xe0e0e0e0u) ||
-            !lossy::DecodeFourLatticeF32(four, quantizer.step, quantizer.inverse_step,
-                                         ref ? ref + 4 * done : nullptr, o + 4 * done)) {
+        if ((four & 0xe0e0e0e0u) || !lossy::DecodeFourLatticeF32<kHistory != HistoryUse::kNone>(
+                                        four, quantizer.step, quantizer.inverse_step,
+                                        ref ? ref + 4 * done : nullptr, o + 4 * done)) {
           CKPT_RETURN_IF_ERROR(decode_elements(done, done + 4));
         }
       }
     }
-    if constexpr (D == DType::kF32 && std::is_same_v<Q, UniformQuantizer> &&
+    if constexpr (D == DType::kF32 && std::is_same_v<Q, UniformQuantizer> && !kLattice &&
                   kHistory == HistoryUse::kDelta) {
       // Groups of four direct symbols (nearly all) take the vector path; a group with a large or
       // verbatim symbol takes the general one.

@@ -293,11 +293,14 @@ inline bool QuantizeFourF32(const uint8_t* in, const uint8_t* ref, double step, 
 
 #if defined(__SSE2__)
 // The fast path of QuantizeLatticeElements for four F32 elements (`ref` null: a keyframe), with
-// the same arithmetic. Returns false, having written nothing, unless all four take it.
-template <bool kExactTarget>
+// the same arithmetic. With kHistory the reconstructions carry their next history state
+// (kKeyframeHistory in keyframes) and, in deltas, the states before go to `history`. Returns
+// false, having written nothing, unless all four take it.
+template <bool kExactTarget, bool kHistory = false>
 inline bool QuantizeFourLatticeF32(const uint8_t* in, const uint8_t* ref, double step,
                                    double inverse_step, double bound, bool non_negative,
-                                   uint8_t* recon, uint8_t* symbols) {
+                                   uint8_t* recon, uint8_t* symbols, uint8_t* history = nullptr) {
+  static_assert(!(kExactTarget && kHistory), "exact targets carry their history explicitly");
   const __m128i x_bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in));
   const __m128 x = _mm_castsi128_ps(x_bits);
   const __m128 p = ref ? _mm_loadu_ps(reinterpret_cast<const float*>(ref)) : _mm_setzero_ps();
@@ -311,9 +314,19 @@ inline bool QuantizeFourLatticeF32(const uint8_t* in, const uint8_t* ref, double
   const __m128d q_lo = _mm_sub_pd(RoundToIntegerTwo(t_lo), kp_lo);
   const __m128d q_hi = _mm_sub_pd(RoundToIntegerTwo(t_hi), kp_hi);
   const __m128d step2 = _mm_set1_pd(step);
-  const __m128 r = _mm_movelh_ps(_mm_cvtpd_ps(_mm_mul_pd(_mm_add_pd(kp_lo, q_lo), step2)),
-                                 _mm_cvtpd_ps(_mm_mul_pd(_mm_add_pd(kp_hi, q_hi), step2)));
-  const __m128i bits = _mm_castps_si128(r);
+  const __m128i lattice_bits =
+      _mm_castps_si128(_mm_movelh_ps(_mm_cvtpd_ps(_mm_mul_pd(_mm_add_pd(kp_lo, q_lo), step2)),
+                                     _mm_cvtpd_ps(_mm_mul_pd(_mm_add_pd(kp_hi, q_hi), step2))));
+  __m128i state = _mm_set1_epi32(kKeyframeHistory);
+  __m128i bits = lattice_bits;
+  if constexpr (kHistory) {
+    if (ref)
+      state = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ref)),
+                            _mm_set1_epi32(kHistoryMask));
+    bits = WithHistoryFour(
+        lattice_bits, ref ? NextHistoryFour(state, q_lo, q_hi) : _mm_set1_epi32(kKeyframeHistory));
+  }
+  const __m128 r = _mm_castsi128_ps(bits);
   const __m128d abs_mask = _mm_castsi128_pd(_mm_set1_epi64x(0x7fffffffffffffff));
   const __m128d max_index = _mm_set1_pd(0x1p50);
   const __m128d direct = _mm_set1_pd(kDirectSymbols / 2 - 0.5);
@@ -345,13 +358,24 @@ inline bool QuantizeFourLatticeF32(const uint8_t* in, const uint8_t* ref, double
   const uint32_t symbol_bytes =
       static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(words, words)));
   std::memcpy(symbols, &symbol_bytes, 4);
+  if constexpr (kHistory) {
+    if (ref) {
+      const __m128i state_words = _mm_packs_epi32(state, state);
+      const uint32_t state_bytes =
+          static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(state_words, state_words)));
+      std::memcpy(history, &state_bytes, 4);
+    }
+  }
   return true;
 }
 
 // Four F32 elements of a lattice payload, all with direct symbols (`four`, one per byte),
 // exactly as the general loop decodes them: kp = RoundToInteger(p * inverse_step) + 0.0, one
-// rounding of (kp + q) * step to float. Returns false, having written nothing, when a reference
-// has no lattice index (then the general loop decodes the four).
+// rounding of (kp + q) * step to float, and with kHistory the next history state written into
+// it (NextHistory of the reference's state and q; kKeyframeHistory in keyframes). Returns false,
+// having written nothing, when a reference has no lattice index (then the general loop decodes
+// the four).
+template <bool kHistory = false>
 inline bool DecodeFourLatticeF32(uint32_t four, double step, double inverse_step,
                                  const uint8_t* ref, uint8_t* out) {
   const __m128 p = ref ? _mm_loadu_ps(reinterpret_cast<const float*>(ref)) : _mm_setzero_ps();
@@ -366,11 +390,19 @@ inline bool DecodeFourLatticeF32(uint32_t four, double step, double inverse_step
   const __m128d kp_lo = RoundToIntegerTwo(pt_lo), kp_hi = RoundToIntegerTwo(pt_hi);
   const __m128i q = UnzigzagFour(four);
   const __m128d step2 = _mm_set1_pd(step);
-  const __m128d r_lo = _mm_mul_pd(_mm_add_pd(kp_lo, _mm_cvtepi32_pd(q)), step2);
-  const __m128d r_hi =
-      _mm_mul_pd(_mm_add_pd(kp_hi, _mm_cvtepi32_pd(_mm_shuffle_epi32(q, 0xee))), step2);
-  _mm_storeu_ps(reinterpret_cast<float*>(out),
-                _mm_movelh_ps(_mm_cvtpd_ps(r_lo), _mm_cvtpd_ps(r_hi)));
+  const __m128d q_lo = _mm_cvtepi32_pd(q), q_hi = _mm_cvtepi32_pd(_mm_shuffle_epi32(q, 0xee));
+  const __m128d r_lo = _mm_mul_pd(_mm_add_pd(kp_lo, q_lo), step2);
+  const __m128d r_hi = _mm_mul_pd(_mm_add_pd(kp_hi, q_hi), step2);
+  __m128i bits = _mm_castps_si128(_mm_movelh_ps(_mm_cvtpd_ps(r_lo), _mm_cvtpd_ps(r_hi)));
+  if constexpr (kHistory) {
+    const __m128i next =
+        ref ? NextHistoryFour(_mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ref)),
+                                            _mm_set1_epi32(kHistoryMask)),
+                              q_lo, q_hi)
+            : _mm_set1_epi32(kKeyframeHistory);
+    bits = WithHistoryFour(bits, next);
+  }
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), bits);
   return true;
 }
 

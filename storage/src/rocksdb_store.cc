@@ -177,13 +177,15 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
  public:
   PushSessionImpl(const StoreContext& ctx, ModelLocks::Guard guard, std::string model,
                   uint64_t version, uint64_t seq, std::optional<uint64_t> body_size,
-                  CodecPolicy policy, std::optional<ModelRecord> model_record,
-                  std::optional<CodecStateRecord> state, PushOptions options)
+                  CodecPolicy policy, bool retention_deletes,
+                  std::optional<ModelRecord> model_record, std::optional<CodecStateRecord> state,
+                  PushOptions options)
       : ctx_(ctx),
         guard_(std::move(guard)),
         model_(std::move(model)),
         version_(version),
         policy_(policy),
+        retention_deletes_(retention_deletes),
         push_options_(std::move(options)),
         model_record_(std::move(model_record)),
         state_(state),
@@ -296,7 +298,12 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     manifest_.floor_seq = seq_;
     const uint32_t keyframe_every = policy_.EffectiveKeyframeEvery();
     for (const auto& t : header.tensors) {
-      const TensorCoding coding = policy_.ForTensor(t.name, t.dtype, t.shape);
+      TensorCoding coding = policy_.ForTensor(t.name, t.dtype, t.shape);
+      // Lattice versions with element history cost more to re-encode exactly (their states go
+      // along): a model whose retention deletes versions is coded without it.
+      if (coding.lossy && coding.lossy_options.lattice && retention_deletes_) {
+        coding.lossy_options.history = false;
+      }
       tensor_codecs_.push_back(CodecFor(coding));
       ManifestTensor mt;  // codec_id: lossless until a chunk is stored quantized
       mt.name = t.name;
@@ -446,6 +453,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   const std::string model_;
   const uint64_t version_;
   const CodecPolicy policy_;
+  const bool retention_deletes_;  // the model's retention policy has rules (RetentionOf)
   PushOptions push_options_;
   std::vector<std::pair<LossyCodecOptions, std::unique_ptr<TensorCodec>>> lossy_codecs_;
   std::vector<const TensorCodec*> tensor_codecs_;  // per tensor of the body
@@ -719,10 +727,13 @@ class RocksCheckpointStore final : public CheckpointStore {
     if (record && !record->policy_json.empty()) {
       CKPT_ASSIGN_OR_RETURN(policy, CodecPolicy::FromJson(record->policy_json, policy));
     }
+    CKPT_ASSIGN_OR_RETURN(
+        const RetentionPolicy retention,
+        record ? RetentionOf(*record) : Result<RetentionPolicy>(options_.default_retention));
     const uint64_t seq = std::max(state ? state->next_seq : 1, backend_->SeqFloor(name));
-    return std::unique_ptr<PushSession>(new PushSessionImpl(ctx_, std::move(guard), name, version,
-                                                            seq, body_size, policy,
-                                                            std::move(record), state, options));
+    return std::unique_ptr<PushSession>(
+        new PushSessionImpl(ctx_, std::move(guard), name, version, seq, body_size, policy,
+                            !retention.KeepsEverything(), std::move(record), state, options));
   }
 
   Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,

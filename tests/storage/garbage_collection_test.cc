@@ -5,7 +5,9 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 
+#include "records.h"
 #include "store_fixture.h"
 #include "test_support.h"
 
@@ -138,6 +140,71 @@ TEST_F(GarbageCollectionTest, LossyLatticeChainsAreRebasedAndFreeTheirSpace) {
   EXPECT_EQ(next->kind, "delta");
   sha[41] = next->sha256;
   ExpectRestores(sha);
+}
+
+// Lattice chains with element history (large chunks, a model without retention rules) rebase
+// exactly too: the re-encoded versions carry their elements' history states, so that they and
+// the versions after them restore to the same bytes, before and after a reopen.
+TEST_F(GarbageCollectionTest, LossyLatticeChainsWithElementHistoryRebaseExactly) {
+  Reopen(1 << 16);
+  auto policy = CodecPolicy::FromJson(
+      R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[]})", CodecPolicy{});
+  ASSERT_TRUE(policy.ok());
+  ASSERT_TRUE(store_->SetPolicy("m", *policy).ok());
+  DriftingModel drift(35, 32768);
+  auto sha = PushAll(drift, 12);
+  const uint64_t before = StoredBytes();
+  ASSERT_NO_FATAL_FAILURE(DeleteVersions(1, 11, &sha, [](uint64_t v) { return v % 4 != 0; }));
+  auto report = store_->CollectGarbage("m", GcOptions{});
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_GT(report->versions_rebased, 0u);
+  EXPECT_LT(StoredBytes(), before);
+  ExpectRestores(sha);
+  Reopen(1 << 16);
+  ExpectRestores(sha);
+  auto next = Push("m", 13, drift.Next());
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->kind, "delta");
+  sha[13] = next->sha256;
+  ExpectRestores(sha);
+}
+
+// An exact re-encoding of a lattice version with element history carries every element's state,
+// so a model whose retention rules delete versions is coded on the lattice without history; a
+// model without rules gets the history contexts (smaller deltas). Both restore within bound.
+TEST_F(GarbageCollectionTest, ModelsWithRetentionRulesAreCodedWithoutElementHistory) {
+  Reopen(1 << 16);  // chunks of 16384 F32 elements: large enough for contexts and history
+  auto policy = CodecPolicy::FromJson(
+      R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[]})", CodecPolicy{});
+  ASSERT_TRUE(policy.ok());
+  auto retention = RetentionPolicy::FromJson(R"({"keep_last": 10})");
+  ASSERT_TRUE(retention.ok());
+  ASSERT_TRUE(store_->SetPolicy("plain", *policy).ok());
+  ASSERT_TRUE(store_->SetPolicy("retained", *policy).ok());
+  ASSERT_TRUE(store_->SetRetentionPolicy("retained", *retention).ok());
+  DriftingModel plain(34, 20000), retained(34, 20000);
+  for (uint64_t v = 1; v <= 3; ++v) {
+    ASSERT_TRUE(Push("plain", v, plain.Next()).ok());
+    ASSERT_TRUE(Push("retained", v, retained.Next()).ok());
+  }
+  for (const char* model : {"plain", "retained"}) {
+    auto body = Restore(model, 3);
+    ASSERT_TRUE(body.ok()) << model << ": " << body.status().ToString();
+  }
+  store_.reset();
+  // Model -> the payload versions of its lossy chunks (3: lattice with history, 2: without).
+  std::map<std::string, std::set<int>> payload_versions;
+  for (const auto& [key, value] : testing::ReadAll(dir_.str(), "chunks")) {
+    auto record = ChunkRecord::Decode(value);
+    ASSERT_TRUE(record.ok()) << record.status().ToString();
+    if (record->codec_id != static_cast<uint16_t>(CodecId::kLossyQuantized)) continue;
+    payload_versions[key.substr(0, key.find('\0'))].insert(
+        static_cast<uint8_t>(record->payload[0]));
+  }
+  // (Small tensors never carry history: both models have version 2 payloads.)
+  EXPECT_TRUE(payload_versions["plain"].count(3));
+  EXPECT_TRUE(payload_versions["retained"].count(2));
+  EXPECT_FALSE(payload_versions["retained"].count(3));
 }
 
 // Lossy chains written without the lattice ("reclaimable": false, or by releases before it)

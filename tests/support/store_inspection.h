@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ckpt::testing {
@@ -31,6 +32,31 @@ inline size_t CountKeys(const std::string& dir, const std::string& family) {
   for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
   delete db;
   return count;
+}
+
+// Every key -> value of column family `family` of the (closed) database at `dir`, in key order.
+inline std::vector<std::pair<std::string, std::string>> ReadAll(const std::string& dir,
+                                                                const std::string& family) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::vector<std::string> names;
+  if (!rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir, &names).ok()) return out;
+  std::vector<rocksdb::ColumnFamilyDescriptor> families;
+  for (const auto& n : names) families.emplace_back(n, rocksdb::ColumnFamilyOptions());
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  if (!rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), dir, families, &handles, &db).ok()) {
+    return out;
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] != family) continue;
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), handles[i]));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      out.emplace_back(it->key().ToString(), it->value().ToString());
+    }
+  }
+  for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+  delete db;
+  return out;
 }
 
 // Writes key -> value into column family `family` of the (closed) database at `dir`, bypassing

@@ -61,11 +61,20 @@ struct LossyCodecOptions {
   uint8_t float_exponent_bits = 0;
   uint8_t float_mantissa_bits = 0;
   // Uniform quantizer: reconstructions are points of a fixed lattice, fl(k * step) for an
-  // integer k, rather than the reference plus a move, so a version's reconstruction depends on
-  // its own values and not on the chain that led to it. Garbage collection can then re-encode a
-  // kept version against any other version exactly and cheaply (EncodeExactOnLattice). Costs
-  // the element-history contexts (a few percent of the ratio). Other quantizers ignore it.
+  // integer k, rather than the reference plus a move, so a version's lattice points depend on
+  // its own values and not on the chain that led to it (their lowest three mantissa bits carry
+  // the element history, as in other payloads of large F32/F64 chunks). Garbage collection can
+  // then re-encode a kept version against any other version exactly and cheaply
+  // (EncodeExactOnLattice). Other quantizers ignore it.
   bool lattice = false;
+  // Element history (every quantizer but log): in F32/F64 chunks of at least 4096 elements, each
+  // reconstruction carries in its lowest three mantissa bits how its element moved in earlier
+  // versions, and a delta's symbols are coded in that context (~4% smaller deltas on training
+  // runs). false: deltas on the lattice code order-0, others in the context of the two previous
+  // symbols. An exact re-encoding of a lattice version with history must carry every element's
+  // state too (about 2.6 bits per element for a keyframe, less for a delta), so storage turns
+  // history off on the lattice for models whose retention rules delete versions.
+  bool history = true;
 
   friend bool operator==(const LossyCodecOptions&, const LossyCodecOptions&) = default;
 };
@@ -83,7 +92,8 @@ std::unique_ptr<TensorCodec> NewLossyCodec(const LossyCodecOptions& options);
 // (none: a keyframe) to exactly `target`, bit for bit: a lattice payload with the original's
 // step and bound (elements off that lattice verbatim), or a lossless one when that is smaller.
 // The cost is small when `target` and `reference` are both lattice reconstructions: the
-// payload then holds the lattice moves between them. FailedPrecondition when `original` is not
+// payload then holds the lattice moves between them (and, with element history, each element's
+// history state, mostly predictable). FailedPrecondition when `original` is not
 // a uniform-quantizer payload (there is no lattice to re-encode on); DataLoss when it cannot
 // be parsed.
 Result<EncodedChunk> EncodeExactOnLattice(DType dtype, std::span<const uint8_t> original,

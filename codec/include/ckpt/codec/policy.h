@@ -43,8 +43,9 @@
 //   reclaimable       lossy, uniform quantizer: code reconstructions on a fixed lattice
 //                     (LossyCodecOptions::lattice) so that garbage collection can re-encode
 //                     kept versions exactly and cheaply when versions between them are deleted.
-//                     false: element-history contexts instead (~3% smaller deltas), but deleted
-//                     versions inside a kept version's chain stay stored. Default: true.
+//                     false: additive coding (the reference plus a move; under 1% smaller on
+//                     training runs), but deleted versions inside a kept version's chain stay
+//                     stored. Default: true.
 #pragma once
 
 #include <cstdint>
