@@ -43,9 +43,10 @@
 //   reclaimable       lossy, uniform quantizer: code reconstructions on a fixed lattice
 //                     (LossyCodecOptions::lattice) so that garbage collection can re-encode
 //                     kept versions exactly and cheaply when versions between them are deleted.
-//                     false: additive coding (the reference plus a move; under 1% smaller on
-//                     training runs), but deleted versions inside a kept version's chain stay
-//                     stored. Default: true.
+//                     (Storage adds element history on the lattice unless the model has
+//                     retention rules: smaller deltas, dearer rebases.) false: additive coding
+//                     (the reference plus a move; under 1% smaller on training runs), but
+//                     deleted versions inside a kept version's chain stay stored. Default: true.
 #pragma once
 
 #include <cstdint>
