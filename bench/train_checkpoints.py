@@ -9,7 +9,8 @@ Workloads:
           Python standard library sources under /usr/lib/python3.11
 
 Usage: /usr/bin/python3 bench/train_checkpoints.py WORKLOAD OUT_DIR [--checkpoints N] [--every K]
-           [--layers L] [--lr LR] [--weights-only] [--resume FILE.safetensors]
+           [--layers L] [--lr LR] [--dropout P] [--batch-size B] [--weights-only]
+           [--resume FILE.safetensors]
        /usr/bin/python3 bench/train_checkpoints.py eval WORKLOAD FILE.safetensors... [--layers L]
 The eval form prints each file's held-out loss (charlm: the last 10% of the text; digits: the
 whole dataset) and accuracy (digits) as one JSON line per file.
@@ -135,11 +136,11 @@ def digits_cnn_workload(args):
 
 
 class CharLM(nn.Module):
-    def __init__(self, vocab, dim=256, layers=2, context=128):
+    def __init__(self, vocab, dim=256, layers=2, context=128, dropout=0.0):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.pos = nn.Parameter(torch.zeros(context, dim))
-        layer = nn.TransformerEncoderLayer(dim, 4, 4 * dim, dropout=0.0, batch_first=True)
+        layer = nn.TransformerEncoderLayer(dim, 4, 4 * dim, dropout=dropout, batch_first=True)
         self.encoder = nn.TransformerEncoder(layer, layers)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab)
@@ -162,11 +163,11 @@ def charlm_workload(args):
     data = torch.tensor([index[c] for c in text], dtype=torch.int64)
     test = torch.tensor([index.get(c, 0) for c in held_out], dtype=torch.int64)
     context = 128
-    model = CharLM(len(chars), layers=args.layers, context=context)
+    model = CharLM(len(chars), layers=args.layers, context=context, dropout=args.dropout)
     rng = torch.Generator().manual_seed(0)
 
     def batch():
-        start = torch.randint(0, len(data) - context - 1, (32,), generator=rng)
+        start = torch.randint(0, len(data) - context - 1, (args.batch_size,), generator=rng)
         seq = torch.stack([data[s: s + context + 1] for s in start.tolist()])
         return seq[:, :-1], seq[:, 1:]
 
@@ -178,8 +179,13 @@ def charlm_workload(args):
     eval_seq = torch.stack([test[s: s + context + 1] for s in starts])
 
     def evaluate(m):
-        with torch.no_grad():
-            return {"loss": loss_fn(m(eval_seq[:, :-1]), eval_seq[:, 1:]).item()}
+        # Evaluation mode turns dropout off; gradients stay enabled so that PyTorch 1.13 does not
+        # take its fast path (which turns the -inf attention mask into NaN).
+        was_training = m.training
+        m.eval()
+        loss = loss_fn(m(eval_seq[:, :-1]), eval_seq[:, 1:]).item()
+        m.train(was_training)
+        return {"loss": loss}
 
     return model, batch, loss_fn, evaluate, args.lr or 3e-4
 
@@ -206,6 +212,8 @@ def run_eval(argv):
     parser.add_argument("workload", choices=list(WORKLOADS))
     parser.add_argument("files", nargs="+")
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--dropout", type=float, default=0.0, help="charlm: dropout rate")
+    parser.add_argument("--batch-size", type=int, default=32, help="charlm: sequences per step")
     parser.add_argument("--lr", type=float, default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
@@ -227,6 +235,8 @@ def main():
     parser.add_argument("--checkpoints", type=int, default=25)
     parser.add_argument("--every", type=int, default=20)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--dropout", type=float, default=0.0, help="charlm: dropout rate")
+    parser.add_argument("--batch-size", type=int, default=32, help="charlm: sequences per step")
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--weights-only", action="store_true",
                         help="save model weights only (no Adam moments, no step counter)")
@@ -243,8 +253,8 @@ def main():
         for _ in range(step):
             batch()
     os.makedirs(args.out_dir, exist_ok=True)
-    # The models have no dropout or batch norm, so train mode is also evaluation mode (and
-    # avoids PyTorch 1.13's eval fast path, which turns the -inf attention mask into NaN).
+    # Training runs in train mode (dropout active when --dropout > 0); the charlm evaluation
+    # switches to evaluation mode for its forward pass.
     for c in range(1, args.checkpoints + 1):
         for _ in range(args.every):
             inputs, target = batch()
