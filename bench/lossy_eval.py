@@ -69,7 +69,7 @@ def tensors_for_eval(header, arrays):
 
 class Evaluator:
     def __init__(self, workload, layers):
-        args = argparse.Namespace(layers=layers, lr=None)
+        args = argparse.Namespace(layers=layers, lr=None, dropout=0.0, batch_size=32)
         self.model, _, _, self.evaluate, _ = tc.WORKLOADS[workload](args)
 
     def __call__(self, header, arrays):

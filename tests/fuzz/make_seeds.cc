@@ -131,6 +131,32 @@ void TensorDecodeSeeds() {
       }
     }
   }
+  // Lattice payloads with element history need chunks of at least 4096 elements: a keyframe, a
+  // delta, and the delta re-encoded exactly against the keyframe (explicit history states).
+  const size_t large = 4096;
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    const std::string dname(DTypeName(dtype));
+    auto codec = NewLossyCodec({Quantizer::kUniform,
+                                {ErrorBound::Kind::kAbsolute, 1e-2},
+                                0,
+                                0,
+                                /*lattice=*/true});
+    auto k = codec->Encode(dtype, Values(dtype, large, 1.0, 3), std::nullopt);
+    if (!k.ok() || k->codec_id != CodecId::kLossyQuantized) continue;
+    auto d = codec->Encode(dtype, Values(dtype, large, 1.01, 3), std::span(k->reconstruction));
+    if (!d.ok() || d->codec_id != CodecId::kLossyQuantized) continue;
+    DecodeSeed("lossy_key_lattice_history_" + dname, CodecId::kLossyQuantized, dtype, large,
+               nullptr, k->payload);
+    DecodeSeed("lossy_delta_lattice_history_" + dname, CodecId::kLossyQuantized, dtype, large,
+               &k->reconstruction, d->payload);
+    auto exact = EncodeExactOnLattice(
+        dtype, std::span(reinterpret_cast<const uint8_t*>(d->payload.data()), d->payload.size()),
+        d->reconstruction, std::span<const uint8_t>(k->reconstruction));
+    if (exact.ok() && exact->codec_id == CodecId::kLossyQuantized) {
+      DecodeSeed("lossy_delta_lattice_explicit_history_" + dname, CodecId::kLossyQuantized, dtype,
+                 large, &k->reconstruction, exact->payload);
+    }
+  }
 }
 
 std::string Floats(std::initializer_list<float> values) {
@@ -142,11 +168,11 @@ std::string SampleBody() {
   const std::string b = Floats({0.1f, 0.2f});
   const std::string ids = "\x01\x02\x03\x04";
   return Must(WriteSafetensors({{"layer.weight", DType::kF32, {2, 3}, w},
-                            {"layer.bias", DType::kF32, {2}, b},
-                            {"ids", DType::kU8, {4}, ids},
-                            {"empty", DType::kF16, {0, 4}, ""},
-                            {"scalar", DType::kF32, {}, Floats({7.0f})}},
-                           {{"format", "pt"}, {"metric.loss", "0.25"}}));
+                                {"layer.bias", DType::kF32, {2}, b},
+                                {"ids", DType::kU8, {4}, ids},
+                                {"empty", DType::kF16, {0, 4}, ""},
+                                {"scalar", DType::kF32, {}, Floats({7.0f})}},
+                               {{"format", "pt"}, {"metric.loss", "0.25"}}));
 }
 
 void SafetensorsSeeds() {
