@@ -6,12 +6,17 @@ directory, push every checkpoint of CKPT_DIR, shut down cleanly and measure the 
 as `du` counts it; restart, set the retention policy, run POST /v1/admin/gc (timed), shut down and
 measure again. Then restart and check that every kept version restores to the SHA-256 it had.
 
+With --rules-first the model has retention rules while its versions are pushed (a rule that keeps
+them all, {"keep_last": 1000000000}, replaced by the measured policy afterwards): ckptd codes
+the lattice chains of such models without element history, which makes exact rebases cheaper
+(docs/design.md). Without it the model has no rules until the measured policy is set.
+
 "Space those versions used" is the sum of the deleted versions' stored bytes as reported at push
 time (what each version added to the store); "freed" is the drop of the data directory on disk.
 
 Usage:
   /usr/bin/python3 bench/gc_eval.py CKPT_DIR [--build build-release] [--out FILE]
-      [--codec NAME=JSON ...] [--retention NAME=JSON ...]
+      [--codec NAME=JSON ...] [--retention NAME=JSON ...] [--rules-first]
 Defaults: codecs lossless (the default policy) and lossy 5e-3 (all tensors); retention
 keep_every (2 of 20 versions: the tenth and the twentieth) and keep_last 2.
 """
@@ -33,11 +38,16 @@ DEFAULT_CODECS = {
 }
 
 
-def run(ckpt_files, codec_json, retention_json, binary, work):
+KEEP_ALL_RULE = json.dumps({"keep_last": 1000000000})
+
+
+def run(ckpt_files, codec_json, retention_json, binary, work, rules_first):
     data_dir = os.path.join(work, "data")
     daemon = Daemon(binary, data_dir)
     daemon.start()
     daemon.request("PUT", "/v1/models/m/policy", codec_json)
+    if rules_first:
+        daemon.request("PUT", "/v1/models/m/retention", KEEP_ALL_RULE)
     versions = {}
     for index, path in enumerate(ckpt_files):
         body = open(path, "rb").read()
@@ -81,6 +91,8 @@ def main():
     parser.add_argument("--out")
     parser.add_argument("--codec", action="append", default=[])
     parser.add_argument("--retention", action="append", default=[])
+    parser.add_argument("--rules-first", action="store_true",
+                        help="give the model retention rules before pushing (see above)")
     args = parser.parse_args()
     files = sorted(glob.glob(os.path.join(args.ckpt_dir, "*.safetensors")),
                    key=lambda p: int("".join(c for c in os.path.basename(p) if c.isdigit())))
@@ -100,7 +112,7 @@ def main():
     for codec_name, codec_json in codecs.items():
         for retention_name, retention_json in retentions.items():
             with tempfile.TemporaryDirectory(prefix="ckpt-gc-") as work:
-                r = run(files, codec_json, retention_json, binary, work)
+                r = run(files, codec_json, retention_json, binary, work, args.rules_first)
             mib = 1 << 20
             lines.append(
                 f"| {codec_name} | `{retention_json}` | {r['versions'] - r['deleted']} of "

@@ -7,7 +7,9 @@
 // symbols, encode and decode MB/s (per core, median over versions), and the same-run baseline
 // zstd -3 of each file. Optionally writes the restored checkpoints for evaluation.
 //
-// Usage: lossy_bench POLICY_JSON DIR [--restored OUT_DIR] [--quiet]
+// Usage: lossy_bench POLICY_JSON DIR [--restored OUT_DIR] [--quiet] [--retention-rules]
+//   --retention-rules codes as the daemon does for a model with retention rules (lattice chains
+//   without element history).
 //   e.g. lossy_bench '{"mode":"lossy","max_abs_error":5e-3,"lossless_tensors":[]}' ckpts/charlm
 #include <time.h>
 #include <zstd.h>
@@ -73,18 +75,23 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: lossy_bench POLICY_JSON DIR [--restored OUT_DIR] [--quiet]\n");
+    std::fprintf(stderr,
+                 "usage: lossy_bench POLICY_JSON DIR [--restored OUT_DIR] [--quiet] "
+                 "[--retention-rules]\n");
     return 2;
   }
   auto policy = ckpt::CodecPolicy::FromJson(argv[1], ckpt::CodecPolicy{});
   if (!policy.ok()) return Fail(policy.status().ToString());
   std::string restored_dir;
   bool quiet = false;
+  bool retention_rules = false;
   for (int i = 3; i < argc; ++i) {
     if (std::string(argv[i]) == "--restored" && i + 1 < argc) {
       restored_dir = argv[++i];
     } else if (std::string(argv[i]) == "--quiet") {
       quiet = true;
+    } else if (std::string(argv[i]) == "--retention-rules") {
+      retention_rules = true;
     }
   }
   std::vector<std::filesystem::path> files;
@@ -121,7 +128,10 @@ int main(int argc, char** argv) {
     Clock::duration encode_time{}, decode_time{};
 
     for (const auto& t : header->tensors) {
-      const ckpt::TensorCoding coding = policy->ForTensor(t.name, t.dtype, t.shape);
+      ckpt::TensorCoding coding = policy->ForTensor(t.name, t.dtype, t.shape);
+      if (retention_rules && coding.lossy && coding.lossy_options.lattice) {
+        coding.lossy_options.history = false;
+      }
       std::unique_ptr<ckpt::TensorCodec> lossy_codec;
       if (coding.lossy) lossy_codec = ckpt::NewLossyCodec(coding.lossy_options);
       const ckpt::TensorCodec& codec = coding.lossy ? *lossy_codec : *lossless;
