@@ -42,6 +42,27 @@ class GarbageCollectionTest : public CheckpointStoreTest {
 
   uint64_t StoredBytes() { return store_->GetModel("m")->stored_bytes; }
 
+  // Sets the codec policy of `model` from its JSON form.
+  void SetCodecPolicy(std::string_view model, std::string_view json) {
+    auto policy = CodecPolicy::FromJson(json, CodecPolicy{});
+    ASSERT_TRUE(policy.ok()) << policy.status().ToString();
+    ASSERT_TRUE(store_->SetPolicy(model, *policy).ok());
+  }
+
+  // After a collection: every kept version restores as before, also after reopening the store
+  // (with `chunk_bytes`), and the next push (version `next`) is still a delta.
+  void ExpectRebasedChainsHold(DriftingModel& drift, std::map<uint64_t, std::string>* sha,
+                               uint64_t next, uint64_t chunk_bytes = 4096) {
+    ExpectRestores(*sha);
+    Reopen(chunk_bytes);
+    ExpectRestores(*sha);
+    auto pushed = Push("m", next, drift.Next());
+    ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+    EXPECT_EQ(pushed->kind, "delta");
+    (*sha)[next] = pushed->sha256;
+    ExpectRestores(*sha);
+  }
+
   // Deletes versions first..last of "m" for which `deleted(v)` holds, forgetting their SHA-256.
   void DeleteVersions(
       uint64_t first, uint64_t last, std::map<uint64_t, std::string>* sha,
@@ -110,10 +131,8 @@ TEST_F(GarbageCollectionTest, RebasingTheLatestVersionKeepsTheNextPushADelta) {
 // Lossy tensors coded on the lattice (the default, "reclaimable") are rebased exactly like
 // lossless ones: deleting 90% of the versions frees at least 80% of their bytes.
 TEST_F(GarbageCollectionTest, LossyLatticeChainsAreRebasedAndFreeTheirSpace) {
-  auto policy = CodecPolicy::FromJson(
-      R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[]})", CodecPolicy{});
-  ASSERT_TRUE(policy.ok());
-  ASSERT_TRUE(store_->SetPolicy("m", *policy).ok());
+  ASSERT_NO_FATAL_FAILURE(
+      SetCodecPolicy("m", R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[]})"));
   DriftingModel drift(33, 6000);
   auto sha = PushAll(drift, 40);
   const uint64_t before = StoredBytes();
@@ -132,14 +151,7 @@ TEST_F(GarbageCollectionTest, LossyLatticeChainsAreRebasedAndFreeTheirSpace) {
   auto kept = store_->GetVersion("m", 40);
   ASSERT_TRUE(kept.ok());
   EXPECT_TRUE(kept->lossy);
-  ExpectRestores(sha);
-  Reopen();
-  ExpectRestores(sha);
-  auto next = Push("m", 41, drift.Next());
-  ASSERT_TRUE(next.ok());
-  EXPECT_EQ(next->kind, "delta");
-  sha[41] = next->sha256;
-  ExpectRestores(sha);
+  ExpectRebasedChainsHold(drift, &sha, 41);
 }
 
 // Lattice chains with element history (large chunks, a model without retention rules) rebase
@@ -147,10 +159,8 @@ TEST_F(GarbageCollectionTest, LossyLatticeChainsAreRebasedAndFreeTheirSpace) {
 // the versions after them restore to the same bytes, before and after a reopen.
 TEST_F(GarbageCollectionTest, LossyLatticeChainsWithElementHistoryRebaseExactly) {
   Reopen(1 << 16);
-  auto policy = CodecPolicy::FromJson(
-      R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[]})", CodecPolicy{});
-  ASSERT_TRUE(policy.ok());
-  ASSERT_TRUE(store_->SetPolicy("m", *policy).ok());
+  ASSERT_NO_FATAL_FAILURE(
+      SetCodecPolicy("m", R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[]})"));
   DriftingModel drift(35, 32768);
   auto sha = PushAll(drift, 12);
   const uint64_t before = StoredBytes();
@@ -159,14 +169,7 @@ TEST_F(GarbageCollectionTest, LossyLatticeChainsWithElementHistoryRebaseExactly)
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_GT(report->versions_rebased, 0u);
   EXPECT_LT(StoredBytes(), before);
-  ExpectRestores(sha);
-  Reopen(1 << 16);
-  ExpectRestores(sha);
-  auto next = Push("m", 13, drift.Next());
-  ASSERT_TRUE(next.ok());
-  EXPECT_EQ(next->kind, "delta");
-  sha[13] = next->sha256;
-  ExpectRestores(sha);
+  ExpectRebasedChainsHold(drift, &sha, 13, 1 << 16);
 }
 
 // An exact re-encoding of a lattice version with element history carries every element's state,
@@ -174,13 +177,11 @@ TEST_F(GarbageCollectionTest, LossyLatticeChainsWithElementHistoryRebaseExactly)
 // model without rules gets the history contexts (smaller deltas). Both restore within bound.
 TEST_F(GarbageCollectionTest, ModelsWithRetentionRulesAreCodedWithoutElementHistory) {
   Reopen(1 << 16);  // chunks of 16384 F32 elements: large enough for contexts and history
-  auto policy = CodecPolicy::FromJson(
-      R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[]})", CodecPolicy{});
-  ASSERT_TRUE(policy.ok());
+  const char* lossy = R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[]})";
+  ASSERT_NO_FATAL_FAILURE(SetCodecPolicy("plain", lossy));
+  ASSERT_NO_FATAL_FAILURE(SetCodecPolicy("retained", lossy));
   auto retention = RetentionPolicy::FromJson(R"({"keep_last": 10})");
   ASSERT_TRUE(retention.ok());
-  ASSERT_TRUE(store_->SetPolicy("plain", *policy).ok());
-  ASSERT_TRUE(store_->SetPolicy("retained", *policy).ok());
   ASSERT_TRUE(store_->SetRetentionPolicy("retained", *retention).ok());
   DriftingModel plain(34, 20000), retained(34, 20000);
   for (uint64_t v = 1; v <= 3; ++v) {
@@ -211,11 +212,8 @@ TEST_F(GarbageCollectionTest, ModelsWithRetentionRulesAreCodedWithoutElementHist
 // re-encode exactly only at a high cost: the collector rebases where that frees more than it
 // writes and otherwise keeps the deltas (reported as retained). The store never grows.
 TEST_F(GarbageCollectionTest, LossyChainsWithoutTheLatticeNeverGrowTheStore) {
-  auto policy = CodecPolicy::FromJson(
-      R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[],"reclaimable":false})",
-      CodecPolicy{});
-  ASSERT_TRUE(policy.ok());
-  ASSERT_TRUE(store_->SetPolicy("m", *policy).ok());
+  ASSERT_NO_FATAL_FAILURE(SetCodecPolicy(
+      "m", R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[],"reclaimable":false})"));
   DriftingModel drift(34, 8192);  // chunks large enough for element history
   auto sha = PushAll(drift, 12);
   ASSERT_NO_FATAL_FAILURE(DeleteVersions(1, 12, &sha, [](uint64_t v) { return v % 4 != 0; }));
@@ -273,16 +271,24 @@ TEST_F(GarbageCollectionTest, BusyModelIsAborted) {
 // collections and reopens, over lossless and lossy models, leaves every kept version restoring
 // to exactly the bytes it restored to before.
 TEST_F(GarbageCollectionTest, RandomPushDeleteRetentionCollectSequencesNeverChangeKeptVersions) {
-  for (const char* policy_json : {R"({"mode":"lossless","keyframe_every":6})",
-                                  R"({"mode":"lossy","max_abs_error":1e-3,"keyframe_every":5})",
-                                  R"({"mode":"lossy","max_abs_error":1e-3})",
-                                  R"({"mode":"lossy","max_rel_error":1e-2,"reclaimable":false})"}) {
-    SCOPED_TRACE(policy_json);
+  struct Case {
+    const char* policy_json;
+    uint64_t chunk_bytes;
+    size_t elements;
+  };
+  for (const Case& c : {
+           Case{R"({"mode":"lossless","keyframe_every":6})", 4096, 2000},
+           Case{R"({"mode":"lossy","max_abs_error":1e-3,"keyframe_every":5})", 4096, 2000},
+           Case{R"({"mode":"lossy","max_abs_error":1e-3})", 4096, 2000},
+           Case{R"({"mode":"lossy","max_rel_error":1e-2,"reclaimable":false})", 4096, 2000},
+           // Chunks large enough for element history: lattice chains with history.
+           Case{R"({"mode":"lossy","max_abs_error":1e-3,"keyframe_every":5})", 1 << 16, 8192},
+       }) {
+    SCOPED_TRACE(c.policy_json);
+    Reopen(c.chunk_bytes);
     (void)store_->DeleteModel("m");  // NotFound on the first pass
-    auto policy = CodecPolicy::FromJson(policy_json, CodecPolicy{});
-    ASSERT_TRUE(policy.ok());
-    ASSERT_TRUE(store_->SetPolicy("m", *policy).ok());
-    DriftingModel drift(36, 2000);
+    ASSERT_NO_FATAL_FAILURE(SetCodecPolicy("m", c.policy_json));
+    DriftingModel drift(36, c.elements);
     std::mt19937_64 rng(36);
     std::map<uint64_t, std::string> sha;
     uint64_t next_version = 1;
@@ -315,7 +321,7 @@ TEST_F(GarbageCollectionTest, RandomPushDeleteRetentionCollectSequencesNeverChan
         auto report = store_->CollectGarbage("m", options);
         ASSERT_TRUE(report.ok()) << report.status().ToString();
       } else {
-        Reopen();
+        Reopen(c.chunk_bytes);
       }
       ExpectRestores(sha);
     }
