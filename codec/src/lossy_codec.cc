@@ -49,6 +49,7 @@ using lossy::kCanCarryHistory;
 using lossy::kDirectSymbols;
 using lossy::kHistoryMask;
 using lossy::kKeyframeHistory;
+using lossy::LatticeHistoryOf;
 using lossy::NextHistory;
 using lossy::SetHistory;
 using lossy::WithHistory;
@@ -538,7 +539,7 @@ void QuantizeLatticeElement(const UniformQuantizer& u, const uint8_t* in, const 
   uint32_t before = kKeyframeHistory;
   if constexpr (kCanCarryHistory<D>) {
     if (history == HistoryUse::kDelta) {
-      before = HistoryOf<D>(ref + i * E::kSize);
+      before = LatticeHistoryOf<D>(ref + i * E::kSize);
       out->history[i] = static_cast<uint8_t>(before);
     }
   }
@@ -1416,7 +1417,7 @@ class LossyQuantizedCodec final : public TensorCodec {
     if (in != end) return Status::DataLoss("lossy payload: trailing bytes after history states");
     for (size_t i = 0; i < n; ++i) {
       const uint32_t before = kHistory == HistoryUse::kDelta
-                                  ? HistoryOf<D>(ref + i * Element<D>::kSize)
+                                  ? LatticeHistoryOf<D>(ref + i * Element<D>::kSize)
                                   : kKeyframeHistory;
       const uint8_t context =
           ExplicitHistoryContext(sym[i], before, kHistory == HistoryUse::kDelta);
@@ -1458,7 +1459,12 @@ class LossyQuantizedCodec final : public TensorCodec {
       for (; i < n; ++i) sym[i] = decoder.Get<0>(context_of(i));  // one way
     };
     if constexpr (kHistory == HistoryUse::kDelta) {
-      decode_symbols([&](size_t i) { return tables.context(HistoryOf<D>(ref + i * E::kSize)); });
+      if constexpr (kLattice) {
+        decode_symbols(
+            [&](size_t i) { return tables.context(LatticeHistoryOf<D>(ref + i * E::kSize)); });
+      } else {
+        decode_symbols([&](size_t i) { return tables.context(HistoryOf<D>(ref + i * E::kSize)); });
+      }
     } else {
       if (h.context_model == kContextModelPrevious2) {
         decode_symbols([&](size_t i) {
@@ -1524,7 +1530,7 @@ class LossyQuantizedCodec final : public TensorCodec {
               SetHistory<D>(op, states ? states[i]
                                 : kHistory == HistoryUse::kKeyframe
                                     ? kKeyframeHistory
-                                    : NextHistory(HistoryOf<D>(ref + i * E::kSize), q));
+                                    : NextHistory(LatticeHistoryOf<D>(ref + i * E::kSize), q));
             }
           } else {
             std::memcpy(op, ref + i * E::kSize, E::kSize);

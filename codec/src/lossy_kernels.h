@@ -147,6 +147,18 @@ inline uint32_t HistoryOf(const uint8_t* p) {
   return static_cast<uint32_t>(bits & kHistoryMask);
 }
 
+// The state a lattice payload (version 3) reads from a reference element: its history bits, or
+// kKeyframeHistory ("quiet") for a zero, which carries no state. About a tenth of a trained
+// layer's elements sit on the lattice point 0; read as state 0 ("just moved down") they would
+// blur that context.
+template <DType D>
+inline uint32_t LatticeHistoryOf(const uint8_t* p) {
+  ElementBits<D> bits;
+  std::memcpy(&bits, p, sizeof(bits));
+  constexpr ElementBits<D> kMagnitude = ~ElementBits<D>{0} >> 1;
+  return (bits & kMagnitude) == 0 ? kKeyframeHistory : static_cast<uint32_t>(bits & kHistoryMask);
+}
+
 // `bits` (an element's IEEE bit pattern) with `state` in its history bits, unless it is a zero
 // or not finite (±Inf and NaN keep their exact bits). Written as a mask select so that it
 // compiles without a branch (which elements move is random).
@@ -229,6 +241,15 @@ inline __m128i NextHistoryFour(__m128i state, __m128d value_lo, __m128d value_hi
   const __m128i quiet = _mm_or_si128(_mm_and_si128(state, _mm_set1_epi32(4)), next_since);
   const __m128i moved_state = _mm_and_si128(up, _mm_set1_epi32(4));
   return _mm_or_si128(_mm_and_si128(moved, moved_state), _mm_andnot_si128(moved, quiet));
+}
+
+// LatticeHistoryOf for four F32 lanes.
+inline __m128i LatticeStateFour(__m128i ref_bits) {
+  const __m128i zero =
+      _mm_cmpeq_epi32(_mm_and_si128(ref_bits, _mm_set1_epi32(0x7fffffff)), _mm_setzero_si128());
+  const __m128i state = _mm_and_si128(ref_bits, _mm_set1_epi32(kHistoryMask));
+  return _mm_or_si128(_mm_and_si128(zero, _mm_set1_epi32(kKeyframeHistory)),
+                      _mm_andnot_si128(zero, state));
 }
 
 // WithHistory for four F32 lanes.
@@ -320,9 +341,7 @@ inline bool QuantizeFourLatticeF32(const uint8_t* in, const uint8_t* ref, double
   __m128i state = _mm_set1_epi32(kKeyframeHistory);
   __m128i bits = lattice_bits;
   if constexpr (kHistory) {
-    if (ref)
-      state = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ref)),
-                            _mm_set1_epi32(kHistoryMask));
+    if (ref) state = LatticeStateFour(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ref)));
     bits = WithHistoryFour(
         lattice_bits, ref ? NextHistoryFour(state, q_lo, q_hi) : _mm_set1_epi32(kKeyframeHistory));
   }
@@ -396,9 +415,9 @@ inline bool DecodeFourLatticeF32(uint32_t four, double step, double inverse_step
   __m128i bits = _mm_castps_si128(_mm_movelh_ps(_mm_cvtpd_ps(r_lo), _mm_cvtpd_ps(r_hi)));
   if constexpr (kHistory) {
     const __m128i next =
-        ref ? NextHistoryFour(_mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ref)),
-                                            _mm_set1_epi32(kHistoryMask)),
-                              q_lo, q_hi)
+        ref ? NextHistoryFour(
+                  LatticeStateFour(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ref))), q_lo,
+                  q_hi)
             : _mm_set1_epi32(kKeyframeHistory);
     bits = WithHistoryFour(bits, next);
   }
