@@ -1177,6 +1177,11 @@ class LossyQuantizedCodec final : public TensorCodec {
       std::vector<uint8_t> state_context(n);
       for (size_t i = 0; i < n; ++i) {
         state_context[i] = ExplicitHistoryContext(q.symbols[i], ref ? q.history[i] : 0, ref);
+        // An element that carries no state (a zero, not finite, verbatim) decodes the same with
+        // any: it gets the one its context predicts, which costs next to nothing.
+        if (q.symbols[i] == kExactSymbol || !lossy::CarriesHistory<D>(in + i * E::kSize)) {
+          q.explicit_history[i] = state_context[i];
+        }
         states.Add(state_context[i], q.explicit_history[i]);
       }
       explicit_bits = states.EntropyBits();

@@ -159,18 +159,32 @@ inline uint32_t LatticeHistoryOf(const uint8_t* p) {
   return (bits & kMagnitude) == 0 ? kKeyframeHistory : static_cast<uint32_t>(bits & kHistoryMask);
 }
 
+// Whether an element's IEEE bit pattern can carry a history state: not a zero, not ±Inf or NaN.
+template <typename Bits>
+inline bool BitsCarryHistory(Bits bits) {
+  constexpr Bits kMagnitude = ~Bits{0} >> 1;
+  constexpr Bits kExponent =
+      static_cast<Bits>(sizeof(Bits) == 4 ? 0x7f800000ull : 0x7ff0000000000000ull);
+  return (bits & kMagnitude) != 0 && (bits & kExponent) != kExponent;
+}
+
 // `bits` (an element's IEEE bit pattern) with `state` in its history bits, unless it is a zero
 // or not finite (±Inf and NaN keep their exact bits). Written as a mask select so that it
 // compiles without a branch (which elements move is random).
 template <typename Bits>
 inline Bits WithHistory(Bits bits, uint32_t state) {
-  constexpr Bits kMagnitude = ~Bits{0} >> 1;
-  constexpr Bits kExponent =
-      static_cast<Bits>(sizeof(Bits) == 4 ? 0x7f800000ull : 0x7ff0000000000000ull);
-  const bool carries = (bits & kMagnitude) != 0 && (bits & kExponent) != kExponent;
+  const bool carries = BitsCarryHistory(bits);
   const Bits keep_mask = static_cast<Bits>(0) - static_cast<Bits>(carries);
   const Bits stuffed = (bits & ~Bits{kHistoryMask}) | state;
   return (stuffed & keep_mask) | (bits & ~keep_mask);
+}
+
+// Whether a stored element carries a history state (it is neither a zero nor non-finite).
+template <DType D>
+inline bool CarriesHistory(const uint8_t* p) {
+  ElementBits<D> bits;
+  std::memcpy(&bits, p, sizeof(bits));
+  return BitsCarryHistory(bits);
 }
 
 // Writes `state` into a stored element unless it is a zero or not finite.
