@@ -45,7 +45,7 @@
 //                     kept versions exactly and cheaply when versions between them are deleted.
 //                     (Storage adds element history on the lattice unless the model has
 //                     retention rules: smaller deltas, dearer rebases.) false: additive coding
-//                     (the reference plus a move; under 1% smaller on training runs), but
+//                     (the reference plus a move; about the same size on training runs), but
 //                     deleted versions inside a kept version's chain stay stored. Default: true.
 #pragma once
 
