@@ -325,6 +325,15 @@ class LosslessChainDecoder final : public ChainDecoder {
 
   Status ApplyDelta(std::span<const uint8_t> payload) override {
     if (!started_) return Status::DataLoss("lossless chain: delta before keyframe");
+    // The format lets a payload of a multi-byte dtype have one plane or one per byte; a delta
+    // laid out unlike the chain so far gets the chain's planes rearranged to its layout first.
+    if (payload.size() >= 2 && payload[1] != count_ &&
+        (payload[1] == 1 || payload[1] == DTypeSize(dtype_)) && planes_.size() == length_) {
+      Buffer elements(length_);
+      MergePlanes(planes_, nullptr, count_, elements.data());
+      count_ = payload[1];
+      SplitPlanes(elements, nullptr, count_, planes_.data());
+    }
     return codec_->DecodePlanes(dtype_, payload, length_, /*xor_into=*/true, planes_, &count_);
   }
 

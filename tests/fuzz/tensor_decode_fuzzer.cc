@@ -4,8 +4,9 @@
 // (EncodeExactOnLattice, what garbage collection does) must decode to the same bits.
 //
 // Input: codec id (1 byte: even = lossless, odd = lossy, 0xff = an unknown id), dtype (1 byte),
-// element count (2 bytes, at most 2048), frame (1 byte: even = keyframe, odd = delta), then
-// for a delta the reference (count elements), then the payload (the rest).
+// element count (2 bytes, at most 8192: element history needs chunks of 4096), frame (1 byte:
+// even = keyframe, odd = delta), then for a delta the reference (count elements), then the
+// payload (the rest).
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -25,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                                                      : CodecId::kLossyQuantized);
   const auto dtype_tag = static_cast<uint8_t>(in.Byte() % 15 + 1);
   const DType dtype = *DTypeFromTag(dtype_tag);
-  const size_t count = in.U16() % 2049;
+  const size_t count = in.U16() % 8193;
   const bool delta = in.Byte() % 2 == 1;
   const size_t length = count * DTypeSize(dtype);
   std::vector<uint8_t> reference;
