@@ -90,6 +90,23 @@ class ClusterTest : public ::testing::Test {
     return "/v1/models/" + model + "/versions/" + std::to_string(version);
   }
 
+  // Every version in `digests` restores through `node` to its SHA-256 (`where` names the case).
+  void ExpectRestores(const Node& node, const std::string& model,
+                      const std::map<uint64_t, std::string>& digests, const std::string& where) {
+    for (const auto& [v, digest] : digests) {
+      auto r = Request(node.port, "GET", VersionPath(model, v));
+      ASSERT_EQ(r.status, 200) << r.body;
+      EXPECT_EQ(Sha256Hex(r.body), digest) << "version " << v << where;
+    }
+  }
+
+  // Replaces daemon B by one with an empty data directory (what a new node starts with).
+  void ReplaceBWithAnEmptyDisk() {
+    ASSERT_EQ(b_->process->Stop(), 0);
+    std::filesystem::remove_all(b_->process->data_dir());
+    ASSERT_TRUE(b_->process->Start()) << b_->process->log();
+  }
+
   // The chunk objects of `model` in this test's namespace.
   size_t ChunkObjects(const std::string& model) {
     size_t n = 0;
@@ -135,11 +152,7 @@ TEST_F(ClusterTest, AnyDaemonRestoresWritesRedirectToTheOwnerAndAnEmptyDiskServe
   ASSERT_EQ(tag.status, 200) << tag.body;
 
   // Every version restores through B, bit-exact; listings and tags agree.
-  for (const auto& [v, digest] : sha) {
-    auto r = Request(b_->port, "GET", VersionPath("m", v));
-    ASSERT_EQ(r.status, 200) << r.body;
-    EXPECT_EQ(Sha256Hex(r.body), digest) << "version " << v;
-  }
+  ExpectRestores(*b_, "m", sha, " through B");
   auto latest = Request(b_->port, "GET", "/v1/models/m/versions/latest");
   EXPECT_EQ(Sha256Hex(latest.body), sha[60]);
   auto tagged = Request(b_->port, "GET", "/v1/models/m/versions/tag:best");
@@ -176,14 +189,8 @@ TEST_F(ClusterTest, AnyDaemonRestoresWritesRedirectToTheOwnerAndAnEmptyDiskServe
   }
 
   // A replacement node: B again, from an empty data directory.
-  ASSERT_EQ(b_->process->Stop(), 0);
-  std::filesystem::remove_all(b_->process->data_dir());
-  ASSERT_TRUE(b_->process->Start()) << b_->process->log();
-  for (const auto& [v, digest] : sha) {
-    auto r = Request(b_->port, "GET", VersionPath("m", v));
-    ASSERT_EQ(r.status, 200) << r.body;
-    EXPECT_EQ(Sha256Hex(r.body), digest) << "version " << v << " from an empty disk";
-  }
+  ASSERT_NO_FATAL_FAILURE(ReplaceBWithAnEmptyDisk());
+  ExpectRestores(*b_, "m", sha, " from an empty disk");
 
   // A deleted model disappears everywhere; pushed again, it is listed everywhere again.
   ASSERT_EQ(Request(a_->port, "DELETE", "/v1/models/m").status, 204);
@@ -316,11 +323,7 @@ TEST_F(ClusterTest, KilledOwnersModelsAreTakenOverAfterTheLeaseAndOrphansCollect
   std::vector<uint64_t> versions;
   for (const auto& v : listed["versions"]) versions.push_back(v["version"]);
   EXPECT_EQ(versions, (std::vector<uint64_t>{1, 2, 3, 5}));  // the interrupted one is absent
-  for (const auto& [v, digest] : sha) {
-    auto r = Request(b_->port, "GET", VersionPath("m", v));
-    ASSERT_EQ(r.status, 200) << r.body;
-    EXPECT_EQ(Sha256Hex(r.body), digest) << "version " << v;
-  }
+  ExpectRestores(*b_, "m", sha, " after the takeover");
 
   // The interrupted push's chunks are orphans: scrub sees them, garbage collection removes them.
   auto before = json::parse(Request(b_->port, "POST", "/v1/admin/scrub").body);
@@ -443,14 +446,8 @@ TEST_F(ClusterTest, LossyModelsKeepTheirBoundAcrossAnOwnershipChange) {
   for (const auto& [v, body] : pushed) {
     restored[v] = Sha256Hex(Request(b_->port, "GET", VersionPath("q", v)).body);
   }
-  ASSERT_EQ(b_->process->Stop(), 0);
-  std::filesystem::remove_all(b_->process->data_dir());
-  ASSERT_TRUE(b_->process->Start()) << b_->process->log();
-  for (const auto& [v, digest] : restored) {
-    auto r = Request(b_->port, "GET", VersionPath("q", v));
-    ASSERT_EQ(r.status, 200) << r.body;
-    EXPECT_EQ(Sha256Hex(r.body), digest) << "version " << v << " from an empty disk";
-  }
+  ASSERT_NO_FATAL_FAILURE(ReplaceBWithAnEmptyDisk());
+  ExpectRestores(*b_, "q", restored, " from an empty disk");
 }
 
 }  // namespace
