@@ -10,7 +10,7 @@ seconds=${2:?seconds per harness}
 shift 2
 harnesses=("$@")
 if [[ ${#harnesses[@]} -eq 0 ]]; then
-  harnesses=(safetensors policy_json tensor_decode http_request)
+  harnesses=(safetensors policy_json tensor_decode lossy_roundtrip http_request)
 fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}

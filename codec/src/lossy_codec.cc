@@ -253,6 +253,15 @@ class BitReader {
   size_t pos_ = 0;
 };
 
+// ceil(bits) as an int in [lo, hi]: a bit count derived from a ratio that may be huge, infinite
+// (an overflowing norm, a denormal bound) or NaN, which a plain cast would make undefined.
+int BitsClamped(double bits, int lo, int hi) {
+  const double up = std::ceil(bits);
+  if (!(up > lo)) return lo;
+  if (up >= hi) return hi;
+  return static_cast<int>(up);
+}
+
 // The bound a chunk is coded with: absolute, or (pointwise) the relative factor itself.
 double ResolveBound(const ErrorBound& bound, double lo, double hi) {
   if (bound.kind != ErrorBound::Kind::kRelative) return bound.value;
@@ -832,7 +841,7 @@ void Configure(const DeltaStats& stats, double bound, const LossyCodecOptions& o
       int m = options.float_mantissa_bits;
       if (m == 0 && bound > 0 && f.scale > 0) {
         // The fewest mantissa bits whose spacing in [scale/2, scale] is at most 2 * bound.
-        m = std::max(0, static_cast<int>(std::ceil(std::log2(f.scale / (4 * bound)))));
+        m = BitsClamped(std::log2(f.scale / (4 * bound)), 0, FloatQuantizer::kMaxBits);
       }
       f.mantissa_bits = std::clamp(m, 0, FloatQuantizer::kMaxBits - f.exponent_bits);
       if (build_tables) f.BuildTable();
@@ -844,8 +853,8 @@ void Configure(const DeltaStats& stats, double bound, const LossyCodecOptions& o
       int bits = 1;
       if (bound > 0 && c.norm > 0) {
         // Level spacing is largest at the middle: norm * pi / 2^s <= 2 * bound.
-        bits =
-            static_cast<int>(std::ceil(std::log2(c.norm * 3.14159265358979323846 / (2 * bound))));
+        bits = BitsClamped(std::log2(c.norm * 3.14159265358979323846 / (2 * bound)), 1,
+                           CosineQuantizer::kMaxLevelBits);
       }
       c.level_bits = std::clamp(bits, 1, CosineQuantizer::kMaxLevelBits);
       if (build_tables) c.BuildTable();
@@ -1087,7 +1096,12 @@ class LossyQuantizedCodec final : public TensorCodec {
     }
     const size_t n = current.size() / E::kSize;
     const uint8_t* in = current.data();
-    const uint8_t* ref = reference ? reference->data() : nullptr;
+    // A delta is a payload coded against a reference, even an empty one (whose data() may be
+    // null): `ref` is non-null exactly for deltas.
+    static constexpr uint8_t kEmptyReference = 0;
+    const uint8_t* ref = !reference           ? nullptr
+                         : reference->empty() ? &kEmptyReference
+                                              : reference->data();
 
     // The range of the finite values: for relative bounds, and to know whether the chunk is
     // non-negative (then no element may restore negative).

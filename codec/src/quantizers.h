@@ -146,6 +146,7 @@ struct FloatQuantizer : TableQuantizer {
   bool Propose(double d, uint64_t* z) const {
     if (!(scale > 0)) return false;
     const double v = std::abs(d) / scale;
+    if (!std::isfinite(v)) return false;  // an overflowing delta, or a denormal scale
     const int bias = (1 << exponent_bits) - 1;
     int exponent = 0;
     std::frexp(v, &exponent);
@@ -205,7 +206,9 @@ struct CosineQuantizer : TableQuantizer {
   }
 
   bool Propose(double d, uint64_t* z) const {
-    if (!(norm > 0)) return false;
+    // A delta that overflowed (x - p of two huge values) has no level; d / norm would be NaN
+    // when the norm overflowed too.
+    if (!(norm > 0) || !std::isfinite(d)) return false;
     const double pi = 3.14159265358979323846;
     const int64_t last = int64_t{1} << level_bits;
     const double u = std::acos(std::clamp(d / norm, -1.0, 1.0)) / pi;

@@ -159,6 +159,53 @@ void TensorDecodeSeeds() {
   }
 }
 
+// lossy_roundtrip input (see lossy_roundtrip_fuzzer.cc): options, count, a raw first version
+// (Values: awkward elements included), then drifted, rescaled and unchanged versions with
+// special values written over a few elements.
+void RoundtripSeed(const std::string& name, DType dtype, uint8_t flags, uint8_t quantizer,
+                   uint8_t bound_exponent, size_t count) {
+  const uint8_t dtype_bits = dtype == DType::kF32   ? 0
+                             : dtype == DType::kF64 ? 1
+                             : dtype == DType::kF16 ? 2
+                                                    : 3;
+  std::string input;
+  for (uint8_t b : {static_cast<uint8_t>(flags | dtype_bits), quantizer, uint8_t{3}, uint8_t{0},
+                    bound_exponent}) {
+    input.push_back(static_cast<char>(b));
+  }
+  input.push_back(static_cast<char>(count & 0xff));
+  input.push_back(static_cast<char>(count >> 8));
+  input.push_back(3);  // four versions
+  input.push_back(0);  // raw
+  input += View(Values(dtype, count, 0.05, 7));
+  input.push_back(0);  // no specials
+  // Drift by about one bound (seed 0x44332211, scale 2^0), no specials.
+  input += std::string("\x01\x11\x22\x33\x44\x0c\x00", 7);
+  // Scale by 2^3, drift by half a bound, then NaN at element 5 and the largest finite at 16.
+  input += std::string("\x02\x17\x55\x66\x77\x88\x0b\x02\x05\x00\x00\x10\x00\x06", 14);
+  input += std::string("\x03\x00", 2);  // unchanged
+  Write("lossy_roundtrip", name, input);
+}
+
+void LossyRoundtripSeeds() {
+  // flags: bits 2-3 the bound kind (0 absolute, 1 relative, 2 pointwise), 0x20 lattice,
+  // 0x40 history. Bound exponents: absolute 2^(e - 150), relative 2^-e, pointwise 2^(-1 - e).
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16}) {
+    const std::string dname(DTypeName(dtype));
+    const bool large = dtype == DType::kF32 || dtype == DType::kF64;
+    const size_t history_count = large ? 4096 : 300;
+    RoundtripSeed("lattice_history_" + dname, dtype, 0x60, 1, 143, history_count);
+    RoundtripSeed("lattice_" + dname, dtype, 0x20, 1, 143, 300);
+    RoundtripSeed("additive_history_" + dname, dtype, 0x40, 1, 143, history_count);
+    RoundtripSeed("auto_" + dname, dtype, 0x60, 0, 140, 300);
+    RoundtripSeed("exponent_" + dname, dtype, 0x40, 2, 143, 300);
+    RoundtripSeed("float_E4M3_" + dname, dtype, 0x40, 3 + 5 * 4, 143, 300);
+    RoundtripSeed("cosine_" + dname, dtype, 0x40, 4, 143, 300);
+    RoundtripSeed("relative_" + dname, dtype, 0x04 | 0x60, 0, 10, 300);
+    RoundtripSeed("pointwise_" + dname, dtype, 0x08, 0, 6, 300);
+  }
+}
+
 std::string Floats(std::initializer_list<float> values) {
   return {reinterpret_cast<const char*>(std::data(values)), values.size() * sizeof(float)};
 }
@@ -282,6 +329,7 @@ int main(int argc, char** argv) {
   }
   root = argv[1];
   TensorDecodeSeeds();
+  LossyRoundtripSeeds();
   SafetensorsSeeds();
   PolicySeeds();
   HttpSeeds();
