@@ -262,11 +262,18 @@ int BitsClamped(double bits, int lo, int hi) {
   return static_cast<int>(up);
 }
 
+// The largest bound a chunk is coded with. Quantizer steps are multiples of the bound (2 * bound
+// for uniform), and an infinite step would make even the "unchanged" symbol 0 * step = NaN. A
+// smaller bound only tightens the guarantee; only chunks whose range overflows a double (F64
+// values near ±1e308 under a relative bound) or absolute bounds near DBL_MAX meet the cap.
+constexpr double kMaxCodedBound = std::numeric_limits<double>::max() / 16;
+
 // The bound a chunk is coded with: absolute, or (pointwise) the relative factor itself.
 double ResolveBound(const ErrorBound& bound, double lo, double hi) {
-  if (bound.kind != ErrorBound::Kind::kRelative) return bound.value;
+  if (bound.kind == ErrorBound::Kind::kPointwise) return bound.value;
+  if (bound.kind == ErrorBound::Kind::kAbsolute) return std::min(bound.value, kMaxCodedBound);
   if (!(hi >= lo)) return 0;  // no finite values: every element is stored verbatim anyway
-  return bound.value * (hi - lo);
+  return std::min(bound.value * (hi - lo), kMaxCodedBound);
 }
 
 void PutF64(ByteWriter& w, double v) { w.PutU64(std::bit_cast<uint64_t>(v)); }

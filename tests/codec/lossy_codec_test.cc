@@ -1117,6 +1117,40 @@ TEST_P(EveryQuantizer, EmptyScalarAndUnchangedChunks) {
   EXPECT_LT(same.chunk.payload.size(), 200u) << "an unchanged chunk costs a few bytes";
 }
 
+// Bounds whose quantizer steps would overflow: a relative bound on an F64 chunk whose range
+// exceeds a double (found by fuzzing: the step became infinite, the "unchanged" symbol decoded
+// to 0 * inf = NaN, and NaN elements with payload bits lost them in the decoder but not in the
+// encoder's reconstruction), and an absolute bound of DBL_MAX. Every element stays within the
+// bound the chunk is coded with (capped at DBL_MAX / 16), NaN bit patterns survive, and decoder
+// and encoder agree (EncodeDecode).
+TEST_P(EveryQuantizer, BoundsWithOverflowingSteps) {
+  const double max = std::numeric_limits<double>::max();
+  std::vector<double> values = {1e308, -1e308, 0.5, -0.0, 3.0, max, -max};
+  for (int i = 0; i < 300; ++i) values.push_back(std::ldexp(1.0 + i, i % 2000 - 1000));
+  std::vector<uint8_t> chunk = Pack(DType::kF64, values);
+  const uint64_t nan_with_payload = 0xffffffffffffff0full;
+  std::memcpy(chunk.data() + 2 * 8, &nan_with_payload, 8);
+  for (const ErrorBound& bound : {ErrorBound{ErrorBound::Kind::kRelative, 1e-3},
+                                  ErrorBound{ErrorBound::Kind::kAbsolute, max}}) {
+    LossyCodecOptions options;
+    options.quantizer = GetParam().quantizer;
+    options.lattice = GetParam().lattice;
+    options.bound = bound;
+    auto codec = NewLossyCodec(options);
+    Coded key = EncodeDecode(*codec, DType::kF64, chunk, nullptr);
+    Coded same = EncodeDecode(*codec, DType::kF64, chunk, &key.decoded);
+    for (const Coded* coded : {&key, &same}) {
+      EXPECT_EQ(std::memcmp(coded->decoded.data() + 2 * 8, &nan_with_payload, 8), 0)
+          << "a NaN lost its bits";
+      for (size_t i = 0; i < values.size(); ++i) {
+        if (i == 2) continue;
+        const double r = Load(DType::kF64, coded->decoded.data() + i * 8);
+        EXPECT_TRUE(std::abs(values[i] - r) <= max / 16) << "element " << i << " restored as " << r;
+      }
+    }
+  }
+}
+
 TEST_P(EveryQuantizer, CorruptPayloadsNeverCrash) {
   std::mt19937_64 rng(14);
   std::normal_distribution<double> normal(0, 1);

@@ -27,6 +27,7 @@
 #include "ckpt/codec/lossy_codec.h"
 #include "ckpt/codec/tensor_codec.h"
 #include "fuzz_support.h"
+#include "test_support.h"
 
 using namespace ckpt;
 
@@ -38,43 +39,17 @@ std::span<const uint8_t> AsBytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
-// IEEE half to double, exactly (subnormals, ±Inf and NaN included).
-double HalfToDouble(uint16_t h) {
-  const double sign = h & 0x8000 ? -1.0 : 1.0;
-  const int exponent = h >> 10 & 0x1f;
-  const int mantissa = h & 0x3ff;
-  if (exponent == 0x1f) {
-    return mantissa ? std::numeric_limits<double>::quiet_NaN()
-                    : sign * std::numeric_limits<double>::infinity();
-  }
-  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
-  return sign * std::ldexp(1024 + mantissa, exponent - 25);
+double Load(DType dtype, const uint8_t* p) {
+  return testing::LoadFloat(dtype, reinterpret_cast<const char*>(p));
 }
 
-double Load(DType dtype, const uint8_t* p) {
-  switch (dtype) {
-    case DType::kF64: {
-      double d;
-      std::memcpy(&d, p, 8);
-      return d;
-    }
-    case DType::kF32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case DType::kF16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return HalfToDouble(h);
-    }
-    default: {  // BF16
-      uint16_t b;
-      std::memcpy(&b, p, 2);
-      return std::bit_cast<float>(uint32_t{b} << 16);
-    }
-  }
+uint16_t Bits16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
 }
+
+void SetBits16(uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); }
 
 // Stores `v` as an element of `dtype`: F64 and F32 by rounding, BF16 by rounding to nearest even
 // through float. F16 is moved in the bit domain instead (`v` is ignored; see Drift).
@@ -86,10 +61,8 @@ void Store(DType dtype, double v, uint8_t* p) {
     std::memcpy(p, &f, 4);
   } else if (dtype == DType::kBF16) {
     const uint32_t bits = std::bit_cast<uint32_t>(static_cast<float>(v));
-    const uint16_t b = std::isnan(v)
-                           ? uint16_t{0x7fc0}
-                           : static_cast<uint16_t>((bits + 0x7fff + (bits >> 16 & 1)) >> 16);
-    std::memcpy(p, &b, 2);
+    SetBits16(p, std::isnan(v) ? uint16_t{0x7fc0}
+                               : static_cast<uint16_t>((bits + 0x7fff + (bits >> 16 & 1)) >> 16));
   }
 }
 
@@ -102,10 +75,8 @@ void Drift(DType dtype, double scale, uint32_t seed, Bytes& x) {
   for (size_t i = 0; i < x.size() / size; ++i) {
     uint8_t* p = x.data() + i * size;
     if (dtype == DType::kF16) {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      h = static_cast<uint16_t>(h + static_cast<int>(std::lround(normal(rng) * scale)));
-      std::memcpy(p, &h, 2);
+      SetBits16(
+          p, static_cast<uint16_t>(Bits16(p) + static_cast<int>(std::lround(normal(rng) * scale))));
     } else {
       Store(dtype, Load(dtype, p) + normal(rng) * scale, p);
     }
@@ -117,15 +88,12 @@ void Rescale(DType dtype, int k, Bytes& x) {
   for (size_t i = 0; i < x.size() / size; ++i) {
     uint8_t* p = x.data() + i * size;
     if (dtype == DType::kF16) {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
       // Shift the exponent field by k (clamped to the finite range) where the element is normal.
+      const uint16_t h = Bits16(p);
       const int e = h >> 10 & 0x1f;
       if (e != 0 && e != 0x1f) {
-        const int moved = std::clamp(e + k, 1, 30);
-        h = static_cast<uint16_t>((h & 0x83ff) | moved << 10);
+        SetBits16(p, static_cast<uint16_t>((h & 0x83ff) | std::clamp(e + k, 1, 30) << 10));
       }
-      std::memcpy(p, &h, 2);
     } else {
       Store(dtype, std::ldexp(Load(dtype, p), k), p);
     }
@@ -135,7 +103,7 @@ void Rescale(DType dtype, int k, Bytes& x) {
 void WriteSpecial(DType dtype, uint8_t kind, uint8_t* p) {
   if (dtype == DType::kF16) {
     constexpr uint16_t kHalves[] = {0x7e00, 0x7c00, 0xfc00, 0x0000, 0x8000, 0x0001, 0x7bff, 0xfbff};
-    std::memcpy(p, &kHalves[kind % 8], 2);
+    SetBits16(p, kHalves[kind % 8]);
     return;
   }
   constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -147,7 +115,7 @@ void WriteSpecial(DType dtype, uint8_t kind, uint8_t* p) {
       std::numeric_limits<double>::quiet_NaN(), kInf, -kInf, 0.0, -0.0, denorm, max, -max};
   if (dtype == DType::kBF16 && kind % 8 >= 5) {
     constexpr uint16_t kBf[] = {0x0001, 0x7f7f, 0xff7f};
-    std::memcpy(p, &kBf[kind % 8 - 5], 2);
+    SetBits16(p, kBf[kind % 8 - 5]);
     return;
   }
   Store(dtype, values[kind % 8], p);

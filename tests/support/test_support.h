@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -131,6 +132,20 @@ class DriftingModel {
   uint64_t step_ = 0;
 };
 
+// An IEEE half's bits as a double, exactly (subnormals, ±Inf and NaN included). Written out
+// rather than through _Float16, which clang 14 (the fuzz build's compiler) lacks on x86-64.
+inline double HalfBitsToDouble(uint16_t h) {
+  const double sign = h & 0x8000 ? -1.0 : 1.0;
+  const int exponent = h >> 10 & 0x1f;
+  const int mantissa = h & 0x3ff;
+  if (exponent == 0x1f) {
+    return mantissa ? std::numeric_limits<double>::quiet_NaN()
+                    : sign * std::numeric_limits<double>::infinity();
+  }
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  return sign * std::ldexp(1024 + mantissa, exponent - 25);
+}
+
 // Loads element i of a float tensor's bytes as a double (F64, F32, F16, BF16).
 inline double LoadFloat(DType dtype, const char* p) {
   switch (dtype) {
@@ -145,9 +160,9 @@ inline double LoadFloat(DType dtype, const char* p) {
       return f;
     }
     case DType::kF16: {
-      _Float16 h;
+      uint16_t h;
       std::memcpy(&h, p, 2);
-      return static_cast<double>(h);
+      return HalfBitsToDouble(h);
     }
     default: {  // BF16
       uint16_t b;
