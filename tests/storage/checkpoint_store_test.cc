@@ -297,6 +297,77 @@ TEST_F(CheckpointStoreTest, AbortedPushLeavesNothingVisibleOrStored) {
   EXPECT_EQ(*Restore("m", 2), v2);
 }
 
+// A tensor may change dtype or shape between versions, leave and come back, and others may
+// appear or be empty: each such tensor starts a new keyframe (a delta needs the same dtype,
+// shape and chunk geometry), tensors that stay the same keep their chain, and every version
+// restores (lossless: bit-exactly; lossy: within the bound), from the cache and after a reopen.
+TEST_F(CheckpointStoreTest, TensorsChangingDtypeShapeOrPresenceRestore) {
+  using testing::OwnedTensor;
+  std::mt19937_64 rng(47);
+  std::normal_distribution<double> normal(0, 0.1);
+  auto floats = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = static_cast<float>(normal(rng));
+    return testing::FloatBytes(v);
+  };
+  auto halves = [&](size_t n) {  // BF16: the upper halves of floats
+    const std::string f = floats(n);
+    std::string out;
+    for (size_t i = 0; i < n; ++i) out += f.substr(i * 4 + 2, 2);
+    return out;
+  };
+  const std::string stable = floats(3000);
+  const std::vector<std::vector<OwnedTensor>> versions = {
+      {{"w", DType::kF32, {60, 50}, floats(3000)}, {"s", DType::kF32, {3000}, stable}},
+      {{"w", DType::kBF16, {60, 50}, halves(3000)}, {"s", DType::kF32, {3000}, stable}},
+      {{"w", DType::kF32, {50, 60}, floats(3000)}, {"s", DType::kF32, {3000}, stable}},
+      {{"s", DType::kF32, {3000}, stable}, {"e", DType::kF32, {0, 7}, ""}},
+      {{"w", DType::kF32, {60, 50}, floats(3000)},
+       {"s", DType::kF32, {3000}, stable},
+       {"n", DType::kI64, {4}, std::string(32, '\x07')}},
+      {{"w", DType::kF32, {3000}, floats(3000)}, {"s", DType::kF32, {3000}, stable}},
+  };
+  for (const char* policy :
+       {R"({"mode":"lossless"})", R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[]})",
+        R"({"mode":"lossy","max_abs_error":1e-3,"reclaimable":false,"lossless_tensors":[]})"}) {
+    SCOPED_TRACE(policy);
+    (void)store_->DeleteModel("m");  // NotFound on the first pass
+    ASSERT_TRUE(store_->SetPolicy("m", LossyPolicy(policy)).ok());
+    std::vector<std::string> bodies;
+    for (size_t v = 0; v < versions.size(); ++v) {
+      bodies.push_back(testing::Serialize(versions[v]));
+      auto info = Push("m", v + 1, bodies.back());
+      ASSERT_TRUE(info.ok()) << "version " << v + 1 << ": " << info.status().ToString();
+    }
+    // "s" never changed: after its keyframe it is a delta in every version.
+    for (uint64_t v = 2; v <= versions.size(); ++v) {
+      auto detail = store_->GetVersionDetail("m", v);
+      ASSERT_TRUE(detail.ok()) << detail.status().ToString();
+      for (const TensorDetail& t : detail->tensors) {
+        const std::string expected = t.name == "s" ? "delta" : "keyframe";
+        if (t.name == "s" || t.name == "w") {
+          EXPECT_EQ(t.kind, expected) << t.name << " in " << v;
+        }
+      }
+    }
+    for (int pass = 0; pass < 2; ++pass) {
+      for (uint64_t v = 1; v <= bodies.size(); ++v) {
+        auto body = Restore("m", v);
+        ASSERT_TRUE(body.ok()) << "version " << v << ": " << body.status().ToString();
+        const bool lossless =
+            std::string_view(policy).find("lossless\"}") != std::string_view::npos;
+        if (lossless) {
+          EXPECT_EQ(*body, bodies[v - 1]) << "version " << v;
+        } else {
+          EXPECT_EQ(testing::CheckWithinBound(bodies[v - 1], *body, 1e-3).error, "")
+              << "version " << v;
+        }
+      }
+      Reopen();
+    }
+  }
+}
+
 TEST_F(CheckpointStoreTest, MalformedBodyFailsAndChangesNothing) {
   DriftingModel model(6, 500);
   std::string v1 = model.Next();
