@@ -1076,7 +1076,10 @@ class LossyQuantizedCodec final : public TensorCodec {
       }
     }
     const double mean = count ? sum / static_cast<double>(count) : 0.0;
-    log.k0 = static_cast<int32_t>(std::clamp(mean, -1e9, 1e9));
+    // Indices beyond ±kMaxIndex are never coded, so a centre beyond them only pushes symbols
+    // out of range.
+    constexpr double kMaxCentre = static_cast<double>(LogQuantizer::kMaxIndex);
+    log.k0 = static_cast<int32_t>(std::clamp(mean, -kMaxCentre, kMaxCentre));
     log.mode = LogQuantizer::Mode::kAbsolute;
     log.ResetCache();
     if (!ref) return;

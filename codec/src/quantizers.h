@@ -268,7 +268,9 @@ struct LogQuantizer {
     if (!(std::abs(t) < static_cast<double>(kMaxIndex))) return false;
     const int64_t k = static_cast<int64_t>(RoundToInteger(t)) - k0;
     *z = 1 + 2 * ZigZag(k) + (x < 0 ? 1 : 0);
-    return true;
+    // Far from k0 (a chunk spanning more orders of magnitude than a tiny eps can index) the
+    // symbol would be one the decoder rejects: the element is stored verbatim instead.
+    return Valid(*z);
   }
   [[gnu::always_inline]] double Power(int64_t n) const {
     const uint64_t slot = static_cast<uint64_t>(n - cache_base);
@@ -287,8 +289,11 @@ struct LogQuantizer {
     const double m = Power(UnZigZag(y >> 1) + k0);
     return (y & 1) ? -m : m;
   }
-  // Symbols whose index stays within ±2^25 (larger ones only come from corrupt data).
-  bool Valid(uint64_t z) const { return z < (uint64_t{1} << 27); }
+  // Symbols any encoder has written: absolute-mode indices |k| <= 2^24 + 10^9 (until
+  // 2026-11-30 the centre k0 was clamped to ±10^9 rather than ±kMaxIndex, and the encoder did
+  // not check its symbols, so payloads with indices far beyond ±2^25 exist and must decode).
+  // Larger ones only come from corrupt data.
+  bool Valid(uint64_t z) const { return z < (uint64_t{1} << 33); }
 };
 
 }  // namespace ckpt::lossy

@@ -17,6 +17,7 @@
 #include "testdata/lossy_history_payloads.h"
 #include "testdata/lossy_lattice_history_payloads.h"
 #include "testdata/lossy_lattice_payloads.h"
+#include "testdata/lossy_log_wide_index_payload.h"
 #include "testdata/lossy_v1_payloads.h"
 
 namespace ckpt {
@@ -610,6 +611,32 @@ TEST(LossyCodecPointwise, RandomAndAdversarialValuesOfEveryDtype) {
   }
 }
 
+// A tiny eps on a chunk spanning many orders of magnitude (a tenth of the elements near the
+// dtype's smallest values, beyond what the log lattice indexes, the rest near 1): the mode's
+// centre k0, the mean log-index, is pulled far from the elements near 1, further than a symbol
+// can say. Found by fuzzing: the encoder wrote such symbols and the decoder
+// refused the payload ("symbol out of table"), so the version could not be restored. Those
+// elements are now stored verbatim.
+TEST(LossyCodecPointwise, TinyEpsOnChunksSpanningManyOrdersOfMagnitude) {
+  const double eps = 1e-7;
+  auto codec = Lossy(Quantizer::kLog, eps);
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    const double tiny = dtype == DType::kF64 ? 1e-300 : 1e-44;
+    std::vector<double> x(kLargeChunk);
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = i % 10 == 0 ? tiny : 1.0 + 1e-3 * std::sin(static_cast<double>(i));
+    }
+    const std::string where(DTypeName(dtype));
+    auto first = Pack(dtype, x);
+    Coded key = EncodeDecode(*codec, dtype, first, nullptr);
+    ExpectWithinPointwise(dtype, first, key.decoded, eps, where + " keyframe");
+    for (double& v : x) v *= 1 + 1e-5;
+    auto second = Pack(dtype, x);
+    Coded delta = EncodeDecode(*codec, dtype, second, &key.chunk.reconstruction);
+    ExpectWithinPointwise(dtype, second, delta.decoded, eps, where + " delta");
+  }
+}
+
 TEST(LossyCodecPointwise, AdamLikeMomentsOverThreeHundredVersions) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     std::mt19937_64 rng(32);
@@ -690,6 +717,24 @@ uint64_t Fnv1a(const std::vector<uint8_t>& bytes) {
   uint64_t h = 1469598103934665603ull;
   for (uint8_t c : bytes) h = (h ^ c) * 1099511628211ull;
   return h;
+}
+
+// TinyEpsOnChunksSpanningManyOrdersOfMagnitude as written by the encoder before the fix: that
+// payload, which its release could not decode, decodes now to the bytes its encoder reconstructed,
+// within the bound.
+TEST(LossyCodecPointwise, EarlierPayloadsWithWideIndicesDecode) {
+  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
+  ASSERT_TRUE(decoder.ok());
+  const std::string payload = FromHex(golden::kLogWideIndexKeyframeHex);
+  std::vector<uint8_t> out(128 * 8);
+  const Status decoded = (*decoder)->Decode(DType::kF64, AsBytes(payload), std::nullopt, out);
+  ASSERT_TRUE(decoded.ok()) << decoded.ToString();
+  EXPECT_EQ(Fnv1a(out), golden::kLogWideIndexKeyframeFnv);
+  std::vector<double> x(128);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = i % 10 == 0 ? 1e-300 : 1.0 + 1e-3 * std::sin(static_cast<double>(i));
+  }
+  ExpectWithinPointwise(DType::kF64, Pack(DType::kF64, x), out, 1e-7, "golden");
 }
 
 // Formats are forever: payloads written by the first lossy release (one rANS state, raster
