@@ -1399,6 +1399,11 @@ class LossyQuantizedCodec final : public TensorCodec {
         direct[k] =
             quantizer.Valid(k) ? quantizer.Value(k) : std::numeric_limits<double>::quiet_NaN();
       }
+      // Symbol 0 is "unchanged" for every quantizer. Where its formula gives NaN (0 * step for
+      // the infinite step that payloads written before 2026-11-30 could carry) the encoder
+      // reconstructed p + 0, so that unchanged NaN elements kept their bits: so does the decoder.
+      // (Elsewhere the formula's value stays: the float quantizer's V(0) is -0.0.)
+      if (std::isnan(direct[0])) direct[0] = 0.0;
     }
     if constexpr (std::is_same_v<Q, UniformQuantizer>) {
       if (h.lattice) {

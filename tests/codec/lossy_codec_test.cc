@@ -1196,6 +1196,37 @@ TEST_P(EveryQuantizer, BoundsWithOverflowingSteps) {
   }
 }
 
+// A payload written before the bound was capped could carry an infinite step (a relative bound
+// on an F64 chunk whose range overflows). Its unchanged elements were reconstructed by the
+// encoder as p + 0, keeping NaN bits; the decoder must do the same rather than add 0 * inf.
+// Such a payload is made here by setting a fresh one's bound and step to +inf.
+TEST(LossyCodec, UnchangedElementsUnderAnInfiniteStepKeepTheirBits) {
+  std::vector<double> values(300);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25 * std::sin(static_cast<double>(i));
+  std::vector<uint8_t> chunk = Pack(DType::kF64, values);
+  const uint64_t nan_with_payload = 0xffffffffffffff0full;
+  for (size_t i = 2; i < values.size(); i += 7) std::memcpy(&chunk[i * 8], &nan_with_payload, 8);
+  LossyCodecOptions options;
+  options.quantizer = Quantizer::kUniform;
+  options.bound = {ErrorBound::Kind::kAbsolute, 1e-3};
+  auto codec = NewLossyCodec(options);
+  Coded key = EncodeDecode(*codec, DType::kF64, chunk, nullptr);
+  Coded same = EncodeDecode(*codec, DType::kF64, key.decoded, &key.decoded);
+  ASSERT_EQ(same.chunk.codec_id, CodecId::kLossyQuantized);
+  ASSERT_EQ(same.chunk.info.exact_elements, 0u);
+  std::string payload = same.chunk.payload;
+  const double inf = std::numeric_limits<double>::infinity();
+  std::memcpy(payload.data() + 5, &inf, 8);   // bound
+  std::memcpy(payload.data() + 29, &inf, 8);  // the uniform quantizer's step
+  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
+  std::vector<uint8_t> out(chunk.size());
+  ASSERT_TRUE(
+      (*decoder)
+          ->Decode(DType::kF64, AsBytes(payload), std::span<const uint8_t>(key.decoded), out)
+          .ok());
+  EXPECT_EQ(out, key.decoded);
+}
+
 TEST_P(EveryQuantizer, CorruptPayloadsNeverCrash) {
   std::mt19937_64 rng(14);
   std::normal_distribution<double> normal(0, 1);
