@@ -19,7 +19,7 @@ Prints one markdown table (and writes it with --out).
 Usage:
   /usr/bin/python3 bench/lossy_eval.py CKPT_DIR --workload charlm --layers 4 \\
       --policy 'all-5e-3={"mode":"lossy","max_abs_error":5e-3,"lossless_tensors":[]}' \\
-      [--policy NAME=JSON ...] [--bound 5e-3] [--build build-release] [--out FILE]
+      [--policy NAME=JSON ...] [--bound 5e-3] [--build build-release] [--out FILE] [--gpt-style|--norm-first]
       [--baselines] [--save-restored DIR]
 --bound sets the error bound of the Delta-DNN baseline (default: 5e-3).
 """
@@ -68,8 +68,9 @@ def tensors_for_eval(header, arrays):
 
 
 class Evaluator:
-    def __init__(self, workload, layers):
-        args = argparse.Namespace(layers=layers, lr=None, dropout=0.0, batch_size=32)
+    def __init__(self, workload, layers, gpt_style=False, norm_first=False):
+        args = argparse.Namespace(layers=layers, lr=None, dropout=0.0, batch_size=32, context=128,
+                                  gpt_style=gpt_style, norm_first=norm_first)
         self.model, _, _, self.evaluate, _ = tc.WORKLOADS[workload](args)
 
     def __call__(self, header, arrays):
@@ -298,6 +299,10 @@ def main():
     parser.add_argument("ckpt_dir")
     parser.add_argument("--workload", default="charlm")
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--gpt-style", action="store_true",
+                        help="charlm: checkpoints of train_checkpoints.py --gpt-style")
+    parser.add_argument("--norm-first", action="store_true",
+                        help="charlm: checkpoints of train_checkpoints.py --norm-first")
     parser.add_argument("--policy", action="append", default=[])
     parser.add_argument("--bound", type=float, default=5e-3)
     parser.add_argument("--build", default="build-release")
@@ -310,7 +315,7 @@ def main():
     paths = sorted(glob.glob(os.path.join(args.ckpt_dir, "*.safetensors")))
     files = [open(p, "rb").read() for p in paths]
     raw = sum(len(b) for b in files)
-    evaluate = Evaluator(args.workload, args.layers)
+    evaluate = Evaluator(args.workload, args.layers, args.gpt_style, args.norm_first)
     originals = [evaluate(*parse(b)) for b in files]
     print(f"{len(files)} checkpoints, {raw} bytes; held-out loss {originals[0]['loss']:.4f} -> "
           f"{originals[-1]['loss']:.4f}", flush=True)

@@ -6,10 +6,13 @@ Workloads:
   digits      an MLP on scikit-learn's bundled 8x8 digits (1,797 images)
   digits-cnn  a small CNN (two 3x3 conv layers, 150k parameters) on the same digits
   charlm  a transformer character language model (d_model 256, --layers, default 2) on the
-          Python standard library sources under /usr/lib/python3.11
+          Python standard library sources under /usr/lib/python3.11; post-norm layers with ReLU
+          and PyTorch's initialisation, or pre-norm ones (--norm-first), or GPT-2's recipe
+          (--gpt-style: pre-norm, GELU, N(0, 0.02) weights)
 
 Usage: /usr/bin/python3 bench/train_checkpoints.py WORKLOAD OUT_DIR [--checkpoints N] [--every K]
-           [--layers L] [--lr LR] [--dropout P] [--batch-size B] [--weights-only]
+           [--layers L] [--lr LR] [--dropout P] [--batch-size B] [--context C]
+           [--gpt-style | --norm-first] [--weights-only]
            [--resume FILE.safetensors]
        /usr/bin/python3 bench/train_checkpoints.py eval WORKLOAD FILE.safetensors... [--layers L]
 The eval form prints each file's held-out loss (charlm: the last 10% of the text; digits: the
@@ -136,14 +139,27 @@ def digits_cnn_workload(args):
 
 
 class CharLM(nn.Module):
-    def __init__(self, vocab, dim=256, layers=2, context=128, dropout=0.0):
+    def __init__(self, vocab, dim=256, layers=2, context=128, dropout=0.0, gpt_style=False,
+                 norm_first=False):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.pos = nn.Parameter(torch.zeros(context, dim))
-        layer = nn.TransformerEncoderLayer(dim, 4, 4 * dim, dropout=dropout, batch_first=True)
+        layer = nn.TransformerEncoderLayer(dim, 4, 4 * dim, dropout=dropout, batch_first=True,
+                                           norm_first=gpt_style or norm_first,
+                                           activation="gelu" if gpt_style else "relu")
         self.encoder = nn.TransformerEncoder(layer, layers)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab)
+        if gpt_style:
+            # GPT-2's initialisation: N(0, 0.02) weights, zero biases.
+            for module in self.modules():
+                if isinstance(module, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(module.weight, std=0.02)
+                    if getattr(module, "bias", None) is not None:
+                        nn.init.zeros_(module.bias)
+            for layer_module in self.encoder.layers:
+                nn.init.normal_(layer_module.self_attn.in_proj_weight, std=0.02)
+                nn.init.zeros_(layer_module.self_attn.in_proj_bias)
         mask = torch.triu(torch.full((context, context), float("-inf")), diagonal=1)
         self.register_buffer("mask", mask)
 
@@ -162,8 +178,9 @@ def charlm_workload(args):
     index = {c: i for i, c in enumerate(chars)}
     data = torch.tensor([index[c] for c in text], dtype=torch.int64)
     test = torch.tensor([index.get(c, 0) for c in held_out], dtype=torch.int64)
-    context = 128
-    model = CharLM(len(chars), layers=args.layers, context=context, dropout=args.dropout)
+    context = args.context
+    model = CharLM(len(chars), layers=args.layers, context=context, dropout=args.dropout,
+                   gpt_style=args.gpt_style, norm_first=args.norm_first)
     rng = torch.Generator().manual_seed(0)
 
     def batch():
@@ -214,6 +231,11 @@ def run_eval(argv):
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--dropout", type=float, default=0.0, help="charlm: dropout rate")
     parser.add_argument("--batch-size", type=int, default=32, help="charlm: sequences per step")
+    parser.add_argument("--context", type=int, default=128, help="charlm: characters per sequence")
+    parser.add_argument("--gpt-style", action="store_true",
+                        help="charlm: pre-norm layers, GELU, GPT-2's N(0, 0.02) initialisation")
+    parser.add_argument("--norm-first", action="store_true",
+                        help="charlm: pre-norm layers (PyTorch's initialisation, ReLU)")
     parser.add_argument("--lr", type=float, default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
@@ -237,6 +259,11 @@ def main():
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--dropout", type=float, default=0.0, help="charlm: dropout rate")
     parser.add_argument("--batch-size", type=int, default=32, help="charlm: sequences per step")
+    parser.add_argument("--context", type=int, default=128, help="charlm: characters per sequence")
+    parser.add_argument("--gpt-style", action="store_true",
+                        help="charlm: pre-norm layers, GELU, GPT-2's N(0, 0.02) initialisation")
+    parser.add_argument("--norm-first", action="store_true",
+                        help="charlm: pre-norm layers (PyTorch's initialisation, ReLU)")
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--weights-only", action="store_true",
                         help="save model weights only (no Adam moments, no step counter)")
