@@ -15,6 +15,10 @@
 //   mode % 4 == 3  the previous version unchanged
 // then, for every mode, a count byte and that many (u16 index, kind) special values written over
 // elements: NaN, ±Inf, ±0, the smallest denormal, the largest finite value of the dtype.
+// Policy changes: when the first options byte has bit 7 set, a later version whose mode byte has
+// bit 7 set reads 5 more option bytes right after it (the dtype bits ignored) and is encoded, as
+// every version after it, with those options against the reconstruction the old ones made — what
+// a policy change between two pushes does.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -175,18 +179,14 @@ ErrorBound BoundFrom(ErrorBound::Kind kind, uint8_t mantissa, uint8_t exponent) 
   }
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  fuzz::InputReader in(data, size);
+// Codec options from 5 input bytes: flags (bits 2-7 the bound kind modulo 3, 0x20 lattice,
+// 0x40 history), quantizer and float exponent bits, float mantissa bits, the bound.
+LossyCodecOptions ReadOptions(fuzz::InputReader& in) {
   const uint8_t flags = in.Byte();
   const uint8_t quantizer_byte = in.Byte();
   const uint8_t mantissa_byte = in.Byte();
   const uint8_t bound_mantissa = in.Byte();
   const uint8_t bound_exponent = in.Byte();
-
-  constexpr DType kDTypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
-  const DType dtype = kDTypes[flags & 3];
   constexpr ErrorBound::Kind kKinds[] = {ErrorBound::Kind::kAbsolute, ErrorBound::Kind::kRelative,
                                          ErrorBound::Kind::kPointwise};
   LossyCodecOptions options;
@@ -204,6 +204,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     options.float_mantissa_bits =
         static_cast<uint8_t>(mantissa_byte % (17 - options.float_exponent_bits));
   }
+  return options;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  fuzz::InputReader in(data, size);
+  const uint8_t flags = size > 0 ? data[0] : 0;
+  constexpr DType kDTypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
+  const DType dtype = kDTypes[flags & 3];
+  const bool policy_changes = flags & 0x80;
+  LossyCodecOptions options = ReadOptions(in);
 
   const size_t count = in.U16() % 8193;
   const size_t versions = in.Byte() % 4 + 1;
@@ -216,7 +228,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> payloads;
   bool one_codec = true;  // every payload is the lossy codec's (the chain decoder needs that)
   for (size_t v = 0; v < versions; ++v) {
-    const uint8_t mode = in.Byte() % 4;
+    const uint8_t mode_byte = in.Byte();
+    const uint8_t mode = mode_byte % 4;
+    if (v > 0 && policy_changes && (mode_byte & 0x80)) {
+      options = ReadOptions(in);
+      codec = NewLossyCodec(options);
+    }
     if (mode == 0 || v == 0) {
       const auto raw = in.Take(length);
       for (size_t i = 0; i < length; ++i) current[i] = raw.empty() ? 0 : raw[i % raw.size()];

@@ -159,20 +159,40 @@ void TensorDecodeSeeds() {
   }
 }
 
-// lossy_roundtrip input (see lossy_roundtrip_fuzzer.cc): options, count, a raw first version
-// (Values: awkward elements included), then drifted, rescaled and unchanged versions with
-// special values written over a few elements.
-void RoundtripSeed(const std::string& name, DType dtype, uint8_t flags, uint8_t quantizer,
-                   uint8_t bound_exponent, size_t count) {
-  const uint8_t dtype_bits = dtype == DType::kF32   ? 0
-                             : dtype == DType::kF64 ? 1
-                             : dtype == DType::kF16 ? 2
-                                                    : 3;
-  std::string input;
-  for (uint8_t b : {static_cast<uint8_t>(flags | dtype_bits), quantizer, uint8_t{3}, uint8_t{0},
-                    bound_exponent}) {
-    input.push_back(static_cast<char>(b));
+// lossy_roundtrip options byte (see lossy_roundtrip_fuzzer.cc): the dtype in bits 0-1, 0x20
+// lattice, 0x40 history, 0x80 policy changes allowed, and the bound kind as bits 2-7 modulo 3
+// (0 absolute, 1 relative, 2 pointwise), which bits 2-3 adjust.
+enum class Kind : uint8_t { kAbsolute = 0, kRelative = 1, kPointwise = 2 };
+constexpr uint8_t kLattice = 0x20, kHistory = 0x40, kPolicyChanges = 0x80;
+
+uint8_t DTypeBits(DType dtype) {
+  return dtype == DType::kF32 ? 0 : dtype == DType::kF64 ? 1 : dtype == DType::kF16 ? 2 : 3;
+}
+
+uint8_t OptionsByte(DType dtype, Kind kind, uint8_t features) {
+  for (uint8_t low = 0; low < 4; ++low) {
+    const uint8_t flags = static_cast<uint8_t>(features | low << 2 | DTypeBits(dtype));
+    if ((flags >> 2) % 3 == static_cast<uint8_t>(kind)) return flags;
   }
+  return 0;  // unreachable: four consecutive values cover every residue
+}
+
+// The 5 option bytes: flags, quantizer (+ 5 x float exponent bits), float mantissa bits, bound
+// mantissa, bound exponent (absolute 2^(e - 150), relative 2^-e, pointwise 2^(-1 - e)).
+std::string Options(uint8_t flags, uint8_t quantizer, uint8_t bound_exponent) {
+  return {static_cast<char>(flags), static_cast<char>(quantizer), 3, 0,
+          static_cast<char>(bound_exponent)};
+}
+
+// A lossy_roundtrip input: options, count, a raw first version (Values: awkward elements
+// included), then drifted, rescaled and unchanged versions with special values written over a
+// few elements. With `changes` (three more option strings) each later version switches to the
+// next options, as a policy change between pushes does.
+std::string RoundtripInput(DType dtype, const std::string& options, size_t count,
+                           const std::vector<std::string>& changes = {}) {
+  const auto change = [&](size_t i) { return i < changes.size() ? changes[i] : std::string(); };
+  const char flag = changes.empty() ? 0 : static_cast<char>(0x80);
+  std::string input = options;
   input.push_back(static_cast<char>(count & 0xff));
   input.push_back(static_cast<char>(count >> 8));
   input.push_back(3);  // four versions
@@ -180,29 +200,46 @@ void RoundtripSeed(const std::string& name, DType dtype, uint8_t flags, uint8_t 
   input += View(Values(dtype, count, 0.05, 7));
   input.push_back(0);  // no specials
   // Drift by about one bound (seed 0x44332211, scale 2^0), no specials.
-  input += std::string("\x01\x11\x22\x33\x44\x0c\x00", 7);
+  input += static_cast<char>(0x01 | flag) + change(0) + std::string("\x11\x22\x33\x44\x0c\x00", 6);
   // Scale by 2^3, drift by half a bound, then NaN at element 5 and the largest finite at 16.
-  input += std::string("\x02\x17\x55\x66\x77\x88\x0b\x02\x05\x00\x00\x10\x00\x06", 14);
-  input += std::string("\x03\x00", 2);  // unchanged
-  Write("lossy_roundtrip", name, input);
+  input += static_cast<char>(0x02 | flag) + change(1) +
+           std::string("\x17\x55\x66\x77\x88\x0b\x02\x05\x00\x00\x10\x00\x06", 13);
+  input += static_cast<char>(0x03 | flag) + change(2) + std::string("\x00", 1);  // unchanged
+  return input;
 }
 
 void LossyRoundtripSeeds() {
-  // flags: bits 2-3 the bound kind (0 absolute, 1 relative, 2 pointwise), 0x20 lattice,
-  // 0x40 history. Bound exponents: absolute 2^(e - 150), relative 2^-e, pointwise 2^(-1 - e).
   for (DType dtype : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16}) {
     const std::string dname(DTypeName(dtype));
     const bool large = dtype == DType::kF32 || dtype == DType::kF64;
     const size_t history_count = large ? 4096 : 300;
-    RoundtripSeed("lattice_history_" + dname, dtype, 0x60, 1, 143, history_count);
-    RoundtripSeed("lattice_" + dname, dtype, 0x20, 1, 143, 300);
-    RoundtripSeed("additive_history_" + dname, dtype, 0x40, 1, 143, history_count);
-    RoundtripSeed("auto_" + dname, dtype, 0x60, 0, 140, 300);
-    RoundtripSeed("exponent_" + dname, dtype, 0x40, 2, 143, 300);
-    RoundtripSeed("float_E4M3_" + dname, dtype, 0x40, 3 + 5 * 4, 143, 300);
-    RoundtripSeed("cosine_" + dname, dtype, 0x40, 4, 143, 300);
-    RoundtripSeed("relative_" + dname, dtype, 0x04 | 0x60, 0, 10, 300);
-    RoundtripSeed("pointwise_" + dname, dtype, 0x08, 0, 6, 300);
+    const auto seed = [&](const std::string& name, Kind kind, uint8_t features, uint8_t quantizer,
+                          uint8_t bound_exponent, size_t count) {
+      Write("lossy_roundtrip", name + "_" + dname,
+            RoundtripInput(dtype,
+                           Options(OptionsByte(dtype, kind, features), quantizer, bound_exponent),
+                           count));
+    };
+    seed("lattice_history", Kind::kAbsolute, kLattice | kHistory, 1, 143, history_count);
+    seed("lattice", Kind::kAbsolute, kLattice, 1, 143, 300);
+    seed("additive_history", Kind::kAbsolute, kHistory, 1, 143, history_count);
+    seed("auto", Kind::kAbsolute, kLattice | kHistory, 0, 140, 300);
+    seed("exponent", Kind::kAbsolute, kHistory, 2, 143, 300);
+    seed("float_E4M3", Kind::kAbsolute, kHistory, 3 + 5 * 4, 143, 300);
+    seed("cosine", Kind::kAbsolute, kHistory, 4, 143, 300);
+    seed("relative", Kind::kRelative, kLattice | kHistory, 0, 10, 300);
+    seed("pointwise", Kind::kPointwise, 0, 0, 6, 300);
+    // Policy changes along one chain: lattice with history, then additive cosine, a relative
+    // bound on the plain lattice, and a pointwise bound.
+    Write("lossy_roundtrip", "policy_changes_" + dname,
+          RoundtripInput(
+              dtype,
+              Options(OptionsByte(dtype, Kind::kAbsolute, kLattice | kHistory | kPolicyChanges), 1,
+                      143),
+              history_count,
+              {Options(OptionsByte(dtype, Kind::kAbsolute, kHistory), 4, 141),
+               Options(OptionsByte(dtype, Kind::kRelative, kLattice), 1, 9),
+               Options(OptionsByte(dtype, Kind::kPointwise, 0), 0, 6)}));
   }
 }
 

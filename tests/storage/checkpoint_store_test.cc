@@ -130,6 +130,57 @@ TEST_F(CheckpointStoreTest, SwitchingBetweenLosslessAndLossyKeepsEveryVersion) {
   }
 }
 
+// Lossy policies changing between pushes (bound, quantizer, lattice or additive coding, bound
+// kind): each push deltas against the reconstruction the previous policy made, the chain goes on,
+// and every version keeps the bound it was pushed under, also after reopening.
+TEST_F(CheckpointStoreTest, LossyPolicyChangesBetweenPushesKeepEachVersionsBound) {
+  struct Step {
+    const char* policy;
+    double bound;  // absolute; 0: pointwise 1% of each element
+  };
+  const Step steps[] = {
+      {R"({"mode":"lossy","max_abs_error":5e-4})", 5e-4},
+      {R"({"mode":"lossy","max_abs_error":2e-4,"quantizer":"cosine"})", 2e-4},
+      {R"({"mode":"lossy","max_abs_error":1e-3,"reclaimable":false})", 1e-3},
+      {R"({"mode":"lossy","max_abs_error":5e-4,"quantizer":"float"})", 5e-4},
+      {R"({"mode":"lossy","max_pointwise_rel_error":1e-2})", 0},
+      {R"({"mode":"lossy","max_abs_error":1e-3,"quantizer":"exponent"})", 1e-3},
+      {R"({"mode":"lossy","max_abs_error":5e-4})", 5e-4},
+  };
+  DriftingModel model(33, 6000);
+  std::vector<std::string> bodies;
+  for (const Step& step : steps) {
+    ASSERT_TRUE(store_->SetPolicy("m", LossyPolicy(step.policy)).ok()) << step.policy;
+    bodies.push_back(model.Next());
+    auto info = Push("m", bodies.size(), bodies.back());
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_TRUE(info->lossy) << step.policy;
+    EXPECT_EQ(info->kind, bodies.size() == 1 ? "keyframe" : "delta") << step.policy;
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t v = 1; v <= bodies.size(); ++v) {
+      auto body = Restore("m", v);
+      ASSERT_TRUE(body.ok()) << body.status().ToString();
+      const Step& step = steps[v - 1];
+      std::map<std::string, double> pointwise;  // every tensor, under the pointwise policy
+      if (step.bound == 0) {
+        uint64_t n = 0;
+        std::memcpy(&n, bodies[v - 1].data(), 8);
+        auto header = ParseSafetensorsHeader(std::string_view(bodies[v - 1]).substr(8, n),
+                                             bodies[v - 1].size());
+        ASSERT_TRUE(header.ok());
+        for (const TensorInfo& t : header->tensors) pointwise[t.name] = 1e-2;
+      }
+      EXPECT_EQ(testing::CheckWithinBound(bodies[v - 1], *body, step.bound, pointwise).error, "")
+          << step.policy;
+      auto info = store_->GetVersion("m", v);
+      ASSERT_TRUE(info.ok());
+      EXPECT_EQ(info->sha256, Sha256Hex(*body)) << step.policy;
+    }
+    Reopen();
+  }
+}
+
 // A bound below the dtype's resolution: chunks fall back to lossless inside the lossy chain, and
 // every version restores bit-exactly (which is within any bound).
 TEST_F(CheckpointStoreTest, LossyChunksThatDoNotPayAreStoredLosslesslyInTheChain) {
