@@ -124,7 +124,9 @@ def main():
         for name, (x, shape) in tensors.items():
             k = np.where(np.isfinite(x), np.round(x.astype(np.float64) / step), 0).astype(np.int64)
             lattice[name] = k
-            s = k - previous[name] if previous is not None and name in previous else k
+            continues = (previous is not None and name in previous and
+                         previous[name].shape == k.shape)
+            s = k - previous[name] if continues else k  # else coded as a keyframe
             b = entropy_bits(s)
             bits += b
             elements += s.size
@@ -132,12 +134,12 @@ def main():
             plain_bytes += zstd3_bytes(s)
             studied = (args.contexts and len(shape) == 2 and x.size >= 4096 and
                        bool(np.isfinite(x).all()))
-            if studied and previous is not None and name in history:
+            if studied and continues and name in history:
                 acc["order0"] += b
                 context_study(s, history[name], shape, acc)
                 study_elements += s.size
             if studied:
-                history[name] = (next_history(history[name], s) if name in history
+                history[name] = (next_history(history[name], s) if continues and name in history
                                  else np.full(s.shape, 3, np.int64))
         order0_bits += bits
         per_version_bits.append(bits / elements)
