@@ -107,6 +107,11 @@ std::string ServerMetrics::Render(CheckpointStore& store) const {
               static_cast<double>(s.gc_bytes_freed));
   add_counter("ckptd_gc_versions_rebased_total", "Kept versions re-encoded by garbage collection",
               static_cast<double>(s.gc_versions_rebased));
+  add_counter("ckptd_restores_total", "Restore streams opened since start",
+              static_cast<double>(s.restores));
+  add_counter("ckptd_restore_links_decoded_total",
+              "Stored chunk payloads restores decoded (delta chains replayed)",
+              static_cast<double>(s.restore_links_decoded));
   gauge("ckptd_rocksdb_sst_bytes", "Size of RocksDB's table files")
       .Add({})
       .Set(static_cast<double>(s.sst_bytes));

@@ -169,6 +169,7 @@ Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
       CKPT_RETURN_IF_ERROR(decoder->ApplyDelta(payload).WithContext(where));
     }
     target_checksum = record->raw_checksum;
+    links_decoded_.fetch_add(1, std::memory_order_relaxed);
   }
   CKPT_ASSIGN_OR_RETURN(const ManifestRecord* m, Manifest(seq));
   const std::string where = "model '" + model_ + "' version " + std::to_string(m->version) +

@@ -11,6 +11,7 @@
 
 #include <rocksdb/db.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -37,6 +38,9 @@ class ChainReader {
   // Errors name the model, version and tensor.
   Status DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk, std::vector<uint8_t>* out);
 
+  // Stored payloads decoded so far (keyframes and deltas; a link found in the cache costs none).
+  uint64_t links_decoded() const { return links_decoded_.load(std::memory_order_relaxed); }
+
   // Byte length of chunk `chunk` of `t`.
   static uint64_t ChunkLength(const ManifestTensor& t, uint32_t chunk);
 
@@ -53,6 +57,7 @@ class ChainReader {
   ReferenceCache* cache_;
   std::mutex mu_;
   std::map<uint64_t, ManifestRecord> manifests_by_seq_;  // guarded by mu_
+  std::atomic<uint64_t> links_decoded_{0};
 };
 
 // Converts a RocksDB status into a ckpt::Status (IoError, DataLoss for corruption, NotFound).

@@ -1,8 +1,13 @@
-// ReferenceCache: decoded chunks of each model's latest reconstruction, kept in memory so a
-// push rarely has to decode the stored chain to compute its deltas.
+// ReferenceCache: decoded chunks of stored versions, kept in memory so that a push rarely has to
+// decode the stored chain to compute its deltas, and a restore rarely replays a whole chain.
 //
-// Entries are keyed by (model, seq, tensor index, chunk index) and evicted least-recently-used
-// once the byte budget is exceeded. A miss is never an error: callers decode from storage.
+// Entries are keyed by (model, seq, tensor index, chunk index); a manifest's reconstruction
+// never changes, so an entry stays exact for as long as its seq exists. Two kinds share one
+// byte budget: references (each model's latest reconstruction, which the next push deltas
+// against) and restored chunks (a version a restore decoded, from which a restore of a later
+// version of the same chain replays one link). Once the budget is exceeded restored chunks are
+// evicted first, least-recently-used, so restores never push out a reference; then references.
+// A miss is never an error: callers decode from storage.
 //
 // Thread safety: safe for concurrent use.
 #pragma once
@@ -22,10 +27,28 @@ class ReferenceCache {
  public:
   using Chunk = std::shared_ptr<const std::vector<uint8_t>>;
 
+  // What an entry is kept for; decides the order of eviction.
+  enum class Kind : uint8_t {
+    kReference = 0,  // a model's latest reconstruction: evicted last
+    kRestored = 1,   // a chunk a restore decoded: evicted first
+  };
+
+  // For Put: cache whatever the generation.
+  static constexpr uint64_t kAnyGeneration = ~uint64_t{0};
+
   explicit ReferenceCache(uint64_t budget_bytes) : budget_bytes_(budget_bytes) {}
 
   Chunk Get(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk);
-  void Put(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk, Chunk data);
+  // Caches `data` (replacing an entry with the same key), unless `generation` is given and
+  // differs from generation(). An entry that is a reference stays one when the same chunk is
+  // put again as restored.
+  void Put(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk, Chunk data,
+           Kind kind = Kind::kReference, uint64_t generation = kAnyGeneration);
+  // How many times a model was dropped whole (DropModelExcept with keep_seq 0: deleted, or its
+  // first push aborted). A model created again reuses seqs, so a reader working from a snapshot
+  // taken before such a drop must not cache what it decodes: it reads generation() before
+  // taking its snapshot and passes it to Put.
+  uint64_t generation() const;
   bool Contains(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk) const;
   void Erase(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk);
   // Drops every entry of `model` whose seq differs from `keep_seq` (0 drops all).
@@ -35,6 +58,7 @@ class ReferenceCache {
   void Rekey(std::string_view model, uint64_t old_seq, uint64_t new_seq);
 
   uint64_t size_bytes() const;
+  uint64_t size_bytes(Kind kind) const;
   uint64_t budget_bytes() const { return budget_bytes_; }
 
  private:
@@ -42,16 +66,22 @@ class ReferenceCache {
     std::string key;
     std::string model;
     uint64_t seq;
+    Kind kind;
     Chunk data;
   };
+  using List = std::list<Entry>;
   static std::string MakeKey(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk);
+  List& ListOf(Kind kind) { return lists_[static_cast<size_t>(kind)]; }
+  // Removes the entry at `it` of `list`; returns the next one.
+  List::iterator RemoveLocked(List& list, List::iterator it);
   void EvictLocked();
 
   const uint64_t budget_bytes_;
   mutable std::mutex mu_;
-  std::list<Entry> lru_;  // front = most recently used; guarded by mu_
-  std::unordered_map<std::string, std::list<Entry>::iterator> index_;  // guarded by mu_
-  uint64_t size_bytes_ = 0;                                            // guarded by mu_
+  List lists_[2];  // by Kind; front = most recently used; guarded by mu_
+  std::unordered_map<std::string, List::iterator> index_;  // guarded by mu_
+  uint64_t size_bytes_[2] = {0, 0};                        // by Kind; guarded by mu_
+  uint64_t generation_ = 0;                                // guarded by mu_
 };
 
 }  // namespace ckpt

@@ -15,6 +15,7 @@
 #include <future>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -485,35 +486,48 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
 
 class RestoreStreamImpl final : public RestoreStream {
  public:
-  // Takes ownership of `snapshot`. With `use_cache` false every chunk is decoded from storage
+  // Takes ownership of `snapshot`; `cache_generation` is the reference cache's generation read
+  // before the snapshot was taken. With `use_cache` false every chunk is decoded from storage
   // and the reference cache is left alone (scrub).
   RestoreStreamImpl(const StoreContext& ctx, const rocksdb::Snapshot* snapshot, std::string model,
-                    VersionInfo info, VersionRecord record, bool use_cache = true)
+                    VersionInfo info, VersionRecord record, uint64_t cache_generation,
+                    bool use_cache = true)
       : ctx_(ctx),
         snapshot_(snapshot),
         info_(std::move(info)),
         record_(std::move(record)),
+        cache_generation_(cache_generation),
         use_cache_(use_cache),
         reader_(ctx.db, ctx.manifests, ctx.backend, snapshot, std::move(model),
                 use_cache ? ctx.cache : nullptr) {}
 
   ~RestoreStreamImpl() override {
     queue_.clear();  // waits for prefetches still reading through the snapshot
+    if (use_cache_) {
+      ctx_.counters->restore_links_decoded.fetch_add(reader_.links_decoded(),
+                                                     std::memory_order_relaxed);
+    }
     ctx_.db->ReleaseSnapshot(snapshot_);
   }
 
   Status Init() {
+    if (use_cache_) ctx_.counters->restores.fetch_add(1, std::memory_order_relaxed);
     CKPT_ASSIGN_OR_RETURN(manifest_, reader_.Manifest(record_.seq));
     // Restoring the version the next push deltas against (the usual `latest` after a restart):
     // its decoded chunks are exactly the reference cache's content, so keep them there; the next
-    // restore of it and the next push then need no chain replay. Only for versions that fit in
-    // half the cache, so one large restore does not flush every other model's references.
+    // restore of it and the next push then need no chain replay. Any other version is kept as
+    // restored chunks, evicted before references: restoring the versions of a chain in turn (an
+    // evaluation sweep) then replays one link per version instead of the whole chain. Only for
+    // versions that fit in half the cache, so one large restore does not flush every other
+    // model's references.
     rocksdb::ReadOptions ro;
     ro.snapshot = snapshot_;
     CKPT_ASSIGN_OR_RETURN(auto state, ctx_.GetRecord<CodecStateRecord>(ro, ctx_.codec_state,
                                                                        info_.model, "codec state"));
-    fill_reference_cache_ = use_cache_ && state && state->reference_seq == record_.seq &&
-                            record_.raw_bytes <= ctx_.cache->budget_bytes() / 2;
+    if (use_cache_ && record_.raw_bytes <= ctx_.cache->budget_bytes() / 2) {
+      cache_as_ = state && state->reference_seq == record_.seq ? ReferenceCache::Kind::kReference
+                                                               : ReferenceCache::Kind::kRestored;
+    }
     return Status::Ok();
   }
 
@@ -539,9 +553,10 @@ class RestoreStreamImpl final : public RestoreStream {
     const uint32_t tensor = slot.tensor, chunk = slot.chunk;
     queue_.pop_front();
     CKPT_RETURN_IF_ERROR(decoded);
-    if (fill_reference_cache_ && !ctx_.cache->Contains(info_.model, record_.seq, tensor, chunk)) {
+    if (cache_as_ && !ctx_.cache->Contains(info_.model, record_.seq, tensor, chunk)) {
       ctx_.cache->Put(info_.model, record_.seq, tensor, chunk,
-                      std::make_shared<const std::vector<uint8_t>>(buffer_));
+                      std::make_shared<const std::vector<uint8_t>>(buffer_), *cache_as_,
+                      cache_generation_);
     }
     Schedule();  // the next chunks decode while this one is being sent
     sha_.Update(buffer_);
@@ -607,11 +622,12 @@ class RestoreStreamImpl final : public RestoreStream {
   const rocksdb::Snapshot* snapshot_;
   VersionInfo info_;
   VersionRecord record_;
+  const uint64_t cache_generation_;
   const bool use_cache_;
   ChainReader reader_;
   const ManifestRecord* manifest_ = nullptr;
   Sha256 sha_;
-  bool fill_reference_cache_ = false;
+  std::optional<ReferenceCache::Kind> cache_as_;  // how decoded chunks are cached, if at all
   bool header_sent_ = false;
   uint32_t tensor_ = 0;
   uint32_t chunk_ = 0;
@@ -754,6 +770,7 @@ class RocksCheckpointStore final : public CheckpointStore {
                                                      std::optional<uint64_t> version) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
     CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
+    const uint64_t cache_generation = cache_.generation();  // before the snapshot
     const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
     rocksdb::ReadOptions ro;
     ro.snapshot = snapshot;
@@ -763,8 +780,9 @@ class RocksCheckpointStore final : public CheckpointStore {
       return found.status();
     }
     auto& [number, record] = *found;
-    auto stream = std::make_unique<RestoreStreamImpl>(
-        ctx_, snapshot, std::string(model), MakeVersionInfo(model, number, record), record);
+    auto stream = std::make_unique<RestoreStreamImpl>(ctx_, snapshot, std::string(model),
+                                                      MakeVersionInfo(model, number, record),
+                                                      record, cache_generation);
     CKPT_RETURN_IF_ERROR(stream->Init());
     return std::unique_ptr<RestoreStream>(std::move(stream));
   }
@@ -1137,6 +1155,8 @@ class RocksCheckpointStore final : public CheckpointStore {
     s.retention_versions_deleted = get(counters_.retention_versions_deleted);
     s.gc_bytes_freed = get(counters_.gc_bytes_freed);
     s.gc_versions_rebased = get(counters_.gc_versions_rebased);
+    s.restores = get(counters_.restores);
+    s.restore_links_decoded = get(counters_.restore_links_decoded);
     auto sum = [this](const std::string& property) {
       uint64_t total = 0;
       for (rocksdb::ColumnFamilyHandle* cf : handles_) {
@@ -1221,7 +1241,8 @@ class RocksCheckpointStore final : public CheckpointStore {
         }
         const VersionRecord& record = found->second;
         auto stream = std::make_unique<RestoreStreamImpl>(
-            ctx_, snapshot, name, MakeVersionInfo(name, version, record), record, false);
+            ctx_, snapshot, name, MakeVersionInfo(name, version, record), record,
+            ReferenceCache::kAnyGeneration, /*use_cache=*/false);
         CKPT_RETURN_IF_ERROR(stream->Init());
         for (;;) {
           CKPT_ASSIGN_OR_RETURN(auto piece, stream->Next());

@@ -68,6 +68,8 @@ TEST_F(ObservabilityTest, MetricsCoverRequestsModelsStoreAndEngine) {
   EXPECT_EQ(Sample(m, "ckptd_versions_deleted_total"), 1);
   EXPECT_GE(Sample(m, "ckptd_retention_versions_deleted_total"), 0);
   EXPECT_GE(Sample(m, "ckptd_gc_bytes_freed_total"), 0);
+  EXPECT_EQ(Sample(m, "ckptd_restores_total"), 1);  // the 404 opened none
+  EXPECT_GE(Sample(m, "ckptd_restore_links_decoded_total"), 0);
   EXPECT_GE(Sample(m, "ckptd_rocksdb_pending_compaction_bytes"), 0);
   EXPECT_GE(Sample(m, "ckptd_rocksdb_sst_bytes"), 0);
   EXPECT_NE(m.find("# TYPE ckptd_http_request_duration_seconds histogram"), std::string::npos);

@@ -254,6 +254,80 @@ TEST_F(CheckpointStoreTest, RestoringLatestWarmsTheReferenceCache) {
   EXPECT_EQ(cold->kind, "keyframe");
 }
 
+// Restoring the versions of a chain in turn (an evaluation sweep) replays one link per chunk:
+// each restore keeps its decoded chunks in the cache, where the next version's deltas start.
+// Cold, a version replays its whole chain. Every body is exact either way.
+TEST_F(CheckpointStoreTest, RestoringVersionsInTurnReplaysOneLinkPerChunk) {
+  ASSERT_TRUE(store_->SetPolicy("m", LossyPolicy(R"({"mode":"lossy","max_abs_error":1e-3})")).ok());
+  DriftingModel model(35, 6000);
+  std::vector<std::string> bodies;
+  ASSERT_NO_FATAL_FAILURE(PushVersions(model, 1, 10, &bodies));
+  std::vector<std::string> restored_then;
+  for (uint64_t v = 1; v <= 10; ++v) {
+    auto body = Restore("m", v);
+    ASSERT_TRUE(body.ok()) << body.status().ToString();
+    restored_then.push_back(*body);
+  }
+  Reopen();
+  auto links = [&] { return store_->Stats().restore_links_decoded; };
+  ASSERT_TRUE(Restore("m", 1).ok());
+  const uint64_t chunks = links();  // version 1 is all keyframes: one link per chunk
+  ASSERT_GT(chunks, 3u);
+  for (uint64_t v = 2; v <= 9; ++v) {
+    const uint64_t before = links();
+    auto body = Restore("m", v);
+    ASSERT_TRUE(body.ok()) << body.status().ToString();
+    EXPECT_EQ(*body, restored_then[v - 1]) << v;
+    EXPECT_EQ(links() - before, chunks) << "version " << v;
+  }
+  Reopen();
+  auto cold = Restore("m", 9);
+  ASSERT_TRUE(cold.ok());
+  EXPECT_EQ(*cold, restored_then[8]);
+  EXPECT_EQ(links(), 9 * chunks);
+  EXPECT_EQ(store_->Stats().restores, 1u);
+  // A push drops the model's restored chunks with its old reference; the chain still decodes.
+  Reopen();
+  ASSERT_TRUE(Restore("m", 5).ok());
+  ASSERT_TRUE(Restore("m", 10).ok());  // latest: refills the reference
+  ASSERT_NO_FATAL_FAILURE(PushVersions(model, 11, 11, &bodies));
+  const uint64_t before = links();
+  auto body = Restore("m", 6);
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ(*body, restored_then[5]);
+  EXPECT_EQ(links() - before, 6 * chunks);
+}
+
+// A restore that outlives its model (deleted, created again under the same name, which reuses
+// the seqs) must not leave its decoded chunks where the new model's restores find them.
+TEST_F(CheckpointStoreTest, RestoreOutlivingItsDeletedModelCachesNothing) {
+  DriftingModel old_model(36, 6000), new_model(37, 6000);
+  std::vector<std::string> old_bodies, new_bodies;
+  ASSERT_NO_FATAL_FAILURE(PushVersions(old_model, 1, 3, &old_bodies));
+  auto stream = store_->OpenRestore("m", 2);
+  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+  std::string old_body;
+  auto read = [&] {
+    auto piece = (*stream)->Next();
+    EXPECT_TRUE(piece.ok()) << piece.status().ToString();
+    if (!piece.ok() || piece->empty()) return false;
+    old_body.append(reinterpret_cast<const char*>(piece->data()), piece->size());
+    return true;
+  };
+  ASSERT_TRUE(read());  // the header
+  ASSERT_TRUE(store_->DeleteModel("m").ok());
+  ASSERT_NO_FATAL_FAILURE(PushVersions(new_model, 1, 3, &new_bodies));
+  while (read()) {  // the old stream reads its snapshot to the end
+  }
+  stream->reset();
+  EXPECT_EQ(old_body, old_bodies[1]);
+  for (uint64_t v = 1; v <= 3; ++v) {
+    auto body = Restore("m", v);
+    ASSERT_TRUE(body.ok()) << "version " << v << ": " << body.status().ToString();
+    EXPECT_EQ(*body, new_bodies[v - 1]) << v;
+  }
+}
+
 TEST_F(CheckpointStoreTest, DeltasAreSmallerThanKeyframes) {
   DriftingModel model(2, 20000);
   auto first = Push("m", 1, model.Next());

@@ -311,5 +311,54 @@ TEST(ReferenceCache, DropModelExceptKeepsOnlyTheNamedSeq) {
   EXPECT_EQ(cache.size_bytes(), 20u);
 }
 
+TEST(ReferenceCache, RestoredChunksAreEvictedBeforeReferences) {
+  using Kind = ReferenceCache::Kind;
+  ReferenceCache cache(300);
+  cache.Put("a", 1, 0, 0, Bytes(100, 1));
+  cache.Put("b", 1, 0, 0, Bytes(100, 2));
+  cache.Put("m", 5, 0, 0, Bytes(100, 3), Kind::kRestored);
+  cache.Put("m", 6, 0, 0, Bytes(100, 4), Kind::kRestored);  // evicts seq 5, not a reference
+  EXPECT_EQ(cache.Get("m", 5, 0, 0), nullptr);
+  EXPECT_NE(cache.Get("m", 6, 0, 0), nullptr);
+  EXPECT_NE(cache.Get("a", 1, 0, 0), nullptr);
+  EXPECT_NE(cache.Get("b", 1, 0, 0), nullptr);
+  EXPECT_EQ(cache.size_bytes(Kind::kRestored), 100u);
+  // A reference evicts restored chunks first, then the least recently used reference.
+  cache.Put("c", 1, 0, 0, Bytes(100, 5));
+  EXPECT_EQ(cache.Get("m", 6, 0, 0), nullptr);
+  EXPECT_EQ(cache.size_bytes(Kind::kReference), 300u);
+  cache.Put("d", 1, 0, 0, Bytes(100, 6));
+  EXPECT_EQ(cache.Get("a", 1, 0, 0), nullptr);
+  // Put again as restored, a reference stays a reference.
+  cache.Put("d", 1, 0, 0, Bytes(100, 7), Kind::kRestored);
+  EXPECT_EQ(cache.size_bytes(Kind::kRestored), 0u);
+  EXPECT_EQ((*cache.Get("d", 1, 0, 0))[0], 7);
+  // Dropping and rekeying cover both kinds.
+  cache.Erase("b", 1, 0, 0);
+  cache.Put("d", 2, 0, 0, Bytes(50, 8), Kind::kRestored);
+  ASSERT_EQ(cache.size_bytes(), 250u);
+  cache.Rekey("d", 2, 9);
+  EXPECT_EQ(cache.Get("d", 2, 0, 0), nullptr);
+  EXPECT_EQ((*cache.Get("d", 9, 0, 0))[0], 8);
+  cache.DropModelExcept("d", 0);
+  EXPECT_EQ(cache.Get("d", 9, 0, 0), nullptr);
+  EXPECT_EQ(cache.Get("d", 1, 0, 0), nullptr);
+  EXPECT_EQ(cache.size_bytes(), 100u);  // "c" alone
+}
+
+TEST(ReferenceCache, PutsFromBeforeAWholeModelDropAreIgnored) {
+  ReferenceCache cache(1000);
+  const uint64_t before = cache.generation();
+  cache.DropModelExcept("m", 7);  // a push moving the reference: not a whole drop
+  EXPECT_EQ(cache.generation(), before);
+  cache.DropModelExcept("m", 0);  // deleted
+  cache.Put("m", 1, 0, 0, Bytes(10, 1), ReferenceCache::Kind::kRestored, before);
+  EXPECT_EQ(cache.Get("m", 1, 0, 0), nullptr);
+  cache.Put("m", 1, 0, 0, Bytes(10, 2), ReferenceCache::Kind::kRestored, cache.generation());
+  EXPECT_NE(cache.Get("m", 1, 0, 0), nullptr);
+  cache.Put("m", 2, 0, 0, Bytes(10, 3));  // pushes hold the model's lock: any generation
+  EXPECT_NE(cache.Get("m", 2, 0, 0), nullptr);
+}
+
 }  // namespace
 }  // namespace ckpt

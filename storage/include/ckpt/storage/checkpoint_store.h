@@ -146,6 +146,11 @@ struct StoreStats {
   uint64_t retention_versions_deleted = 0;  // by retention passes
   uint64_t gc_bytes_freed = 0;              // stored bytes garbage collection removed
   uint64_t gc_versions_rebased = 0;
+  uint64_t restores = 0;  // restore streams opened (scrubs excluded)
+  // Stored chunk payloads those restores decoded: a chunk replays its delta chain from the
+  // keyframe or from the nearest link in the cache, so this over restores' chunks is the
+  // average chain replayed.
+  uint64_t restore_links_decoded = 0;
   // RocksDB: table and blob files, and the bytes compactions still have to rewrite.
   uint64_t sst_bytes = 0;
   uint64_t blob_bytes = 0;
