@@ -524,9 +524,14 @@ class RestoreStreamImpl final : public RestoreStream {
     ro.snapshot = snapshot_;
     CKPT_ASSIGN_OR_RETURN(auto state, ctx_.GetRecord<CodecStateRecord>(ro, ctx_.codec_state,
                                                                        info_.model, "codec state"));
+    // With a cluster, restored chunks stay local-only: another daemon may delete and create a
+    // model again under seqs this daemon's cache cannot know were reused.
     if (use_cache_ && record_.raw_bytes <= ctx_.cache->budget_bytes() / 2) {
-      cache_as_ = state && state->reference_seq == record_.seq ? ReferenceCache::Kind::kReference
-                                                               : ReferenceCache::Kind::kRestored;
+      if (state && state->reference_seq == record_.seq) {
+        cache_as_ = ReferenceCache::Kind::kReference;
+      } else if (ctx_.backend->IsLocal()) {
+        cache_as_ = ReferenceCache::Kind::kRestored;
+      }
     }
     return Status::Ok();
   }
