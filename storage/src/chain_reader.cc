@@ -18,8 +18,13 @@ Status FromRocks(const rocksdb::Status& s, std::string_view what) {
 
 ChainReader::ChainReader(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* manifests,
                          StoreBackend* backend, const rocksdb::Snapshot* snapshot,
-                         std::string model, ReferenceCache* cache)
-    : db_(db), manifests_(manifests), backend_(backend), model_(std::move(model)), cache_(cache) {
+                         std::string model, ReferenceCache* cache, uint64_t cache_generation)
+    : db_(db),
+      manifests_(manifests),
+      backend_(backend),
+      model_(std::move(model)),
+      cache_(cache),
+      cache_generation_(cache_generation) {
   read_options_.snapshot = snapshot;
   read_options_.verify_checksums = true;
 }
@@ -71,7 +76,7 @@ Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
                               " tensor '" + e.name + "': chunk " + std::to_string(chunk) +
                               " out of range");
     }
-    if (cache_) cached = cache_->Get(model_, s, t, chunk);
+    if (cache_) cached = cache_->Get(model_, s, t, chunk, cache_generation_);
     chain.push_back({s, t, &e});
     if (cached || e.kind == FrameKind::kKeyframe) break;
     // Bases usually precede their deltas, but a garbage-collection rebase gives a kept version a

@@ -28,7 +28,8 @@ namespace ckpt {
 class ChainReader {
  public:
   ChainReader(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* manifests, StoreBackend* backend,
-              const rocksdb::Snapshot* snapshot, std::string model, ReferenceCache* cache);
+              const rocksdb::Snapshot* snapshot, std::string model, ReferenceCache* cache,
+              uint64_t cache_generation = ReferenceCache::kAnyGeneration);
 
   // The manifest at `seq` (NotFound/DataLoss on failure). The pointer stays valid for the
   // reader's lifetime.
@@ -55,6 +56,9 @@ class ChainReader {
   rocksdb::ReadOptions read_options_;
   std::string model_;
   ReferenceCache* cache_;
+  // The cache's generation when the snapshot was taken: once a model has been dropped whole
+  // since, the cache may hold chunks of a new model under the same seqs, and is not read.
+  const uint64_t cache_generation_;
   std::mutex mu_;
   std::map<uint64_t, ManifestRecord> manifests_by_seq_;  // guarded by mu_
   std::atomic<uint64_t> links_decoded_{0};

@@ -10,8 +10,9 @@ std::string ReferenceCache::MakeKey(std::string_view model, uint64_t seq, uint32
 }
 
 ReferenceCache::Chunk ReferenceCache::Get(std::string_view model, uint64_t seq, uint32_t tensor,
-                                          uint32_t chunk) {
+                                          uint32_t chunk, uint64_t generation) {
   std::lock_guard lock(mu_);
+  if (generation != kAnyGeneration && generation != generation_) return nullptr;
   auto it = index_.find(MakeKey(model, seq, tensor, chunk));
   if (it == index_.end()) return nullptr;
   List& list = ListOf(it->second->kind);
@@ -48,6 +49,26 @@ void ReferenceCache::Erase(std::string_view model, uint64_t seq, uint32_t tensor
   auto it = index_.find(MakeKey(model, seq, tensor, chunk));
   if (it == index_.end()) return;
   RemoveLocked(ListOf(it->second->kind), it->second);
+}
+
+void ReferenceCache::Demote(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(MakeKey(model, seq, tensor, chunk));
+  if (it != index_.end() && it->second->kind == Kind::kReference) DemoteLocked(it->second);
+}
+
+void ReferenceCache::DemoteModelExcept(std::string_view model, uint64_t keep_seq) {
+  std::lock_guard lock(mu_);
+  // Oldest first, so that the restored chunks keep the references' order of use.
+  List& references = ListOf(Kind::kReference);
+  for (auto it = references.end(); it != references.begin();) {
+    auto entry = std::prev(it);
+    if (entry->model == model && entry->seq != keep_seq) {
+      DemoteLocked(entry);  // `it` stays valid and now follows the entry before
+    } else {
+      it = entry;
+    }
+  }
 }
 
 void ReferenceCache::Rekey(std::string_view model, uint64_t old_seq, uint64_t new_seq) {
@@ -99,6 +120,15 @@ ReferenceCache::List::iterator ReferenceCache::RemoveLocked(List& list, List::it
   size_bytes_[static_cast<size_t>(it->kind)] -= it->data->size();
   index_.erase(it->key);
   return list.erase(it);
+}
+
+void ReferenceCache::DemoteLocked(List::iterator it) {
+  const uint64_t bytes = it->data->size();
+  size_bytes_[static_cast<size_t>(Kind::kReference)] -= bytes;
+  size_bytes_[static_cast<size_t>(Kind::kRestored)] += bytes;
+  it->kind = Kind::kRestored;
+  List& restored = ListOf(Kind::kRestored);
+  restored.splice(restored.begin(), ListOf(Kind::kReference), it);
 }
 
 void ReferenceCache::EvictLocked() {

@@ -38,7 +38,10 @@ class ReferenceCache {
 
   explicit ReferenceCache(uint64_t budget_bytes) : budget_bytes_(budget_bytes) {}
 
-  Chunk Get(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk);
+  // The entry, or nullptr; also nullptr when `generation` is given and differs from
+  // generation().
+  Chunk Get(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk,
+            uint64_t generation = kAnyGeneration);
   // Caches `data` (replacing an entry with the same key), unless `generation` is given and
   // differs from generation(). An entry that is a reference stays one when the same chunk is
   // put again as restored.
@@ -46,11 +49,19 @@ class ReferenceCache {
            Kind kind = Kind::kReference, uint64_t generation = kAnyGeneration);
   // How many times a model was dropped whole (DropModelExcept with keep_seq 0: deleted, or its
   // first push aborted). A model created again reuses seqs, so a reader working from a snapshot
-  // taken before such a drop must not cache what it decodes: it reads generation() before
-  // taking its snapshot and passes it to Put.
+  // taken before such a drop must neither cache what it decodes nor use what the cache holds
+  // (it may belong to the new model): it reads generation() before taking its snapshot and
+  // passes it to Get and Put. Writers hold the model's lock, so no drop can overlap them.
   uint64_t generation() const;
   bool Contains(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk) const;
   void Erase(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk);
+  // Makes the entry, if it is a reference, a restored chunk (most recently used of those): a
+  // push consumed it, so it no longer needs protecting, but a restore of its version may still
+  // use it.
+  void Demote(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk);
+  // Demotes every reference entry of `model` whose seq differs from `keep_seq` (a push made
+  // `keep_seq` the model's reference).
+  void DemoteModelExcept(std::string_view model, uint64_t keep_seq);
   // Drops every entry of `model` whose seq differs from `keep_seq` (0 drops all).
   void DropModelExcept(std::string_view model, uint64_t keep_seq);
   // Files every entry of (model, old_seq) under new_seq: the manifest was rewritten under a new
@@ -74,6 +85,8 @@ class ReferenceCache {
   List& ListOf(Kind kind) { return lists_[static_cast<size_t>(kind)]; }
   // Removes the entry at `it` of `list`; returns the next one.
   List::iterator RemoveLocked(List& list, List::iterator it);
+  // Moves the reference entry at `it` to the front of the restored chunks.
+  void DemoteLocked(List::iterator it);
   void EvictLocked();
 
   const uint64_t budget_bytes_;

@@ -276,7 +276,14 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     ctx_.counters->pushes.fetch_add(1, std::memory_order_relaxed);
     ctx_.counters->push_raw_bytes.fetch_add(vr.raw_bytes, std::memory_order_relaxed);
     ctx_.counters->push_stored_bytes.fetch_add(vr.stored_bytes, std::memory_order_relaxed);
-    ctx_.cache->DropModelExcept(model_, seq_);
+    // The former reference's chunks stay as restored chunks (a restore of the version before
+    // this one, the usual rollback after a loss spike, then replays nothing); with a cluster,
+    // restored chunks are not kept (see RestoreStreamImpl::Init).
+    if (ctx_.backend->IsLocal()) {
+      ctx_.cache->DemoteModelExcept(model_, seq_);
+    } else {
+      ctx_.cache->DropModelExcept(model_, seq_);
+    }
     VersionInfo info = MakeVersionInfo(model_, version_, vr);
     info.tags = push_options_.tags;
     std::sort(info.tags.begin(), info.tags.end());
@@ -402,10 +409,14 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
       cached = ctx_.cache->Get(model_, t.base_seq, t.base_tensor, chunk);
       if (cached) {
         reference = std::span<const uint8_t>(*cached);
-        // Consumed: the new version's chunk replaces it, and evicting it now keeps the LRU from
-        // evicting reference chunks this push still needs. (Evicted under a race, or after an
-        // abort, a reference is decoded from the chain below.)
-        ctx_.cache->Erase(model_, t.base_seq, t.base_tensor, chunk);
+        // Consumed: the new version's chunk replaces it as the reference, and demoting (with a
+        // cluster, evicting) it now keeps the LRU from evicting reference chunks this push still
+        // needs. (Evicted under a race, a reference is decoded from the chain below.)
+        if (ctx_.backend->IsLocal()) {
+          ctx_.cache->Demote(model_, t.base_seq, t.base_tensor, chunk);
+        } else {
+          ctx_.cache->Erase(model_, t.base_seq, t.base_tensor, chunk);
+        }
       } else {
         CKPT_RETURN_IF_ERROR(reader_.DecodeChunk(t.base_seq, t.base_tensor, chunk, &decoded));
         reference = std::span<const uint8_t>(decoded);
@@ -499,7 +510,7 @@ class RestoreStreamImpl final : public RestoreStream {
         cache_generation_(cache_generation),
         use_cache_(use_cache),
         reader_(ctx.db, ctx.manifests, ctx.backend, snapshot, std::move(model),
-                use_cache ? ctx.cache : nullptr) {}
+                use_cache ? ctx.cache : nullptr, cache_generation) {}
 
   ~RestoreStreamImpl() override {
     queue_.clear();  // waits for prefetches still reading through the snapshot

@@ -286,16 +286,25 @@ TEST_F(CheckpointStoreTest, RestoringVersionsInTurnReplaysOneLinkPerChunk) {
   EXPECT_EQ(*cold, restored_then[8]);
   EXPECT_EQ(links(), 9 * chunks);
   EXPECT_EQ(store_->Stats().restores, 1u);
-  // A push drops the model's restored chunks with its old reference; the chain still decodes.
+  // A push keeps the former reference's chunks as restored chunks: rolling back to the version
+  // before the latest (after a loss spike, say) replays nothing, and restored chunks survive.
   Reopen();
   ASSERT_TRUE(Restore("m", 5).ok());
   ASSERT_TRUE(Restore("m", 10).ok());  // latest: refills the reference
   ASSERT_NO_FATAL_FAILURE(PushVersions(model, 11, 11, &bodies));
-  const uint64_t before = links();
-  auto body = Restore("m", 6);
+  uint64_t before = links();
+  auto body = Restore("m", 10);
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ(*body, restored_then[9]);
+  EXPECT_EQ(links() - before, 0u);
+  before = links();
+  body = Restore("m", 6);
   ASSERT_TRUE(body.ok());
   EXPECT_EQ(*body, restored_then[5]);
-  EXPECT_EQ(links() - before, 6 * chunks);
+  EXPECT_EQ(links() - before, chunks);
+  // Deleting the model drops everything.
+  ASSERT_TRUE(store_->DeleteModel("m").ok());
+  EXPECT_EQ(store_->OpenRestore("m", 6).status().code(), StatusCode::kNotFound);
 }
 
 // A restore that outlives its model (deleted, created again under the same name, which reuses

@@ -358,6 +358,29 @@ TEST(ReferenceCache, PutsFromBeforeAWholeModelDropAreIgnored) {
   EXPECT_NE(cache.Get("m", 1, 0, 0), nullptr);
   cache.Put("m", 2, 0, 0, Bytes(10, 3));  // pushes hold the model's lock: any generation
   EXPECT_NE(cache.Get("m", 2, 0, 0), nullptr);
+  // A reader from before the drop does not see the new model's entries either.
+  EXPECT_EQ(cache.Get("m", 2, 0, 0, before), nullptr);
+  EXPECT_NE(cache.Get("m", 2, 0, 0, cache.generation()), nullptr);
+}
+
+TEST(ReferenceCache, DemotedReferencesAreEvictedFirst) {
+  using Kind = ReferenceCache::Kind;
+  ReferenceCache cache(300);
+  cache.Put("m", 1, 0, 0, Bytes(100, 1));
+  cache.Put("m", 1, 0, 1, Bytes(100, 2));
+  cache.Put("other", 1, 0, 0, Bytes(100, 3));
+  cache.Demote("m", 1, 0, 0);  // a push consumed it
+  EXPECT_EQ(cache.size_bytes(Kind::kRestored), 100u);
+  cache.Put("m", 2, 0, 0, Bytes(100, 4));  // evicts the demoted chunk, not a reference
+  EXPECT_EQ(cache.Get("m", 1, 0, 0), nullptr);
+  EXPECT_NE(cache.Get("other", 1, 0, 0), nullptr);
+  cache.DemoteModelExcept("m", 2);  // the push committed: seq 1 is no reference any more
+  EXPECT_EQ(cache.size_bytes(Kind::kRestored), 100u);
+  EXPECT_EQ(cache.size_bytes(Kind::kReference), 200u);
+  EXPECT_EQ((*cache.Get("m", 1, 0, 1))[0], 2);  // still there until space is needed
+  cache.Put("x", 1, 0, 0, Bytes(100, 5));
+  EXPECT_EQ(cache.Get("m", 1, 0, 1), nullptr);
+  EXPECT_NE(cache.Get("m", 2, 0, 0), nullptr);
 }
 
 }  // namespace
