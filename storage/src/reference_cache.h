@@ -4,9 +4,10 @@
 // Entries are keyed by (model, seq, tensor index, chunk index); a manifest's reconstruction
 // never changes, so an entry stays exact for as long as its seq exists. Two kinds share one
 // byte budget: references (each model's latest reconstruction, which the next push deltas
-// against) and restored chunks (a version a restore decoded, from which a restore of a later
-// version of the same chain replays one link). Once the budget is exceeded restored chunks are
-// evicted first, least-recently-used, so restores never push out a reference; then references.
+// against) and restored chunks (of versions a restore decoded or whose reference role a push
+// took over: a restore of that version replays nothing, one of the next version one link).
+// Once the budget is exceeded restored chunks are evicted first, least-recently-used, so they
+// never push out a reference; then references.
 // A miss is never an error: callers decode from storage.
 //
 // Thread safety: safe for concurrent use.
@@ -30,10 +31,10 @@ class ReferenceCache {
   // What an entry is kept for; decides the order of eviction.
   enum class Kind : uint8_t {
     kReference = 0,  // a model's latest reconstruction: evicted last
-    kRestored = 1,   // a chunk a restore decoded: evicted first
+    kRestored = 1,   // a chunk a restore decoded, or a former reference: evicted first
   };
 
-  // For Put: cache whatever the generation.
+  // For Get and Put: whatever the generation.
   static constexpr uint64_t kAnyGeneration = ~uint64_t{0};
 
   explicit ReferenceCache(uint64_t budget_bytes) : budget_bytes_(budget_bytes) {}
