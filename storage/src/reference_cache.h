@@ -49,7 +49,8 @@ class ReferenceCache {
   void Put(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk, Chunk data,
            Kind kind = Kind::kReference, uint64_t generation = kAnyGeneration);
   // How many times a model was dropped whole (DropModelExcept with keep_seq 0: deleted, or its
-  // first push aborted). A model created again reuses seqs, so a reader working from a snapshot
+  // first push aborted). On the local backend a model created again reuses seqs (a cluster's
+  // deletion bumps the lease epoch, and so the seq floor), so a reader working from a snapshot
   // taken before such a drop must neither cache what it decodes nor use what the cache holds
   // (it may belong to the new model): it reads generation() before taking its snapshot and
   // passes it to Get and Put. Writers hold the model's lock, so no drop can overlap them.

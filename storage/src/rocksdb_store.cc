@@ -277,13 +277,8 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     ctx_.counters->push_raw_bytes.fetch_add(vr.raw_bytes, std::memory_order_relaxed);
     ctx_.counters->push_stored_bytes.fetch_add(vr.stored_bytes, std::memory_order_relaxed);
     // The former reference's chunks stay as restored chunks (a restore of the version before
-    // this one, the usual rollback after a loss spike, then replays nothing); with a cluster,
-    // restored chunks are not kept (see RestoreStreamImpl::Init).
-    if (ctx_.backend->IsLocal()) {
-      ctx_.cache->DemoteModelExcept(model_, seq_);
-    } else {
-      ctx_.cache->DropModelExcept(model_, seq_);
-    }
+    // this one, the usual rollback after a loss spike, then replays nothing).
+    ctx_.cache->DemoteModelExcept(model_, seq_);
     VersionInfo info = MakeVersionInfo(model_, version_, vr);
     info.tags = push_options_.tags;
     std::sort(info.tags.begin(), info.tags.end());
@@ -409,14 +404,10 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
       cached = ctx_.cache->Get(model_, t.base_seq, t.base_tensor, chunk);
       if (cached) {
         reference = std::span<const uint8_t>(*cached);
-        // Consumed: the new version's chunk replaces it as the reference, and demoting (with a
-        // cluster, evicting) it now keeps the LRU from evicting reference chunks this push still
-        // needs. (Evicted under a race, a reference is decoded from the chain below.)
-        if (ctx_.backend->IsLocal()) {
-          ctx_.cache->Demote(model_, t.base_seq, t.base_tensor, chunk);
-        } else {
-          ctx_.cache->Erase(model_, t.base_seq, t.base_tensor, chunk);
-        }
+        // Consumed: the new version's chunk replaces it as the reference, and demoting it now
+        // keeps the LRU from evicting reference chunks this push still needs. (Evicted under a
+        // race, a reference is decoded from the chain below.)
+        ctx_.cache->Demote(model_, t.base_seq, t.base_tensor, chunk);
       } else {
         CKPT_RETURN_IF_ERROR(reader_.DecodeChunk(t.base_seq, t.base_tensor, chunk, &decoded));
         reference = std::span<const uint8_t>(decoded);
@@ -535,14 +526,9 @@ class RestoreStreamImpl final : public RestoreStream {
     ro.snapshot = snapshot_;
     CKPT_ASSIGN_OR_RETURN(auto state, ctx_.GetRecord<CodecStateRecord>(ro, ctx_.codec_state,
                                                                        info_.model, "codec state"));
-    // With a cluster, restored chunks stay local-only: another daemon may delete and create a
-    // model again under seqs this daemon's cache cannot know were reused.
     if (use_cache_ && record_.raw_bytes <= ctx_.cache->budget_bytes() / 2) {
-      if (state && state->reference_seq == record_.seq) {
-        cache_as_ = ReferenceCache::Kind::kReference;
-      } else if (ctx_.backend->IsLocal()) {
-        cache_as_ = ReferenceCache::Kind::kRestored;
-      }
+      cache_as_ = state && state->reference_seq == record_.seq ? ReferenceCache::Kind::kReference
+                                                               : ReferenceCache::Kind::kRestored;
     }
     return Status::Ok();
   }

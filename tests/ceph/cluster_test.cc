@@ -2,7 +2,8 @@
 // its own RADOS namespace). Any daemon restores any model; writes go through the lease holder
 // (307 elsewhere); a killed owner's models are taken over once its lease expires; a paused
 // owner that lost its lease cannot commit; lossy models keep their bound across owners; a daemon
-// with an empty data directory serves everything from the cluster.
+// with an empty data directory serves everything from the cluster; a reader daemon caches what it
+// restores, and a model deleted and pushed again is never served from that cache.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -98,6 +99,15 @@ class ClusterTest : public ::testing::Test {
       ASSERT_EQ(r.status, 200) << r.body;
       EXPECT_EQ(Sha256Hex(r.body), digest) << "version " << v << where;
     }
+  }
+
+  // `node`'s ckptd_restore_links_decoded_total.
+  static double LinksDecoded(const Node& node) {
+    const std::string metrics = Request(node.port, "GET", "/metrics").body;
+    const std::string series = "\nckptd_restore_links_decoded_total ";
+    const size_t at = metrics.find(series);
+    EXPECT_NE(at, std::string::npos) << metrics;
+    return at == std::string::npos ? -1 : std::stod(metrics.substr(at + series.size()));
   }
 
   // Replaces daemon B by one with an empty data directory (what a new node starts with).
@@ -400,6 +410,40 @@ TEST_F(ClusterTest, APausedOwnerThatLostItsLeaseCannotCommit) {
   auto redirected = Request(a_->port, "PUT", VersionPath("m", 5), drift.Next());
   EXPECT_EQ(redirected.status, 307);
   EXPECT_EQ(redirected.headers["location"], b_->url + VersionPath("m", 5));
+}
+
+// A daemon that is not a model's owner keeps what it restores in its cache like the owner: a
+// version restored again replays nothing. A model deleted and pushed again gets seqs above the
+// old ones (the deletion bumps the epoch), so such a daemon, which may never see the model
+// missing in between, restores the new model's versions, not its cached reconstructions of the
+// old ones.
+TEST_F(ClusterTest, AModelDeletedAndPushedAgainIsNotServedFromAnotherDaemonsCache) {
+  for (const char* mode : {"lossless", "lossy"}) {
+    SCOPED_TRACE(mode);
+    const std::string model = std::string("r-") + mode;
+    const std::string policy =
+        std::string(mode) == "lossy"
+            ? R"({"mode":"lossy","max_abs_error":0.001,"lossless_tensors":[]})"
+            : R"({"mode":"lossless"})";
+    std::map<uint64_t, std::string> sha;
+    for (uint64_t seed : {11, 12}) {
+      ASSERT_EQ(Request(a_->port, "PUT", "/v1/models/" + model + "/policy", policy).status, 200);
+      DriftingModel drift(seed, 20000);
+      std::map<uint64_t, std::string> restored;
+      for (uint64_t v = 1; v <= 3; ++v) {
+        ASSERT_EQ(Request(a_->port, "PUT", VersionPath(model, v), drift.Next()).status, 201);
+        restored[v] = Sha256Hex(Request(a_->port, "GET", VersionPath(model, v)).body);
+      }
+      // B restores every version (its cache now holds reconstructions of this incarnation).
+      ExpectRestores(*b_, model, restored, " through B, seed " + std::to_string(seed));
+      const double links = LinksDecoded(*b_);
+      ExpectRestores(*b_, model, {{2, restored[2]}}, " through B again");
+      EXPECT_EQ(LinksDecoded(*b_), links) << "version 2 restored again from B's cache";
+      if (seed == 11) {
+        ASSERT_EQ(Request(a_->port, "DELETE", "/v1/models/" + model).status, 204);
+      }
+    }
+  }
 }
 
 TEST_F(ClusterTest, LossyModelsKeepTheirBoundAcrossAnOwnershipChange) {
