@@ -15,6 +15,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -149,6 +152,14 @@ int RunRestoreBackup(const DaemonConfig& config, const std::string& from) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef __GLIBC__
+  // The daemon's large buffers (chunks, decoded references, the reference cache's entries) are
+  // allocated on one thread and freed on another: a push encodes on its own thread, restores
+  // decode ahead on theirs. With glibc's default of 8 arenas per core, memory freed into one
+  // arena is not reused by threads of the others. Peak RSS of bench/e2e_bench.sh on a 20 x
+  // 13 MB run: 364-372 MiB with the default, 246-253 MiB with two arenas, same throughput.
+  mallopt(M_ARENA_MAX, 2);
+#endif
   CLI::App app{"ckptd — storage daemon for versioned deep-learning checkpoints"};
   std::string config_path, listen, data_dir, log_level, ready_file;
   bool show_version = false;

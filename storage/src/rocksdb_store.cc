@@ -29,6 +29,7 @@
 #include "keys.h"
 #include "model_chains.h"
 #include "model_locks.h"
+#include "ordered_worker.h"
 #include "records.h"
 #include "reference_cache.h"
 #include "store_context.h"
@@ -200,9 +201,11 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         state_(state),
         seq_(seq),
         parser_(this, body_size),
-        reader_(ctx.db, ctx.manifests, ctx.backend, nullptr, model_, ctx.cache) {}
+        reader_(ctx.db, ctx.manifests, ctx.backend, nullptr, model_, ctx.cache),
+        encoder_(std::make_unique<OrderedWorker>(2 * ctx.options->chunk_bytes)) {}
 
   ~PushSessionImpl() override {
+    encoder_.reset();  // waits for the chunk being encoded; drops the queued ones
     if (committed_) return;
     // Abort: remove every chunk this push wrote (best effort: what a crash leaves behind is
     // removed by recovery or garbage collection).
@@ -219,6 +222,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   Result<VersionInfo> Commit() override {
     if (committed_) return Status::FailedPrecondition("push already committed");
     CKPT_RETURN_IF_ERROR(parser_.Finish());
+    CKPT_RETURN_IF_ERROR(encoder_->Drain());
 
     VersionRecord vr;
     vr.seq = seq_;
@@ -394,9 +398,18 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     return Status::Ok();
   }
 
+  // Queues a complete chunk of the body for EncodeChunk on the encoder thread.
   Status EmitChunk(uint32_t tensor, std::span<const uint8_t> data) {
+    const uint32_t chunk = chunk_index_++;
+    return encoder_->Submit(data, [this, tensor, chunk](std::span<const uint8_t> bytes) {
+      return EncodeChunk(tensor, chunk, bytes);
+    });
+  }
+
+  // Encodes chunk `chunk` of tensor `tensor` against its reference, stores it and accounts for
+  // it. Runs on the encoder thread, for the chunks of the body one at a time and in order.
+  Status EncodeChunk(uint32_t tensor, uint32_t chunk, std::span<const uint8_t> data) {
     const ManifestTensor& t = manifest_.tensors[tensor];
-    const uint32_t chunk = chunk_index_;
     std::optional<std::span<const uint8_t>> reference;
     ReferenceCache::Chunk cached;
     std::vector<uint8_t> decoded;
@@ -442,7 +455,6 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         encoded.reconstruction_is_input
             ? std::make_shared<const std::vector<uint8_t>>(data.begin(), data.end())
             : std::make_shared<const std::vector<uint8_t>>(std::move(encoded.reconstruction)));
-    ++chunk_index_;
     return Status::Ok();
   }
 
@@ -478,7 +490,11 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   std::string raw_header_;
   ManifestRecord manifest_;
   std::vector<uint8_t> pending_;
-  uint32_t chunk_index_ = 0;
+  uint32_t chunk_index_ = 0;  // of the next chunk EmitChunk receives
+  // Encodes the chunks while the network thread receives and hashes the next ones (a push
+  // uses two cores), at most two chunks' bytes waiting. EncodeChunk writes manifest_'s
+  // per-tensor figures, restored_sha_ and stored_bytes_ there; Commit reads them after Drain.
+  std::unique_ptr<OrderedWorker> encoder_;
   uint64_t stored_bytes_ = 0;
   bool committed_ = false;
 };

@@ -1,0 +1,90 @@
+// OrderedWorker: jobs run in order on one thread, each on its own copy of the bytes; the queue
+// stays within its byte bound; a failed job stops the ones after it.
+#include "ordered_worker.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ckpt {
+namespace {
+
+std::span<const uint8_t> Bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+TEST(OrderedWorker, RunsJobsInOrderOnCopiesOfTheirBytes) {
+  OrderedWorker worker(1 << 20);
+  std::vector<std::string> seen;  // written by the jobs only, read after Drain
+  std::string buffer;
+  for (int i = 0; i < 100; ++i) {
+    buffer = "chunk " + std::to_string(i);
+    ASSERT_TRUE(worker
+                    .Submit(Bytes(buffer),
+                            [&seen](std::span<const uint8_t> bytes) {
+                              seen.emplace_back(bytes.begin(), bytes.end());
+                              return Status::Ok();
+                            })
+                    .ok());
+    buffer.assign(buffer.size(), 'x');  // the caller reuses its buffer at once
+  }
+  ASSERT_TRUE(worker.Drain().ok());
+  ASSERT_EQ(seen.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(seen[i], "chunk " + std::to_string(i));
+}
+
+TEST(OrderedWorker, SubmitWaitsWhileTheQueueHoldsItsBound) {
+  constexpr int kJobs = 20;
+  constexpr size_t kJobBytes = 1000;
+  OrderedWorker worker(2 * kJobBytes);  // the running job and one more
+  std::mutex mu;
+  std::condition_variable submitted_changed;
+  int submitted = 0;
+  std::vector<int> submitted_when_started(kJobs, -1);
+  const std::string bytes(kJobBytes, 'b');
+  for (int i = 0; i < kJobs; ++i) {
+    ASSERT_TRUE(worker
+                    .Submit(Bytes(bytes),
+                            [&, i](std::span<const uint8_t>) {
+                              // Let the submitter get as far ahead as the bound allows, then
+                              // record how far it got.
+                              std::unique_lock lock(mu);
+                              submitted_changed.wait(
+                                  lock, [&] { return submitted >= std::min(i + 2, kJobs); });
+                              submitted_when_started[i] = submitted;
+                              return Status::Ok();
+                            })
+                    .ok());
+    std::lock_guard lock(mu);
+    ++submitted;
+    submitted_changed.notify_all();
+  }
+  ASSERT_TRUE(worker.Drain().ok());
+  for (int i = 0; i < kJobs; ++i) {
+    EXPECT_EQ(submitted_when_started[i], std::min(i + 2, kJobs)) << "job " << i;
+  }
+}
+
+TEST(OrderedWorker, AFailedJobStopsTheOnesAfterIt) {
+  OrderedWorker worker(1 << 20);
+  int ran = 0;
+  const std::string bytes = "x";
+  auto job = [&ran](std::span<const uint8_t>) {
+    ++ran;
+    return ran == 3 ? Status::IoError("disk full") : Status::Ok();
+  };
+  Status status;
+  for (int i = 0; i < 50 && status.ok(); ++i) status = worker.Submit(Bytes(bytes), job);
+  const Status drained = worker.Drain();
+  EXPECT_EQ(drained.code(), StatusCode::kIoError);
+  EXPECT_NE(drained.message().find("disk full"), std::string::npos);
+  EXPECT_EQ(ran, 3);
+  EXPECT_EQ(worker.Submit(Bytes(bytes), job).code(), StatusCode::kIoError);
+  EXPECT_EQ(ran, 3);
+}
+
+}  // namespace
+}  // namespace ckpt
