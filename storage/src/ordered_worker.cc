@@ -26,8 +26,9 @@ Status OrderedWorker::Submit(std::span<const uint8_t> bytes, Job job) {
   {
     std::unique_lock lock(mu_);
     changed_.wait(lock, [&] {
-      return !failure_.ok() || queue_.empty() || queued_bytes_ + bytes.size() <= max_queued_bytes_;
+      return Failed() || queue_.empty() || queued_bytes_ + bytes.size() <= max_queued_bytes_;
     });
+    if (exception_) std::rethrow_exception(exception_);
     if (!failure_.ok()) return failure_;
     if (!spare_.empty()) {
       copy = std::move(spare_.back());
@@ -48,6 +49,7 @@ Status OrderedWorker::Submit(std::span<const uint8_t> bytes, Job job) {
 Status OrderedWorker::Drain() {
   std::unique_lock lock(mu_);
   changed_.wait(lock, [&] { return queue_.empty(); });
+  if (exception_) std::rethrow_exception(exception_);
   return failure_;
 }
 
@@ -59,11 +61,18 @@ void OrderedWorker::Run() {
     // The front entry stays where it is while it runs: Submit only appends, which keeps
     // references to a deque's elements valid.
     Entry& entry = queue_.front();
-    if (failure_.ok()) {
+    if (!Failed()) {
       lock.unlock();
-      Status status = entry.job(entry.bytes);
+      Status status;
+      std::exception_ptr exception;
+      try {
+        status = entry.job(entry.bytes);
+      } catch (...) {  // a bug: rethrown to the owner, as if the job had run on its thread
+        exception = std::current_exception();
+      }
       lock.lock();
-      if (!status.ok() && failure_.ok()) failure_ = std::move(status);
+      if (!status.ok()) failure_ = std::move(status);
+      exception_ = exception;
     }
     queued_bytes_ -= entry.bytes.size();
     if (spare_.size() < kMaxSpareBuffers) spare_.push_back(std::move(entry.bytes));

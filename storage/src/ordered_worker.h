@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <span>
@@ -37,7 +38,8 @@ class OrderedWorker {
   OrderedWorker& operator=(const OrderedWorker&) = delete;
 
   // Queues `job` with a copy of `bytes`. Returns the error of a job that failed before (then
-  // nothing more runs: the jobs after a failure are dropped).
+  // nothing more runs: the jobs after a failure are dropped). An exception a job threw is
+  // rethrown here or by Drain, as if the job had run on the owner's thread.
   Status Submit(std::span<const uint8_t> bytes, Job job);
   // Waits until every queued job ran; Ok or the first job's error.
   Status Drain();
@@ -49,6 +51,7 @@ class OrderedWorker {
   };
 
   void Run();
+  bool Failed() const { return !failure_.ok() || exception_; }  // mu_ held
 
   const size_t max_queued_bytes_;
   std::mutex mu_;
@@ -57,6 +60,7 @@ class OrderedWorker {
   size_t queued_bytes_ = 0;                  // guarded by mu_
   bool stop_ = false;                        // guarded by mu_
   Status failure_;                           // guarded by mu_: the first job error
+  std::exception_ptr exception_;             // guarded by mu_: or the exception a job threw
   std::vector<std::vector<uint8_t>> spare_;  // guarded by mu_: buffers of finished jobs
   std::thread thread_;                       // started by the first Submit
 };

@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,21 @@ TEST(OrderedWorker, AFailedJobStopsTheOnesAfterIt) {
   EXPECT_EQ(ran, 3);
   EXPECT_EQ(worker.Submit(Bytes(bytes), job).code(), StatusCode::kIoError);
   EXPECT_EQ(ran, 3);
+}
+
+TEST(OrderedWorker, AJobsExceptionIsRethrownToTheOwner) {
+  OrderedWorker worker(1 << 20);
+  const std::string bytes = "x";
+  int ran = 0;
+  auto job = [&ran](std::span<const uint8_t>) -> Status {
+    if (++ran == 2) throw std::runtime_error("bug");
+    return Status::Ok();
+  };
+  ASSERT_TRUE(worker.Submit(Bytes(bytes), job).ok());
+  ASSERT_TRUE(worker.Submit(Bytes(bytes), job).ok());
+  EXPECT_THROW((void)worker.Drain(), std::runtime_error);
+  EXPECT_THROW((void)worker.Submit(Bytes(bytes), job), std::runtime_error);
+  EXPECT_EQ(ran, 2);
 }
 
 }  // namespace
