@@ -231,7 +231,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     vr.raw_bytes = parser_.consumed();
     vr.tensor_count = static_cast<uint32_t>(manifest_.tensors.size());
     vr.sha256_hex = sha_.FinishHex();
-    vr.restored_sha256_hex = restored_sha_.FinishHex();
+    vr.restored_sha256_hex = restored_is_pushed_ ? vr.sha256_hex : restored_sha_.FinishHex();
     vr.raw_header = std::move(raw_header_);
     vr.metrics = push_options_.metrics;
     vr.labels = push_options_.labels;
@@ -312,6 +312,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     }
     manifest_.floor_seq = seq_;
     const uint32_t keyframe_every = policy_.EffectiveKeyframeEvery();
+    restored_is_pushed_ = true;
     for (const auto& t : header.tensors) {
       TensorCoding coding = policy_.ForTensor(t.name, t.dtype, t.shape);
       // Lattice versions with element history cost more to re-encode exactly (their states go
@@ -320,6 +321,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         coding.lossy_options.history = false;
       }
       tensor_codecs_.push_back(CodecFor(coding));
+      restored_is_pushed_ &= !coding.lossy;
       ManifestTensor mt;  // codec_id: lossless until a chunk is stored quantized
       mt.name = t.name;
       mt.dtype = t.dtype;
@@ -440,7 +442,12 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     const std::string value = ChunkRecord::EncodeChunk(encoded, t.kind, restored);
     CKPT_RETURN_IF_ERROR(ctx_.backend->PutChunk(model_, seq_, tensor, chunk, value));
     stored_bytes_ += value.size();
-    restored_sha_.Update(restored);
+    if (!restored_is_pushed_) {
+      restored_sha_.Update(restored);
+    } else if (!encoded.reconstruction_is_input) {
+      return Status::Internal("push: the lossless codec changed chunk " + std::to_string(chunk) +
+                              " of tensor '" + t.name + "'");
+    }
     ManifestTensor& entry = manifest_.tensors[tensor];
     if (encoded.codec_id == CodecId::kLossyQuantized) {
       entry.codec_id = static_cast<uint16_t>(encoded.codec_id);
@@ -486,7 +493,10 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   SafetensorsStreamParser parser_;
   ChainReader reader_;
   Sha256 sha_;           // of the pushed body
-  Sha256 restored_sha_;  // of the body a restore will send
+  Sha256 restored_sha_;  // of the body a restore will send, unless restored_is_pushed_
+  // Every tensor is coded losslessly: a restore sends the pushed body itself (the parser admits
+  // no byte outside the header and the tensors), whose SHA-256 sha_ computes anyway.
+  bool restored_is_pushed_ = false;
   std::string raw_header_;
   ManifestRecord manifest_;
   std::vector<uint8_t> pending_;
