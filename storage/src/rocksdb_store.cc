@@ -15,6 +15,7 @@
 #include <future>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -223,6 +224,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     if (committed_) return Status::FailedPrecondition("push already committed");
     CKPT_RETURN_IF_ERROR(parser_.Finish());
     CKPT_RETURN_IF_ERROR(encoder_->Drain());
+    HashRestoredChunks();
 
     VersionRecord vr;
     vr.seq = seq_;
@@ -402,6 +404,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
 
   // Queues a complete chunk of the body for EncodeChunk on the encoder thread.
   Status EmitChunk(uint32_t tensor, std::span<const uint8_t> data) {
+    HashRestoredChunks();
     const uint32_t chunk = chunk_index_++;
     return encoder_->Submit(data, [this, tensor, chunk](std::span<const uint8_t> bytes) {
       return EncodeChunk(tensor, chunk, bytes);
@@ -442,9 +445,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     const std::string value = ChunkRecord::EncodeChunk(encoded, t.kind, restored);
     CKPT_RETURN_IF_ERROR(ctx_.backend->PutChunk(model_, seq_, tensor, chunk, value));
     stored_bytes_ += value.size();
-    if (!restored_is_pushed_) {
-      restored_sha_.Update(restored);
-    } else if (!encoded.reconstruction_is_input) {
+    if (restored_is_pushed_ && !encoded.reconstruction_is_input) {
       return Status::Internal("push: the lossless codec changed chunk " + std::to_string(chunk) +
                               " of tensor '" + t.name + "'");
     }
@@ -457,12 +458,27 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     entry.bound = std::max(entry.bound, encoded.info.bound);
     entry.entropy_bits += encoded.info.model_entropy_bits;
     entry.exact_elements += encoded.info.exact_elements;
-    ctx_.cache->Put(
-        model_, seq_, tensor, chunk,
+    ReferenceCache::Chunk reconstruction =
         encoded.reconstruction_is_input
             ? std::make_shared<const std::vector<uint8_t>>(data.begin(), data.end())
-            : std::make_shared<const std::vector<uint8_t>>(std::move(encoded.reconstruction)));
+            : std::make_shared<const std::vector<uint8_t>>(std::move(encoded.reconstruction));
+    if (!restored_is_pushed_) {
+      std::lock_guard lock(unhashed_mu_);
+      unhashed_.push_back(reconstruction);
+    }
+    ctx_.cache->Put(model_, seq_, tensor, chunk, std::move(reconstruction));
     return Status::Ok();
+  }
+
+  // Adds the reconstructions the encoder thread finished since the last call to restored_sha_,
+  // in body order. On the network thread, which has time to spare while the encoder works.
+  void HashRestoredChunks() {
+    std::deque<ReferenceCache::Chunk> chunks;
+    {
+      std::lock_guard lock(unhashed_mu_);
+      chunks.swap(unhashed_);
+    }
+    for (const ReferenceCache::Chunk& chunk : chunks) restored_sha_.Update(*chunk);
   }
 
   // The codec of a tensor: the store's lossless codec, or a lossy codec for the tensor's
@@ -492,8 +508,10 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   const uint64_t seq_;
   SafetensorsStreamParser parser_;
   ChainReader reader_;
-  Sha256 sha_;           // of the pushed body
-  Sha256 restored_sha_;  // of the body a restore will send, unless restored_is_pushed_
+  Sha256 sha_;  // of the pushed body
+  // Of the body a restore will send, unless restored_is_pushed_: the header, then the chunks'
+  // reconstructions as the encoder thread hands them over in unhashed_.
+  Sha256 restored_sha_;
   // Every tensor is coded losslessly: a restore sends the pushed body itself (the parser admits
   // no byte outside the header and the tensors), whose SHA-256 sha_ computes anyway.
   bool restored_is_pushed_ = false;
@@ -503,8 +521,10 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   uint32_t chunk_index_ = 0;  // of the next chunk EmitChunk receives
   // Encodes the chunks while the network thread receives and hashes the next ones (a push
   // uses two cores), at most two chunks' bytes waiting. EncodeChunk writes manifest_'s
-  // per-tensor figures, restored_sha_ and stored_bytes_ there; Commit reads them after Drain.
+  // per-tensor figures and stored_bytes_ there; Commit reads them after Drain.
   std::unique_ptr<OrderedWorker> encoder_;
+  std::mutex unhashed_mu_;
+  std::deque<ReferenceCache::Chunk> unhashed_;  // guarded by unhashed_mu_
   uint64_t stored_bytes_ = 0;
   bool committed_ = false;
 };
