@@ -5,8 +5,9 @@
 // and hashing while the worker encodes and stores (a push then uses two cores), and the queue
 // bound keeps a fast sender from buffering a whole checkpoint in memory.
 //
-// Thread safety: Submit, Drain and the destructor are called from one thread (the owner); the
-// jobs run on the worker thread, one at a time, each seeing what the ones before it wrote.
+// Thread safety: Submit, Drain and the destructor are called by one owner, never concurrently
+// (the owner may move between threads, as a connection's coroutine does); the jobs run on the
+// worker thread, one at a time, each seeing what the ones before it wrote.
 #pragma once
 
 #include <condition_variable>
