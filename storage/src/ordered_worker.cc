@@ -10,7 +10,8 @@ constexpr size_t kMaxSpareBuffers = 4;
 
 }  // namespace
 
-OrderedWorker::OrderedWorker(size_t max_queued_bytes) : max_queued_bytes_(max_queued_bytes) {}
+OrderedWorker::OrderedWorker(size_t max_queued_bytes, size_t inline_below_bytes)
+    : max_queued_bytes_(max_queued_bytes), inline_below_bytes_(inline_below_bytes) {}
 
 OrderedWorker::~OrderedWorker() {
   {
@@ -30,6 +31,16 @@ Status OrderedWorker::Submit(std::span<const uint8_t> bytes, Job job) {
     });
     if (exception_) std::rethrow_exception(exception_);
     if (!failure_.ok()) return failure_;
+    if (queue_.empty() && bytes.size() < inline_below_bytes_) {
+      // Every job before this one has finished (the worker popped it under mu_).
+      lock.unlock();
+      Status status = job(bytes);
+      if (!status.ok()) {
+        lock.lock();
+        failure_ = status;
+      }
+      return status;
+    }
     if (!spare_.empty()) {
       copy = std::move(spare_.back());
       spare_.pop_back();

@@ -5,9 +5,13 @@
 // and hashing while the worker encodes and stores (a push then uses two cores), and the queue
 // bound keeps a fast sender from buffering a whole checkpoint in memory.
 //
+// A small job submitted while nothing is queued runs at once on the owner's thread: handing it
+// over would cost more than running it (a checkpoint of many small tensors pushed 6-10% slower
+// through the worker alone).
+//
 // Thread safety: Submit, Drain and the destructor are called by one owner, never concurrently
-// (the owner may move between threads, as a connection's coroutine does); the jobs run on the
-// worker thread, one at a time, each seeing what the ones before it wrote.
+// (the owner may move between threads, as a connection's coroutine does); the jobs run one at a
+// time, each seeing what the ones before it wrote.
 #pragma once
 
 #include <condition_variable>
@@ -30,8 +34,9 @@ class OrderedWorker {
   // A job gets its bytes (a copy of what Submit was given) and returns its status.
   using Job = std::function<Status(std::span<const uint8_t> bytes)>;
 
-  // Submit blocks while more than `max_queued_bytes` wait (one job is always accepted).
-  explicit OrderedWorker(size_t max_queued_bytes);
+  // Submit blocks while more than `max_queued_bytes` wait (one job is always accepted); jobs of
+  // fewer than `inline_below_bytes` run inline when nothing is queued.
+  OrderedWorker(size_t max_queued_bytes, size_t inline_below_bytes);
   // Waits for the running job; jobs still queued are dropped unrun.
   ~OrderedWorker();
 
@@ -55,6 +60,7 @@ class OrderedWorker {
   bool Failed() const { return !failure_.ok() || exception_; }  // mu_ held
 
   const size_t max_queued_bytes_;
+  const size_t inline_below_bytes_;
   std::mutex mu_;
   std::condition_variable changed_;          // a job was queued or finished, or stop_ was set
   std::deque<Entry> queue_;                  // guarded by mu_; the front one may be running

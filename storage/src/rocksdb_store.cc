@@ -203,7 +203,8 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         seq_(seq),
         parser_(this, body_size),
         reader_(ctx.db, ctx.manifests, ctx.backend, nullptr, model_, ctx.cache),
-        encoder_(std::make_unique<OrderedWorker>(2 * ctx.options->chunk_bytes)) {}
+        encoder_(std::make_unique<OrderedWorker>(2 * ctx.options->chunk_bytes, kInlineChunkBytes)) {
+  }
 
   ~PushSessionImpl() override {
     encoder_.reset();  // waits for the chunk being encoded; drops the queued ones
@@ -523,6 +524,8 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   // uses two cores), at most two chunks' bytes waiting. EncodeChunk writes manifest_'s
   // per-tensor figures and stored_bytes_ there; Commit reads them after Drain.
   std::unique_ptr<OrderedWorker> encoder_;
+  // Chunks smaller than this are encoded on the connection's thread when the encoder is idle.
+  static constexpr size_t kInlineChunkBytes = 16 << 10;
   std::mutex unhashed_mu_;
   std::deque<ReferenceCache::Chunk> unhashed_;  // guarded by unhashed_mu_
   uint64_t stored_bytes_ = 0;

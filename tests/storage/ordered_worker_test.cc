@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace ckpt {
@@ -18,7 +21,7 @@ std::span<const uint8_t> Bytes(const std::string& s) {
 }
 
 TEST(OrderedWorker, RunsJobsInOrderOnCopiesOfTheirBytes) {
-  OrderedWorker worker(1 << 20);
+  OrderedWorker worker(1 << 20, 0);
   std::vector<std::string> seen;  // written by the jobs only, read after Drain
   std::string buffer;
   for (int i = 0; i < 100; ++i) {
@@ -40,7 +43,7 @@ TEST(OrderedWorker, RunsJobsInOrderOnCopiesOfTheirBytes) {
 TEST(OrderedWorker, SubmitWaitsWhileTheQueueHoldsItsBound) {
   constexpr int kJobs = 20;
   constexpr size_t kJobBytes = 1000;
-  OrderedWorker worker(2 * kJobBytes);  // the running job and one more
+  OrderedWorker worker(2 * kJobBytes, 0);  // the running job and one more
   std::mutex mu;
   std::condition_variable submitted_changed;
   int submitted = 0;
@@ -70,7 +73,7 @@ TEST(OrderedWorker, SubmitWaitsWhileTheQueueHoldsItsBound) {
 }
 
 TEST(OrderedWorker, AFailedJobStopsTheOnesAfterIt) {
-  OrderedWorker worker(1 << 20);
+  OrderedWorker worker(1 << 20, 0);
   int ran = 0;
   const std::string bytes = "x";
   auto job = [&ran](std::span<const uint8_t>) {
@@ -87,8 +90,42 @@ TEST(OrderedWorker, AFailedJobStopsTheOnesAfterIt) {
   EXPECT_EQ(ran, 3);
 }
 
+TEST(OrderedWorker, SmallJobsRunInlineOnlyWhenNothingIsQueued) {
+  OrderedWorker worker(1 << 20, 100);
+  const std::string small(10, 's'), large(1000, 'l');
+  std::vector<std::pair<std::string, std::thread::id>> ran;  // job, thread
+  auto job = [&ran](std::span<const uint8_t> bytes) {
+    ran.emplace_back(std::string(bytes.begin(), bytes.end()).substr(0, 1),
+                     std::this_thread::get_id());
+    return Status::Ok();
+  };
+  ASSERT_TRUE(worker.Submit(Bytes(small), job).ok());
+  ASSERT_EQ(ran.size(), 1u);  // ran before Submit returned
+  EXPECT_EQ(ran[0].second, std::this_thread::get_id());
+
+  // A large job holds the worker until released; a small one submitted meanwhile must wait
+  // for it rather than run inline out of order.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  ASSERT_TRUE(worker
+                  .Submit(Bytes(large),
+                          [&, released](std::span<const uint8_t> bytes) {
+                            released.wait();
+                            return job(bytes);
+                          })
+                  .ok());
+  ASSERT_TRUE(worker.Submit(Bytes(small), job).ok());
+  release.set_value();
+  ASSERT_TRUE(worker.Drain().ok());
+  ASSERT_EQ(ran.size(), 3u);
+  EXPECT_EQ(ran[1].first, "l");
+  EXPECT_EQ(ran[2].first, "s");
+  EXPECT_NE(ran[1].second, std::this_thread::get_id());
+  EXPECT_NE(ran[2].second, std::this_thread::get_id());
+}
+
 TEST(OrderedWorker, AJobsExceptionIsRethrownToTheOwner) {
-  OrderedWorker worker(1 << 20);
+  OrderedWorker worker(1 << 20, 0);
   const std::string bytes = "x";
   int ran = 0;
   auto job = [&ran](std::span<const uint8_t>) -> Status {
