@@ -1,16 +1,20 @@
 // Codec micro-benchmark: the lossless byte-plane codec on realistic float data (a Gaussian
 // weight tensor and its next version after a small update), next to zstd -1 and zstd -3 of the
 // same bytes measured in the same run. Reported counters: bytes_per_second (input bytes) and
-// ratio (input / output).
+// ratio (input / output). Also the safetensors header parser on headers of 1,000 to 65,536
+// tensors (items_per_second: tensors), next to a plain nlohmann::json parse of the same text.
 //
 // Run: build-release/bench/codec_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>
 #include <zstd.h>
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "ckpt/codec/safetensors.h"
 #include "ckpt/codec/tensor_codec.h"
 
 namespace {
@@ -155,6 +159,39 @@ void BM_ZstdDecompressBaseline(benchmark::State& state) {
   Report(state, d.current.size(), n);
 }
 
+// The JSON header of a checkpoint of `tensors` scalar F32 tensors (an optimizer's step
+// counters: the most tensors per byte).
+std::string ManyTensorHeader(int64_t tensors) {
+  std::string text = "{";
+  for (int64_t i = 0; i < tensors; ++i) {
+    if (i) text += ",";
+    text += "\"state." + std::to_string(i) + ".step\":{\"dtype\":\"F32\",\"shape\":[],";
+    text += "\"data_offsets\":[" + std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
+  }
+  return text + "}";
+}
+
+// Argument: tensors in the header. Validates everything a push needs (duplicates, offsets).
+void BM_SafetensorsHeaderParse(benchmark::State& state) {
+  const std::string text = ManyTensorHeader(state.range(0));
+  for (auto _ : state) {
+    auto header = ckpt::ParseSafetensorsHeader(text, std::nullopt);
+    if (!header.ok()) state.SkipWithError(header.status().ToString().c_str());
+    benchmark::DoNotOptimize(header);
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
+// Baseline: nlohmann::json's own parse of the same text, nothing checked.
+void BM_JsonParseBaseline(benchmark::State& state) {
+  const std::string text = ManyTensorHeader(state.range(0));
+  for (auto _ : state) {
+    auto doc = nlohmann::json::parse(text);
+    benchmark::DoNotOptimize(doc);
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
 // Argument: zstd level of the lossless codec.
 BENCHMARK(BM_LosslessKeyframeEncode)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LosslessDeltaEncode)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
@@ -162,6 +199,12 @@ BENCHMARK(BM_LosslessDeltaDecode)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LosslessChainDecode)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ZstdBaseline)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ZstdDecompressBaseline)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SafetensorsHeaderParse)
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Arg(65536)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_JsonParseBaseline)->Arg(1000)->Arg(10000)->Arg(65536)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -188,6 +188,18 @@ TEST(SafetensorsParser, RejectsDuplicateNames) {
                  "duplicate key 'a'");
 }
 
+TEST(SafetensorsParser, RejectsDuplicateKeysInsideAnEntryButNotAcrossEntries) {
+  ExpectRejected(BodyWithHeader(R"({"a":{"dtype":"U8","shape":[4],"dtype":"F32",)"
+                                R"("data_offsets":[0,4]}})",
+                                4),
+                 "duplicate key 'dtype'");
+  const Status same_keys_in_two_entries =
+      ParseBody(BodyWithHeader(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                               R"("b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+                               8));
+  EXPECT_TRUE(same_keys_in_two_entries.ok()) << same_keys_in_two_entries.ToString();
+}
+
 TEST(SafetensorsParser, RejectsNonStringMetadata) {
   ExpectRejected(BodyWithHeader(R"({"__metadata__":{"step":12}})", 0), "is not a string");
   ExpectRejected(BodyWithHeader(R"({"__metadata__":{"nested":{"a":"b"}}})", 0), "is not a string");
