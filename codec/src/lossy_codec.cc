@@ -438,6 +438,52 @@ inline void QuantizeElement(const Q& quantizer, const uint8_t* in, const uint8_t
   EmitElement<E::kSize>(accepted, z, xp, rp, i, out);
 }
 
+// The log quantizer's loop. The usual element (finite, non-zero, different from its reference,
+// with a valid symbol whose reconstruction meets the bound) is coded here, with the arithmetic
+// of LogQuantizer::Propose and Reconstruct; any other goes through QuantizeElement, which
+// computes the same values and handles every special case.
+template <DType D>
+void QuantizeLogElements(const LogQuantizer& log, const uint8_t* in, const uint8_t* ref, size_t n,
+                         double eps, bool non_negative, uint8_t* recon, Quantized* out) {
+  using E = Element<D>;
+  const bool ratio_mode = log.mode == LogQuantizer::Mode::kRatio;
+  constexpr double kMaxIndex = static_cast<double>(LogQuantizer::kMaxIndex);
+  for (size_t i = 0; i < n; ++i) {
+    const double x = E::Load(in + i * E::kSize);
+    const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
+    // Ratio mode codes x / p; absolute mode x itself. Either must be finite and non-zero.
+    const double a = ratio_mode ? x / p : x;
+    const double t = std::log2(std::abs(a)) * log.inverse_step;
+    const bool usual =
+        x != p && x != 0 && p - p == 0 && std::abs(t) < kMaxIndex && (!ratio_mode || p != 0);
+    if (!usual || !(log.step > 0)) [[unlikely]] {
+      QuantizeElement<D, LogQuantizer, false>(log, in, ref, i, eps, non_negative, HistoryUse::kNone,
+                                              recon, out);
+      continue;
+    }
+    const int64_t index = static_cast<int64_t>(lossy::RoundToInteger(t));
+    uint64_t z;
+    double magnitude;
+    if (ratio_mode) {
+      z = 2 * lossy::ZigZag(index) + (a < 0 ? 1 : 0);
+      magnitude = p * log.Power(index);
+    } else {
+      z = 1 + 2 * lossy::ZigZag(index - log.k0) + (x < 0 ? 1 : 0);
+      magnitude = log.Power(index);
+    }
+    const double restored = a < 0 ? -magnitude : magnitude;
+    uint8_t* rp = recon + i * E::kSize;
+    E::Store(restored, rp);
+    const double r = E::Load(rp);
+    if (!log.Valid(z) || !Acceptable(x, r, PointwiseBound(eps, x), non_negative)) [[unlikely]] {
+      QuantizeElement<D, LogQuantizer, false>(log, in, ref, i, eps, non_negative, HistoryUse::kNone,
+                                              recon, out);
+      continue;
+    }
+    EmitElement<E::kSize>(true, z, in + i * E::kSize, rp, i, out);
+  }
+}
+
 // Quantizes n elements: symbols, verbatim elements, and the reconstruction into `recon`.
 template <DType D, typename Q, bool kHistory>
 void QuantizeElementsImpl(const Q& quantizer, const uint8_t* in, const uint8_t* ref, size_t n,
@@ -446,7 +492,9 @@ void QuantizeElementsImpl(const Q& quantizer, const uint8_t* in, const uint8_t* 
   using E = Element<D>;
   out->symbols.resize(n);
   if constexpr (kHistory) out->history.resize(history == HistoryUse::kDelta ? n : 0);
-  if constexpr (!std::is_same_v<Q, UniformQuantizer>) {
+  if constexpr (std::is_same_v<Q, LogQuantizer> && !kHistory) {
+    QuantizeLogElements<D>(quantizer, in, ref, n, bound, non_negative, recon, out);
+  } else if constexpr (!std::is_same_v<Q, UniformQuantizer>) {
     for (size_t i = 0; i < n; ++i) {
       QuantizeElement<D, Q, kHistory>(quantizer, in, ref, i, bound, non_negative, history, recon,
                                       out);
@@ -737,6 +785,7 @@ struct QuantizerSet {
              mode != static_cast<uint8_t>(LogQuantizer::Mode::kAbsolute))) {
           return Status::DataLoss("lossy payload: bad log quantizer parameters");
         }
+        log.SetStep(log.step);
         log.mode = static_cast<LogQuantizer::Mode>(mode);
         log.k0 = static_cast<int32_t>(k0);
         log.ResetCache();
@@ -871,7 +920,7 @@ void Configure(const DeltaStats& stats, double bound, const LossyCodecOptions& o
       // `bound` is the pointwise factor eps: rounding on this lattice is within ±log2(1 + eps),
       // i.e. r / x in [1/(1 + eps), 1 + eps], inside [1 - eps, 1 + eps]. Mode and k0 are set
       // by the encoder (ChooseLogMode).
-      set->log.step = 2 * std::log2(1 + bound);
+      set->log.SetStep(2 * std::log2(1 + bound));
       break;
   }
 }

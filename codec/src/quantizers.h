@@ -238,12 +238,18 @@ struct LogQuantizer {
   static constexpr int64_t kCacheSize = 4096;
   Mode mode = Mode::kAbsolute;
   double step = 0;
+  double inverse_step = 0;  // 1 / step: the encoder's index of a value (SetStep sets both)
   int32_t k0 = 0;
   // Powers E(n) already computed, for n in [cache_base, cache_base + kCacheSize) around the
   // mode's centre (NaN: not yet). A cache, so results never depend on it; call ResetCache()
   // after changing mode, step or k0. Not thread-safe (each coding call has its own quantizer).
   mutable std::vector<double> cache;
   int64_t cache_base = 0;
+
+  void SetStep(double s) {
+    step = s;
+    inverse_step = 1 / s;
+  }
 
   void ResetCache() {
     cache_base = (mode == Mode::kRatio ? 0 : int64_t{k0}) - kCacheSize / 2;
@@ -259,12 +265,12 @@ struct LogQuantizer {
     if (mode == Mode::kRatio) {
       if (!(p != 0) || !std::isfinite(p)) return false;
       const double ratio = x / p;
-      const double t = std::log2(std::abs(ratio)) / step;
+      const double t = std::log2(std::abs(ratio)) * inverse_step;
       if (!(std::abs(t) < static_cast<double>(kMaxIndex))) return false;
       *z = 2 * ZigZag(static_cast<int64_t>(RoundToInteger(t))) + (ratio < 0 ? 1 : 0);
       return true;
     }
-    const double t = std::log2(std::abs(x)) / step;
+    const double t = std::log2(std::abs(x)) * inverse_step;
     if (!(std::abs(t) < static_cast<double>(kMaxIndex))) return false;
     const int64_t k = static_cast<int64_t>(RoundToInteger(t)) - k0;
     *z = 1 + 2 * ZigZag(k) + (x < 0 ? 1 : 0);
