@@ -147,6 +147,90 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             ckptd.Client("http://a:1,https://b:2")
 
+    @staticmethod
+    def train(model, optimizer, steps, seed):
+        g = torch.Generator().manual_seed(seed)
+        for _ in range(steps):
+            x, y = torch.randn(32, 64, generator=g), torch.randint(0, 8, (32,), generator=g)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+    @staticmethod
+    def model_and_adam(seed):
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 8))
+        return model, torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def test_training_state_resumes_bit_identically(self):
+        model, adam = self.model_and_adam(0)
+        self.train(model, adam, 5, seed=1)
+        adam.param_groups[0]["lr"] = 4e-3  # as a scheduler would
+        tensors, metadata = ckptd.training_state(model, adam, step=5)
+        self.assertIn("optim.0.weight.exp_avg", tensors)
+        self.assertIn("optim.2.bias.exp_avg_sq", tensors)
+        self.client.push("train", 5, tensors, metadata=metadata)
+
+        restored, restored_adam = self.model_and_adam(1)  # other weights, no Adam state
+        tensors, metadata = self.client.pull_with_metadata("train")
+        self.assertEqual(ckptd.load_training_state(restored, restored_adam, tensors, metadata), 5)
+        self.assertEqual(restored_adam.param_groups[0]["lr"], 4e-3)
+        self.assertEqual(restored_adam.param_groups[0]["betas"], (0.9, 0.999))
+        # Both runs go on from step 5 on the same batches: a resumed run is the same run.
+        self.train(model, adam, 3, seed=2)
+        self.train(restored, restored_adam, 3, seed=2)
+        for (name, a), b in zip(model.state_dict().items(), restored.state_dict().values()):
+            self.assertTrue(torch.equal(a, b), name)
+
+    def test_training_state_refuses_what_does_not_fit(self):
+        model, adam = self.model_and_adam(0)
+        self.train(model, adam, 1, seed=1)
+        stranger = torch.nn.Linear(3, 3)
+        with self.assertRaisesRegex(ValueError, "not in the model"):
+            ckptd.training_state(model, torch.optim.Adam([*model.parameters(),
+                                                          stranger.weight]))
+        tensors, metadata = ckptd.training_state(model, adam, step=1)
+        target, _ = self.model_and_adam(1)
+        before = {k: v.clone() for k, v in target.state_dict().items()}
+        partial = torch.optim.Adam(target[0].parameters())  # not the last layer
+        with self.assertRaisesRegex(ValueError, "does not optimize"):
+            ckptd.load_training_state(target, partial, tensors, metadata)
+        two_groups = torch.optim.Adam([{"params": target[0].parameters()},
+                                       {"params": target[2].parameters()}])
+        with self.assertRaisesRegex(ValueError, "param groups"):
+            ckptd.load_training_state(target, two_groups, tensors, metadata)
+        extra = dict(tensors, **{"optim.9.weight.exp_avg": torch.zeros(1)})
+        with self.assertRaisesRegex(ValueError, "no parameter"):
+            ckptd.load_training_state(target, torch.optim.Adam(target.parameters()), extra,
+                                      metadata)
+        for key, value in target.state_dict().items():  # nothing was loaded
+            self.assertTrue(torch.equal(value, before[key]), key)
+        self.assertEqual(len(partial.state), 0)
+
+    def test_recommended_lossy_policy_for_adam_moments(self):
+        # README's policy: the globs match training_state's names; each moment meets its
+        # pointwise bound, the weights theirs.
+        self.client.set_policy("adam", {
+            "mode": "lossy", "max_abs_error": 5e-3,
+            "overrides": [{"tensors": "optim.*.exp_avg", "max_pointwise_rel_error": 0.25},
+                          {"tensors": "optim.*.exp_avg_sq", "max_pointwise_rel_error": 0.05}]})
+        model, adam = self.model_and_adam(0)
+        self.train(model, adam, 4, seed=1)
+        tensors, metadata = ckptd.training_state(model, adam, step=4)
+        self.client.push("adam", 4, tensors, metadata=metadata)
+        back = self.client.pull("adam")
+        for key, eps in (("exp_avg", 0.25), ("exp_avg_sq", 0.05)):
+            name = f"optim.0.weight.{key}"
+            pushed, restored = tensors[name], back[name]
+            self.assertFalse(torch.equal(pushed, restored), name + " was not quantized")
+            self.assertTrue(bool(((pushed - restored).abs() <= eps * pushed.abs()).all()), name)
+        self.assertLessEqual(float((back["model.0.weight"] - tensors["model.0.weight"])
+                                   .abs().max()), 5e-3)
+        self.assertTrue(torch.equal(back["model.0.bias"], tensors["model.0.bias"]))
+        self.assertTrue(torch.equal(back["optim.0.weight.step"], tensors["optim.0.weight.step"]))
+
     def test_fails_over_to_the_next_listed_server(self):
         with socket.socket() as s:  # a port nothing listens on
             s.bind(("127.0.0.1", 0))

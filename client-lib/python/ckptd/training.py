@@ -1,0 +1,119 @@
+"""A training job's whole state as one checkpoint: the model's weights, the optimizer's
+per-parameter state and the step, under stable names that ckptd policies can match.
+
+    tensors, metadata = training_state(model, optimizer, step)
+    ckpt.push("run1", step, tensors, metadata=metadata)
+    ...
+    tensors, metadata = ckpt.pull_with_metadata("run1")          # after a restart
+    step = load_training_state(model, optimizer, tensors, metadata)
+
+Tensor names:
+  model.<key>                     every entry of model.state_dict() (weights and buffers)
+  optim.<parameter>.<state key>   every tensor the optimizer keeps for a parameter, named by the
+                                  parameter's name in the model (Adam: exp_avg, exp_avg_sq,
+                                  step; SGD with momentum: momentum_buffer)
+Metadata (strings, never quantized):
+  step                            the training step
+  optim.param_groups              JSON list, one object per parameter group: its numeric and
+                                  boolean hyperparameters (lr, betas, eps, weight_decay, ...),
+                                  so a learning rate a scheduler has changed resumes as it was
+
+So a lossy policy can give each kind of tensor its own bound, for example Adam's moments
+(README, "Lossy mode"):
+  {"tensors": "optim.*.exp_avg", "max_pointwise_rel_error": 0.25},
+  {"tensors": "optim.*.exp_avg_sq", "max_pointwise_rel_error": 0.05}
+"""
+import json
+import numbers
+
+_MODEL = "model."
+_OPTIM = "optim."
+_GROUPS = "optim.param_groups"
+
+
+def _parameter_names(model):
+    return {id(p): name for name, p in model.named_parameters()}
+
+
+def _hyperparameters(group):
+    """The JSON-able hyperparameters of a param group: numbers, booleans and lists of numbers."""
+    out = {}
+    for key, value in group.items():
+        if key == "params":
+            continue
+        if isinstance(value, bool) or isinstance(value, numbers.Real):
+            out[key] = value
+        elif isinstance(value, (tuple, list)) and all(
+                isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
+            out[key] = list(value)
+    return out
+
+
+def training_state(model, optimizer=None, step=None):
+    """(tensors, metadata) of a training job, for Client.push. The tensors are the model's and
+    the optimizer's own (not copies): push them before the next optimizer step. Raises
+    ValueError when the optimizer holds a parameter that is not in the model."""
+    tensors = {_MODEL + key: value for key, value in model.state_dict().items()}
+    metadata = {}
+    if step is not None:
+        metadata["step"] = str(int(step))
+    if optimizer is not None:
+        names = _parameter_names(model)
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if id(p) not in names:
+                    raise ValueError("the optimizer holds a parameter that is not in the model "
+                                     f"(shape {tuple(p.shape)}): pass the model it optimizes")
+                for key, value in optimizer.state.get(p, {}).items():
+                    if hasattr(value, "shape"):  # tensors; Python numbers need no checkpoint
+                        tensors[f"{_OPTIM}{names[id(p)]}.{key}"] = value
+        metadata[_GROUPS] = json.dumps([_hyperparameters(g) for g in optimizer.param_groups])
+    return tensors, metadata
+
+
+def load_training_state(model, optimizer, tensors, metadata=None):
+    """Loads what training_state saved into `model` (strictly: every key, nothing else) and
+    `optimizer` (may be None): each parameter's state by its name, and the param groups'
+    hyperparameters from `metadata`. Returns the step from `metadata`, or None. Raises
+    ValueError when the checkpoint's optimizer state does not fit the optimizer (state of a
+    parameter the model does not have or the optimizer does not optimize, or a different
+    number of param groups), before changing anything."""
+    metadata = metadata or {}
+    state_dict = None
+    if optimizer is not None:
+        parameters = dict(model.named_parameters())
+        names = {id(p): name for name, p in parameters.items()}
+        by_name = {}
+        for key, value in tensors.items():
+            if not key.startswith(_OPTIM):
+                continue
+            name, _, state_key = key[len(_OPTIM):].rpartition(".")
+            if name not in parameters:
+                raise ValueError(f"checkpoint tensor {key!r}: the model has no parameter {name!r}")
+            by_name.setdefault(name, {})[state_key] = value
+        state_dict = optimizer.state_dict()
+        state_dict["state"] = {}
+        index = 0
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                name = names.get(id(p))
+                if name in by_name:
+                    state_dict["state"][index] = by_name.pop(name)
+                index += 1
+        if by_name:
+            raise ValueError(f"checkpoint has optimizer state for {sorted(by_name)[0]!r}, which "
+                             "the optimizer does not optimize")
+        if _GROUPS in metadata:
+            saved = json.loads(metadata[_GROUPS])
+            if len(saved) != len(state_dict["param_groups"]):
+                raise ValueError(f"checkpoint has {len(saved)} optimizer param groups, the "
+                                 f"optimizer {len(state_dict['param_groups'])}")
+            for live, values in zip(state_dict["param_groups"], saved):
+                for key, value in values.items():
+                    if key in live:
+                        live[key] = tuple(value) if isinstance(live[key], tuple) else value
+    model.load_state_dict({k[len(_MODEL):]: v for k, v in tensors.items()
+                           if k.startswith(_MODEL)})
+    if state_dict is not None:
+        optimizer.load_state_dict(state_dict)
+    return int(metadata["step"]) if "step" in metadata else None
