@@ -114,7 +114,7 @@ class Decoder {
   // them. Renormalization is a rarely taken branch (a symbol of p = 0.8 needs a byte about once
   // in 25 symbols), cheaper than doing both conditional steps every time.
   template <int k>
-  uint8_t Get(const uint32_t* slots) {
+  [[gnu::always_inline]] uint8_t Get(const uint32_t* slots) {
     uint32_t x = state_[k];
     const uint32_t slot = x & (kScale - 1);
     const uint32_t e = slots[slot];
