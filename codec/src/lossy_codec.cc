@@ -775,17 +775,18 @@ struct QuantizerSet {
   Status ReadParams(ByteReader& r) {
     switch (kind) {
       case Quantizer::kLog: {
+        double step = 0;
         uint8_t mode = 0;
         uint32_t k0 = 0;
-        CKPT_RETURN_IF_ERROR(GetF64(r, &log.step));
+        CKPT_RETURN_IF_ERROR(GetF64(r, &step));
         CKPT_RETURN_IF_ERROR(r.GetU8(&mode));
         CKPT_RETURN_IF_ERROR(r.GetU32(&k0));
-        if (!(log.step > 0) || !(log.step < 64) ||
+        if (!(step > 0) || !(step < 64) ||
             (mode != static_cast<uint8_t>(LogQuantizer::Mode::kRatio) &&
              mode != static_cast<uint8_t>(LogQuantizer::Mode::kAbsolute))) {
           return Status::DataLoss("lossy payload: bad log quantizer parameters");
         }
-        log.SetStep(log.step);
+        log.SetStep(step);
         log.mode = static_cast<LogQuantizer::Mode>(mode);
         log.k0 = static_cast<int32_t>(k0);
         log.ResetCache();
