@@ -12,7 +12,10 @@ namespace {
 
 std::string Join(const std::vector<uint64_t>& versions) {
   std::string out;
-  for (uint64_t v : versions) out += (out.empty() ? "" : ",") + std::to_string(v);
+  for (uint64_t v : versions) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(v);
+  }
   return out;
 }
 
