@@ -143,10 +143,11 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
   }
 
   if (const toml::table* storage = root["storage"].as_table()) {
-    CKPT_RETURN_IF_ERROR(CheckKeys(*storage, "storage",
-                                   {"data_dir", "chunk_bytes", "reference_cache_bytes",
-                                    "on_reference_miss", "warm_cache_on_start", "sync_commits",
-                                    "zstd_level", "max_tensors_per_checkpoint", "max_models"}));
+    CKPT_RETURN_IF_ERROR(
+        CheckKeys(*storage, "storage",
+                  {"data_dir", "chunk_bytes", "reference_cache_bytes", "on_reference_miss",
+                   "warm_cache_on_start", "sync_commits", "zstd_level",
+                   "max_tensors_per_checkpoint", "max_models", "push_encoder_threads"}));
     auto& st = config.store;
     CKPT_RETURN_IF_ERROR(ReadString(*storage, "storage", "data_dir", st.data_dir));
     std::string miss;
@@ -166,6 +167,8 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
     CKPT_RETURN_IF_ERROR(
         ReadBool(*storage, "storage", "warm_cache_on_start", config.warm_cache_on_start));
     CKPT_RETURN_IF_ERROR(ReadInteger<int>(*storage, "storage", "zstd_level", 1, 19, st.zstd_level));
+    CKPT_RETURN_IF_ERROR(ReadInteger<size_t>(*storage, "storage", "push_encoder_threads", 1, 64,
+                                             st.push_encoder_threads));
     CKPT_RETURN_IF_ERROR(ReadInteger<uint32_t>(*storage, "storage", "max_tensors_per_checkpoint", 1,
                                                1u << 24, st.max_tensors_per_checkpoint));
     CKPT_RETURN_IF_ERROR(ReadInteger<uint64_t>(*storage, "storage", "max_models", 0,

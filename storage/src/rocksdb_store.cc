@@ -30,10 +30,10 @@
 #include "keys.h"
 #include "model_chains.h"
 #include "model_locks.h"
-#include "ordered_worker.h"
 #include "records.h"
 #include "reference_cache.h"
 #include "store_context.h"
+#include "worker_pool.h"
 #ifdef CKPT_WITH_RADOS
 #include "rados_backend.h"
 #endif
@@ -203,8 +203,10 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         seq_(seq),
         parser_(this, body_size),
         reader_(ctx.db, ctx.manifests, ctx.backend, nullptr, model_, ctx.cache),
-        encoder_(std::make_unique<OrderedWorker>(2 * ctx.options->chunk_bytes, kInlineChunkBytes)) {
-  }
+        encoder_(std::make_unique<WorkerPool>(
+            ctx.options->push_encoder_threads,
+            (ctx.options->push_encoder_threads + 1) * ctx.options->chunk_bytes,
+            kInlineChunkBytes)) {}
 
   ~PushSessionImpl() override {
     encoder_.reset();  // waits for the chunk being encoded; drops the queued ones
@@ -238,7 +240,10 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     vr.raw_header = std::move(raw_header_);
     vr.metrics = push_options_.metrics;
     vr.labels = push_options_.labels;
-    for (auto& t : manifest_.tensors) {
+    for (size_t i = 0; i < manifest_.tensors.size(); ++i) {
+      ManifestTensor& t = manifest_.tensors[i];
+      // In chunk order, whatever order the encoders finished in: the same sum every time.
+      for (double bits : chunk_entropy_bits_[i]) t.entropy_bits += bits;
       vr.lossy |= t.codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized);
       if (t.kind == FrameKind::kKeyframe) {
         t.keyframe_bytes = t.stored_bytes;
@@ -340,6 +345,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         return Status::InvalidArgument("tensor '" + t.name + "' is too large");
       }
       mt.chunk_count = static_cast<uint32_t>(chunks);
+      chunk_entropy_bits_.emplace_back(mt.chunk_count, 0.0);
       mt.kind = FrameKind::kKeyframe;
       mt.keyframe_seq = seq_;
       if (auto it = reference_index.find(t.name); it != reference_index.end()) {
@@ -407,14 +413,17 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   Status EmitChunk(uint32_t tensor, std::span<const uint8_t> data) {
     HashRestoredChunks();
     const uint32_t chunk = chunk_index_++;
-    return encoder_->Submit(data, [this, tensor, chunk](std::span<const uint8_t> bytes) {
-      return EncodeChunk(tensor, chunk, bytes);
+    const uint64_t ordinal = body_chunks_++;
+    return encoder_->Submit(data, [this, tensor, chunk, ordinal](std::span<const uint8_t> bytes) {
+      return EncodeChunk(tensor, chunk, ordinal, bytes);
     });
   }
 
-  // Encodes chunk `chunk` of tensor `tensor` against its reference, stores it and accounts for
-  // it. Runs on the encoder thread, for the chunks of the body one at a time and in order.
-  Status EncodeChunk(uint32_t tensor, uint32_t chunk, std::span<const uint8_t> data) {
+  // Encodes chunk `chunk` of tensor `tensor` (the body's chunk number `ordinal`) against its
+  // reference, stores it and accounts for it. Runs on an encoder thread, concurrently with
+  // other chunks of the body (storage.push_encoder_threads), or inline.
+  Status EncodeChunk(uint32_t tensor, uint32_t chunk, uint64_t ordinal,
+                     std::span<const uint8_t> data) {
     const ManifestTensor& t = manifest_.tensors[tensor];
     std::optional<std::span<const uint8_t>> reference;
     ReferenceCache::Chunk cached;
@@ -445,39 +454,46 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         encoded.reconstruction_is_input ? data : std::span<const uint8_t>(encoded.reconstruction);
     const std::string value = ChunkRecord::EncodeChunk(encoded, t.kind, restored);
     CKPT_RETURN_IF_ERROR(ctx_.backend->PutChunk(model_, seq_, tensor, chunk, value));
-    stored_bytes_ += value.size();
     if (restored_is_pushed_ && !encoded.reconstruction_is_input) {
       return Status::Internal("push: the lossless codec changed chunk " + std::to_string(chunk) +
                               " of tensor '" + t.name + "'");
     }
-    ManifestTensor& entry = manifest_.tensors[tensor];
-    if (encoded.codec_id == CodecId::kLossyQuantized) {
-      entry.codec_id = static_cast<uint16_t>(encoded.codec_id);
+    chunk_entropy_bits_[tensor][chunk] = encoded.info.model_entropy_bits;  // this chunk's slot
+    {
+      std::lock_guard lock(accounting_mu_);
+      stored_bytes_ += value.size();
+      ManifestTensor& entry = manifest_.tensors[tensor];
+      if (encoded.codec_id == CodecId::kLossyQuantized) {
+        entry.codec_id = static_cast<uint16_t>(encoded.codec_id);
+      }
+      entry.stored_bytes += value.size();
+      entry.quantizer = std::max(entry.quantizer, encoded.info.quantizer);
+      entry.bound = std::max(entry.bound, encoded.info.bound);
+      entry.exact_elements += encoded.info.exact_elements;
     }
-    entry.stored_bytes += value.size();
-    entry.quantizer = std::max(entry.quantizer, encoded.info.quantizer);
-    entry.bound = std::max(entry.bound, encoded.info.bound);
-    entry.entropy_bits += encoded.info.model_entropy_bits;
-    entry.exact_elements += encoded.info.exact_elements;
     ReferenceCache::Chunk reconstruction =
         encoded.reconstruction_is_input
             ? std::make_shared<const std::vector<uint8_t>>(data.begin(), data.end())
             : std::make_shared<const std::vector<uint8_t>>(std::move(encoded.reconstruction));
     if (!restored_is_pushed_) {
       std::lock_guard lock(unhashed_mu_);
-      unhashed_.push_back(reconstruction);
+      unhashed_.emplace(ordinal, reconstruction);
     }
     ctx_.cache->Put(model_, seq_, tensor, chunk, std::move(reconstruction));
     return Status::Ok();
   }
 
-  // Adds the reconstructions the encoder thread finished since the last call to restored_sha_,
-  // in body order. On the network thread, which has time to spare while the encoder works.
+  // Adds to restored_sha_ the reconstructions the encoders have finished that continue the
+  // body where the last call stopped (a chunk finished out of order waits for the ones before
+  // it). On the network thread, which has time to spare while the encoders work.
   void HashRestoredChunks() {
-    std::deque<ReferenceCache::Chunk> chunks;
+    std::vector<ReferenceCache::Chunk> chunks;
     {
       std::lock_guard lock(unhashed_mu_);
-      chunks.swap(unhashed_);
+      for (auto it = unhashed_.begin(); it != unhashed_.end() && it->first == next_to_hash_;
+           it = unhashed_.erase(it), ++next_to_hash_) {
+        chunks.push_back(std::move(it->second));
+      }
     }
     for (const ReferenceCache::Chunk& chunk : chunks) restored_sha_.Update(*chunk);
   }
@@ -519,15 +535,22 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   std::string raw_header_;
   ManifestRecord manifest_;
   std::vector<uint8_t> pending_;
-  uint32_t chunk_index_ = 0;  // of the next chunk EmitChunk receives
+  uint32_t chunk_index_ = 0;  // within its tensor, of the next chunk EmitChunk receives
+  uint64_t body_chunks_ = 0;  // chunks EmitChunk received, over all tensors
+  // Per tensor and chunk, written by EncodeChunk (each chunk its own slot), summed by Commit.
+  std::vector<std::vector<double>> chunk_entropy_bits_;
   // Encodes the chunks while the network thread receives and hashes the next ones (a push
-  // uses two cores), at most two chunks' bytes waiting. EncodeChunk writes manifest_'s
-  // per-tensor figures and stored_bytes_ there; Commit reads them after Drain.
-  std::unique_ptr<OrderedWorker> encoder_;
+  // uses 1 + storage.push_encoder_threads cores), at most one chunk's bytes waiting beyond
+  // those being encoded. EncodeChunk writes manifest_'s per-tensor figures and stored_bytes_
+  // under accounting_mu_; Commit reads them after Drain.
+  std::unique_ptr<WorkerPool> encoder_;
+  std::mutex accounting_mu_;
   // Chunks smaller than this are encoded on the connection's thread when the encoder is idle.
   static constexpr size_t kInlineChunkBytes = 16 << 10;
   std::mutex unhashed_mu_;
-  std::deque<ReferenceCache::Chunk> unhashed_;  // guarded by unhashed_mu_
+  // Finished reconstructions not hashed yet, by body chunk number; guarded by unhashed_mu_.
+  std::map<uint64_t, ReferenceCache::Chunk> unhashed_;
+  uint64_t next_to_hash_ = 0;  // the body chunk number HashRestoredChunks hashes next
   uint64_t stored_bytes_ = 0;
   bool committed_ = false;
 };
@@ -554,10 +577,7 @@ class RestoreStreamImpl final : public RestoreStream {
 
   ~RestoreStreamImpl() override {
     queue_.clear();  // waits for prefetches still reading through the snapshot
-    if (use_cache_) {
-      ctx_.counters->restore_links_decoded.fetch_add(reader_.links_decoded(),
-                                                     std::memory_order_relaxed);
-    }
+    ReportLinksDecoded();
     ctx_.db->ReleaseSnapshot(snapshot_);
   }
 
@@ -653,8 +673,20 @@ class RestoreStreamImpl final : public RestoreStream {
 
   // Before handing out the last piece, checks the whole body's SHA-256 against the one
   // recorded at push time, so a client never receives a complete body with wrong bytes.
+  // Adds the links decoded since the last report to the store's counter: when the last piece
+  // is handed out (so the figure is current once a client has the whole body), and for a
+  // restore given up early, when it is destroyed.
+  void ReportLinksDecoded() {
+    if (!use_cache_) return;
+    const uint64_t links = reader_.links_decoded();
+    ctx_.counters->restore_links_decoded.fetch_add(links - links_reported_,
+                                                   std::memory_order_relaxed);
+    links_reported_ = links;
+  }
+
   Result<std::span<const uint8_t>> MaybeVerified(std::span<const uint8_t> piece) {
     if (sent_ == record_.raw_bytes) {
+      ReportLinksDecoded();
       std::string digest = sha_.FinishHex();
       if (digest != record_.restored_sha256_hex) {
         return Status::DataLoss("model '" + info_.model + "' version " +
@@ -679,6 +711,7 @@ class RestoreStreamImpl final : public RestoreStream {
   const ManifestRecord* manifest_ = nullptr;
   Sha256 sha_;
   std::optional<ReferenceCache::Kind> cache_as_;  // how decoded chunks are cached, if at all
+  uint64_t links_reported_ = 0;                   // of reader_.links_decoded(), counted
   bool header_sent_ = false;
   uint32_t tensor_ = 0;
   uint32_t chunk_ = 0;

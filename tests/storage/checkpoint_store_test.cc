@@ -555,6 +555,70 @@ TEST_F(CheckpointStoreTest, RecoveryRemovesChunksOfInterruptedPush) {
   EXPECT_EQ(*Restore("m", 2), v2);
 }
 
+// A push's chunks are encoded by several threads and finish in any order
+// (StoreOptions::push_encoder_threads): what is stored, the restored bodies and their SHA-256
+// (hashed in body order as the chunks finish) are those of a single encoder, lossless and lossy.
+TEST_F(CheckpointStoreTest, ChunksEncodedConcurrentlyStoreWhatOneEncoderStores) {
+  struct Outcome {
+    std::vector<uint64_t> stored_bytes;
+    std::vector<std::string> sha256, restored;
+  };
+  std::vector<std::string> bodies;
+  DriftingModel drift(21, 256 * 1024);  // a 1 MiB weight: 16 chunks of 64 KiB
+  for (int v = 0; v < 6; ++v) bodies.push_back(drift.Next());
+  auto run = [&](size_t threads) {
+    testing::TempDir dir;
+    StoreOptions options;
+    options.data_dir = dir.str();
+    options.chunk_bytes = 64 << 10;  // above the inline limit: the chunks go to the encoders
+    options.push_encoder_threads = threads;
+    auto store = CheckpointStore::Open(options);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    Outcome out;
+    if (!store.ok()) return out;
+    EXPECT_TRUE(
+        (*store)->SetPolicy("lossy", LossyPolicy(R"({"mode":"lossy","max_abs_error":5e-4})")).ok());
+    for (const char* model : {"lossless", "lossy"}) {
+      for (size_t v = 0; v < bodies.size(); ++v) {
+        auto session = (*store)->BeginPush(model, v + 1, bodies[v].size());
+        EXPECT_TRUE(session.ok());
+        if (!session.ok()) return out;
+        for (size_t off = 0; off < bodies[v].size(); off += 100000) {
+          EXPECT_TRUE(
+              (*session)->Write(Bytes(std::string_view(bodies[v]).substr(off, 100000))).ok());
+        }
+        auto info = (*session)->Commit();
+        EXPECT_TRUE(info.ok()) << info.status().ToString();
+        if (!info.ok()) return out;
+        out.stored_bytes.push_back(info->stored_bytes);
+        out.sha256.push_back(info->sha256);
+      }
+      for (size_t v = 0; v < bodies.size(); ++v) {
+        auto stream = (*store)->OpenRestore(model, v + 1);  // verifies the recorded SHA-256
+        EXPECT_TRUE(stream.ok()) << stream.status().ToString();
+        if (!stream.ok()) return out;
+        std::string body;
+        for (;;) {
+          auto piece = (*stream)->Next();
+          EXPECT_TRUE(piece.ok()) << model << " version " << v + 1 << ": "
+                                  << piece.status().ToString();
+          if (!piece.ok() || piece->empty()) break;
+          body.append(reinterpret_cast<const char*>(piece->data()), piece->size());
+        }
+        out.restored.push_back(std::move(body));
+      }
+    }
+    return out;
+  };
+  const Outcome one = run(1), four = run(4);
+  ASSERT_EQ(one.restored.size(), 2 * bodies.size());
+  for (size_t v = 0; v < bodies.size(); ++v) EXPECT_EQ(one.restored[v], bodies[v]) << v;
+  EXPECT_NE(one.restored[bodies.size()], bodies[0]);  // the lossy model did quantize
+  EXPECT_EQ(four.stored_bytes, one.stored_bytes);
+  EXPECT_EQ(four.sha256, one.sha256);
+  EXPECT_TRUE(four.restored == one.restored);
+}
+
 TEST_F(CheckpointStoreTest, DeletingVersionsNeverChangesOthers) {
   DriftingModel model(8, 3000);
   std::map<uint64_t, std::string> kept;

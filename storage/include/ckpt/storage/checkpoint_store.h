@@ -83,6 +83,12 @@ struct StoreOptions {
   // zstd level of the lossless codec. Default: 1.
   int zstd_level = 1;
 
+  // Threads encoding and storing the chunks of one push, next to the connection's thread
+  // (which receives, parses and hashes the body). Chunks are encoded concurrently and stored
+  // in any order; what is stored does not depend on the number. A push then holds at most
+  // (threads + 1) * chunk_bytes of body in memory. At least 1. Default: 2.
+  size_t push_encoder_threads = 2;
+
   // Largest number of tensors in one pushed checkpoint; more is ResourceExhausted before any
   // tensor data is read. Default: 65536.
   uint32_t max_tensors_per_checkpoint = 65536;

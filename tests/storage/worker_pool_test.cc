@@ -1,9 +1,12 @@
-// OrderedWorker: jobs run in order on one thread, each on its own copy of the bytes; the queue
-// stays within its byte bound; a failed job stops the ones after it.
-#include "ordered_worker.h"
+// WorkerPool: with one thread, jobs run in order, each on its own copy of the bytes; the queue
+// stays within its byte bound; a failed job stops the ones after it. With more threads, jobs
+// run at the same time and Drain waits for all of them.
+#include "worker_pool.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -20,8 +23,8 @@ std::span<const uint8_t> Bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
-TEST(OrderedWorker, RunsJobsInOrderOnCopiesOfTheirBytes) {
-  OrderedWorker worker(1 << 20, 0);
+TEST(WorkerPool, RunsJobsInOrderOnCopiesOfTheirBytes) {
+  WorkerPool worker(1, 1 << 20, 0);
   std::vector<std::string> seen;  // written by the jobs only, read after Drain
   std::string buffer;
   for (int i = 0; i < 100; ++i) {
@@ -40,10 +43,10 @@ TEST(OrderedWorker, RunsJobsInOrderOnCopiesOfTheirBytes) {
   for (int i = 0; i < 100; ++i) EXPECT_EQ(seen[i], "chunk " + std::to_string(i));
 }
 
-TEST(OrderedWorker, SubmitWaitsWhileTheQueueHoldsItsBound) {
+TEST(WorkerPool, SubmitWaitsWhileTheQueueHoldsItsBound) {
   constexpr int kJobs = 20;
   constexpr size_t kJobBytes = 1000;
-  OrderedWorker worker(2 * kJobBytes, 0);  // the running job and one more
+  WorkerPool worker(1, 2 * kJobBytes, 0);  // the running job and one more
   std::mutex mu;
   std::condition_variable submitted_changed;
   int submitted = 0;
@@ -72,8 +75,8 @@ TEST(OrderedWorker, SubmitWaitsWhileTheQueueHoldsItsBound) {
   }
 }
 
-TEST(OrderedWorker, AFailedJobStopsTheOnesAfterIt) {
-  OrderedWorker worker(1 << 20, 0);
+TEST(WorkerPool, AFailedJobStopsTheOnesAfterIt) {
+  WorkerPool worker(1, 1 << 20, 0);
   int ran = 0;
   const std::string bytes = "x";
   auto job = [&ran](std::span<const uint8_t>) {
@@ -90,8 +93,8 @@ TEST(OrderedWorker, AFailedJobStopsTheOnesAfterIt) {
   EXPECT_EQ(ran, 3);
 }
 
-TEST(OrderedWorker, SmallJobsRunInlineOnlyWhenNothingIsQueued) {
-  OrderedWorker worker(1 << 20, 100);
+TEST(WorkerPool, SmallJobsRunInlineOnlyWhenNothingIsQueued) {
+  WorkerPool worker(1, 1 << 20, 100);
   const std::string small(10, 's'), large(1000, 'l');
   std::vector<std::pair<std::string, std::thread::id>> ran;  // job, thread
   auto job = [&ran](std::span<const uint8_t> bytes) {
@@ -124,8 +127,8 @@ TEST(OrderedWorker, SmallJobsRunInlineOnlyWhenNothingIsQueued) {
   EXPECT_NE(ran[2].second, std::this_thread::get_id());
 }
 
-TEST(OrderedWorker, AJobsExceptionIsRethrownToTheOwner) {
-  OrderedWorker worker(1 << 20, 0);
+TEST(WorkerPool, AJobsExceptionIsRethrownToTheOwner) {
+  WorkerPool worker(1, 1 << 20, 0);
   const std::string bytes = "x";
   int ran = 0;
   auto job = [&ran](std::span<const uint8_t>) -> Status {
@@ -137,6 +140,75 @@ TEST(OrderedWorker, AJobsExceptionIsRethrownToTheOwner) {
   EXPECT_THROW((void)worker.Drain(), std::runtime_error);
   EXPECT_THROW((void)worker.Submit(Bytes(bytes), job), std::runtime_error);
   EXPECT_EQ(ran, 2);
+}
+
+// Two threads: the second job starts while the first still runs (the first waits for it, so
+// with one thread this would never finish; the wait is bounded so that a failure is a failed
+// expectation, not a hang). Both see their own bytes; Drain returns once both finished.
+TEST(WorkerPool, JobsRunConcurrentlyOnSeveralThreads) {
+  WorkerPool pool(2, 1 << 20, 0);
+  std::mutex mu;
+  std::condition_variable changed;
+  bool second_started = false;
+  bool first_saw_second = false;
+  std::vector<std::string> seen(2);
+  const std::string first = "first", second = "second";
+  ASSERT_TRUE(pool.Submit(Bytes(first),
+                          [&](std::span<const uint8_t> bytes) {
+                            std::unique_lock lock(mu);
+                            first_saw_second = changed.wait_for(lock, std::chrono::seconds(30),
+                                                                [&] { return second_started; });
+                            seen[0].assign(bytes.begin(), bytes.end());
+                            return Status::Ok();
+                          })
+                  .ok());
+  ASSERT_TRUE(pool.Submit(Bytes(second),
+                          [&](std::span<const uint8_t> bytes) {
+                            std::lock_guard lock(mu);
+                            second_started = true;
+                            seen[1].assign(bytes.begin(), bytes.end());
+                            changed.notify_all();
+                            return Status::Ok();
+                          })
+                  .ok());
+  ASSERT_TRUE(pool.Drain().ok());
+  EXPECT_TRUE(first_saw_second);
+  EXPECT_EQ(seen[0], "first");
+  EXPECT_EQ(seen[1], "second");
+}
+
+// Several threads: every job runs exactly once, never more at a time than there are threads,
+// and after a failure no further job starts.
+TEST(WorkerPool, SeveralThreadsRunEveryJobOnceAndStopAfterAFailure) {
+  constexpr size_t kJobBytes = 100;
+  WorkerPool pool(3, 4 * kJobBytes, 0);
+  std::mutex mu;
+  int running = 0, most_running = 0, ran = 0;
+  const std::string bytes(kJobBytes, 'j');
+  auto job = [&](std::span<const uint8_t>) {
+    {
+      std::lock_guard lock(mu);
+      most_running = std::max(most_running, ++running);
+    }
+    std::this_thread::yield();
+    std::lock_guard lock(mu);
+    --running;
+    ++ran;
+    return Status::Ok();
+  };
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(pool.Submit(Bytes(bytes), job).ok());
+  ASSERT_TRUE(pool.Drain().ok());
+  EXPECT_EQ(ran, 200);
+  EXPECT_LE(most_running, 3);
+
+  ASSERT_TRUE(
+      pool.Submit(Bytes(bytes), [](std::span<const uint8_t>) { return Status::IoError("full"); })
+          .ok());
+  EXPECT_EQ(pool.Drain().code(), StatusCode::kIoError);
+  const int before = ran;
+  EXPECT_EQ(pool.Submit(Bytes(bytes), job).code(), StatusCode::kIoError);
+  EXPECT_EQ(pool.Drain().code(), StatusCode::kIoError);
+  EXPECT_EQ(ran, before);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-#include "ordered_worker.h"
+#include "worker_pool.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace ckpt {
@@ -10,29 +11,31 @@ constexpr size_t kMaxSpareBuffers = 4;
 
 }  // namespace
 
-OrderedWorker::OrderedWorker(size_t max_queued_bytes, size_t inline_below_bytes)
-    : max_queued_bytes_(max_queued_bytes), inline_below_bytes_(inline_below_bytes) {}
+WorkerPool::WorkerPool(size_t threads, size_t max_queued_bytes, size_t inline_below_bytes)
+    : max_threads_(std::max<size_t>(1, threads)),
+      max_queued_bytes_(max_queued_bytes),
+      inline_below_bytes_(inline_below_bytes) {}
 
-OrderedWorker::~OrderedWorker() {
+WorkerPool::~WorkerPool() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
   changed_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  for (std::thread& thread : threads_) thread.join();
 }
 
-Status OrderedWorker::Submit(std::span<const uint8_t> bytes, Job job) {
+Status WorkerPool::Submit(std::span<const uint8_t> bytes, Job job) {
   std::vector<uint8_t> copy;
   {
     std::unique_lock lock(mu_);
     changed_.wait(lock, [&] {
-      return Failed() || queue_.empty() || queued_bytes_ + bytes.size() <= max_queued_bytes_;
+      return Failed() || Idle() || queued_bytes_ + bytes.size() <= max_queued_bytes_;
     });
     if (exception_) std::rethrow_exception(exception_);
     if (!failure_.ok()) return failure_;
-    if (queue_.empty() && bytes.size() < inline_below_bytes_) {
-      // Every job before this one has finished (the worker popped it under mu_).
+    if (Idle() && bytes.size() < inline_below_bytes_) {
+      // Every job before this one has finished (workers count themselves out under mu_).
       lock.unlock();
       Status status = job(bytes);
       if (!status.ok()) {
@@ -46,32 +49,34 @@ Status OrderedWorker::Submit(std::span<const uint8_t> bytes, Job job) {
       spare_.pop_back();
     }
   }
-  copy.assign(bytes.begin(), bytes.end());  // outside the lock: the worker goes on meanwhile
+  copy.assign(bytes.begin(), bytes.end());  // outside the lock: the workers go on meanwhile
   {
     std::lock_guard lock(mu_);
     queued_bytes_ += copy.size();
-    queue_.push_back(Entry{std::move(copy), std::move(job)});
-    if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+    waiting_.push_back(Entry{std::move(copy), std::move(job)});
+    if (threads_.size() < max_threads_ && threads_.size() < waiting_.size() + running_) {
+      threads_.emplace_back([this] { Run(); });
+    }
   }
   changed_.notify_all();
   return Status::Ok();
 }
 
-Status OrderedWorker::Drain() {
+Status WorkerPool::Drain() {
   std::unique_lock lock(mu_);
-  changed_.wait(lock, [&] { return queue_.empty(); });
+  changed_.wait(lock, [&] { return Idle(); });
   if (exception_) std::rethrow_exception(exception_);
   return failure_;
 }
 
-void OrderedWorker::Run() {
+void WorkerPool::Run() {
   std::unique_lock lock(mu_);
   while (true) {
-    changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    changed_.wait(lock, [&] { return stop_ || !waiting_.empty(); });
     if (stop_) return;
-    // The front entry stays where it is while it runs: Submit only appends, which keeps
-    // references to a deque's elements valid.
-    Entry& entry = queue_.front();
+    Entry entry = std::move(waiting_.front());
+    waiting_.pop_front();
+    ++running_;
     if (!Failed()) {
       lock.unlock();
       Status status;
@@ -82,12 +87,12 @@ void OrderedWorker::Run() {
         exception = std::current_exception();
       }
       lock.lock();
-      if (!status.ok()) failure_ = std::move(status);
-      exception_ = exception;
+      if (!status.ok() && failure_.ok()) failure_ = std::move(status);
+      if (exception && !exception_) exception_ = exception;
     }
     queued_bytes_ -= entry.bytes.size();
     if (spare_.size() < kMaxSpareBuffers) spare_.push_back(std::move(entry.bytes));
-    queue_.pop_front();
+    --running_;
     changed_.notify_all();
   }
 }
