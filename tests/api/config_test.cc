@@ -27,6 +27,7 @@ TEST(DaemonConfig, ExampleConfigFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.store.zstd_level, defaults.store.zstd_level);
   EXPECT_EQ(parsed.store.max_tensors_per_checkpoint, defaults.store.max_tensors_per_checkpoint);
   EXPECT_EQ(parsed.store.max_models, defaults.store.max_models);
+  EXPECT_EQ(parsed.store.push_encoder_threads, defaults.store.push_encoder_threads);
   EXPECT_EQ(parsed.server.tls_cert_file, defaults.server.tls_cert_file);
   EXPECT_EQ(parsed.server.tls_client_ca_file, defaults.server.tls_client_ca_file);
   EXPECT_EQ(parsed.tokens.size(), 0u);
@@ -77,6 +78,8 @@ TEST(DaemonConfig, OverridesOnlyWhatIsSet) {
   EXPECT_TRUE(c.warm_cache_on_start);
   ASSERT_TRUE(ApplyToml("[storage]\nwarm_cache_on_start = false\n", c).ok());
   EXPECT_FALSE(c.warm_cache_on_start);
+  ASSERT_TRUE(ApplyToml("[storage]\npush_encoder_threads = 6\n", c).ok());
+  EXPECT_EQ(c.store.push_encoder_threads, 6u);
 }
 
 TEST(DaemonConfig, RejectsUnknownKeysWrongTypesAndRanges) {
@@ -91,6 +94,7 @@ TEST(DaemonConfig, RejectsUnknownKeysWrongTypesAndRanges) {
         Case{"[storage]\nsync_commits = 1\n", "storage.sync_commits"},
         Case{"[storage]\nwarm_cache_on_start = \"yes\"\n", "storage.warm_cache_on_start"},
         Case{"[storage]\nchunk_bytes = 10\n", "storage.chunk_bytes"},
+        Case{"[storage]\npush_encoder_threads = 0\n", "storage.push_encoder_threads"},
         Case{"[extra]\n", "extra"},
         Case{"[storage]\non_reference_miss = \"guess\"\n", "on_reference_miss"},
         Case{"[server]\nlisten = \"nohost\"\n", "HOST:PORT"},
