@@ -209,7 +209,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
             kInlineChunkBytes)) {}
 
   ~PushSessionImpl() override {
-    encoder_.reset();  // waits for the chunk being encoded; drops the queued ones
+    encoder_.reset();  // waits for the chunks being encoded; drops the queued ones
     if (committed_) return;
     // Abort: remove every chunk this push wrote (best effort: what a crash leaves behind is
     // removed by recovery or garbage collection).
