@@ -184,6 +184,29 @@ class ClientTest(unittest.TestCase):
         for (name, a), b in zip(model.state_dict().items(), restored.state_dict().values()):
             self.assertTrue(torch.equal(a, b), name)
 
+    def test_training_state_keeps_state_held_as_python_numbers(self):
+        # Rprop keeps its step as a Python int: it travels in the metadata and comes back an int.
+        torch.manual_seed(0)
+        model = torch.nn.Linear(64, 8)
+        rprop = torch.optim.Rprop(model.parameters())
+        self.train(model, rprop, 3, seed=1)
+        tensors, metadata = ckptd.training_state(model, rprop, step=3)
+        self.client.push("rprop", 3, tensors, metadata=metadata)
+        torch.manual_seed(1)
+        restored = torch.nn.Linear(64, 8)
+        restored_rprop = torch.optim.Rprop(restored.parameters())
+        tensors, metadata = self.client.pull_with_metadata("rprop")
+        ckptd.load_training_state(restored, restored_rprop, tensors, metadata)
+        self.assertEqual(restored_rprop.state[restored.weight]["step"], 3)
+        self.assertIsInstance(restored_rprop.state[restored.weight]["step"], int)
+        self.train(model, rprop, 2, seed=2)
+        self.train(restored, restored_rprop, 2, seed=2)
+        self.assertTrue(torch.equal(model.weight, restored.weight))
+        lbfgs = torch.optim.LBFGS(model.parameters())
+        lbfgs.step(lambda: model(torch.ones(1, 64)).sum().backward() or torch.tensor(0.0))
+        with self.assertRaisesRegex(ValueError, "only tensors and numbers"):
+            ckptd.training_state(model, lbfgs)
+
     def test_training_state_refuses_what_does_not_fit(self):
         model, adam = self.model_and_adam(0)
         self.train(model, adam, 1, seed=1)

@@ -17,6 +17,9 @@ Metadata (strings, never quantized):
   optim.param_groups              JSON list, one object per parameter group: its numeric and
                                   boolean hyperparameters (lr, betas, eps, weight_decay, ...),
                                   so a learning rate a scheduler has changed resumes as it was
+  optim.state_numbers             JSON object: per-parameter state kept as Python numbers
+                                  rather than tensors (older PyTorch keeps Adam's step so), by
+                                  parameter name
 
 So a lossy policy can give each kind of tensor its own bound, for example Adam's moments
 (README, "Lossy mode"):
@@ -29,6 +32,7 @@ import numbers
 _MODEL = "model."
 _OPTIM = "optim."
 _GROUPS = "optim.param_groups"
+_NUMBERS = "optim.state_numbers"
 
 
 def _parameter_names(model):
@@ -52,22 +56,32 @@ def _hyperparameters(group):
 def training_state(model, optimizer=None, step=None):
     """(tensors, metadata) of a training job, for Client.push. The tensors are the model's and
     the optimizer's own (not copies): push them before the next optimizer step. Raises
-    ValueError when the optimizer holds a parameter that is not in the model."""
+    ValueError when the optimizer holds a parameter that is not in the model, or keeps state
+    that is neither a tensor nor a number (LBFGS's history lists)."""
     tensors = {_MODEL + key: value for key, value in model.state_dict().items()}
     metadata = {}
     if step is not None:
         metadata["step"] = str(int(step))
     if optimizer is not None:
         names = _parameter_names(model)
+        numbers_by_name = {}
         for group in optimizer.param_groups:
             for p in group["params"]:
                 if id(p) not in names:
                     raise ValueError("the optimizer holds a parameter that is not in the model "
                                      f"(shape {tuple(p.shape)}): pass the model it optimizes")
                 for key, value in optimizer.state.get(p, {}).items():
-                    if hasattr(value, "shape"):  # tensors; Python numbers need no checkpoint
+                    if hasattr(value, "shape"):
                         tensors[f"{_OPTIM}{names[id(p)]}.{key}"] = value
+                    elif isinstance(value, (bool, numbers.Real)):
+                        numbers_by_name.setdefault(names[id(p)], {})[key] = value
+                    else:
+                        raise ValueError(f"optimizer state {key!r} of {names[id(p)]!r} is a "
+                                         f"{type(value).__name__}: only tensors and numbers "
+                                         "are saved")
         metadata[_GROUPS] = json.dumps([_hyperparameters(g) for g in optimizer.param_groups])
+        if numbers_by_name:
+            metadata[_NUMBERS] = json.dumps(numbers_by_name)
     return tensors, metadata
 
 
@@ -91,6 +105,11 @@ def load_training_state(model, optimizer, tensors, metadata=None):
             if name not in parameters:
                 raise ValueError(f"checkpoint tensor {key!r}: the model has no parameter {name!r}")
             by_name.setdefault(name, {})[state_key] = value
+        for name, values in json.loads(metadata.get(_NUMBERS, "{}")).items():
+            if name not in parameters:
+                raise ValueError(f"checkpoint has optimizer state for {name!r}: the model has no "
+                                 "such parameter")
+            by_name.setdefault(name, {}).update(values)
         state_dict = optimizer.state_dict()
         state_dict["state"] = {}
         index = 0
