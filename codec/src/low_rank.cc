@@ -1,0 +1,371 @@
+#include "low_rank.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "quantizers.h"
+#include "rans.h"
+
+namespace ckpt::lossy {
+namespace {
+
+// Factor columns of similar scale share a table: coefficient column k in context
+// floor(log2(k + 1)) (the leading singular directions carry the largest coefficients), every
+// basis column in the last one (basis columns are unit vectors scaled alike).
+constexpr uint32_t kCoefficientContexts = 6;
+constexpr uint32_t kBasisContext = kCoefficientContexts;
+constexpr uint32_t kFactorContexts = kCoefficientContexts + 1;
+// A present symbol costs about two bytes of table (symbol and varint frequency).
+constexpr double kTableBitsPerSymbol = 16;
+
+uint32_t CoefficientContext(uint32_t k) { return std::bit_width(k + 1) - 1; }
+
+uint8_t FactorSymbol(int8_t v) { return static_cast<uint8_t>(ZigZag(v)); }
+
+// Rows of the shift's two factors in the orientation of the output: shift(i, j) uses row i of
+// `row_factor` and row j of `column_factor`.
+struct Oriented {
+  const int8_t* row_factor;
+  const int8_t* column_factor;
+};
+
+Oriented Orient(const LowRankShift& s) {
+  return s.basis_on_columns ? Oriented{s.coefficients.data(), s.basis.data()}
+                            : Oriented{s.basis.data(), s.coefficients.data()};
+}
+
+// Orthonormalizes the l columns of q (n x l, row-major) in place by modified Gram-Schmidt; a
+// column that vanishes against the others becomes zero.
+void Orthonormalize(std::vector<double>& q, size_t n, size_t l) {
+  for (size_t c = 0; c < l; ++c) {
+    for (size_t p = 0; p < c; ++p) {
+      double dot = 0;
+      for (size_t i = 0; i < n; ++i) dot += q[i * l + c] * q[i * l + p];
+      for (size_t i = 0; i < n; ++i) q[i * l + c] -= dot * q[i * l + p];
+    }
+    double norm = 0;
+    for (size_t i = 0; i < n; ++i) norm += q[i * l + c] * q[i * l + c];
+    norm = std::sqrt(norm);
+    const double inverse = norm > 1e-300 ? 1.0 / norm : 0.0;
+    for (size_t i = 0; i < n; ++i) q[i * l + c] *= inverse;
+  }
+}
+
+// Eigen-decomposition of the symmetric l x l matrix h (row-major) by cyclic Jacobi rotations:
+// h's diagonal becomes the eigenvalues, v (l x l, columns) the eigenvectors.
+void SymmetricEigen(std::vector<double>& h, size_t l, std::vector<double>* v) {
+  v->assign(l * l, 0.0);
+  for (size_t i = 0; i < l; ++i) (*v)[i * l + i] = 1.0;
+  for (int sweep = 0; sweep < 50; ++sweep) {
+    double off = 0, total = 0;
+    for (size_t i = 0; i < l; ++i) {
+      for (size_t j = 0; j < l; ++j) {
+        total += h[i * l + j] * h[i * l + j];
+        if (i != j) off += h[i * l + j] * h[i * l + j];
+      }
+    }
+    if (off <= 1e-24 * total) return;
+    for (size_t p = 0; p < l; ++p) {
+      for (size_t q = p + 1; q < l; ++q) {
+        const double hpq = h[p * l + q];
+        if (std::abs(hpq) < 1e-300) continue;
+        const double theta = (h[q * l + q] - h[p * l + p]) / (2 * hpq);
+        const double t =
+            (theta >= 0 ? 1.0 : -1.0) / (std::abs(theta) + std::sqrt(theta * theta + 1));
+        const double c = 1 / std::sqrt(t * t + 1), s = t * c;
+        for (size_t k = 0; k < l; ++k) {  // h <- h J (columns p, q)
+          const double a = h[k * l + p], b = h[k * l + q];
+          h[k * l + p] = c * a - s * b;
+          h[k * l + q] = s * a + c * b;
+        }
+        for (size_t k = 0; k < l; ++k) {  // h <- J^T h (rows p, q)
+          const double a = h[p * l + k], b = h[q * l + k];
+          h[p * l + k] = c * a - s * b;
+          h[q * l + k] = s * a + c * b;
+        }
+        for (size_t k = 0; k < l; ++k) {
+          const double a = (*v)[k * l + p], b = (*v)[k * l + q];
+          (*v)[k * l + p] = c * a - s * b;
+          (*v)[k * l + q] = s * a + c * b;
+        }
+      }
+    }
+  }
+}
+
+// Solves x g = y for each row of y (m x r) in place, g (r x r) symmetric positive definite, by
+// Cholesky; a tiny ridge keeps a singular g (a basis column quantized to zero) solvable.
+void SolveRows(std::vector<double> g, size_t r, std::vector<double>& y, size_t m) {
+  double trace = 0;
+  for (size_t i = 0; i < r; ++i) trace += g[i * r + i];
+  for (size_t i = 0; i < r; ++i) g[i * r + i] += 1e-12 * trace + 1e-300;
+  for (size_t j = 0; j < r; ++j) {  // g = L L^T, L in the lower triangle
+    double d = g[j * r + j];
+    for (size_t k = 0; k < j; ++k) d -= g[j * r + k] * g[j * r + k];
+    d = std::sqrt(std::max(d, 1e-300));
+    g[j * r + j] = d;
+    for (size_t i = j + 1; i < r; ++i) {
+      double s = g[i * r + j];
+      for (size_t k = 0; k < j; ++k) s -= g[i * r + k] * g[j * r + k];
+      g[i * r + j] = s / d;
+    }
+  }
+  for (size_t row = 0; row < m; ++row) {
+    double* x = &y[row * r];
+    for (size_t i = 0; i < r; ++i) {  // L z = y
+      double s = x[i];
+      for (size_t k = 0; k < i; ++k) s -= g[i * r + k] * x[k];
+      x[i] = s / g[i * r + i];
+    }
+    for (size_t i = r; i-- > 0;) {  // L^T x = z
+      double s = x[i];
+      for (size_t k = i + 1; k < r; ++k) s -= g[k * r + i] * x[k];
+      x[i] = s / g[i * r + i];
+    }
+  }
+}
+
+int8_t QuantizeFactor(double v) {
+  const double q = RoundToInteger(std::clamp(v, -double{kMaxFactor}, double{kMaxFactor}));
+  return static_cast<int8_t>(q);
+}
+
+}  // namespace
+
+void LowRankShift::Apply(int32_t* out) const { ApplyTruncated(rank, out); }
+
+void LowRankShift::ApplyTruncated(uint32_t use_rank, int32_t* out) const {
+  const size_t n = size_t{rows} * cols;
+  use_rank = std::min(use_rank, rank);
+  if (use_rank == 0) {
+    std::fill(out, out + n, 0);
+    return;
+  }
+  const Oriented f = Orient(*this);
+  // The column factor transposed to rank x cols, as floats: every product and partial sum is an
+  // integer below 2^17, exact in float whatever the order or contraction, so the loop over a
+  // row vectorizes and every build gets the same sums.
+  std::vector<float> column_t(size_t{use_rank} * cols);
+  for (uint32_t j = 0; j < cols; ++j) {
+    for (uint32_t k = 0; k < use_rank; ++k) {
+      column_t[size_t{k} * cols + j] = f.column_factor[size_t{j} * rank + k];
+    }
+  }
+  std::vector<float> sums(cols);
+  for (uint32_t i = 0; i < rows; ++i) {
+    std::fill(sums.begin(), sums.end(), 0.0f);
+    const int8_t* row = f.row_factor + size_t{i} * rank;
+    for (uint32_t k = 0; k < use_rank; ++k) {
+      const float a = row[k];
+      const float* c = &column_t[size_t{k} * cols];
+      for (uint32_t j = 0; j < cols; ++j) sums[j] += a * c[j];
+    }
+    int32_t* o = out + size_t{i} * cols;
+    for (uint32_t j = 0; j < cols; ++j) {
+      o[j] = static_cast<int32_t>(RoundToInteger(scale * static_cast<double>(sums[j])));
+    }
+  }
+}
+
+void LowRankShift::Write(std::string* out) const {
+  out->push_back(static_cast<char>(rank));
+  if (rank == 0) return;
+  out->push_back(static_cast<char>(basis_on_columns ? 1 : 0));
+  const uint64_t bits = std::bit_cast<uint64_t>(scale);
+  for (int b = 0; b < 8; ++b) out->push_back(static_cast<char>(bits >> (8 * b)));
+  const size_t total = coefficients.size() + basis.size();
+  std::vector<uint8_t> symbols(total), contexts(total);
+  rans::Histogram histogram(kFactorContexts);
+  size_t at = 0;
+  for (size_t i = 0; i < coefficients.size(); ++i, ++at) {
+    symbols[at] = FactorSymbol(coefficients[i]);
+    contexts[at] = static_cast<uint8_t>(CoefficientContext(static_cast<uint32_t>(i % rank)));
+    histogram.Add(contexts[at], symbols[at]);
+  }
+  for (size_t i = 0; i < basis.size(); ++i, ++at) {
+    symbols[at] = FactorSymbol(basis[i]);
+    contexts[at] = kBasisContext;
+    histogram.Add(kBasisContext, symbols[at]);
+  }
+  const std::vector<rans::EncodeTable> tables = rans::WriteTables(histogram, out);
+  rans::Encoder encoder(total, 1);
+  encoder.PutAll(symbols.data(), contexts.data(), tables.data(), total);
+  encoder.Finish(out);
+}
+
+Status LowRankShift::Read(const uint8_t*& in, const uint8_t* end, uint32_t rows, uint32_t cols,
+                          LowRankShift* shift) {
+  *shift = LowRankShift{};
+  shift->rows = rows;
+  shift->cols = cols;
+  if (in >= end) return Status::DataLoss("low-rank shift: truncated");
+  shift->rank = *in++;
+  if (shift->rank == 0) return Status::Ok();
+  if (shift->rank > kMaxLowRank || shift->rank > std::min(rows, cols)) {
+    return Status::DataLoss("low-rank shift: rank " + std::to_string(shift->rank) +
+                            " out of range");
+  }
+  if (end - in < 9) return Status::DataLoss("low-rank shift: truncated");
+  const uint8_t orientation = *in++;
+  if (orientation > 1) return Status::DataLoss("low-rank shift: unknown orientation");
+  shift->basis_on_columns = orientation == 1;
+  uint64_t bits = 0;
+  for (int b = 0; b < 8; ++b) bits |= uint64_t{in[b]} << (8 * b);
+  in += 8;
+  shift->scale = std::bit_cast<double>(bits);
+  // |scale * sum| stays far inside the lattice's exact range (sums are below 2^17).
+  if (!(shift->scale > 0 && shift->scale <= 0x1p24)) {
+    return Status::DataLoss("low-rank shift: scale out of range");
+  }
+  rans::DecodeTables tables;
+  CKPT_RETURN_IF_ERROR(tables.Read(in, end, kFactorContexts));
+  rans::Decoder decoder;
+  CKPT_RETURN_IF_ERROR(decoder.Init(in, end, 1));
+  const uint32_t r = shift->rank;
+  shift->coefficients.resize(size_t{shift->CoefficientLength()} * r);
+  shift->basis.resize(size_t{shift->BasisLength()} * r);
+  bool valid = true;
+  for (size_t i = 0; i < shift->coefficients.size(); ++i) {
+    const uint8_t z =
+        decoder.Get<0>(tables.context(CoefficientContext(static_cast<uint32_t>(i % r))));
+    valid &= z <= 2 * kMaxFactor;
+    shift->coefficients[i] = static_cast<int8_t>(UnZigZag(z));
+  }
+  for (size_t i = 0; i < shift->basis.size(); ++i) {
+    const uint8_t z = decoder.Get<0>(tables.context(kBasisContext));
+    valid &= z <= 2 * kMaxFactor;
+    shift->basis[i] = static_cast<int8_t>(UnZigZag(z));
+  }
+  CKPT_RETURN_IF_ERROR(decoder.Check());
+  if (!valid) return Status::DataLoss("low-rank shift: factor out of range");
+  return Status::Ok();
+}
+
+double LowRankShift::EstimatedBits(uint32_t use_rank) const {
+  use_rank = std::min(use_rank, rank);
+  if (use_rank == 0) return 8;
+  rans::Histogram histogram(kFactorContexts);
+  for (size_t i = 0; i < coefficients.size(); ++i) {
+    const uint32_t k = static_cast<uint32_t>(i % rank);
+    if (k < use_rank) histogram.Add(CoefficientContext(k), FactorSymbol(coefficients[i]));
+  }
+  for (size_t i = 0; i < basis.size(); ++i) {
+    if (i % rank < use_rank) histogram.Add(kBasisContext, FactorSymbol(basis[i]));
+  }
+  double table_bits = 0;
+  for (const auto& counts : histogram.counts) {
+    for (uint32_t c : counts) table_bits += c ? kTableBitsPerSymbol : 0;
+  }
+  return histogram.EntropyBits() + table_bits + 80;
+}
+
+LowRankShift FitLowRankShift(std::span<const double> delta, uint32_t rows, uint32_t cols,
+                             uint32_t rank, double coefficient_step, double fine) {
+  LowRankShift shift;
+  shift.rows = rows;
+  shift.cols = cols;
+  shift.basis_on_columns = cols <= rows;
+  const size_t n = shift.BasisLength(), m = shift.CoefficientLength();
+  const uint32_t r = std::min<uint32_t>({rank, kMaxLowRank, static_cast<uint32_t>(n)});
+  if (r == 0 || delta.size() != size_t{rows} * cols || !(coefficient_step > 0) || !(fine > 0)) {
+    return shift;
+  }
+  // The delta oriented m x n (the basis over its columns), non-finite elements as 0.
+  std::vector<double> mat(m * n);
+  for (size_t i = 0; i < rows; ++i) {
+    for (size_t j = 0; j < cols; ++j) {
+      const double v = delta[i * cols + j];
+      mat[shift.basis_on_columns ? i * n + j : j * n + i] = std::isfinite(v) ? v : 0.0;
+    }
+  }
+  // Randomized subspace iteration (Halko, Martinsson and Tropp) on a sample of at most ~256
+  // rows, with 8 extra directions, from a fixed pseudo-random start.
+  const size_t l = std::min(n, size_t{r} + 8);
+  const size_t stride = std::max<size_t>(1, m / 256);
+  const size_t sampled = (m + stride - 1) / stride;
+  std::vector<double> q(n * l);
+  uint64_t seed = 0x9e3779b97f4a7c15ull;
+  for (double& v : q) {
+    seed ^= seed << 13;
+    seed ^= seed >> 7;
+    seed ^= seed << 17;
+    v = static_cast<double>(seed >> 11) * 0x1p-53 - 0.5;
+  }
+  Orthonormalize(q, n, l);
+  std::vector<double> y(sampled * l), z(n * l);
+  auto project = [&] {  // y = S q
+    std::fill(y.begin(), y.end(), 0.0);
+    for (size_t s = 0; s < sampled; ++s) {
+      const double* row = &mat[s * stride * n];
+      double* out = &y[s * l];
+      for (size_t j = 0; j < n; ++j) {
+        for (size_t c = 0; c < l; ++c) out[c] += row[j] * q[j * l + c];
+      }
+    }
+  };
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    project();
+    std::fill(z.begin(), z.end(), 0.0);  // z = S^T y
+    for (size_t s = 0; s < sampled; ++s) {
+      const double* row = &mat[s * stride * n];
+      const double* ys = &y[s * l];
+      for (size_t j = 0; j < n; ++j) {
+        for (size_t c = 0; c < l; ++c) z[j * l + c] += row[j] * ys[c];
+      }
+    }
+    q.swap(z);
+    Orthonormalize(q, n, l);
+  }
+  // Rayleigh-Ritz: order the directions by the energy they carry.
+  project();
+  std::vector<double> h(l * l, 0.0), w;
+  for (size_t s = 0; s < sampled; ++s) {
+    for (size_t a = 0; a < l; ++a) {
+      for (size_t b = 0; b < l; ++b) h[a * l + b] += y[s * l + a] * y[s * l + b];
+    }
+  }
+  SymmetricEigen(h, l, &w);
+  std::vector<size_t> order(l);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return h[a * l + a] > h[b * l + b]; });
+  // The basis, quantized to multiples of 1/sqrt(n), and its dequantized values.
+  const double root_n = std::sqrt(static_cast<double>(n));
+  shift.rank = r;
+  shift.basis.resize(n * r);
+  std::vector<double> basis(n * r);
+  for (size_t j = 0; j < n; ++j) {
+    for (size_t k = 0; k < r; ++k) {
+      double v = 0;
+      for (size_t c = 0; c < l; ++c) v += q[j * l + c] * w[c * l + order[k]];
+      shift.basis[j * r + k] = QuantizeFactor(v * root_n);
+      basis[j * r + k] = shift.basis[j * r + k] / root_n;
+    }
+  }
+  // Coefficients by least squares on every row: (M B)(B^T B)^-1.
+  std::vector<double> gram(size_t{r} * r, 0.0), coefficients(m * r, 0.0);
+  for (size_t j = 0; j < n; ++j) {
+    for (size_t a = 0; a < r; ++a) {
+      for (size_t b = 0; b < r; ++b) gram[a * r + b] += basis[j * r + a] * basis[j * r + b];
+    }
+  }
+  for (size_t i = 0; i < m; ++i) {
+    const double* row = &mat[i * n];
+    double* out = &coefficients[i * r];
+    for (size_t j = 0; j < n; ++j) {
+      for (size_t k = 0; k < r; ++k) out[k] += row[j] * basis[j * r + k];
+    }
+  }
+  SolveRows(gram, r, coefficients, m);
+  shift.coefficients.resize(m * r);
+  for (size_t i = 0; i < m * r; ++i) {
+    shift.coefficients[i] = QuantizeFactor(coefficients[i] / coefficient_step);
+  }
+  shift.scale = coefficient_step / root_n / fine;
+  return shift;
+}
+
+}  // namespace ckpt::lossy
