@@ -8,8 +8,11 @@
 // zstd -3 of each file. Optionally writes the restored checkpoints for evaluation.
 //
 // Usage: lossy_bench POLICY_JSON DIR [--restored OUT_DIR] [--quiet] [--retention-rules]
+//                    [--matrices]
 //   --retention-rules codes as the daemon does for a model with retention rules (lattice chains
 //   without element history).
+//   --matrices gives the codec every 2-D tensor's column count (LossyCodecOptions::
+//   matrix_columns): lattice deltas may then take a low-rank shift (payload version 4).
 //   e.g. lossy_bench '{"mode":"lossy","max_abs_error":5e-3,"lossless_tensors":[]}' ckpts/charlm
 #include <time.h>
 #include <zstd.h>
@@ -77,7 +80,7 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: lossy_bench POLICY_JSON DIR [--restored OUT_DIR] [--quiet] "
-                 "[--retention-rules]\n");
+                 "[--retention-rules] [--matrices]\n");
     return 2;
   }
   auto policy = ckpt::CodecPolicy::FromJson(argv[1], ckpt::CodecPolicy{});
@@ -85,6 +88,7 @@ int main(int argc, char** argv) {
   std::string restored_dir;
   bool quiet = false;
   bool retention_rules = false;
+  bool matrices = false;
   for (int i = 3; i < argc; ++i) {
     if (std::string(argv[i]) == "--restored" && i + 1 < argc) {
       restored_dir = argv[++i];
@@ -92,6 +96,8 @@ int main(int argc, char** argv) {
       quiet = true;
     } else if (std::string(argv[i]) == "--retention-rules") {
       retention_rules = true;
+    } else if (std::string(argv[i]) == "--matrices") {
+      matrices = true;
     }
   }
   std::vector<std::filesystem::path> files;
@@ -131,6 +137,9 @@ int main(int argc, char** argv) {
       ckpt::TensorCoding coding = policy->ForTensor(t.name, t.dtype, t.shape);
       if (retention_rules && coding.lossy && coding.lossy_options.lattice) {
         coding.lossy_options.history = false;
+      }
+      if (matrices && coding.lossy && t.shape.size() == 2) {
+        coding.lossy_options.matrix_columns = static_cast<uint32_t>(t.shape[1]);
       }
       std::unique_ptr<ckpt::TensorCodec> lossy_codec;
       if (coding.lossy) lossy_codec = ckpt::NewLossyCodec(coding.lossy_options);

@@ -34,6 +34,7 @@
 
 #include "ckpt/codec/binary.h"
 #include "lossy_kernels.h"
+#include "low_rank.h"
 #include "quantizers.h"
 #include "rans.h"
 
@@ -69,6 +70,8 @@ constexpr uint8_t kPayloadVersionLattice = 2;
 // Lattice payloads with element history (kFlagLattice | kFlagHistory) are version 3, for the
 // same reason.
 constexpr uint8_t kPayloadVersionLatticeHistory = 3;
+// Lattice deltas with a low-rank shift (kFlagLattice | kFlagLowRank) are version 4.
+constexpr uint8_t kPayloadVersionLowRank = 4;
 constexpr uint8_t kContextModelPrevious2 = 1;  // 9 contexts: classes of the two previous symbols
 constexpr uint8_t kContextModelNone = 2;       // 1 context, for small chunks (tables cost less)
 constexpr uint8_t kContextModelHistory = 3;    // 8 contexts: the element's history state (below)
@@ -78,6 +81,16 @@ constexpr uint8_t kFlagFourStates = 4;  // the rANS stream interleaves four stat
 constexpr uint8_t kFlagLattice = 8;     // uniform: reconstructions are lattice points (below)
 // Lattice with history: every element's history state is coded explicitly (exact re-encodings).
 constexpr uint8_t kFlagExplicitHistory = 16;
+// Lattice delta whose lattice is shifted by a low-rank matrix (QuantizeLowRankElements).
+constexpr uint8_t kFlagLowRank = 32;
+// The low-rank lattice: pitch step / kLowRankFine, moves of kLowRankFine pitches.
+constexpr double kLowRankFine = 64;
+// Matrices smaller than this on either side are coded flat.
+constexpr uint32_t kMinLowRankSide = 16;
+// The ranks the encoder compares (multiples of 8 up to this; 0: the fine lattice unshifted),
+// and the rows it compares them on.
+constexpr uint32_t kLowRankMaxRank = 16;
+constexpr uint32_t kLowRankSampleRows = 64;
 constexpr uint32_t kContexts = 9;
 constexpr uint32_t kHistoryContexts = 8;
 // Chunks with fewer elements use kContextModelNone.
@@ -715,6 +728,137 @@ void QuantizeLatticeElements(const UniformQuantizer& u, const uint8_t* in, const
   }
 }
 
+// Low-rank lattice (kFlagLowRank; deltas of F32/F64 matrices with element history). An
+// element's reconstruction is T((b + 64 q) * fine) with fine = step / 64: b = kp + shift(i), kp
+// the reference's index on the fine lattice (LatticeIndex), shift(i) the element's low-rank
+// shift (low_rank.h), q the coded move. A reference without an index restores bit-identically
+// under z = 0 and counts as b = 0 otherwise. The encoder takes q = round((x / fine - b) / 64),
+// the nearest point of the shifted lattice, so the error is at most half a move, and the
+// history state follows q as on the lattice. Elements that fail the bound go verbatim.
+template <DType D>
+inline void QuantizeLowRankElement(double step, int32_t shift, const uint8_t* in,
+                                   const uint8_t* ref, size_t i, double bound, bool non_negative,
+                                   uint8_t* recon, Quantized* out) {
+  using E = Element<D>;
+  const double fine = step / kLowRankFine;
+  const double inverse_fine = 1.0 / fine;
+  const uint8_t* xp = in + i * E::kSize;
+  uint8_t* rp = recon + i * E::kSize;
+  const double x = E::Load(xp);
+  const double p = E::Load(ref + i * E::kSize);
+  const uint32_t before = LatticeHistoryOf<D>(ref + i * E::kSize);
+  out->history[i] = static_cast<uint8_t>(before);
+  double kp = 0;
+  const bool indexed = lossy::LatticeIndex(p, inverse_fine, &kp);
+  if (!indexed && std::memcmp(xp, ref + i * E::kSize, E::kSize) == 0) {
+    std::memcpy(rp, xp, E::kSize);
+    return EmitElement<E::kSize>(true, 0, xp, rp, i, out);
+  }
+  const double base = indexed ? kp + shift : 0.0;
+  bool accepted = false;
+  uint64_t z = 0;
+  const double t = x * inverse_fine;
+  if (std::abs(t) <= lossy::kMaxQuantized) {
+    const double q = lossy::RoundToInteger((t - base) / kLowRankFine) + 0.0;
+    if (std::abs(q) <= lossy::kMaxQuantized / kLowRankFine && (indexed || q != 0)) {
+      E::Store((base + kLowRankFine * q) * fine, rp);
+      SetHistory<D>(rp, NextHistory(before, q));
+      accepted = Acceptable(x, E::Load(rp), bound, non_negative);
+      z = lossy::ZigZag(static_cast<int64_t>(q));
+    }
+  }
+  EmitElement<E::kSize>(accepted, z, xp, rp, i, out);
+}
+
+template <DType D>
+void QuantizeLowRankElements(double step, const int32_t* shift, const uint8_t* in,
+                             const uint8_t* ref, size_t n, double bound, bool non_negative,
+                             uint8_t* recon, Quantized* out) {
+  out->symbols.resize(n);
+  out->history.resize(n);
+  size_t i = 0;
+#if defined(__SSE2__)
+  if constexpr (D == DType::kF32) {
+    const double fine = step / kLowRankFine;
+    const double inverse_fine = 1.0 / fine;
+    for (; i + 4 <= n; i += 4) {
+      if (!lossy::QuantizeFourLowRankF32(in + 4 * i, ref + 4 * i, shift + i, fine, inverse_fine,
+                                         bound, non_negative, recon + 4 * i, &out->symbols[i],
+                                         &out->history[i])) {
+        for (size_t k = i; k < i + 4; ++k) {
+          QuantizeLowRankElement<D>(step, shift[k], in, ref, k, bound, non_negative, recon, out);
+        }
+      }
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    QuantizeLowRankElement<D>(step, shift[i], in, ref, i, bound, non_negative, recon, out);
+  }
+}
+
+// How a lattice delta of a matrix with history is coded: on the plain lattice, or on the fine
+// lattice shifted by `shift` (rank 0: the fine lattice of the reference, unshifted).
+struct LowRankChoice {
+  bool use = false;
+  lossy::LowRankShift shift;
+};
+
+// Fits a shift of the largest candidate rank, then compares the plain lattice with the shifted
+// one at each candidate rank (and rank 0) by estimated size: the moves' entropy in their
+// history contexts on every (rows / kLowRankSampleRows)-th row, scaled up, plus the factors.
+template <DType D>
+LowRankChoice ChooseLowRankShift(const UniformQuantizer& u, const uint8_t* in, const uint8_t* ref,
+                                 uint32_t rows, uint32_t cols, double bound, bool non_negative) {
+  using E = Element<D>;
+  const size_t n = size_t{rows} * cols;
+  std::vector<double> delta(n);
+  for (size_t i = 0; i < n; ++i) {
+    delta[i] = E::Load(in + i * E::kSize) - E::Load(ref + i * E::kSize);
+  }
+  LowRankChoice choice;
+  choice.shift =
+      lossy::FitLowRankShift(delta, rows, cols, kLowRankMaxRank, u.step, u.step / kLowRankFine);
+  const lossy::LowRankShift& fitted = choice.shift;
+  const uint32_t stride = std::max<uint32_t>(1, rows / kLowRankSampleRows);
+  const uint32_t sampled = (rows + stride - 1) / stride;
+  const double scale_up = static_cast<double>(rows) / sampled;
+  std::vector<uint8_t> recon(size_t{cols} * E::kSize);
+  std::vector<int32_t> row_shift(cols);
+  // rank < 0: the plain lattice.
+  auto estimate = [&](int rank) {
+    rans::Histogram histogram(kHistoryContexts);
+    double side_bits = 0;
+    for (uint32_t r = 0; r < rows; r += stride) {
+      const size_t first = size_t{r} * cols;
+      Quantized q;
+      if (rank < 0) {
+        QuantizeLatticeElements<D, false>(u, in + first * E::kSize, ref + first * E::kSize, cols,
+                                          bound, non_negative, HistoryUse::kDelta, recon.data(),
+                                          &q);
+      } else {
+        fitted.ApplyRow(static_cast<uint32_t>(rank), r, row_shift.data());
+        QuantizeLowRankElements<D>(u.step, row_shift.data(), in + first * E::kSize,
+                                   ref + first * E::kSize, cols, bound, non_negative, recon.data(),
+                                   &q);
+      }
+      for (size_t j = 0; j < cols; ++j) histogram.Add(q.history[j], q.symbols[j]);
+      side_bits += static_cast<double>(q.extra_bits) + 8.0 * q.exact.size();
+    }
+    return (histogram.EntropyBits() + side_bits) * scale_up +
+           (rank >= 0 ? fitted.EstimatedBits(static_cast<uint32_t>(rank)) : 0);
+  };
+  int best_rank = -1;
+  double best_bits = estimate(-1);
+  for (int rank = 0; rank <= static_cast<int>(fitted.rank); rank += 8) {
+    const double bits = estimate(rank);
+    if (bits < best_bits) best_rank = rank, best_bits = bits;
+  }
+  choice.use = best_rank >= 0;
+  choice.shift = fitted.Truncated(static_cast<uint32_t>(std::max(best_rank, 0)));
+  return choice;
+}
+
 // The context of element i's explicit history state (kFlagExplicitHistory): the state the
 // element would get without it — NextHistory of the reference's state `before` and the move of
 // a direct symbol; kKeyframeHistory in keyframes; 0 for any other symbol.
@@ -970,10 +1114,12 @@ struct Header {
   bool four_states = false;
   bool lattice = false;
   bool explicit_history = false;
+  bool low_rank = false;
   double bound = 0;
   uint64_t elements = 0;
   uint32_t exact = 0;
   uint32_t extra_bytes = 0;
+  std::vector<int32_t> shift;  // low_rank: every element's shift (read after the header)
 };
 
 class LossyQuantizedCodec final : public TensorCodec {
@@ -1016,7 +1162,9 @@ class LossyQuantizedCodec final : public TensorCodec {
     if (!(set.uniform.step > 0) || !std::isfinite(set.uniform.inverse_step)) {
       return Status::FailedPrecondition("lossy payload: lattice step out of range");
     }
-    const ExactTarget exact{set.uniform.step, h.bound, h.history};
+    // A low-rank payload's reconstructions lie on its fine lattice: so does the re-encoding.
+    const double step = h.low_rank ? set.uniform.step / kLowRankFine : set.uniform.step;
+    const ExactTarget exact{step, h.bound, h.history};
     return EncodeDispatch(dtype, target, reference, &exact);
   }
 
@@ -1200,11 +1348,27 @@ class LossyQuantizedCodec final : public TensorCodec {
     HistoryUse history = HistoryUse::kNone;
     if (carries_history) history = ref ? HistoryUse::kDelta : HistoryUse::kKeyframe;
     const bool explicit_history = exact && carries_history;
+    // A low-rank shift where the chunk is a matrix and one pays (lattice deltas with history).
+    LowRankChoice choice;
+    const uint32_t cols = options_.matrix_columns;
+    if (!exact && lattice && history == HistoryUse::kDelta && cols >= kMinLowRankSide &&
+        n % cols == 0 && n / cols >= kMinLowRankSide &&
+        n / cols <= std::numeric_limits<uint32_t>::max()) {
+      choice = ChooseLowRankShift<D>(set.uniform, in, ref, static_cast<uint32_t>(n / cols), cols,
+                                     bound, non_negative);
+    }
+    const bool low_rank = choice.use;
+    const lossy::LowRankShift& shift = choice.shift;
     EncodedChunk result;
     result.reconstruction_is_input = false;
     result.reconstruction.resize(current.size());
     Quantized q;
-    if (exact) {
+    if (low_rank) {
+      std::vector<int32_t> shift_values(n);
+      shift.Apply(shift_values.data());
+      QuantizeLowRankElements<D>(set.uniform.step, shift_values.data(), in, ref, n, bound,
+                                 non_negative, result.reconstruction.data(), &q);
+    } else if (exact) {
       QuantizeLatticeElements<D, true>(set.uniform, in, ref, n, bound, non_negative, history,
                                        result.reconstruction.data(), &q);
     } else if (lattice) {
@@ -1266,7 +1430,8 @@ class LossyQuantizedCodec final : public TensorCodec {
       state_encoder.Finish(&explicit_stream);
     }
     ByteWriter w;
-    w.PutU8(!lattice                       ? kPayloadVersion
+    w.PutU8(low_rank                       ? kPayloadVersionLowRank
+            : !lattice                     ? kPayloadVersion
             : history != HistoryUse::kNone ? kPayloadVersionLatticeHistory
                                            : kPayloadVersionLattice);
     w.PutU8(static_cast<uint8_t>(kind));
@@ -1274,12 +1439,19 @@ class LossyQuantizedCodec final : public TensorCodec {
     w.PutU8(context_model);
     w.PutU8((ref ? kFlagDelta : 0) | (history != HistoryUse::kNone ? kFlagHistory : 0) |
             (contexts ? kFlagFourStates : 0) | (lattice ? kFlagLattice : 0) |
-            (explicit_history ? kFlagExplicitHistory : 0));
+            (explicit_history ? kFlagExplicitHistory : 0) | (low_rank ? kFlagLowRank : 0));
     PutF64(w, bound);
     w.PutU64(n);
     w.PutU32(q.exact_count);
     w.PutU32(static_cast<uint32_t>(extra_bytes.size()));
     set.WriteParams(w);
+    std::string shift_bytes;
+    if (low_rank) {
+      shift.Write(&shift_bytes);
+      w.PutU32(shift.rows);
+      w.PutU32(shift.cols);
+      w.PutLengthPrefixed(shift_bytes);
+    }
     w.PutBytes(q.exact);
     w.PutBytes(extra_bytes);
     if (explicit_history) {
@@ -1314,7 +1486,8 @@ class LossyQuantizedCodec final : public TensorCodec {
     result.info.bound = bound;
     result.info.elements = n;
     result.info.exact_elements = q.exact_count;
-    const double side_bits = static_cast<double>(q.extra_bits) + 8.0 * q.exact.size();
+    const double side_bits =
+        static_cast<double>(q.extra_bits) + 8.0 * (q.exact.size() + shift_bytes.size());
     result.info.model_entropy_bits = histogram.EntropyBits() + side_bits + explicit_bits;
     rans::Histogram order0(1);  // the same symbols without contexts
     for (const auto& counts : histogram.counts) {
@@ -1328,7 +1501,7 @@ class LossyQuantizedCodec final : public TensorCodec {
     uint8_t version = 0, quantizer = 0, dtype = 0, flags = 0;
     CKPT_RETURN_IF_ERROR(r.GetU8(&version));
     if (version != kPayloadVersion && version != kPayloadVersionLattice &&
-        version != kPayloadVersionLatticeHistory) {
+        version != kPayloadVersionLatticeHistory && version != kPayloadVersionLowRank) {
       return Status::DataLoss("lossy payload version " + std::to_string(version) +
                               " is not supported (written by a newer ckptd?)");
     }
@@ -1358,13 +1531,18 @@ class LossyQuantizedCodec final : public TensorCodec {
     h->four_states = flags & kFlagFourStates;
     h->lattice = flags & kFlagLattice;
     h->explicit_history = flags & kFlagExplicitHistory;
-    if (flags &
-        ~(kFlagDelta | kFlagHistory | kFlagFourStates | kFlagLattice | kFlagExplicitHistory)) {
+    h->low_rank = flags & kFlagLowRank;
+    if (flags & ~(kFlagDelta | kFlagHistory | kFlagFourStates | kFlagLattice |
+                  kFlagExplicitHistory | kFlagLowRank)) {
       return Status::DataLoss("lossy payload: unknown flags " + std::to_string(flags));
     }
-    if (h->lattice != (version != kPayloadVersion) ||
-        (h->lattice && h->history) != (version == kPayloadVersionLatticeHistory) ||
-        (h->explicit_history && version != kPayloadVersionLatticeHistory)) {
+    if (version == kPayloadVersionLowRank) {
+      if (!h->low_rank || !h->lattice || !h->delta || h->explicit_history) {
+        return Status::DataLoss("lossy payload: flags do not match payload version");
+      }
+    } else if (h->low_rank || h->lattice != (version != kPayloadVersion) ||
+               (h->lattice && h->history) != (version == kPayloadVersionLatticeHistory) ||
+               (h->explicit_history && version != kPayloadVersionLatticeHistory)) {
       return Status::DataLoss("lossy payload: flags do not match payload version");
     }
     if (h->lattice && h->quantizer != Quantizer::kUniform) {
@@ -1389,6 +1567,7 @@ class LossyQuantizedCodec final : public TensorCodec {
     QuantizerSet set;
     set.kind = h.quantizer;
     CKPT_RETURN_IF_ERROR(set.ReadParams(r));
+    if (h.low_rank) CKPT_RETURN_IF_ERROR(ReadShift<D>(r, out.size(), &h));
     switch (h.quantizer) {
       case Quantizer::kExponent:
         return DecodeElements<D>(set.exponent, h, r, reference, out);
@@ -1401,6 +1580,27 @@ class LossyQuantizedCodec final : public TensorCodec {
       default:
         return DecodeElements<D>(set.uniform, h, r, reference, out);
     }
+  }
+
+  // The low-rank shift of a kFlagLowRank payload (rows, columns, the factors) into h->shift.
+  template <DType D>
+  static Status ReadShift(ByteReader& r, size_t out_bytes, Header* h) {
+    uint32_t rows = 0, cols = 0;
+    std::string bytes;
+    CKPT_RETURN_IF_ERROR(r.GetU32(&rows));
+    CKPT_RETURN_IF_ERROR(r.GetU32(&cols));
+    CKPT_RETURN_IF_ERROR(r.GetLengthPrefixed(&bytes));
+    if (h->elements != out_bytes / Element<D>::kSize || uint64_t{rows} * cols != h->elements) {
+      return Status::DataLoss("lossy payload: low-rank matrix shape differs from chunk length");
+    }
+    const auto* in = reinterpret_cast<const uint8_t*>(bytes.data());
+    const uint8_t* end = in + bytes.size();
+    lossy::LowRankShift shift;
+    CKPT_RETURN_IF_ERROR(lossy::LowRankShift::Read(in, end, rows, cols, &shift));
+    if (in != end) return Status::DataLoss("lossy payload: trailing bytes after low-rank shift");
+    h->shift.resize(h->elements);
+    shift.Apply(h->shift.data());
+    return Status::Ok();
   }
 
   template <DType D, typename Q>
@@ -1572,6 +1772,12 @@ class LossyQuantizedCodec final : public TensorCodec {
       }
     }
 
+    // The lattice indices of references: on the fine lattice in low-rank payloads.
+    double lattice_step = 0, lattice_inverse = 0;
+    if constexpr (kLattice) {
+      lattice_step = h.low_rank ? quantizer.step / kLowRankFine : quantizer.step;
+      lattice_inverse = h.low_rank ? 1.0 / lattice_step : quantizer.inverse_step;
+    }
     // Elements [begin, end), any symbol and quantizer.
     auto decode_elements = [&](size_t begin, size_t end) -> Status {
       for (size_t i = begin; i < end; ++i) {
@@ -1603,13 +1809,20 @@ class LossyQuantizedCodec final : public TensorCodec {
         const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
         if constexpr (kLattice) {
           // QuantizeLatticeElement's rule: T((kp + q) * step), or the reference itself under
-          // z = 0 when it has no lattice index (kp = 0 otherwise).
+          // z = 0 when it has no lattice index (kp = 0 otherwise). Low-rank payloads:
+          // QuantizeLowRankElement's T((kp + shift + 64 q) * fine), kp on the fine lattice.
           double kp = 0;
           const double q = static_cast<double>(lossy::UnZigZag(z));
           // Without a reference (a keyframe) kp is 0. A corrupt header's step can leave even
           // p = 0 without an index, so "no reference" is tested, not inferred.
-          if (ref == nullptr || lossy::LatticeIndex(p, quantizer.inverse_step, &kp) || z != 0) {
-            E::Store((kp + q) * quantizer.step, op);
+          const bool indexed = ref != nullptr && lossy::LatticeIndex(p, lattice_inverse, &kp);
+          if (ref == nullptr || indexed || z != 0) {
+            if (h.low_rank) {
+              const double base = indexed ? kp + h.shift[i] : 0.0;
+              E::Store((base + kLowRankFine * q) * lattice_step, op);
+            } else {
+              E::Store((kp + q) * quantizer.step, op);
+            }
             if constexpr (kHistory != HistoryUse::kNone) {
               SetHistory<D>(op, states ? states[i]
                                 : kHistory == HistoryUse::kKeyframe
@@ -1638,7 +1851,18 @@ class LossyQuantizedCodec final : public TensorCodec {
     size_t done = 0;
 #if defined(__SSE2__)
     if constexpr (D == DType::kF32 && kLattice) {
-      for (; done + 4 <= n && !states; done += 4) {
+      if (h.low_rank && kHistory == HistoryUse::kDelta) {
+        for (; done + 4 <= n; done += 4) {
+          uint32_t four;
+          std::memcpy(&four, sym + done, 4);
+          if ((four & 0xe0e0e0e0u) ||
+              !lossy::DecodeFourLowRankF32(four, lattice_step, lattice_inverse,
+                                           h.shift.data() + done, ref + 4 * done, o + 4 * done)) {
+            CKPT_RETURN_IF_ERROR(decode_elements(done, done + 4));
+          }
+        }
+      }
+      for (; done + 4 <= n && !states && !h.low_rank; done += 4) {
         uint32_t four;
         std::memcpy(&four, sym + done, 4);
         if ((four & 0xe0e0e0e0u) || !lossy::DecodeFourLatticeF32<kHistory != HistoryUse::kNone>(

@@ -439,6 +439,97 @@ inline bool DecodeFourLatticeF32(uint32_t four, double step, double inverse_step
   return true;
 }
 
+// The low-rank lattice (lossy_codec.cc, QuantizeLowRankElement) for four F32 elements of a
+// delta with history, with the same arithmetic: kp = RoundToInteger(p / fine) + 0.0, base =
+// kp + shift, q = RoundToInteger((x / fine - base) / 64) + 0.0, the reconstruction (base + 64 q)
+// * fine rounded once to float and carrying NextHistory of the reference's state and q. Returns
+// false, having written nothing, unless all four are indexed, direct, strictly within the
+// bound, not zero and (in non-negative chunks) not negative.
+inline bool QuantizeFourLowRankF32(const uint8_t* in, const uint8_t* ref, const int32_t* shift,
+                                   double fine, double inverse_fine, double bound,
+                                   bool non_negative, uint8_t* recon, uint8_t* symbols,
+                                   uint8_t* history) {
+  const __m128 x = _mm_loadu_ps(reinterpret_cast<const float*>(in));
+  const __m128i ref_bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ref));
+  const __m128 p = _mm_castsi128_ps(ref_bits);
+  const __m128d x_lo = _mm_cvtps_pd(x), x_hi = _mm_cvtps_pd(_mm_movehl_ps(x, x));
+  const __m128d inv = _mm_set1_pd(inverse_fine);
+  const __m128d pt_lo = _mm_mul_pd(_mm_cvtps_pd(p), inv);
+  const __m128d pt_hi = _mm_mul_pd(_mm_cvtps_pd(_mm_movehl_ps(p, p)), inv);
+  const __m128d t_lo = _mm_mul_pd(x_lo, inv), t_hi = _mm_mul_pd(x_hi, inv);
+  const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(shift));
+  const __m128d base_lo = _mm_add_pd(RoundToIntegerTwo(pt_lo), _mm_cvtepi32_pd(s));
+  const __m128d base_hi =
+      _mm_add_pd(RoundToIntegerTwo(pt_hi), _mm_cvtepi32_pd(_mm_shuffle_epi32(s, 0xee)));
+  const __m128d sixty_fourth = _mm_set1_pd(1.0 / 64);
+  const __m128d q_lo = RoundToIntegerTwo(_mm_mul_pd(_mm_sub_pd(t_lo, base_lo), sixty_fourth));
+  const __m128d q_hi = RoundToIntegerTwo(_mm_mul_pd(_mm_sub_pd(t_hi, base_hi), sixty_fourth));
+  const __m128d move = _mm_set1_pd(64), fine2 = _mm_set1_pd(fine);
+  const __m128d r_lo = _mm_mul_pd(_mm_add_pd(base_lo, _mm_mul_pd(move, q_lo)), fine2);
+  const __m128d r_hi = _mm_mul_pd(_mm_add_pd(base_hi, _mm_mul_pd(move, q_hi)), fine2);
+  const __m128i lattice_bits =
+      _mm_castps_si128(_mm_movelh_ps(_mm_cvtpd_ps(r_lo), _mm_cvtpd_ps(r_hi)));
+  const __m128i state = LatticeStateFour(ref_bits);
+  const __m128i bits = WithHistoryFour(lattice_bits, NextHistoryFour(state, q_lo, q_hi));
+  const __m128 r = _mm_castsi128_ps(bits);
+  const __m128d abs_mask = _mm_castsi128_pd(_mm_set1_epi64x(0x7fffffffffffffff));
+  const __m128d max_index = _mm_set1_pd(0x1p50);
+  const __m128d direct = _mm_set1_pd(kDirectSymbols / 2 - 0.5);
+  const __m128d bound2 = _mm_set1_pd(bound);
+  auto lane_ok = [&](__m128d pt, __m128d t, __m128d q, __m128d xd, __m128d rd) {
+    const __m128d indexed = _mm_and_pd(_mm_cmple_pd(_mm_and_pd(pt, abs_mask), max_index),
+                                       _mm_cmple_pd(_mm_and_pd(t, abs_mask), max_index));
+    const __m128d close = _mm_and_pd(_mm_cmplt_pd(_mm_and_pd(_mm_sub_pd(xd, rd), abs_mask), bound2),
+                                     _mm_cmpneq_pd(xd, _mm_setzero_pd()));
+    return _mm_and_pd(_mm_and_pd(indexed, close), _mm_cmplt_pd(_mm_and_pd(q, abs_mask), direct));
+  };
+  __m128i ok = PackMasks(lane_ok(pt_lo, t_lo, q_lo, x_lo, _mm_cvtps_pd(r)),
+                         lane_ok(pt_hi, t_hi, q_hi, x_hi, _mm_cvtps_pd(_mm_movehl_ps(r, r))));
+  if (non_negative) ok = _mm_and_si128(ok, _mm_cmpgt_epi32(bits, _mm_set1_epi32(-1)));
+  if (_mm_movemask_ps(_mm_castsi128_ps(ok)) != 0xf) return false;
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(recon), bits);
+  const __m128i q = _mm_unpacklo_epi64(_mm_cvtpd_epi32(q_lo), _mm_cvtpd_epi32(q_hi));
+  const __m128i zigzag = _mm_xor_si128(_mm_slli_epi32(q, 1), _mm_srai_epi32(q, 31));
+  auto bytes = [](__m128i v) {
+    const __m128i words = _mm_packs_epi32(v, v);
+    return static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(words, words)));
+  };
+  const uint32_t symbol_bytes = bytes(zigzag), state_bytes = bytes(state);
+  std::memcpy(symbols, &symbol_bytes, 4);
+  std::memcpy(history, &state_bytes, 4);
+  return true;
+}
+
+// Four F32 elements of a low-rank lattice payload, all with direct symbols, exactly as the
+// general loop decodes them: (kp + shift + 64 q) * fine rounded once to float, with the next
+// history state. Returns false, having written nothing, when a reference has no index.
+inline bool DecodeFourLowRankF32(uint32_t four, double fine, double inverse_fine,
+                                 const int32_t* shift, const uint8_t* ref, uint8_t* out) {
+  const __m128i ref_bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ref));
+  const __m128 p = _mm_castsi128_ps(ref_bits);
+  const __m128d inv = _mm_set1_pd(inverse_fine);
+  const __m128d pt_lo = _mm_mul_pd(_mm_cvtps_pd(p), inv);
+  const __m128d pt_hi = _mm_mul_pd(_mm_cvtps_pd(_mm_movehl_ps(p, p)), inv);
+  const __m128d abs_mask = _mm_castsi128_pd(_mm_set1_epi64x(0x7fffffffffffffff));
+  const __m128d max_index = _mm_set1_pd(0x1p50);
+  const __m128d indexed = _mm_and_pd(_mm_cmple_pd(_mm_and_pd(pt_lo, abs_mask), max_index),
+                                     _mm_cmple_pd(_mm_and_pd(pt_hi, abs_mask), max_index));
+  if (_mm_movemask_pd(indexed) != 3) return false;
+  const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(shift));
+  const __m128d base_lo = _mm_add_pd(RoundToIntegerTwo(pt_lo), _mm_cvtepi32_pd(s));
+  const __m128d base_hi =
+      _mm_add_pd(RoundToIntegerTwo(pt_hi), _mm_cvtepi32_pd(_mm_shuffle_epi32(s, 0xee)));
+  const __m128i q = UnzigzagFour(four);
+  const __m128d q_lo = _mm_cvtepi32_pd(q), q_hi = _mm_cvtepi32_pd(_mm_shuffle_epi32(q, 0xee));
+  const __m128d move = _mm_set1_pd(64), fine2 = _mm_set1_pd(fine);
+  const __m128d r_lo = _mm_mul_pd(_mm_add_pd(base_lo, _mm_mul_pd(move, q_lo)), fine2);
+  const __m128d r_hi = _mm_mul_pd(_mm_add_pd(base_hi, _mm_mul_pd(move, q_hi)), fine2);
+  const __m128i bits = _mm_castps_si128(_mm_movelh_ps(_mm_cvtpd_ps(r_lo), _mm_cvtpd_ps(r_hi)));
+  const __m128i next = NextHistoryFour(LatticeStateFour(ref_bits), q_lo, q_hi);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), WithHistoryFour(bits, next));
+  return true;
+}
+
 // Four F32 elements of a history delta under the uniform quantizer, all with direct symbols
 // (`four`, one per byte): exactly the arithmetic of the general loop (value = q * step in double,
 // the sum with the reference in double, one rounding to float, NextHistory, WithHistory), four

@@ -52,6 +52,12 @@ struct LowRankShift {
   // for comparing ranks on one fit.
   void ApplyTruncated(uint32_t rank, int32_t* out) const;
 
+  // Row `row` of ApplyTruncated(rank, ...) into out[0 .. cols).
+  void ApplyRow(uint32_t rank, uint32_t row, int32_t* out) const;
+
+  // The shift made of the first `rank` columns of the factors (rank <= this->rank).
+  LowRankShift Truncated(uint32_t rank) const;
+
   // Serialized (after the rows and columns, which the caller's payload records):
   //   u8 rank; if rank > 0: u8 orientation (1 = basis over the columns), f64 scale, then the
   //   factors as zigzag symbols rANS-coded with a table per factor column (coefficient column

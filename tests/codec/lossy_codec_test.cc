@@ -18,6 +18,7 @@
 #include "testdata/lossy_lattice_history_payloads.h"
 #include "testdata/lossy_lattice_payloads.h"
 #include "testdata/lossy_log_wide_index_payload.h"
+#include "testdata/lossy_low_rank_payloads.h"
 #include "testdata/lossy_v1_payloads.h"
 
 namespace ckpt {
@@ -797,6 +798,27 @@ TEST(LossyCodec, PayloadsWithElementHistoryStillDecode) {
   }
 }
 
+// Low-rank lattice deltas (payload version 4) decode to the bytes the release that wrote them
+// reconstructed, within the bound of the values they were written from.
+TEST(LossyCodec, LowRankPayloadsStillDecode) {
+  ASSERT_EQ(FromHex(golden::kLowRankDeltaHex)[0], 4);
+  const std::vector<uint8_t> second =
+      DecodeGoldenPair(golden::kLowRankKeyframeHex, golden::kLowRankKeyframeFnv,
+                       golden::kLowRankDeltaHex, golden::kLowRankDeltaFnv);
+  std::vector<double> x1(8192);
+  for (int i = 0; i < 128; ++i) {
+    for (int j = 0; j < 64; ++j) {
+      const double v = 0.03 * std::sin(i / 7.0 + j / 5.0) + 0.02 * std::cos(i * j / 31.0);
+      double d = 1e-3 * std::sin(i * 12.9898 + j * 78.233);
+      for (int k = 0; k < 3; ++k) {
+        d += std::sin(i * (k + 1) / 9.0 + k) * std::cos(j * (k + 2) / 11.0 - k) * 6e-3 / (k + 1);
+      }
+      x1[i * 64 + j] = static_cast<float>(v + d);
+    }
+  }
+  ExpectWithinBound(DType::kF32, Pack(DType::kF32, x1), second, 5e-3, "golden low-rank delta");
+}
+
 TEST(LossyCodec, LatticePayloadsStillDecode) {
   const std::vector<uint8_t> second =
       DecodeGoldenPair(golden::kLatticeKeyframeHex, golden::kLatticeKeyframeFnv,
@@ -1002,6 +1024,183 @@ TEST(LossyCodecLattice, CostsWhatElementHistoryCosts) {
 // The reason for closing the loop: an encoder that deltas against the previous *input* while
 // the decoder applies the deltas to the previous *reconstruction* drifts past the bound; the
 // closed loop never does.
+// Versions of a rows x cols matrix that drift along a few fresh directions each time (as
+// Adam's deltas do: docs/benchmarks.md, "Low-rank shift of the lattice"), plus some noise.
+std::vector<std::vector<double>> LowRankDrift(size_t rows, size_t cols, int versions, double drift,
+                                              double noise, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> v(rows * cols);
+  for (double& e : v) e = 0.05 * normal(rng);
+  std::vector<std::vector<double>> chain{v};
+  constexpr int kRank = 4;
+  for (int t = 1; t < versions; ++t) {
+    std::vector<double> u(rows * kRank), w(cols * kRank);
+    for (double& e : u) e = normal(rng);
+    for (double& e : w) e = normal(rng);
+    for (size_t i = 0; i < rows; ++i) {
+      for (size_t j = 0; j < cols; ++j) {
+        double s = 0;
+        for (int k = 0; k < kRank; ++k) s += u[i * kRank + k] * w[j * kRank + k];
+        v[i * cols + j] += drift * s / 2 + noise * normal(rng);
+      }
+    }
+    chain.push_back(v);
+  }
+  return chain;
+}
+
+LossyCodecOptions LatticeOptions(double bound, uint32_t matrix_columns) {
+  LossyCodecOptions options;
+  options.quantizer = Quantizer::kUniform;
+  options.lattice = true;
+  options.bound = {ErrorBound::Kind::kAbsolute, bound};
+  options.matrix_columns = matrix_columns;
+  return options;
+}
+
+uint8_t PayloadVersion(const Coded& c) {
+  return c.chunk.codec_id == CodecId::kLossyQuantized ? static_cast<uint8_t>(c.chunk.payload[0])
+                                                      : 0;
+}
+
+// The low-rank shift: every version within the bound (decoder == encoder, checked by
+// EncodeDecode), chosen on low-rank drift and coding it much smaller than the flat lattice.
+TEST(LossyCodecLowRank, ShiftedLatticeKeepsTheBoundAndCodesLowRankDriftSmaller) {
+  const auto chain = LowRankDrift(256, 64, 10, 4e-3, 5e-4, 51);
+  size_t bytes[2] = {0, 0};
+  int low_rank_deltas[2] = {0, 0};
+  for (int columns : {0, 1}) {
+    auto codec = NewLossyCodec(LatticeOptions(5e-3, columns ? 64 : 0));
+    std::vector<uint8_t> previous;
+    for (size_t t = 0; t < chain.size(); ++t) {
+      const auto pushed = Pack(DType::kF32, chain[t]);
+      Coded c = EncodeDecode(*codec, DType::kF32, pushed, t ? &previous : nullptr);
+      ExpectWithinBound(DType::kF32, pushed, c.decoded, 5e-3,
+                        "version " + std::to_string(t) + (columns ? " low-rank" : " flat"));
+      if (t) bytes[columns] += c.chunk.payload.size();
+      low_rank_deltas[columns] += PayloadVersion(c) == 4;
+      previous = c.decoded;
+    }
+  }
+  EXPECT_EQ(low_rank_deltas[0], 0);
+  EXPECT_EQ(low_rank_deltas[1], 9);
+  EXPECT_LT(bytes[1], bytes[0] * 0.8) << bytes[1] << " vs flat " << bytes[0];
+}
+
+// No low-rank structure: the encoder keeps the plain lattice (or a shift that pays); adversarial
+// values keep the guarantee; a length that is not whole rows stays flat.
+TEST(LossyCodecLowRank, NoiseAdversarialValuesAndOddShapes) {
+  std::mt19937_64 rng(52);
+  std::normal_distribution<double> normal(0, 1);
+  const size_t rows = 128, cols = 48;
+  std::vector<double> v(rows * cols);
+  for (double& e : v) e = 0.05 * normal(rng);
+  auto flat = NewLossyCodec(LatticeOptions(5e-3, 0));
+  auto shifted = NewLossyCodec(LatticeOptions(5e-3, cols));
+  const auto v0 = Pack(DType::kF32, v);
+  Coded key = EncodeDecode(*shifted, DType::kF32, v0, nullptr);
+  for (double& e : v) e += 3e-3 * normal(rng);
+  const auto v1 = Pack(DType::kF32, v);
+  Coded noise_flat = EncodeDecode(*flat, DType::kF32, v1, &key.decoded);
+  Coded noise_shifted = EncodeDecode(*shifted, DType::kF32, v1, &key.decoded);
+  EXPECT_LE(noise_shifted.chunk.payload.size(), noise_flat.chunk.payload.size() * 1.02 + 16);
+
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto chain = LowRankDrift(rows, cols, 6, 4e-3, 5e-4, 53);
+  std::vector<uint8_t> previous;
+  for (size_t t = 0; t < chain.size(); ++t) {
+    std::vector<double> x = chain[t];
+    for (size_t i = t; i < x.size(); i += 97) {
+      x[i] = std::vector<double>{inf, -inf, std::nan(""), -0.0, 1e-40, 1e30, 0.0}[(i + t) % 7];
+    }
+    const auto pushed = Pack(DType::kF32, x);
+    Coded c = EncodeDecode(*shifted, DType::kF32, pushed, t ? &previous : nullptr);
+    ExpectWithinBound(DType::kF32, pushed, c.decoded, 5e-3, "adversarial " + std::to_string(t));
+    previous = c.decoded;
+  }
+  // 47 columns do not divide the chunk: coded flat.
+  auto odd = NewLossyCodec(LatticeOptions(5e-3, cols - 1));
+  const auto c0 = Pack(DType::kF32, chain[0]), c1 = Pack(DType::kF32, chain[1]);
+  Coded k = EncodeDecode(*odd, DType::kF32, c0, nullptr);
+  EXPECT_EQ(PayloadVersion(EncodeDecode(*odd, DType::kF32, c1, &k.decoded)), 3);
+  // F64 matrices take the shift too; F16 has no room for history and stays flat.
+  auto wide = NewLossyCodec(LatticeOptions(5e-3, cols));
+  const auto d0 = Pack(DType::kF64, chain[0]), d1 = Pack(DType::kF64, chain[1]);
+  Coded kd = EncodeDecode(*wide, DType::kF64, d0, nullptr);
+  Coded dd = EncodeDecode(*wide, DType::kF64, d1, &kd.decoded);
+  EXPECT_EQ(PayloadVersion(dd), 4);
+  ExpectWithinBound(DType::kF64, d1, dd.decoded, 5e-3, "f64");
+  const auto h0 = Pack(DType::kF16, chain[0]), h1 = Pack(DType::kF16, chain[1]);
+  Coded kh = EncodeDecode(*wide, DType::kF16, h0, nullptr);
+  EXPECT_NE(PayloadVersion(EncodeDecode(*wide, DType::kF16, h1, &kh.decoded)), 4);
+}
+
+// Garbage collection re-encodes a low-rank version exactly (on its fine lattice), against an
+// older version or as a keyframe, and the chain continues from the re-encoding.
+TEST(LossyCodecLowRank, ExactReencodingOfALowRankVersion) {
+  const auto chain = LowRankDrift(256, 64, 7, 4e-3, 5e-4, 54);
+  auto codec = NewLossyCodec(LatticeOptions(5e-3, 64));
+  std::vector<Coded> coded;
+  for (size_t t = 0; t + 1 < chain.size(); ++t) {
+    coded.push_back(EncodeDecode(*codec, DType::kF32, Pack(DType::kF32, chain[t]),
+                                 t ? &coded.back().decoded : nullptr));
+  }
+  const Coded& target = coded.back();
+  ASSERT_EQ(PayloadVersion(target), 4);
+  const std::vector<uint8_t>* references[] = {&coded[1].decoded, nullptr};
+  for (const std::vector<uint8_t>* reference : references) {
+    std::optional<std::span<const uint8_t>> ref;
+    if (reference) ref = std::span<const uint8_t>(*reference);
+    auto rebased =
+        EncodeExactOnLattice(DType::kF32, AsBytes(target.chunk.payload), target.decoded, ref);
+    ASSERT_TRUE(rebased.ok()) << rebased.status().ToString();
+    auto decoder = CodecForDecoding(static_cast<uint16_t>(rebased->codec_id));
+    ASSERT_TRUE(decoder.ok());
+    std::vector<uint8_t> out(target.decoded.size());
+    ASSERT_TRUE((*decoder)->Decode(DType::kF32, AsBytes(rebased->payload), ref, out).ok());
+    EXPECT_EQ(out, target.decoded) << (reference ? "delta" : "keyframe");
+    // Exact re-encodings cost more than a lattice move but far less than the raw chunk.
+    EXPECT_LT(rebased->payload.size(), out.size() / 2);
+    const auto next = Pack(DType::kF32, chain.back());
+    Coded continued = EncodeDecode(*codec, DType::kF32, next, &out);
+    ExpectWithinBound(DType::kF32, next, continued.decoded, 5e-3, "after the re-encoding");
+  }
+}
+
+TEST(LossyCodecLowRank, CorruptPayloadsYieldDataLossNeverCrash) {
+  const auto chain = LowRankDrift(128, 64, 2, 4e-3, 5e-4, 55);
+  auto codec = NewLossyCodec(LatticeOptions(5e-3, 64));
+  const auto v0 = Pack(DType::kF32, chain[0]), v1 = Pack(DType::kF32, chain[1]);
+  Coded key = EncodeDecode(*codec, DType::kF32, v0, nullptr);
+  Coded delta = EncodeDecode(*codec, DType::kF32, v1, &key.decoded);
+  ASSERT_EQ(PayloadVersion(delta), 4);
+  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
+  const std::span<const uint8_t> ref(key.decoded);
+  std::vector<uint8_t> out(v1.size());
+  for (size_t len = 0; len < delta.chunk.payload.size(); len += 5) {
+    EXPECT_EQ((*decoder)
+                  ->Decode(DType::kF32, AsBytes(delta.chunk.payload.substr(0, len)), ref, out)
+                  .code(),
+              StatusCode::kDataLoss)
+        << "length " << len;
+  }
+  std::string older = delta.chunk.payload;
+  older[0] = 3;  // the low-rank flag under another version
+  EXPECT_EQ((*decoder)->Decode(DType::kF32, AsBytes(older), ref, out).code(),
+            StatusCode::kDataLoss);
+  EXPECT_EQ((*decoder)->Decode(DType::kF32, AsBytes(delta.chunk.payload), std::nullopt, out).code(),
+            StatusCode::kDataLoss);
+  std::mt19937_64 rng(56);
+  for (int trial = 0; trial < 1500; ++trial) {
+    std::string bad = delta.chunk.payload;
+    // Mostly the header and the shift, where the new fields are.
+    const size_t span = trial % 2 ? std::min<size_t>(bad.size(), 600) : bad.size();
+    bad[rng() % span] ^= static_cast<char>(1 + rng() % 255);
+    (void)(*decoder)->Decode(DType::kF32, AsBytes(bad), ref, out);
+  }
+}
+
 TEST(LossyCodecChains, OpenLoopDriftsPastTheBoundClosedLoopDoesNot) {
   const double bound = 1e-3;
   auto codec = Uniform(bound);

@@ -107,22 +107,21 @@ TEST(LowRankShift, ApplyIsExactIntegerArithmetic) {
             << i << "," << j;
       }
     }
-    // Truncation uses the leading factor columns only.
-    LowRankShift first = s;
-    first.rank = 5;
-    first.coefficients.clear();
-    first.basis.clear();
-    for (size_t row = 0; row < s.coefficients.size() / s.rank; ++row) {
-      for (uint32_t k = 0; k < 5; ++k)
-        first.coefficients.push_back(s.coefficients[row * s.rank + k]);
-    }
-    for (size_t row = 0; row < s.basis.size() / s.rank; ++row) {
-      for (uint32_t k = 0; k < 5; ++k) first.basis.push_back(s.basis[row * s.rank + k]);
-    }
-    std::vector<int32_t> truncated(37 * 53), expected(37 * 53);
+    // Truncation uses the leading factor columns only; a row alone is the same row.
+    const LowRankShift first = s.Truncated(5);
+    EXPECT_EQ(first.rank, 5u);
+    EXPECT_EQ(first.coefficients[s.CoefficientLength() * 5 - 1],
+              s.coefficients[(s.CoefficientLength() - 1) * s.rank + 4]);
+    std::vector<int32_t> truncated(37 * 53), expected(37 * 53), row(53);
     s.ApplyTruncated(5, truncated.data());
     first.Apply(expected.data());
     EXPECT_EQ(truncated, expected);
+    for (uint32_t i = 0; i < 37; i += 9) {
+      s.ApplyRow(s.rank, i, row.data());
+      EXPECT_TRUE(std::equal(row.begin(), row.end(), applied.begin() + i * 53)) << i;
+      s.ApplyRow(5, i, row.data());
+      EXPECT_TRUE(std::equal(row.begin(), row.end(), expected.begin() + i * 53)) << i;
+    }
   }
 }
 

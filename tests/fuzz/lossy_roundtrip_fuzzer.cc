@@ -6,8 +6,8 @@
 // garbage collection's exact re-encodings of a version (as a keyframe, and against the version
 // before the one it was coded against) must decode to the same bits.
 //
-// Input: options (5 bytes: dtype, bound kind, lattice and history flags; quantizer and float
-// format; the bound), element count (2 bytes, at most 8192: element history needs chunks of
+// Input: options (5 bytes: dtype, bound kind, lattice and history flags; quantizer, float
+// format and matrix columns; the bound), element count (2 bytes, at most 8192: element history needs chunks of
 // 4096), versions (1 byte, 1..4), then per version a mode byte:
 //   mode % 4 == 0  the elements' raw bytes from the input (cycled when the input runs short)
 //   mode % 4 == 1  the previous version plus a drift of a few bounds (seed and scale: 5 bytes)
@@ -180,7 +180,9 @@ ErrorBound BoundFrom(ErrorBound::Kind kind, uint8_t mantissa, uint8_t exponent) 
 }
 
 // Codec options from 5 input bytes: flags (bits 2-7 the bound kind modulo 3, 0x20 lattice,
-// 0x40 history), quantizer and float exponent bits, float mantissa bits, the bound.
+// 0x40 history), quantizer (byte % 5), float exponent bits (byte / 5 % 9) and matrix columns
+// (byte / 45: none, 16, 64, 17, 128, 256 — low-rank lattice deltas where the count divides),
+// float mantissa bits, the bound.
 LossyCodecOptions ReadOptions(fuzz::InputReader& in) {
   const uint8_t flags = in.Byte();
   const uint8_t quantizer_byte = in.Byte();
@@ -200,6 +202,8 @@ LossyCodecOptions ReadOptions(fuzz::InputReader& in) {
                           ? Quantizer::kLog
                           : kQuantizers[quantizer_byte % 5];
   options.float_exponent_bits = static_cast<uint8_t>(quantizer_byte / 5 % 9);  // 0 = auto
+  constexpr uint32_t kColumns[] = {0, 16, 64, 17, 128, 256};
+  options.matrix_columns = kColumns[quantizer_byte / 45];
   if (options.float_exponent_bits != 0) {
     options.float_mantissa_bits =
         static_cast<uint8_t>(mantissa_byte % (17 - options.float_exponent_bits));

@@ -131,6 +131,45 @@ void TensorDecodeSeeds() {
       }
     }
   }
+  // A low-rank lattice delta (payload version 4): a 64 x 64 matrix drifting along two
+  // directions, and its exact re-encoding against the keyframe (on the fine lattice).
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    std::vector<double> a(4096), b(4096);
+    for (size_t i = 0; i < 64; ++i) {
+      for (size_t j = 0; j < 64; ++j) {
+        const double x = static_cast<double>(i), y = static_cast<double>(j);
+        a[i * 64 + j] = 0.05 * std::sin(0.37 * x + 0.11 * y);
+        b[i * 64 + j] = a[i * 64 + j] + 4e-3 * std::sin(x / 5) * std::cos(y / 7) +
+                        2e-3 * std::sin(x / 3 + 1) * std::cos(y / 4 - 1);
+      }
+    }
+    LossyCodecOptions options{Quantizer::kUniform, {ErrorBound::Kind::kAbsolute, 1e-3}};
+    options.lattice = true;
+    options.matrix_columns = 64;
+    auto codec = NewLossyCodec(options);
+    const auto pack = [&](const std::vector<double>& v) {
+      std::vector<uint8_t> out(v.size() * DTypeSize(dtype));
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (dtype == DType::kF32) {
+          const float f = static_cast<float>(v[i]);
+          std::memcpy(out.data() + 4 * i, &f, 4);
+        } else {
+          std::memcpy(out.data() + 8 * i, &v[i], 8);
+        }
+      }
+      return out;
+    };
+    auto k = codec->Encode(dtype, pack(a), std::nullopt);
+    if (!k.ok() || k->codec_id != CodecId::kLossyQuantized) continue;
+    auto d = codec->Encode(dtype, pack(b), std::span(k->reconstruction));
+    if (!d.ok() || d->codec_id != CodecId::kLossyQuantized || d->payload[0] != 4) {
+      std::fprintf(stderr, "make_seeds: no low-rank delta for %s\n", DTypeName(dtype).data());
+      continue;
+    }
+    const std::string dname(DTypeName(dtype));
+    DecodeSeed("lossy_delta_low_rank_" + dname, CodecId::kLossyQuantized, dtype, 4096,
+               &k->reconstruction, d->payload);
+  }
   // Lattice payloads with element history need chunks of at least 4096 elements: a keyframe, a
   // delta, and the delta re-encoded exactly against the keyframe (explicit history states).
   const size_t large = 4096;
@@ -222,6 +261,9 @@ void LossyRoundtripSeeds() {
     };
     seed("lattice_history", Kind::kAbsolute, kLattice | kHistory, 1, 143, history_count);
     seed("lattice", Kind::kAbsolute, kLattice, 1, 143, 300);
+    // Quantizer byte 1 + 45 x 2: uniform, 64 matrix columns (low-rank lattice deltas).
+    seed("lattice_history_matrix", Kind::kAbsolute, kLattice | kHistory, 1 + 45 * 2, 143,
+         history_count);
     seed("additive_history", Kind::kAbsolute, kHistory, 1, 143, history_count);
     seed("auto", Kind::kAbsolute, kLattice | kHistory, 0, 140, 300);
     seed("exponent", Kind::kAbsolute, kHistory, 2, 143, 300);

@@ -75,6 +75,13 @@ struct LossyCodecOptions {
   // state too (about 2.6 bits per element for a keyframe, less for a delta), so storage turns
   // history off on the lattice for models whose retention rules delete versions.
   bool history = true;
+  // Low-rank shift of the lattice: when set, a lattice delta with element history of an F32 or
+  // F64 chunk that is a matrix of this many columns (its length a multiple of it, at least
+  // 16 x 16) may shift each element's lattice by a low-rank matrix fitted to the delta and sent
+  // as small integer factors (docs/format.md, "Low-rank shift"), when that is estimated to be
+  // smaller. The reconstructions then lie on a lattice 64 times finer, which exact re-encodings
+  // keep. 0: chunks are coded flat.
+  uint32_t matrix_columns = 0;
 
   friend bool operator==(const LossyCodecOptions&, const LossyCodecOptions&) = default;
 };
