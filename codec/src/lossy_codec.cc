@@ -87,10 +87,10 @@ constexpr uint8_t kFlagLowRank = 32;
 constexpr double kLowRankFine = 64;
 // Matrices smaller than this on either side are coded flat.
 constexpr uint32_t kMinLowRankSide = 16;
-// The ranks the encoder compares (multiples of 8 up to this; 0: the fine lattice unshifted),
-// and the rows it compares them on.
+// The ranks the encoder compares with the plain lattice (multiples of 8 up to this), and the
+// rows it compares them on (an unshifted fine lattice, rank 0, never paid on training runs).
 constexpr uint32_t kLowRankMaxRank = 16;
-constexpr uint32_t kLowRankSampleRows = 64;
+constexpr uint32_t kLowRankSampleRows = 32;
 constexpr uint32_t kContexts = 9;
 constexpr uint32_t kHistoryContexts = 8;
 // Chunks with fewer elements use kContextModelNone.
@@ -798,23 +798,26 @@ void QuantizeLowRankElements(double step, const int32_t* shift, const uint8_t* i
 }
 
 // How a lattice delta of a matrix with history is coded: on the plain lattice, or on the fine
-// lattice shifted by `shift` (rank 0: the fine lattice of the reference, unshifted).
+// lattice shifted by `shift`.
 struct LowRankChoice {
   bool use = false;
   lossy::LowRankShift shift;
 };
 
 // Fits a shift of the largest candidate rank, then compares the plain lattice with the shifted
-// one at each candidate rank (and rank 0) by estimated size: the moves' entropy in their
-// history contexts on every (rows / kLowRankSampleRows)-th row, scaled up, plus the factors.
+// one at each candidate rank by estimated size: the moves' entropy in their history contexts on
+// every (rows / kLowRankSampleRows)-th row, scaled up, plus the factors.
 template <DType D>
 LowRankChoice ChooseLowRankShift(const UniformQuantizer& u, const uint8_t* in, const uint8_t* ref,
                                  uint32_t rows, uint32_t cols, double bound, bool non_negative) {
   using E = Element<D>;
   const size_t n = size_t{rows} * cols;
-  std::vector<double> delta(n);
+  // The delta in steps, as the fit takes it (what is not finite, or beyond float, as 0).
+  std::vector<float> delta(n);
+  const double inverse_step = u.inverse_step;
   for (size_t i = 0; i < n; ++i) {
-    delta[i] = E::Load(in + i * E::kSize) - E::Load(ref + i * E::kSize);
+    const double d = (E::Load(in + i * E::kSize) - E::Load(ref + i * E::kSize)) * inverse_step;
+    delta[i] = std::abs(d) < 1e30 ? static_cast<float>(d) : 0.0f;
   }
   LowRankChoice choice;
   choice.shift =
@@ -850,7 +853,7 @@ LowRankChoice ChooseLowRankShift(const UniformQuantizer& u, const uint8_t* in, c
   };
   int best_rank = -1;
   double best_bits = estimate(-1);
-  for (int rank = 0; rank <= static_cast<int>(fitted.rank); rank += 8) {
+  for (int rank = 8; rank <= static_cast<int>(fitted.rank); rank += 8) {
     const double bits = estimate(rank);
     if (bits < best_bits) best_rank = rank, best_bits = bits;
   }

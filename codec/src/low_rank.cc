@@ -25,7 +25,7 @@ constexpr double kTableBitsPerSymbol = 16;
 // ranks up to 24 32.11x at ~60% of the speed).
 constexpr size_t kSampleRows = 512;
 constexpr int kPowerIterations = 2;
-constexpr size_t kOversampling = 4;
+constexpr size_t kOversampling = 8;
 
 uint32_t CoefficientContext(uint32_t k) { return std::bit_width(k + 1) - 1; }
 
@@ -143,6 +143,88 @@ void SolveRows(std::vector<double> g, size_t r, std::vector<double>& y, size_t m
   }
 }
 
+// The fit's and the shift's inner loops, compiled also for AVX2 (chosen at load time where the
+// CPU has it). The shift's sums are exact integers in float, so every clone computes the same
+// bits; the fit need not be reproducible.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CKPT_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CKPT_VECTOR_CLONES
+#endif
+
+// out (rows x L) = rows of a (every stride-th, each of n values) times b (n x L): the output row
+// stays in registers for the compile-time widths the fit uses.
+// out (cols x rows) = in (rows x cols) transposed, in tiles that stay in cache.
+void Transpose(const float* in, size_t rows, size_t cols, float* out) {
+  constexpr size_t kTile = 16;
+  for (size_t i0 = 0; i0 < rows; i0 += kTile) {
+    for (size_t j0 = 0; j0 < cols; j0 += kTile) {
+      const size_t i1 = std::min(rows, i0 + kTile), j1 = std::min(cols, j0 + kTile);
+      for (size_t i = i0; i < i1; ++i) {
+        for (size_t j = j0; j < j1; ++j) out[j * rows + i] = in[i * cols + j];
+      }
+    }
+  }
+}
+
+// Eight floats as one value (GCC/Clang vector extension): the accumulators of an output row.
+typedef float Float8 __attribute__((vector_size(32)));
+
+template <size_t L>
+CKPT_VECTOR_CLONES void MultiplyFixed(const float* a, size_t n, size_t stride, size_t rows,
+                                      const float* b, float* out) {
+  static_assert(L % 8 == 0);
+  constexpr size_t kVectors = L / 8;
+  for (size_t s = 0; s < rows; ++s) {
+    const float* row = a + s * stride * n;
+    Float8 acc[kVectors] = {};
+    for (size_t j = 0; j < n; ++j) {
+      const float v = row[j];
+      const float* bj = b + j * L;
+      for (size_t k = 0; k < kVectors; ++k) {
+        Float8 bk;
+        std::memcpy(&bk, bj + 8 * k, sizeof(bk));
+        acc[k] += v * bk;
+      }
+    }
+    std::memcpy(out + s * L, acc, sizeof(acc));
+  }
+}
+
+CKPT_VECTOR_CLONES void MultiplyAny(const float* a, size_t n, size_t stride, size_t rows,
+                                    const float* b, size_t l, float* out) {
+  std::fill(out, out + rows * l, 0.0f);
+  for (size_t s = 0; s < rows; ++s) {
+    const float* row = a + s * stride * n;
+    float* o = out + s * l;
+    for (size_t j = 0; j < n; ++j) {
+      const float v = row[j];
+      const float* bj = b + j * l;
+      for (size_t c = 0; c < l; ++c) o[c] += v * bj[c];
+    }
+  }
+}
+
+// out (rows x l) = every stride-th row of a (rows of n values) times b (n x l).
+void Multiply(const float* a, size_t n, size_t stride, size_t rows, const float* b, size_t l,
+              float* out) {
+  if (l == 8) return MultiplyFixed<8>(a, n, stride, rows, b, out);
+  if (l == 16) return MultiplyFixed<16>(a, n, stride, rows, b, out);
+  if (l == 24) return MultiplyFixed<24>(a, n, stride, rows, b, out);
+  MultiplyAny(a, n, stride, rows, b, l, out);
+}
+
+// sums[0 .. cols) = sum over k < rank of row[k] * column_t[k][0 .. cols).
+CKPT_VECTOR_CLONES void CombineRows(const int8_t* row, const float* column_t, uint32_t rank,
+                                    uint32_t cols, float* sums) {
+  std::fill(sums, sums + cols, 0.0f);
+  for (uint32_t k = 0; k < rank; ++k) {
+    const float a = row[k];
+    const float* c = column_t + size_t{k} * cols;
+    for (uint32_t j = 0; j < cols; ++j) sums[j] += a * c[j];
+  }
+}
+
 int8_t QuantizeFactor(double v) {
   const double q = RoundToInteger(std::clamp(v, -double{kMaxFactor}, double{kMaxFactor}));
   return static_cast<int8_t>(q);
@@ -170,13 +252,7 @@ void LowRankShift::ApplyTruncated(uint32_t use_rank, int32_t* out) const {
   }
   std::vector<float> sums(cols);
   for (uint32_t i = 0; i < rows; ++i) {
-    std::fill(sums.begin(), sums.end(), 0.0f);
-    const int8_t* r = f.row_factor + size_t{i} * rank;
-    for (uint32_t k = 0; k < use_rank; ++k) {
-      const float a = r[k];
-      const float* c = &column_t[size_t{k} * cols];
-      for (uint32_t j = 0; j < cols; ++j) sums[j] += a * c[j];
-    }
+    CombineRows(f.row_factor + size_t{i} * rank, column_t.data(), use_rank, cols, sums.data());
     int32_t* o = out + size_t{i} * cols;
     for (uint32_t j = 0; j < cols; ++j) {
       o[j] = static_cast<int32_t>(RoundToInteger(scale * static_cast<double>(sums[j])));
@@ -312,7 +388,7 @@ double LowRankShift::EstimatedBits(uint32_t use_rank) const {
   return histogram.EntropyBits() + table_bits + 80;
 }
 
-LowRankShift FitLowRankShift(std::span<const double> delta, uint32_t rows, uint32_t cols,
+LowRankShift FitLowRankShift(std::span<const float> delta_in_steps, uint32_t rows, uint32_t cols,
                              uint32_t rank, double coefficient_step, double fine) {
   LowRankShift shift;
   shift.rows = rows;
@@ -320,21 +396,17 @@ LowRankShift FitLowRankShift(std::span<const double> delta, uint32_t rows, uint3
   shift.basis_on_columns = cols <= rows;
   const size_t n = shift.BasisLength(), m = shift.CoefficientLength();
   const uint32_t r = std::min<uint32_t>({rank, kMaxLowRank, static_cast<uint32_t>(n)});
-  if (r == 0 || delta.size() != size_t{rows} * cols || !(coefficient_step > 0) || !(fine > 0)) {
+  if (r == 0 || delta_in_steps.size() != size_t{rows} * cols || !(coefficient_step > 0) ||
+      !(fine > 0)) {
     return shift;
   }
-  // The delta oriented m x n (the basis over its columns), in units of the coefficient step and
-  // in float (the fit need not be exact, only fast), non-finite elements and beyond-float
-  // values as 0.
-  const double unit = 1.0 / coefficient_step;
-  std::vector<float> mat(m * n);
-  for (size_t i = 0; i < rows; ++i) {
-    for (size_t j = 0; j < cols; ++j) {
-      const double v = delta[i * cols + j] * unit;
-      mat[shift.basis_on_columns ? i * n + j : j * n + i] =
-          std::abs(v) < 1e30 ? static_cast<float>(v) : 0.0f;
-    }
+  // The delta oriented m x n (the basis over its columns): as given, or transposed.
+  std::vector<float> transposed;
+  if (!shift.basis_on_columns) {
+    transposed.resize(m * n);
+    Transpose(delta_in_steps.data(), rows, cols, transposed.data());
   }
+  const std::span<const float> mat = shift.basis_on_columns ? delta_in_steps : transposed;
   // Randomized subspace iteration (Halko, Martinsson and Tropp) on a sample of the rows, with a
   // few extra directions, from a fixed pseudo-random start; q is n x l, row-major.
   const size_t l = std::min(n, size_t{r} + kOversampling);
@@ -350,31 +422,18 @@ LowRankShift FitLowRankShift(std::span<const double> delta, uint32_t rows, uint3
   }
   Orthonormalize(q, n, l);
   std::vector<float> qf(n * l), y(sampled * l), z(n * l);
+  std::vector<float> sample(sampled * n), sample_t(n * sampled);  // S, and S^T for z = S^T y
+  for (size_t s = 0; s < sampled; ++s) {
+    std::copy_n(&mat[s * stride * n], n, &sample[s * n]);
+  }
+  Transpose(sample.data(), sampled, n, sample_t.data());
   auto project = [&] {  // y = S q
     for (size_t i = 0; i < n * l; ++i) qf[i] = static_cast<float>(q[i]);
-    std::fill(y.begin(), y.end(), 0.0f);
-    for (size_t s = 0; s < sampled; ++s) {
-      const float* row = &mat[s * stride * n];
-      float* out = &y[s * l];
-      for (size_t j = 0; j < n; ++j) {
-        const float a = row[j];
-        const float* qj = &qf[j * l];
-        for (size_t c = 0; c < l; ++c) out[c] += a * qj[c];
-      }
-    }
+    Multiply(mat.data(), n, stride, sampled, qf.data(), l, y.data());
   };
   for (int iteration = 0; iteration < kPowerIterations; ++iteration) {
     project();
-    std::fill(z.begin(), z.end(), 0.0f);  // z = S^T y
-    for (size_t s = 0; s < sampled; ++s) {
-      const float* row = &mat[s * stride * n];
-      const float* ys = &y[s * l];
-      for (size_t j = 0; j < n; ++j) {
-        const float a = row[j];
-        float* zj = &z[j * l];
-        for (size_t c = 0; c < l; ++c) zj[c] += a * ys[c];
-      }
-    }
+    Multiply(sample_t.data(), sampled, 1, n, y.data(), l, z.data());
     for (size_t i = 0; i < n * l; ++i) q[i] = z[i];
     Orthonormalize(q, n, l);
   }
@@ -411,17 +470,9 @@ LowRankShift FitLowRankShift(std::span<const double> delta, uint32_t rows, uint3
       for (size_t b = 0; b < r; ++b) gram[a * r + b] += double{basis[j * r + a]} * basis[j * r + b];
     }
   }
-  std::vector<float> projected(r);
-  for (size_t i = 0; i < m; ++i) {
-    const float* row = &mat[i * n];
-    std::fill(projected.begin(), projected.end(), 0.0f);
-    for (size_t j = 0; j < n; ++j) {
-      const float a = row[j];
-      const float* bj = &basis[j * r];
-      for (size_t k = 0; k < r; ++k) projected[k] += a * bj[k];
-    }
-    for (size_t k = 0; k < r; ++k) coefficients[i * r + k] = projected[k];
-  }
+  std::vector<float> projected(m * r);
+  Multiply(mat.data(), n, 1, m, basis.data(), r, projected.data());
+  for (size_t i = 0; i < m * r; ++i) coefficients[i] = projected[i];
   SolveRows(gram, r, coefficients, m);
   shift.coefficients.resize(m * r);
   for (size_t i = 0; i < m * r; ++i) shift.coefficients[i] = QuantizeFactor(coefficients[i]);

@@ -71,11 +71,12 @@ struct LowRankShift {
   double EstimatedBits(uint32_t rank) const;
 };
 
-// Fits a shift of the given rank (at most kMaxLowRank and the smaller dimension) to `delta`
-// (rows x cols, row-major, in real units: the new values minus the reference). Coefficients are
+// Fits a shift of the given rank (at most kMaxLowRank and the smaller dimension) to a delta
+// (rows x cols, row-major: the new values minus the reference) given in units of
+// `coefficient_step` and as finite floats (the caller maps what is not to 0). Coefficients are
 // quantized to multiples of `coefficient_step`, the basis to multiples of 1/sqrt(basis length);
-// `fine` is the lattice unit the shift is expressed in. Elements that are not finite count as 0.
-LowRankShift FitLowRankShift(std::span<const double> delta, uint32_t rows, uint32_t cols,
+// `fine` is the lattice unit the shift is expressed in.
+LowRankShift FitLowRankShift(std::span<const float> delta_in_steps, uint32_t rows, uint32_t cols,
                              uint32_t rank, double coefficient_step, double fine);
 
 }  // namespace ckpt::lossy

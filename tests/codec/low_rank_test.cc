@@ -29,6 +29,16 @@ std::vector<double> PlantedMatrix(uint32_t rows, uint32_t cols, uint32_t rank, d
   return m;
 }
 
+// FitLowRankShift on a delta in real units.
+LowRankShift Fit(const std::vector<double>& delta, uint32_t rows, uint32_t cols, uint32_t rank,
+                 double step, double fine) {
+  std::vector<float> in_steps(delta.size());
+  for (size_t i = 0; i < delta.size(); ++i) {
+    in_steps[i] = std::isfinite(delta[i]) ? static_cast<float>(delta[i] / step) : 0.0f;
+  }
+  return FitLowRankShift(in_steps, rows, cols, rank, step, fine);
+}
+
 // The share of `delta`'s energy left after subtracting the shift (in real units).
 double ResidualShare(const std::vector<double>& delta, const LowRankShift& shift, double fine) {
   std::vector<int32_t> applied(delta.size());
@@ -63,12 +73,12 @@ TEST(LowRankShift, FitCapturesAPlantedLowRankDelta) {
   const double fine = 1e-2 / 64;
   for (const auto& [rows, cols] : {std::pair{600u, 96u}, std::pair{96u, 600u}}) {
     const std::vector<double> delta = PlantedMatrix(rows, cols, 4, 3e-3, 1e-5, 7);
-    const LowRankShift shift = FitLowRankShift(delta, rows, cols, 4, 1e-3, fine);
+    const LowRankShift shift = Fit(delta, rows, cols, 4, 1e-3, fine);
     EXPECT_EQ(shift.rank, 4u);
     EXPECT_EQ(shift.basis_on_columns, cols <= rows);
     EXPECT_LT(ResidualShare(delta, shift, fine), 0.15) << rows << "x" << cols;
     // A rank too small leaves the weaker directions.
-    const LowRankShift one = FitLowRankShift(delta, rows, cols, 1, 1e-3, fine);
+    const LowRankShift one = Fit(delta, rows, cols, 1, 1e-3, fine);
     EXPECT_GT(ResidualShare(delta, one, fine), 0.2);
   }
 }
@@ -76,19 +86,19 @@ TEST(LowRankShift, FitCapturesAPlantedLowRankDelta) {
 TEST(LowRankShift, FitOfNoiseOrNothingIsHarmless) {
   const double fine = 1e-2 / 64;
   const std::vector<double> zero(64 * 48, 0.0);
-  const LowRankShift shift = FitLowRankShift(zero, 64, 48, 8, 1e-3, fine);
+  const LowRankShift shift = Fit(zero, 64, 48, 8, 1e-3, fine);
   std::vector<int32_t> applied(zero.size(), 1);
   shift.Apply(applied.data());
   for (int32_t v : applied) EXPECT_EQ(v, 0);
   std::vector<double> odd = PlantedMatrix(64, 48, 2, 3e-3, 1e-4, 3);
   odd[5] = std::nan("");
   odd[6] = INFINITY;
-  const LowRankShift fitted = FitLowRankShift(odd, 64, 48, 8, 1e-3, fine);
+  const LowRankShift fitted = Fit(odd, 64, 48, 8, 1e-3, fine);
   EXPECT_EQ(fitted.rank, 8u);
   EXPECT_TRUE(std::isfinite(fitted.scale));
   // A mismatched size or rank 0 gives no shift.
-  EXPECT_EQ(FitLowRankShift(odd, 64, 47, 8, 1e-3, fine).rank, 0u);
-  EXPECT_EQ(FitLowRankShift(odd, 64, 48, 0, 1e-3, fine).rank, 0u);
+  EXPECT_EQ(Fit(odd, 64, 47, 8, 1e-3, fine).rank, 0u);
+  EXPECT_EQ(Fit(odd, 64, 48, 0, 1e-3, fine).rank, 0u);
 }
 
 TEST(LowRankShift, ApplyIsExactIntegerArithmetic) {

@@ -7,8 +7,8 @@
 // before the one it was coded against) must decode to the same bits.
 //
 // Input: options (5 bytes: dtype, bound kind, lattice and history flags; quantizer, float
-// format and matrix columns; the bound), element count (2 bytes, at most 8192: element history needs chunks of
-// 4096), versions (1 byte, 1..4), then per version a mode byte:
+// format and matrix columns; the bound), element count (2 bytes, at most 8192: element history
+// needs chunks of 4096), versions (1 byte, 1..4), then per version a mode byte:
 //   mode % 4 == 0  the elements' raw bytes from the input (cycled when the input runs short)
 //   mode % 4 == 1  the previous version plus a drift of a few bounds (seed and scale: 5 bytes)
 //   mode % 4 == 2  the previous version scaled by 2^k, then drifted (k, seed and scale: 6 bytes)
