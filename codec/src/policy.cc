@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace ckpt {
@@ -206,6 +207,9 @@ Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPoli
     } else if (key == "reclaimable") {
       if (!it->is_boolean()) return Bad("reclaimable", "must be true or false");
       policy.reclaimable = it->get<bool>();
+    } else if (key == "low_rank") {
+      if (!it->is_boolean()) return Bad("low_rank", "must be true or false");
+      policy.low_rank = it->get<bool>();
     } else if (key == "quantizer") {
       CKPT_RETURN_IF_ERROR(ParseQuantizer(*it, "quantizer", &policy.quantizer));
     } else if (key == "float_format") {
@@ -271,6 +275,7 @@ std::string CodecPolicy::ToJson() const {
       {"keyframe_every", keyframe_every},
       {"keyframe_budget", keyframe_budget},
       {"reclaimable", reclaimable},
+      {"low_rank", low_rank},
       {"quantizer", std::string(QuantizerName(quantizer))},
       {"float_format", float_exponent_bits == 0 ? std::string("auto") : std::string(format)}};
   if (bound) BoundJson(*bound, doc);
@@ -302,6 +307,10 @@ TensorCoding CodecPolicy::ForTensor(std::string_view name, DType dtype,
     c.lossy_options.float_exponent_bits = float_exponent_bits;
     c.lossy_options.float_mantissa_bits = float_mantissa_bits;
     c.lossy_options.lattice = reclaimable;
+    if (low_rank && reclaimable && shape.size() == 2 && shape[1] > 0 &&
+        shape[1] <= std::numeric_limits<uint32_t>::max()) {
+      c.lossy_options.matrix_columns = static_cast<uint32_t>(shape[1]);
+    }
     return c;
   };
   for (const TensorOverride& o : overrides) {

@@ -29,6 +29,32 @@ TEST(CodecPolicy, ReclaimableSelectsLatticeCoding) {
   EXPECT_EQ(*again, *off);
 }
 
+// low_rank gives lattice codings of rank-2 tensors their column count (overrides included),
+// nothing else; it round-trips through the JSON form.
+TEST(CodecPolicy, LowRankGivesMatricesTheirColumns) {
+  auto p = CodecPolicy::FromJson(
+      R"({"mode":"lossy","max_abs_error":1e-3,"low_rank":true,"lossless_tensors":[],
+          "overrides":[{"tensors":"optim.*","max_abs_error":1e-2}]})",
+      CodecPolicy{});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_TRUE(p->low_rank);
+  EXPECT_EQ(p->ForTensor("w", DType::kF32, {64, 48}).lossy_options.matrix_columns, 48u);
+  EXPECT_EQ(p->ForTensor("optim.w", DType::kF32, {64, 48}).lossy_options.matrix_columns, 48u);
+  EXPECT_EQ(p->ForTensor("b", DType::kF32, {64}).lossy_options.matrix_columns, 0u);
+  EXPECT_EQ(p->ForTensor("conv", DType::kF32, {8, 4, 3, 3}).lossy_options.matrix_columns, 0u);
+  auto again = CodecPolicy::FromJson(p->ToJson(), CodecPolicy{});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *p);
+  // Off by default, and without the lattice.
+  auto plain = CodecPolicy::FromJson(R"({"mode":"lossy","max_abs_error":1e-3})", CodecPolicy{});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->low_rank);
+  EXPECT_EQ(plain->ForTensor("w", DType::kF32, {64, 48}).lossy_options.matrix_columns, 0u);
+  auto additive = CodecPolicy::FromJson(R"({"reclaimable":false})", *p);
+  ASSERT_TRUE(additive.ok());
+  EXPECT_EQ(additive->ForTensor("w", DType::kF32, {64, 48}).lossy_options.matrix_columns, 0u);
+}
+
 TEST(CodecPolicy, MissingFieldsKeepBaseValues) {
   CodecPolicy base;
   base.keyframe_every = 9;
@@ -49,6 +75,7 @@ TEST(CodecPolicy, RejectsBadFieldsNamingThem) {
        Case{R"({"keyframe_every":100000})", "keyframe_every"},
        Case{R"({"mode":"zip"})", "mode"},
        Case{R"({"reclaimable":"yes"})", "reclaimable"},
+       Case{R"({"low_rank":1})", "low_rank"},
        Case{R"({"colour":1})", "colour"},
        Case{R"([1])", "object"},
        Case{R"({)", "JSON"},
