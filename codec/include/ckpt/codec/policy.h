@@ -51,7 +51,9 @@
 //                     the lattice by a low-rank matrix fitted to the delta (payload version 4,
 //                     docs/format.md), where that codes smaller: 6-15% smaller on Adam runs,
 //                     at about a third of the encoding speed. Only for models without retention
-//                     rules (it needs element history). Default: false.
+//                     rules (it needs element history); deleting versions of such chains frees
+//                     little (exact re-encodings on the fine lattice cost more than they free,
+//                     so collection keeps them). Default: false.
 #pragma once
 
 #include <cstdint>
