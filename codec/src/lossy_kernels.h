@@ -276,6 +276,22 @@ inline __m128i WithHistoryFour(__m128i bits, __m128i state) {
   return _mm_or_si128(_mm_and_si128(keep, bits), _mm_andnot_si128(keep, stuffed));
 }
 
+// Writes four elements a fast path accepted: their reconstructions `bits`, their symbols
+// zigzag(q) (|q| <= 15) and the history states before, one byte each.
+inline void StoreFourAccepted(__m128i bits, __m128d q_lo, __m128d q_hi, __m128i state,
+                              uint8_t* recon, uint8_t* symbols, uint8_t* history) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(recon), bits);
+  const __m128i q = _mm_unpacklo_epi64(_mm_cvtpd_epi32(q_lo), _mm_cvtpd_epi32(q_hi));
+  const __m128i zigzag = _mm_xor_si128(_mm_slli_epi32(q, 1), _mm_srai_epi32(q, 31));
+  auto bytes = [](__m128i v) {
+    const __m128i words = _mm_packs_epi32(v, v);
+    return static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(words, words)));
+  };
+  const uint32_t symbol_bytes = bytes(zigzag), state_bytes = bytes(state);
+  std::memcpy(symbols, &symbol_bytes, 4);
+  std::memcpy(history, &state_bytes, 4);
+}
+
 // The encoder's fast path (see QuantizeElementsImpl) for four F32 elements of a history delta
 // under the uniform quantizer, with the same arithmetic. Returns false, having written nothing,
 // unless all four take it.
@@ -311,17 +327,7 @@ inline bool QuantizeFourF32(const uint8_t* in, const uint8_t* ref, double step, 
   __m128i ok = PackMasks(lane_ok(t_lo, x_lo, r_lo), lane_ok(t_hi, x_hi, r_hi));
   if (non_negative) ok = _mm_and_si128(ok, _mm_cmpgt_epi32(bits, _mm_set1_epi32(-1)));
   if (_mm_movemask_ps(_mm_castsi128_ps(ok)) != 0xf) return false;
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(recon), bits);
-  // Symbols: zigzag(q) (|q| <= 15), and the states before, one byte each.
-  const __m128i q = _mm_unpacklo_epi64(_mm_cvtpd_epi32(q_lo), _mm_cvtpd_epi32(q_hi));
-  const __m128i zigzag = _mm_xor_si128(_mm_slli_epi32(q, 1), _mm_srai_epi32(q, 31));
-  auto bytes = [](__m128i v) {
-    const __m128i words = _mm_packs_epi32(v, v);
-    return static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(words, words)));
-  };
-  const uint32_t symbol_bytes = bytes(zigzag), state_bytes = bytes(state);
-  std::memcpy(symbols, &symbol_bytes, 4);
-  std::memcpy(history, &state_bytes, 4);
+  StoreFourAccepted(bits, q_lo, q_hi, state, recon, symbols, history);
   return true;
 }
 #endif
@@ -402,6 +408,22 @@ inline bool QuantizeFourLatticeF32(const uint8_t* in, const uint8_t* ref, double
   return true;
 }
 
+// The lattice indices RoundToInteger(p * inverse) + 0.0 of four F32 references, or false when
+// one has none (not finite, or beyond 2^50 pitches).
+inline bool LatticeIndicesFour(__m128 p, double inverse, __m128d* kp_lo, __m128d* kp_hi) {
+  const __m128d inv = _mm_set1_pd(inverse);
+  const __m128d pt_lo = _mm_mul_pd(_mm_cvtps_pd(p), inv);
+  const __m128d pt_hi = _mm_mul_pd(_mm_cvtps_pd(_mm_movehl_ps(p, p)), inv);
+  const __m128d abs_mask = _mm_castsi128_pd(_mm_set1_epi64x(0x7fffffffffffffff));
+  const __m128d max_index = _mm_set1_pd(0x1p50);
+  const __m128d indexed = _mm_and_pd(_mm_cmple_pd(_mm_and_pd(pt_lo, abs_mask), max_index),
+                                     _mm_cmple_pd(_mm_and_pd(pt_hi, abs_mask), max_index));
+  if (_mm_movemask_pd(indexed) != 3) return false;
+  *kp_lo = RoundToIntegerTwo(pt_lo);
+  *kp_hi = RoundToIntegerTwo(pt_hi);
+  return true;
+}
+
 // Four F32 elements of a lattice payload, all with direct symbols (`four`, one per byte),
 // exactly as the general loop decodes them: kp = RoundToInteger(p * inverse_step) + 0.0, one
 // rounding of (kp + q) * step to float, and with kHistory the next history state written into
@@ -412,15 +434,8 @@ template <bool kHistory = false>
 inline bool DecodeFourLatticeF32(uint32_t four, double step, double inverse_step,
                                  const uint8_t* ref, uint8_t* out) {
   const __m128 p = ref ? _mm_loadu_ps(reinterpret_cast<const float*>(ref)) : _mm_setzero_ps();
-  const __m128d inv = _mm_set1_pd(inverse_step);
-  const __m128d pt_lo = _mm_mul_pd(_mm_cvtps_pd(p), inv);
-  const __m128d pt_hi = _mm_mul_pd(_mm_cvtps_pd(_mm_movehl_ps(p, p)), inv);
-  const __m128d abs_mask = _mm_castsi128_pd(_mm_set1_epi64x(0x7fffffffffffffff));
-  const __m128d max_index = _mm_set1_pd(0x1p50);
-  const __m128d indexed = _mm_and_pd(_mm_cmple_pd(_mm_and_pd(pt_lo, abs_mask), max_index),
-                                     _mm_cmple_pd(_mm_and_pd(pt_hi, abs_mask), max_index));
-  if (_mm_movemask_pd(indexed) != 3) return false;
-  const __m128d kp_lo = RoundToIntegerTwo(pt_lo), kp_hi = RoundToIntegerTwo(pt_hi);
+  __m128d kp_lo, kp_hi;
+  if (!LatticeIndicesFour(p, inverse_step, &kp_lo, &kp_hi)) return false;
   const __m128i q = UnzigzagFour(four);
   const __m128d step2 = _mm_set1_pd(step);
   const __m128d q_lo = _mm_cvtepi32_pd(q), q_hi = _mm_cvtepi32_pd(_mm_shuffle_epi32(q, 0xee));
@@ -487,16 +502,7 @@ inline bool QuantizeFourLowRankF32(const uint8_t* in, const uint8_t* ref, const 
                          lane_ok(pt_hi, t_hi, q_hi, x_hi, _mm_cvtps_pd(_mm_movehl_ps(r, r))));
   if (non_negative) ok = _mm_and_si128(ok, _mm_cmpgt_epi32(bits, _mm_set1_epi32(-1)));
   if (_mm_movemask_ps(_mm_castsi128_ps(ok)) != 0xf) return false;
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(recon), bits);
-  const __m128i q = _mm_unpacklo_epi64(_mm_cvtpd_epi32(q_lo), _mm_cvtpd_epi32(q_hi));
-  const __m128i zigzag = _mm_xor_si128(_mm_slli_epi32(q, 1), _mm_srai_epi32(q, 31));
-  auto bytes = [](__m128i v) {
-    const __m128i words = _mm_packs_epi32(v, v);
-    return static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(words, words)));
-  };
-  const uint32_t symbol_bytes = bytes(zigzag), state_bytes = bytes(state);
-  std::memcpy(symbols, &symbol_bytes, 4);
-  std::memcpy(history, &state_bytes, 4);
+  StoreFourAccepted(bits, q_lo, q_hi, state, recon, symbols, history);
   return true;
 }
 
@@ -506,19 +512,11 @@ inline bool QuantizeFourLowRankF32(const uint8_t* in, const uint8_t* ref, const 
 inline bool DecodeFourLowRankF32(uint32_t four, double fine, double inverse_fine,
                                  const int32_t* shift, const uint8_t* ref, uint8_t* out) {
   const __m128i ref_bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ref));
-  const __m128 p = _mm_castsi128_ps(ref_bits);
-  const __m128d inv = _mm_set1_pd(inverse_fine);
-  const __m128d pt_lo = _mm_mul_pd(_mm_cvtps_pd(p), inv);
-  const __m128d pt_hi = _mm_mul_pd(_mm_cvtps_pd(_mm_movehl_ps(p, p)), inv);
-  const __m128d abs_mask = _mm_castsi128_pd(_mm_set1_epi64x(0x7fffffffffffffff));
-  const __m128d max_index = _mm_set1_pd(0x1p50);
-  const __m128d indexed = _mm_and_pd(_mm_cmple_pd(_mm_and_pd(pt_lo, abs_mask), max_index),
-                                     _mm_cmple_pd(_mm_and_pd(pt_hi, abs_mask), max_index));
-  if (_mm_movemask_pd(indexed) != 3) return false;
+  __m128d kp_lo, kp_hi;
+  if (!LatticeIndicesFour(_mm_castsi128_ps(ref_bits), inverse_fine, &kp_lo, &kp_hi)) return false;
   const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(shift));
-  const __m128d base_lo = _mm_add_pd(RoundToIntegerTwo(pt_lo), _mm_cvtepi32_pd(s));
-  const __m128d base_hi =
-      _mm_add_pd(RoundToIntegerTwo(pt_hi), _mm_cvtepi32_pd(_mm_shuffle_epi32(s, 0xee)));
+  const __m128d base_lo = _mm_add_pd(kp_lo, _mm_cvtepi32_pd(s));
+  const __m128d base_hi = _mm_add_pd(kp_hi, _mm_cvtepi32_pd(_mm_shuffle_epi32(s, 0xee)));
   const __m128i q = UnzigzagFour(four);
   const __m128d q_lo = _mm_cvtepi32_pd(q), q_hi = _mm_cvtepi32_pd(_mm_shuffle_epi32(q, 0xee));
   const __m128d move = _mm_set1_pd(64), fine2 = _mm_set1_pd(fine);
