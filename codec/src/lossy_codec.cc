@@ -812,12 +812,15 @@ LowRankChoice ChooseLowRankShift(const UniformQuantizer& u, const uint8_t* in, c
                                  uint32_t rows, uint32_t cols, double bound, bool non_negative) {
   using E = Element<D>;
   const size_t n = size_t{rows} * cols;
-  // The delta in steps, as the fit takes it (what is not finite, or beyond float, as 0).
+  // The delta in steps, as the fit takes it: what is not finite as 0, and within ±2^20 steps
+  // (a shift never moves an element further: its factors are at most 63), which keeps the fit's
+  // float products far from overflow.
   std::vector<float> delta(n);
   const double inverse_step = u.inverse_step;
+  constexpr double kMaxSteps = 0x1p20;
   for (size_t i = 0; i < n; ++i) {
     const double d = (E::Load(in + i * E::kSize) - E::Load(ref + i * E::kSize)) * inverse_step;
-    delta[i] = std::abs(d) < 1e30 ? static_cast<float>(d) : 0.0f;
+    delta[i] = std::isnan(d) ? 0.0f : static_cast<float>(std::clamp(d, -kMaxSteps, kMaxSteps));
   }
   LowRankChoice choice;
   choice.shift =

@@ -225,7 +225,9 @@ CKPT_VECTOR_CLONES void CombineRows(const int8_t* row, const float* column_t, ui
   }
 }
 
+// The nearest factor value within ±kMaxFactor; 0 for NaN (a fit that overflowed).
 int8_t QuantizeFactor(double v) {
+  if (std::isnan(v)) return 0;
   const double q = RoundToInteger(std::clamp(v, -double{kMaxFactor}, double{kMaxFactor}));
   return static_cast<int8_t>(q);
 }
