@@ -271,6 +271,35 @@ void LossyRoundtripSeeds() {
     seed("cosine", Kind::kAbsolute, kHistory, 4, 143, 300);
     seed("relative", Kind::kRelative, kLattice | kHistory, 0, 10, 300);
     seed("pointwise", Kind::kPointwise, 0, 0, 6, 300);
+    if (large) {
+      // Two raw versions of a 64 x 64 matrix, the second moved along two directions: a delta
+      // the encoder codes with the low-rank shift (payload version 4).
+      std::vector<double> a(4096), b(4096);
+      for (size_t i = 0; i < 64; ++i) {
+        for (size_t j = 0; j < 64; ++j) {
+          const double x = static_cast<double>(i), y = static_cast<double>(j);
+          a[i * 64 + j] = 0.05 * std::sin(0.37 * x + 0.11 * y);
+          b[i * 64 + j] = a[i * 64 + j] + 4e-3 * std::sin(x / 5) * std::cos(y / 7) +
+                          2e-3 * std::sin(x / 3 + 1) * std::cos(y / 4 - 1);
+        }
+      }
+      std::string input = Options(OptionsByte(dtype, Kind::kAbsolute, kLattice | kHistory),
+                                  1 + 45 * 2, 140);  // 64 columns, bound 2^-10
+      input += std::string{0x00, 0x10, 0x01};        // 4096 elements, two versions
+      for (const auto* v : {&a, &b}) {
+        input.push_back(0);  // raw
+        for (double e : *v) {
+          if (dtype == DType::kF32) {
+            const float f = static_cast<float>(e);
+            input.append(reinterpret_cast<const char*>(&f), 4);
+          } else {
+            input.append(reinterpret_cast<const char*>(&e), 8);
+          }
+        }
+        input.push_back(0);  // no specials
+      }
+      Write("lossy_roundtrip", "low_rank_drift_" + dname, input);
+    }
     // Policy changes along one chain: lattice with history, then additive cosine, a relative
     // bound on the plain lattice, and a pointwise bound.
     Write("lossy_roundtrip", "policy_changes_" + dname,
