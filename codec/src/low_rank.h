@@ -6,7 +6,8 @@
 // lattice by a small matrix of rank r, sent as integer factors, so that fewer elements cross a
 // lattice line; what is left is coded element by element as before.
 //
-// A shift is defined by integers only, so every build computes it to the bit:
+// A shift is computed from integers and one IEEE double product, so every build gets the same
+// bits:
 //   shift(i, j) = RoundToInteger(scale * sum_k coefficient(c, k) * basis(b, k))
 // where (c, b) = (i, j) when the basis runs over the columns and (j, i) when it runs over the
 // rows, factors are within ±kMaxFactor, and the integer sum is exact (|sum| < 2^17). The
