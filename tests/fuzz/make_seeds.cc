@@ -92,6 +92,21 @@ void DecodeSeed(const std::string& name, CodecId codec, DType dtype, size_t coun
   Write("tensor_decode", name, input);
 }
 
+// Two versions of a 64 x 64 matrix, the second moved along two directions: a delta the
+// encoder codes with the low-rank shift (payload version 4) at bounds around 1e-3.
+std::pair<std::vector<double>, std::vector<double>> LowRankDriftVersions() {
+  std::vector<double> a(4096), b(4096);
+  for (size_t i = 0; i < 64; ++i) {
+    for (size_t j = 0; j < 64; ++j) {
+      const double x = static_cast<double>(i), y = static_cast<double>(j);
+      a[i * 64 + j] = 0.05 * std::sin(0.37 * x + 0.11 * y);
+      b[i * 64 + j] = a[i * 64 + j] + 4e-3 * std::sin(x / 5) * std::cos(y / 7) +
+                      2e-3 * std::sin(x / 3 + 1) * std::cos(y / 4 - 1);
+    }
+  }
+  return {a, b};
+}
+
 void TensorDecodeSeeds() {
   const size_t count = 300;
   for (DType dtype :
@@ -131,18 +146,9 @@ void TensorDecodeSeeds() {
       }
     }
   }
-  // A low-rank lattice delta (payload version 4): a 64 x 64 matrix drifting along two
-  // directions, and its exact re-encoding against the keyframe (on the fine lattice).
+  // A low-rank lattice delta (payload version 4) of a matrix drifting along two directions.
   for (DType dtype : {DType::kF32, DType::kF64}) {
-    std::vector<double> a(4096), b(4096);
-    for (size_t i = 0; i < 64; ++i) {
-      for (size_t j = 0; j < 64; ++j) {
-        const double x = static_cast<double>(i), y = static_cast<double>(j);
-        a[i * 64 + j] = 0.05 * std::sin(0.37 * x + 0.11 * y);
-        b[i * 64 + j] = a[i * 64 + j] + 4e-3 * std::sin(x / 5) * std::cos(y / 7) +
-                        2e-3 * std::sin(x / 3 + 1) * std::cos(y / 4 - 1);
-      }
-    }
+    const auto [a, b] = LowRankDriftVersions();
     LossyCodecOptions options{Quantizer::kUniform, {ErrorBound::Kind::kAbsolute, 1e-3}};
     options.lattice = true;
     options.matrix_columns = 64;
@@ -274,15 +280,7 @@ void LossyRoundtripSeeds() {
     if (large) {
       // Two raw versions of a 64 x 64 matrix, the second moved along two directions: a delta
       // the encoder codes with the low-rank shift (payload version 4).
-      std::vector<double> a(4096), b(4096);
-      for (size_t i = 0; i < 64; ++i) {
-        for (size_t j = 0; j < 64; ++j) {
-          const double x = static_cast<double>(i), y = static_cast<double>(j);
-          a[i * 64 + j] = 0.05 * std::sin(0.37 * x + 0.11 * y);
-          b[i * 64 + j] = a[i * 64 + j] + 4e-3 * std::sin(x / 5) * std::cos(y / 7) +
-                          2e-3 * std::sin(x / 3 + 1) * std::cos(y / 4 - 1);
-        }
-      }
+      const auto [a, b] = LowRankDriftVersions();
       std::string input = Options(OptionsByte(dtype, Kind::kAbsolute, kLattice | kHistory),
                                   1 + 45 * 2, 140);  // 64 columns, bound 2^-10
       input += std::string{0x00, 0x10, 0x01};        // 4096 elements, two versions
