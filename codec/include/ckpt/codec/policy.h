@@ -49,8 +49,8 @@
 //                     deleted versions inside a kept version's chain stay stored. Default: true.
 //   low_rank          lossy, reclaimable: a delta of a weight matrix (a rank-2 tensor) may shift
 //                     the lattice by a low-rank matrix fitted to the delta (payload version 4,
-//                     docs/format.md), where that codes smaller: 6-15% smaller on Adam runs,
-//                     at about a third of the encoding speed. Only for models without retention
+//                     docs/format.md), where that codes smaller: 6-14% smaller on Adam runs,
+//                     at a third to a half of the encoding speed. Only for models without retention
 //                     rules (it needs element history); deleting versions of such chains frees
 //                     little (exact re-encodings on the fine lattice cost more than they free,
 //                     so collection keeps them). Default: false.
