@@ -818,7 +818,27 @@ LowRankChoice ChooseLowRankShift(const UniformQuantizer& u, const uint8_t* in, c
   std::vector<float> delta(n);
   const double inverse_step = u.inverse_step;
   constexpr double kMaxSteps = 0x1p20;
-  for (size_t i = 0; i < n; ++i) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  if constexpr (D == DType::kF32) {  // the same arithmetic, four at a time
+    const __m128d inverse = _mm_set1_pd(inverse_step), high = _mm_set1_pd(kMaxSteps),
+                  low = _mm_set1_pd(-kMaxSteps);
+    auto steps = [&](__m128d x, __m128d p) {
+      const __m128d d = _mm_mul_pd(_mm_sub_pd(x, p), inverse);
+      return _mm_cvtpd_ps(
+          _mm_andnot_pd(_mm_cmpunord_pd(d, d), _mm_min_pd(_mm_max_pd(d, low), high)));
+    };
+    for (; i + 4 <= n; i += 4) {
+      const __m128 x = _mm_loadu_ps(reinterpret_cast<const float*>(in) + i);
+      const __m128 p = _mm_loadu_ps(reinterpret_cast<const float*>(ref) + i);
+      const __m128 d_low = steps(_mm_cvtps_pd(x), _mm_cvtps_pd(p));
+      const __m128 d_high =
+          steps(_mm_cvtps_pd(_mm_movehl_ps(x, x)), _mm_cvtps_pd(_mm_movehl_ps(p, p)));
+      _mm_storeu_ps(&delta[i], _mm_movelh_ps(d_low, d_high));
+    }
+  }
+#endif
+  for (; i < n; ++i) {
     const double d = (E::Load(in + i * E::kSize) - E::Load(ref + i * E::kSize)) * inverse_step;
     delta[i] = std::isnan(d) ? 0.0f : static_cast<float>(std::clamp(d, -kMaxSteps, kMaxSteps));
   }
@@ -830,11 +850,14 @@ LowRankChoice ChooseLowRankShift(const UniformQuantizer& u, const uint8_t* in, c
   const uint32_t sampled = (rows + stride - 1) / stride;
   const double scale_up = static_cast<double>(rows) / sampled;
   std::vector<uint8_t> recon(size_t{cols} * E::kSize);
-  std::vector<int32_t> row_shift(cols);
+  std::vector<int32_t> sampled_shift(size_t{sampled} * cols);
   // rank < 0: the plain lattice.
   auto estimate = [&](int rank) {
     rans::Histogram histogram(kHistoryContexts);
     double side_bits = 0;
+    if (rank >= 0) {
+      fitted.ApplyRows(static_cast<uint32_t>(rank), 0, stride, sampled, sampled_shift.data());
+    }
     for (uint32_t r = 0; r < rows; r += stride) {
       const size_t first = size_t{r} * cols;
       Quantized q;
@@ -843,10 +866,9 @@ LowRankChoice ChooseLowRankShift(const UniformQuantizer& u, const uint8_t* in, c
                                           bound, non_negative, HistoryUse::kDelta, recon.data(),
                                           &q);
       } else {
-        fitted.ApplyRow(static_cast<uint32_t>(rank), r, row_shift.data());
-        QuantizeLowRankElements<D>(u.step, row_shift.data(), in + first * E::kSize,
-                                   ref + first * E::kSize, cols, bound, non_negative, recon.data(),
-                                   &q);
+        QuantizeLowRankElements<D>(u.step, &sampled_shift[size_t{r / stride} * cols],
+                                   in + first * E::kSize, ref + first * E::kSize, cols, bound,
+                                   non_negative, recon.data(), &q);
       }
       for (size_t j = 0; j < cols; ++j) histogram.Add(q.history[j], q.symbols[j]);
       side_bits += static_cast<double>(q.extra_bits) + 8.0 * q.exact.size();

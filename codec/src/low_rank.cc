@@ -1,10 +1,15 @@
 #include "low_rank.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <numeric>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "quantizers.h"
 #include "rans.h"
@@ -27,6 +32,8 @@ constexpr size_t kSampleRows = 512;
 constexpr int kPowerIterations = 2;
 constexpr size_t kOversampling = 8;
 
+std::atomic<bool> portable_kernels_for_testing{false};
+
 uint32_t CoefficientContext(uint32_t k) { return std::bit_width(k + 1) - 1; }
 
 uint8_t FactorSymbol(int8_t v) { return static_cast<uint8_t>(ZigZag(v)); }
@@ -43,6 +50,19 @@ Oriented Orient(const LowRankShift& s) {
                             : Oriented{s.basis.data(), s.coefficients.data()};
 }
 
+// a . b over n values, in eight independent sums (a single sum is bound by the adder's latency).
+double Dot(const double* a, const double* b, size_t n) {
+  double sums[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (size_t k = 0; k < 8; ++k) sums[k] += a[i + k] * b[i + k];
+  }
+  double dot =
+      ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
+  for (; i < n; ++i) dot += a[i] * b[i];
+  return dot;
+}
+
 // Orthonormalizes the l columns of q (n x l, row-major) in place by modified Gram-Schmidt, on
 // a column-major copy; a column that vanishes against the others becomes zero.
 void Orthonormalize(std::vector<double>& q, size_t n, size_t l) {
@@ -54,13 +74,10 @@ void Orthonormalize(std::vector<double>& q, size_t n, size_t l) {
     double* v = &cols[c * n];
     for (size_t p = 0; p < c; ++p) {
       const double* u = &cols[p * n];
-      double dot = 0;
-      for (size_t i = 0; i < n; ++i) dot += v[i] * u[i];
+      const double dot = Dot(v, u, n);
       for (size_t i = 0; i < n; ++i) v[i] -= dot * u[i];
     }
-    double norm = 0;
-    for (size_t i = 0; i < n; ++i) norm += v[i] * v[i];
-    norm = std::sqrt(norm);
+    const double norm = std::sqrt(Dot(v, v, n));
     const double inverse = norm > 1e-300 ? 1.0 / norm : 0.0;
     for (size_t i = 0; i < n; ++i) v[i] *= inverse;
   }
@@ -82,7 +99,7 @@ void SymmetricEigen(std::vector<double>& h, size_t l, std::vector<double>* v) {
         if (i != j) off += h[i * l + j] * h[i * l + j];
       }
     }
-    if (off <= 1e-24 * total) return;
+    if (off <= 1e-12 * total) return;
     for (size_t p = 0; p < l; ++p) {
       for (size_t q = p + 1; q < l; ++q) {
         const double hpq = h[p * l + q];
@@ -152,42 +169,153 @@ void SolveRows(std::vector<double> g, size_t r, std::vector<double>& y, size_t m
 #define CKPT_VECTOR_CLONES
 #endif
 
-// out (rows x L) = rows of a (every stride-th, each of n values) times b (n x L): the output row
-// stays in registers for the compile-time widths the fit uses.
-// out (cols x rows) = in (rows x cols) transposed, in tiles that stay in cache.
-void Transpose(const float* in, size_t rows, size_t cols, float* out) {
+// out (cols x rows) = the rows x cols matrix whose row i starts at in + i * in_stride,
+// transposed; in tiles that stay in cache.
+void TransposeScalar(const float* in, size_t rows, size_t cols, size_t in_stride, float* out) {
   constexpr size_t kTile = 16;
   for (size_t i0 = 0; i0 < rows; i0 += kTile) {
     for (size_t j0 = 0; j0 < cols; j0 += kTile) {
       const size_t i1 = std::min(rows, i0 + kTile), j1 = std::min(cols, j0 + kTile);
       for (size_t i = i0; i < i1; ++i) {
-        for (size_t j = j0; j < j1; ++j) out[j * rows + i] = in[i * cols + j];
+        for (size_t j = j0; j < j1; ++j) out[j * rows + i] = in[i * in_stride + j];
       }
     }
   }
 }
 
-// Eight floats as one value (GCC/Clang vector extension): the accumulators of an output row.
-typedef float Float8 __attribute__((vector_size(32)));
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CKPT_FIT_AVX2 1
+bool CpuHasAvx2Fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has && !portable_kernels_for_testing.load(std::memory_order_relaxed);
+}
 
-template <size_t L>
-CKPT_VECTOR_CLONES void MultiplyFixed(const float* a, size_t n, size_t stride, size_t rows,
-                                      const float* b, float* out) {
-  static_assert(L % 8 == 0);
-  constexpr size_t kVectors = L / 8;
-  for (size_t s = 0; s < rows; ++s) {
-    const float* row = a + s * stride * n;
-    Float8 acc[kVectors] = {};
-    for (size_t j = 0; j < n; ++j) {
-      const float v = row[j];
-      const float* bj = b + j * L;
-      for (size_t k = 0; k < kVectors; ++k) {
-        Float8 bk;
-        std::memcpy(&bk, bj + 8 * k, sizeof(bk));
-        acc[k] += v * bk;
+// The same in 8 x 8 blocks of AVX registers.
+__attribute__((target("avx2"))) void TransposeAvx2(const float* in, size_t rows, size_t cols,
+                                                   size_t in_stride, float* out) {
+  size_t i = 0;
+  for (; i + 8 <= rows; i += 8) {
+    size_t j = 0;
+    for (; j + 8 <= cols; j += 8) {
+      __m256 r[8], t[8];
+      for (size_t k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(in + (i + k) * in_stride + j);
+      for (size_t k = 0; k < 8; k += 2) {
+        t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+      }
+      for (size_t k = 0; k < 8; k += 4) {
+        r[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+      for (size_t k = 0; k < 4; ++k) {
+        _mm256_storeu_ps(out + (j + k) * rows + i, _mm256_permute2f128_ps(r[k], r[k + 4], 0x20));
+        _mm256_storeu_ps(out + (j + k + 4) * rows + i,
+                         _mm256_permute2f128_ps(r[k], r[k + 4], 0x31));
       }
     }
-    std::memcpy(out + s * L, acc, sizeof(acc));
+    for (; j < cols; ++j) {
+      for (size_t k = 0; k < 8; ++k) out[j * rows + i + k] = in[(i + k) * in_stride + j];
+    }
+  }
+  for (; i < rows; ++i) {
+    for (size_t j = 0; j < cols; ++j) out[j * rows + i] = in[i * in_stride + j];
+  }
+}
+#endif
+
+void Transpose(const float* in, size_t rows, size_t cols, size_t in_stride, float* out) {
+#ifdef CKPT_FIT_AVX2
+  if (CpuHasAvx2Fma()) return TransposeAvx2(in, rows, cols, in_stride, out);
+#endif
+  TransposeScalar(in, rows, cols, in_stride, out);
+}
+
+// Eight floats as one value (GCC/Clang vector extension).
+typedef float Float8 __attribute__((vector_size(32)));
+
+// out (R x L) = R rows of a (each of n values, at rows_of_a[0 .. R)) times b (n x L). R * L / 8
+// accumulators stay in registers and each load of b serves R rows: one row at a time would be
+// bound by the latency of its few accumulators, not by arithmetic.
+template <size_t L, size_t R>
+inline void MultiplyRows(const float* const* rows_of_a, size_t n, const float* b, float* out) {
+  constexpr size_t kVectors = L / 8;
+  Float8 acc[R][kVectors] = {};
+  for (size_t j = 0; j < n; ++j) {
+    for (size_t s = 0; s < R; ++s) {
+      const float v = rows_of_a[s][j];
+      for (size_t k = 0; k < kVectors; ++k) {
+        Float8 bk;
+        std::memcpy(&bk, b + j * L + 8 * k, sizeof(bk));
+        acc[s][k] += v * bk;
+      }
+    }
+  }
+  std::memcpy(out, acc, sizeof(acc));
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// The same with AVX2 and FMA intrinsics, chosen at run time where the CPU has them (GCC's
+// vector-extension code keeps more than a few accumulators on the stack).
+template <size_t L, size_t R>
+__attribute__((target("avx2,fma"), always_inline)) inline void MultiplyRowsAvx2(
+    const float* const* rows_of_a, size_t n, const float* b, float* out) {
+  constexpr size_t kVectors = L / 8;
+  __m256 acc[R][kVectors];
+  for (size_t s = 0; s < R; ++s) {
+    for (size_t k = 0; k < kVectors; ++k) acc[s][k] = _mm256_setzero_ps();
+  }
+  for (size_t j = 0; j < n; ++j) {
+    __m256 bk[kVectors];
+    for (size_t k = 0; k < kVectors; ++k) bk[k] = _mm256_loadu_ps(b + j * L + 8 * k);
+    for (size_t s = 0; s < R; ++s) {
+      const __m256 v = _mm256_broadcast_ss(rows_of_a[s] + j);
+      for (size_t k = 0; k < kVectors; ++k) acc[s][k] = _mm256_fmadd_ps(v, bk[k], acc[s][k]);
+    }
+  }
+  for (size_t s = 0; s < R; ++s) {
+    for (size_t k = 0; k < kVectors; ++k) _mm256_storeu_ps(out + s * L + 8 * k, acc[s][k]);
+  }
+}
+
+template <size_t L>
+__attribute__((target("avx2,fma"))) void MultiplyFixedAvx2(const float* a, size_t n, size_t stride,
+                                                           size_t rows, const float* b,
+                                                           float* out) {
+  constexpr size_t kBlock = 96 / L;  // 12 accumulators of the 16 registers
+  size_t s = 0;
+  for (; s + kBlock <= rows; s += kBlock) {
+    const float* block[kBlock];
+    for (size_t t = 0; t < kBlock; ++t) block[t] = a + (s + t) * stride * n;
+    MultiplyRowsAvx2<L, kBlock>(block, n, b, out + s * L);
+  }
+  for (; s < rows; ++s) {
+    const float* row = a + s * stride * n;
+    MultiplyRowsAvx2<L, 1>(&row, n, b, out + s * L);
+  }
+}
+
+#endif
+
+// out (rows x L) = every stride-th row of a (rows of n values) times b (n x L).
+template <size_t L>
+void MultiplyFixed(const float* a, size_t n, size_t stride, size_t rows, const float* b,
+                   float* out) {
+  static_assert(L % 8 == 0);
+#ifdef CKPT_FIT_AVX2
+  if (CpuHasAvx2Fma()) return MultiplyFixedAvx2<L>(a, n, stride, rows, b, out);
+#endif
+  constexpr size_t kBlock = L <= 16 ? 2 : 1;  // within SSE2's 16 registers
+  size_t s = 0;
+  for (; s + kBlock <= rows; s += kBlock) {
+    const float* block[kBlock];
+    for (size_t t = 0; t < kBlock; ++t) block[t] = a + (s + t) * stride * n;
+    MultiplyRows<L, kBlock>(block, n, b, out + s * L);
+  }
+  for (; s < rows; ++s) {
+    const float* row = a + s * stride * n;
+    MultiplyRows<L, 1>(&row, n, b, out + s * L);
   }
 }
 
@@ -214,15 +342,84 @@ void Multiply(const float* a, size_t n, size_t stride, size_t rows, const float*
   MultiplyAny(a, n, stride, rows, b, l, out);
 }
 
-// sums[0 .. cols) = sum over k < rank of row[k] * column_t[k][0 .. cols).
-CKPT_VECTOR_CLONES void CombineRows(const int8_t* row, const float* column_t, uint32_t rank,
-                                    uint32_t cols, float* sums) {
-  std::fill(sums, sums + cols, 0.0f);
-  for (uint32_t k = 0; k < rank; ++k) {
-    const float a = row[k];
-    const float* c = column_t + size_t{k} * cols;
-    for (uint32_t j = 0; j < cols; ++j) sums[j] += a * c[j];
+// One row of a shift: out[j] = RoundToInteger(scale * sum over k < rank of row[k] *
+// column_t[k][j]) for j < cols. Every product and partial sum is an integer below 2^17, exact in
+// float whatever the order or contraction, and the rounding is the same IEEE double operations
+// in every version below: every build and CPU gets the same shift.
+void ShiftRowScalar(const int8_t* row, const float* column_t, uint32_t rank, uint32_t cols,
+                    double scale, int32_t* out) {
+  float sums[64];
+  for (uint32_t j0 = 0; j0 < cols; j0 += 64) {
+    const uint32_t width = std::min<uint32_t>(64, cols - j0);
+    std::fill(sums, sums + width, 0.0f);
+    for (uint32_t k = 0; k < rank; ++k) {
+      const float a = row[k];
+      const float* c = column_t + size_t{k} * cols + j0;
+      for (uint32_t j = 0; j < width; ++j) sums[j] += a * c[j];
+    }
+    for (uint32_t j = 0; j < width; ++j) {
+      out[j0 + j] = static_cast<int32_t>(RoundToInteger(scale * static_cast<double>(sums[j])));
+    }
   }
+}
+
+#ifdef CKPT_FIT_AVX2
+// Eight sums (exact integers in float) scaled and rounded as ShiftRowScalar does.
+__attribute__((target("avx2"), always_inline)) inline void StoreRoundedEight(__m256 sums,
+                                                                             __m256d scale,
+                                                                             int32_t* out) {
+  const __m256d magic = _mm256_set1_pd(0x1.8p52);
+  const __m256d low = _mm256_cvtps_pd(_mm256_castps256_ps128(sums));
+  const __m256d high = _mm256_cvtps_pd(_mm256_extractf128_ps(sums, 1));
+  const __m256d low_rounded = _mm256_sub_pd(_mm256_add_pd(_mm256_mul_pd(low, scale), magic), magic);
+  const __m256d high_rounded =
+      _mm256_sub_pd(_mm256_add_pd(_mm256_mul_pd(high, scale), magic), magic);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_cvtpd_epi32(low_rounded));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 4), _mm256_cvtpd_epi32(high_rounded));
+}
+
+// ShiftRowScalar with 32 columns at a time in registers.
+__attribute__((target("avx2"))) void ShiftRowAvx2(const int8_t* row, const float* column_t,
+                                                  uint32_t rank, uint32_t cols, double scale,
+                                                  int32_t* out) {
+  __m256 factors[kMaxLowRank];
+  for (uint32_t k = 0; k < rank; ++k) factors[k] = _mm256_set1_ps(row[k]);
+  const __m256d scale_v = _mm256_set1_pd(scale);
+  uint32_t j = 0;
+  for (; j + 32 <= cols; j += 32) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (uint32_t k = 0; k < rank; ++k) {
+      const float* c = column_t + size_t{k} * cols + j;
+      for (int v = 0; v < 4; ++v) {
+        acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(factors[k], _mm256_loadu_ps(c + 8 * v)));
+      }
+    }
+    for (int v = 0; v < 4; ++v) StoreRoundedEight(acc[v], scale_v, out + j + 8 * v);
+  }
+  for (; j + 8 <= cols; j += 8) {
+    __m256 acc = _mm256_setzero_ps();
+    for (uint32_t k = 0; k < rank; ++k) {
+      acc = _mm256_add_ps(
+          acc, _mm256_mul_ps(factors[k], _mm256_loadu_ps(column_t + size_t{k} * cols + j)));
+    }
+    StoreRoundedEight(acc, scale_v, out + j);
+  }
+  for (; j < cols; ++j) {
+    float sum = 0;
+    for (uint32_t k = 0; k < rank; ++k)
+      sum += static_cast<float>(row[k]) * column_t[size_t{k} * cols + j];
+    out[j] = static_cast<int32_t>(RoundToInteger(scale * static_cast<double>(sum)));
+  }
+}
+#endif
+
+void ShiftRow(const int8_t* row, const float* column_t, uint32_t rank, uint32_t cols, double scale,
+              int32_t* out) {
+#ifdef CKPT_FIT_AVX2
+  if (CpuHasAvx2Fma()) return ShiftRowAvx2(row, column_t, rank, cols, scale, out);
+#endif
+  ShiftRowScalar(row, column_t, rank, cols, scale, out);
 }
 
 // The nearest factor value within ±kMaxFactor; 0 for NaN (a fit that overflowed).
@@ -234,51 +431,35 @@ int8_t QuantizeFactor(double v) {
 
 }  // namespace
 
-void LowRankShift::Apply(int32_t* out) const { ApplyTruncated(rank, out); }
+void UsePortableLowRankKernelsForTesting(bool portable) {
+  portable_kernels_for_testing.store(portable, std::memory_order_relaxed);
+}
+
+void LowRankShift::Apply(int32_t* out) const { ApplyRows(rank, 0, 1, rows, out); }
 
 void LowRankShift::ApplyTruncated(uint32_t use_rank, int32_t* out) const {
+  ApplyRows(use_rank, 0, 1, rows, out);
+}
+
+void LowRankShift::ApplyRows(uint32_t use_rank, uint32_t first_row, uint32_t row_step,
+                             uint32_t count, int32_t* out) const {
   use_rank = std::min(use_rank, rank);
   if (use_rank == 0) {
-    std::fill(out, out + size_t{rows} * cols, 0);
+    std::fill(out, out + size_t{count} * cols, 0);
     return;
   }
   const Oriented f = Orient(*this);
-  // The column factor transposed to use_rank x cols, as floats. Every product and partial sum
-  // is an integer below 2^17, exact in float whatever the order or contraction, so the loop
-  // over a row vectorizes and every build (and ApplyRow) gets the same sums.
+  // The column factor transposed to use_rank x cols, as floats.
   std::vector<float> column_t(size_t{use_rank} * cols);
   for (uint32_t j = 0; j < cols; ++j) {
     for (uint32_t k = 0; k < use_rank; ++k) {
       column_t[size_t{k} * cols + j] = f.column_factor[size_t{j} * rank + k];
     }
   }
-  std::vector<float> sums(cols);
-  for (uint32_t i = 0; i < rows; ++i) {
-    CombineRows(f.row_factor + size_t{i} * rank, column_t.data(), use_rank, cols, sums.data());
-    int32_t* o = out + size_t{i} * cols;
-    for (uint32_t j = 0; j < cols; ++j) {
-      o[j] = static_cast<int32_t>(RoundToInteger(scale * static_cast<double>(sums[j])));
-    }
-  }
-}
-
-void LowRankShift::ApplyRow(uint32_t use_rank, uint32_t row, int32_t* out) const {
-  use_rank = std::min(use_rank, rank);
-  if (use_rank == 0) {
-    std::fill(out, out + cols, 0);
-    return;
-  }
-  const Oriented f = Orient(*this);
-  std::vector<float> sums(cols, 0.0f);  // exact integer sums, as in ApplyTruncated
-  const int8_t* r = f.row_factor + size_t{row} * rank;
-  for (uint32_t k = 0; k < use_rank; ++k) {
-    const float a = r[k];
-    if (a == 0) continue;
-    const int8_t* c = f.column_factor + k;
-    for (uint32_t j = 0; j < cols; ++j) sums[j] += a * static_cast<float>(c[size_t{j} * rank]);
-  }
-  for (uint32_t j = 0; j < cols; ++j) {
-    out[j] = static_cast<int32_t>(RoundToInteger(scale * static_cast<double>(sums[j])));
+  for (uint32_t t = 0; t < count; ++t) {
+    const size_t row = first_row + size_t{t} * row_step;
+    ShiftRow(f.row_factor + row * rank, column_t.data(), use_rank, cols, scale,
+             out + size_t{t} * cols);
   }
 }
 
@@ -406,11 +587,12 @@ LowRankShift FitLowRankShift(std::span<const float> delta_in_steps, uint32_t row
   std::vector<float> transposed;
   if (!shift.basis_on_columns) {
     transposed.resize(m * n);
-    Transpose(delta_in_steps.data(), rows, cols, transposed.data());
+    Transpose(delta_in_steps.data(), rows, cols, cols, transposed.data());
   }
   const std::span<const float> mat = shift.basis_on_columns ? delta_in_steps : transposed;
   // Randomized subspace iteration (Halko, Martinsson and Tropp) on a sample of the rows, with a
-  // few extra directions, from a fixed pseudo-random start; q is n x l, row-major.
+  // few extra directions, from a fixed pseudo-random start (which needs no orthonormalizing);
+  // q is n x l, row-major.
   const size_t l = std::min(n, size_t{r} + kOversampling);
   const size_t stride = std::max<size_t>(1, m / kSampleRows);
   const size_t sampled = (m + stride - 1) / stride;
@@ -422,13 +604,9 @@ LowRankShift FitLowRankShift(std::span<const float> delta_in_steps, uint32_t row
     seed ^= seed << 17;
     v = static_cast<double>(seed >> 11) * 0x1p-53 - 0.5;
   }
-  Orthonormalize(q, n, l);
   std::vector<float> qf(n * l), y(sampled * l), z(n * l);
-  std::vector<float> sample(sampled * n), sample_t(n * sampled);  // S, and S^T for z = S^T y
-  for (size_t s = 0; s < sampled; ++s) {
-    std::copy_n(&mat[s * stride * n], n, &sample[s * n]);
-  }
-  Transpose(sample.data(), sampled, n, sample_t.data());
+  std::vector<float> sample_t(n * sampled);  // S^T, for z = S^T y
+  Transpose(mat.data(), sampled, n, stride * n, sample_t.data());
   auto project = [&] {  // y = S q
     for (size_t i = 0; i < n * l; ++i) qf[i] = static_cast<float>(q[i]);
     Multiply(mat.data(), n, stride, sampled, qf.data(), l, y.data());
@@ -439,43 +617,41 @@ LowRankShift FitLowRankShift(std::span<const float> delta_in_steps, uint32_t row
     for (size_t i = 0; i < n * l; ++i) q[i] = z[i];
     Orthonormalize(q, n, l);
   }
-  // Rayleigh-Ritz: order the directions by the energy they carry.
+  // Rayleigh-Ritz: order the directions by the energy they carry (h = y^T y).
   project();
-  std::vector<double> h(l * l, 0.0), w;
-  for (size_t s = 0; s < sampled; ++s) {
-    for (size_t a = 0; a < l; ++a) {
-      for (size_t b = 0; b < l; ++b) h[a * l + b] += double{y[s * l + a]} * y[s * l + b];
-    }
-  }
+  std::vector<float> y_t(l * sampled), hf(l * l);
+  Transpose(y.data(), sampled, l, l, y_t.data());
+  Multiply(y_t.data(), sampled, 1, l, y.data(), l, hf.data());
+  std::vector<double> h(hf.begin(), hf.end()), w;
   SymmetricEigen(h, l, &w);
   std::vector<size_t> order(l);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(),
             [&](size_t a, size_t b) { return h[a * l + a] > h[b * l + b]; });
-  // The basis, quantized to multiples of 1/sqrt(n), and its dequantized values.
+  // The basis, quantized to multiples of 1/sqrt(n), and its dequantized values: q (as qf, from
+  // the last projection) times the r leading eigenvectors.
   const double root_n = std::sqrt(static_cast<double>(n));
+  std::vector<float> leading(l * r), rotated(n * r), basis(n * r);
+  for (size_t c = 0; c < l; ++c) {
+    for (size_t k = 0; k < r; ++k) leading[c * r + k] = static_cast<float>(w[c * l + order[k]]);
+  }
+  Multiply(qf.data(), l, 1, n, leading.data(), r, rotated.data());
   shift.rank = r;
   shift.basis.resize(n * r);
-  std::vector<float> basis(n * r);
-  for (size_t j = 0; j < n; ++j) {
-    for (size_t k = 0; k < r; ++k) {
-      double v = 0;
-      for (size_t c = 0; c < l; ++c) v += q[j * l + c] * w[c * l + order[k]];
-      shift.basis[j * r + k] = QuantizeFactor(v * root_n);
-      basis[j * r + k] = static_cast<float>(shift.basis[j * r + k] / root_n);
-    }
+  for (size_t i = 0; i < n * r; ++i) {
+    shift.basis[i] = QuantizeFactor(rotated[i] * root_n);
+    basis[i] = static_cast<float>(shift.basis[i] / root_n);
   }
-  // Coefficients by least squares on every row: (M B)(B^T B)^-1.
-  std::vector<double> gram(size_t{r} * r, 0.0), coefficients(m * r);
-  for (size_t j = 0; j < n; ++j) {
-    for (size_t a = 0; a < r; ++a) {
-      for (size_t b = 0; b < r; ++b) gram[a * r + b] += double{basis[j * r + a]} * basis[j * r + b];
-    }
-  }
-  std::vector<float> projected(m * r);
-  Multiply(mat.data(), n, 1, m, basis.data(), r, projected.data());
-  for (size_t i = 0; i < m * r; ++i) coefficients[i] = projected[i];
-  SolveRows(gram, r, coefficients, m);
+  // Coefficients by least squares on every row: M (B (B^T B)^-1), the bracket computed once.
+  std::vector<float> basis_t(r * n), gram_f(size_t{r} * r);
+  Transpose(basis.data(), n, r, r, basis_t.data());
+  Multiply(basis_t.data(), n, 1, r, basis.data(), r, gram_f.data());
+  std::vector<double> inverse(size_t{r} * r, 0.0);
+  for (size_t k = 0; k < r; ++k) inverse[k * r + k] = 1;
+  SolveRows(std::vector<double>(gram_f.begin(), gram_f.end()), r, inverse, r);
+  std::vector<float> inverse_f(inverse.begin(), inverse.end()), solved(n * r), coefficients(m * r);
+  Multiply(basis.data(), r, 1, n, inverse_f.data(), r, solved.data());
+  Multiply(mat.data(), n, 1, m, solved.data(), r, coefficients.data());
   shift.coefficients.resize(m * r);
   for (size_t i = 0; i < m * r; ++i) shift.coefficients[i] = QuantizeFactor(coefficients[i]);
   shift.scale = coefficient_step / root_n / fine;

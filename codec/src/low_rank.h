@@ -53,8 +53,10 @@ struct LowRankShift {
   // for comparing ranks on one fit.
   void ApplyTruncated(uint32_t rank, int32_t* out) const;
 
-  // Row `row` of ApplyTruncated(rank, ...) into out[0 .. cols).
-  void ApplyRow(uint32_t rank, uint32_t row, int32_t* out) const;
+  // Rows first_row, first_row + row_step, ... (count of them) of ApplyTruncated(rank, ...), one
+  // after another into out[0 .. count * cols). The rows must exist.
+  void ApplyRows(uint32_t rank, uint32_t first_row, uint32_t row_step, uint32_t count,
+                 int32_t* out) const;
 
   // The shift made of the first `rank` columns of the factors (rank <= this->rank).
   LowRankShift Truncated(uint32_t rank) const;
@@ -71,6 +73,10 @@ struct LowRankShift {
   // column, in bits: what Write spends, to within the coder's overhead.
   double EstimatedBits(uint32_t rank) const;
 };
+
+// Tests only: true runs the portable kernels even where the CPU has AVX2 and FMA, false (the
+// default) lets the CPU choose. Both kernels of the shift give the same bits.
+void UsePortableLowRankKernelsForTesting(bool portable);
 
 // Fits a shift of the given rank (at most kMaxLowRank and the smaller dimension) to a delta
 // (rows x cols, row-major: the new values minus the reference) given in units of

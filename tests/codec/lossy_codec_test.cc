@@ -12,6 +12,7 @@
 #include <random>
 
 #include "lossy_kernels.h"  // internal: the software binary16 conversions
+#include "low_rank.h"       // internal: UsePortableLowRankKernelsForTesting
 #include "quantizers.h"     // internal: DeterministicExp2
 #include "test_support.h"
 #include "testdata/lossy_history_payloads.h"
@@ -802,6 +803,11 @@ TEST(LossyCodec, PayloadsWithElementHistoryStillDecode) {
 // reconstructed, within the bound of the values they were written from.
 TEST(LossyCodec, LowRankPayloadsStillDecode) {
   ASSERT_EQ(FromHex(golden::kLowRankDeltaHex)[0], 4);
+  // The same bytes from the portable kernels as from the ones this CPU chooses.
+  lossy::UsePortableLowRankKernelsForTesting(true);
+  DecodeGoldenPair(golden::kLowRankKeyframeHex, golden::kLowRankKeyframeFnv,
+                   golden::kLowRankDeltaHex, golden::kLowRankDeltaFnv);
+  lossy::UsePortableLowRankKernelsForTesting(false);
   const std::vector<uint8_t> second =
       DecodeGoldenPair(golden::kLowRankKeyframeHex, golden::kLowRankKeyframeFnv,
                        golden::kLowRankDeltaHex, golden::kLowRankDeltaFnv);

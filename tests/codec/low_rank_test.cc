@@ -69,18 +69,31 @@ LowRankShift RandomShift(uint32_t rows, uint32_t cols, uint32_t rank, bool basis
   return s;
 }
 
+// Runs body with the kernels this CPU chooses (AVX2 where it has them) and with the portable ones.
+template <typename Body>
+void WithEachKernel(Body body) {
+  for (bool portable : {false, true}) {
+    SCOPED_TRACE(portable ? "portable kernels" : "the CPU's kernels");
+    UsePortableLowRankKernelsForTesting(portable);
+    body();
+  }
+  UsePortableLowRankKernelsForTesting(false);
+}
+
 TEST(LowRankShift, FitCapturesAPlantedLowRankDelta) {
   const double fine = 1e-2 / 64;
-  for (const auto& [rows, cols] : {std::pair{600u, 96u}, std::pair{96u, 600u}}) {
-    const std::vector<double> delta = PlantedMatrix(rows, cols, 4, 3e-3, 1e-5, 7);
-    const LowRankShift shift = Fit(delta, rows, cols, 4, 1e-3, fine);
-    EXPECT_EQ(shift.rank, 4u);
-    EXPECT_EQ(shift.basis_on_columns, cols <= rows);
-    EXPECT_LT(ResidualShare(delta, shift, fine), 0.15) << rows << "x" << cols;
-    // A rank too small leaves the weaker directions.
-    const LowRankShift one = Fit(delta, rows, cols, 1, 1e-3, fine);
-    EXPECT_GT(ResidualShare(delta, one, fine), 0.2);
-  }
+  WithEachKernel([&] {
+    for (const auto& [rows, cols] : {std::pair{600u, 96u}, std::pair{96u, 600u}}) {
+      const std::vector<double> delta = PlantedMatrix(rows, cols, 4, 3e-3, 1e-5, 7);
+      const LowRankShift shift = Fit(delta, rows, cols, 4, 1e-3, fine);
+      EXPECT_EQ(shift.rank, 4u);
+      EXPECT_EQ(shift.basis_on_columns, cols <= rows);
+      EXPECT_LT(ResidualShare(delta, shift, fine), 0.15) << rows << "x" << cols;
+      // A rank too small leaves the weaker directions.
+      const LowRankShift one = Fit(delta, rows, cols, 1, 1e-3, fine);
+      EXPECT_GT(ResidualShare(delta, one, fine), 0.2);
+    }
+  });
 }
 
 TEST(LowRankShift, FitOfNoiseOrNothingIsHarmless) {
@@ -118,37 +131,46 @@ TEST(LowRankShift, FitOfOverflowingDeltasGivesValidFactors) {
 }
 
 TEST(LowRankShift, ApplyIsExactIntegerArithmetic) {
-  for (bool basis_on_columns : {true, false}) {
-    const LowRankShift s = RandomShift(37, 53, kMaxLowRank, basis_on_columns, 11);
-    std::vector<int32_t> applied(37 * 53);
-    s.Apply(applied.data());
-    for (uint32_t i = 0; i < 37; ++i) {
-      for (uint32_t j = 0; j < 53; ++j) {
-        const uint32_t c = basis_on_columns ? i : j, b = basis_on_columns ? j : i;
-        int64_t sum = 0;
-        for (uint32_t k = 0; k < s.rank; ++k) {
-          sum += int64_t{s.coefficients[c * s.rank + k]} * s.basis[b * s.rank + k];
+  WithEachKernel([] {
+    for (bool basis_on_columns : {true, false}) {
+      const LowRankShift s = RandomShift(37, 53, kMaxLowRank, basis_on_columns, 11);
+      std::vector<int32_t> applied(37 * 53);
+      s.Apply(applied.data());
+      for (uint32_t i = 0; i < 37; ++i) {
+        for (uint32_t j = 0; j < 53; ++j) {
+          const uint32_t c = basis_on_columns ? i : j, b = basis_on_columns ? j : i;
+          int64_t sum = 0;
+          for (uint32_t k = 0; k < s.rank; ++k) {
+            sum += int64_t{s.coefficients[c * s.rank + k]} * s.basis[b * s.rank + k];
+          }
+          EXPECT_EQ(applied[i * 53 + j], static_cast<int32_t>(std::nearbyint(s.scale * sum)))
+              << i << "," << j;
         }
-        EXPECT_EQ(applied[i * 53 + j], static_cast<int32_t>(std::nearbyint(s.scale * sum)))
-            << i << "," << j;
+      }
+      // Truncation uses the leading factor columns only; a row alone is the same row.
+      const LowRankShift first = s.Truncated(5);
+      EXPECT_EQ(first.rank, 5u);
+      EXPECT_EQ(first.coefficients[s.CoefficientLength() * 5 - 1],
+                s.coefficients[(s.CoefficientLength() - 1) * s.rank + 4]);
+      std::vector<int32_t> truncated(37 * 53), expected(37 * 53), row(53);
+      s.ApplyTruncated(5, truncated.data());
+      first.Apply(expected.data());
+      EXPECT_EQ(truncated, expected);
+      for (uint32_t i = 0; i < 37; i += 9) {
+        s.ApplyRows(s.rank, i, 1, 1, row.data());
+        EXPECT_TRUE(std::equal(row.begin(), row.end(), applied.begin() + i * 53)) << i;
+        s.ApplyRows(5, i, 1, 1, row.data());
+        EXPECT_TRUE(std::equal(row.begin(), row.end(), expected.begin() + i * 53)) << i;
+      }
+      std::vector<int32_t> strided(4 * 53);  // rows 3, 12, 21, 30
+      s.ApplyRows(s.rank, 3, 9, 4, strided.data());
+      for (uint32_t t = 0; t < 4; ++t) {
+        EXPECT_TRUE(std::equal(strided.begin() + t * 53, strided.begin() + (t + 1) * 53,
+                               applied.begin() + (3 + 9 * t) * 53))
+            << t;
       }
     }
-    // Truncation uses the leading factor columns only; a row alone is the same row.
-    const LowRankShift first = s.Truncated(5);
-    EXPECT_EQ(first.rank, 5u);
-    EXPECT_EQ(first.coefficients[s.CoefficientLength() * 5 - 1],
-              s.coefficients[(s.CoefficientLength() - 1) * s.rank + 4]);
-    std::vector<int32_t> truncated(37 * 53), expected(37 * 53), row(53);
-    s.ApplyTruncated(5, truncated.data());
-    first.Apply(expected.data());
-    EXPECT_EQ(truncated, expected);
-    for (uint32_t i = 0; i < 37; i += 9) {
-      s.ApplyRow(s.rank, i, row.data());
-      EXPECT_TRUE(std::equal(row.begin(), row.end(), applied.begin() + i * 53)) << i;
-      s.ApplyRow(5, i, row.data());
-      EXPECT_TRUE(std::equal(row.begin(), row.end(), expected.begin() + i * 53)) << i;
-    }
-  }
+  });
 }
 
 TEST(LowRankShift, WriteReadRoundTrip) {
