@@ -770,31 +770,42 @@ inline void QuantizeLowRankElement(double step, int32_t shift, const uint8_t* in
   EmitElement<E::kSize>(accepted, z, xp, rp, i, out);
 }
 
+// Elements [begin, end) of a chunk on the low-rank lattice, in order; shift[k] is element
+// begin + k's shift, and out's symbols and history hold at least `end` elements.
+template <DType D>
+void QuantizeLowRankRange(double step, const int32_t* shift, const uint8_t* in, const uint8_t* ref,
+                          size_t begin, size_t end, double bound, bool non_negative, uint8_t* recon,
+                          Quantized* out) {
+  size_t i = begin;
+#if defined(__SSE2__)
+  if constexpr (D == DType::kF32) {
+    const double fine = step / kLowRankFine;
+    const double inverse_fine = 1.0 / fine;
+    for (; i + 4 <= end; i += 4) {
+      if (!lossy::QuantizeFourLowRankF32(in + 4 * i, ref + 4 * i, shift + (i - begin), fine,
+                                         inverse_fine, bound, non_negative, recon + 4 * i,
+                                         &out->symbols[i], &out->history[i])) {
+        for (size_t k = i; k < i + 4; ++k) {
+          QuantizeLowRankElement<D>(step, shift[k - begin], in, ref, k, bound, non_negative, recon,
+                                    out);
+        }
+      }
+    }
+  }
+#endif
+  for (; i < end; ++i) {
+    QuantizeLowRankElement<D>(step, shift[i - begin], in, ref, i, bound, non_negative, recon, out);
+  }
+}
+
+// The n elements of a chunk on the low-rank lattice, shift[i] element i's shift.
 template <DType D>
 void QuantizeLowRankElements(double step, const int32_t* shift, const uint8_t* in,
                              const uint8_t* ref, size_t n, double bound, bool non_negative,
                              uint8_t* recon, Quantized* out) {
   out->symbols.resize(n);
   out->history.resize(n);
-  size_t i = 0;
-#if defined(__SSE2__)
-  if constexpr (D == DType::kF32) {
-    const double fine = step / kLowRankFine;
-    const double inverse_fine = 1.0 / fine;
-    for (; i + 4 <= n; i += 4) {
-      if (!lossy::QuantizeFourLowRankF32(in + 4 * i, ref + 4 * i, shift + i, fine, inverse_fine,
-                                         bound, non_negative, recon + 4 * i, &out->symbols[i],
-                                         &out->history[i])) {
-        for (size_t k = i; k < i + 4; ++k) {
-          QuantizeLowRankElement<D>(step, shift[k], in, ref, k, bound, non_negative, recon, out);
-        }
-      }
-    }
-  }
-#endif
-  for (; i < n; ++i) {
-    QuantizeLowRankElement<D>(step, shift[i], in, ref, i, bound, non_negative, recon, out);
-  }
+  QuantizeLowRankRange<D>(step, shift, in, ref, 0, n, bound, non_negative, recon, out);
 }
 
 // How a lattice delta of a matrix with history is coded: on the plain lattice, or on the fine
@@ -1391,11 +1402,17 @@ class LossyQuantizedCodec final : public TensorCodec {
     result.reconstruction_is_input = false;
     result.reconstruction.resize(current.size());
     Quantized q;
-    if (low_rank) {
-      std::vector<int32_t> shift_values(n);
-      shift.Apply(shift_values.data());
-      QuantizeLowRankElements<D>(set.uniform.step, shift_values.data(), in, ref, n, bound,
-                                 non_negative, result.reconstruction.data(), &q);
+    if (low_rank) {  // row by row, each row's shift computed as it is needed
+      q.symbols.resize(n);
+      q.history.resize(n);
+      const lossy::LowRankShiftRows shift_rows(shift, shift.rank);
+      std::vector<int32_t> row_shift(cols);
+      for (size_t row = 0; row < n / cols; ++row) {
+        shift_rows.Row(static_cast<uint32_t>(row), row_shift.data());
+        QuantizeLowRankRange<D>(set.uniform.step, row_shift.data(), in, ref, row * cols,
+                                (row + 1) * cols, bound, non_negative, result.reconstruction.data(),
+                                &q);
+      }
     } else if (exact) {
       QuantizeLatticeElements<D, true>(set.uniform, in, ref, n, bound, non_negative, history,
                                        result.reconstruction.data(), &q);

@@ -443,24 +443,30 @@ void LowRankShift::ApplyTruncated(uint32_t use_rank, int32_t* out) const {
 
 void LowRankShift::ApplyRows(uint32_t use_rank, uint32_t first_row, uint32_t row_step,
                              uint32_t count, int32_t* out) const {
-  use_rank = std::min(use_rank, rank);
-  if (use_rank == 0) {
-    std::fill(out, out + size_t{count} * cols, 0);
-    return;
+  const LowRankShiftRows shift_rows(*this, use_rank);
+  for (uint32_t t = 0; t < count; ++t) {
+    shift_rows.Row(first_row + t * row_step, out + size_t{t} * cols);
   }
-  const Oriented f = Orient(*this);
-  // The column factor transposed to use_rank x cols, as floats.
-  std::vector<float> column_t(size_t{use_rank} * cols);
-  for (uint32_t j = 0; j < cols; ++j) {
-    for (uint32_t k = 0; k < use_rank; ++k) {
-      column_t[size_t{k} * cols + j] = f.column_factor[size_t{j} * rank + k];
+}
+
+LowRankShiftRows::LowRankShiftRows(const LowRankShift& shift, uint32_t rank)
+    : shift_(shift), rank_(std::min(rank, shift.rank)) {
+  const Oriented f = Orient(shift);
+  column_t_.resize(size_t{rank_} * shift.cols);
+  for (uint32_t j = 0; j < shift.cols; ++j) {
+    for (uint32_t k = 0; k < rank_; ++k) {
+      column_t_[size_t{k} * shift.cols + j] = f.column_factor[size_t{j} * shift.rank + k];
     }
   }
-  for (uint32_t t = 0; t < count; ++t) {
-    const size_t row = first_row + size_t{t} * row_step;
-    ShiftRow(f.row_factor + row * rank, column_t.data(), use_rank, cols, scale,
-             out + size_t{t} * cols);
+}
+
+void LowRankShiftRows::Row(uint32_t row, int32_t* out) const {
+  if (rank_ == 0) {
+    std::fill(out, out + shift_.cols, 0);
+    return;
   }
+  ShiftRow(Orient(shift_).row_factor + size_t{row} * shift_.rank, column_t_.data(), rank_,
+           shift_.cols, shift_.scale, out);
 }
 
 LowRankShift LowRankShift::Truncated(uint32_t use_rank) const {

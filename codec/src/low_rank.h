@@ -74,6 +74,23 @@ struct LowRankShift {
   double EstimatedBits(uint32_t rank) const;
 };
 
+// The rows of a shift one at a time, for coding a matrix row by row without the whole shift in
+// memory: the column factor is prepared once. Refers to the shift, which must outlive it; const
+// after construction, so concurrent Row calls are safe.
+class LowRankShiftRows {
+ public:
+  // Rows of shift.ApplyTruncated(rank, ...).
+  LowRankShiftRows(const LowRankShift& shift, uint32_t rank);
+
+  // Row `row` (< shift.rows) into out[0 .. shift.cols).
+  void Row(uint32_t row, int32_t* out) const;
+
+ private:
+  const LowRankShift& shift_;
+  uint32_t rank_;
+  std::vector<float> column_t_;  // the column factor's first rank_ columns, rank_ x cols
+};
+
 // Tests only: true runs the portable kernels even where the CPU has AVX2 and FMA, false (the
 // default) lets the CPU choose. Both kernels of the shift give the same bits.
 void UsePortableLowRankKernelsForTesting(bool portable);
