@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "ckpt/codec/binary.h"
@@ -808,6 +809,40 @@ void QuantizeLowRankElements(double step, const int32_t* shift, const uint8_t* i
   QuantizeLowRankRange<D>(step, shift, in, ref, 0, n, bound, non_negative, recon, out);
 }
 
+// The low-rank shift of a chunk's elements for a decoder that visits them in increasing order:
+// one row computed at a time, so the whole shift is never in memory.
+class ShiftCursor {
+ public:
+  explicit ShiftCursor(const lossy::LowRankShift& shift)
+      : rows_(shift, shift.rank), cols_(shift.cols), values_(shift.cols) {}
+
+  // Element i's shift (i < rows * cols, not in a row before one already reached).
+  int32_t At(size_t i) {
+    Reach(i);
+    return values_[i - begin_];
+  }
+
+  // The shifts of elements [i, i + 4) when they lie in one row, else null.
+  const int32_t* Four(size_t i) {
+    Reach(i);
+    return i + 4 <= end_ ? &values_[i - begin_] : nullptr;
+  }
+
+ private:
+  void Reach(size_t i) {
+    if (i < end_) return;
+    const size_t row = i / cols_;
+    rows_.Row(static_cast<uint32_t>(row), values_.data());
+    begin_ = row * cols_;
+    end_ = begin_ + cols_;
+  }
+
+  const lossy::LowRankShiftRows rows_;
+  const size_t cols_;
+  std::vector<int32_t> values_;
+  size_t begin_ = 0, end_ = 0;  // the elements of the row in values_
+};
+
 // How a lattice delta of a matrix with history is coded: on the plain lattice, or on the fine
 // lattice shifted by `shift`.
 struct LowRankChoice {
@@ -1158,7 +1193,7 @@ struct Header {
   uint64_t elements = 0;
   uint32_t exact = 0;
   uint32_t extra_bytes = 0;
-  std::vector<int32_t> shift;  // low_rank: every element's shift (read after the header)
+  lossy::LowRankShift shift;  // low_rank: the shift's factors (read after the header)
 };
 
 class LossyQuantizedCodec final : public TensorCodec {
@@ -1628,6 +1663,7 @@ class LossyQuantizedCodec final : public TensorCodec {
   }
 
   // The low-rank shift of a kFlagLowRank payload (rows, columns, the factors) into h->shift.
+  // Its rows are computed as the elements are decoded (ShiftCursor).
   template <DType D>
   static Status ReadShift(ByteReader& r, size_t out_bytes, Header* h) {
     uint32_t rows = 0, cols = 0;
@@ -1640,11 +1676,8 @@ class LossyQuantizedCodec final : public TensorCodec {
     }
     const auto* in = reinterpret_cast<const uint8_t*>(bytes.data());
     const uint8_t* end = in + bytes.size();
-    lossy::LowRankShift shift;
-    CKPT_RETURN_IF_ERROR(lossy::LowRankShift::Read(in, end, rows, cols, &shift));
+    CKPT_RETURN_IF_ERROR(lossy::LowRankShift::Read(in, end, rows, cols, &h->shift));
     if (in != end) return Status::DataLoss("lossy payload: trailing bytes after low-rank shift");
-    h->shift.resize(h->elements);
-    shift.Apply(h->shift.data());
     return Status::Ok();
   }
 
@@ -1823,7 +1856,9 @@ class LossyQuantizedCodec final : public TensorCodec {
       lattice_step = h.low_rank ? quantizer.step / kLowRankFine : quantizer.step;
       lattice_inverse = h.low_rank ? 1.0 / lattice_step : quantizer.inverse_step;
     }
-    // Elements [begin, end), any symbol and quantizer.
+    std::optional<ShiftCursor> shift;
+    if (h.low_rank) shift.emplace(h.shift);
+    // Elements [begin, end), any symbol and quantizer; called in increasing order of elements.
     auto decode_elements = [&](size_t begin, size_t end) -> Status {
       for (size_t i = begin; i < end; ++i) {
         const uint8_t symbol = sym[i];
@@ -1863,7 +1898,7 @@ class LossyQuantizedCodec final : public TensorCodec {
           const bool indexed = ref != nullptr && lossy::LatticeIndex(p, lattice_inverse, &kp);
           if (ref == nullptr || indexed || z != 0) {
             if (h.low_rank) {
-              const double base = indexed ? kp + h.shift[i] : 0.0;
+              const double base = indexed ? kp + shift->At(i) : 0.0;
               E::Store((base + kLowRankFine * q) * lattice_step, op);
             } else {
               E::Store((kp + q) * quantizer.step, op);
@@ -1900,9 +1935,10 @@ class LossyQuantizedCodec final : public TensorCodec {
         for (; done + 4 <= n; done += 4) {
           uint32_t four;
           std::memcpy(&four, sym + done, 4);
-          if ((four & 0xe0e0e0e0u) ||
-              !lossy::DecodeFourLowRankF32(four, lattice_step, lattice_inverse,
-                                           h.shift.data() + done, ref + 4 * done, o + 4 * done)) {
+          const int32_t* shift_of_four = shift->Four(done);  // null across a row's end
+          if ((four & 0xe0e0e0e0u) || shift_of_four == nullptr ||
+              !lossy::DecodeFourLowRankF32(four, lattice_step, lattice_inverse, shift_of_four,
+                                           ref + 4 * done, o + 4 * done)) {
             CKPT_RETURN_IF_ERROR(decode_elements(done, done + 4));
           }
         }

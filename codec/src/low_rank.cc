@@ -378,30 +378,30 @@ __attribute__((target("avx2"), always_inline)) inline void StoreRoundedEight(__m
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 4), _mm256_cvtpd_epi32(high_rounded));
 }
 
-// ShiftRowScalar with 32 columns at a time in registers.
-__attribute__((target("avx2"))) void ShiftRowAvx2(const int8_t* row, const float* column_t,
-                                                  uint32_t rank, uint32_t cols, double scale,
-                                                  int32_t* out) {
+// ShiftRowScalar with 64 columns at a time in registers (eight accumulators keep both FMA units
+// busy; with exact integer sums, fused or not gives the same bits).
+__attribute__((target("avx2,fma"))) void ShiftRowAvx2(const int8_t* row, const float* column_t,
+                                                      uint32_t rank, uint32_t cols, double scale,
+                                                      int32_t* out) {
   __m256 factors[kMaxLowRank];
   for (uint32_t k = 0; k < rank; ++k) factors[k] = _mm256_set1_ps(row[k]);
   const __m256d scale_v = _mm256_set1_pd(scale);
   uint32_t j = 0;
-  for (; j + 32 <= cols; j += 32) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
+  for (; j + 64 <= cols; j += 64) {
+    __m256 acc[8];
+    for (int v = 0; v < 8; ++v) acc[v] = _mm256_setzero_ps();
     for (uint32_t k = 0; k < rank; ++k) {
       const float* c = column_t + size_t{k} * cols + j;
-      for (int v = 0; v < 4; ++v) {
-        acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(factors[k], _mm256_loadu_ps(c + 8 * v)));
+      for (int v = 0; v < 8; ++v) {
+        acc[v] = _mm256_fmadd_ps(factors[k], _mm256_loadu_ps(c + 8 * v), acc[v]);
       }
     }
-    for (int v = 0; v < 4; ++v) StoreRoundedEight(acc[v], scale_v, out + j + 8 * v);
+    for (int v = 0; v < 8; ++v) StoreRoundedEight(acc[v], scale_v, out + j + 8 * v);
   }
   for (; j + 8 <= cols; j += 8) {
     __m256 acc = _mm256_setzero_ps();
     for (uint32_t k = 0; k < rank; ++k) {
-      acc = _mm256_add_ps(
-          acc, _mm256_mul_ps(factors[k], _mm256_loadu_ps(column_t + size_t{k} * cols + j)));
+      acc = _mm256_fmadd_ps(factors[k], _mm256_loadu_ps(column_t + size_t{k} * cols + j), acc);
     }
     StoreRoundedEight(acc, scale_v, out + j);
   }
@@ -543,11 +543,13 @@ Status LowRankShift::Read(const uint8_t*& in, const uint8_t* end, uint32_t rows,
   shift->coefficients.resize(size_t{shift->CoefficientLength()} * r);
   shift->basis.resize(size_t{shift->BasisLength()} * r);
   bool valid = true;
-  for (size_t i = 0; i < shift->coefficients.size(); ++i) {
-    const uint8_t z =
-        decoder.Get<0>(tables.context(CoefficientContext(static_cast<uint32_t>(i % r))));
-    valid &= z <= 2 * kMaxFactor;
-    shift->coefficients[i] = static_cast<int8_t>(UnZigZag(z));
+  const size_t coefficient_rows = shift->CoefficientLength();
+  for (size_t row = 0, i = 0; row < coefficient_rows; ++row) {
+    for (uint32_t k = 0; k < r; ++k, ++i) {
+      const uint8_t z = decoder.Get<0>(tables.context(CoefficientContext(k)));
+      valid &= z <= 2 * kMaxFactor;
+      shift->coefficients[i] = static_cast<int8_t>(UnZigZag(z));
+    }
   }
   for (size_t i = 0; i < shift->basis.size(); ++i) {
     const uint8_t z = decoder.Get<0>(tables.context(kBasisContext));

@@ -173,6 +173,30 @@ TEST(LowRankShift, ApplyIsExactIntegerArithmetic) {
   });
 }
 
+// Rows wide enough for every block width of the vector kernels (64 and 8 columns, then single
+// ones) give the exact integer result too, with the ranks the codec uses.
+TEST(LowRankShift, ApplyOfWideRowsIsExact) {
+  WithEachKernel([] {
+    for (const auto& [rows, cols] : {std::pair{11u, 72u}, std::pair{7u, 197u}}) {
+      for (uint32_t rank : {8u, 16u}) {
+        const LowRankShift s = RandomShift(rows, cols, rank, true, rank + cols);
+        std::vector<int32_t> applied(size_t{rows} * cols);
+        s.Apply(applied.data());
+        for (uint32_t i = 0; i < rows; ++i) {
+          for (uint32_t j = 0; j < cols; ++j) {
+            int64_t sum = 0;
+            for (uint32_t k = 0; k < rank; ++k) {
+              sum += int64_t{s.coefficients[i * rank + k]} * s.basis[j * rank + k];
+            }
+            ASSERT_EQ(applied[i * cols + j], static_cast<int32_t>(std::nearbyint(s.scale * sum)))
+                << rows << "x" << cols << " rank " << rank << " at " << i << "," << j;
+          }
+        }
+      }
+    }
+  });
+}
+
 TEST(LowRankShift, WriteReadRoundTrip) {
   for (bool basis_on_columns : {true, false}) {
     const LowRankShift s = RandomShift(40, 24, 16, basis_on_columns, 5);
