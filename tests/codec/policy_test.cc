@@ -45,8 +45,14 @@ TEST(CodecPolicy, LowRankGivesMatricesTheirColumns) {
   auto again = CodecPolicy::FromJson(p->ToJson(), CodecPolicy{});
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, *p);
-  // Off by default, and without the lattice.
-  auto plain = CodecPolicy::FromJson(R"({"mode":"lossy","max_abs_error":1e-3})", CodecPolicy{});
+  // On by default; off on request, and without the lattice.
+  auto by_default =
+      CodecPolicy::FromJson(R"({"mode":"lossy","max_abs_error":1e-3})", CodecPolicy{});
+  ASSERT_TRUE(by_default.ok());
+  EXPECT_TRUE(by_default->low_rank);
+  EXPECT_EQ(by_default->ForTensor("w", DType::kF32, {64, 48}).lossy_options.matrix_columns, 48u);
+  auto plain = CodecPolicy::FromJson(R"({"mode":"lossy","max_abs_error":1e-3,"low_rank":false})",
+                                     CodecPolicy{});
   ASSERT_TRUE(plain.ok());
   EXPECT_FALSE(plain->low_rank);
   EXPECT_EQ(plain->ForTensor("w", DType::kF32, {64, 48}).lossy_options.matrix_columns, 0u);

@@ -205,10 +205,10 @@ class LowRankDrift {
   std::vector<float> weights_, bias_;
 };
 
-// With "low_rank", lattice deltas of the weight matrix take the low-rank shift (payload version
-// 4, smaller than without), every version restores within the bound after a reopen, and after
-// deleting versions and collecting, the kept ones restore to the same bytes (before and after a
-// reopen) and the next push is still a delta.
+// With "low_rank" (the default), lattice deltas of the weight matrix take the low-rank shift
+// (payload version 4, smaller than with "low_rank": false), every version restores within the bound
+// after a reopen, and after deleting versions and collecting, the kept ones restore to the same
+// bytes (before and after a reopen) and the next push is still a delta.
 TEST_F(GarbageCollectionTest, LowRankLatticeChainsKeepTheirVersionsThroughCollection) {
   Reopen(1 << 20);
   std::map<std::string, uint64_t> stored;
@@ -217,7 +217,7 @@ TEST_F(GarbageCollectionTest, LowRankLatticeChainsKeepTheirVersionsThroughCollec
   for (const char* model : {"flat", "m"}) {
     ASSERT_NO_FATAL_FAILURE(SetCodecPolicy(
         model, std::string(R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[])") +
-                   (std::string(model) == "m" ? R"(,"low_rank":true})" : "}")));
+                   (std::string(model) == "m" ? "}" : R"(,"low_rank":false})")));
     LowRankDrift drift(61);
     for (uint64_t v = 1; v <= 10; ++v) {
       const std::string body = drift.Next();
