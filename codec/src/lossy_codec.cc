@@ -803,7 +803,7 @@ __attribute__((target("avx2"))) size_t QuantizeLowRankRangeAvx2(
 
 bool CpuHasAvx2() {
   static const bool has = __builtin_cpu_supports("avx2");
-  return has;
+  return has && !lossy::PortableLowRankKernelsForTesting();
 }
 #endif
 
@@ -902,9 +902,10 @@ LowRankChoice ChooseLowRankShift(const UniformQuantizer& u, const uint8_t* in, c
                                  uint32_t rows, uint32_t cols, double bound, bool non_negative) {
   using E = Element<D>;
   const size_t n = size_t{rows} * cols;
-  // The delta in steps, as the fit takes it: what is not finite as 0, and within ±2^20 steps
-  // (a shift never moves an element further: its factors are at most 63), which keeps the fit's
-  // float products far from overflow.
+  // The delta in steps, as the fit takes it: what is not finite as 0 (an element that turns
+  // into or out of ±Inf is no motion to model, and would be all the fit saw), and within ±2^20
+  // steps (a shift never moves an element further: its factors are at most 63), which keeps the
+  // fit's float products far from overflow.
   std::vector<float> delta(n);
   const double inverse_step = u.inverse_step;
   constexpr double kMaxSteps = 0x1p20;
@@ -913,10 +914,12 @@ LowRankChoice ChooseLowRankShift(const UniformQuantizer& u, const uint8_t* in, c
   if constexpr (D == DType::kF32) {  // the same arithmetic, four at a time
     const __m128d inverse = _mm_set1_pd(inverse_step), high = _mm_set1_pd(kMaxSteps),
                   low = _mm_set1_pd(-kMaxSteps);
+    const __m128d magnitude = _mm_castsi128_pd(_mm_set1_epi64x(0x7fffffffffffffff));
+    const __m128d infinity = _mm_set1_pd(std::numeric_limits<double>::infinity());
     auto steps = [&](__m128d x, __m128d p) {
       const __m128d d = _mm_mul_pd(_mm_sub_pd(x, p), inverse);
-      return _mm_cvtpd_ps(
-          _mm_andnot_pd(_mm_cmpunord_pd(d, d), _mm_min_pd(_mm_max_pd(d, low), high)));
+      const __m128d finite = _mm_cmplt_pd(_mm_and_pd(d, magnitude), infinity);  // not NaN, ±Inf
+      return _mm_cvtpd_ps(_mm_and_pd(finite, _mm_min_pd(_mm_max_pd(d, low), high)));
     };
     for (; i + 4 <= n; i += 4) {
       const __m128 x = _mm_loadu_ps(reinterpret_cast<const float*>(in) + i);
@@ -930,7 +933,7 @@ LowRankChoice ChooseLowRankShift(const UniformQuantizer& u, const uint8_t* in, c
 #endif
   for (; i < n; ++i) {
     const double d = (E::Load(in + i * E::kSize) - E::Load(ref + i * E::kSize)) * inverse_step;
-    delta[i] = std::isnan(d) ? 0.0f : static_cast<float>(std::clamp(d, -kMaxSteps, kMaxSteps));
+    delta[i] = std::isfinite(d) ? static_cast<float>(std::clamp(d, -kMaxSteps, kMaxSteps)) : 0.0f;
   }
   LowRankChoice choice;
   choice.shift =

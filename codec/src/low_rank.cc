@@ -435,6 +435,10 @@ void UsePortableLowRankKernelsForTesting(bool portable) {
   portable_kernels_for_testing.store(portable, std::memory_order_relaxed);
 }
 
+bool PortableLowRankKernelsForTesting() {
+  return portable_kernels_for_testing.load(std::memory_order_relaxed);
+}
+
 void LowRankShift::Apply(int32_t* out) const { ApplyRows(rank, 0, 1, rows, out); }
 
 void LowRankShift::ApplyTruncated(uint32_t use_rank, int32_t* out) const {

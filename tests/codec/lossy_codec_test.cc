@@ -1142,6 +1142,47 @@ TEST(LossyCodecLowRank, NoiseAdversarialValuesAndOddShapes) {
   EXPECT_NE(PayloadVersion(EncodeDecode(*wide, DType::kF16, h1, &kh.decoded)), 4);
 }
 
+// Payloads written with this CPU's vector kernels (AVX2 where it has them) decode with the
+// portable ones to the encoder's reconstruction, and the other way round: the shift and the
+// lattice arithmetic are the same bits on every CPU, adversarial values included.
+TEST(LossyCodecLowRank, EveryKernelDecodesEveryOthersPayloads) {
+  const size_t rows = 96, cols = 72;
+  auto shifted = NewLossyCodec(LatticeOptions(5e-3, cols));
+  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
+  ASSERT_TRUE(decoder.ok());
+  const double inf = std::numeric_limits<double>::infinity();
+  for (bool portable_encoder : {false, true}) {
+    SCOPED_TRACE(portable_encoder ? "portable encoder" : "the CPU's encoder");
+    const auto chain = LowRankDrift(rows, cols, 5, 4e-3, 5e-4, 71);
+    std::vector<uint8_t> previous;
+    int low_rank_deltas = 0;
+    for (size_t t = 0; t < chain.size(); ++t) {
+      std::vector<double> x = chain[t];
+      // A few adversarial values (a huge one would turn history off; many would be most of
+      // what the fit sees).
+      for (size_t i = 3 * t; i < x.size(); i += 997) {
+        x[i] = std::vector<double>{inf, -inf, std::nan(""), -0.0, 1e-40, 0.0}[(i + t) % 6];
+      }
+      const auto pushed = Pack(DType::kF32, x);
+      std::optional<std::span<const uint8_t>> ref;
+      if (t) ref = std::span<const uint8_t>(previous);
+      lossy::UsePortableLowRankKernelsForTesting(portable_encoder);
+      auto encoded = shifted->Encode(DType::kF32, pushed, ref);
+      ASSERT_TRUE(encoded.ok()) << encoded.status().ToString();
+      low_rank_deltas += encoded->payload[0] == 4;
+      std::vector<uint8_t> decoded(pushed.size());
+      lossy::UsePortableLowRankKernelsForTesting(!portable_encoder);
+      const Status s = (*decoder)->Decode(DType::kF32, AsBytes(encoded->payload), ref, decoded);
+      lossy::UsePortableLowRankKernelsForTesting(false);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      ASSERT_EQ(decoded, encoded->reconstruction) << "version " << t;
+      ExpectWithinBound(DType::kF32, pushed, decoded, 5e-3, "version " + std::to_string(t));
+      previous = decoded;
+    }
+    EXPECT_GE(low_rank_deltas, 3);
+  }
+}
+
 // Garbage collection re-encodes a low-rank version exactly (on its fine lattice), against an
 // older version or as a keyframe, and the chain continues from the re-encoding.
 TEST(LossyCodecLowRank, ExactReencodingOfALowRankVersion) {
