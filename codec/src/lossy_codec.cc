@@ -866,10 +866,10 @@ class ShiftCursor {
     return values_[i - begin_];
   }
 
-  // The shifts of elements [i, i + 4) when they lie in one row, else null.
-  const int32_t* Four(size_t i) {
+  // The shifts of elements [i, i + count) when they lie in one row, else null.
+  const int32_t* Span(size_t i, size_t count) {
     Reach(i);
-    return i + 4 <= end_ ? &values_[i - begin_] : nullptr;
+    return i + count <= end_ ? &values_[i - begin_] : nullptr;
   }
 
  private:
@@ -886,6 +886,43 @@ class ShiftCursor {
   std::vector<int32_t> values_;
   size_t begin_ = 0, end_ = 0;  // the elements of the row in values_
 };
+
+#ifdef CKPT_LOSSY_AVX2
+// The decoder's vector path for F32 low-rank deltas with AVX2, eight elements at a time from
+// *done while they have direct symbols and lie in one row; other groups go four at a time
+// (DecodeFourLowRankF32) or to `general` (elements [begin, end), in order) as without AVX2.
+// Advances *done past what it decoded.
+template <typename General>
+__attribute__((target("avx2"))) Status DecodeLowRankF32Avx2(const uint8_t* sym, size_t n,
+                                                            double fine, double inverse_fine,
+                                                            ShiftCursor& shift, const uint8_t* ref,
+                                                            uint8_t* out, size_t* done,
+                                                            General&& general) {
+  size_t i = *done;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t eight;
+    std::memcpy(&eight, sym + i, 8);
+    const int32_t* shift_of_eight = shift.Span(i, 8);
+    if (!(eight & 0xe0e0e0e0e0e0e0e0ull) && shift_of_eight != nullptr &&
+        lossy::DecodeEightLowRankF32(eight, fine, inverse_fine, shift_of_eight, ref + 4 * i,
+                                     out + 4 * i)) {
+      continue;
+    }
+    for (size_t four = i; four < i + 8; four += 4) {
+      uint32_t symbols;
+      std::memcpy(&symbols, sym + four, 4);
+      const int32_t* shift_of_four = shift.Span(four, 4);
+      if ((symbols & 0xe0e0e0e0u) || shift_of_four == nullptr ||
+          !lossy::DecodeFourLowRankF32(symbols, fine, inverse_fine, shift_of_four, ref + 4 * four,
+                                       out + 4 * four)) {
+        CKPT_RETURN_IF_ERROR(general(four, four + 4));
+      }
+    }
+  }
+  *done = i;
+  return Status::Ok();
+}
+#endif
 
 // How a lattice delta of a matrix with history is coded: on the plain lattice, or on the fine
 // lattice shifted by `shift`.
@@ -1979,10 +2016,16 @@ class LossyQuantizedCodec final : public TensorCodec {
 #if defined(__SSE2__)
     if constexpr (D == DType::kF32 && kLattice) {
       if (h.low_rank && kHistory == HistoryUse::kDelta) {
+#ifdef CKPT_LOSSY_AVX2
+        if (CpuHasAvx2()) {
+          CKPT_RETURN_IF_ERROR(DecodeLowRankF32Avx2(sym, n, lattice_step, lattice_inverse, *shift,
+                                                    ref, o, &done, decode_elements));
+        }
+#endif
         for (; done + 4 <= n; done += 4) {
           uint32_t four;
           std::memcpy(&four, sym + done, 4);
-          const int32_t* shift_of_four = shift->Four(done);  // null across a row's end
+          const int32_t* shift_of_four = shift->Span(done, 4);  // null across a row's end
           if ((four & 0xe0e0e0e0u) || shift_of_four == nullptr ||
               !lossy::DecodeFourLowRankF32(four, lattice_step, lattice_inverse, shift_of_four,
                                            ref + 4 * done, o + 4 * done)) {

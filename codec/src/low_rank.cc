@@ -409,8 +409,9 @@ __attribute__((target("avx2,fma"))) void ShiftRowAvx2(const int8_t* row, const f
   }
   for (; j < cols; ++j) {
     float sum = 0;
-    for (uint32_t k = 0; k < rank; ++k)
+    for (uint32_t k = 0; k < rank; ++k) {
       sum += static_cast<float>(row[k]) * column_t[size_t{k} * cols + j];
+    }
     out[j] = static_cast<int32_t>(RoundToInteger(scale * static_cast<double>(sum)));
   }
 }
