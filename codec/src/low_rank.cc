@@ -26,10 +26,10 @@ constexpr uint32_t kFactorContexts = kCoefficientContexts + 1;
 // A present symbol costs about two bytes of table (symbol and varint frequency).
 constexpr double kTableBitsPerSymbol = 16;
 // The fit's effort (charlm4w, `lossy_bench`, ranks up to 16): 512 sampled rows, 2 power
-// iterations and 8 extra directions 31.41x at 202-213 MB/s encode per core (with the vector
-// kernels below); 256 rows 31.00x; 384 of 768 rows (a ceiling stride) 31.32x, ~3% faster; 4
-// extra directions 31.35x; one iteration 30.64x; all 1024 rows, 4 iterations and ranks up to
-// 24 32.11x, much slower.
+// iterations and 8 extra directions 31.41x at ~200-230 MB/s encode per core (with the vector
+// kernels below and the encoder's); 256 rows 31.00x; 384 of 768 rows (a ceiling stride) 31.32x, ~3%
+// faster; 4 extra directions 31.35x; one iteration 30.64x; all 1024 rows, 4 iterations and ranks up
+// to 24 32.11x, much slower.
 constexpr size_t kSampleRows = 512;
 constexpr int kPowerIterations = 2;
 constexpr size_t kOversampling = 8;
