@@ -281,6 +281,10 @@ __attribute__((target("avx2,fma"), always_inline)) inline void MultiplyRowsAvx2(
   }
 }
 
+// MultiplyFixed's blocking loop again, on purpose: GCC keeps the kernel's 12 accumulators in
+// registers only when it is inlined into a loop inside a function with these targets. Sharing
+// one generic loop (the kernel out of line, called per block) kept them in registers but also
+// stored them to the stack every step: the fit took twice as long (2026-12-01).
 template <size_t L>
 __attribute__((target("avx2,fma"))) void MultiplyFixedAvx2(const float* a, size_t n, size_t stride,
                                                            size_t rows, const float* b,
