@@ -18,6 +18,34 @@ double Histogram::EntropyBits() const {
   return bits;
 }
 
+void Histogram::AddAll(const uint8_t* symbols, const uint8_t* contexts, size_t n) {
+  // Four sets of counts, one per element of a group of four: a delta is mostly one symbol in
+  // one context, and incrementing a single counter makes each step wait for the last one.
+  const size_t per_set = counts.size() * kMaxSymbols;
+  std::vector<uint32_t> sets(4 * per_set);
+  uint32_t* set0 = sets.data();
+  uint32_t* set1 = set0 + per_set;
+  uint32_t* set2 = set1 + per_set;
+  uint32_t* set3 = set2 + per_set;
+  auto slot = [&](size_t i) {
+    return (contexts ? size_t{contexts[i]} * kMaxSymbols : 0) + symbols[i];
+  };
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    ++set0[slot(i)];
+    ++set1[slot(i + 1)];
+    ++set2[slot(i + 2)];
+    ++set3[slot(i + 3)];
+  }
+  for (; i < n; ++i) ++set0[slot(i)];
+  for (size_t c = 0; c < counts.size(); ++c) {
+    for (uint32_t s = 0; s < kMaxSymbols; ++s) {
+      const size_t k = c * kMaxSymbols + s;
+      counts[c][s] += set0[k] + set1[k] + set2[k] + set3[k];
+    }
+  }
+}
+
 Table Normalize(const std::array<uint32_t, kMaxSymbols>& counts) {
   Table t;
   uint64_t total = 0;

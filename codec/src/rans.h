@@ -37,6 +37,9 @@ struct Histogram {
   explicit Histogram(uint32_t contexts) : counts(contexts) {}
   std::vector<std::array<uint32_t, kMaxSymbols>> counts;
   void Add(uint32_t context, uint8_t symbol) { ++counts[context][symbol]; }
+  // Adds symbols[0..n), symbol i in context contexts[i] (context 0 when `contexts` is null).
+  // The same counts as n calls of Add, faster on long runs of one symbol in one context.
+  void AddAll(const uint8_t* symbols, const uint8_t* contexts, size_t n);
   // The order-0 Shannon entropy of the symbols, conditioned on their context, in bits.
   double EntropyBits() const;
 };
