@@ -970,7 +970,8 @@ LowRankChoice ChooseLowRankShift(const UniformQuantizer& u, const uint8_t* in, c
   // into or out of ±Inf is no motion to model, and would be all the fit saw), and within ±2^20
   // steps (a shift never moves an element further: its factors are at most 63), which keeps the
   // fit's float products far from overflow.
-  std::vector<float> delta(n);
+  // Every element is written below: no zero-filling of a buffer as large as the chunk.
+  const std::unique_ptr<float[]> delta = std::make_unique_for_overwrite<float[]>(n);
   const double inverse_step = u.inverse_step;
   constexpr double kMaxSteps = 0x1p20;
   size_t i = 0;
@@ -991,7 +992,7 @@ LowRankChoice ChooseLowRankShift(const UniformQuantizer& u, const uint8_t* in, c
       const __m128 d_low = steps(_mm_cvtps_pd(x), _mm_cvtps_pd(p));
       const __m128 d_high =
           steps(_mm_cvtps_pd(_mm_movehl_ps(x, x)), _mm_cvtps_pd(_mm_movehl_ps(p, p)));
-      _mm_storeu_ps(&delta[i], _mm_movelh_ps(d_low, d_high));
+      _mm_storeu_ps(delta.get() + i, _mm_movelh_ps(d_low, d_high));
     }
   }
 #endif
@@ -1000,8 +1001,8 @@ LowRankChoice ChooseLowRankShift(const UniformQuantizer& u, const uint8_t* in, c
     delta[i] = std::isfinite(d) ? static_cast<float>(std::clamp(d, -kMaxSteps, kMaxSteps)) : 0.0f;
   }
   LowRankChoice choice;
-  choice.shift =
-      lossy::FitLowRankShift(delta, rows, cols, kLowRankMaxRank, u.step, u.step / kLowRankFine);
+  choice.shift = lossy::FitLowRankShift(std::span<const float>(delta.get(), n), rows, cols,
+                                        kLowRankMaxRank, u.step, u.step / kLowRankFine);
   const lossy::LowRankShift& fitted = choice.shift;
   const uint32_t stride = std::max<uint32_t>(1, rows / kLowRankSampleRows);
   const uint32_t sampled = (rows + stride - 1) / stride;
@@ -1027,7 +1028,7 @@ LowRankChoice ChooseLowRankShift(const UniformQuantizer& u, const uint8_t* in, c
                                    in + first * E::kSize, ref + first * E::kSize, cols, bound,
                                    non_negative, recon.data(), &q);
       }
-      for (size_t j = 0; j < cols; ++j) histogram.Add(q.history[j], q.symbols[j]);
+      histogram.AddAll(q.symbols.data(), q.history.data(), cols);
       side_bits += static_cast<double>(q.extra_bits) + 8.0 * q.exact.size();
     }
     return (histogram.EntropyBits() + side_bits) * scale_up +

@@ -576,12 +576,14 @@ double LowRankShift::EstimatedBits(uint32_t use_rank) const {
   use_rank = std::min(use_rank, rank);
   if (use_rank == 0) return 8;
   rans::Histogram histogram(kFactorContexts);
-  for (size_t i = 0; i < coefficients.size(); ++i) {
-    const uint32_t k = static_cast<uint32_t>(i % rank);
-    if (k < use_rank) histogram.Add(CoefficientContext(k), FactorSymbol(coefficients[i]));
+  for (size_t row = 0; row < coefficients.size(); row += rank) {  // rows of `rank` values
+    for (uint32_t k = 0; k < use_rank; ++k) {
+      histogram.Add(CoefficientContext(k), FactorSymbol(coefficients[row + k]));
+    }
   }
-  for (size_t i = 0; i < basis.size(); ++i) {
-    if (i % rank < use_rank) histogram.Add(kBasisContext, FactorSymbol(basis[i]));
+  for (size_t row = 0; row < basis.size(); row += rank) {
+    for (uint32_t k = 0; k < use_rank; ++k)
+      histogram.Add(kBasisContext, FactorSymbol(basis[row + k]));
   }
   double table_bits = 0;
   for (const auto& counts : histogram.counts) {
