@@ -14,30 +14,39 @@ class LinkByLinkChainDecoder final : public ChainDecoder {
   Status StartFromKeyframe(std::span<const uint8_t> payload) override {
     current_.resize(length_);
     started_ = true;
+    borrowed_ = false;
     return codec_->Decode(dtype_, payload, std::nullopt, current_);
   }
 
+  // The first delta reads `decoded` in place (the caller keeps it alive): no copy of a cached
+  // reconstruction per restore.
   Status StartFromDecoded(std::span<const uint8_t> decoded) override {
     if (decoded.size() != length_) {
       return Status::DataLoss("chain: reconstruction length differs from chunk");
     }
-    current_.assign(decoded.begin(), decoded.end());
+    base_ = decoded;
     started_ = true;
+    borrowed_ = true;
     return Status::Ok();
   }
 
   Status ApplyDelta(std::span<const uint8_t> payload) override {
     if (!started_) return Status::DataLoss("chain: delta before keyframe");
     next_.resize(length_);
-    CKPT_RETURN_IF_ERROR(
-        codec_->Decode(dtype_, payload, std::span<const uint8_t>(current_), next_));
+    const std::span<const uint8_t> reference = borrowed_ ? base_ : std::span(current_);
+    CKPT_RETURN_IF_ERROR(codec_->Decode(dtype_, payload, reference, next_));
     std::swap(current_, next_);
+    borrowed_ = false;
     return Status::Ok();
   }
 
   Status Finish(std::vector<uint8_t>* out) override {
     if (!started_) return Status::DataLoss("chain: empty chain");
-    std::swap(*out, current_);
+    if (borrowed_) {
+      out->assign(base_.begin(), base_.end());
+    } else {
+      std::swap(*out, current_);
+    }
     return Status::Ok();
   }
 
@@ -47,7 +56,9 @@ class LinkByLinkChainDecoder final : public ChainDecoder {
   const size_t length_;
   std::vector<uint8_t> current_;
   std::vector<uint8_t> next_;
+  std::span<const uint8_t> base_;  // StartFromDecoded's, while borrowed_
   bool started_ = false;
+  bool borrowed_ = false;  // the reconstruction so far is base_, not current_
 };
 
 }  // namespace

@@ -55,6 +55,20 @@ uint64_t ChainReader::ChunkLength(const ManifestTensor& t, uint32_t chunk) {
 
 Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
                                 std::vector<uint8_t>* out) {
+  return Decode(seq, tensor, chunk, out, nullptr);
+}
+
+Status ChainReader::DecodeSharedChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
+                                      ReferenceCache::Chunk* out) {
+  out->reset();
+  std::vector<uint8_t> decoded;
+  CKPT_RETURN_IF_ERROR(Decode(seq, tensor, chunk, &decoded, out));
+  if (!*out) *out = std::make_shared<const std::vector<uint8_t>>(std::move(decoded));
+  return Status::Ok();
+}
+
+Status ChainReader::Decode(uint64_t seq, uint32_t tensor, uint32_t chunk, std::vector<uint8_t>* out,
+                           ReferenceCache::Chunk* shared) {
   struct Link {
     uint64_t seq;
     uint32_t tensor;
@@ -92,7 +106,11 @@ Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
 
   const ManifestTensor& target = *chain.front().entry;
   if (cached && chain.size() == 1) {
-    *out = *cached;
+    if (shared) {
+      *shared = std::move(cached);
+    } else {
+      *out = *cached;
+    }
     return Status::Ok();
   }
   const uint64_t length = ChunkLength(target, chunk);
@@ -106,6 +124,7 @@ Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
   }
   std::vector<rocksdb::PinnableSlice> window;
   size_t window_begin = 0, next_stored = 0;
+  std::vector<uint8_t> materialized;  // a reconstruction the decoder started from (codec change)
   std::unique_ptr<ChainDecoder> decoder;
   const TensorCodec* decoder_codec = nullptr;
   uint64_t target_checksum = 0;
@@ -164,11 +183,13 @@ Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
         decoder_codec = codec;
         CKPT_RETURN_IF_ERROR(decoder->StartFromDecoded(*cached).WithContext(where));
       } else if (codec != decoder_codec) {
-        // The policy changed codecs mid-chain: materialize and continue with the new codec.
-        std::vector<uint8_t> materialized;
-        CKPT_RETURN_IF_ERROR(decoder->Finish(&materialized).WithContext(where));
+        // The policy changed codecs mid-chain: materialize and continue with the new codec
+        // (which may read `materialized` in place: it outlives the decoder).
+        std::vector<uint8_t> next_materialized;
+        CKPT_RETURN_IF_ERROR(decoder->Finish(&next_materialized).WithContext(where));
         decoder = codec->NewChainDecoder(e.dtype, length);
         decoder_codec = codec;
+        materialized = std::move(next_materialized);
         CKPT_RETURN_IF_ERROR(decoder->StartFromDecoded(materialized).WithContext(where));
       }
       CKPT_RETURN_IF_ERROR(decoder->ApplyDelta(payload).WithContext(where));

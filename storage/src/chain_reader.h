@@ -39,6 +39,11 @@ class ChainReader {
   // Errors name the model, version and tensor.
   Status DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk, std::vector<uint8_t>* out);
 
+  // As DecodeChunk, into a shared buffer: a chunk the cache holds comes back as the cache's own
+  // buffer, without a copy (restores send it, and cache what they decode, without copying).
+  Status DecodeSharedChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
+                           ReferenceCache::Chunk* out);
+
   // Stored payloads decoded so far (keyframes and deltas; a link found in the cache costs none).
   uint64_t links_decoded() const { return links_decoded_.load(std::memory_order_relaxed); }
 
@@ -50,6 +55,11 @@ class ChainReader {
   static constexpr size_t kMaxChainLinks = 4096;
 
  private:
+  // DecodeChunk into `out`; with `shared` non-null, a cache hit goes to *shared instead (and
+  // `out` is left alone).
+  Status Decode(uint64_t seq, uint32_t tensor, uint32_t chunk, std::vector<uint8_t>* out,
+                ReferenceCache::Chunk* shared);
+
   rocksdb::DB* db_;
   rocksdb::ColumnFamilyHandle* manifests_;
   StoreBackend* backend_;

@@ -617,22 +617,22 @@ class RestoreStreamImpl final : public RestoreStream {
     Schedule();
     if (queue_.empty()) return std::span<const uint8_t>();
     Slot& slot = queue_.front();
-    Status decoded = slot.done.valid()
-                         ? slot.done.get()
-                         : reader_.DecodeChunk(record_.seq, slot.tensor, slot.chunk, &slot.data);
-    std::swap(buffer_, slot.data);
+    Status decoded = slot.done.valid() ? slot.done.get()
+                                       : reader_.DecodeSharedChunk(record_.seq, slot.tensor,
+                                                                   slot.chunk, &slot.data);
+    piece_ = std::move(slot.data);
     const uint32_t tensor = slot.tensor, chunk = slot.chunk;
     queue_.pop_front();
     CKPT_RETURN_IF_ERROR(decoded);
     if (cache_as_ && !ctx_.cache->Contains(info_.model, record_.seq, tensor, chunk)) {
-      ctx_.cache->Put(info_.model, record_.seq, tensor, chunk,
-                      std::make_shared<const std::vector<uint8_t>>(buffer_), *cache_as_,
+      // The cache shares the buffer being sent (both only read it).
+      ctx_.cache->Put(info_.model, record_.seq, tensor, chunk, piece_, *cache_as_,
                       cache_generation_);
     }
     Schedule();  // the next chunks decode while this one is being sent
-    sha_.Update(buffer_);
-    sent_ += buffer_.size();
-    return MaybeVerified(buffer_);
+    sha_.Update(*piece_);
+    sent_ += piece_->size();
+    return MaybeVerified(*piece_);
   }
 
  private:
@@ -641,7 +641,7 @@ class RestoreStreamImpl final : public RestoreStream {
   struct Slot {
     uint32_t tensor = 0;
     uint32_t chunk = 0;
-    std::vector<uint8_t> data;
+    ReferenceCache::Chunk data;
     std::future<Status> done;  // valid when decoding asynchronously
   };
   // Chunks decoded ahead of the one being sent: uses a second core while the network thread
@@ -662,10 +662,10 @@ class RestoreStreamImpl final : public RestoreStream {
       slot.tensor = tensor_;
       slot.chunk = chunk_++;
       if (ChainReader::ChunkLength(t, slot.chunk) >= kMinPrefetchBytes) {
-        std::vector<uint8_t>* out = &slot.data;
+        ReferenceCache::Chunk* out = &slot.data;
         slot.done =
             std::async(std::launch::async, [this, tensor = slot.tensor, chunk = slot.chunk, out] {
-              return reader_.DecodeChunk(record_.seq, tensor, chunk, out);
+              return reader_.DecodeSharedChunk(record_.seq, tensor, chunk, out);
             });
       }
     }
@@ -716,8 +716,8 @@ class RestoreStreamImpl final : public RestoreStream {
   uint32_t tensor_ = 0;
   uint32_t chunk_ = 0;
   uint64_t sent_ = 0;
-  std::vector<uint8_t> buffer_;
-  std::deque<Slot> queue_;  // after reader_: destroyed (joined) before it
+  ReferenceCache::Chunk piece_;  // the chunk handed out last
+  std::deque<Slot> queue_;       // after reader_: destroyed (joined) before it
 };
 
 // ---------------------------------------------------------------------------------------------

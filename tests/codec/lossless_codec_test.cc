@@ -222,6 +222,30 @@ class LinkByLinkOnly final : public TensorCodec {
   const TensorCodec* inner_;
 };
 
+// The link-by-link decoder reads a decoded start in place: it neither changes it nor depends on
+// anything but it, with or without deltas after it.
+TEST(LinkByLinkChainDecoder, StartsFromADecodedReconstructionWithoutChangingIt) {
+  auto codec = NewLosslessCodec();
+  LinkByLinkOnly generic(codec.get());
+  Chain chain = MakeChain(*codec, DType::kF32, 4 * 3000, 8);
+  for (size_t start = 0; start + 1 < chain.versions.size(); ++start) {
+    const std::vector<uint8_t> base = chain.versions[start];
+    for (size_t last = start; last < chain.versions.size(); ++last) {
+      auto decoder = generic.NewChainDecoder(DType::kF32, 4 * 3000);
+      ASSERT_TRUE(decoder->StartFromDecoded(base).ok());
+      for (size_t i = start + 1; i <= last; ++i) {
+        ASSERT_TRUE(decoder->ApplyDelta(Span(chain.payloads[i])).ok());
+      }
+      std::vector<uint8_t> out(7, 0xab);  // Finish replaces what is there
+      ASSERT_TRUE(decoder->Finish(&out).ok());
+      EXPECT_EQ(out, chain.versions[last]) << "from " << start << " to " << last;
+      EXPECT_EQ(base, chain.versions[start]) << "the start was written to";
+    }
+  }
+  auto wrong_length = generic.NewChainDecoder(DType::kF32, 4 * 2999);
+  EXPECT_EQ(wrong_length->StartFromDecoded(chain.versions[0]).code(), StatusCode::kDataLoss);
+}
+
 TEST(LosslessChainDecoder, AgreesWithLinkByLinkDecoding) {
   auto codec = NewLosslessCodec();
   LinkByLinkOnly generic(codec.get());

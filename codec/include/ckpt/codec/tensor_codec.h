@@ -66,7 +66,9 @@ class ChainDecoder {
  public:
   virtual ~ChainDecoder() = default;
   virtual Status StartFromKeyframe(std::span<const uint8_t> payload) = 0;
-  // Starts from a reconstruction decoded earlier (for example a cached one).
+  // Starts from a reconstruction decoded earlier (for example a cached one). `decoded` must
+  // stay alive and unchanged until the decoder is destroyed: a decoder may read it in place
+  // instead of copying it.
   virtual Status StartFromDecoded(std::span<const uint8_t> decoded) = 0;
   virtual Status ApplyDelta(std::span<const uint8_t> payload) = 0;
   // Writes the reconstruction after the last delta into `out` (resized to the chunk length).
