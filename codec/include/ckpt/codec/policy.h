@@ -50,8 +50,8 @@
 //   low_rank          lossy, reclaimable: a delta of a weight matrix (a rank-2 tensor) may shift
 //                     the lattice by a low-rank matrix fitted to the delta (payload version 4,
 //                     docs/format.md), where that codes smaller: 6-14% smaller on Adam runs,
-//                     at about half the encoding speed of the plain lattice (around 200 MB/s
-//                     per core). Only for models without retention rules (it needs element
+//                     at about two thirds of the encoding speed of the plain lattice (~240
+//                     MB/s per core). Only for models without retention rules (it needs element
 //                     history); deleting versions of such chains frees little (exact
 //                     re-encodings on the fine lattice cost more than they free, so collection
 //                     keeps them). false: the plain lattice. Default: true.
