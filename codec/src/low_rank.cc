@@ -582,8 +582,9 @@ double LowRankShift::EstimatedBits(uint32_t use_rank) const {
     }
   }
   for (size_t row = 0; row < basis.size(); row += rank) {
-    for (uint32_t k = 0; k < use_rank; ++k)
+    for (uint32_t k = 0; k < use_rank; ++k) {
       histogram.Add(kBasisContext, FactorSymbol(basis[row + k]));
+    }
   }
   double table_bits = 0;
   for (const auto& counts : histogram.counts) {

@@ -19,6 +19,12 @@ double Histogram::EntropyBits() const {
 }
 
 void Histogram::AddAll(const uint8_t* symbols, const uint8_t* contexts, size_t n) {
+  // Short runs (a sampled row): setting up the sets below would cost more than it saves.
+  constexpr size_t kMinForSets = 4096;
+  if (n < kMinForSets) {
+    for (size_t i = 0; i < n; ++i) Add(contexts ? contexts[i] : 0, symbols[i]);
+    return;
+  }
   // Four sets of counts, one per element of a group of four: a delta is mostly one symbol in
   // one context, and incrementing a single counter makes each step wait for the last one.
   const size_t per_set = counts.size() * kMaxSymbols;

@@ -13,7 +13,9 @@ namespace {
 
 TEST(RansHistogram, AddAllCountsWhatAddCounts) {
   std::mt19937 rng(7);
-  for (size_t n : {size_t{0}, size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{1001}}) {
+  // Below and above the length from which AddAll counts in sets, with ragged ends.
+  for (size_t n : {size_t{0}, size_t{1}, size_t{5}, size_t{1001}, size_t{4095}, size_t{4096},
+                   size_t{4099}, size_t{20002}}) {
     for (uint32_t context_count : {1u, 8u, kMaxContexts}) {
       std::vector<uint8_t> symbols(n), contexts(n);
       for (size_t i = 0; i < n; ++i) {
