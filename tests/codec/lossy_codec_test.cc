@@ -13,7 +13,8 @@
 
 #include "lossy_kernels.h"  // internal: the software binary16 conversions
 #include "low_rank.h"       // internal: UsePortableLowRankKernelsForTesting
-#include "quantizers.h"     // internal: DeterministicExp2
+#include "pack_floats.h"
+#include "quantizers.h"  // internal: DeterministicExp2
 #include "test_support.h"
 #include "testdata/lossy_history_payloads.h"
 #include "testdata/lossy_lattice_history_payloads.h"
@@ -73,39 +74,8 @@ TEST(SoftwareHalf, MatchesTheNativeConversionsExactly) {
 }
 #endif
 
-// Values as doubles <-> bytes of a dtype (round to nearest, as a client would store them).
 std::vector<uint8_t> Pack(DType dtype, const std::vector<double>& values) {
-  std::vector<uint8_t> out(values.size() * DTypeSize(dtype));
-  for (size_t i = 0; i < values.size(); ++i) {
-    uint8_t* p = out.data() + i * DTypeSize(dtype);
-    const double v = values[i];
-    switch (dtype) {
-      case DType::kF64:
-        std::memcpy(p, &v, 8);
-        break;
-      case DType::kF32: {
-        const float f = static_cast<float>(v);
-        std::memcpy(p, &f, 4);
-        break;
-      }
-      case DType::kF16: {
-        const _Float16 h = static_cast<_Float16>(v);
-        std::memcpy(p, &h, 2);
-        break;
-      }
-      case DType::kBF16: {
-        const uint32_t bits = std::bit_cast<uint32_t>(static_cast<float>(v));
-        const uint16_t b = std::isnan(v)
-                               ? static_cast<uint16_t>(bits >> 16)
-                               : static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
-        std::memcpy(p, &b, 2);
-        break;
-      }
-      default:
-        ADD_FAILURE() << "unsupported dtype";
-    }
-  }
-  return out;
+  return testing::PackFloats(dtype, values);
 }
 
 double Load(DType dtype, const uint8_t* p) {
