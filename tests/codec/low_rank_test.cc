@@ -1,6 +1,6 @@
 // Low-rank shifts of the lattice (codec/src/low_rank.h): the fit finds a planted subspace, the
 // shift is exact integer arithmetic, and the serialized form round-trips and rejects damage.
-#include "low_rank.h"
+#include "lossy/low_rank.h"
 
 #include <gtest/gtest.h>
 

@@ -23,7 +23,7 @@
 #include "ckpt/codec/hashing.h"
 #include "ckpt/codec/lossy_codec.h"
 #include "ckpt/codec/tensor_codec.h"
-#include "low_rank.h"  // internal: UsePortableLowRankKernelsForTesting
+#include "lossy/low_rank.h"  // internal: UsePortableLowRankKernelsForTesting
 #include "pack_floats.h"
 
 namespace ckpt {

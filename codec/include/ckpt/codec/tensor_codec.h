@@ -44,7 +44,6 @@ struct ChunkCodingInfo {
   uint64_t exact_elements = 0;     // elements stored verbatim to keep the bound (NaN, Inf, ...)
   double model_entropy_bits = 0;   // Shannon entropy of the coded symbols under the codec's
                                    // context model, plus raw extra bits (0 if not applicable)
-  double order0_entropy_bits = 0;  // the same without contexts (order-0, per chunk)
 };
 
 struct EncodedChunk {

@@ -1,4 +1,4 @@
-#include "low_rank.h"
+#include "lossy/low_rank.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,7 +11,7 @@
 #include <immintrin.h>
 #endif
 
-#include "quantizers.h"
+#include "lossy/quantizers.h"
 #include "rans.h"
 
 namespace ckpt::lossy {

@@ -26,6 +26,8 @@
 #include <limits>
 #include <vector>
 
+#include "lossy/deterministic_math.h"
+
 namespace ckpt::lossy {
 
 inline uint64_t ZigZag(int64_t q) {
@@ -55,15 +57,6 @@ inline bool LatticeIndex(double p, double inverse_step, double* k) {
   *k = RoundToInteger(t) + 0.0;
   return true;
 }
-
-// 2^y with a fixed sequence of IEEE double operations (floor, a degree-18 Taylor polynomial of
-// e^(f ln 2) for the fraction f by Horner's rule, ldexp), so every build computes the same bits.
-// 0 below 2^-1100, +Inf above 2^1100.
-double DeterministicExp2(double y);
-
-// cos(x) for x in [0, pi] with a fixed sequence of IEEE double operations (no libm, no FMA: the
-// codec is compiled with -ffp-contract=off), so every build computes the same bits.
-double DeterministicCos(double x);
 
 struct UniformQuantizer {
   double step = 0;
@@ -295,10 +288,10 @@ struct LogQuantizer {
     const double m = Power(UnZigZag(y >> 1) + k0);
     return (y & 1) ? -m : m;
   }
-  // Symbols any encoder has written: absolute-mode indices |k| <= 2^24 + 10^9 (until
-  // 2026-11-30 the centre k0 was clamped to ±10^9 rather than ±kMaxIndex, and the encoder did
-  // not check its symbols, so payloads with indices far beyond ±2^25 exist and must decode).
-  // Larger ones only come from corrupt data.
+  // Symbols any encoder has written: absolute-mode indices |k| <= 2^24 + 10^9 (encoders that
+  // clamped the centre k0 to ±10^9 rather than ±kMaxIndex, and did not check their symbols,
+  // wrote payloads with indices far beyond ±2^25, which must decode). Larger ones only come from
+  // corrupt data.
   bool Valid(uint64_t z) const { return z < (uint64_t{1} << 33); }
 };
 

@@ -1,226 +1,23 @@
-// Element access, element history and the SSE2 kernels of the lossy codec (internal to
-// codec/; lossy_codec.cc is the only user). docs/format.md specifies the arithmetic; everything
-// here computes exactly what the general per-element code in lossy_codec.cc computes.
+// SSE2 kernels of the lossy codec: four F32 elements at a time. Each computes exactly what its
+// portable twin (named in its comment; the element loops in quantize_*.cc and decoder.cc)
+// computes for each of the four, and reports when a group needs that twin instead (a large or
+// verbatim symbol, an element outside the fast path's conditions). docs/format.md specifies the
+// arithmetic.
 #pragma once
-
-#include <algorithm>
-#include <bit>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <type_traits>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
-#endif
 
-#include "ckpt/codec/dtype.h"
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "lossy/history.h"
+#include "lossy/symbols.h"
 
 namespace ckpt::lossy {
 
-// Quantized values z below this are their own symbol (larger ones are bucketed).
-inline constexpr uint32_t kDirectSymbols = 32;
-
-// Element access for each supported dtype: load to double, store from double (one rounding).
-template <DType D>
-struct Element;
-
-// The dtypes that are C++ types: load by conversion, store by one rounding.
-template <typename T>
-struct NativeElement {
-  static constexpr size_t kSize = sizeof(T);
-  static double Load(const uint8_t* p) {
-    T v;
-    std::memcpy(&v, p, sizeof(T));
-    return static_cast<double>(v);
-  }
-  static void Store(double v, uint8_t* p) {
-    const T t = static_cast<T>(v);
-    std::memcpy(p, &t, sizeof(T));
-  }
-};
-
-template <>
-struct Element<DType::kF32> : NativeElement<float> {};
-template <>
-struct Element<DType::kF64> : NativeElement<double> {};
-// IEEE binary16 without a native half type (clang before 15 has no _Float16 on x86-64). The
-// conversions are the exact ones a native type performs: a load is exact, a store rounds once,
-// to nearest even, with overflow to ±Inf. NaN loads keep their payload, quieted.
-inline double HalfBitsToDouble(uint16_t h) {
-  const uint64_t sign = uint64_t{h} >> 15 << 63;
-  const int exponent = (h >> 10) & 0x1f;
-  const uint64_t mantissa = h & 0x3ff;
-  if (exponent == 0x1f) {
-    const uint64_t quiet = mantissa != 0 ? uint64_t{1} << 51 : 0;
-    return std::bit_cast<double>(sign | uint64_t{0x7ff} << 52 | mantissa << 42 | quiet);
-  }
-  const double magnitude = exponent == 0
-                               ? std::ldexp(static_cast<double>(mantissa), -24)
-                               : std::ldexp(static_cast<double>(mantissa | 0x400), exponent - 25);
-  return std::bit_cast<double>(std::bit_cast<uint64_t>(magnitude) | sign);
-}
-
-inline uint16_t DoubleToHalfBits(double v) {
-  const auto sign = static_cast<uint16_t>(std::bit_cast<uint64_t>(v) >> 48 & 0x8000);
-  if (std::isnan(v)) {
-    return static_cast<uint16_t>(sign | 0x7e00 | (std::bit_cast<uint64_t>(v) >> 42 & 0x1ff));
-  }
-  const double a = std::fabs(v);
-  if (a < 0x1p-14) {  // subnormal (or zero): multiples of 2^-24; 0x400 is the smallest normal
-    return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(a * 0x1p24)));
-  }
-  if (std::isinf(a)) return static_cast<uint16_t>(sign | 0x7c00);
-  int e = 0;
-  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
-  auto mantissa = static_cast<uint32_t>(std::nearbyint(std::ldexp(a, 11 - e)));  // [1024, 2048]
-  int biased = e - 1 + 15;
-  if (mantissa == 2048) {
-    mantissa = 1024;
-    biased += 1;
-  }
-  if (biased >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00);
-  return static_cast<uint16_t>(sign | biased << 10 | (mantissa - 1024));
-}
-
-struct SoftwareHalfElement {
-  static constexpr size_t kSize = 2;
-  static double Load(const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return HalfBitsToDouble(h);
-  }
-  static void Store(double v, uint8_t* p) {
-    const uint16_t h = DoubleToHalfBits(v);
-    std::memcpy(p, &h, 2);
-  }
-};
-
-#if defined(__FLT16_MANT_DIG__)
-template <>
-struct Element<DType::kF16> : NativeElement<_Float16> {};
-#else
-template <>
-struct Element<DType::kF16> : SoftwareHalfElement {};
-#endif
-
-template <>
-struct Element<DType::kBF16> {
-  static constexpr size_t kSize = 2;
-  static double Load(const uint8_t* p) {
-    uint16_t b;
-    std::memcpy(&b, p, 2);
-    return std::bit_cast<float>(uint32_t{b} << 16);
-  }
-  // double -> float -> bfloat16, round to nearest even at each step (NaN never reaches here:
-  // non-finite elements are stored verbatim).
-  static void Store(double v, uint8_t* p) {
-    uint32_t bits = std::bit_cast<uint32_t>(static_cast<float>(v));
-    bits += 0x7fff + ((bits >> 16) & 1);
-    const uint16_t b = static_cast<uint16_t>(bits >> 16);
-    std::memcpy(p, &b, 2);
-  }
-};
-
-// Element history (F32 and F64 only). A reconstruction may carry, in the three lowest bits of
-// its mantissa, a state describing how the element moved in earlier versions:
-//   state = direction * 4 + since, direction 1 = the last move was up, since = versions since
-//   that move (0..3, 3 = three or more, or none since the keyframe).
-// The next delta's symbol for the element is coded in the context of that state: an element
-// that just moved is likely to move again (Adam's momentum), a quiet one to stay. Changing the
-// lowest three mantissa bits moves a value by less than 8 units in the last place; a chunk uses
-// history only when that is under 1/1024 of its bound, and every element is still checked
-// against the bound after its state is written. Zeros are never given a state (they stay exact
-// zeros), nor are verbatim elements.
-template <DType D>
-inline constexpr bool kCanCarryHistory = D == DType::kF32 || D == DType::kF64;
-inline constexpr uint32_t kHistoryMask = 7;
-inline constexpr uint32_t kKeyframeHistory = 3;  // no direction, quiet for three or more versions
-
-template <DType D>
-using ElementBits = std::conditional_t<D == DType::kF64, uint64_t, uint32_t>;
-
-template <DType D>
-inline uint32_t HistoryOf(const uint8_t* p) {
-  ElementBits<D> bits;
-  std::memcpy(&bits, p, sizeof(bits));
-  return static_cast<uint32_t>(bits & kHistoryMask);
-}
-
-// The state a lattice payload (version 3) reads from a reference element: its history bits, or
-// kKeyframeHistory ("quiet") for a zero, which carries no state. About a tenth of a trained
-// layer's elements sit on the lattice point 0; read as state 0 ("just moved down") they would
-// blur that context.
-template <DType D>
-inline uint32_t LatticeHistoryOf(const uint8_t* p) {
-  ElementBits<D> bits;
-  std::memcpy(&bits, p, sizeof(bits));
-  constexpr ElementBits<D> kMagnitude = ~ElementBits<D>{0} >> 1;
-  return (bits & kMagnitude) == 0 ? kKeyframeHistory : static_cast<uint32_t>(bits & kHistoryMask);
-}
-
-// Whether an element's IEEE bit pattern can carry a history state: not a zero, not ±Inf or NaN.
-template <typename Bits>
-inline bool BitsCarryHistory(Bits bits) {
-  constexpr Bits kMagnitude = ~Bits{0} >> 1;
-  constexpr Bits kExponent =
-      static_cast<Bits>(sizeof(Bits) == 4 ? 0x7f800000ull : 0x7ff0000000000000ull);
-  return (bits & kMagnitude) != 0 && (bits & kExponent) != kExponent;
-}
-
-// `bits` (an element's IEEE bit pattern) with `state` in its history bits, unless it is a zero
-// or not finite (±Inf and NaN keep their exact bits). Written as a mask select so that it
-// compiles without a branch (which elements move is random).
-template <typename Bits>
-inline Bits WithHistory(Bits bits, uint32_t state) {
-  const bool carries = BitsCarryHistory(bits);
-  const Bits keep_mask = static_cast<Bits>(0) - static_cast<Bits>(carries);
-  const Bits stuffed = (bits & ~Bits{kHistoryMask}) | state;
-  return (stuffed & keep_mask) | (bits & ~keep_mask);
-}
-
-// Whether a stored element carries a history state (it is neither a zero nor non-finite).
-template <DType D>
-inline bool CarriesHistory(const uint8_t* p) {
-  ElementBits<D> bits;
-  std::memcpy(&bits, p, sizeof(bits));
-  return BitsCarryHistory(bits);
-}
-
-// Writes `state` into a stored element unless it is a zero or not finite.
-template <DType D>
-inline void SetHistory(uint8_t* p, uint32_t state) {
-  ElementBits<D> bits;
-  std::memcpy(&bits, p, sizeof(bits));
-  bits = WithHistory(bits, state);
-  std::memcpy(p, &bits, sizeof(bits));
-}
-
-// The state after a version in which the element moved by `moved` (0: did not move). Also a
-// mask select, for the same reason.
-inline uint32_t NextHistory(uint32_t state, double moved) {
-  const uint32_t since = state & 3;
-  const uint32_t quiet = (state & 4) | (since + (since != 3));
-  const uint32_t moved_state = static_cast<uint32_t>(moved > 0) << 2;
-  const uint32_t did_move = 0u - static_cast<uint32_t>(moved != 0);
-  return (moved_state & did_move) | (quiet & ~did_move);
-}
-
-// Whether a chunk of dtype D whose values are at most `max_abs` in magnitude can carry history
-// under `bound`: 8 units in the last place of the largest value must be below bound / 1024.
-template <DType D>
-bool HistoryFits(double max_abs, double bound) {
-  if (!kCanCarryHistory<D> || !(bound > 0) || !std::isfinite(max_abs) || !std::isfinite(bound)) {
-    return false;
-  }
-  int exponent = 0;
-  std::frexp(max_abs, &exponent);  // max_abs < 2^exponent
-  constexpr int kMantissaBits = D == DType::kF64 ? 52 : 23;
-  // ulp(max_abs) <= 2^(exponent - 1 - kMantissaBits); 8 ulp * 1024 = 2^13 ulp.
-  return bound >= std::ldexp(1.0, exponent - 1 - kMantissaBits + 13);
-}
-
-#if defined(__SSE2__)
 // 32-bit lane masks from two 64-bit lane masks (lanes 0-1 from lo, 2-3 from hi).
 inline __m128i PackMasks(__m128d lo, __m128d hi) {
   return _mm_castps_si128(
@@ -330,9 +127,6 @@ inline bool QuantizeFourF32(const uint8_t* in, const uint8_t* ref, double step, 
   StoreFourAccepted(bits, q_lo, q_hi, state, recon, symbols, history);
   return true;
 }
-#endif
-
-#if defined(__SSE2__)
 // The fast path of QuantizeLatticeElements for four F32 elements (`ref` null: a keyframe), with
 // the same arithmetic. With kHistory the reconstructions carry their next history state
 // (kKeyframeHistory in keyframes) and, in deltas, the states before go to `history`. Returns
@@ -547,165 +341,63 @@ inline void DecodeFourDirectF32(uint32_t four, double step, const uint8_t* ref, 
   const __m128i result = WithHistoryFour(bits, next);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), result);
 }
-#endif
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define CKPT_LOSSY_AVX2 1
-}  // namespace ckpt::lossy
-#include <immintrin.h>
-namespace ckpt::lossy {
-// AVX2 versions of the low-rank lattice's encoder kernel, for CPUs that have it (the caller
-// checks): eight F32 elements at a time, four double lanes per register, with exactly the
-// arithmetic of QuantizeFourLowRankF32.
-
-// RoundToInteger(v) + 0.0 for four lanes.
-__attribute__((target("avx2"), always_inline)) inline __m256d RoundToIntegerFour(__m256d v) {
-  const __m256d magic = _mm256_set1_pd(0x1.8p52);
-  return _mm256_add_pd(_mm256_sub_pd(_mm256_add_pd(v, magic), magic), _mm256_setzero_pd());
-}
-
-// The low byte of each 32-bit lane of v (each within 0 .. 255) into out[0 .. 8).
-__attribute__((target("avx2"), always_inline)) inline void StoreLowBytesEight(__m256i v,
-                                                                              uint8_t* out) {
-  const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
-  const __m128i words = _mm_packs_epi32(lo, hi);
-  const __m128i bytes = _mm_packus_epi16(words, words);
-  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
-}
-
-// LatticeHistoryOf for eight F32 lanes.
-__attribute__((target("avx2"), always_inline)) inline __m256i LatticeStateEight(__m256i ref_bits) {
-  const __m256i zero = _mm256_cmpeq_epi32(_mm256_and_si256(ref_bits, _mm256_set1_epi32(0x7fffffff)),
-                                          _mm256_setzero_si256());
-  return _mm256_or_si256(
-      _mm256_and_si256(zero, _mm256_set1_epi32(kKeyframeHistory)),
-      _mm256_andnot_si256(zero, _mm256_and_si256(ref_bits, _mm256_set1_epi32(kHistoryMask))));
-}
-
-// NextHistory for eight lanes: `state` the states before, q the moves (as int32).
-__attribute__((target("avx2"), always_inline)) inline __m256i NextHistoryEight(__m256i state,
-                                                                               __m256i q) {
-  const __m256i up = _mm256_cmpgt_epi32(q, _mm256_setzero_si256());
-  const __m256i still = _mm256_cmpeq_epi32(q, _mm256_setzero_si256());
-  const __m256i since = _mm256_and_si256(state, _mm256_set1_epi32(3));
-  const __m256i next_since = _mm256_add_epi32(_mm256_add_epi32(since, _mm256_set1_epi32(1)),
-                                              _mm256_cmpeq_epi32(since, _mm256_set1_epi32(3)));
-  const __m256i quiet = _mm256_or_si256(_mm256_and_si256(state, _mm256_set1_epi32(4)), next_since);
-  return _mm256_or_si256(_mm256_and_si256(still, quiet),
-                         _mm256_andnot_si256(still, _mm256_and_si256(up, _mm256_set1_epi32(4))));
-}
-
-// WithHistory for eight F32 lanes.
-__attribute__((target("avx2"), always_inline)) inline __m256i WithHistoryEight(__m256i bits,
-                                                                               __m256i state) {
-  const __m256i exponent = _mm256_set1_epi32(0x7f800000);
-  const __m256i keep =
-      _mm256_or_si256(_mm256_cmpeq_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)),
-                                         _mm256_setzero_si256()),
-                      _mm256_cmpeq_epi32(_mm256_and_si256(bits, exponent), exponent));
-  const __m256i stuffed =
-      _mm256_or_si256(_mm256_andnot_si256(_mm256_set1_epi32(kHistoryMask), bits), state);
-  return _mm256_or_si256(_mm256_and_si256(keep, bits), _mm256_andnot_si256(keep, stuffed));
-}
-
-__attribute__((target("avx2"), always_inline)) inline bool QuantizeEightLowRankF32(
-    const uint8_t* in, const uint8_t* ref, const int32_t* shift, double fine, double inverse_fine,
-    double bound, bool non_negative, uint8_t* recon, uint8_t* symbols, uint8_t* history) {
-  const __m256 x = _mm256_loadu_ps(reinterpret_cast<const float*>(in));
-  const __m256i ref_bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ref));
-  const __m256 p = _mm256_castsi256_ps(ref_bits);
-  const __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(shift));
-  const __m256d inv = _mm256_set1_pd(inverse_fine), fine4 = _mm256_set1_pd(fine);
-  const __m256d sixty_fourth = _mm256_set1_pd(1.0 / 64), move = _mm256_set1_pd(64);
-  __m256d xd[2], pt[2], t[2], q[2];
-  __m128 lattice[2];
-  for (int h = 0; h < 2; ++h) {
-    const __m128 x_half = h ? _mm256_extractf128_ps(x, 1) : _mm256_castps256_ps128(x);
-    const __m128 p_half = h ? _mm256_extractf128_ps(p, 1) : _mm256_castps256_ps128(p);
-    const __m128i s_half = h ? _mm256_extracti128_si256(s, 1) : _mm256_castsi256_si128(s);
-    xd[h] = _mm256_cvtps_pd(x_half);
-    pt[h] = _mm256_mul_pd(_mm256_cvtps_pd(p_half), inv);
-    t[h] = _mm256_mul_pd(xd[h], inv);
-    const __m256d base = _mm256_add_pd(RoundToIntegerFour(pt[h]), _mm256_cvtepi32_pd(s_half));
-    q[h] = RoundToIntegerFour(_mm256_mul_pd(_mm256_sub_pd(t[h], base), sixty_fourth));
-    lattice[h] =
-        _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_add_pd(base, _mm256_mul_pd(move, q[h])), fine4));
+// The smallest and largest finite F32 element of in[0 .. n), eight at a time, into *low and
+// *high (which the caller starts at +inf and -inf); returns how many elements it covered (the
+// caller's scalar loop, FiniteRange in plan.cc, does the rest).
+inline size_t FiniteRangeF32(const uint8_t* in, size_t n, float* low, float* high) {
+  // Two pairs of accumulators (GCC keeps the scalar loop scalar: min and max of floats are not
+  // associative for it).
+  const float kInf = std::numeric_limits<float>::infinity();
+  const __m128 zero = _mm_setzero_ps(), inf = _mm_set1_ps(kInf), minus_inf = _mm_set1_ps(-kInf);
+  __m128 low0 = inf, low1 = inf, high0 = minus_inf, high1 = minus_inf;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128 a = _mm_loadu_ps(reinterpret_cast<const float*>(in + i * 4));
+    const __m128 b = _mm_loadu_ps(reinterpret_cast<const float*>(in + i * 4 + 16));
+    const __m128 finite_a = _mm_cmpeq_ps(_mm_sub_ps(a, a), zero);
+    const __m128 finite_b = _mm_cmpeq_ps(_mm_sub_ps(b, b), zero);
+    const __m128 kept_a = _mm_and_ps(finite_a, a), kept_b = _mm_and_ps(finite_b, b);
+    low0 = _mm_min_ps(low0, _mm_or_ps(kept_a, _mm_andnot_ps(finite_a, inf)));
+    low1 = _mm_min_ps(low1, _mm_or_ps(kept_b, _mm_andnot_ps(finite_b, inf)));
+    high0 = _mm_max_ps(high0, _mm_or_ps(kept_a, _mm_andnot_ps(finite_a, minus_inf)));
+    high1 = _mm_max_ps(high1, _mm_or_ps(kept_b, _mm_andnot_ps(finite_b, minus_inf)));
   }
-  const __m256i lattice_bits =
-      _mm256_castps_si256(_mm256_insertf128_ps(_mm256_castps128_ps256(lattice[0]), lattice[1], 1));
-  // Only lanes that pass the checks below are stored, and those have |q| <= 15, so q as an
-  // int32 decides the move's direction.
-  const __m256i q32 = _mm256_insertf128_si256(_mm256_castsi128_si256(_mm256_cvtpd_epi32(q[0])),
-                                              _mm256_cvtpd_epi32(q[1]), 1);
-  const __m256i state = LatticeStateEight(ref_bits);
-  const __m256i bits = WithHistoryEight(lattice_bits, NextHistoryEight(state, q32));
-  // The checks of QuantizeFourLowRankF32, on the reconstruction as stored.
-  const __m256 r = _mm256_castsi256_ps(bits);
-  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffff));
-  const __m256d max_index = _mm256_set1_pd(0x1p50);
-  const __m256d direct = _mm256_set1_pd(kDirectSymbols / 2 - 0.5);
-  const __m256d bound4 = _mm256_set1_pd(bound);
-  for (int h = 0; h < 2; ++h) {
-    const __m256d rd = _mm256_cvtps_pd(h ? _mm256_extractf128_ps(r, 1) : _mm256_castps256_ps128(r));
-    const __m256d indexed =
-        _mm256_and_pd(_mm256_cmp_pd(_mm256_and_pd(pt[h], abs_mask), max_index, _CMP_LE_OQ),
-                      _mm256_cmp_pd(_mm256_and_pd(t[h], abs_mask), max_index, _CMP_LE_OQ));
-    const __m256d close = _mm256_and_pd(
-        _mm256_cmp_pd(_mm256_and_pd(_mm256_sub_pd(xd[h], rd), abs_mask), bound4, _CMP_LT_OQ),
-        _mm256_cmp_pd(xd[h], _mm256_setzero_pd(), _CMP_NEQ_UQ));
-    const __m256d small = _mm256_cmp_pd(_mm256_and_pd(q[h], abs_mask), direct, _CMP_LT_OQ);
-    if (_mm256_movemask_pd(_mm256_and_pd(_mm256_and_pd(indexed, close), small)) != 0xf) {
-      return false;
-    }
+  alignas(16) float lows[4], highs[4];
+  _mm_store_ps(lows, _mm_min_ps(low0, low1));
+  _mm_store_ps(highs, _mm_max_ps(high0, high1));
+  for (int k = 0; k < 4; ++k) {
+    *low = std::min(*low, lows[k]);
+    *high = std::max(*high, highs[k]);
   }
-  if (non_negative && _mm256_movemask_ps(_mm256_castsi256_ps(
-                          _mm256_cmpgt_epi32(bits, _mm256_set1_epi32(-1)))) != 0xff) {
-    return false;
-  }
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(recon), bits);
-  const __m256i zigzag = _mm256_xor_si256(_mm256_slli_epi32(q32, 1), _mm256_srai_epi32(q32, 31));
-  StoreLowBytesEight(zigzag, symbols);
-  StoreLowBytesEight(state, history);
-  return true;
+  return i;
 }
-// DecodeFourLowRankF32 for eight elements, all with direct symbols (`eight`, one per byte):
-// (kp + shift + 64 q) * fine rounded once to float, with the next history state. Returns false,
-// having written nothing, when a reference has no index.
-__attribute__((target("avx2"), always_inline)) inline bool DecodeEightLowRankF32(
-    uint64_t eight, double fine, double inverse_fine, const int32_t* shift, const uint8_t* ref,
-    uint8_t* out) {
-  const __m256i ref_bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ref));
-  const __m256 p = _mm256_castsi256_ps(ref_bits);
-  const __m256d inv = _mm256_set1_pd(inverse_fine), max_index = _mm256_set1_pd(0x1p50);
-  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffff));
-  __m256d kp[2];
-  for (int h = 0; h < 2; ++h) {
-    const __m256d pt = _mm256_mul_pd(
-        _mm256_cvtps_pd(h ? _mm256_extractf128_ps(p, 1) : _mm256_castps256_ps128(p)), inv);
-    const __m256d indexed = _mm256_cmp_pd(_mm256_and_pd(pt, abs_mask), max_index, _CMP_LE_OQ);
-    if (_mm256_movemask_pd(indexed) != 0xf) return false;
-    kp[h] = RoundToIntegerFour(pt);
+
+// The low-rank fit's input for F32 elements, four at a time: (x - p) * inverse_step, 0 where
+// that is not finite, clamped to ±max_steps (DeltaInSteps in plan.cc). Returns how many
+// elements it covered.
+inline size_t DeltaInStepsF32(const uint8_t* in, const uint8_t* ref, size_t n, double inverse_step,
+                              double max_steps, float* out) {
+  const __m128d inverse = _mm_set1_pd(inverse_step), high = _mm_set1_pd(max_steps),
+                low = _mm_set1_pd(-max_steps);
+  const __m128d magnitude = _mm_castsi128_pd(_mm_set1_epi64x(0x7fffffffffffffff));
+  const __m128d infinity = _mm_set1_pd(std::numeric_limits<double>::infinity());
+  auto steps = [&](__m128d x, __m128d p) {
+    const __m128d d = _mm_mul_pd(_mm_sub_pd(x, p), inverse);
+    const __m128d finite = _mm_cmplt_pd(_mm_and_pd(d, magnitude), infinity);  // not NaN, ±Inf
+    return _mm_cvtpd_ps(_mm_and_pd(finite, _mm_min_pd(_mm_max_pd(d, low), high)));
+  };
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m128 x = _mm_loadu_ps(reinterpret_cast<const float*>(in) + i);
+    const __m128 p = _mm_loadu_ps(reinterpret_cast<const float*>(ref) + i);
+    const __m128 d_low = steps(_mm_cvtps_pd(x), _mm_cvtps_pd(p));
+    const __m128 d_high =
+        steps(_mm_cvtps_pd(_mm_movehl_ps(x, x)), _mm_cvtps_pd(_mm_movehl_ps(p, p)));
+    _mm_storeu_ps(out + i, _mm_movelh_ps(d_low, d_high));
   }
-  const __m256i z = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(eight)));
-  const __m256i q = _mm256_xor_si256(
-      _mm256_srli_epi32(z, 1),
-      _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_and_si256(z, _mm256_set1_epi32(1))));
-  const __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(shift));
-  const __m256d move = _mm256_set1_pd(64), fine4 = _mm256_set1_pd(fine);
-  __m128 lattice[2];
-  for (int h = 0; h < 2; ++h) {
-    const __m128i s_half = h ? _mm256_extracti128_si256(s, 1) : _mm256_castsi256_si128(s);
-    const __m128i q_half = h ? _mm256_extracti128_si256(q, 1) : _mm256_castsi256_si128(q);
-    const __m256d base = _mm256_add_pd(kp[h], _mm256_cvtepi32_pd(s_half));
-    lattice[h] = _mm256_cvtpd_ps(
-        _mm256_mul_pd(_mm256_add_pd(base, _mm256_mul_pd(move, _mm256_cvtepi32_pd(q_half))), fine4));
-  }
-  const __m256i bits =
-      _mm256_castps_si256(_mm256_insertf128_ps(_mm256_castps128_ps256(lattice[0]), lattice[1], 1));
-  const __m256i next = NextHistoryEight(LatticeStateEight(ref_bits), q);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), WithHistoryEight(bits, next));
-  return true;
+  return i;
 }
-#endif
 
 }  // namespace ckpt::lossy
+#endif  // __SSE2__
