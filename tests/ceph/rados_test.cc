@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "ceph_cluster.h"
-#include "chunk_store.h"  // internal: the RADOS chunk store
+#include "backends/chunk_store.h"  // internal: the RADOS chunk store
 #include "test_support.h"
 
 namespace ckpt {

@@ -7,7 +7,7 @@
 #include <random>
 #include <set>
 
-#include "records.h"
+#include "records/records.h"
 #include "store_fixture.h"
 #include "test_support.h"
 

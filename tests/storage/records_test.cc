@@ -1,11 +1,11 @@
 // Round trips and corruption handling of every persisted record (storage/src/records.h).
-#include "records.h"
+#include "records/records.h"
 
 #include <gtest/gtest.h>
 
 #include "ckpt/codec/binary.h"
 #include "ckpt/codec/hashing.h"
-#include "reference_cache.h"
+#include "core/reference_cache.h"
 
 namespace ckpt {
 namespace {

@@ -1,7 +1,7 @@
 // Scrub: every stored chunk read and verified, every version restored, leftovers counted.
 #include <gtest/gtest.h>
 
-#include "keys.h"
+#include "records/keys.h"
 #include "store_fixture.h"
 #include "store_inspection.h"
 #include "test_support.h"

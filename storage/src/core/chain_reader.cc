@@ -1,10 +1,10 @@
-#include "chain_reader.h"
+#include "core/chain_reader.h"
 
 #include <algorithm>
 
 #include "ckpt/codec/hashing.h"
 #include "ckpt/codec/tensor_codec.h"
-#include "keys.h"
+#include "records/keys.h"
 
 namespace ckpt {
 

@@ -1,9 +1,9 @@
-#include "model_chains.h"
+#include "core/model_chains.h"
 
 #include <memory>
 #include <vector>
 
-#include "keys.h"
+#include "records/keys.h"
 
 namespace ckpt {
 

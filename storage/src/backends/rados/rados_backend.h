@@ -8,7 +8,7 @@
 
 #include "ckpt/codec/status.h"
 #include "ckpt/storage/checkpoint_store.h"
-#include "store_backend.h"
+#include "backends/store_backend.h"
 
 namespace ckpt {
 

@@ -1,5 +1,5 @@
 // ChunkStore on Ceph RADOS through librados: one object per chunk, in one namespace of a pool.
-#include "rados_chunk_store.h"
+#include "backends/rados/rados_chunk_store.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -7,7 +7,7 @@
 #include <limits>
 #include <rados/librados.hpp>
 
-#include "rados_status.h"
+#include "backends/rados/rados_status.h"
 
 namespace ckpt {
 namespace {

@@ -1,9 +1,9 @@
-#include "garbage_collector.h"
+#include "core/garbage_collector.h"
 
 #include <optional>
 #include <vector>
 
-#include "keys.h"
+#include "records/keys.h"
 
 namespace ckpt {
 

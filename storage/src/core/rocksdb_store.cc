@@ -20,22 +20,22 @@
 #include <set>
 #include <unordered_map>
 
-#include "chain_reader.h"
+#include "core/chain_reader.h"
 #include "ckpt/codec/hashing.h"
 #include "ckpt/codec/lossy_codec.h"
 #include "ckpt/codec/safetensors.h"
 #include "ckpt/codec/tensor_codec.h"
 #include "ckpt/storage/checkpoint_store.h"
-#include "garbage_collector.h"
-#include "keys.h"
-#include "model_chains.h"
-#include "model_locks.h"
-#include "records.h"
-#include "reference_cache.h"
-#include "store_context.h"
-#include "worker_pool.h"
+#include "core/garbage_collector.h"
+#include "records/keys.h"
+#include "core/model_chains.h"
+#include "core/model_locks.h"
+#include "records/records.h"
+#include "core/reference_cache.h"
+#include "core/store_context.h"
+#include "core/worker_pool.h"
 #ifdef CKPT_WITH_RADOS
-#include "rados_backend.h"
+#include "backends/rados/rados_backend.h"
 #endif
 
 namespace ckpt {

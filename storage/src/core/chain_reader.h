@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "ckpt/codec/status.h"
-#include "records.h"
-#include "reference_cache.h"
-#include "store_backend.h"
+#include "records/records.h"
+#include "core/reference_cache.h"
+#include "backends/store_backend.h"
 
 namespace ckpt {
 

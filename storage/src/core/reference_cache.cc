@@ -1,6 +1,6 @@
-#include "reference_cache.h"
+#include "core/reference_cache.h"
 
-#include "keys.h"
+#include "records/keys.h"
 
 namespace ckpt {
 

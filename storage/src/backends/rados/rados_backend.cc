@@ -14,7 +14,7 @@
 // the lease (paused, partitioned) cannot commit: the new owner bumped the epoch when it took
 // over. Seqs are allocated above epoch << 40, so chunk records of a fenced owner's unfinished push
 // never share a name with the new owner's.
-#include "rados_backend.h"
+#include "backends/rados/rados_backend.h"
 
 #include <rocksdb/write_batch.h>
 
@@ -33,10 +33,10 @@
 #include <thread>
 #include <unordered_map>
 
-#include "chain_reader.h"
-#include "keys.h"
-#include "rados_chunk_store.h"
-#include "rados_status.h"
+#include "core/chain_reader.h"
+#include "records/keys.h"
+#include "backends/rados/rados_chunk_store.h"
+#include "backends/rados/rados_status.h"
 
 namespace ckpt {
 namespace {

@@ -19,8 +19,8 @@
 
 #include "ckpt/codec/status.h"
 #include "ckpt/storage/checkpoint_store.h"
-#include "model_chains.h"
-#include "store_context.h"
+#include "core/model_chains.h"
+#include "core/store_context.h"
 
 namespace ckpt {
 

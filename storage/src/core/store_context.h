@@ -13,12 +13,12 @@
 #include <string>
 #include <string_view>
 
-#include "chain_reader.h"
+#include "core/chain_reader.h"
 #include "ckpt/codec/status.h"
 #include "ckpt/codec/tensor_codec.h"
 #include "ckpt/storage/checkpoint_store.h"
-#include "reference_cache.h"
-#include "store_backend.h"
+#include "core/reference_cache.h"
+#include "backends/store_backend.h"
 
 namespace ckpt {
 

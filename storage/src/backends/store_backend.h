@@ -30,7 +30,7 @@
 
 #include "ckpt/codec/status.h"
 #include "ckpt/storage/checkpoint_store.h"
-#include "records.h"
+#include "records/records.h"
 
 namespace ckpt {
 

@@ -4,7 +4,7 @@
 #include <memory>
 #include <rados/librados.hpp>
 
-#include "chunk_store.h"
+#include "backends/chunk_store.h"
 
 namespace ckpt {
 
