@@ -8,14 +8,6 @@
 
 namespace ckpt {
 
-Status FromRocks(const rocksdb::Status& s, std::string_view what) {
-  if (s.ok()) return Status::Ok();
-  std::string msg = std::string(what) + ": " + s.ToString();
-  if (s.IsNotFound()) return Status::NotFound(std::move(msg));
-  if (s.IsCorruption()) return Status::DataLoss(std::move(msg));
-  return Status::IoError(std::move(msg));
-}
-
 ChainReader::ChainReader(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* manifests,
                          StoreBackend* backend, const rocksdb::Snapshot* snapshot,
                          std::string model, ReferenceCache* cache, uint64_t cache_generation)

@@ -18,10 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/codec/status.h"
-#include "records/records.h"
-#include "core/reference_cache.h"
 #include "backends/store_backend.h"
+#include "ckpt/codec/status.h"
+#include "core/reference_cache.h"
+#include "core/rocks_status.h"
+#include "records/records.h"
 
 namespace ckpt {
 
@@ -73,8 +74,5 @@ class ChainReader {
   std::map<uint64_t, ManifestRecord> manifests_by_seq_;  // guarded by mu_
   std::atomic<uint64_t> links_decoded_{0};
 };
-
-// Converts a RocksDB status into a ckpt::Status (IoError, DataLoss for corruption, NotFound).
-Status FromRocks(const rocksdb::Status& s, std::string_view what);
 
 }  // namespace ckpt

@@ -3,6 +3,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/chain_reader.h"
 #include "records/keys.h"
 
 namespace ckpt {

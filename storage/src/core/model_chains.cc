@@ -3,6 +3,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/chain_reader.h"
 #include "records/keys.h"
 
 namespace ckpt {

@@ -16,8 +16,8 @@
 #include <string>
 
 #include "ckpt/codec/status.h"
-#include "records/records.h"
 #include "core/store_context.h"
+#include "records/records.h"
 
 namespace ckpt {
 

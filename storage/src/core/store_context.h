@@ -8,21 +8,29 @@
 #include <rocksdb/db.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 
-#include "core/chain_reader.h"
+#include "backends/store_backend.h"
 #include "ckpt/codec/status.h"
 #include "ckpt/codec/tensor_codec.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "core/reference_cache.h"
-#include "backends/store_backend.h"
+#include "core/rocks_status.h"
 
 namespace ckpt {
 
-// Everything a push or restore needs from the store, owned by the store.
+// Wall-clock time in milliseconds since the epoch, as records store it.
+inline int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 // Cumulative counters of an open store (reported by CheckpointStore::Stats). Lock-free,
 // relaxed order: monitoring figures, never used for decisions.
 struct StoreCounters {
@@ -38,6 +46,7 @@ struct StoreCounters {
   std::atomic<uint64_t> restore_links_decoded{0};
 };
 
+// Everything a push, restore or maintenance task needs from the store, owned by the store.
 struct StoreContext {
   rocksdb::DB* db = nullptr;
   rocksdb::ColumnFamilyHandle* models = nullptr;
@@ -45,6 +54,7 @@ struct StoreContext {
   rocksdb::ColumnFamilyHandle* manifests = nullptr;
   rocksdb::ColumnFamilyHandle* codec_state = nullptr;
   rocksdb::ColumnFamilyHandle* tags = nullptr;
+  rocksdb::ColumnFamilyHandle* chunks = nullptr;  // the local backend's chunk records
   // Serializes tag changes with the deletions and pushes that must see them (taken after a
   // model lock, never before).
   std::mutex* tags_mu = nullptr;

@@ -4,6 +4,7 @@
 
 #include "ckpt/codec/binary.h"
 #include "ckpt/codec/hashing.h"
+#include "records/keys.h"
 
 namespace ckpt {
 namespace {
@@ -327,6 +328,17 @@ Result<CodecStateRecord> CodecStateRecord::Decode(std::string_view bytes) {
   }
   CKPT_RETURN_IF_ERROR(CheckFullyConsumed(r, "codec state record"));
   return s;
+}
+
+std::string TagRecord::Encode() const {
+  std::string out;
+  storage_keys::AppendBigEndian(out, version, kEncodedBytes);
+  return out;
+}
+
+Result<TagRecord> TagRecord::Decode(std::string_view bytes) {
+  if (bytes.size() != kEncodedBytes) return Status::DataLoss("malformed tag record");
+  return TagRecord{storage_keys::ReadBigEndian(bytes, 0, kEncodedBytes)};
 }
 
 }  // namespace ckpt

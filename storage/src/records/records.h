@@ -149,4 +149,14 @@ struct CodecStateRecord {
   static Result<CodecStateRecord> Decode(std::string_view bytes);
 };
 
+// tags family, key "<model>\0<tag>". The version a tag names as 8 bytes, big-endian, without a
+// format byte: the layout predates them, and a later layout must differ in length.
+struct TagRecord {
+  static constexpr int kEncodedBytes = 8;
+  uint64_t version = 0;
+
+  std::string Encode() const;
+  static Result<TagRecord> Decode(std::string_view bytes);
+};
+
 }  // namespace ckpt

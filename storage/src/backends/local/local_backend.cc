@@ -1,7 +1,7 @@
 // The single-node backend: chunk records in RocksDB's chunks family, beside the metadata.
+#include "backends/store_backend.h"
 #include "core/chain_reader.h"
 #include "records/keys.h"
-#include "backends/store_backend.h"
 
 namespace ckpt {
 

@@ -33,10 +33,10 @@
 #include <thread>
 #include <unordered_map>
 
-#include "core/chain_reader.h"
-#include "records/keys.h"
 #include "backends/rados/rados_chunk_store.h"
 #include "backends/rados/rados_status.h"
+#include "core/chain_reader.h"
+#include "records/keys.h"
 
 namespace ckpt {
 namespace {

@@ -6,9 +6,9 @@
 
 #include <memory>
 
+#include "backends/store_backend.h"
 #include "ckpt/codec/status.h"
 #include "ckpt/storage/checkpoint_store.h"
-#include "backends/store_backend.h"
 
 namespace ckpt {
 

@@ -1,0 +1,92 @@
+// The store's column families and their options (store_schema.h).
+#include "core/store_schema.h"
+
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+
+#include "core/rocks_status.h"
+
+namespace ckpt {
+namespace {
+
+constexpr char kModelsFamily[] = "models";
+constexpr char kVersionsFamily[] = "versions";
+constexpr char kManifestsFamily[] = "manifests";
+constexpr char kChunksFamily[] = "chunks";
+constexpr char kCodecStateFamily[] = "codec_state";
+constexpr char kTagsFamily[] = "tags";
+
+// Chunk payloads at least this large live in blob files rather than in the LSM tree.
+constexpr uint64_t kMinBlobBytes = 4096;
+
+// SST block sizes. A version record (mostly the pushed safetensors header) and a manifest are a
+// few KiB and nearly equal from one version to the next: 64 KiB blocks let zstd code a dozen of
+// them together (the versions family's SSTs shrink ~4x against 4 KiB blocks). The chunks family
+// holds small payloads and blob references, read in key order by a restore.
+constexpr size_t kMetadataBlockBytes = 64 << 10;
+constexpr size_t kChunkBlockBytes = 16 << 10;
+
+}  // namespace
+
+Status OpenStoreDatabase(const std::string& data_dir, std::unique_ptr<rocksdb::DB>* db,
+                         StoreFamilies* families) {
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  db_options.keep_log_file_num = 2;
+  db_options.max_background_jobs = 2;
+  // Old WAL files are kept alive by the smallest family's memtable; cap their total so the
+  // metadata families get flushed and the WAL does not grow with the chunk traffic.
+  db_options.max_total_wal_size = 256ull << 20;
+
+  rocksdb::ColumnFamilyOptions meta;
+  meta.compression = rocksdb::kZSTD;
+  rocksdb::BlockBasedTableOptions meta_table;
+  meta_table.block_size = kMetadataBlockBytes;
+  meta.table_factory.reset(rocksdb::NewBlockBasedTableFactory(meta_table));
+  meta.write_buffer_size = 8 << 20;
+
+  rocksdb::ColumnFamilyOptions chunks;
+  // Large payloads go to blob files as they are (already entropy-coded); the LSM tree holds
+  // small payloads and blob references, whose headers and keys compress well.
+  chunks.compression = rocksdb::kZSTD;
+  rocksdb::BlockBasedTableOptions chunk_table;
+  chunk_table.block_size = kChunkBlockBytes;
+  chunks.table_factory.reset(rocksdb::NewBlockBasedTableFactory(chunk_table));
+  chunks.enable_blob_files = true;
+  chunks.min_blob_size = kMinBlobBytes;
+  chunks.blob_file_size = 256ull << 20;
+  chunks.blob_compression_type = rocksdb::kNoCompression;
+  chunks.enable_blob_garbage_collection = true;
+  // Memtables hold chunk values until they are flushed into blob files: 2 x 32 MiB bounds
+  // that memory while keeping flushes large.
+  chunks.write_buffer_size = 32 << 20;
+  chunks.max_write_buffer_number = 2;
+
+  const std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
+      {rocksdb::kDefaultColumnFamilyName, meta},
+      {kModelsFamily, meta},
+      {kVersionsFamily, meta},
+      {kManifestsFamily, meta},
+      {kChunksFamily, chunks},
+      {kCodecStateFamily, meta},
+      {kTagsFamily, meta},
+  };
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  CKPT_RETURN_IF_ERROR(
+      FromRocks(rocksdb::DB::Open(db_options, data_dir, descriptors, &handles, &raw),
+                "opening RocksDB at '" + data_dir + "'"));
+  db->reset(raw);
+  families->all = handles;
+  families->models = handles[1];
+  families->versions = handles[2];
+  families->manifests = handles[3];
+  families->chunks = handles[4];
+  families->codec_state = handles[5];
+  families->tags = handles[6];
+  return Status::Ok();
+}
+
+}  // namespace ckpt
