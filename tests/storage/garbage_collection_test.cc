@@ -280,7 +280,7 @@ TEST_F(GarbageCollectionTest, ModelsWithRetentionRulesAreCodedWithoutElementHist
   // Model -> the payload versions of its lossy chunks (3: lattice with history, 2: without).
   std::map<std::string, std::set<int>> payload_versions;
   for (const auto& [key, value] : testing::ReadAll(dir_.str(), "chunks")) {
-    auto record = ChunkRecord::Decode(value);
+    auto record = ChunkRecord::DecodeFrom(value);
     ASSERT_TRUE(record.ok()) << record.status().ToString();
     if (record->codec_id != static_cast<uint16_t>(CodecId::kLossyQuantized)) continue;
     payload_versions[key.substr(0, key.find('\0'))].insert(

@@ -13,13 +13,13 @@ namespace {
 template <typename Record>
 void ExpectTruncationsAreDataLoss(const std::string& bytes) {
   for (size_t n = 0; n < bytes.size(); ++n) {
-    auto r = Record::Decode(std::string_view(bytes).substr(0, n));
+    auto r = Record::DecodeFrom(std::string_view(bytes).substr(0, n));
     ASSERT_FALSE(r.ok()) << "prefix of " << n << " bytes decoded";
     EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
   }
   std::string bad_version = bytes;
   bad_version[0] = 99;
-  auto r = Record::Decode(bad_version);
+  auto r = Record::DecodeFrom(bad_version);
   ASSERT_EQ(r.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(r.status().message().find("format version 99"), std::string::npos);
 }
@@ -34,8 +34,8 @@ TEST(Records, ModelRecordRoundTrips) {
   m.raw_bytes = 1ull << 40;
   m.stored_bytes = 12345;
   m.retention_json = R"({"keep_last":3})";
-  const std::string bytes = m.Encode();
-  auto d = ModelRecord::Decode(bytes);
+  const std::string bytes = Encoded(m);
+  auto d = ModelRecord::DecodeFrom(bytes);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->retention_json, m.retention_json);
   EXPECT_EQ(d->created_at_ms, m.created_at_ms);
@@ -63,8 +63,8 @@ TEST(Records, VersionRecordRoundTripsIncludingRawHeader) {
   v.lossy = true;
   v.metrics = {{"loss", 1.25}, {"acc", -0.0}};
   v.labels = {{"run", "a1"}, {"empty", ""}};
-  const std::string bytes = v.Encode();
-  auto d = VersionRecord::Decode(bytes);
+  const std::string bytes = Encoded(v);
+  auto d = VersionRecord::DecodeFrom(bytes);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->metrics, v.metrics);
   EXPECT_EQ(d->labels, v.labels);
@@ -77,7 +77,7 @@ TEST(Records, VersionRecordRoundTripsIncludingRawHeader) {
   EXPECT_EQ(d->restored_sha256_hex, v.restored_sha256_hex);
   EXPECT_TRUE(d->lossy);
   ExpectTruncationsAreDataLoss<VersionRecord>(bytes);
-  EXPECT_EQ(VersionRecord::Decode(bytes + "x").status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(VersionRecord::DecodeFrom(bytes + "x").status().code(), StatusCode::kDataLoss);
 }
 
 TEST(Records, ManifestRecordRoundTripsEveryTensorField) {
@@ -112,8 +112,8 @@ TEST(Records, ManifestRecordRoundTripsEveryTensorField) {
   scalar.chunk_bytes = 8;
   scalar.chunk_count = 1;
   m.tensors = {a, scalar};
-  const std::string bytes = m.Encode();
-  auto d = ManifestRecord::Decode(bytes);
+  const std::string bytes = Encoded(m);
+  auto d = ManifestRecord::DecodeFrom(bytes);
   ASSERT_TRUE(d.ok());
   ASSERT_EQ(d->tensors.size(), 2u);
   const auto& t = d->tensors[0];
@@ -156,7 +156,7 @@ TEST(Records, FormatOneVersionAndManifestRecordsStillDecode) {
   v.PutU32(1);    // tensor_count
   v.PutLengthPrefixed(std::string(64, 'c'));
   v.PutLengthPrefixed64("header");
-  auto version = VersionRecord::Decode(v.data());
+  auto version = VersionRecord::DecodeFrom(v.data());
   ASSERT_TRUE(version.ok()) << version.status().ToString();
   EXPECT_EQ(version->seq, 7u);
   EXPECT_EQ(version->restored_sha256_hex, std::string(64, 'c'));
@@ -182,7 +182,7 @@ TEST(Records, FormatOneVersionAndManifestRecordsStillDecode) {
   m.PutU32(0);  // base_tensor
   m.PutU64(5);  // keyframe_seq
   m.PutU32(1);  // chain_length
-  auto manifest = ManifestRecord::Decode(m.data());
+  auto manifest = ManifestRecord::DecodeFrom(m.data());
   ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
   ASSERT_EQ(manifest->tensors.size(), 1u);
   const ManifestTensor& t = manifest->tensors[0];
@@ -192,7 +192,7 @@ TEST(Records, FormatOneVersionAndManifestRecordsStillDecode) {
   EXPECT_EQ(t.quantizer, 0);
   EXPECT_EQ(t.stored_bytes, 0u);
   // A format-1 record with format-2 fields appended is not format 1: trailing bytes.
-  EXPECT_EQ(ManifestRecord::Decode(m.data() + std::string(8, '\0')).status().code(),
+  EXPECT_EQ(ManifestRecord::DecodeFrom(m.data() + std::string(8, '\0')).status().code(),
             StatusCode::kDataLoss);
 }
 
@@ -206,8 +206,8 @@ TEST(Records, ChunkRecordRoundTripsAndDetectsPayloadCorruption) {
   c.payload = payload;
   c.payload_checksum = Xxh3Checksum(
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()));
-  const std::string bytes = c.Encode();
-  auto d = ChunkRecord::Decode(bytes);
+  const std::string bytes = Encoded(c);
+  auto d = ChunkRecord::DecodeFrom(bytes);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->codec_id, 1);
   EXPECT_EQ(d->kind, FrameKind::kKeyframe);
@@ -216,18 +216,18 @@ TEST(Records, ChunkRecordRoundTripsAndDetectsPayloadCorruption) {
   EXPECT_EQ(d->payload, payload);
   std::string flipped = bytes;
   flipped.back() ^= 1;
-  auto bad = ChunkRecord::Decode(flipped);
+  auto bad = ChunkRecord::DecodeFrom(flipped);
   ASSERT_EQ(bad.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(bad.status().message().find("checksum"), std::string::npos);
   std::string bad_kind = bytes;
   bad_kind[3] = 7;
-  EXPECT_EQ(ChunkRecord::Decode(bad_kind).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(ChunkRecord::DecodeFrom(bad_kind).status().code(), StatusCode::kDataLoss);
 }
 
 TEST(Records, CodecStateRecordRoundTrips) {
   CodecStateRecord s{123, 100, 130};
-  const std::string bytes = s.Encode();
-  auto d = CodecStateRecord::Decode(bytes);
+  const std::string bytes = Encoded(s);
+  auto d = CodecStateRecord::DecodeFrom(bytes);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->reference_seq, 123u);
   EXPECT_EQ(d->reference_floor_seq, 100u);
@@ -237,6 +237,18 @@ TEST(Records, CodecStateRecordRoundTrips) {
 
 // Model records of format 1 (before retention) decode with no retention policy set; version
 // records of format 2 (before metrics) with none.
+// The tag layout has no format byte: the exact eight bytes are the format.
+TEST(Records, TagRecordIsTheVersionBigEndianAndRejectsOtherLengths) {
+  const std::string bytes = Encoded(TagRecord{0x0102030405060708ull});
+  EXPECT_EQ(bytes, std::string("\x01\x02\x03\x04\x05\x06\x07\x08", 8));
+  auto decoded = TagRecord::DecodeFrom(bytes);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(decoded->version, 0x0102030405060708ull);
+  for (const std::string& bad : {std::string(), std::string(7, '\0'), std::string(9, '\0')}) {
+    EXPECT_EQ(TagRecord::DecodeFrom(bad).status().code(), StatusCode::kDataLoss) << bad.size();
+  }
+}
+
 TEST(Records, OlderModelAndVersionRecordsStillDecode) {
   ByteWriter m;
   m.PutU8(1);
@@ -247,7 +259,7 @@ TEST(Records, OlderModelAndVersionRecordsStillDecode) {
   m.PutU64(3);
   m.PutU64(30);
   m.PutU64(20);
-  auto model = ModelRecord::Decode(m.data());
+  auto model = ModelRecord::DecodeFrom(m.data());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   EXPECT_EQ(model->latest_version, 300u);
   EXPECT_TRUE(model->retention_json.empty());
@@ -261,7 +273,7 @@ TEST(Records, OlderModelAndVersionRecordsStillDecode) {
   v.PutLengthPrefixed64("header");
   v.PutLengthPrefixed(std::string(64, 'd'));
   v.PutU8(1);
-  auto version = VersionRecord::Decode(v.data());
+  auto version = VersionRecord::DecodeFrom(v.data());
   ASSERT_TRUE(version.ok()) << version.status().ToString();
   EXPECT_TRUE(version->lossy);
   EXPECT_TRUE(version->metrics.empty());
@@ -275,7 +287,7 @@ TEST(Records, FormatOneCodecStateRecordStillDecodes) {
   w.PutU8(1);
   w.PutU64(9);  // reference_seq
   w.PutU64(4);  // reference_floor_seq
-  auto d = CodecStateRecord::Decode(w.data());
+  auto d = CodecStateRecord::DecodeFrom(w.data());
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->reference_seq, 9u);
   EXPECT_EQ(d->next_seq, 10u);

@@ -89,7 +89,7 @@ Result<std::map<uint64_t, std::vector<std::string>>> TagsByVersion(const StoreCo
   std::unique_ptr<rocksdb::Iterator> it(ctx.db->NewIterator(ro, ctx.tags));
   const std::string prefix = keys::ModelPrefix(model);
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    auto tag = TagRecord::Decode(it->value().ToStringView());
+    auto tag = TagRecord::DecodeFrom(it->value().ToStringView());
     if (!tag.ok()) return tag.status().WithContext("model '" + std::string(model) + "'");
     out[tag->version].push_back(it->key().ToString().substr(prefix.size()));
   }
@@ -106,7 +106,7 @@ Result<std::vector<VersionInfo>> ListVersionsAt(const StoreContext& ctx,
   std::unique_ptr<rocksdb::Iterator> it(ctx.db->NewIterator(ro, ctx.versions));
   const std::string prefix = keys::ModelPrefix(model);
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    auto vr = VersionRecord::Decode(it->value().ToStringView());
+    auto vr = VersionRecord::DecodeFrom(it->value().ToStringView());
     if (!vr.ok()) return vr.status().WithContext("model '" + std::string(model) + "'");
     const uint64_t number = keys::NumberAfterPrefix(it->key().ToStringView(), model.size());
     out.push_back(MakeVersionInfo(model, number, *vr));
@@ -131,7 +131,7 @@ Result<std::vector<ModelInfo>> ListAllModels(const StoreContext& ctx) {
   }
   std::unique_ptr<rocksdb::Iterator> it(ctx.db->NewIterator(rocksdb::ReadOptions(), ctx.models));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    auto record = ModelRecord::Decode(it->value().ToStringView());
+    auto record = ModelRecord::DecodeFrom(it->value().ToStringView());
     if (!record.ok()) return record.status().WithContext("model '" + it->key().ToString() + "'");
     out.push_back(MakeModelInfo(it->key().ToStringView(), *record));
   }

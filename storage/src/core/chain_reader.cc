@@ -31,7 +31,7 @@ Result<const ManifestRecord*> ChainReader::Manifest(uint64_t seq) {
   CKPT_RETURN_IF_ERROR(
       FromRocks(db_->Get(read_options_, manifests_, storage_keys::ManifestKey(model_, seq), &value),
                 "model '" + model_ + "' manifest " + std::to_string(seq)));
-  auto decoded = ManifestRecord::Decode(value);
+  auto decoded = ManifestRecord::DecodeFrom(value);
   if (!decoded.ok()) {
     return decoded.status().WithContext("model '" + model_ + "' manifest " + std::to_string(seq));
   }
@@ -147,7 +147,7 @@ Status ChainReader::Decode(uint64_t seq, uint32_t tensor, uint32_t chunk, std::v
       }
     }
     const rocksdb::PinnableSlice& value = window[next_stored++ - window_begin];
-    auto record = ChunkRecord::Decode(value.ToStringView());
+    auto record = ChunkRecord::DecodeFrom(value.ToStringView());
     if (!record.ok()) return record.status().WithContext(where);
     if (record->kind != e.kind) {
       return Status::DataLoss(where + ": frame kind differs from manifest");

@@ -116,7 +116,8 @@ class Collector {
       CKPT_RETURN_IF_ERROR(
           ctx_.backend->GetChunk(rocksdb::ReadOptions(), chains_.model, seq, tensor, chunk, &value)
               .WithContext("model '" + chains_.model + "': reading chunk to rebase"));
-      CKPT_ASSIGN_OR_RETURN(const ChunkRecord record, ChunkRecord::Decode(value.ToStringView()));
+      CKPT_ASSIGN_OR_RETURN(const ChunkRecord record,
+                            ChunkRecord::DecodeFrom(value.ToStringView()));
       if (record.codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized)) {
         const std::span<const uint8_t> payload(
             reinterpret_cast<const uint8_t*>(record.payload.data()), record.payload.size());
@@ -223,7 +224,7 @@ class Collector {
         }
       }
       if (changed || other_seq == new_seq) {
-        batch.Put(ctx_.manifests, keys::ManifestKey(chains_.model, other_seq), m.Encode());
+        batch.Put(ctx_.manifests, keys::ManifestKey(chains_.model, other_seq), Encoded(m));
       }
     }
     const ManifestRecord& written = chains_.manifests.at(new_seq);
@@ -233,7 +234,7 @@ class Collector {
       record.floor_seq = written.floor_seq;
       record.stored_bytes = written.stored_bytes;
       record.kind = VersionRecord::KindOf(written);
-      batch.Put(ctx_.versions, keys::VersionKey(chains_.model, version), record.Encode());
+      batch.Put(ctx_.versions, keys::VersionKey(chains_.model, version), Encoded(record));
     }
     const bool was_reference = state.reference_seq == seq;
     if (was_reference) {
@@ -242,9 +243,9 @@ class Collector {
     }
     state.next_seq = new_seq + 1;
     chains_.codec_state = state;
-    batch.Put(ctx_.codec_state, chains_.model, state.Encode());
+    batch.Put(ctx_.codec_state, chains_.model, Encoded(state));
     chains_.record.stored_bytes = ModelStoredBytes(chains_);
-    batch.Put(ctx_.models, chains_.model, chains_.record.Encode());
+    batch.Put(ctx_.models, chains_.model, Encoded(chains_.record));
     CKPT_RETURN_IF_ERROR(ctx_.backend->Commit(chains_.model, change, "committing rebase"));
     if (was_reference) ctx_.cache->Rekey(chains_.model, seq, new_seq);
     ++report_.versions_rebased;
@@ -275,7 +276,7 @@ class Collector {
       it = needed.count(it->first) ? std::next(it) : chains_.manifests.erase(it);
     }
     chains_.record.stored_bytes = ModelStoredBytes(chains_);
-    change.batch.Put(ctx_.models, chains_.model, chains_.record.Encode());
+    change.batch.Put(ctx_.models, chains_.model, Encoded(chains_.record));
     CKPT_RETURN_IF_ERROR(
         ctx_.backend->Commit(chains_.model, change, "removing unneeded manifests"));
     report_.manifests_removed += removal.manifests;

@@ -61,7 +61,7 @@ Result<ScrubReport> StoreMaintenance::ScrubAt(const rocksdb::ReadOptions& ro,
         }
         ++report.chunks_checked;
         report.bytes_checked += value.size();
-        auto record = ChunkRecord::Decode(value);
+        auto record = ChunkRecord::DecodeFrom(value);
         if (!record.ok()) {
           report.problems.push_back("stored push of version " +
                                     std::to_string(manifest->second.version) + " tensor " +

@@ -21,7 +21,7 @@ Status LoadNumbered(const StoreContext& ctx, const rocksdb::ReadOptions& ro,
   const std::string prefix = keys::ModelPrefix(model);
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
     const uint64_t number = keys::NumberAfterPrefix(it->key().ToStringView(), model.size());
-    auto record = Record::Decode(it->value().ToStringView());
+    auto record = Record::DecodeFrom(it->value().ToStringView());
     if (!record.ok()) {
       return record.status().WithContext("model '" + model + "' " + std::string(what) + " " +
                                          std::to_string(number));

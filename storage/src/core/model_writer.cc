@@ -85,7 +85,7 @@ Status ModelWriter::DeleteVersion(std::string_view model, uint64_t version) {
   chains.versions.erase(victim);
   record.has_versions = !chains.versions.empty();
   record.latest_version = record.has_versions ? chains.versions.rbegin()->first : 0;
-  change.batch.Put(ctx_.models, name, record.Encode());
+  change.batch.Put(ctx_.models, name, Encoded(record));
   CKPT_RETURN_IF_ERROR(ctx_.backend->Commit(name, change, "deleting version"));
   ctx_.counters->versions_deleted.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
@@ -125,7 +125,7 @@ Status ModelWriter::SetTag(std::string_view model, std::string_view tag, uint64_
   std::lock_guard tags_lock(*ctx_.tags_mu);
   CKPT_RETURN_IF_ERROR(FindVersion(ctx_, rocksdb::ReadOptions(), model, version).status());
   ModelChange change;
-  change.batch.Put(ctx_.tags, keys::TagKey(model, tag), TagRecord{version}.Encode());
+  change.batch.Put(ctx_.tags, keys::TagKey(model, tag), Encoded(TagRecord{version}));
   return ctx_.backend->Commit(name, change, "setting tag");
 }
 
@@ -154,7 +154,7 @@ Result<uint64_t> ModelWriter::ResolveTag(std::string_view model, std::string_vie
                             "'");
   }
   CKPT_RETURN_IF_ERROR(FromRocks(s, "reading tag"));
-  CKPT_ASSIGN_OR_RETURN(const TagRecord record, TagRecord::Decode(value));
+  CKPT_ASSIGN_OR_RETURN(const TagRecord record, TagRecord::DecodeFrom(value));
   return record.version;
 }
 
@@ -170,7 +170,7 @@ Status ModelWriter::UpdateModelRecord(std::string_view model, std::string_view w
   if (!record) updated.created_at_ms = NowMs();
   change(updated);
   ModelChange commit;
-  commit.batch.Put(ctx_.models, name, updated.Encode());
+  commit.batch.Put(ctx_.models, name, Encoded(updated));
   return ctx_.backend->Commit(name, commit, what);
 }
 
@@ -219,7 +219,7 @@ Result<RetentionReport> ModelWriter::ApplyRetention(std::string_view model,
         chains.record.raw_bytes -= it->second.raw_bytes;
         chains.versions.erase(it);
       }
-      change.batch.Put(ctx_.models, name, chains.record.Encode());
+      change.batch.Put(ctx_.models, name, Encoded(chains.record));
       CKPT_RETURN_IF_ERROR(ctx_.backend->Commit(name, change, "deleting versions by retention"));
       ctx_.counters->retention_versions_deleted.fetch_add(report.deleted.size(),
                                                           std::memory_order_relaxed);

@@ -115,9 +115,9 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
 
     manifest_.version = version_;
     manifest_.stored_bytes = stored_bytes;
-    std::string manifest_bytes = manifest_.Encode();
+    std::string manifest_bytes = Encoded(manifest_);
     manifest_.stored_bytes += manifest_bytes.size() + vr.raw_header.size();
-    manifest_bytes = manifest_.Encode();
+    manifest_bytes = Encoded(manifest_);
     vr.stored_bytes = manifest_.stored_bytes;
 
     CodecStateRecord state{seq_, manifest_.floor_seq, seq_ + 1};
@@ -133,11 +133,11 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     change.refers_to_new_chunks = true;
     rocksdb::WriteBatch& batch = change.batch;
     batch.Put(ctx_.manifests, keys::ManifestKey(model_, seq_), manifest_bytes);
-    batch.Put(ctx_.versions, keys::VersionKey(model_, version_), vr.Encode());
-    batch.Put(ctx_.codec_state, model_, state.Encode());
-    batch.Put(ctx_.models, model_, model.Encode());
+    batch.Put(ctx_.versions, keys::VersionKey(model_, version_), Encoded(vr));
+    batch.Put(ctx_.codec_state, model_, Encoded(state));
+    batch.Put(ctx_.models, model_, Encoded(model));
     for (const std::string& tag : push_options_.tags) {
-      batch.Put(ctx_.tags, keys::TagKey(model_, tag), TagRecord{version_}.Encode());
+      batch.Put(ctx_.tags, keys::TagKey(model_, tag), Encoded(TagRecord{version_}));
     }
     {
       std::lock_guard tags_lock(*ctx_.tags_mu);

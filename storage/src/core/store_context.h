@@ -73,7 +73,7 @@ struct StoreContext {
     rocksdb::Status s = db->Get(ro, cf, key, &value);
     if (s.IsNotFound()) return std::optional<Record>();
     CKPT_RETURN_IF_ERROR(FromRocks(s, what));
-    auto decoded = Record::Decode(value);
+    auto decoded = Record::DecodeFrom(value);
     if (!decoded.ok()) return decoded.status().WithContext(what);
     return std::optional<Record>(std::move(decoded).value());
   }

@@ -57,7 +57,7 @@ std::span<const uint8_t> AsBytes(std::string_view s) {
 
 }  // namespace
 
-std::string ModelRecord::Encode() const {
+void ModelRecord::EncodeTo(std::string* out) const {
   ByteWriter w;
   w.PutU8(kFormatVersion);
   w.PutU64(static_cast<uint64_t>(created_at_ms));
@@ -68,10 +68,10 @@ std::string ModelRecord::Encode() const {
   w.PutU64(raw_bytes);
   w.PutU64(stored_bytes);
   w.PutLengthPrefixed(retention_json);
-  return w.Release();
+  out->append(w.data());
 }
 
-Result<ModelRecord> ModelRecord::Decode(std::string_view bytes) {
+Result<ModelRecord> ModelRecord::DecodeFrom(std::string_view bytes) {
   ByteReader r(bytes, "model record");
   ModelRecord m;
   uint8_t format = 0;
@@ -92,7 +92,7 @@ Result<ModelRecord> ModelRecord::Decode(std::string_view bytes) {
   return m;
 }
 
-std::string VersionRecord::Encode() const {
+void VersionRecord::EncodeTo(std::string* out) const {
   ByteWriter w;
   w.PutU8(kFormatVersion);
   w.PutU64(seq);
@@ -116,7 +116,7 @@ std::string VersionRecord::Encode() const {
     w.PutLengthPrefixed(name);
     w.PutLengthPrefixed(value);
   }
-  return w.Release();
+  out->append(w.data());
 }
 
 uint8_t VersionRecord::KindOf(const ManifestRecord& manifest) {
@@ -128,7 +128,7 @@ uint8_t VersionRecord::KindOf(const ManifestRecord& manifest) {
   return any_delta ? (any_key ? kKindMixed : kKindDelta) : kKindKeyframe;
 }
 
-Result<VersionRecord> VersionRecord::Decode(std::string_view bytes) {
+Result<VersionRecord> VersionRecord::DecodeFrom(std::string_view bytes) {
   ByteReader r(bytes, "version record");
   VersionRecord v;
   uint8_t format = 0;
@@ -174,7 +174,7 @@ Result<VersionRecord> VersionRecord::Decode(std::string_view bytes) {
   return v;
 }
 
-std::string ManifestRecord::Encode() const {
+void ManifestRecord::EncodeTo(std::string* out) const {
   ByteWriter w;
   w.PutU8(kFormatVersion);
   w.PutU64(version);
@@ -203,10 +203,10 @@ std::string ManifestRecord::Encode() const {
     PutF64(w, t.entropy_bits);
     w.PutU64(t.exact_elements);
   }
-  return w.Release();
+  out->append(w.data());
 }
 
-Result<ManifestRecord> ManifestRecord::Decode(std::string_view bytes) {
+Result<ManifestRecord> ManifestRecord::DecodeFrom(std::string_view bytes) {
   ByteReader r(bytes, "manifest record");
   ManifestRecord m;
   uint8_t format = 0;
@@ -259,7 +259,7 @@ Result<ManifestRecord> ManifestRecord::Decode(std::string_view bytes) {
   return m;
 }
 
-std::string ChunkRecord::Encode() const {
+void ChunkRecord::EncodeTo(std::string* out) const {
   ByteWriter w;
   w.PutU8(kFormatVersion);
   w.PutU16(codec_id);
@@ -268,7 +268,7 @@ std::string ChunkRecord::Encode() const {
   w.PutU64(raw_checksum);
   w.PutU64(payload_checksum);
   w.PutBytes(payload);
-  return w.Release();
+  out->append(w.data());
 }
 
 std::string ChunkRecord::EncodeChunk(const EncodedChunk& encoded, FrameKind kind,
@@ -280,10 +280,10 @@ std::string ChunkRecord::EncodeChunk(const EncodedChunk& encoded, FrameKind kind
   record.raw_checksum = Xxh3Checksum(restored);
   record.payload = encoded.payload;
   record.payload_checksum = Xxh3Checksum(AsBytes(encoded.payload));
-  return record.Encode();
+  return Encoded(record);
 }
 
-Result<ChunkRecord> ChunkRecord::Decode(std::string_view bytes) {
+Result<ChunkRecord> ChunkRecord::DecodeFrom(std::string_view bytes) {
   ByteReader r(bytes, "chunk record");
   ChunkRecord c;
   uint8_t kind = 0;
@@ -305,16 +305,16 @@ Result<ChunkRecord> ChunkRecord::Decode(std::string_view bytes) {
   return c;
 }
 
-std::string CodecStateRecord::Encode() const {
+void CodecStateRecord::EncodeTo(std::string* out) const {
   ByteWriter w;
   w.PutU8(kFormatVersion);
   w.PutU64(reference_seq);
   w.PutU64(reference_floor_seq);
   w.PutU64(next_seq);
-  return w.Release();
+  out->append(w.data());
 }
 
-Result<CodecStateRecord> CodecStateRecord::Decode(std::string_view bytes) {
+Result<CodecStateRecord> CodecStateRecord::DecodeFrom(std::string_view bytes) {
   ByteReader r(bytes, "codec state record");
   CodecStateRecord s;
   uint8_t format = 0;
@@ -330,13 +330,11 @@ Result<CodecStateRecord> CodecStateRecord::Decode(std::string_view bytes) {
   return s;
 }
 
-std::string TagRecord::Encode() const {
-  std::string out;
-  storage_keys::AppendBigEndian(out, version, kEncodedBytes);
-  return out;
+void TagRecord::EncodeTo(std::string* out) const {
+  storage_keys::AppendBigEndian(*out, version, kEncodedBytes);
 }
 
-Result<TagRecord> TagRecord::Decode(std::string_view bytes) {
+Result<TagRecord> TagRecord::DecodeFrom(std::string_view bytes) {
   if (bytes.size() != kEncodedBytes) return Status::DataLoss("malformed tag record");
   return TagRecord{storage_keys::ReadBigEndian(bytes, 0, kEncodedBytes)};
 }

@@ -1,6 +1,6 @@
-// The records ckptd persists in RocksDB, each with EncodeTo/DecodeFrom and a leading format
-// version byte. Byte layouts are documented in docs/format.md. Written to disk: fields may be
-// appended under a new format version, never reordered or reinterpreted.
+// The records ckptd persists in RocksDB, each with EncodeTo/DecodeFrom and (all but TagRecord) a
+// leading format version byte. Byte layouts are documented in docs/format.md. Written to disk:
+// fields may be appended under a new format version, never reordered or reinterpreted.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,14 @@
 
 namespace ckpt {
 
+// A record's encoding as a value of its own.
+template <typename Record>
+std::string Encoded(const Record& record) {
+  std::string out;
+  record.EncodeTo(&out);
+  return out;
+}
+
 // models family, key "<model>". Format 2 appended retention_json (format 1: none set).
 struct ModelRecord {
   static constexpr uint8_t kFormatVersion = 2;
@@ -29,8 +37,8 @@ struct ModelRecord {
   uint64_t raw_bytes = 0;
   uint64_t stored_bytes = 0;
 
-  std::string Encode() const;
-  static Result<ModelRecord> Decode(std::string_view bytes);
+  void EncodeTo(std::string* out) const;  // appends
+  static Result<ModelRecord> DecodeFrom(std::string_view bytes);
 };
 
 struct ManifestRecord;
@@ -57,8 +65,8 @@ struct VersionRecord {
   std::map<std::string, double> metrics;  // pushed with the version (metric.<name>)
   std::map<std::string, std::string> labels;  // pushed with the version (label.<name>)
 
-  std::string Encode() const;
-  static Result<VersionRecord> Decode(std::string_view bytes);
+  void EncodeTo(std::string* out) const;  // appends
+  static Result<VersionRecord> DecodeFrom(std::string_view bytes);
 
   // The kind of a version stored as `manifest`: keyframe, delta, or mixed when its tensors
   // differ (tensors without chunks do not count).
@@ -110,8 +118,8 @@ struct ManifestRecord {
   uint64_t stored_bytes = 0;
   std::vector<ManifestTensor> tensors;  // body order
 
-  std::string Encode() const;
-  static Result<ManifestRecord> Decode(std::string_view bytes);
+  void EncodeTo(std::string* out) const;  // appends
+  static Result<ManifestRecord> DecodeFrom(std::string_view bytes);
 };
 
 // chunks family, key "<model>\0" + u64 seq + u32 tensor + u32 chunk. Header then payload.
@@ -124,13 +132,13 @@ struct ChunkRecord {
   uint64_t payload_checksum = 0;  // XXH3-64 of the payload
   std::string_view payload;       // points into the decoded buffer
 
-  std::string Encode() const;
+  void EncodeTo(std::string* out) const;  // appends
   // The stored value of an encoded chunk of frame `kind` whose decoded bytes are `restored`
   // (the input, or the lossy reconstruction): both checksums computed here.
   static std::string EncodeChunk(const EncodedChunk& encoded, FrameKind kind,
                                  std::span<const uint8_t> restored);
   // Checks the payload checksum; `bytes` must outlive the record.
-  static Result<ChunkRecord> Decode(std::string_view bytes);
+  static Result<ChunkRecord> DecodeFrom(std::string_view bytes);
 };
 
 // codec_state family, key "<model>". The per-model codec state: which committed manifest the
@@ -145,8 +153,8 @@ struct CodecStateRecord {
   // seq >= next_seq belong to work that never committed and are removed at open.
   uint64_t next_seq = 1;
 
-  std::string Encode() const;
-  static Result<CodecStateRecord> Decode(std::string_view bytes);
+  void EncodeTo(std::string* out) const;  // appends
+  static Result<CodecStateRecord> DecodeFrom(std::string_view bytes);
 };
 
 // tags family, key "<model>\0<tag>". The version a tag names as 8 bytes, big-endian, without a
@@ -155,8 +163,8 @@ struct TagRecord {
   static constexpr int kEncodedBytes = 8;
   uint64_t version = 0;
 
-  std::string Encode() const;
-  static Result<TagRecord> Decode(std::string_view bytes);
+  void EncodeTo(std::string* out) const;  // appends
+  static Result<TagRecord> DecodeFrom(std::string_view bytes);
 };
 
 }  // namespace ckpt
