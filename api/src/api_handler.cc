@@ -184,6 +184,15 @@ ApiResponse JsonResponse(int status, const json& body) {
   return r;
 }
 
+// The error object of every error body: {"code": ..., "message": ...}.
+json ErrorObject(std::string_view code, std::string_view message) {
+  return {{"code", std::string(code)}, {"message", std::string(message)}};
+}
+
+json ErrorObject(const Status& status) {
+  return ErrorObject(StatusCodeName(status.code()), status.message());
+}
+
 ApiResponse NoContent() {
   ApiResponse r;
   r.status = 204;
@@ -392,10 +401,7 @@ int ApiHandler::HttpStatusFor(StatusCode code) {
 }
 
 ApiResponse ApiHandler::ErrorResponse(const Status& status) {
-  ApiResponse r = JsonResponse(
-      HttpStatusFor(status.code()),
-      {{"error",
-        {{"code", std::string(StatusCodeName(status.code()))}, {"message", status.message()}}}});
+  ApiResponse r = JsonResponse(HttpStatusFor(status.code()), {{"error", ErrorObject(status)}});
   r.model_busy = status.code() == StatusCode::kAborted;
   if (status.code() == StatusCode::kUnauthenticated) {
     r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"ckptd\"");
@@ -429,21 +435,18 @@ std::optional<ApiResponse> ApiHandler::WriteRedirect(std::string_view method, co
   std::string location = **owner;
   while (!location.empty() && location.back() == '/') location.pop_back();
   location += target;
-  ApiResponse r =
-      JsonResponse(307, {{"error",
-                          {{"code", "REDIRECT"},
-                           {"message", "model '" + route.model + "' is written through " + **owner},
-                           {"location", location}}}});
+  json error = ErrorObject("REDIRECT", "model '" + route.model + "' is written through " + **owner);
+  error["location"] = location;
+  ApiResponse r = JsonResponse(307, {{"error", std::move(error)}});
   r.headers.emplace_back("Location", location);
   return r;
 }
 
 ApiResponse ApiHandler::MethodNotAllowed(std::string_view method, std::string_view allowed) {
   ApiResponse r = JsonResponse(
-      405, {{"error",
-             {{"code", "METHOD_NOT_ALLOWED"},
-              {"message", "method " + std::string(method) +
-                              " is not allowed here; allowed: " + std::string(allowed)}}}});
+      405, {{"error", ErrorObject("METHOD_NOT_ALLOWED",
+                                  "method " + std::string(method) +
+                                      " is not allowed here; allowed: " + std::string(allowed))}});
   r.headers.emplace_back("Allow", std::string(allowed));
   return r;
 }
@@ -664,10 +667,7 @@ ApiResponse ApiHandler::HandleAdminGc() {
     auto report = store_->ApplyRetention(m.name, run);
     if (!report.ok()) {
       // A model busy for longer than kAdminLockWait is skipped; the next pass takes it.
-      reports.push_back({{"model", m.name},
-                         {"error",
-                          {{"code", std::string(StatusCodeName(report.status().code()))},
-                           {"message", report.status().message()}}}});
+      reports.push_back({{"model", m.name}, {"error", ErrorObject(report.status())}});
       continue;
     }
     deleted += report->deleted.size();

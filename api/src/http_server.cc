@@ -16,6 +16,7 @@
 #include <mutex>
 #include <random>
 #include <span>
+#include <sstream>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -240,12 +241,17 @@ class HttpServerImpl final : public HttpServer {
                  options_.max_connections);
     if (!tls_) {
       static const std::string kBusy = [] {
-        const std::string body =
-            R"({"error":{"code":"UNAVAILABLE","message":"too many connections; retry in a moment"}})"
-            "\n";
-        return "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Type: "
-               "application/json\r\nRetry-After: 1\r\nContent-Length: " +
-               std::to_string(body.size()) + "\r\n\r\n" + body;
+        const ApiResponse busy = ApiHandler::ErrorResponse(
+            Status::Unavailable("too many connections; retry in a moment"));
+        http::response<http::string_body> res{static_cast<http::status>(busy.status), 11};
+        res.set(http::field::connection, "close");
+        res.set(http::field::content_type, busy.content_type);
+        res.set(http::field::retry_after, "1");
+        res.body() = busy.body;
+        res.prepare_payload();
+        std::ostringstream out;
+        out << res;
+        return out.str();
       }();
       beast::error_code ec;
       socket.non_blocking(true, ec);

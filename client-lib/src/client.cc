@@ -19,6 +19,7 @@
 #include "ckpt/codec/model_name.h"
 #include "ckpt/codec/safetensors.h"
 #include "ckpt/version.h"
+#include "error_response.h"
 
 namespace ckpt {
 namespace {
@@ -28,37 +29,6 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
 using nlohmann::json;
-
-StatusCode CodeForHttp(unsigned status) {
-  switch (status) {
-    case 400:
-      return StatusCode::kInvalidArgument;
-    case 401:
-      return StatusCode::kUnauthenticated;
-    case 403:
-      return StatusCode::kPermissionDenied;
-    case 404:
-      return StatusCode::kNotFound;
-    case 409:
-      return StatusCode::kFailedPrecondition;
-    case 413:
-      return StatusCode::kResourceExhausted;
-    case 503:
-      return StatusCode::kUnavailable;
-    default:
-      return status >= 500 ? StatusCode::kInternal : StatusCode::kInvalidArgument;
-  }
-}
-
-// Turns a non-2xx response into a Status carrying the server's message.
-Status ErrorFromResponse(unsigned status, std::string_view body) {
-  std::string message = "HTTP " + std::to_string(status);
-  json doc = json::parse(body, nullptr, false);
-  if (!doc.is_discarded() && doc.contains("error") && doc["error"].is_object()) {
-    message = doc["error"].value("message", message);
-  }
-  return Status(CodeForHttp(status), message);
-}
 
 Status NetworkError(const beast::error_code& ec, std::string_view what) {
   return Status::Unavailable(std::string(what) + ": " + ec.message());

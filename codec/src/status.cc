@@ -34,6 +34,18 @@ std::string_view StatusCodeName(StatusCode code) {
   return "UNKNOWN";
 }
 
+std::optional<StatusCode> StatusCodeFromName(std::string_view name) {
+  for (StatusCode code :
+       {StatusCode::kOk, StatusCode::kInvalidArgument, StatusCode::kNotFound,
+        StatusCode::kAlreadyExists, StatusCode::kFailedPrecondition, StatusCode::kAborted,
+        StatusCode::kResourceExhausted, StatusCode::kDataLoss, StatusCode::kUnavailable,
+        StatusCode::kInternal, StatusCode::kIoError, StatusCode::kUnauthenticated,
+        StatusCode::kPermissionDenied}) {
+    if (StatusCodeName(code) == name) return code;
+  }
+  return std::nullopt;
+}
+
 std::string Status::ToString() const {
   if (ok()) return "OK";
   std::string out(StatusCodeName(code_));

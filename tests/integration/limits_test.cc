@@ -42,6 +42,7 @@ TEST_F(LimitsTest, ConnectionsBeyondTheLimitGet503AndOthersKeepWorking) {
   const auto refused = fourth.Read();
   EXPECT_EQ(refused.status, 503) << refused.error;
   EXPECT_NE(refused.body.find("too many connections"), std::string::npos) << refused.body;
+  EXPECT_NE(refused.body.find(R"("code":"UNAVAILABLE")"), std::string::npos) << refused.body;
   // The held connections still work; once one closes, new ones are served again.
   ASSERT_TRUE(held[0]->Send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"));
   EXPECT_EQ(held[0]->Read().status, 200);

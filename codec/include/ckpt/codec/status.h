@@ -37,6 +37,8 @@ enum class StatusCode {
 
 // Returns a stable upper-snake name such as "INVALID_ARGUMENT", used in JSON error bodies.
 std::string_view StatusCodeName(StatusCode code);
+// The code named `name` (StatusCodeName's inverse); nullopt for any other text.
+std::optional<StatusCode> StatusCodeFromName(std::string_view name);
 
 class [[nodiscard]] Status {
  public:

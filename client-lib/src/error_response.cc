@@ -1,0 +1,51 @@
+// How the client reads ckptd's error answers (error_response.h).
+#include "error_response.h"
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace ckpt {
+namespace {
+
+using nlohmann::json;
+
+// For answers without ckptd's error body (a proxy, a load balancer).
+StatusCode CodeForHttp(unsigned status) {
+  switch (status) {
+    case 400:
+      return StatusCode::kInvalidArgument;
+    case 401:
+      return StatusCode::kUnauthenticated;
+    case 403:
+      return StatusCode::kPermissionDenied;
+    case 404:
+      return StatusCode::kNotFound;
+    case 409:
+      return StatusCode::kFailedPrecondition;
+    case 413:
+      return StatusCode::kResourceExhausted;
+    case 503:
+      return StatusCode::kUnavailable;
+    default:
+      return status >= 500 ? StatusCode::kInternal : StatusCode::kInvalidArgument;
+  }
+}
+
+}  // namespace
+
+Status ErrorFromResponse(unsigned http_status, std::string_view body) {
+  std::string message = "HTTP " + std::to_string(http_status);
+  StatusCode code = CodeForHttp(http_status);
+  const json doc = json::parse(body, nullptr, false);
+  if (!doc.is_discarded() && doc.contains("error") && doc["error"].is_object()) {
+    const json& error = doc["error"];
+    message = error.value("message", message);
+    if (error.contains("code") && error["code"].is_string()) {
+      const auto named = StatusCodeFromName(error["code"].get<std::string>());
+      if (named && *named != StatusCode::kOk) code = *named;
+    }
+  }
+  return Status(code, message);
+}
+
+}  // namespace ckpt
