@@ -193,6 +193,10 @@ json ErrorObject(const Status& status) {
   return ErrorObject(StatusCodeName(status.code()), status.message());
 }
 
+json SkippedJson(const GcPassReport::Model& model) {
+  return {{"model", model.name}, {"error", ErrorObject(model.status)}};
+}
+
 ApiResponse NoContent() {
   ApiResponse r;
   r.status = 204;
@@ -634,48 +638,30 @@ ApiResponse ApiHandler::HandleAdminBackup(std::string_view body) {
   if (to.empty() || to.front() != '/') {
     return ErrorResponse(Status::InvalidArgument("backup: 'to' must be an absolute path"));
   }
-  auto backup = store_->Backup(to);
+  auto backup = maintenance_.Backup(to);
   if (!backup.ok()) return ErrorResponse(backup.status());
   return JsonResponse(200, json::parse(BackupResultJson(*backup)));
 }
 
 ApiResponse ApiHandler::HandleAdminScrub() {
-  auto models = store_->ListModels();
-  if (!models.ok()) return ErrorResponse(models.status());
+  auto pass = maintenance_.ScrubAll();
+  if (!pass.ok()) return ErrorResponse(pass.status());
   json reports = json::array();
-  bool clean = true;
-  for (const ModelInfo& m : *models) {
-    auto report = store_->Scrub(m.name);
-    if (!report.ok()) {
-      if (report.status().code() == StatusCode::kNotFound) continue;  // deleted meanwhile
-      return ErrorResponse(report.status());
-    }
-    clean &= report->clean();
-    reports.push_back(ScrubJson(*report));
-  }
-  return JsonResponse(200, {{"clean", clean}, {"models", reports}});
+  for (const ScrubReport& report : pass->models) reports.push_back(ScrubJson(report));
+  return JsonResponse(200, {{"clean", pass->clean()}, {"models", reports}});
 }
 
 ApiResponse ApiHandler::HandleAdminGc() {
-  auto models = store_->ListModels();
-  if (!models.ok()) return ErrorResponse(models.status());
+  // A model busy for longer than kAdminLockWait is skipped; the next pass takes it.
+  auto pass = maintenance_.CollectAll(kAdminLockWait);
+  if (!pass.ok()) return ErrorResponse(pass.status());
   json reports = json::array();
-  uint64_t deleted = 0, freed = 0;
-  RetentionRun run;
-  run.lock_wait = kAdminLockWait;
-  for (const ModelInfo& m : *models) {
-    auto report = store_->ApplyRetention(m.name, run);
-    if (!report.ok()) {
-      // A model busy for longer than kAdminLockWait is skipped; the next pass takes it.
-      reports.push_back({{"model", m.name}, {"error", ErrorObject(report.status())}});
-      continue;
-    }
-    deleted += report->deleted.size();
-    freed += report->gc.bytes_freed;
-    reports.push_back(RetentionJson(*report));
+  for (const GcPassReport::Model& m : pass->models) {
+    reports.push_back(m.status.ok() ? RetentionJson(m.report) : SkippedJson(m));
   }
-  return JsonResponse(200,
-                      {{"models", reports}, {"deleted_versions", deleted}, {"bytes_freed", freed}});
+  return JsonResponse(200, {{"models", reports},
+                            {"deleted_versions", pass->deleted_versions},
+                            {"bytes_freed", pass->bytes_freed}});
 }
 
 Result<std::unique_ptr<PushSession>> ApiHandler::BeginPush(const Route& route,

@@ -25,6 +25,7 @@
 #include "ckpt/api/http_server.h"
 #include "ckpt/daemon/config.h"
 #include "ckpt/storage/checkpoint_store.h"
+#include "ckpt/storage/maintenance_service.h"
 #include "ckpt/version.h"
 #include "retention_runner.h"
 
@@ -85,41 +86,34 @@ ckpt::Result<std::unique_ptr<ckpt::CheckpointStore>> OpenOffline(const DaemonCon
 int RunOfflineGc(const DaemonConfig& config) {
   auto store = OpenOffline(config);
   if (!store.ok()) return Fail(store.status());
-  auto models = (*store)->ListModels();
-  if (!models.ok()) return Fail(models.status());
-  int failures = 0;
-  uint64_t deleted = 0, freed = 0;
-  for (const ckpt::ModelInfo& model : *models) {
-    auto report = (*store)->ApplyRetention(model.name, ckpt::RetentionRun{});
-    if (!report.ok()) {
-      std::cerr << "ckptd gc: model '" << model.name << "': " << report.status().ToString() << "\n";
-      ++failures;
-      continue;
+  auto pass = ckpt::MaintenanceService(store->get()).CollectAll(std::chrono::milliseconds(0));
+  if (!pass.ok()) return Fail(pass.status());
+  for (const ckpt::GcPassReport::Model& model : pass->models) {
+    if (model.status.ok()) {
+      std::cout << ckpt::api::RetentionReportJson(model.report) << "\n";
+    } else {
+      std::cerr << "ckptd gc: model '" << model.name << "': " << model.status.ToString() << "\n";
     }
-    deleted += report->deleted.size();
-    freed += report->gc.bytes_freed;
-    std::cout << ckpt::api::RetentionReportJson(*report) << "\n";
   }
   if (auto s = (*store)->Flush(); !s.ok()) return Fail(s);
-  std::cerr << "ckptd gc: " << models->size() << " model(s), " << deleted << " version(s) deleted, "
-            << freed << " bytes freed\n";
-  return failures == 0 ? 0 : 1;
+  std::cerr << "ckptd gc: " << pass->models.size() << " model(s), " << pass->deleted_versions
+            << " version(s) deleted, " << pass->bytes_freed << " bytes freed\n";
+  return pass->failures() == 0 ? 0 : 1;
 }
 
 // Offline scrub: every model; one JSON line per model. Exit 0 if all are clean, 1 if not.
 int RunOfflineScrub(const DaemonConfig& config) {
   auto store = OpenOffline(config);
   if (!store.ok()) return Fail(store.status());
-  auto models = (*store)->ListModels();
-  if (!models.ok()) return Fail(models.status());
+  auto pass = ckpt::MaintenanceService(store->get()).ScrubAll();
+  if (!pass.ok()) return Fail(pass.status());
   size_t damaged = 0;
-  for (const ckpt::ModelInfo& model : *models) {
-    auto report = (*store)->Scrub(model.name);
-    if (!report.ok()) return Fail(report.status());
-    if (!report->clean()) ++damaged;
-    std::cout << ckpt::api::ScrubReportJson(*report) << "\n";
+  for (const ckpt::ScrubReport& report : pass->models) {
+    if (!report.clean()) ++damaged;
+    std::cout << ckpt::api::ScrubReportJson(report) << "\n";
   }
-  std::cerr << "ckptd scrub: " << models->size() << " model(s), " << damaged << " with problems\n";
+  std::cerr << "ckptd scrub: " << pass->models.size() << " model(s), " << damaged
+            << " with problems\n";
   return damaged == 0 ? 0 : 1;
 }
 
@@ -127,7 +121,7 @@ int RunOfflineScrub(const DaemonConfig& config) {
 int RunOfflineBackup(const DaemonConfig& config, const std::string& to) {
   auto store = OpenOffline(config);
   if (!store.ok()) return Fail(store.status());
-  auto backup = (*store)->Backup(to);
+  auto backup = ckpt::MaintenanceService(store->get()).Backup(to);
   if (!backup.ok()) return Fail(backup.status());
   std::cout << ckpt::api::BackupResultJson(*backup) << "\n";
   return 0;

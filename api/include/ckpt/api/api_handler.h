@@ -21,6 +21,7 @@
 #include "ckpt/api/metrics.h"
 #include "ckpt/codec/status.h"
 #include "ckpt/storage/checkpoint_store.h"
+#include "ckpt/storage/maintenance_service.h"
 
 namespace ckpt::api {
 
@@ -80,7 +81,7 @@ using PushCommittedHook = std::function<void(const std::string& model)>;
 class ApiHandler {
  public:
   explicit ApiHandler(CheckpointStore* store, PushCommittedHook on_push_committed = nullptr)
-      : store_(store), on_push_committed_(std::move(on_push_committed)) {}
+      : store_(store), maintenance_(store), on_push_committed_(std::move(on_push_committed)) {}
 
   // The metrics GET /metrics reports; the server records each finished request here.
   ServerMetrics& metrics() { return metrics_; }
@@ -123,6 +124,7 @@ class ApiHandler {
   ApiResponse HandleAdminBackup(std::string_view body);
 
   CheckpointStore* store_;
+  MaintenanceService maintenance_;  // the admin passes
   PushCommittedHook on_push_committed_;
   ServerMetrics metrics_;
 };
