@@ -2,10 +2,14 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <boost/asio/ip/address.hpp>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
 namespace ckpt::daemon {
 namespace {
@@ -14,60 +18,259 @@ Status Bad(std::string_view key, std::string_view why) {
   return Status::InvalidArgument("config: '" + std::string(key) + "' " + std::string(why));
 }
 
-template <typename T>
-Status ReadInteger(const toml::table& table, std::string_view section, std::string_view key, T min,
-                   T max, T& out) {
-  const toml::node* node = table.get(key);
-  if (!node) return Status::Ok();
-  const std::string name = std::string(section) + "." + std::string(key);
-  auto v = node->value<int64_t>();
-  if (!node->is_integer() || !v) return Bad(name, "must be an integer");
-  if (*v < static_cast<int64_t>(min) || static_cast<uint64_t>(*v) > static_cast<uint64_t>(max)) {
-    return Bad(name, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+// What a file's keys are parsed into: the config, and the [cluster] section, which only takes
+// effect when it names a ceph_conf.
+struct ParseTarget {
+  DaemonConfig& config;
+  ClusterOptions cluster;
+  bool cluster_seen = false;
+};
+
+static_assert(std::is_same_v<size_t, uint64_t>, "size_t members are read as uint64_t");
+
+// Where a plain key's value goes.
+using Member = std::variant<int*, uint32_t*, uint64_t*, int64_t*, bool*, std::string*,
+                            std::chrono::seconds*, double*>;
+
+// One key of the file. Plain keys name their member and (numbers) its range; the others parse
+// their value themselves (`apply`). The order is the order keys are applied in.
+struct KeySpec {
+  std::string_view section;
+  std::string_view key;
+  Member (*member)(ParseTarget&) = nullptr;
+  int64_t min = 0;
+  uint64_t max = 0;
+  Status (*apply)(const toml::node& value, const std::string& name, ParseTarget&) = nullptr;
+  bool needs_restart = true;
+};
+
+Status ApplyListenKey(const toml::node& value, const std::string& name, ParseTarget& t) {
+  if (!value.is_string()) return Bad(name, "must be a string");
+  const std::string listen = *value.value<std::string>();
+  return listen.empty() ? Status::Ok() : ApplyListen(listen, t.config);
+}
+
+Status ApplyReferenceMiss(const toml::node& value, const std::string& name, ParseTarget& t) {
+  if (!value.is_string()) return Bad(name, "must be a string");
+  const std::string miss = *value.value<std::string>();
+  if (miss == "keyframe") {
+    t.config.store.on_reference_miss = StoreOptions::ReferenceMiss::kKeyframe;
+  } else if (miss == "decode") {
+    t.config.store.on_reference_miss = StoreOptions::ReferenceMiss::kDecode;
+  } else if (!miss.empty()) {
+    return Bad(name, "must be \"keyframe\" or \"decode\"");
   }
-  out = static_cast<T>(*v);
   return Status::Ok();
 }
 
-Status ReadString(const toml::table& table, std::string_view section, std::string_view key,
+Status ApplyLease(const toml::node& value, const std::string& name, ParseTarget& t) {
+  auto v = value.value<double>();
+  if (!v || !(*v >= 1 && *v <= 3600)) return Bad(name, "must be a number of seconds in [1, 3600]");
+  t.cluster.lease = std::chrono::milliseconds(static_cast<int64_t>(*v * 1000));
+  return Status::Ok();
+}
+
+Status ApplyDefaultRetention(const toml::node& value, const std::string& name, ParseTarget& t) {
+  const toml::table* table = value.as_table();
+  if (!table) return Bad(name, "must be a table such as { keep_last = 10 }");
+  std::ostringstream json;
+  json << toml::json_formatter{*table};
+  auto parsed = RetentionPolicy::FromJson(json.str());
+  if (!parsed.ok()) return Bad(name, parsed.status().message());
+  t.config.store.default_retention = *parsed;
+  return Status::Ok();
+}
+
+Status ReadString(const toml::table& table, const std::string& section, std::string_view key,
                   std::string& out) {
   const toml::node* node = table.get(key);
   if (!node) return Status::Ok();
-  if (!node->is_string())
-    return Bad(std::string(section) + "." + std::string(key), "must be a string");
+  if (!node->is_string()) return Bad(section + "." + std::string(key), "must be a string");
   out = *node->value<std::string>();
   return Status::Ok();
 }
 
-Status ReadBool(const toml::table& table, std::string_view section, std::string_view key,
-                bool& out) {
-  const toml::node* node = table.get(key);
-  if (!node) return Status::Ok();
-  if (!node->is_boolean())
-    return Bad(std::string(section) + "." + std::string(key), "must be true or false");
-  out = *node->value<bool>();
+Status ApplyTokens(const toml::node& value, const std::string& name, ParseTarget& t) {
+  const toml::array* list = value.as_array();
+  if (!list) return Bad(name, "must be an array of tables ([[auth.tokens]])");
+  t.config.tokens.clear();
+  for (size_t i = 0; i < list->size(); ++i) {
+    const std::string where = name + "[" + std::to_string(i) + "]";
+    const toml::table* token = list->get(i)->as_table();
+    if (!token) return Bad(where, "must be a table with name, sha256, scope, model_prefix");
+    for (const auto& [key, unused] : *token) {
+      const std::string_view k = key.str();
+      if (k != "name" && k != "sha256" && k != "scope" && k != "model_prefix") {
+        return Bad(where + "." + std::string(k), "is not a known option");
+      }
+    }
+    api::TokenGrant grant;
+    std::string scope = "read";
+    CKPT_RETURN_IF_ERROR(ReadString(*token, where, "name", grant.name));
+    CKPT_RETURN_IF_ERROR(ReadString(*token, where, "sha256", grant.sha256_hex));
+    CKPT_RETURN_IF_ERROR(ReadString(*token, where, "scope", scope));
+    CKPT_RETURN_IF_ERROR(ReadString(*token, where, "model_prefix", grant.model_prefix));
+    const auto parsed = api::ScopeFromName(scope);
+    if (!parsed) return Bad(where + ".scope", "must be \"read\", \"write\" or \"admin\"");
+    grant.scope = *parsed;
+    t.config.tokens.push_back(std::move(grant));
+  }
+  auto check = api::Authorizer::Create(t.config.tokens);
+  if (!check.ok()) return Bad(name, check.status().message());
   return Status::Ok();
 }
 
-Status CheckKeys(const toml::table& table, std::string_view section,
-                 const std::set<std::string_view>& allowed) {
-  for (const auto& [key, value] : table) {
-    if (!allowed.count(key.str())) {
+Status ApplyLogFormat(const toml::node& value, const std::string& name, ParseTarget& t) {
+  if (!value.is_string()) return Bad(name, "must be a string");
+  const std::string format = *value.value<std::string>();
+  if (format != "text" && format != "json") return Bad(name, "must be \"text\" or \"json\"");
+  t.config.server.json_logs = format == "json";
+  return Status::Ok();
+}
+
+// Every key of the file: config/ckptd.toml documents each (ConfigKeys; tests/api/config_test.cc
+// checks that the example lists exactly these).
+#define CKPT_MEMBER(expr) [](ParseTarget& t) -> Member { return &t.expr; }
+constexpr uint64_t kMaxU64 = std::numeric_limits<uint64_t>::max();
+const KeySpec kKeys[] = {
+    {"server", "listen", nullptr, 0, 0, ApplyListenKey},
+    {"server", "threads", CKPT_MEMBER(config.server.threads), 1, 256},
+    {"server", "max_body_bytes", CKPT_MEMBER(config.server.max_body_bytes), 1, uint64_t{1} << 50},
+    {"server", "max_header_bytes", CKPT_MEMBER(config.server.max_header_bytes), 1024, 16u << 20},
+    {"server", "max_json_body_bytes", CKPT_MEMBER(config.server.max_json_body_bytes), 1024,
+     uint64_t{1} << 30},
+    {"server", "io_buffer_bytes", CKPT_MEMBER(config.server.io_buffer_bytes), 4096,
+     uint64_t{64} << 20},
+    {"server", "io_timeout_seconds", CKPT_MEMBER(config.server.io_timeout), 1, 86400},
+    {"server", "idle_timeout_seconds", CKPT_MEMBER(config.server.idle_timeout), 1, 86400},
+    {"server", "shutdown_grace_seconds", CKPT_MEMBER(config.server.shutdown_grace), 1, 86400},
+    {"server", "push_wait_seconds", CKPT_MEMBER(config.server.push_wait), 1, 86400},
+    {"server", "max_connections", CKPT_MEMBER(config.server.max_connections), 0, 1u << 20},
+    {"server", "tls_cert_file", CKPT_MEMBER(config.server.tls_cert_file)},
+    {"server", "tls_key_file", CKPT_MEMBER(config.server.tls_key_file)},
+    {"server", "tls_client_ca_file", CKPT_MEMBER(config.server.tls_client_ca_file)},
+    {"storage", "data_dir", CKPT_MEMBER(config.store.data_dir)},
+    {"storage", "on_reference_miss", nullptr, 0, 0, ApplyReferenceMiss},
+    {"storage", "chunk_bytes", CKPT_MEMBER(config.store.chunk_bytes), 4096, uint64_t{256} << 20},
+    {"storage", "reference_cache_bytes", CKPT_MEMBER(config.store.reference_cache_bytes), 0,
+     uint64_t{1} << 40},
+    {"storage", "sync_commits", CKPT_MEMBER(config.store.sync_commits)},
+    {"storage", "warm_cache_on_start", CKPT_MEMBER(config.warm_cache_on_start)},
+    {"storage", "zstd_level", CKPT_MEMBER(config.store.zstd_level), 1, 19},
+    {"storage", "push_encoder_threads", CKPT_MEMBER(config.store.push_encoder_threads), 1, 64},
+    {"storage", "max_tensors_per_checkpoint", CKPT_MEMBER(config.store.max_tensors_per_checkpoint),
+     1, 1u << 24},
+    {"storage", "max_models", CKPT_MEMBER(config.store.max_models), 0, uint64_t{1} << 40},
+    {"cluster", "ceph_conf", CKPT_MEMBER(cluster.conf_file)},
+    {"cluster", "client_name", CKPT_MEMBER(cluster.client_name)},
+    {"cluster", "pool", CKPT_MEMBER(cluster.pool)},
+    {"cluster", "namespace", CKPT_MEMBER(cluster.object_namespace)},
+    {"cluster", "advertise_url", CKPT_MEMBER(cluster.advertise_url)},
+    {"cluster", "lease_seconds", nullptr, 0, 0, ApplyLease},
+    {"codec", "keyframe_every", CKPT_MEMBER(config.store.default_policy.keyframe_every), 0,
+     CodecPolicy::kMaxKeyframeEvery},
+    {"retention", "interval_seconds", CKPT_MEMBER(config.retention.interval), 0, 7 * 86400},
+    {"retention", "after_push", CKPT_MEMBER(config.retention.after_push)},
+    {"retention", "rebase_min_dead_fraction",
+     CKPT_MEMBER(config.retention.rebase_min_dead_fraction), 0, 100},
+    {"retention", "default", nullptr, 0, 0, ApplyDefaultRetention},
+    {"auth", "tokens", nullptr, 0, 0, ApplyTokens},
+    {"log", "level", CKPT_MEMBER(config.log_level)},
+    {"log", "format", nullptr, 0, 0, ApplyLogFormat},
+};
+#undef CKPT_MEMBER
+
+// Reads a plain key's value into its member, checking its type and range.
+Status ApplyPlain(const KeySpec& spec, const toml::node& node, const std::string& name,
+                  ParseTarget& t) {
+  const std::string range = "[" + std::to_string(spec.min) + ", " + std::to_string(spec.max) + "]";
+  auto integer = [&](auto* out) -> Status {
+    auto v = node.value<int64_t>();
+    if (!node.is_integer() || !v) return Bad(name, "must be an integer");
+    if (*v < spec.min || static_cast<uint64_t>(*v) > spec.max)
+      return Bad(name, "must be in " + range);
+    *out = static_cast<std::remove_pointer_t<decltype(out)>>(*v);
+    return Status::Ok();
+  };
+  return std::visit(
+      [&](auto* out) -> Status {
+        using T = std::remove_pointer_t<decltype(out)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          if (!node.is_boolean()) return Bad(name, "must be true or false");
+          *out = *node.value<bool>();
+          return Status::Ok();
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (!node.is_string()) return Bad(name, "must be a string");
+          *out = *node.value<std::string>();
+          return Status::Ok();
+        } else if constexpr (std::is_same_v<T, std::chrono::seconds>) {
+          int64_t seconds = 0;
+          CKPT_RETURN_IF_ERROR(integer(&seconds));
+          *out = std::chrono::seconds(seconds);
+          return Status::Ok();
+        } else if constexpr (std::is_same_v<T, double>) {
+          auto v = node.value<double>();
+          if (!v || !(*v >= static_cast<double>(spec.min) && *v <= static_cast<double>(spec.max))) {
+            return Bad(name, "must be a number in " + range);
+          }
+          *out = *v;
+          return Status::Ok();
+        } else {
+          return integer(out);
+        }
+      },
+      spec.member(t));
+}
+
+// The keys of one section: none unknown, each applied.
+Status ApplySection(std::string_view section, const toml::table& table, ParseTarget& t) {
+  for (const auto& [key, unused] : table) {
+    const bool known = std::any_of(std::begin(kKeys), std::end(kKeys), [&](const KeySpec& k) {
+      return k.section == section && k.key == key.str();
+    });
+    if (!known) {
       return Bad(std::string(section) + "." + std::string(key.str()), "is not a known option");
     }
+  }
+  for (const KeySpec& spec : kKeys) {
+    if (spec.section != section) continue;
+    const toml::node* node = table.get(spec.key);
+    if (!node) continue;
+    const std::string name = std::string(section) + "." + std::string(spec.key);
+    CKPT_RETURN_IF_ERROR(spec.apply ? spec.apply(*node, name, t)
+                                    : ApplyPlain(spec, *node, name, t));
   }
   return Status::Ok();
 }
 
-Status ApplySeconds(const toml::table& table, std::string_view section, std::string_view key,
-                    std::chrono::seconds& out) {
-  int64_t seconds = out.count();
-  CKPT_RETURN_IF_ERROR(ReadInteger<int64_t>(table, section, key, 1, 86400, seconds));
-  out = std::chrono::seconds(seconds);
+// What holds across keys.
+Status CheckCombinations(ParseTarget& t) {
+  const auto& s = t.config.server;
+  if (s.tls_cert_file.empty() != s.tls_key_file.empty()) {
+    return Bad("server.tls_cert_file", "and server.tls_key_file must be given together");
+  }
+  if (!s.tls_client_ca_file.empty() && s.tls_cert_file.empty()) {
+    return Bad("server.tls_client_ca_file", "needs server.tls_cert_file and tls_key_file");
+  }
+  if (t.cluster_seen && !t.cluster.conf_file.empty()) {
+    if (t.cluster.pool.empty()) return Bad("cluster.pool", "must not be empty");
+    if (t.cluster.advertise_url.empty()) {
+      return Bad("cluster.advertise_url",
+                 "is required with a cluster: the URL other daemons redirect writes to (for "
+                 "example \"http://10.0.0.5:8420\")");
+    }
+    t.config.store.cluster = std::move(t.cluster);
+  }
   return Status::Ok();
 }
 
 }  // namespace
+
+std::vector<ConfigKey> ConfigKeys() {
+  std::vector<ConfigKey> out;
+  for (const KeySpec& k : kKeys) out.push_back({k.section, k.key, k.needs_restart});
+  return out;
+}
 
 Status ApplyListen(std::string_view listen, DaemonConfig& config) {
   const size_t colon = listen.rfind(':');
@@ -99,192 +302,25 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
     return Status::InvalidArgument("config: " + std::string(e.description()) + " at " +
                                    where.str());
   }
-  CKPT_RETURN_IF_ERROR(
-      CheckKeys(root, "", {"server", "storage", "cluster", "codec", "retention", "log", "auth"}));
-
-  if (const toml::table* server = root["server"].as_table()) {
-    CKPT_RETURN_IF_ERROR(
-        CheckKeys(*server, "server",
-                  {"listen", "threads", "max_body_bytes", "max_header_bytes", "max_json_body_bytes",
-                   "io_timeout_seconds", "idle_timeout_seconds", "shutdown_grace_seconds",
-                   "push_wait_seconds", "io_buffer_bytes", "tls_cert_file", "tls_key_file",
-                   "tls_client_ca_file", "max_connections"}));
-    std::string listen;
-    CKPT_RETURN_IF_ERROR(ReadString(*server, "server", "listen", listen));
-    if (!listen.empty()) CKPT_RETURN_IF_ERROR(ApplyListen(listen, config));
-    auto& s = config.server;
-    CKPT_RETURN_IF_ERROR(ReadInteger<int>(*server, "server", "threads", 1, 256, s.threads));
-    CKPT_RETURN_IF_ERROR(ReadInteger<uint64_t>(*server, "server", "max_body_bytes", 1,
-                                               uint64_t{1} << 50, s.max_body_bytes));
-    CKPT_RETURN_IF_ERROR(ReadInteger<uint32_t>(*server, "server", "max_header_bytes", 1024,
-                                               16u << 20, s.max_header_bytes));
-    CKPT_RETURN_IF_ERROR(ReadInteger<uint64_t>(*server, "server", "max_json_body_bytes", 1024,
-                                               uint64_t{1} << 30, s.max_json_body_bytes));
-    CKPT_RETURN_IF_ERROR(ReadInteger<size_t>(*server, "server", "io_buffer_bytes", 4096,
-                                             size_t{64} << 20, s.io_buffer_bytes));
-    CKPT_RETURN_IF_ERROR(ApplySeconds(*server, "server", "io_timeout_seconds", s.io_timeout));
-    CKPT_RETURN_IF_ERROR(ApplySeconds(*server, "server", "idle_timeout_seconds", s.idle_timeout));
-    CKPT_RETURN_IF_ERROR(
-        ApplySeconds(*server, "server", "shutdown_grace_seconds", s.shutdown_grace));
-    CKPT_RETURN_IF_ERROR(ApplySeconds(*server, "server", "push_wait_seconds", s.push_wait));
-    CKPT_RETURN_IF_ERROR(
-        ReadInteger<size_t>(*server, "server", "max_connections", 0, 1u << 20, s.max_connections));
-    CKPT_RETURN_IF_ERROR(ReadString(*server, "server", "tls_cert_file", s.tls_cert_file));
-    CKPT_RETURN_IF_ERROR(ReadString(*server, "server", "tls_key_file", s.tls_key_file));
-    CKPT_RETURN_IF_ERROR(ReadString(*server, "server", "tls_client_ca_file", s.tls_client_ca_file));
-    if (s.tls_cert_file.empty() != s.tls_key_file.empty()) {
-      return Bad("server.tls_cert_file", "and server.tls_key_file must be given together");
-    }
-    if (!s.tls_client_ca_file.empty() && s.tls_cert_file.empty()) {
-      return Bad("server.tls_client_ca_file", "needs server.tls_cert_file and tls_key_file");
-    }
-  } else if (root.contains("server")) {
-    return Bad("server", "must be a table");
+  std::vector<std::string_view> sections;
+  for (const KeySpec& k : kKeys) {
+    if (sections.empty() || sections.back() != k.section) sections.push_back(k.section);
   }
-
-  if (const toml::table* storage = root["storage"].as_table()) {
-    CKPT_RETURN_IF_ERROR(
-        CheckKeys(*storage, "storage",
-                  {"data_dir", "chunk_bytes", "reference_cache_bytes", "on_reference_miss",
-                   "warm_cache_on_start", "sync_commits", "zstd_level",
-                   "max_tensors_per_checkpoint", "max_models", "push_encoder_threads"}));
-    auto& st = config.store;
-    CKPT_RETURN_IF_ERROR(ReadString(*storage, "storage", "data_dir", st.data_dir));
-    std::string miss;
-    CKPT_RETURN_IF_ERROR(ReadString(*storage, "storage", "on_reference_miss", miss));
-    if (miss == "keyframe") {
-      st.on_reference_miss = StoreOptions::ReferenceMiss::kKeyframe;
-    } else if (miss == "decode") {
-      st.on_reference_miss = StoreOptions::ReferenceMiss::kDecode;
-    } else if (!miss.empty()) {
-      return Bad("storage.on_reference_miss", "must be \"keyframe\" or \"decode\"");
+  for (const auto& [section, unused] : root) {
+    if (std::find(sections.begin(), sections.end(), section.str()) == sections.end()) {
+      return Bad(section.str(), "is not a known option");
     }
-    CKPT_RETURN_IF_ERROR(ReadInteger<uint64_t>(*storage, "storage", "chunk_bytes", 4096,
-                                               uint64_t{256} << 20, st.chunk_bytes));
-    CKPT_RETURN_IF_ERROR(ReadInteger<uint64_t>(*storage, "storage", "reference_cache_bytes", 0,
-                                               uint64_t{1} << 40, st.reference_cache_bytes));
-    CKPT_RETURN_IF_ERROR(ReadBool(*storage, "storage", "sync_commits", st.sync_commits));
-    CKPT_RETURN_IF_ERROR(
-        ReadBool(*storage, "storage", "warm_cache_on_start", config.warm_cache_on_start));
-    CKPT_RETURN_IF_ERROR(ReadInteger<int>(*storage, "storage", "zstd_level", 1, 19, st.zstd_level));
-    CKPT_RETURN_IF_ERROR(ReadInteger<size_t>(*storage, "storage", "push_encoder_threads", 1, 64,
-                                             st.push_encoder_threads));
-    CKPT_RETURN_IF_ERROR(ReadInteger<uint32_t>(*storage, "storage", "max_tensors_per_checkpoint", 1,
-                                               1u << 24, st.max_tensors_per_checkpoint));
-    CKPT_RETURN_IF_ERROR(ReadInteger<uint64_t>(*storage, "storage", "max_models", 0,
-                                               uint64_t{1} << 40, st.max_models));
-  } else if (root.contains("storage")) {
-    return Bad("storage", "must be a table");
   }
-
-  if (const toml::table* cluster = root["cluster"].as_table()) {
-    CKPT_RETURN_IF_ERROR(CheckKeys(
-        *cluster, "cluster",
-        {"ceph_conf", "client_name", "pool", "namespace", "lease_seconds", "advertise_url"}));
-    ClusterOptions c;
-    CKPT_RETURN_IF_ERROR(ReadString(*cluster, "cluster", "ceph_conf", c.conf_file));
-    CKPT_RETURN_IF_ERROR(ReadString(*cluster, "cluster", "client_name", c.client_name));
-    CKPT_RETURN_IF_ERROR(ReadString(*cluster, "cluster", "pool", c.pool));
-    CKPT_RETURN_IF_ERROR(ReadString(*cluster, "cluster", "namespace", c.object_namespace));
-    CKPT_RETURN_IF_ERROR(ReadString(*cluster, "cluster", "advertise_url", c.advertise_url));
-    if (const toml::node* lease = cluster->get("lease_seconds")) {
-      auto v = lease->value<double>();
-      if (!v || !(*v >= 1 && *v <= 3600)) {
-        return Bad("cluster.lease_seconds", "must be a number of seconds in [1, 3600]");
-      }
-      c.lease = std::chrono::milliseconds(static_cast<int64_t>(*v * 1000));
-    }
-    if (!c.conf_file.empty()) {
-      if (c.pool.empty()) return Bad("cluster.pool", "must not be empty");
-      if (c.advertise_url.empty()) {
-        return Bad("cluster.advertise_url",
-                   "is required with a cluster: the URL other daemons redirect writes to (for "
-                   "example \"http://10.0.0.5:8420\")");
-      }
-      config.store.cluster = std::move(c);
-    }
-  } else if (root.contains("cluster")) {
-    return Bad("cluster", "must be a table");
+  ParseTarget target{config, ClusterOptions{}};
+  for (std::string_view section : sections) {
+    const toml::node* node = root.get(section);
+    if (!node) continue;
+    const toml::table* table = node->as_table();
+    if (!table) return Bad(section, "must be a table");
+    if (section == "cluster") target.cluster_seen = true;
+    CKPT_RETURN_IF_ERROR(ApplySection(section, *table, target));
   }
-
-  if (const toml::table* codec = root["codec"].as_table()) {
-    CKPT_RETURN_IF_ERROR(CheckKeys(*codec, "codec", {"keyframe_every"}));
-    CKPT_RETURN_IF_ERROR(ReadInteger<uint32_t>(*codec, "codec", "keyframe_every", 0,
-                                               CodecPolicy::kMaxKeyframeEvery,
-                                               config.store.default_policy.keyframe_every));
-  } else if (root.contains("codec")) {
-    return Bad("codec", "must be a table");
-  }
-
-  if (const toml::table* retention = root["retention"].as_table()) {
-    CKPT_RETURN_IF_ERROR(
-        CheckKeys(*retention, "retention",
-                  {"interval_seconds", "after_push", "rebase_min_dead_fraction", "default"}));
-    auto& r = config.retention;
-    CKPT_RETURN_IF_ERROR(ReadInteger<int64_t>(*retention, "retention", "interval_seconds", 0,
-                                              7 * 86400, r.interval_seconds));
-    CKPT_RETURN_IF_ERROR(ReadBool(*retention, "retention", "after_push", r.after_push));
-    if (const toml::node* fraction = retention->get("rebase_min_dead_fraction")) {
-      auto v = fraction->value<double>();
-      if (!v || !(*v >= 0 && *v <= 100)) {
-        return Bad("retention.rebase_min_dead_fraction", "must be a number in [0, 100]");
-      }
-      r.rebase_min_dead_fraction = *v;
-    }
-    if (const toml::node* policy = retention->get("default")) {
-      const toml::table* table = policy->as_table();
-      if (!table) return Bad("retention.default", "must be a table such as { keep_last = 10 }");
-      std::ostringstream json;
-      json << toml::json_formatter{*table};
-      auto parsed = RetentionPolicy::FromJson(json.str());
-      if (!parsed.ok()) return Bad("retention.default", parsed.status().message());
-      config.store.default_retention = *parsed;
-    }
-  } else if (root.contains("retention")) {
-    return Bad("retention", "must be a table");
-  }
-
-  if (const toml::table* auth = root["auth"].as_table()) {
-    CKPT_RETURN_IF_ERROR(CheckKeys(*auth, "auth", {"tokens"}));
-    if (const toml::node* tokens = auth->get("tokens")) {
-      const toml::array* list = tokens->as_array();
-      if (!list) return Bad("auth.tokens", "must be an array of tables ([[auth.tokens]])");
-      config.tokens.clear();
-      for (size_t i = 0; i < list->size(); ++i) {
-        const std::string where = "auth.tokens[" + std::to_string(i) + "]";
-        const toml::table* t = list->get(i)->as_table();
-        if (!t) return Bad(where, "must be a table with name, sha256, scope, model_prefix");
-        CKPT_RETURN_IF_ERROR(CheckKeys(*t, where, {"name", "sha256", "scope", "model_prefix"}));
-        api::TokenGrant grant;
-        std::string scope = "read";
-        CKPT_RETURN_IF_ERROR(ReadString(*t, where, "name", grant.name));
-        CKPT_RETURN_IF_ERROR(ReadString(*t, where, "sha256", grant.sha256_hex));
-        CKPT_RETURN_IF_ERROR(ReadString(*t, where, "scope", scope));
-        CKPT_RETURN_IF_ERROR(ReadString(*t, where, "model_prefix", grant.model_prefix));
-        const auto parsed = api::ScopeFromName(scope);
-        if (!parsed) return Bad(where + ".scope", "must be \"read\", \"write\" or \"admin\"");
-        grant.scope = *parsed;
-        config.tokens.push_back(std::move(grant));
-      }
-      auto check = api::Authorizer::Create(config.tokens);
-      if (!check.ok()) return Bad("auth.tokens", check.status().message());
-    }
-  } else if (root.contains("auth")) {
-    return Bad("auth", "must be a table");
-  }
-
-  if (const toml::table* log = root["log"].as_table()) {
-    CKPT_RETURN_IF_ERROR(CheckKeys(*log, "log", {"level", "format"}));
-    CKPT_RETURN_IF_ERROR(ReadString(*log, "log", "level", config.log_level));
-    std::string format = "text";
-    CKPT_RETURN_IF_ERROR(ReadString(*log, "log", "format", format));
-    if (format != "text" && format != "json")
-      return Bad("log.format", "must be \"text\" or \"json\"");
-    config.server.json_logs = format == "json";
-  } else if (root.contains("log")) {
-    return Bad("log", "must be a table");
-  }
-  return Status::Ok();
+  return CheckCombinations(target);
 }
 
 Status CheckListenerIsProtected(const DaemonConfig& config) {

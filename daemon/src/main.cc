@@ -251,11 +251,8 @@ int main(int argc, char** argv) {
   }
   auto store = ckpt::CheckpointStore::Open(config.store);
   if (!store.ok()) return Fail(store.status());
-  ckpt::daemon::RetentionRunnerOptions retention;
-  retention.interval = std::chrono::seconds(config.retention.interval_seconds);
-  retention.after_push = config.retention.after_push;
-  retention.rebase_min_dead_fraction = config.retention.rebase_min_dead_fraction;
-  auto retention_runner = std::make_unique<ckpt::daemon::RetentionRunner>(store->get(), retention);
+  auto retention_runner =
+      std::make_unique<ckpt::daemon::RetentionRunner>(store->get(), config.retention);
   config.server.on_push_committed = [runner = retention_runner.get()](const std::string& model) {
     runner->ModelPushed(model);
   };

@@ -21,7 +21,7 @@ std::string Join(const std::vector<uint64_t>& versions) {
 
 }  // namespace
 
-RetentionRunner::RetentionRunner(CheckpointStore* store, const RetentionRunnerOptions& options)
+RetentionRunner::RetentionRunner(CheckpointStore* store, const RetentionOptions& options)
     : store_(store), options_(options), thread_([this] { Run(); }) {}
 
 RetentionRunner::~RetentionRunner() {

@@ -15,23 +15,15 @@
 #include <string>
 #include <thread>
 
+#include "ckpt/daemon/config.h"
 #include "ckpt/storage/checkpoint_store.h"
 
 namespace ckpt::daemon {
 
-struct RetentionRunnerOptions {
-  // Between passes over every model; zero disables them (passes after pushes still run).
-  std::chrono::seconds interval{600};
-  // Run a pass for a model after each of its pushes.
-  bool after_push = true;
-  // GcOptions::rebase_min_dead_fraction of the automatic passes.
-  double rebase_min_dead_fraction = 0.5;
-};
-
 class RetentionRunner {
  public:
   // `store` must outlive the runner. Starts the worker thread.
-  RetentionRunner(CheckpointStore* store, const RetentionRunnerOptions& options);
+  RetentionRunner(CheckpointStore* store, const RetentionOptions& options);
   ~RetentionRunner();  // stops and joins the worker
 
   // Queues a pass for `model` (if after_push is set).
@@ -44,7 +36,7 @@ class RetentionRunner {
   bool Apply(const std::string& model, GcOptions::Compaction compaction, bool after_push);
 
   CheckpointStore* const store_;
-  const RetentionRunnerOptions options_;
+  const RetentionOptions options_;
   std::mutex mu_;
   std::condition_variable wake_;
   std::set<std::string> pending_;  // guarded by mu_

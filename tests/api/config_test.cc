@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace ckpt::daemon {
 namespace {
@@ -42,9 +43,30 @@ TEST(DaemonConfig, ExampleConfigFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.warm_cache_on_start, defaults.warm_cache_on_start);
   EXPECT_EQ(parsed.store.default_retention, defaults.store.default_retention);
   EXPECT_TRUE(parsed.store.default_retention.KeepsEverything());
-  EXPECT_EQ(parsed.retention.interval_seconds, defaults.retention.interval_seconds);
+  EXPECT_EQ(parsed.retention.interval, defaults.retention.interval);
   EXPECT_EQ(parsed.retention.after_push, defaults.retention.after_push);
   EXPECT_EQ(parsed.retention.rebase_min_dead_fraction, defaults.retention.rebase_min_dead_fraction);
+}
+
+// The example file documents every key of the one key table, each in its own section, and says
+// it takes a restart.
+TEST(DaemonConfig, ExampleConfigFileDocumentsEveryKey) {
+  std::ifstream in(CKPT_EXAMPLE_CONFIG);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string example = text.str();
+  const std::vector<ConfigKey> keys = ConfigKeys();
+  ASSERT_GT(keys.size(), 30u);
+  for (const ConfigKey& k : keys) {
+    const size_t begin = example.find("\n[" + std::string(k.section) + "]\n");
+    ASSERT_NE(begin, std::string::npos) << k.section;
+    const size_t end = example.find("\n[", begin + 1 + k.section.size() + 2);
+    const std::string section = example.substr(begin, end - begin);
+    EXPECT_NE(section.find(std::string(k.key)), std::string::npos)
+        << k.section << "." << k.key << " is not documented in its section";
+    EXPECT_TRUE(k.needs_restart);
+    EXPECT_NE(section.find("Restart"), std::string::npos) << k.section;
+  }
 }
 
 TEST(DaemonConfig, RetentionSectionSetsTheDefaultPolicy) {
@@ -59,7 +81,7 @@ keep_best = { count = 3, metric = "loss", mode = "min" }
 )",
                        c);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(c.retention.interval_seconds, 0);
+  EXPECT_EQ(c.retention.interval, std::chrono::seconds(0));
   EXPECT_FALSE(c.retention.after_push);
   EXPECT_EQ(c.store.default_retention.keep_last, 5u);
   EXPECT_EQ(c.store.default_retention.keep_within_ms, 72 * 3'600'000);

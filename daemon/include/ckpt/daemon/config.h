@@ -4,6 +4,7 @@
 // Flags override the file: --listen, --data-dir, --log-level.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,17 @@
 #include "ckpt/storage/checkpoint_store.h"
 
 namespace ckpt::daemon {
+
+// Background retention ([retention]): passes over every model and after pushes.
+struct RetentionOptions {
+  // Between passes over every model; zero disables them (passes after pushes still run).
+  // Default: 600 s.
+  std::chrono::seconds interval{600};
+  // Run a pass for a model after each of its pushes. Default: true.
+  bool after_push = true;
+  // GcOptions::rebase_min_dead_fraction of the automatic passes. Default: 0.5.
+  double rebase_min_dead_fraction = 0.5;
+};
 
 struct DaemonConfig {
   api::HttpServerOptions server;
@@ -26,18 +38,24 @@ struct DaemonConfig {
   // store.reference_cache_bytes) so that `latest` and the next push find it in memory. The ready
   // file is written when that is done.
   bool warm_cache_on_start = true;
-  // Background retention ([retention]); the server-wide default policy is store.default_retention.
-  struct Retention {
-    int64_t interval_seconds = 600;         // passes over every model; 0 disables them
-    bool after_push = true;                 // a pass for a model after each of its pushes
-    double rebase_min_dead_fraction = 0.5;  // GcOptions of the automatic passes
-  } retention;
+  // Background retention; the server-wide default policy is store.default_retention.
+  RetentionOptions retention;
 
   // Bearer tokens ([[auth.tokens]]); none: authorization disabled (loopback listeners only).
   std::vector<api::TokenGrant> tokens;
 
   DaemonConfig() { store.data_dir = "./data"; }
 };
+
+// A key of the configuration file, as the one table of keys in config.cc lists it.
+struct ConfigKey {
+  std::string_view section;
+  std::string_view key;
+  // Whether a change takes effect only when ckptd starts (every key: none changes while it runs).
+  bool needs_restart = true;
+};
+// Every key ApplyToml accepts, section by section.
+std::vector<ConfigKey> ConfigKeys();
 
 // Parses a TOML document into `config`, overriding only what the document sets. Unknown keys
 // and wrong types are InvalidArgument naming the key.
