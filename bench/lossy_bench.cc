@@ -12,7 +12,7 @@
 //   --retention-rules codes as the daemon does for a model with retention rules (lattice chains
 //   without element history).
 //   --matrices gives the codec every 2-D tensor's column count (LossyCodecOptions::
-//   matrix_columns): lattice deltas may then take a low-rank shift (payload version 4).
+//   low_rank_columns): lattice deltas may then take a low-rank shift (payload version 4).
 //   --repeat K codes and decodes every chunk K times and counts the fastest of each (default 1):
 //   steadier speed figures on a shared machine, with caches and the allocator warm.
 //   e.g. lossy_bench '{"mode":"lossy","max_abs_error":5e-3,"lossless_tensors":[]}' ckpts/charlm
@@ -141,11 +141,11 @@ int main(int argc, char** argv) {
 
     for (const auto& t : header->tensors) {
       ckpt::TensorCoding coding = policy->ForTensor(t.name, t.dtype, t.shape);
-      if (retention_rules && coding.lossy && coding.lossy_options.lattice) {
+      if (retention_rules && coding.lossy && coding.lossy_options.reclaimable) {
         coding.lossy_options.history = false;
       }
       if (matrices && coding.lossy && t.shape.size() == 2) {
-        coding.lossy_options.matrix_columns = static_cast<uint32_t>(t.shape[1]);
+        coding.lossy_options.low_rank_columns = static_cast<uint32_t>(t.shape[1]);
       }
       std::unique_ptr<ckpt::TensorCodec> lossy_codec;
       if (coding.lossy) lossy_codec = ckpt::NewLossyCodec(coding.lossy_options);

@@ -306,10 +306,10 @@ TensorCoding CodecPolicy::ForTensor(std::string_view name, DType dtype,
     }
     c.lossy_options.float_exponent_bits = float_exponent_bits;
     c.lossy_options.float_mantissa_bits = float_mantissa_bits;
-    c.lossy_options.lattice = reclaimable;
+    c.lossy_options.reclaimable = reclaimable;
     if (low_rank && reclaimable && shape.size() == 2 && shape[1] > 0 &&
         shape[1] <= std::numeric_limits<uint32_t>::max()) {
-      c.lossy_options.matrix_columns = static_cast<uint32_t>(shape[1]);
+      c.lossy_options.low_rank_columns = static_cast<uint32_t>(shape[1]);
     }
     return c;
   };

@@ -140,7 +140,7 @@ Coded EncodeDecode(const TensorCodec& codec, DType dtype, const std::vector<uint
 }
 
 // What a codec under test quantizes with: a quantizer, and whether its reconstructions are
-// lattice points (LossyCodecOptions::lattice).
+// lattice points (LossyCodecOptions::reclaimable).
 struct Coding {
   Coding(Quantizer q, bool on_lattice = false) : quantizer(q), lattice(on_lattice) {}  // NOLINT
   Quantizer quantizer;
@@ -155,7 +155,7 @@ void PrintTo(const Coding& coding, std::ostream* os) {
 std::unique_ptr<TensorCodec> Lossy(Coding coding, double bound) {
   LossyCodecOptions options;
   options.quantizer = coding.quantizer;
-  options.lattice = coding.lattice;
+  options.reclaimable = coding.lattice;
   options.bound = {coding.quantizer == Quantizer::kLog ? ErrorBound::Kind::kPointwise
                                                        : ErrorBound::Kind::kAbsolute,
                    bound};
@@ -883,7 +883,7 @@ TEST(LossyCodecLattice, ExactReencodingIsBitExactAndCheap) {
     for (bool relative : {false, true}) {
       LossyCodecOptions options;
       options.quantizer = Quantizer::kUniform;
-      options.lattice = true;
+      options.reclaimable = true;
       options.bound = relative ? ErrorBound{ErrorBound::Kind::kRelative, 1e-3}
                                : ErrorBound{ErrorBound::Kind::kAbsolute, 1e-3};
       auto codec = NewLossyCodec(options);
@@ -1025,12 +1025,12 @@ std::vector<std::vector<double>> LowRankDrift(size_t rows, size_t cols, int vers
   return chain;
 }
 
-LossyCodecOptions LatticeOptions(double bound, uint32_t matrix_columns) {
+LossyCodecOptions LatticeOptions(double bound, uint32_t low_rank_columns) {
   LossyCodecOptions options;
   options.quantizer = Quantizer::kUniform;
-  options.lattice = true;
+  options.reclaimable = true;
   options.bound = {ErrorBound::Kind::kAbsolute, bound};
-  options.matrix_columns = matrix_columns;
+  options.low_rank_columns = low_rank_columns;
   return options;
 }
 
@@ -1394,7 +1394,7 @@ TEST_P(EveryQuantizer, BoundsWithOverflowingSteps) {
                                   ErrorBound{ErrorBound::Kind::kAbsolute, max}}) {
     LossyCodecOptions options;
     options.quantizer = GetParam().quantizer;
-    options.lattice = GetParam().lattice;
+    options.reclaimable = GetParam().lattice;
     options.bound = bound;
     auto codec = NewLossyCodec(options);
     Coded key = EncodeDecode(*codec, DType::kF64, chunk, nullptr);
@@ -1467,7 +1467,7 @@ TEST_P(EveryQuantizer, CorruptPayloadsNeverCrash) {
 TEST_P(EveryQuantizer, NonNegativeChunksNeverRestoreNegative) {
   LossyCodecOptions options;
   options.quantizer = GetParam().quantizer;
-  options.lattice = GetParam().lattice;
+  options.reclaimable = GetParam().lattice;
   options.bound = {ErrorBound::Kind::kRelative, 1e-2};
   auto codec = NewLossyCodec(options);
   std::mt19937_64 rng(16);

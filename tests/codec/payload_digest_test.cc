@@ -139,11 +139,11 @@ LossyCodecOptions Absolute(Quantizer quantizer, double bound = 5e-3) {
   return Lossy(quantizer, ErrorBound::Kind::kAbsolute, bound);
 }
 
-LossyCodecOptions Lattice(bool history, uint32_t matrix_columns = 0) {
+LossyCodecOptions Lattice(bool history, uint32_t low_rank_columns = 0) {
   LossyCodecOptions options = Absolute(Quantizer::kUniform);
-  options.lattice = true;
+  options.reclaimable = true;
   options.history = history;
-  options.matrix_columns = matrix_columns;
+  options.low_rank_columns = low_rank_columns;
   return options;
 }
 

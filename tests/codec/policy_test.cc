@@ -20,10 +20,10 @@ TEST(CodecPolicy, ReclaimableSelectsLatticeCoding) {
   auto p = CodecPolicy::FromJson(R"({"mode":"lossy","max_abs_error":1e-3})", CodecPolicy{});
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(p->reclaimable);
-  EXPECT_TRUE(p->ForTensor("w", DType::kF32, matrix).lossy_options.lattice);
+  EXPECT_TRUE(p->ForTensor("w", DType::kF32, matrix).lossy_options.reclaimable);
   auto off = CodecPolicy::FromJson(R"({"reclaimable":false})", *p);
   ASSERT_TRUE(off.ok());
-  EXPECT_FALSE(off->ForTensor("w", DType::kF32, matrix).lossy_options.lattice);
+  EXPECT_FALSE(off->ForTensor("w", DType::kF32, matrix).lossy_options.reclaimable);
   auto again = CodecPolicy::FromJson(off->ToJson(), CodecPolicy{});
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, *off);
@@ -38,10 +38,10 @@ TEST(CodecPolicy, LowRankGivesMatricesTheirColumns) {
       CodecPolicy{});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_TRUE(p->low_rank);
-  EXPECT_EQ(p->ForTensor("w", DType::kF32, {64, 48}).lossy_options.matrix_columns, 48u);
-  EXPECT_EQ(p->ForTensor("optim.w", DType::kF32, {64, 48}).lossy_options.matrix_columns, 48u);
-  EXPECT_EQ(p->ForTensor("b", DType::kF32, {64}).lossy_options.matrix_columns, 0u);
-  EXPECT_EQ(p->ForTensor("conv", DType::kF32, {8, 4, 3, 3}).lossy_options.matrix_columns, 0u);
+  EXPECT_EQ(p->ForTensor("w", DType::kF32, {64, 48}).lossy_options.low_rank_columns, 48u);
+  EXPECT_EQ(p->ForTensor("optim.w", DType::kF32, {64, 48}).lossy_options.low_rank_columns, 48u);
+  EXPECT_EQ(p->ForTensor("b", DType::kF32, {64}).lossy_options.low_rank_columns, 0u);
+  EXPECT_EQ(p->ForTensor("conv", DType::kF32, {8, 4, 3, 3}).lossy_options.low_rank_columns, 0u);
   auto again = CodecPolicy::FromJson(p->ToJson(), CodecPolicy{});
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, *p);
@@ -50,15 +50,15 @@ TEST(CodecPolicy, LowRankGivesMatricesTheirColumns) {
       CodecPolicy::FromJson(R"({"mode":"lossy","max_abs_error":1e-3})", CodecPolicy{});
   ASSERT_TRUE(by_default.ok());
   EXPECT_TRUE(by_default->low_rank);
-  EXPECT_EQ(by_default->ForTensor("w", DType::kF32, {64, 48}).lossy_options.matrix_columns, 48u);
+  EXPECT_EQ(by_default->ForTensor("w", DType::kF32, {64, 48}).lossy_options.low_rank_columns, 48u);
   auto plain = CodecPolicy::FromJson(R"({"mode":"lossy","max_abs_error":1e-3,"low_rank":false})",
                                      CodecPolicy{});
   ASSERT_TRUE(plain.ok());
   EXPECT_FALSE(plain->low_rank);
-  EXPECT_EQ(plain->ForTensor("w", DType::kF32, {64, 48}).lossy_options.matrix_columns, 0u);
+  EXPECT_EQ(plain->ForTensor("w", DType::kF32, {64, 48}).lossy_options.low_rank_columns, 0u);
   auto additive = CodecPolicy::FromJson(R"({"reclaimable":false})", *p);
   ASSERT_TRUE(additive.ok());
-  EXPECT_EQ(additive->ForTensor("w", DType::kF32, {64, 48}).lossy_options.matrix_columns, 0u);
+  EXPECT_EQ(additive->ForTensor("w", DType::kF32, {64, 48}).lossy_options.low_rank_columns, 0u);
 }
 
 TEST(CodecPolicy, MissingFieldsKeepBaseValues) {

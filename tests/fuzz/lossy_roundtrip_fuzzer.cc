@@ -193,7 +193,7 @@ LossyCodecOptions ReadOptions(fuzz::InputReader& in) {
                                          ErrorBound::Kind::kPointwise};
   LossyCodecOptions options;
   options.bound = BoundFrom(kKinds[(flags >> 2) % 3], bound_mantissa, bound_exponent);
-  options.lattice = flags & 0x20;
+  options.reclaimable = flags & 0x20;
   options.history = flags & 0x40;
   constexpr Quantizer kQuantizers[] = {Quantizer::kAuto, Quantizer::kUniform, Quantizer::kExponent,
                                        Quantizer::kFloat, Quantizer::kCosine};
@@ -203,7 +203,7 @@ LossyCodecOptions ReadOptions(fuzz::InputReader& in) {
                           : kQuantizers[quantizer_byte % 5];
   options.float_exponent_bits = static_cast<uint8_t>(quantizer_byte / 5 % 9);  // 0 = auto
   constexpr uint32_t kColumns[] = {0, 16, 64, 17, 128, 256};
-  options.matrix_columns = kColumns[quantizer_byte / 45];
+  options.low_rank_columns = kColumns[quantizer_byte / 45];
   if (options.float_exponent_bits != 0) {
     options.float_mantissa_bits =
         static_cast<uint8_t>(mantissa_byte % (17 - options.float_exponent_bits));

@@ -150,8 +150,8 @@ void TensorDecodeSeeds() {
   for (DType dtype : {DType::kF32, DType::kF64}) {
     const auto [a, b] = LowRankDriftVersions();
     LossyCodecOptions options{Quantizer::kUniform, {ErrorBound::Kind::kAbsolute, 1e-3}};
-    options.lattice = true;
-    options.matrix_columns = 64;
+    options.reclaimable = true;
+    options.low_rank_columns = 64;
     auto codec = NewLossyCodec(options);
     const auto pack = [&](const std::vector<double>& v) {
       std::vector<uint8_t> out(v.size() * DTypeSize(dtype));

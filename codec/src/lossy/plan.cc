@@ -395,7 +395,7 @@ Result<ChunkPlan> PlanChunk(const LossyCodecOptions& options, const uint8_t* in,
   Configure(stats, bound, options, kind, /*build_tables=*/true, &set);
   if (kind == Quantizer::kLog) ChooseLogMode<D>(in, ref, n, bound, plan.non_negative, &set);
   if (exact) set.uniform = UniformQuantizer(exact->step);
-  plan.lattice = exact || (options.lattice && kind == Quantizer::kUniform);
+  plan.lattice = exact || (options.reclaimable && kind == Quantizer::kUniform);
 
   plan.contexts = n >= kMinElementsForContexts;
   // Element history where it fits; an exact re-encoding carries it exactly when the payload it
@@ -415,7 +415,7 @@ Result<ChunkPlan> PlanChunk(const LossyCodecOptions& options, const uint8_t* in,
                        : plan.lattice && ref                ? kContextModelNone
                                                             : kContextModelPrevious2;
   // A low-rank shift where the chunk is a matrix and one pays (lattice deltas with history).
-  const uint32_t cols = options.matrix_columns;
+  const uint32_t cols = options.low_rank_columns;
   if (!exact && plan.lattice && plan.history == HistoryUse::kDelta && cols >= kMinLowRankSide &&
       n % cols == 0 && n / cols >= kMinLowRankSide &&
       n / cols <= std::numeric_limits<uint32_t>::max()) {

@@ -182,7 +182,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
       TensorCoding coding = policy_.ForTensor(t.name, t.dtype, t.shape);
       // Lattice versions with element history cost more to re-encode exactly (their states go
       // along): a model whose retention deletes versions is coded without it.
-      if (coding.lossy && coding.lossy_options.lattice && retention_deletes_) {
+      if (coding.lossy && coding.lossy_options.reclaimable && retention_deletes_) {
         coding.lossy_options.history = false;
       }
       ManifestTensor mt;  // codec_id: lossless until a chunk is stored quantized

@@ -60,28 +60,28 @@ struct LossyCodecOptions {
   // the bound for the largest deltas). E + M <= 16.
   uint8_t float_exponent_bits = 0;
   uint8_t float_mantissa_bits = 0;
-  // Uniform quantizer: reconstructions are points of a fixed lattice, fl(k * step) for an
-  // integer k, rather than the reference plus a move, so a version's lattice points depend on
+  // Reclaimable coding (the policy's "reclaimable"), uniform quantizer: reconstructions are
+  // points of a fixed lattice, fl(k * step) for an integer k, rather than the reference plus a move, so a version's lattice points depend on
   // its own values and not on the chain that led to it (their lowest three mantissa bits carry
   // the element history, as in other payloads of large F32/F64 chunks). Garbage collection can
   // then re-encode a kept version against any other version exactly and cheaply
   // (EncodeExactOnLattice). Other quantizers ignore it.
-  bool lattice = false;
+  bool reclaimable = false;
   // Element history (every quantizer but log): in F32/F64 chunks of at least 4096 elements, each
   // reconstruction carries in its lowest three mantissa bits how its element moved in earlier
-  // versions, and a delta's symbols are coded in that context (~4% smaller deltas on training
-  // runs). false: deltas on the lattice code order-0, others in the context of the two previous
+  // versions, and a delta's symbols are coded in that context (smaller deltas on training runs:
+  // docs/benchmarks.md). false: deltas on the lattice code order-0, others in the context of the two previous
   // symbols. An exact re-encoding of a lattice version with history must carry every element's
-  // state too (about 2.6 bits per element for a keyframe, less for a delta), so storage turns
+  // state too (a few bits per element for a keyframe, less for a delta), so storage turns
   // history off on the lattice for models whose retention rules delete versions.
   bool history = true;
-  // Low-rank shift of the lattice: when set, a lattice delta with element history of an F32 or
+  // Low-rank shift of the lattice (the policy's "low_rank"): when set, a lattice delta with element history of an F32 or
   // F64 chunk that is a matrix of this many columns (its length a multiple of it, at least
   // 16 x 16) may shift each element's lattice by a low-rank matrix fitted to the delta and sent
   // as small integer factors (docs/format.md, "Low-rank shift"), when that is estimated to be
   // smaller. The reconstructions then lie on a lattice 64 times finer, which exact re-encodings
   // keep. 0: chunks are coded flat.
-  uint32_t matrix_columns = 0;
+  uint32_t low_rank_columns = 0;
 
   friend bool operator==(const LossyCodecOptions&, const LossyCodecOptions&) = default;
 };

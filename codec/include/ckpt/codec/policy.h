@@ -38,10 +38,10 @@
 //                     since its keyframe total more than this many times the keyframe's bytes,
 //                     which bounds the bytes a restore reads and a chain keeps alive. 1 is the
 //                     strictest useful value, 0 turns the rule off. Default: 8 (on training
-//                     runs a lossy keyframe costs 3-5 deltas, so 1 would re-key every few
-//                     versions and cost a third of the ratio; see docs/benchmarks.md).
+//                     runs a lossy keyframe costs several deltas, so 1 would re-key every few
+//                     versions and cost much of the ratio; see docs/benchmarks.md).
 //   reclaimable       lossy, uniform quantizer: code reconstructions on a fixed lattice
-//                     (LossyCodecOptions::lattice) so that garbage collection can re-encode
+//                     (LossyCodecOptions::reclaimable) so that garbage collection can re-encode
 //                     kept versions exactly and cheaply when versions between them are deleted.
 //                     (Storage adds element history on the lattice unless the model has
 //                     retention rules: smaller deltas, dearer rebases.) false: additive coding
@@ -49,9 +49,9 @@
 //                     deleted versions inside a kept version's chain stay stored. Default: true.
 //   low_rank          lossy, reclaimable: a delta of a weight matrix (a rank-2 tensor) may shift
 //                     the lattice by a low-rank matrix fitted to the delta (payload version 4,
-//                     docs/format.md), where that codes smaller: 6-14% smaller on Adam runs,
-//                     at about two thirds of the encoding speed of the plain lattice (~240
-//                     MB/s per core). Only for models without retention rules (it needs element
+//                     docs/format.md), where that codes smaller (smaller deltas on Adam runs
+//                     at a lower encoding speed than the plain lattice: docs/benchmarks.md,
+//                     "Lossy codec"). Only for models without retention rules (it needs element
 //                     history); deleting versions of such chains frees little (exact
 //                     re-encodings on the fine lattice cost more than they free, so collection
 //                     keeps them). false: the plain lattice. Default: true.
