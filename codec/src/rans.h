@@ -5,8 +5,9 @@
 // symbols before it, and the decoder recomputes the same context, so modelling costs no bits.
 // The state is 32 bits with byte-wise renormalization (the "rans_byte" construction of
 // F. Giesen's public-domain ryg_rans). A symbol of probability p costs -log2(p) bits to within
-// the 12-bit quantization of p: a symbol that is 0 98% of the time costs 0.03 bits, which is
-// what lets mostly-unchanged deltas cost close to their entropy (Huffman spends at least 1 bit).
+// the 12-bit quantization of p: a symbol that is nearly always 0 costs a small fraction of a bit,
+// which is what lets mostly-unchanged deltas cost close to their entropy (Huffman spends at least 1
+// bit).
 //
 // Stream layout (little-endian), see docs/format.md:
 //   u8 context_count C

@@ -25,11 +25,9 @@ constexpr uint32_t kBasisContext = kCoefficientContexts;
 constexpr uint32_t kFactorContexts = kCoefficientContexts + 1;
 // A present symbol costs about two bytes of table (symbol and varint frequency).
 constexpr double kTableBitsPerSymbol = 16;
-// The fit's effort (charlm4w, `lossy_bench`, ranks up to 16): 512 sampled rows, 2 power
-// iterations and 8 extra directions 31.41x at ~200-230 MB/s encode per core (with the vector
-// kernels below and the encoder's); 256 rows 31.00x; 384 of 768 rows (a ceiling stride) 31.32x, ~3%
-// faster; 4 extra directions 31.35x; one iteration 30.64x; all 1024 rows, 4 iterations and ranks up
-// to 24 32.11x, much slower.
+// The fit's effort: sampled rows, power iterations and extra directions trade ratio against
+// encoding speed; these were chosen by measurement (docs/benchmarks.md, "Lossy codec": fewer
+// rows or one iteration cost ratio, more cost speed for little ratio).
 constexpr size_t kSampleRows = 512;
 constexpr int kPowerIterations = 2;
 constexpr size_t kOversampling = 8;
@@ -284,7 +282,7 @@ __attribute__((target("avx2,fma"), always_inline)) inline void MultiplyRowsAvx2(
 // MultiplyFixed's blocking loop again, on purpose: GCC keeps the kernel's 12 accumulators in
 // registers only when it is inlined into a loop inside a function with these targets. Sharing
 // one generic loop (the kernel out of line, called per block) kept them in registers but also
-// stored them to the stack every step: the fit took twice as long (2026-12-01).
+// stored them to the stack every step, which makes the fit much slower.
 template <size_t L>
 __attribute__((target("avx2,fma"))) void MultiplyFixedAvx2(const float* a, size_t n, size_t stride,
                                                            size_t rows, const float* b,

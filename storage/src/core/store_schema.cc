@@ -21,8 +21,8 @@ constexpr uint64_t kMinBlobBytes = 4096;
 
 // SST block sizes. A version record (mostly the pushed safetensors header) and a manifest are a
 // few KiB and nearly equal from one version to the next: 64 KiB blocks let zstd code a dozen of
-// them together (the versions family's SSTs shrink ~4x against 4 KiB blocks). The chunks family
-// holds small payloads and blob references, read in key order by a restore.
+// them together (the versions family's SSTs shrink several times against 4 KiB blocks). The chunks
+// family holds small payloads and blob references, read in key order by a restore.
 constexpr size_t kMetadataBlockBytes = 64 << 10;
 constexpr size_t kChunkBlockBytes = 16 << 10;
 

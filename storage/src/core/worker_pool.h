@@ -6,8 +6,8 @@
 // bound keeps a fast sender from buffering a whole checkpoint in memory.
 //
 // A small job submitted while the pool is idle runs at once on the owner's thread: handing it
-// over would cost more than running it (a checkpoint of many small tensors pushed 6-10% slower
-// through a worker alone).
+// over would cost more than running it (checkpoints of many small tensors push slower through a
+// worker alone).
 //
 // With one thread, jobs run one at a time in order, each seeing what the ones before it wrote.
 // With more, they start in order but run concurrently and finish in any order: jobs must not

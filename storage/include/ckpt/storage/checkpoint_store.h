@@ -68,7 +68,7 @@ struct StoreOptions {
   // What a push does for a tensor whose reference (the previous version's reconstruction) is not
   // entirely in the reference cache — after a restart, or for models larger than the cache:
   //   kKeyframe: store the tensor as a keyframe; a push never replays a delta chain (fast, a bit
-  //              larger: on fp32 training runs a keyframe is ~20% larger than a delta).
+  //              larger: on fp32 training runs a keyframe is larger than a delta).
   //   kDecode:   decode the reference from the stored chain (up to keyframe_every - 1 deltas per
   //              chunk) and store a delta (smaller, slower).
   // Default: kKeyframe.
