@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Push and restore through the daemon with curl, beside the peers a user would run instead, all
+# on the same files in the same run:
+#   - ckptd: every file pushed in order (curl -T, PUT .../versions/N), the daemon restarted, then
+#     `latest` restored cold and again warm, then every version in turn; wall-clock MB/s and the
+#     daemon's CPU per byte (utime + stime from /proc/PID/stat around each phase); the data
+#     directory's size after a clean shutdown (du)
+#   - cp + sync of the files, zstd -1 (one thread) of the files
+#   - nginx (nginx-light, WebDAV) on loopback: the same files PUT with curl -T and GET back
+# Each figure is the median of ROUNDS rounds (fresh data directory per round). Several build
+# directories are measured round by round, alternating, so that they share the machine's phases.
+#
+# Usage: bench/daemon_bench.sh CHECKPOINT_DIR [POLICY_JSON] [ROUNDS] BUILD_DIR...
+#   POLICY_JSON "" keeps the default (lossless) policy; ROUNDS defaults to 3.
+set -euo pipefail
+
+dir=$(realpath "$1")
+policy=${2:-}
+rounds=${3:-3}
+shift 3
+builds=()
+for b in "$@"; do builds+=("$(realpath "$b")"); done
+(( ${#builds[@]} > 0 )) || builds=("$(realpath build-release)")
+
+work=$(mktemp -d -p "${TMPDIR:-/tmp}" ckpt-daemon-bench.XXXXXX)
+daemon_pid=""
+nginx_pid=""
+cleanup() {
+  [[ -n "$daemon_pid" ]] && kill -9 "$daemon_pid" 2>/dev/null || true
+  [[ -n "$nginx_pid" ]] && kill "$nginx_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+mapfile -t files < <(ls "$dir"/*.safetensors | sort)
+raw=0
+for f in "${files[@]}"; do raw=$((raw + $(stat -c %s "$f"))); done
+latest_bytes=$(stat -c %s "${files[-1]}")
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { print b - a }'; }
+mbps() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.0f", b / 1e6 / s }'; }
+median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+ticks_per_s=$(getconf CLK_TCK)
+# MB per daemon CPU-second.
+mb_per_cpu() { awk -v b="$1" -v t="$2" -v h="$ticks_per_s" 'BEGIN { printf "%.0f", (t > 0 ? b / 1e6 / (t / h) : 0) }'; }
+
+cat > "$work/ckptd.toml" <<EOF
+[retention]
+interval_seconds = 0
+after_push = false
+EOF
+
+start_daemon() {  # BUILD
+  rm -f "$work/ready"
+  "$1/daemon/ckptd" --config "$work/ckptd.toml" --listen 127.0.0.1:0 --data-dir "$work/data" \
+    --ready-file "$work/ready" --log-level warn > "$work/ckptd.log" 2>&1 &
+  daemon_pid=$!
+  for _ in $(seq 3000); do [[ -s "$work/ready" ]] && break; sleep 0.01; done
+  url="http://127.0.0.1:$(cat "$work/ready")/v1/models/bench"
+}
+stop_daemon() {
+  kill -TERM "$daemon_pid"
+  wait "$daemon_pid" || true
+  daemon_pid=""
+}
+
+# One round of ckptd with build $1; appends "push_s push_ticks latest_cold_s latest_warm_s
+# every_s every_ticks stored" to $work/results.$2.
+ckptd_round() {
+  rm -rf "$work/data"
+  start_daemon "$1"
+  if [[ -n "$policy" ]]; then
+    curl -sf -X PUT --data-binary "$policy" "$url/policy" > /dev/null
+  fi
+  local c0 t0 t1 c1 v=0
+  c0=$(cpu_ticks "$daemon_pid"); t0=$(now)
+  for f in "${files[@]}"; do
+    v=$((v + 1))
+    curl -sf -T "$f" "$url/versions/$v" > /dev/null
+  done
+  t1=$(now); c1=$(cpu_ticks "$daemon_pid")
+  stop_daemon
+  local stored
+  stored=$(( $(du -sk "$work/data" | cut -f1) * 1024 ))
+  start_daemon "$1"
+  local t2 t3 t4 c4 t5 c5
+  t2=$(now)
+  curl -sf "$url/versions/latest" -o "$work/latest"
+  t3=$(now)
+  curl -sf "$url/versions/latest" -o "$work/latest"
+  t4=$(now); c4=$(cpu_ticks "$daemon_pid")
+  cmp -s "$work/latest" "${files[-1]}" || [[ -n "$policy" ]] || { echo "latest differs" >&2; exit 1; }
+  v=0
+  for f in "${files[@]}"; do
+    v=$((v + 1))
+    curl -sf "$url/versions/$v" -o "$work/restored"
+    [[ -n "$policy" ]] || cmp -s "$work/restored" "$f" || { echo "version $v differs" >&2; exit 1; }
+  done
+  t5=$(now); c5=$(cpu_ticks "$daemon_pid")
+  stop_daemon
+  echo "$(elapsed "$t0" "$t1") $((c1 - c0)) $(elapsed "$t2" "$t3") $(elapsed "$t3" "$t4") $(elapsed "$t4" "$t5") $((c5 - c4)) $stored" >> "$work/results.$2"
+}
+
+# nginx with WebDAV PUT on an ephemeral port, serving $work/www.
+start_nginx() {
+  mkdir -p "$work/www" "$work/nginx"
+  cat > "$work/nginx/nginx.conf" <<EOF
+daemon off;
+user root;
+worker_processes 1;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log warn;
+events { worker_connections 64; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx/body;
+  client_max_body_size 0;
+  sendfile on;
+  server {
+    listen 127.0.0.1:0;
+    root $work/www;
+    dav_methods PUT;
+    create_full_put_path on;
+  }
+}
+EOF
+  # Port 0 is not allowed in nginx's listen: pick a free port from the kernel.
+  local port
+  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  sed -i "s/127.0.0.1:0/127.0.0.1:$port/" "$work/nginx/nginx.conf"
+  nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" &
+  nginx_pid=$!
+  for _ in $(seq 500); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.01; done
+  nginx_url="http://127.0.0.1:$port"
+}
+
+peer_round() {
+  rm -rf "$work/cp" "$work/www"/*
+  mkdir -p "$work/cp"
+  local t0 t1 t2 t3 t4 t5
+  t0=$(now)
+  for f in "${files[@]}"; do cp "$f" "$work/cp/"; done
+  sync -f "$work/cp"
+  t1=$(now)
+  for f in "${files[@]}"; do zstd -1 -T1 -q -c "$f" > /dev/null; done
+  t2=$(now)
+  local v=0
+  for f in "${files[@]}"; do v=$((v + 1)); curl -sf -T "$f" "$nginx_url/$v.safetensors"; done
+  t3=$(now)
+  v=0
+  for f in "${files[@]}"; do v=$((v + 1)); curl -sf "$nginx_url/$v.safetensors" -o "$work/restored"; done
+  t4=$(now)
+  curl -sf "$nginx_url/$v.safetensors" -o "$work/restored"
+  t5=$(now)
+  echo "$(elapsed "$t0" "$t1") $(elapsed "$t1" "$t2") $(elapsed "$t2" "$t3") $(elapsed "$t3" "$t4") $(elapsed "$t4" "$t5")" >> "$work/results.peers"
+}
+
+start_nginx
+for round in $(seq "$rounds"); do
+  for i in "${!builds[@]}"; do ckptd_round "${builds[$i]}" "$i"; done
+  peer_round
+done
+
+col() { awk -v c="$2" '{ print $c }' "$1" | median; }
+echo "files: ${#files[@]} in $dir, $raw bytes; policy: ${policy:-default (lossless)}; rounds: $rounds"
+printf '%-34s %10s %10s %12s %12s %10s %12s %8s\n' "" "push MB/s" "MB/cpu-s" "latest cold" "latest warm" "every MB/s" "every MB/cpu-s" "ratio"
+for i in "${!builds[@]}"; do
+  r="$work/results.$i"
+  printf '%-34s %10s %10s %12s %12s %10s %12s %8s\n' "ckptd ($(basename "$(dirname "${builds[$i]}")")/$(basename "${builds[$i]}"))" \
+    "$(mbps "$raw" "$(col "$r" 1)")" "$(mb_per_cpu "$raw" "$(col "$r" 2)")" \
+    "$(mbps "$latest_bytes" "$(col "$r" 3)")" "$(mbps "$latest_bytes" "$(col "$r" 4)")" \
+    "$(mbps "$raw" "$(col "$r" 5)")" "$(mb_per_cpu "$raw" "$(col "$r" 6)")" \
+    "$(awk -v r="$raw" -v s="$(col "$r" 7)" 'BEGIN { printf "%.2fx", r / s }')"
+done
+p="$work/results.peers"
+echo "cp + sync:                 $(mbps "$raw" "$(col "$p" 1)") MB/s"
+echo "zstd -1 (one thread):      $(mbps "$raw" "$(col "$p" 2)") MB/s"
+echo "nginx PUT (curl -T):       $(mbps "$raw" "$(col "$p" 3)") MB/s"
+echo "nginx GET, every file:     $(mbps "$raw" "$(col "$p" 4)") MB/s"
+echo "nginx GET, the last file:  $(mbps "$latest_bytes" "$(col "$p" 5)") MB/s"
