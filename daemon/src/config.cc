@@ -183,7 +183,9 @@ const KeySpec kKeys[] = {
 // Reads a plain key's value into its member, checking its type and range.
 Status ApplyPlain(const KeySpec& spec, const toml::node& node, const std::string& name,
                   ParseTarget& t) {
-  const std::string range = "[" + std::to_string(spec.min) + ", " + std::to_string(spec.max) + "]";
+  // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on a chain of string operator+.
+  std::string range = "[";
+  range.append(std::to_string(spec.min)).append(", ").append(std::to_string(spec.max)).append("]");
   auto integer = [&](auto* out) -> Status {
     auto v = node.value<int64_t>();
     if (!node.is_integer() || !v) return Bad(name, "must be an integer");
