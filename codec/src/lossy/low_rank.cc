@@ -26,8 +26,8 @@ constexpr uint32_t kFactorContexts = kCoefficientContexts + 1;
 // A present symbol costs about two bytes of table (symbol and varint frequency).
 constexpr double kTableBitsPerSymbol = 16;
 // The fit's effort: sampled rows, power iterations and extra directions trade ratio against
-// encoding speed; these were chosen by measurement (docs/benchmarks.md, "Lossy codec": fewer
-// rows or one iteration cost ratio, more cost speed for little ratio).
+// encoding speed; these were chosen by measurement (docs/benchmarks.md, "Design choices, measured":
+// fewer rows or one iteration cost ratio, more cost speed for little ratio).
 constexpr size_t kSampleRows = 512;
 constexpr int kPowerIterations = 2;
 constexpr size_t kOversampling = 8;

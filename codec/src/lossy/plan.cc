@@ -24,8 +24,8 @@ constexpr size_t kAutoSampleElements = 1024;
 // Matrices smaller than this on either side are coded flat.
 constexpr uint32_t kMinLowRankSide = 16;
 // The ranks the encoder compares with the plain lattice (multiples of 8 up to this), and the
-// rows it compares them on (an unshifted fine lattice, rank 0, never pays on training runs:
-// docs/benchmarks.md, "Lossy codec").
+// rows it compares them on. An unshifted fine lattice (rank 0) is not a candidate: without a
+// shift it only spends the finer lattice's bits.
 constexpr uint32_t kLowRankMaxRank = 16;
 constexpr uint32_t kLowRankSampleRows = 32;
 
