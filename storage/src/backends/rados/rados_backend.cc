@@ -30,6 +30,7 @@
 #include <set>
 #include <thread>
 
+#include "backends/rados/deferred_removals.h"
 #include "backends/rados/metadata_sync.h"
 #include "backends/rados/model_leases.h"
 #include "backends/rados/rados_chunk_store.h"
@@ -149,11 +150,7 @@ class RadosBackend final : public StoreBackend {
                                       uint64_t seq_end) override {
     CKPT_ASSIGN_OR_RETURN(auto names, ListChunkObjects(model));
     // Chunks whose removal is deferred for readers are left to the deferral.
-    std::set<std::string> deferred;
-    {
-      std::lock_guard lock(background_mu_);
-      for (const Deferred& d : deferred_) deferred.insert(d.names.begin(), d.names.end());
-    }
+    const std::set<std::string> deferred = removals_.Pending();
     std::vector<std::string> orphans;
     for (const auto& [name, seq, tensor, chunk] : names) {
       if (seq < seq_end && !stored.count(seq) && !deferred.count(name)) orphans.push_back(name);
@@ -214,7 +211,7 @@ class RadosBackend final : public StoreBackend {
       auto names = ChunkNames(model, set);
       unreachable.insert(unreachable.end(), names.begin(), names.end());
     }
-    DeferRemoval(std::move(unreachable));
+    removals_.Defer(std::move(unreachable), RemovalGrace());
     return Status::Ok();
   }
 
@@ -345,27 +342,6 @@ class RadosBackend final : public StoreBackend {
     return std::max<RadosClock::duration>(options_.lease * 2, std::chrono::minutes(5));
   }
 
-  // Chunks made unreachable by a commit are removed a grace period later (RemovalGrace), so that
-  // restores other daemons started from the previous generation can still read them.
-  void DeferRemoval(std::vector<std::string> names) {
-    if (names.empty()) return;
-    std::lock_guard lock(background_mu_);
-    deferred_.push_back({RadosClock::now() + RemovalGrace(), std::move(names)});
-  }
-
-  void RunDueDeletions() {
-    std::vector<std::string> due;
-    {
-      std::lock_guard lock(background_mu_);
-      while (!deferred_.empty() && (deferred_.front().due <= RadosClock::now())) {
-        auto& names = deferred_.front().names;
-        due.insert(due.end(), names.begin(), names.end());
-        deferred_.pop_front();
-      }
-    }
-    (void)chunks_->DeleteAll(due);  // best effort: the rest are orphans for GC
-  }
-
   // Renews held leases every third of the lease and runs due deletions.
   void BackgroundLoop() {
     std::unique_lock lock(background_mu_);
@@ -374,7 +350,7 @@ class RadosBackend final : public StoreBackend {
       if (stopping_) break;
       lock.unlock();
       leases_.RenewAll();
-      RunDueDeletions();
+      removals_.RunDue(*chunks_);
       lock.lock();
     }
   }
@@ -392,14 +368,10 @@ class RadosBackend final : public StoreBackend {
   std::atomic<uint64_t> lease_takeovers_{0};
   std::atomic<uint64_t> commits_fenced_{0};
 
-  struct Deferred {
-    RadosClock::time_point due;
-    std::vector<std::string> names;
-  };
+  DeferredRemovals removals_;
   std::mutex background_mu_;
   std::condition_variable background_cv_;
-  bool stopping_ = false;          // guarded by background_mu_
-  std::deque<Deferred> deferred_;  // guarded by background_mu_
+  bool stopping_ = false;  // guarded by background_mu_
   std::thread background_;
 };
 
