@@ -45,18 +45,12 @@ class RocksCheckpointStore final : public CheckpointStore {
   Status OpenDb() {
     CKPT_RETURN_IF_ERROR(OpenStoreDatabase(options_.data_dir, &db_, &families_));
     ctx_.db = db_.get();
-    ctx_.models = families_.models;
-    ctx_.versions = families_.versions;
-    ctx_.manifests = families_.manifests;
-    ctx_.codec_state = families_.codec_state;
-    ctx_.tags = families_.tags;
+    static_cast<MetadataFamilies&>(ctx_) = families_;
     ctx_.chunks = families_.chunks;
     ctx_.tags_mu = &tags_mu_;
     if (options_.cluster) {
 #ifdef CKPT_WITH_RADOS
-      MetadataFamilies metadata{ctx_.models, ctx_.versions, ctx_.manifests, ctx_.codec_state,
-                                ctx_.tags};
-      CKPT_ASSIGN_OR_RETURN(backend_, NewRadosBackend(db_.get(), metadata, *options_.cluster));
+      CKPT_ASSIGN_OR_RETURN(backend_, NewRadosBackend(db_.get(), families_, *options_.cluster));
 #else
       return Status::InvalidArgument(
           "store: a cluster is configured but this build has no RADOS support (CKPT_WITH_RADOS)");

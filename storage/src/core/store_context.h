@@ -47,13 +47,9 @@ struct StoreCounters {
 };
 
 // Everything a push, restore or maintenance task needs from the store, owned by the store.
-struct StoreContext {
+// The metadata families' handles are its MetadataFamilies members (ctx.models, ...).
+struct StoreContext : MetadataFamilies {
   rocksdb::DB* db = nullptr;
-  rocksdb::ColumnFamilyHandle* models = nullptr;
-  rocksdb::ColumnFamilyHandle* versions = nullptr;
-  rocksdb::ColumnFamilyHandle* manifests = nullptr;
-  rocksdb::ColumnFamilyHandle* codec_state = nullptr;
-  rocksdb::ColumnFamilyHandle* tags = nullptr;
   rocksdb::ColumnFamilyHandle* chunks = nullptr;  // the local backend's chunk records
   // Serializes tag changes with the deletions and pushes that must see them (taken after a
   // model lock, never before).

@@ -8,20 +8,17 @@
 #include <string>
 #include <vector>
 
+#include "backends/store_backend.h"
 #include "ckpt/codec/status.h"
 
 namespace ckpt {
 
-// The column families of an open store. The handles belong to the store, which destroys them
-// before closing the database.
-struct StoreFamilies {
-  rocksdb::ColumnFamilyHandle* models = nullptr;
-  rocksdb::ColumnFamilyHandle* versions = nullptr;
-  rocksdb::ColumnFamilyHandle* manifests = nullptr;
-  rocksdb::ColumnFamilyHandle* chunks = nullptr;  // the local backend's chunk records
-  rocksdb::ColumnFamilyHandle* codec_state = nullptr;
-  rocksdb::ColumnFamilyHandle* tags = nullptr;
-  std::vector<rocksdb::ColumnFamilyHandle*> all;  // every handle, the default family's included
+// The column families of an open store: the metadata families, the local backend's chunk
+// records, and every handle. The handles belong to the store, which destroys them before
+// closing the database.
+struct StoreFamilies : MetadataFamilies {
+  rocksdb::ColumnFamilyHandle* chunks = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> all;  // the default family's included
 };
 
 // Opens (creating if needed) the store's database in `data_dir` with every family.
