@@ -24,7 +24,7 @@
 #include "ckpt/codec/lossy_codec.h"
 #include "ckpt/codec/tensor_codec.h"
 #include "lossy/low_rank.h"  // internal: UsePortableLowRankKernelsForTesting
-#include "pack_floats.h"
+#include "lossy_test_support.h"
 
 namespace ckpt {
 namespace {

@@ -1,0 +1,110 @@
+// Helpers of the lossy codec's test files: float values to and from a dtype's bytes, and the
+// element-by-element check of the guarantee. Uses the compiler's _Float16 (the codec suites
+// build with GCC; clang 14 lacks it on x86-64).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ckpt/codec/dtype.h"
+#include "test_support.h"
+
+namespace ckpt::testing {
+
+inline std::vector<uint8_t> PackFloats(DType dtype, const std::vector<double>& values) {
+  std::vector<uint8_t> out(values.size() * DTypeSize(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint8_t* p = out.data() + i * DTypeSize(dtype);
+    const double v = values[i];
+    switch (dtype) {
+      case DType::kF64:
+        std::memcpy(p, &v, 8);
+        break;
+      case DType::kF32: {
+        const float f = static_cast<float>(v);
+        std::memcpy(p, &f, 4);
+        break;
+      }
+      case DType::kF16: {
+        const _Float16 h = static_cast<_Float16>(v);
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      default: {  // BF16: round to nearest even from F32's bits; NaN keeps its top bits
+        const uint32_t bits = std::bit_cast<uint32_t>(static_cast<float>(v));
+        const uint16_t b = std::isnan(v)
+                               ? static_cast<uint16_t>(bits >> 16)
+                               : static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+        std::memcpy(p, &b, 2);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+inline std::span<const uint8_t> AsBytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+// Element `p` of a float dtype's bytes as a double, exactly.
+inline double LoadValue(DType dtype, const uint8_t* p) {
+  return LoadFloat(dtype, reinterpret_cast<const char*>(p));
+}
+
+// Checks the guarantee element by element: within `bound`, non-finite values bit-exact.
+// Returns the largest error seen.
+inline double ExpectWithinBound(DType dtype, const std::vector<uint8_t>& pushed,
+                                const std::vector<uint8_t>& restored, double bound,
+                                const std::string& where) {
+  const size_t size = DTypeSize(dtype);
+  EXPECT_EQ(pushed.size(), restored.size()) << where;
+  double worst = 0;
+  for (size_t i = 0; i < pushed.size() / size; ++i) {
+    const double x = LoadValue(dtype, pushed.data() + i * size);
+    const double r = LoadValue(dtype, restored.data() + i * size);
+    if (!std::isfinite(x)) {
+      EXPECT_EQ(0, std::memcmp(pushed.data() + i * size, restored.data() + i * size, size))
+          << where << " element " << i << " (non-finite) not restored bit-exactly";
+      continue;
+    }
+    const double err = std::abs(x - r);
+    worst = std::max(worst, err);
+    if (!(err <= bound)) {
+      ADD_FAILURE() << where << " element " << i << ": pushed " << x << " restored " << r
+                    << " error " << err << " > bound " << bound;
+      return worst;
+    }
+  }
+  return worst;
+}
+
+// The pointwise guarantee element by element: |x - r| <= eps |x| (so zeros exact and signs
+// kept), non-finite values bit-exact.
+inline void ExpectWithinPointwise(DType dtype, const std::vector<uint8_t>& pushed,
+                                  const std::vector<uint8_t>& restored, double eps,
+                                  const std::string& where) {
+  const size_t size = DTypeSize(dtype);
+  ASSERT_EQ(pushed.size(), restored.size()) << where;
+  for (size_t i = 0; i < pushed.size() / size; ++i) {
+    const double x = LoadValue(dtype, pushed.data() + i * size);
+    const double r = LoadValue(dtype, restored.data() + i * size);
+    const bool exact = std::memcmp(pushed.data() + i * size, restored.data() + i * size, size) == 0;
+    if (!std::isfinite(x) || x == 0) {
+      ASSERT_TRUE(exact) << where << " element " << i << ": " << x << " restored as " << r;
+      continue;
+    }
+    ASSERT_LE(std::abs(x - r), eps * std::abs(x))
+        << where << " element " << i << ": pushed " << x << " restored " << r;
+  }
+}
+
+}  // namespace ckpt::testing
