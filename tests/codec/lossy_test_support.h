@@ -10,11 +10,16 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <optional>
+#include <ostream>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "ckpt/codec/dtype.h"
+#include "ckpt/codec/lossy_codec.h"
+#include "ckpt/codec/tensor_codec.h"
 #include "test_support.h"
 
 namespace ckpt::testing {
@@ -106,5 +111,66 @@ inline void ExpectWithinPointwise(DType dtype, const std::vector<uint8_t>& pushe
         << where << " element " << i << ": pushed " << x << " restored " << r;
   }
 }
+
+struct Coded {
+  EncodedChunk chunk;
+  std::vector<uint8_t> decoded;
+};
+
+// Encodes `current` against `reference`, decodes it with the decoding codec, and checks that
+// the decoder's output is bit-identical to the encoder's reconstruction.
+inline Coded EncodeDecode(const TensorCodec& codec, DType dtype,
+                          const std::vector<uint8_t>& current,
+                          const std::vector<uint8_t>* reference) {
+  std::optional<std::span<const uint8_t>> ref;
+  if (reference) ref = std::span<const uint8_t>(*reference);
+  auto encoded = codec.Encode(dtype, current, ref);
+  EXPECT_TRUE(encoded.ok()) << encoded.status().ToString();
+  Coded out{std::move(encoded).value(), std::vector<uint8_t>(current.size())};
+  auto decoder = CodecForDecoding(static_cast<uint16_t>(out.chunk.codec_id));
+  EXPECT_TRUE(decoder.ok());
+  Status s = (*decoder)->Decode(dtype, AsBytes(out.chunk.payload), ref, out.decoded);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  if (out.chunk.reconstruction_is_input) {  // stored losslessly: quantizing did not pay
+    EXPECT_EQ(out.chunk.codec_id, CodecId::kLosslessBytePlanes);
+    out.chunk.reconstruction = current;
+  }
+  EXPECT_EQ(out.decoded, out.chunk.reconstruction) << "decoder differs from encoder";
+  return out;
+}
+
+// What a codec under test quantizes with: a quantizer, and whether its reconstructions are
+// lattice points (LossyCodecOptions::reclaimable).
+struct Coding {
+  Coding(Quantizer q, bool on_lattice = false) : quantizer(q), lattice(on_lattice) {}  // NOLINT
+  Quantizer quantizer;
+  bool lattice;
+};
+
+inline void PrintTo(const Coding& coding, std::ostream* os) {
+  *os << QuantizerName(coding.quantizer) << (coding.lattice ? " on the lattice" : "");
+}
+
+// A codec with an absolute bound, or (for the log quantizer) a pointwise one.
+inline std::unique_ptr<TensorCodec> Lossy(Coding coding, double bound) {
+  LossyCodecOptions options;
+  options.quantizer = coding.quantizer;
+  options.reclaimable = coding.lattice;
+  options.bound = {coding.quantizer == Quantizer::kLog ? ErrorBound::Kind::kPointwise
+                                                       : ErrorBound::Kind::kAbsolute,
+                   bound};
+  return NewLossyCodec(options);
+}
+
+inline std::unique_ptr<TensorCodec> Uniform(double bound) {
+  return Lossy(Quantizer::kUniform, bound);
+}
+
+inline constexpr DType kLossyDtypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
+
+// Chunks of this many elements are below the size where the codec models contexts (and, for
+// F32/F64, element history); kLargeChunk is above it.
+inline constexpr size_t kSmallChunk = 777;
+inline constexpr size_t kLargeChunk = 5000;
 
 }  // namespace ckpt::testing
