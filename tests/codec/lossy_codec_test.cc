@@ -68,23 +68,7 @@ TEST(SoftwareHalf, MatchesTheNativeConversionsExactly) {
 }
 #endif
 
-using testing::AsBytes;
-using testing::Coded;
-using testing::Coding;
-using testing::EncodeDecode;
-using testing::ExpectWithinBound;
-using testing::ExpectWithinPointwise;
-using testing::kLargeChunk;
-using testing::kLossyDtypes;
-using testing::kSmallChunk;
-using testing::Lossy;
-using testing::Uniform;
-
-std::vector<uint8_t> Pack(DType dtype, const std::vector<double>& values) {
-  return testing::PackFloats(dtype, values);
-}
-
-double Load(DType dtype, const uint8_t* p) { return testing::LoadValue(dtype, p); }
+using namespace testing;  // the lossy codec tests' helpers: lossy_test_support.h
 
 void ExpectWithin(Quantizer q, DType dtype, const std::vector<uint8_t>& pushed,
                   const std::vector<uint8_t>& restored, double bound, const std::string& where) {

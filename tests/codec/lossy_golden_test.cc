@@ -21,15 +21,7 @@
 namespace ckpt {
 namespace {
 
-using testing::AsBytes;
-using testing::ExpectWithinBound;
-using testing::ExpectWithinPointwise;
-
-std::vector<uint8_t> Pack(DType dtype, const std::vector<double>& values) {
-  return testing::PackFloats(dtype, values);
-}
-
-double Load(DType dtype, const uint8_t* p) { return testing::LoadValue(dtype, p); }
+using namespace testing;  // the lossy codec tests' helpers: lossy_test_support.h
 
 std::string FromHex(std::string_view hex) {
   std::string bytes;

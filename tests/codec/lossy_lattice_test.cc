@@ -17,19 +17,7 @@
 namespace ckpt {
 namespace {
 
-using testing::AsBytes;
-using testing::Coded;
-using testing::EncodeDecode;
-using testing::ExpectWithinBound;
-using testing::kLargeChunk;
-using testing::kLossyDtypes;
-using testing::kSmallChunk;
-using testing::Lossy;
-using testing::Uniform;
-
-std::vector<uint8_t> Pack(DType dtype, const std::vector<double>& values) {
-  return testing::PackFloats(dtype, values);
-}
+using namespace testing;  // the lossy codec tests' helpers: lossy_test_support.h
 
 std::vector<uint8_t> WithoutHistoryBits(std::vector<uint8_t> f32) {
   for (size_t i = 0; i + 4 <= f32.size(); i += 4) f32[i] &= 0xf8;

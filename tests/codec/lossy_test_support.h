@@ -24,7 +24,7 @@
 
 namespace ckpt::testing {
 
-inline std::vector<uint8_t> PackFloats(DType dtype, const std::vector<double>& values) {
+inline std::vector<uint8_t> Pack(DType dtype, const std::vector<double>& values) {
   std::vector<uint8_t> out(values.size() * DTypeSize(dtype));
   for (size_t i = 0; i < values.size(); ++i) {
     uint8_t* p = out.data() + i * DTypeSize(dtype);
@@ -61,7 +61,7 @@ inline std::span<const uint8_t> AsBytes(const std::string& s) {
 }
 
 // Element `p` of a float dtype's bytes as a double, exactly.
-inline double LoadValue(DType dtype, const uint8_t* p) {
+inline double Load(DType dtype, const uint8_t* p) {
   return LoadFloat(dtype, reinterpret_cast<const char*>(p));
 }
 
@@ -74,8 +74,8 @@ inline double ExpectWithinBound(DType dtype, const std::vector<uint8_t>& pushed,
   EXPECT_EQ(pushed.size(), restored.size()) << where;
   double worst = 0;
   for (size_t i = 0; i < pushed.size() / size; ++i) {
-    const double x = LoadValue(dtype, pushed.data() + i * size);
-    const double r = LoadValue(dtype, restored.data() + i * size);
+    const double x = Load(dtype, pushed.data() + i * size);
+    const double r = Load(dtype, restored.data() + i * size);
     if (!std::isfinite(x)) {
       EXPECT_EQ(0, std::memcmp(pushed.data() + i * size, restored.data() + i * size, size))
           << where << " element " << i << " (non-finite) not restored bit-exactly";
@@ -100,8 +100,8 @@ inline void ExpectWithinPointwise(DType dtype, const std::vector<uint8_t>& pushe
   const size_t size = DTypeSize(dtype);
   ASSERT_EQ(pushed.size(), restored.size()) << where;
   for (size_t i = 0; i < pushed.size() / size; ++i) {
-    const double x = LoadValue(dtype, pushed.data() + i * size);
-    const double r = LoadValue(dtype, restored.data() + i * size);
+    const double x = Load(dtype, pushed.data() + i * size);
+    const double r = Load(dtype, restored.data() + i * size);
     const bool exact = std::memcmp(pushed.data() + i * size, restored.data() + i * size, size) == 0;
     if (!std::isfinite(x) || x == 0) {
       ASSERT_TRUE(exact) << where << " element " << i << ": " << x << " restored as " << r;

@@ -311,7 +311,7 @@ Coded Code(const Case& c) {
   std::vector<std::vector<uint8_t>> reconstructions;
   std::vector<std::string> payloads;
   for (size_t t = 0; t < chain.size(); ++t) {
-    const std::vector<uint8_t> pushed = testing::PackFloats(c.dtype, chain[t]);
+    const std::vector<uint8_t> pushed = testing::Pack(c.dtype, chain[t]);
     std::optional<std::span<const uint8_t>> reference;
     if (t > 0) reference = std::span<const uint8_t>(reconstructions.back());
     auto chunk = codec->Encode(c.dtype, pushed, reference);
