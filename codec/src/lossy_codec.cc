@@ -17,7 +17,9 @@
 // Payload layout and the exact decoding arithmetic: docs/format.md.
 #include "ckpt/codec/lossy_codec.h"
 
+#include "ckpt/codec/binary.h"
 #include "lossy/chunk_codec.h"
+#include "lossy/format.h"
 
 namespace ckpt {
 namespace {
@@ -84,6 +86,14 @@ Result<EncodedChunk> EncodeExactOnLattice(DType dtype, std::span<const uint8_t> 
                                           std::span<const uint8_t> target,
                                           std::optional<std::span<const uint8_t>> reference) {
   return lossy::EncodeChunkExactly(dtype, original, target, reference);
+}
+
+Result<bool> LossyPayloadIsPlainLattice(std::span<const uint8_t> payload) {
+  ByteReader in(payload, "lossy payload");
+  lossy::PayloadHeader header;
+  CKPT_RETURN_IF_ERROR(header.DecodeFrom(&in));
+  return header.quantizer == Quantizer::kUniform && header.lattice && !header.history &&
+         !header.low_rank;
 }
 
 }  // namespace ckpt

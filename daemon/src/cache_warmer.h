@@ -1,8 +1,7 @@
 // CacheWarmer: after a restart, restores the latest version of each model once so that its
-// reconstruction is back in the store's reference cache. Two things need it: the first `latest`
-// a restarted training job asks for is then served from memory instead of replaying a delta
-// chain, and the next push of each model is a delta against that reconstruction instead of a
-// keyframe (StoreOptions::on_reference_miss).
+// reconstruction is back in the store's reference cache. Two things gain: the first `latest`
+// a restarted training job asks for is then served from memory instead of being decoded, and
+// the next push of each model finds its reference there instead of decoding it from storage.
 //
 // Owns its worker thread, which calls `on_done` when the warm-up has finished (not when it was
 // stopped). Start() is called once; Stop() from any thread.

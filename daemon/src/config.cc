@@ -50,15 +50,13 @@ Status ApplyListenKey(const toml::node& value, const std::string& name, ParseTar
   return listen.empty() ? Status::Ok() : ApplyListen(listen, t.config);
 }
 
-Status ApplyReferenceMiss(const toml::node& value, const std::string& name, ParseTarget& t) {
+// storage.on_reference_miss is retired: a push decodes a reference that is not in memory (one
+// payload per chunk once the latest version is rearranged). Old config files still parse.
+Status ApplyReferenceMiss(const toml::node& value, const std::string& name, ParseTarget&) {
   if (!value.is_string()) return Bad(name, "must be a string");
   const std::string miss = *value.value<std::string>();
-  if (miss == "keyframe") {
-    t.config.store.on_reference_miss = StoreOptions::ReferenceMiss::kKeyframe;
-  } else if (miss == "decode") {
-    t.config.store.on_reference_miss = StoreOptions::ReferenceMiss::kDecode;
-  } else if (!miss.empty()) {
-    return Bad(name, "must be \"keyframe\" or \"decode\"");
+  if (miss != "keyframe" && miss != "decode" && !miss.empty()) {
+    return Bad(name, "must be \"keyframe\" or \"decode\" (retired: either has no effect)");
   }
   return Status::Ok();
 }
@@ -156,6 +154,7 @@ const KeySpec kKeys[] = {
      uint64_t{1} << 40},
     {"storage", "sync_commits", CKPT_MEMBER(config.store.sync_commits)},
     {"storage", "warm_cache_on_start", CKPT_MEMBER(config.warm_cache_on_start)},
+    {"storage", "rearrange_latest", CKPT_MEMBER(config.rearrange_latest)},
     {"storage", "zstd_level", CKPT_MEMBER(config.store.zstd_level), 1, 19},
     {"storage", "push_encoder_threads", CKPT_MEMBER(config.store.push_encoder_threads), 1, 64},
     {"storage", "max_tensors_per_checkpoint", CKPT_MEMBER(config.store.max_tensors_per_checkpoint),

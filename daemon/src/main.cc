@@ -27,7 +27,7 @@
 #include "ckpt/storage/checkpoint_store.h"
 #include "ckpt/storage/maintenance_service.h"
 #include "ckpt/version.h"
-#include "retention_runner.h"
+#include "background_runner.h"
 
 namespace {
 
@@ -251,9 +251,9 @@ int main(int argc, char** argv) {
   }
   auto store = ckpt::CheckpointStore::Open(config.store);
   if (!store.ok()) return Fail(store.status());
-  auto retention_runner =
-      std::make_unique<ckpt::daemon::RetentionRunner>(store->get(), config.retention);
-  config.server.on_push_committed = [runner = retention_runner.get()](const std::string& model) {
+  auto background_runner = std::make_unique<ckpt::daemon::BackgroundRunner>(
+      store->get(), config.retention, config.rearrange_latest);
+  config.server.on_push_committed = [runner = background_runner.get()](const std::string& model) {
     runner->ModelPushed(model);
   };
   auto server = ckpt::api::HttpServer::Start(config.server, store->get());
@@ -284,7 +284,7 @@ int main(int argc, char** argv) {
   warmer.reset();  // stops a warm-up still running
   (*server)->Shutdown();
   server->reset();
-  retention_runner.reset();  // finishes the pass in progress
+  background_runner.reset();  // finishes the pass in progress
   if (auto s = (*store)->Flush(); !s.ok())
     spdlog::error("flush on shutdown failed: {}", s.ToString());
   store->reset();

@@ -37,7 +37,6 @@ TEST(DaemonConfig, ExampleConfigFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.store.chunk_bytes, defaults.store.chunk_bytes);
   EXPECT_EQ(parsed.store.reference_cache_bytes, defaults.store.reference_cache_bytes);
   EXPECT_EQ(parsed.store.sync_commits, defaults.store.sync_commits);
-  EXPECT_EQ(parsed.store.on_reference_miss, defaults.store.on_reference_miss);
   EXPECT_EQ(parsed.store.default_policy, defaults.store.default_policy);
   EXPECT_EQ(parsed.log_level, defaults.log_level);
   EXPECT_EQ(parsed.warm_cache_on_start, defaults.warm_cache_on_start);

@@ -40,14 +40,18 @@ constexpr double kLeaseSeconds = 3;
 // One ckptd of the deployment under test: its own directory, a fixed port (so that its
 // advertised URL is known before it starts), the shared pool and namespace.
 struct Node {
-  Node(const std::string& name, const std::string& object_namespace)
+  // `rearrange_latest`: whether the node rearranges models' latest versions after pushes (off
+  // by default: the tests that count chunk objects or cached links need a store that changes
+  // only when they push).
+  Node(const std::string& name, const std::string& object_namespace, bool rearrange_latest = false)
       : port(testing::FreePort()), url("http://127.0.0.1:" + std::to_string(port)) {
     std::filesystem::create_directories(dir.path() / name);
     const auto config = dir.path() / "ckptd.toml";
     // Small network reads, so that a partly sent body is consumed (and its chunks written) as
     // it arrives.
     std::ofstream(config) << "[server]\nio_buffer_bytes = 4096\n"
-                          << "[storage]\nchunk_bytes = 16384\n"
+                          << "[storage]\nchunk_bytes = 16384\nrearrange_latest = "
+                          << (rearrange_latest ? "true" : "false") << "\n"
                           << "[retention]\ninterval_seconds = 0\nafter_push = false\n"
                           << "[cluster]\nceph_conf = \"" << CephCluster::Get().conf_file()
                           << "\"\npool = \"" << CephCluster::kPool << "\"\nnamespace = \""
@@ -492,6 +496,46 @@ TEST_F(ClusterTest, LossyModelsKeepTheirBoundAcrossAnOwnershipChange) {
   }
   ASSERT_NO_FATAL_FAILURE(ReplaceBWithAnEmptyDisk());
   ExpectRestores(*b_, "q", restored, " from an empty disk");
+}
+
+// The owner rearranges a model's latest version after each push (the latest becomes keyframes,
+// the one before a reverse delta); any daemon then restores every version exactly, and the
+// latest from storage alone decodes one payload per chunk.
+TEST_F(ClusterTest, TheOwnerRearrangesTheLatestAndAnyDaemonRestoresEveryVersion) {
+  Node writer("c", namespace_, /*rearrange_latest=*/true);
+  ASSERT_TRUE(writer.process->Start()) << writer.process->log();
+  DriftingModel drift(29, 20000);
+  std::map<uint64_t, std::string> sha;
+  for (uint64_t v = 1; v <= 5; ++v) {
+    const std::string body = drift.Next();
+    ASSERT_EQ(Request(writer.port, "PUT", VersionPath("m", v), body).status, 201);
+    sha[v] = Sha256Hex(body);
+  }
+  // The rearrangement runs in the background: wait (bounded) until the latest is keyframes.
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  json latest;
+  do {
+    latest = json::parse(Request(writer.port, "GET", VersionPath("m", 5) + "?detail=1").body);
+    if (latest.value("kind", "") == "keyframe") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (Clock::now() < deadline);
+  ASSERT_EQ(latest.value("kind", ""), "keyframe") << latest.dump() << writer.process->log();
+  auto before = json::parse(Request(writer.port, "GET", VersionPath("m", 4) + "?detail=1").body);
+  for (const auto& t : before["tensors"]) {
+    if (t["raw_bytes"] == 0) continue;
+    EXPECT_EQ(t["kind"], "delta") << t.dump();
+    EXPECT_EQ(t["chain_length"], 1) << t.dump();
+  }
+  // A new node's start-up warm-up restores the latest from storage alone.
+  ReplaceBWithAnEmptyDisk();
+  size_t chunks = 0;
+  for (const auto& t : latest["tensors"]) {
+    chunks += (t["raw_bytes"].get<size_t>() + 16383) / 16384;
+  }
+  EXPECT_EQ(LinksDecoded(*b_), static_cast<double>(chunks));
+  ExpectRestores(*b_, "m", sha, " through B");
+  ExpectRestores(writer, "m", sha, " through the writer");
+  ASSERT_EQ(writer.process->Stop(), 0);
 }
 
 }  // namespace

@@ -246,12 +246,13 @@ TEST_F(CheckpointStoreTest, RestoringLatestWarmsTheReferenceCache) {
     ASSERT_TRUE(body.ok());
     EXPECT_EQ(*body, bodies[v - 1]) << v;
   }
-  // Restoring an older version does not count: the push after it stores keyframes.
+  // A restore of the latest fills the cache: the next one decodes nothing.
   Reopen();
-  ASSERT_TRUE(Restore("m", 2).ok());
-  auto cold = Push("m", 5, model.Next());
-  ASSERT_TRUE(cold.ok());
-  EXPECT_EQ(cold->kind, "keyframe");
+  ASSERT_TRUE(Restore("m", std::nullopt).ok());
+  const uint64_t links = store_->Stats().restore_links_decoded;
+  EXPECT_GT(links, 0u);
+  ASSERT_TRUE(Restore("m", std::nullopt).ok());
+  EXPECT_EQ(store_->Stats().restore_links_decoded, links);
 }
 
 // Restoring the versions of a chain in turn (an evaluation sweep) replays one link per chunk:
@@ -361,26 +362,22 @@ TEST_F(CheckpointStoreTest, KeyframeEveryBoundsTheChain) {
                                              "delta", "delta", "delta", "keyframe"}));
 }
 
-// With a cold reference cache (after a restart) a push either stores keyframes (default: it
-// never replays a chain) or decodes the reference chain and stores deltas; both restore exactly.
-TEST_F(CheckpointStoreTest, ReferenceMissPolicyAfterRestart) {
+// With a cold reference cache (after a restart, or a model larger than the cache) a push
+// decodes its reference from storage and stores deltas, which restore exactly.
+TEST_F(CheckpointStoreTest, PushWithAColdCacheDecodesTheReferenceAndStoresDeltas) {
   DriftingModel model(18, 3000);
   std::vector<std::string> bodies;
   ASSERT_NO_FATAL_FAILURE(PushVersions(model, 1, 3, &bodies));
-  Reopen();  // default: kKeyframe
+  Reopen();
   bodies.push_back(model.Next());
   auto cold = Push("m", 4, bodies.back());
   ASSERT_TRUE(cold.ok());
-  EXPECT_EQ(cold->kind, "keyframe");
+  EXPECT_EQ(cold->kind, "delta");
+  Reopen(4096, /*reference_cache_bytes=*/0);
   bodies.push_back(model.Next());
-  auto warm = Push("m", 5, bodies.back());  // the keyframe push filled the cache
-  ASSERT_TRUE(warm.ok());
-  EXPECT_EQ(warm->kind, "delta");
-  Reopen(4096, StoreOptions::ReferenceMiss::kDecode);
-  bodies.push_back(model.Next());
-  auto decoded = Push("m", 6, bodies.back());
-  ASSERT_TRUE(decoded.ok());
-  EXPECT_EQ(decoded->kind, "delta");
+  auto uncached = Push("m", 5, bodies.back());
+  ASSERT_TRUE(uncached.ok());
+  EXPECT_EQ(uncached->kind, "delta");
   for (uint64_t v = 1; v <= bodies.size(); ++v) EXPECT_EQ(*Restore("m", v), bodies[v - 1]) << v;
 }
 
@@ -729,7 +726,7 @@ TEST_F(CheckpointStoreTest, LargeTensorsUseBoundedChunksAndChangedChunkSizeForce
   DriftingModel model(12, 40000);
   std::string v1 = model.Next(), v2 = model.Next();
   ASSERT_TRUE(Push("m", 1, v1, 65536).ok());
-  Reopen(8192, StoreOptions::ReferenceMiss::kDecode);
+  Reopen(8192);
   auto info = Push("m", 2, v2, 777);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->kind, "mixed");  // big tensors re-keyframed, small ones still deltas

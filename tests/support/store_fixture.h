@@ -26,12 +26,12 @@ class CheckpointStoreTest : public ::testing::Test {
   void SetUp() override { Reopen(); }
 
   void Reopen(uint64_t chunk_bytes = 4096,
-              StoreOptions::ReferenceMiss miss = StoreOptions::ReferenceMiss::kKeyframe) {
+              uint64_t reference_cache_bytes = StoreOptions{}.reference_cache_bytes) {
     store_.reset();
     StoreOptions options;
     options.data_dir = dir_.str();
     options.chunk_bytes = chunk_bytes;  // small chunks: every tensor spans several
-    options.on_reference_miss = miss;
+    options.reference_cache_bytes = reference_cache_bytes;
     auto opened = CheckpointStore::Open(options);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     store_ = std::move(opened).value();

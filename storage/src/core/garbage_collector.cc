@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/chain_reader.h"
+#include "core/exact_reencode.h"
 #include "records/keys.h"
 
 namespace ckpt {
@@ -22,10 +23,6 @@ struct TensorPlan {
   bool rebase = false;
   std::optional<Link> base;  // the nearest kept link of its old chain; none: keyframe
 };
-
-bool IsLossy(const ManifestTensor& t) {
-  return t.codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized);
-}
 
 // The links of tensor `tensor`'s chain in manifest `seq`, nearest first (the manifest itself not
 // included). The chains were validated by NeededSeqs.
@@ -105,31 +102,6 @@ class Collector {
     return Status::Ok();
   }
 
-  // An exact re-encoding of `target`, chunk `chunk` of tensor `tensor` of manifest `seq`,
-  // against `reference`: on the lattice of its stored payload when it has one (lossy tensors
-  // coded on the lattice re-encode at about the cost of one delta), otherwise losslessly.
-  Result<EncodedChunk> Reencode(uint64_t seq, uint32_t tensor, uint32_t chunk,
-                                const ManifestTensor& e, std::span<const uint8_t> target,
-                                std::optional<std::span<const uint8_t>> reference) {
-    if (IsLossy(e)) {
-      rocksdb::PinnableSlice value;
-      CKPT_RETURN_IF_ERROR(
-          ctx_.backend->GetChunk(rocksdb::ReadOptions(), chains_.model, seq, tensor, chunk, &value)
-              .WithContext("model '" + chains_.model + "': reading chunk to rebase"));
-      CKPT_ASSIGN_OR_RETURN(const ChunkRecord record,
-                            ChunkRecord::DecodeFrom(value.ToStringView()));
-      if (record.codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized)) {
-        const std::span<const uint8_t> payload(
-            reinterpret_cast<const uint8_t*>(record.payload.data()), record.payload.size());
-        auto on_lattice = EncodeExactOnLattice(e.dtype, payload, target, reference);
-        if (on_lattice.ok() || on_lattice.status().code() != StatusCode::kFailedPrecondition) {
-          return on_lattice;
-        }
-      }
-    }
-    return ctx_.codec->Encode(e.dtype, target, reference);
-  }
-
   // Writes manifest `seq` anew under a fresh seq, re-encoding the planned tensors, and switches
   // every reference over in one synced batch. Returns the new seq; nothing (and the chunks
   // written for it removed) when the rewrite would grow the manifest by at least
@@ -152,7 +124,7 @@ class Collector {
       ManifestTensor& e = rebased.tensors[t];
       tensor_bytes_before += e.stored_bytes;
       if (!plan[t].rebase) {
-        CKPT_RETURN_IF_ERROR(CopyChunks(seq, new_seq, t, e.chunk_count));
+        CKPT_RETURN_IF_ERROR(CopyTensorChunks(ctx_, chains_.model, seq, new_seq, t, e.chunk_count));
         if (e.keyframe_seq == seq) e.keyframe_seq = new_seq;
         tensor_bytes_after += e.stored_bytes;
         continue;
@@ -168,7 +140,8 @@ class Collector {
           CKPT_RETURN_IF_ERROR(reader.DecodeChunk(base->seq, base->tensor, c, &reference));
           ref = std::span<const uint8_t>(reference);
         }
-        CKPT_ASSIGN_OR_RETURN(EncodedChunk encoded, Reencode(seq, t, c, e, target, ref));
+        CKPT_ASSIGN_OR_RETURN(EncodedChunk encoded,
+                              ReencodeExactly(ctx_, chains_.model, seq, t, c, e, target, ref));
         entropy_bits += encoded.info.model_entropy_bits;
         exact_elements += encoded.info.exact_elements;
         const std::string value = ChunkRecord::EncodeChunk(
@@ -252,20 +225,6 @@ class Collector {
     ctx_.counters->gc_versions_rebased.fetch_add(1, std::memory_order_relaxed);
     report_.bytes_rewritten += rewritten;
     return std::optional<uint64_t>(new_seq);
-  }
-
-  // Copies tensor `tensor`'s chunk records from manifest `from` to manifest `to` unchanged.
-  Status CopyChunks(uint64_t from, uint64_t to, uint32_t tensor, uint32_t chunk_count) {
-    for (uint32_t c = 0; c < chunk_count; ++c) {
-      rocksdb::PinnableSlice value;
-      CKPT_RETURN_IF_ERROR(
-          ctx_.backend->GetChunk(rocksdb::ReadOptions(), chains_.model, from, tensor, c, &value)
-              .WithContext("model '" + chains_.model + "': reading chunk to copy"));
-      CKPT_RETURN_IF_ERROR(
-          ctx_.backend->PutChunk(chains_.model, to, tensor, c, value.ToStringView())
-              .WithContext("copying chunk"));
-    }
-    return Status::Ok();
   }
 
   Status RemoveUnneeded(const std::set<uint64_t>& needed) {

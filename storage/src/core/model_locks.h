@@ -4,7 +4,9 @@
 // blocking a network thread. A lock is a name in a set rather than a std::mutex because a push
 // session is created on one thread and may end on another (HTTP sessions are coroutines that
 // resume on any thread of the pool), and a std::mutex must be unlocked by the thread that locked
-// it. Thread safety: safe for concurrent use; a Guard may be released from any thread.
+// it. A holder doing deferrable work (the rearrangement of a model's newest versions) asks
+// Contended() between steps and steps aside when another writer has asked for the lock since.
+// Thread safety: safe for concurrent use; a Guard may be released from any thread.
 #pragma once
 
 #include <chrono>
@@ -12,7 +14,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <unordered_set>
+#include <unordered_map>
 #include <utility>
 
 namespace ckpt {
@@ -35,6 +37,8 @@ class ModelLocks {
     }
     ~Guard() { Release(); }
     explicit operator bool() const { return locks_ != nullptr; }
+    // Whether another writer failed to take (or waited for) this lock while it was held.
+    bool Contended() const { return locks_ && locks_->IsContended(model_); }
 
    private:
     friend class ModelLocks;
@@ -55,12 +59,19 @@ class ModelLocks {
   Guard LockWithin(std::string_view model, std::chrono::milliseconds timeout) {
     std::unique_lock lock(mu_);
     const std::string name(model);
+    if (auto it = busy_.find(name); it != busy_.end()) it->second = true;
     if (!free_.wait_for(lock, timeout, [&] { return !busy_.count(name); })) return Guard();
-    busy_.insert(name);
+    busy_.emplace(name, false);
     return Guard(this, name);
   }
 
  private:
+  bool IsContended(const std::string& model) {
+    std::lock_guard lock(mu_);
+    auto it = busy_.find(model);
+    return it != busy_.end() && it->second;
+  }
+
   void Unlock(const std::string& model) {
     {
       std::lock_guard lock(mu_);
@@ -71,7 +82,8 @@ class ModelLocks {
 
   std::mutex mu_;
   std::condition_variable free_;
-  std::unordered_set<std::string> busy_;  // guarded by mu_
+  // Held locks, and whether another writer has asked for each since; guarded by mu_.
+  std::unordered_map<std::string, bool> busy_;
 };
 
 }  // namespace ckpt

@@ -9,6 +9,7 @@
 #include "core/catalog.h"
 #include "core/garbage_collector.h"
 #include "core/model_chains.h"
+#include "core/rearrange.h"
 #include "records/keys.h"
 
 namespace ckpt {
@@ -246,6 +247,27 @@ Result<GcReport> ModelWriter::CollectGarbage(std::string_view model, const GcOpt
   // Outside the lock: pushes may proceed while the freed range is compacted.
   CKPT_ASSIGN_OR_RETURN(report.compacted,
                         maintenance_->MaybeCompact(name, report.bytes_freed, options.compaction));
+  return report;
+}
+
+Result<RearrangeReport> ModelWriter::RearrangeLatest(std::string_view model) {
+  const std::string name(model);
+  CKPT_ASSIGN_OR_RETURN(const ModelLocks::Guard guard, LockForWrite(model));
+  CKPT_ASSIGN_OR_RETURN(ModelChains chains, ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
+  CodecPolicy policy = ctx_.options->default_policy;
+  if (!chains.record.policy_json.empty()) {
+    CKPT_ASSIGN_OR_RETURN(policy, CodecPolicy::FromJson(chains.record.policy_json, policy));
+  }
+  CKPT_ASSIGN_OR_RETURN(RearrangeReport report,
+                        ckpt::RearrangeLatest(ctx_, chains, policy.EffectiveKeyframeEvery(),
+                                              [&guard] { return guard.Contended(); }));
+  if (report.tensors_keyframed > 0) {
+    // The replaced manifests are unneeded now; nothing else is re-encoded.
+    GcOptions removal;
+    removal.rebase_min_dead_fraction = -1;
+    removal.compaction = GcOptions::Compaction::kNone;
+    CKPT_RETURN_IF_ERROR(CollectModelGarbage(ctx_, chains, removal).status());
+  }
   return report;
 }
 

@@ -1,5 +1,6 @@
 // ModelWriter: every change of a model's metadata apart from a push's commit — deleting
-// versions and models, tags, codec and retention policies, retention runs, garbage collection —
+// versions and models, tags, codec and retention policies, retention runs, garbage collection,
+// the rearrangement of the newest versions —
 // each under the model's write lock, and the write preamble a push starts with. Internal to
 // storage/.
 //
@@ -47,6 +48,8 @@ class ModelWriter {
                            const std::function<void(ModelRecord&)>& change);
   Result<RetentionReport> ApplyRetention(std::string_view model, const RetentionRun& run);
   Result<GcReport> CollectGarbage(std::string_view model, const GcOptions& options);
+  // CheckpointStore::RearrangeLatest, then the removal of the manifests it replaced.
+  Result<RearrangeReport> RearrangeLatest(std::string_view model);
 
  private:
   // A valid model name and the model's lock, waiting up to `wait` for it.

@@ -150,6 +150,9 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     // The former reference's chunks stay as restored chunks (a restore of the version before
     // this one, the usual rollback after a loss spike, then replays nothing).
     ctx_.cache->DemoteModelExcept(model_, seq_);
+    // The model is free from here on: what follows a push (its rearrangement) may start while
+    // the answer is on its way.
+    guard_ = ModelLocks::Guard();
     VersionInfo info = MakeVersionInfo(model_, version_, vr);
     info.tags = push_options_.tags;
     std::sort(info.tags.begin(), info.tags.end());
@@ -210,8 +213,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         const bool chain_outweighs_keyframe =
             coding.lossy && policy_.KeyframeBudgetExceeded(rt.keyframe_bytes, rt.chain_bytes);
         if (rt.dtype == mt.dtype && rt.shape == mt.shape && rt.chunk_bytes == mt.chunk_bytes &&
-            mt.byte_size > 0 && rt.chain_length + 1 < keyframe_every && !chain_outweighs_keyframe &&
-            ReferenceAvailable(coding, it->second, mt.chunk_count)) {
+            mt.byte_size > 0 && rt.chain_length + 1 < keyframe_every && !chain_outweighs_keyframe) {
           mt.LinkTo(state_->reference_seq, it->second, rt);
         }
       }
@@ -219,20 +221,6 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
       manifest_.tensors.push_back(std::move(mt));
     }
     return Status::Ok();
-  }
-
-  // Whether a delta against tensor `reference_tensor` of the reference manifest can be encoded
-  // without replaying its chain: all its chunks are in the reference cache, or the store is
-  // configured to decode misses. Lossy tensors always decode misses: their keyframes cost many
-  // deltas, while replaying a lossy chain is fast.
-  bool ReferenceAvailable(const TensorCoding& coding, uint32_t reference_tensor,
-                          uint32_t chunk_count) const {
-    if (coding.lossy) return true;
-    if (ctx_.options->on_reference_miss == StoreOptions::ReferenceMiss::kDecode) return true;
-    for (uint32_t c = 0; c < chunk_count; ++c) {
-      if (!ctx_.cache->Contains(model_, state_->reference_seq, reference_tensor, c)) return false;
-    }
-    return true;
   }
 
   Status OnTensorData(size_t index, std::span<const uint8_t> bytes) override {

@@ -213,6 +213,10 @@ class RocksCheckpointStore final : public CheckpointStore {
     return writer_.CollectGarbage(model, options);
   }
 
+  Result<RearrangeReport> RearrangeLatest(std::string_view model) override {
+    return writer_.RearrangeLatest(model);
+  }
+
   Result<std::optional<std::string>> WriteOwner(std::string_view model) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
     return backend_->WriteOwner(std::string(model));

@@ -107,4 +107,11 @@ Result<EncodedChunk> EncodeExactOnLattice(DType dtype, std::span<const uint8_t> 
                                           std::span<const uint8_t> target,
                                           std::optional<std::span<const uint8_t>> reference);
 
+// Whether a stored lossy payload's reconstruction is a point of its lattice and nothing more:
+// a uniform-quantizer lattice payload without element-history state or a low-rank shift. Such
+// a reconstruction does not depend on the chain that led to it, so EncodeExactOnLattice
+// re-encodes it against any other on the same lattice, in either direction, at the cost of one
+// delta. DataLoss when the payload's header cannot be parsed.
+Result<bool> LossyPayloadIsPlainLattice(std::span<const uint8_t> payload);
+
 }  // namespace ckpt

@@ -38,6 +38,9 @@ struct DaemonConfig {
   // store.reference_cache_bytes) so that `latest` and the next push find it in memory. The ready
   // file is written when that is done.
   bool warm_cache_on_start = true;
+  // Rearrange each model's latest version after its pushes (CheckpointStore::RearrangeLatest),
+  // in the background: the latest is then one decode away. Default: true.
+  bool rearrange_latest = true;
   // Background retention; the server-wide default policy is store.default_retention.
   RetentionOptions retention;
 

@@ -65,16 +65,6 @@ struct StoreOptions {
   // memory for push speed only. Default: 128 MiB.
   uint64_t reference_cache_bytes = 128 << 20;
 
-  // What a push does for a tensor whose reference (the previous version's reconstruction) is not
-  // entirely in the reference cache — after a restart, or for models larger than the cache:
-  //   kKeyframe: store the tensor as a keyframe; a push never replays a delta chain (fast, a bit
-  //              larger: on fp32 training runs a keyframe is larger than a delta).
-  //   kDecode:   decode the reference from the stored chain (up to keyframe_every - 1 deltas per
-  //              chunk) and store a delta (smaller, slower).
-  // Default: kKeyframe.
-  enum class ReferenceMiss { kKeyframe, kDecode };
-  ReferenceMiss on_reference_miss = ReferenceMiss::kKeyframe;
-
   // Sync the write-ahead log before a push or delete is acknowledged. Turning it off risks
   // losing acknowledged versions on power failure or kernel crash (not on a process crash).
   // Default: true.
@@ -193,6 +183,17 @@ struct PushOptions {
   std::map<std::string, double> metrics;
   std::map<std::string, std::string> labels;
   std::vector<std::string> tags;  // each moves to the new version if another one holds it
+};
+
+// What rearranging a model's newest versions did (CheckpointStore::RearrangeLatest).
+struct RearrangeReport {
+  std::string model;
+  uint64_t version = 0;            // the latest version; 0 when there was nothing to rearrange
+  uint32_t tensors_keyframed = 0;  // its tensors stored as keyframes by this pass
+  uint32_t tensors_reversed = 0;   // tensors of the version before now deltas against those
+  uint32_t tensors_left = 0;       // left forward deltas: an exact re-encoding would cost more
+  uint64_t bytes_before = 0;       // stored bytes of the manifests rewritten, before
+  uint64_t bytes_after = 0;        // and after
 };
 
 // One retention pass over a model (CheckpointStore::ApplyRetention).
@@ -364,6 +365,17 @@ class CheckpointStore {
   // versions per `options` (see GcOptions). Never changes what any version restores to. Aborted
   // if the model is busy (a push is in progress).
   virtual Result<GcReport> CollectGarbage(std::string_view model, const GcOptions& options) = 0;
+
+  // Arranges that restoring the latest version of `model` decodes one payload per chunk: a
+  // push stores deltas against the version before, and this pass re-encodes the latest version
+  // exactly as keyframes and the version before as deltas against them (reverse deltas), when
+  // that costs at most 3% more than what it replaces (lossless tensors and lossy
+  // ones on a chain-independent lattice; chains with element history or low-rank shifts stay
+  // forward). Restoring any version still decodes at most keyframe_every payloads per chunk.
+  // Never changes what any version restores to; crash-safe (a new manifest under a fresh seq,
+  // switched in one synced batch, as a rebase). Aborted if the model is busy, or when a push
+  // asks for the model while the pass runs (the pass steps aside and writes nothing).
+  virtual Result<RearrangeReport> RearrangeLatest(std::string_view model) = 0;
 
   // Reads every stored chunk record of `model` (verifying its checksums), restores every version
   // in full (verifying each chain link and the body's SHA-256), and looks for data that nothing

@@ -1,4 +1,4 @@
-#include "retention_runner.h"
+#include "background_runner.h"
 
 #include <spdlog/spdlog.h>
 
@@ -21,10 +21,14 @@ std::string Join(const std::vector<uint64_t>& versions) {
 
 }  // namespace
 
-RetentionRunner::RetentionRunner(CheckpointStore* store, const RetentionOptions& options)
-    : store_(store), options_(options), thread_([this] { Run(); }) {}
+BackgroundRunner::BackgroundRunner(CheckpointStore* store, const RetentionOptions& options,
+                                   bool rearrange_latest)
+    : store_(store),
+      options_(options),
+      rearrange_latest_(rearrange_latest),
+      thread_([this] { Run(); }) {}
 
-RetentionRunner::~RetentionRunner() {
+BackgroundRunner::~BackgroundRunner() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -33,8 +37,8 @@ RetentionRunner::~RetentionRunner() {
   thread_.join();
 }
 
-void RetentionRunner::ModelPushed(const std::string& model) {
-  if (!options_.after_push) return;
+void BackgroundRunner::ModelPushed(const std::string& model) {
+  if (!options_.after_push && !rearrange_latest_) return;
   {
     std::lock_guard lock(mu_);
     pending_.insert(model);
@@ -42,7 +46,7 @@ void RetentionRunner::ModelPushed(const std::string& model) {
   wake_.notify_all();
 }
 
-void RetentionRunner::Run() {
+void BackgroundRunner::Run() {
   using Clock = std::chrono::steady_clock;
   const bool periodic = options_.interval.count() > 0;
   Clock::time_point next_pass = Clock::now() + options_.interval;
@@ -80,10 +84,40 @@ void RetentionRunner::Run() {
   }
 }
 
-bool RetentionRunner::Apply(const std::string& model, GcOptions::Compaction compaction,
-                            bool after_push) {
-  // With a cluster, a model's retention runs on the daemon that writes it.
+bool BackgroundRunner::Apply(const std::string& model, GcOptions::Compaction compaction,
+                             bool after_push) {
+  // With a cluster, a model's passes run on the daemon that writes it.
   if (auto owner = store_->WriteOwner(model); !owner.ok() || *owner) return true;
+  if (after_push && rearrange_latest_ && !Rearrange(model)) return false;
+  if (after_push && !options_.after_push) return true;
+  return ApplyRetention(model, compaction, after_push);
+}
+
+bool BackgroundRunner::Rearrange(const std::string& model) {
+  auto report = store_->RearrangeLatest(model);
+  if (!report.ok()) {
+    if (report.status().code() == StatusCode::kAborted) {
+      spdlog::debug("rearrange: model '{}': {}", model, report.status().ToString());
+      return false;
+    }
+    if (report.status().code() != StatusCode::kNotFound &&
+        report.status().code() != StatusCode::kUnavailable) {
+      spdlog::warn("rearrange: model '{}': {}", model, report.status().ToString());
+    }
+    return true;
+  }
+  {
+    spdlog::debug(
+        "rearrange: model '{}' version {}: {} tensors stored as keyframes, {} of the version "
+        "before as deltas against them, {} left; {} -> {} bytes",
+        model, report->version, report->tensors_keyframed, report->tensors_reversed,
+        report->tensors_left, report->bytes_before, report->bytes_after);
+  }
+  return true;
+}
+
+bool BackgroundRunner::ApplyRetention(const std::string& model, GcOptions::Compaction compaction,
+                                      bool after_push) {
   if (after_push) {
     // A pass after a push only matters when the policy can delete something; the periodic
     // pass still collects what explicit deletes left.

@@ -1,0 +1,34 @@
+// Rearranging a model's newest versions so that the latest is one decode away: a push stores
+// the new version as deltas against the one before (the closed loop needs the reference's
+// reconstruction, and a delta is what keeps the store small); this pass then re-encodes the
+// latest version exactly as keyframes and the version before as deltas against them, so the
+// chains run backwards from the newest version (as git packs keep the newest object whole and
+// rdiff-backup a mirror plus reverse increments). A restore of the latest, and the next push's
+// reference after a restart, then decodes one payload per chunk. See
+// CheckpointStore::RearrangeLatest for which tensors qualify.
+//
+// The rewritten versions get new manifests under fresh seqs, switched in one synced batch as
+// garbage collection's rebases are: a crash before it leaves chunks above the committed
+// next_seq (removed at open), after it the replaced manifests are merely unneeded.
+//
+// Not thread-safe: the caller holds the model's lock for the whole pass.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "ckpt/codec/status.h"
+#include "ckpt/storage/checkpoint_store.h"
+#include "core/model_chains.h"
+#include "core/store_context.h"
+
+namespace ckpt {
+
+// Rearranges `chains.model`'s latest version; `chains` is updated to what is stored afterwards,
+// the replaced manifests included (unneeded: the caller's garbage collection removes them).
+// No version's chunks need more than `max_decodes` payload decodes afterwards. `yield` is asked
+// between chunks: true abandons the pass (its chunks discarded) with Aborted.
+Result<RearrangeReport> RearrangeLatest(const StoreContext& ctx, ModelChains& chains,
+                                        uint32_t max_decodes, const std::function<bool()>& yield);
+
+}  // namespace ckpt
