@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Push and restore through the daemon with curl, beside the peers a user would run instead, all
 # on the same files in the same run:
-#   - ckptd: every file pushed in order (curl -T, PUT .../versions/N), the daemon restarted, then
-#     `latest` restored cold and again warm, then every version in turn; wall-clock MB/s and the
-#     daemon's CPU per byte (utime + stime from /proc/PID/stat around each phase); the data
-#     directory's size after a clean shutdown (du)
+#   - ckptd: every file pushed in order (curl -T, PUT .../versions/N); the daemon's background
+#     work after the last push (the rearrangement of the latest version) awaited and its CPU
+#     time reported; the daemon restarted without the start-up cache warm-up, then `latest`
+#     restored cold (from storage alone) and again warm, then every version in turn;
+#     wall-clock MB/s and the daemon's CPU per byte (utime + stime from /proc/PID/stat around
+#     each phase); the data directory's size after a clean shutdown (du ratio) and the stored
+#     bytes the daemon reports for the model (ratio)
 #   - cp + sync of the files, zstd -1 (one thread) of the files
 #   - nginx (nginx-light, WebDAV) on loopback: the same files PUT with curl -T and GET back
 # Each figure is the median of ROUNDS rounds (fresh data directory per round). Several build
@@ -47,6 +50,8 @@ ticks_per_s=$(getconf CLK_TCK)
 mb_per_cpu() { awk -v b="$1" -v t="$2" -v h="$ticks_per_s" 'BEGIN { printf "%.0f", (t > 0 ? b / 1e6 / (t / h) : 0) }'; }
 
 cat > "$work/ckptd.toml" <<EOF
+[storage]
+warm_cache_on_start = false
 [retention]
 interval_seconds = 0
 after_push = false
@@ -60,6 +65,14 @@ start_daemon() {  # BUILD
   for _ in $(seq 3000); do [[ -s "$work/ready" ]] && break; sleep 0.01; done
   url="http://127.0.0.1:$(cat "$work/ready")/v1/models/bench"
 }
+# Waits until the daemon has used no CPU for 0.3 s (its background passes are done).
+wait_idle() {
+  local a b
+  for _ in $(seq 600); do
+    a=$(cpu_ticks "$daemon_pid"); sleep 0.3; b=$(cpu_ticks "$daemon_pid")
+    [[ "$a" == "$b" ]] && return
+  done
+}
 stop_daemon() {
   kill -TERM "$daemon_pid"
   wait "$daemon_pid" || true
@@ -67,7 +80,7 @@ stop_daemon() {
 }
 
 # One round of ckptd with build $1; appends "push_s push_ticks latest_cold_s latest_warm_s
-# every_s every_ticks stored" to $work/results.$2.
+# every_s every_ticks stored after_push_ticks logical_stored" to $work/results.$2.
 ckptd_round() {
   rm -rf "$work/data"
   start_daemon "$1"
@@ -81,6 +94,10 @@ ckptd_round() {
     curl -sf -T "$f" "$url/versions/$v" > /dev/null
   done
   t1=$(now); c1=$(cpu_ticks "$daemon_pid")
+  wait_idle
+  local c_idle logical
+  c_idle=$(cpu_ticks "$daemon_pid")
+  logical=$(curl -sf "$url" | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["stored_bytes"])')
   stop_daemon
   local stored
   stored=$(( $(du -sk "$work/data" | cut -f1) * 1024 ))
@@ -100,7 +117,7 @@ ckptd_round() {
   done
   t5=$(now); c5=$(cpu_ticks "$daemon_pid")
   stop_daemon
-  echo "$(elapsed "$t0" "$t1") $((c1 - c0)) $(elapsed "$t2" "$t3") $(elapsed "$t3" "$t4") $(elapsed "$t4" "$t5") $((c5 - c4)) $stored" >> "$work/results.$2"
+  echo "$(elapsed "$t0" "$t1") $((c1 - c0)) $(elapsed "$t2" "$t3") $(elapsed "$t3" "$t4") $(elapsed "$t4" "$t5") $((c5 - c4)) $stored $((c_idle - c1)) $logical" >> "$work/results.$2"
 }
 
 # nginx with WebDAV PUT on an ephemeral port, serving $work/www.
@@ -165,14 +182,16 @@ done
 
 col() { awk -v c="$2" '{ print $c }' "$1" | median; }
 echo "files: ${#files[@]} in $dir, $raw bytes; policy: ${policy:-default (lossless)}; rounds: $rounds"
-printf '%-34s %10s %10s %12s %12s %10s %12s %8s\n' "" "push MB/s" "MB/cpu-s" "latest cold" "latest warm" "every MB/s" "every MB/cpu-s" "ratio"
+printf '%-34s %10s %10s %10s %12s %12s %10s %12s %8s %8s\n' "" "push MB/s" "MB/cpu-s" "after cpu-s" "latest cold" "latest warm" "every MB/s" "every MB/cpu-s" "du ratio" "ratio"
 for i in "${!builds[@]}"; do
   r="$work/results.$i"
-  printf '%-34s %10s %10s %12s %12s %10s %12s %8s\n' "ckptd ($(basename "$(dirname "${builds[$i]}")")/$(basename "${builds[$i]}"))" \
+  printf '%-34s %10s %10s %10s %12s %12s %10s %12s %8s %8s\n' "ckptd ($(basename "$(dirname "${builds[$i]}")")/$(basename "${builds[$i]}"))" \
     "$(mbps "$raw" "$(col "$r" 1)")" "$(mb_per_cpu "$raw" "$(col "$r" 2)")" \
+    "$(awk -v t="$(col "$r" 8)" -v h="$ticks_per_s" 'BEGIN { printf "%.2f", t / h }')" \
     "$(mbps "$latest_bytes" "$(col "$r" 3)")" "$(mbps "$latest_bytes" "$(col "$r" 4)")" \
     "$(mbps "$raw" "$(col "$r" 5)")" "$(mb_per_cpu "$raw" "$(col "$r" 6)")" \
-    "$(awk -v r="$raw" -v s="$(col "$r" 7)" 'BEGIN { printf "%.2fx", r / s }')"
+    "$(awk -v r="$raw" -v s="$(col "$r" 7)" 'BEGIN { printf "%.2fx", r / s }')" \
+    "$(awk -v r="$raw" -v s="$(col "$r" 9)" 'BEGIN { printf "%.2fx", r / s }')"
 done
 p="$work/results.peers"
 echo "cp + sync:                 $(mbps "$raw" "$(col "$p" 1)") MB/s"

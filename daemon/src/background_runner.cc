@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <set>
 #include <vector>
 
 #include "ckpt/codec/status.h"
@@ -22,10 +23,11 @@ std::string Join(const std::vector<uint64_t>& versions) {
 }  // namespace
 
 BackgroundRunner::BackgroundRunner(CheckpointStore* store, const RetentionOptions& options,
-                                   bool rearrange_latest)
+                                   bool rearrange_latest, std::chrono::milliseconds after_push_delay)
     : store_(store),
       options_(options),
       rearrange_latest_(rearrange_latest),
+      after_push_delay_(after_push_delay),
       thread_([this] { Run(); }) {}
 
 BackgroundRunner::~BackgroundRunner() {
@@ -41,26 +43,43 @@ void BackgroundRunner::ModelPushed(const std::string& model) {
   if (!options_.after_push && !rearrange_latest_) return;
   {
     std::lock_guard lock(mu_);
-    pending_.insert(model);
+    pending_[model] = Clock::now() + after_push_delay_;
   }
   wake_.notify_all();
 }
 
 void BackgroundRunner::Run() {
-  using Clock = std::chrono::steady_clock;
   const bool periodic = options_.interval.count() > 0;
   Clock::time_point next_pass = Clock::now() + options_.interval;
-  std::set<std::string> busy;  // retried after a second
+  // First, every model: a shutdown or a crash may have cut short the passes after a push (a
+  // rearrangement gives up at once when asked to stop). Passes with nothing to do are cheap.
+  if (rearrange_latest_ || options_.after_push) {
+    auto all = store_->ListModels();
+    if (all.ok()) {
+      std::lock_guard lock(mu_);
+      for (const ModelInfo& m : *all) pending_.emplace(m.name, Clock::now());
+    } else {
+      spdlog::warn("background passes: cannot list models: {}", all.status().ToString());
+    }
+  }
   std::unique_lock lock(mu_);
   while (!stop_) {
     Clock::time_point wake_at = periodic ? next_pass : Clock::time_point::max();
-    if (!busy.empty()) wake_at = std::min(wake_at, Clock::now() + std::chrono::seconds(1));
-    wake_.wait_until(lock, wake_at, [&] { return stop_ || !pending_.empty(); });
+    for (const auto& [model, due] : pending_) wake_at = std::min(wake_at, due);
+    // Woken early by a push (which may queue a model due sooner) or a stop.
+    wake_.wait_until(lock, wake_at);
     if (stop_) break;
     std::set<std::string> models;
-    models.swap(pending_);
-    models.merge(busy);
-    busy.clear();
+    const Clock::time_point now = Clock::now();
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second > now) {
+        ++it;
+        continue;
+      }
+      models.insert(it->first);
+      it = pending_.erase(it);
+    }
+    std::vector<std::string> busy;
     GcOptions::Compaction compaction = GcOptions::Compaction::kNone;
     bool after_push = true;
     if (periodic && Clock::now() >= next_pass) {
@@ -78,9 +97,13 @@ void BackgroundRunner::Run() {
     }
     lock.unlock();
     for (const std::string& model : models) {
-      if (!Apply(model, compaction, after_push)) busy.insert(model);
+      if (!Apply(model, compaction, after_push)) busy.push_back(model);
     }
     lock.lock();
+    // A busy model is retried a second later, unless a push queued it again meanwhile.
+    for (const std::string& model : busy) {
+      pending_.emplace(model, Clock::now() + std::chrono::seconds(1));
+    }
   }
 }
 
@@ -94,7 +117,10 @@ bool BackgroundRunner::Apply(const std::string& model, GcOptions::Compaction com
 }
 
 bool BackgroundRunner::Rearrange(const std::string& model) {
-  auto report = store_->RearrangeLatest(model);
+  auto report = store_->RearrangeLatest(model, [this] {
+    std::lock_guard lock(mu_);
+    return stop_;
+  });
   if (!report.ok()) {
     if (report.status().code() == StatusCode::kAborted) {
       spdlog::debug("rearrange: model '{}': {}", model, report.status().ToString());

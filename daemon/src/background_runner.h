@@ -3,6 +3,7 @@
 // that it is one decode away) after every push, and applying the model's retention policy after
 // every push and every `interval` for all models — and logs what it did.
 //
+// At start it queues every model, which catches up on passes a shutdown or crash cut short.
 // Owns one worker thread. ModelPushed() only queues the model and returns at once, so it can be
 // called from a network thread. A model busy with a push is retried a second later (a
 // rearrangement steps aside when a push asks for the model). Passes after a push leave
@@ -14,7 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
-#include <set>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -26,8 +27,11 @@ namespace ckpt::daemon {
 class BackgroundRunner {
  public:
   // `store` must outlive the runner. Starts the worker thread.
-  // `rearrange_latest`: rearrange each model's latest version after its pushes.
-  BackgroundRunner(CheckpointStore* store, const RetentionOptions& options, bool rearrange_latest);
+  // `rearrange_latest`: rearrange each model's latest version after its pushes. The passes
+  // after a push start `after_push_delay` after the model's last push, so that a burst of
+  // pushes is followed by one pass, not raced by one per push.
+  BackgroundRunner(CheckpointStore* store, const RetentionOptions& options, bool rearrange_latest,
+                   std::chrono::milliseconds after_push_delay);
   ~BackgroundRunner();  // stops and joins the worker
 
   // Queues the passes that follow a push of `model`.
@@ -43,12 +47,15 @@ class BackgroundRunner {
   // Retention; false if the model was busy.
   bool ApplyRetention(const std::string& model, GcOptions::Compaction compaction, bool after_push);
 
+  using Clock = std::chrono::steady_clock;
+
   CheckpointStore* const store_;
   const RetentionOptions options_;
   const bool rearrange_latest_;
+  const std::chrono::milliseconds after_push_delay_;
   std::mutex mu_;
   std::condition_variable wake_;
-  std::set<std::string> pending_;  // guarded by mu_
+  std::map<std::string, Clock::time_point> pending_;  // model -> when due; guarded by mu_
   bool stop_ = false;              // guarded by mu_
   std::thread thread_;
 };

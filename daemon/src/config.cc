@@ -30,7 +30,7 @@ static_assert(std::is_same_v<size_t, uint64_t>, "size_t members are read as uint
 
 // Where a plain key's value goes.
 using Member = std::variant<int*, uint32_t*, uint64_t*, int64_t*, bool*, std::string*,
-                            std::chrono::seconds*, double*>;
+                            std::chrono::seconds*, std::chrono::milliseconds*, double*>;
 
 // One key of the file. Plain keys name their member and (numbers) its range; the others parse
 // their value themselves (`apply`). The order is the order keys are applied in.
@@ -155,6 +155,7 @@ const KeySpec kKeys[] = {
     {"storage", "sync_commits", CKPT_MEMBER(config.store.sync_commits)},
     {"storage", "warm_cache_on_start", CKPT_MEMBER(config.warm_cache_on_start)},
     {"storage", "rearrange_latest", CKPT_MEMBER(config.rearrange_latest)},
+    {"storage", "rearrange_delay_ms", CKPT_MEMBER(config.rearrange_delay), 0, 3600000},
     {"storage", "zstd_level", CKPT_MEMBER(config.store.zstd_level), 1, 19},
     {"storage", "push_encoder_threads", CKPT_MEMBER(config.store.push_encoder_threads), 1, 64},
     {"storage", "max_tensors_per_checkpoint", CKPT_MEMBER(config.store.max_tensors_per_checkpoint),
@@ -208,6 +209,11 @@ Status ApplyPlain(const KeySpec& spec, const toml::node& node, const std::string
           int64_t seconds = 0;
           CKPT_RETURN_IF_ERROR(integer(&seconds));
           *out = std::chrono::seconds(seconds);
+          return Status::Ok();
+        } else if constexpr (std::is_same_v<T, std::chrono::milliseconds>) {
+          int64_t milliseconds = 0;
+          CKPT_RETURN_IF_ERROR(integer(&milliseconds));
+          *out = std::chrono::milliseconds(milliseconds);
           return Status::Ok();
         } else if constexpr (std::is_same_v<T, double>) {
           auto v = node.value<double>();

@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
   auto store = ckpt::CheckpointStore::Open(config.store);
   if (!store.ok()) return Fail(store.status());
   auto background_runner = std::make_unique<ckpt::daemon::BackgroundRunner>(
-      store->get(), config.retention, config.rearrange_latest);
+      store->get(), config.retention, config.rearrange_latest, config.rearrange_delay);
   config.server.on_push_committed = [runner = background_runner.get()](const std::string& model) {
     runner->ModelPushed(model);
   };

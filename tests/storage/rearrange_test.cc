@@ -37,7 +37,7 @@ class RearrangeTest : public CheckpointStoreTest {
       if (!info.ok()) break;
       sha[v] = info->sha256;
       if (rearrange) {
-        auto report = store_->RearrangeLatest(model);
+        auto report = store_->RearrangeLatest(model, nullptr);
         EXPECT_TRUE(report.ok()) << report.status().ToString();
       }
     }
@@ -104,7 +104,7 @@ TEST_F(RearrangeTest, LosslessLatestIsOneDecodeAwayAndEveryVersionRestoresExactl
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   EXPECT_EQ(next->kind, "delta");
   sha[11] = next->sha256;
-  ASSERT_TRUE(store_->RearrangeLatest("m").ok());
+  ASSERT_TRUE(store_->RearrangeLatest("m", nullptr).ok());
   ExpectRestores("m", sha);
 }
 
@@ -139,7 +139,7 @@ TEST_F(RearrangeTest, DeletingVersionsOfAReverseChainKeepsTheOthersAndFreesSpace
   auto next = Push("m", 13, drift.Next());
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   sha[13] = next->sha256;
-  ASSERT_TRUE(store_->RearrangeLatest("m").ok());
+  ASSERT_TRUE(store_->RearrangeLatest("m", nullptr).ok());
   ExpectRestores("m", sha);
   Reopen();
   ExpectRestores("m", sha);
@@ -164,9 +164,9 @@ TEST_F(RearrangeTest, LossyOnAPlainLatticeIsRearrangedAdditiveChainsAreLeftForwa
     auto h = Push("additive", v, additive_drift.Next());
     ASSERT_TRUE(h.ok()) << h.status().ToString();
     additive[v] = h->sha256;
-    auto rp = store_->RearrangeLatest("plain");
+    auto rp = store_->RearrangeLatest("plain", nullptr);
     ASSERT_TRUE(rp.ok()) << rp.status().ToString();
-    auto rh = store_->RearrangeLatest("additive");
+    auto rh = store_->RearrangeLatest("additive", nullptr);
     ASSERT_TRUE(rh.ok()) << rh.status().ToString();
     if (v > 1) {
       EXPECT_GT(rp->tensors_keyframed, 0u) << v;
@@ -193,11 +193,11 @@ TEST_F(RearrangeTest, LossyOnAPlainLatticeIsRearrangedAdditiveChainsAreLeftForwa
 TEST_F(RearrangeTest, NothingToDoForAKeyframeOrAnEmptyModel) {
   DriftingModel drift(19, 600);
   ASSERT_TRUE(Push("m", 1, drift.Next()).ok());
-  auto report = store_->RearrangeLatest("m");
+  auto report = store_->RearrangeLatest("m", nullptr);
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->tensors_keyframed, 0u);
-  EXPECT_EQ(store_->RearrangeLatest("missing").status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(store_->RearrangeLatest("bad/name").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->RearrangeLatest("missing", nullptr).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->RearrangeLatest("bad/name", nullptr).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(RearrangeTest, GivesWayToAPushAndLosesNothing) {
@@ -207,13 +207,13 @@ TEST_F(RearrangeTest, GivesWayToAPushAndLosesNothing) {
   const std::string body = drift.Next();
   auto session = store_->BeginPush("m", 4, body.size());
   ASSERT_TRUE(session.ok());
-  EXPECT_EQ(store_->RearrangeLatest("m").status().code(), StatusCode::kAborted);
+  EXPECT_EQ(store_->RearrangeLatest("m", nullptr).status().code(), StatusCode::kAborted);
   ASSERT_TRUE((*session)->Write(testing::Bytes(body)).ok());
   auto info = (*session)->Commit();
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   sha[4] = info->sha256;
   session->reset();
-  ASSERT_TRUE(store_->RearrangeLatest("m").ok());
+  ASSERT_TRUE(store_->RearrangeLatest("m", nullptr).ok());
   ExpectRestores("m", sha);
 }
 

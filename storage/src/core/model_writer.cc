@@ -250,7 +250,8 @@ Result<GcReport> ModelWriter::CollectGarbage(std::string_view model, const GcOpt
   return report;
 }
 
-Result<RearrangeReport> ModelWriter::RearrangeLatest(std::string_view model) {
+Result<RearrangeReport> ModelWriter::RearrangeLatest(std::string_view model,
+                                                     const std::function<bool()>& cancelled) {
   const std::string name(model);
   CKPT_ASSIGN_OR_RETURN(const ModelLocks::Guard guard, LockForWrite(model));
   CKPT_ASSIGN_OR_RETURN(ModelChains chains, ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
@@ -259,8 +260,9 @@ Result<RearrangeReport> ModelWriter::RearrangeLatest(std::string_view model) {
     CKPT_ASSIGN_OR_RETURN(policy, CodecPolicy::FromJson(chains.record.policy_json, policy));
   }
   CKPT_ASSIGN_OR_RETURN(RearrangeReport report,
-                        ckpt::RearrangeLatest(ctx_, chains, policy.EffectiveKeyframeEvery(),
-                                              [&guard] { return guard.Contended(); }));
+                        ckpt::RearrangeLatest(ctx_, chains, policy.EffectiveKeyframeEvery(), [&] {
+                          return guard.Contended() || (cancelled && cancelled());
+                        }));
   if (report.tensors_keyframed > 0) {
     // The replaced manifests are unneeded now; nothing else is re-encoded.
     GcOptions removal;

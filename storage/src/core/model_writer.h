@@ -49,7 +49,8 @@ class ModelWriter {
   Result<RetentionReport> ApplyRetention(std::string_view model, const RetentionRun& run);
   Result<GcReport> CollectGarbage(std::string_view model, const GcOptions& options);
   // CheckpointStore::RearrangeLatest, then the removal of the manifests it replaced.
-  Result<RearrangeReport> RearrangeLatest(std::string_view model);
+  Result<RearrangeReport> RearrangeLatest(std::string_view model,
+                                          const std::function<bool()>& cancelled);
 
  private:
   // A valid model name and the model's lock, waiting up to `wait` for it.

@@ -152,7 +152,8 @@ class Rearranger {
       for (uint32_t c = 0; c < le.chunk_count && accepted; ++c) {
         if (yield_ && yield_()) {
           return Status::Aborted("model '" + chains_.model +
-                                 "': rearrangement gave way to a push; retried later");
+                                 "': rearrangement stepped aside (a push asked for the model, "
+                                 "or the store is stopping)");
         }
         CKPT_RETURN_IF_ERROR(reader.DecodeChunk(latest_seq_, t, c, &latest_chunk));
         CKPT_ASSIGN_OR_RETURN(EncodedChunk keyframe,

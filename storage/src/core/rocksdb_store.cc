@@ -213,8 +213,9 @@ class RocksCheckpointStore final : public CheckpointStore {
     return writer_.CollectGarbage(model, options);
   }
 
-  Result<RearrangeReport> RearrangeLatest(std::string_view model) override {
-    return writer_.RearrangeLatest(model);
+  Result<RearrangeReport> RearrangeLatest(std::string_view model,
+                                          const std::function<bool()>& cancelled) override {
+    return writer_.RearrangeLatest(model, cancelled);
   }
 
   Result<std::optional<std::string>> WriteOwner(std::string_view model) override {

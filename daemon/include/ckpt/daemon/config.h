@@ -41,6 +41,9 @@ struct DaemonConfig {
   // Rearrange each model's latest version after its pushes (CheckpointStore::RearrangeLatest),
   // in the background: the latest is then one decode away. Default: true.
   bool rearrange_latest = true;
+  // How long after a model's last push its rearrangement (and after-push retention pass) starts:
+  // a burst of pushes gets one pass at its end. Default: 1000 ms.
+  std::chrono::milliseconds rearrange_delay{1000};
   // Background retention; the server-wide default policy is store.default_retention.
   RetentionOptions retention;
 

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -374,8 +375,10 @@ class CheckpointStore {
   // forward). Restoring any version still decodes at most keyframe_every payloads per chunk.
   // Never changes what any version restores to; crash-safe (a new manifest under a fresh seq,
   // switched in one synced batch, as a rebase). Aborted if the model is busy, or when a push
-  // asks for the model while the pass runs (the pass steps aside and writes nothing).
-  virtual Result<RearrangeReport> RearrangeLatest(std::string_view model) = 0;
+  // asks for the model or `cancelled` (if set, asked between chunks) returns true while the
+  // pass runs: it then steps aside and leaves nothing behind.
+  virtual Result<RearrangeReport> RearrangeLatest(std::string_view model,
+                                                  const std::function<bool()>& cancelled) = 0;
 
   // Reads every stored chunk record of `model` (verifying its checksums), restores every version
   // in full (verifying each chain link and the body's SHA-256), and looks for data that nothing
