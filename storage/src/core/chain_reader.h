@@ -64,7 +64,8 @@ class ChainReader {
   rocksdb::DB* db_;
   rocksdb::ColumnFamilyHandle* manifests_;
   StoreBackend* backend_;
-  rocksdb::ReadOptions read_options_;
+  rocksdb::ReadOptions read_options_;        // manifests
+  rocksdb::ReadOptions chunk_read_options_;  // chunk records: their own checksums are checked
   std::string model_;
   ReferenceCache* cache_;
   // The cache's generation when the snapshot was taken: once a model has been dropped whole

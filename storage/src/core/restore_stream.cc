@@ -5,6 +5,7 @@
 #include <future>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "ckpt/codec/hashing.h"
 #include "core/chain_reader.h"
@@ -35,6 +36,9 @@ class RestoreStreamImpl final : public RestoreStream {
   Status Init() {
     if (use_cache_) ctx_.counters->restores.fetch_add(1, std::memory_order_relaxed);
     CKPT_ASSIGN_OR_RETURN(manifest_, reader_.Manifest(record_.seq));
+    sha_.Update(std::span<const uint8_t>(
+        reinterpret_cast<const uint8_t*>(record_.raw_header.data()), record_.raw_header.size()));
+    previous_hashed_ = HashedAlready();
     // Restoring the version the next push deltas against (the usual `latest` after a restart):
     // its decoded chunks are exactly the reference cache's content, so keep them there; the next
     // restore of it and the next push then need no chain replay. Any other version is kept as
@@ -49,6 +53,7 @@ class RestoreStreamImpl final : public RestoreStream {
       cache_as_ = state && state->reference_seq == record_.seq ? ReferenceCache::Kind::kReference
                                                                : ReferenceCache::Kind::kRestored;
     }
+    Schedule();  // the first chunks decode while the header is being sent
     return Status::Ok();
   }
 
@@ -60,64 +65,114 @@ class RestoreStreamImpl final : public RestoreStream {
       header_sent_ = true;
       std::span<const uint8_t> header(reinterpret_cast<const uint8_t*>(record_.raw_header.data()),
                                       record_.raw_header.size());
-      sha_.Update(header);
       sent_ += header.size();
       return MaybeVerified(header);
     }
     Schedule();
     if (queue_.empty()) return std::span<const uint8_t>();
     Slot& slot = queue_.front();
-    Status decoded = slot.done.valid() ? slot.done.get()
-                                       : reader_.DecodeSharedChunk(record_.seq, slot.tensor,
-                                                                   slot.chunk, &slot.data);
-    piece_ = std::move(slot.data);
-    const uint32_t tensor = slot.tensor, chunk = slot.chunk;
-    queue_.pop_front();
-    CKPT_RETURN_IF_ERROR(decoded);
-    if (cache_as_ && !ctx_.cache->Contains(info_.model, record_.seq, tensor, chunk)) {
+    if (!slot.decoded) {
+      slot.decoded = true;
+      slot.status = slot.done.valid() ? slot.done.get() : DecodeAndHash(slot, HashedAlready());
+    }
+    CKPT_RETURN_IF_ERROR(slot.status);
+    Piece& piece = slot.pieces[slot.next++];
+    piece_ = std::move(piece.data);
+    if (cache_as_ && !ctx_.cache->Contains(info_.model, record_.seq, piece.tensor, piece.chunk)) {
       // The cache shares the buffer being sent (both only read it).
-      ctx_.cache->Put(info_.model, record_.seq, tensor, chunk, piece_, *cache_as_,
+      ctx_.cache->Put(info_.model, record_.seq, piece.tensor, piece.chunk, piece_, *cache_as_,
                       cache_generation_);
     }
+    if (slot.next == slot.pieces.size()) {
+      bytes_ahead_ -= slot.bytes;
+      queue_.pop_front();
+    }
     Schedule();  // the next chunks decode while this one is being sent
-    sha_.Update(*piece_);
     sent_ += piece_->size();
     return MaybeVerified(*piece_);
   }
 
  private:
-  // One chunk of the body, decoded ahead on a worker thread when it is large enough to pay for
-  // the thread, or inline when its turn comes.
-  struct Slot {
+  // One chunk of the body.
+  struct Piece {
     uint32_t tensor = 0;
     uint32_t chunk = 0;
     ReferenceCache::Chunk data;
-    std::future<Status> done;  // valid when decoding asynchronously
   };
-  // Chunks decoded ahead of the one being sent: uses a second core while the network thread
-  // writes, and bounds the memory to this many extra chunks.
-  static constexpr size_t kPrefetchDepth = 2;
-  static constexpr uint64_t kMinPrefetchBytes = 256 << 10;
+  // Consecutive chunks decoded by one job: a worker thread decodes them ahead of the one being
+  // sent, then adds them to the body's SHA-256 once the slot before it has (so the hash runs
+  // beside the decoding, in body order, off the network thread). Small chunks are gathered so
+  // that a job is worth its thread; a slot smaller than that (the end of a body) is decoded
+  // inline when its turn comes.
+  struct Slot {
+    std::vector<Piece> pieces;
+    uint64_t bytes = 0;
+    size_t next = 0;                  // the next piece to hand out
+    std::future<Status> done;         // valid when decoding asynchronously
+    std::shared_future<void> hashed;  // ready once its pieces are in the SHA-256
+    bool decoded = false;
+    Status status;
+  };
+  // Decoding ahead uses the other cores while the network thread writes; memory is bounded by
+  // the slots ahead (each at most max(chunk, kMinSlotBytes)) and kMaxAheadBytes.
+  static constexpr size_t kMaxSlotsAhead = 3;
+  static constexpr uint64_t kMaxAheadBytes = 16 << 20;
+  static constexpr uint64_t kMinSlotBytes = 256 << 10;
 
-  // Queues the next chunks in body order, starting asynchronous decodes for large ones.
+  static std::shared_future<void> HashedAlready() {
+    std::promise<void> done;
+    done.set_value();
+    return done.get_future().share();
+  }
+
+  // Decodes `slot`'s chunks, then (after `previous` is in the hash) hashes them.
+  Status DecodeAndHash(Slot& slot, const std::shared_future<void>& previous) {
+    Status status;
+    for (Piece& p : slot.pieces) {
+      status = reader_.DecodeSharedChunk(record_.seq, p.tensor, p.chunk, &p.data);
+      if (!status.ok()) break;
+    }
+    previous.wait();
+    if (status.ok()) {
+      for (const Piece& p : slot.pieces) sha_.Update(*p.data);
+    }
+    return status;
+  }
+
+  // Queues the next chunks in body order, as slots, starting their decoding.
   void Schedule() {
-    while (queue_.size() < kPrefetchDepth && tensor_ < manifest_->tensors.size()) {
-      const ManifestTensor& t = manifest_->tensors[tensor_];
-      if (chunk_ >= t.chunk_count) {
-        ++tensor_;
-        chunk_ = 0;
-        continue;
-      }
+    while (queue_.size() < kMaxSlotsAhead && bytes_ahead_ < kMaxAheadBytes &&
+           tensor_ < manifest_->tensors.size()) {
       Slot& slot = queue_.emplace_back();  // deque: references to other slots stay valid
-      slot.tensor = tensor_;
-      slot.chunk = chunk_++;
-      if (ChainReader::ChunkLength(t, slot.chunk) >= kMinPrefetchBytes) {
-        ReferenceCache::Chunk* out = &slot.data;
-        slot.done =
-            std::async(std::launch::async, [this, tensor = slot.tensor, chunk = slot.chunk, out] {
-              return reader_.DecodeSharedChunk(record_.seq, tensor, chunk, out);
-            });
+      while (slot.bytes < kMinSlotBytes && tensor_ < manifest_->tensors.size()) {
+        const ManifestTensor& t = manifest_->tensors[tensor_];
+        if (chunk_ >= t.chunk_count) {
+          ++tensor_;
+          chunk_ = 0;
+          continue;
+        }
+        slot.pieces.push_back(Piece{tensor_, chunk_, nullptr});
+        slot.bytes += ChainReader::ChunkLength(t, chunk_++);
       }
+      if (slot.pieces.empty()) {
+        queue_.pop_back();
+        break;
+      }
+      bytes_ahead_ += slot.bytes;
+      std::promise<void> hashed;
+      slot.hashed = hashed.get_future().share();
+      if (slot.bytes >= kMinSlotBytes) {
+        slot.done = std::async(std::launch::async, [this, &slot, previous = previous_hashed_,
+                                                    hashed = std::move(hashed)]() mutable {
+          Status status = DecodeAndHash(slot, previous);
+          hashed.set_value();
+          return status;
+        });
+      } else {
+        // Decoded and hashed by the network thread at its turn, after every slot before it.
+        hashed.set_value();
+      }
+      previous_hashed_ = slot.hashed;
     }
   }
 
@@ -159,15 +214,17 @@ class RestoreStreamImpl final : public RestoreStream {
   const bool use_cache_;
   ChainReader reader_;
   const ManifestRecord* manifest_ = nullptr;
-  Sha256 sha_;
+  Sha256 sha_;  // of the body: updated by slots in body order (Slot::hashed)
   std::optional<ReferenceCache::Kind> cache_as_;  // how decoded chunks are cached, if at all
   uint64_t links_reported_ = 0;                   // of reader_.links_decoded(), counted
   bool header_sent_ = false;
   uint32_t tensor_ = 0;
   uint32_t chunk_ = 0;
   uint64_t sent_ = 0;
-  ReferenceCache::Chunk piece_;  // the chunk handed out last
-  std::deque<Slot> queue_;       // after reader_: destroyed (joined) before it
+  uint64_t bytes_ahead_ = 0;                  // of the slots in queue_
+  std::shared_future<void> previous_hashed_;  // of the slot scheduled last
+  ReferenceCache::Chunk piece_;               // the chunk handed out last
+  std::deque<Slot> queue_;                    // after reader_: destroyed (joined) before it
 };
 
 }  // namespace
