@@ -14,7 +14,9 @@
 # directories are measured round by round, alternating, so that they share the machine's phases.
 #
 # Usage: bench/daemon_bench.sh CHECKPOINT_DIR [POLICY_JSON] [ROUNDS] BUILD_DIR...
-#   POLICY_JSON "" keeps the default (lossless) policy; ROUNDS defaults to 3.
+#   POLICY_JSON "" keeps the default (lossless) policy; ROUNDS defaults to 3. RETENTION_JSON in
+#   the environment, if set, is the model's retention policy (rules make lossy chains plain
+#   lattices, which the store rearranges; docs/design.md).
 set -euo pipefail
 
 dir=$(realpath "$1")
@@ -65,11 +67,12 @@ start_daemon() {  # BUILD
   for _ in $(seq 3000); do [[ -s "$work/ready" ]] && break; sleep 0.01; done
   url="http://127.0.0.1:$(cat "$work/ready")/v1/models/bench"
 }
-# Waits until the daemon has used no CPU for 0.3 s (its background passes are done).
+# Waits until the daemon has used no CPU for 1.5 s: its background passes, which start
+# storage.rearrange_delay_ms (1 s by default) after the last push, are done.
 wait_idle() {
   local a b
-  for _ in $(seq 600); do
-    a=$(cpu_ticks "$daemon_pid"); sleep 0.3; b=$(cpu_ticks "$daemon_pid")
+  for _ in $(seq 200); do
+    a=$(cpu_ticks "$daemon_pid"); sleep 1.5; b=$(cpu_ticks "$daemon_pid")
     [[ "$a" == "$b" ]] && return
   done
 }
@@ -86,6 +89,9 @@ ckptd_round() {
   start_daemon "$1"
   if [[ -n "$policy" ]]; then
     curl -sf -X PUT --data-binary "$policy" "$url/policy" > /dev/null
+  fi
+  if [[ -n "${RETENTION_JSON:-}" ]]; then
+    curl -sf -X PUT --data-binary "$RETENTION_JSON" "$url/retention" > /dev/null
   fi
   local c0 t0 t1 c1 v=0
   c0=$(cpu_ticks "$daemon_pid"); t0=$(now)
@@ -181,7 +187,7 @@ for round in $(seq "$rounds"); do
 done
 
 col() { awk -v c="$2" '{ print $c }' "$1" | median; }
-echo "files: ${#files[@]} in $dir, $raw bytes; policy: ${policy:-default (lossless)}; rounds: $rounds"
+echo "files: ${#files[@]} in $dir, $raw bytes; policy: ${policy:-default (lossless)}${RETENTION_JSON:+; retention: $RETENTION_JSON}; rounds: $rounds"
 printf '%-34s %10s %10s %10s %12s %12s %10s %12s %8s %8s\n' "" "push MB/s" "MB/cpu-s" "after cpu-s" "latest cold" "latest warm" "every MB/s" "every MB/cpu-s" "du ratio" "ratio"
 for i in "${!builds[@]}"; do
   r="$work/results.$i"

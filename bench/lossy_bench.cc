@@ -15,6 +15,10 @@
 //   low_rank_columns): lattice deltas may then take a low-rank shift (payload version 4).
 //   --repeat K codes and decodes every chunk K times and counts the fastest of each (default 1):
 //   steadier speed figures on a shared machine, with caches and the allocator warm.
+//   --reverse also prices the chains backwards, as the store's rearrangement would store them:
+//   each chain's newest version as exact keyframes (EncodeExactOnLattice), every older version
+//   as an exact delta against the next one (lossless tensors: their forward payloads, XOR
+//   deltas being symmetric; lossy payloads without a lattice: losslessly).
 //   e.g. lossy_bench '{"mode":"lossy","max_abs_error":5e-3,"lossless_tensors":[]}' ckpts/charlm
 #include <time.h>
 #include <zstd.h>
@@ -28,6 +32,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -70,7 +76,36 @@ struct Chain {
   uint32_t length = 0;
   uint64_t keyframe_bytes = 0;
   uint64_t delta_bytes = 0;
+  // --reverse: the newest stored payload of each chunk, and whether the tensor is lossy.
+  std::vector<std::vector<uint8_t>> payload;
+  bool lossy = false;
+  ckpt::DType dtype = ckpt::DType::kF32;
 };
+
+// An exact re-encoding of `target` (the reconstruction `payload` decodes to) against
+// `reference`, or losslessly when the payload has no lattice; its size.
+uint64_t ExactBytes(const ckpt::TensorCodec& lossless, ckpt::DType dtype,
+                    const std::vector<uint8_t>& payload, const std::vector<uint8_t>& target,
+                    std::optional<std::span<const uint8_t>> reference) {
+  auto exact = ckpt::EncodeExactOnLattice(dtype, payload, target, reference);
+  if (!exact.ok()) exact = lossless.Encode(dtype, target, reference);
+  return exact.ok() ? exact->payload.size() : 0;
+}
+
+// --reverse: the exact keyframes of a chain's newest version.
+uint64_t NewestKeyframeBytes(const ckpt::TensorCodec& lossless, const Chain& chain) {
+  uint64_t bytes = 0;
+  for (size_t c = 0; c < chain.reconstruction.size(); ++c) {
+    if (chain.lossy) {
+      bytes += ExactBytes(lossless, chain.dtype, chain.payload[c], chain.reconstruction[c],
+                          std::nullopt);
+    } else {
+      auto keyframe = lossless.Encode(chain.dtype, chain.reconstruction[c], std::nullopt);
+      bytes += keyframe.ok() ? keyframe->payload.size() : 0;
+    }
+  }
+  return bytes;
+}
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "lossy_bench: %s\n", message.c_str());
@@ -83,7 +118,7 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: lossy_bench POLICY_JSON DIR [--restored OUT_DIR] [--quiet] "
-                 "[--retention-rules] [--matrices] [--repeat K]\n");
+                 "[--retention-rules] [--matrices] [--repeat K] [--reverse]\n");
     return 2;
   }
   auto policy = ckpt::CodecPolicy::FromJson(argv[1], ckpt::CodecPolicy{});
@@ -93,6 +128,8 @@ int main(int argc, char** argv) {
   bool retention_rules = false;
   bool matrices = false;
   int repeat = 1;
+  bool reverse = false;
+  uint64_t reverse_deltas = 0, reverse_keyframes = 0;
   for (int i = 3; i < argc; ++i) {
     if (std::string(argv[i]) == "--restored" && i + 1 < argc) {
       restored_dir = argv[++i];
@@ -100,6 +137,8 @@ int main(int argc, char** argv) {
       quiet = true;
     } else if (std::string(argv[i]) == "--retention-rules") {
       retention_rules = true;
+    } else if (std::string(argv[i]) == "--reverse") {
+      reverse = true;
     } else if (std::string(argv[i]) == "--matrices") {
       matrices = true;
     } else if (std::string(argv[i]) == "--repeat" && i + 1 < argc) {
@@ -159,9 +198,16 @@ int main(int argc, char** argv) {
                          !(coding.lossy &&
                            policy->KeyframeBudgetExceeded(chain.keyframe_bytes, chain.delta_bytes));
       if (!delta) {
+        // A chain ends: backwards, its newest version is the one stored whole.
+        if (reverse && !chain.reconstruction.empty()) {
+          reverse_keyframes += NewestKeyframeBytes(*lossless, chain);
+        }
         chain = Chain{};
         chain.reconstruction.resize(chunks);
+        chain.payload.resize(chunks);
       }
+      chain.lossy = coding.lossy;
+      chain.dtype = t.dtype;
       uint64_t tensor_stored = 0;
       for (uint64_t c = 0; c < chunks; ++c) {
         const uint64_t begin = t.begin + c * chunk_bytes;
@@ -200,6 +246,13 @@ int main(int argc, char** argv) {
                                    : encoded->reconstruction;
         if (decoded != expected) return Fail(t.name + ": decoder differs from encoder");
         std::memcpy(out + begin, decoded.data(), length);
+        if (reverse && delta) {
+          // The version before, exactly, against this one.
+          reverse_deltas += coding.lossy ? ExactBytes(*lossless, t.dtype, chain.payload[c],
+                                                      chain.reconstruction[c], decoded)
+                                         : encoded->payload.size();
+        }
+        if (reverse) chain.payload[c].assign(payload.begin(), payload.end());
         chain.reconstruction[c] = std::move(decoded);
         tensor_stored += encoded->payload.size();
         if (coding.lossy) {
@@ -266,6 +319,24 @@ int main(int argc, char** argv) {
     }
   }
   ZSTD_freeCCtx(zcctx);
+  if (reverse) {
+    for (const auto& [name, chain] : chains)
+      reverse_keyframes += NewestKeyframeBytes(*lossless, chain);
+    uint64_t headers = 0;
+    for (const auto& path : files) {
+      const std::string body = ReadFile(path);
+      uint64_t n = 0;
+      std::memcpy(&n, body.data(), 8);
+      headers += 8 + n;
+    }
+    const uint64_t total = reverse_keyframes + reverse_deltas + headers;
+    std::printf(
+        "reverse chains: stored %llu  ratio %.2fx (newest versions' exact keyframes %llu, "
+        "exact reverse deltas %llu)\n",
+        static_cast<unsigned long long>(total), total_raw / double(total),
+        static_cast<unsigned long long>(reverse_keyframes),
+        static_cast<unsigned long long>(reverse_deltas));
+  }
   std::printf(
       "policy %s\nfiles %zu  raw %llu  stored %llu  ratio %.2fx  | zstd -3 of the files: %llu "
       "(%.3fx, %.0f MB/s)\n",
