@@ -107,6 +107,9 @@ std::string ServerMetrics::Render(CheckpointStore& store) const {
               static_cast<double>(s.gc_bytes_freed));
   add_counter("ckptd_gc_versions_rebased_total", "Kept versions re-encoded by garbage collection",
               static_cast<double>(s.gc_versions_rebased));
+  add_counter("ckptd_rearrangements_total",
+              "Latest versions stored as keyframes, the version before as reverse deltas",
+              static_cast<double>(s.rearrangements));
   add_counter("ckptd_restores_total", "Restore streams opened since start",
               static_cast<double>(s.restores));
   add_counter("ckptd_restore_links_decoded_total",

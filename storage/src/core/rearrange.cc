@@ -391,6 +391,7 @@ class Rearranger {
     batch.Put(ctx_.models, chains_.model, Encoded(chains_.record));
     CKPT_RETURN_IF_ERROR(
         ctx_.backend->Commit(chains_.model, change, "committing rearranged versions"));
+    ctx_.counters->rearrangements.fetch_add(1, std::memory_order_relaxed);
     ctx_.cache->Rekey(chains_.model, latest_seq_, latest_seq_new_);
     if (prev_replaced) ctx_.cache->Rekey(chains_.model, prev_seq_, prev_seq_new_);
     return Status::Ok();

@@ -234,6 +234,7 @@ class RocksCheckpointStore final : public CheckpointStore {
     s.retention_versions_deleted = get(counters_.retention_versions_deleted);
     s.gc_bytes_freed = get(counters_.gc_bytes_freed);
     s.gc_versions_rebased = get(counters_.gc_versions_rebased);
+    s.rearrangements = get(counters_.rearrangements);
     s.restores = get(counters_.restores);
     s.restore_links_decoded = get(counters_.restore_links_decoded);
     auto sum = [this](const std::string& property) {

@@ -42,6 +42,7 @@ struct StoreCounters {
   std::atomic<uint64_t> retention_versions_deleted{0};
   std::atomic<uint64_t> gc_bytes_freed{0};
   std::atomic<uint64_t> gc_versions_rebased{0};
+  std::atomic<uint64_t> rearrangements{0};
   std::atomic<uint64_t> restores{0};
   std::atomic<uint64_t> restore_links_decoded{0};
 };

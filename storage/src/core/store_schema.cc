@@ -56,9 +56,15 @@ Status OpenStoreDatabase(const std::string& data_dir, std::unique_ptr<rocksdb::D
   chunks.table_factory.reset(rocksdb::NewBlockBasedTableFactory(chunk_table));
   chunks.enable_blob_files = true;
   chunks.min_blob_size = kMinBlobBytes;
-  chunks.blob_file_size = 256ull << 20;
+  chunks.blob_file_size = 64ull << 20;
   chunks.blob_compression_type = rocksdb::kNoCompression;
+  // Deleted payloads stay in their blob files until garbage collection moves the live ones out.
+  // The rearrangement deletes the previous version's keyframes at every push, so blob files
+  // fill with garbage steadily: every compaction relocates the live blobs it meets, and blob
+  // files a quarter garbage get compactions of their own (docs/benchmarks.md, "Restore").
   chunks.enable_blob_garbage_collection = true;
+  chunks.blob_garbage_collection_age_cutoff = 1.0;
+  chunks.blob_garbage_collection_force_threshold = 0.25;
   // Memtables hold chunk values until they are flushed into blob files: 2 x 32 MiB bounds
   // that memory while keeping flushes large.
   chunks.write_buffer_size = 32 << 20;

@@ -143,6 +143,7 @@ struct StoreStats {
   uint64_t retention_versions_deleted = 0;  // by retention passes
   uint64_t gc_bytes_freed = 0;              // stored bytes garbage collection removed
   uint64_t gc_versions_rebased = 0;
+  uint64_t rearrangements = 0;  // RearrangeLatest passes that committed
   uint64_t restores = 0;  // restore streams opened (scrubs excluded)
   // Stored chunk payloads those restores decoded: a chunk replays its delta chain from the
   // keyframe or from the nearest link in the cache, so this over restores' chunks is the
