@@ -264,11 +264,14 @@ Result<RearrangeReport> ModelWriter::RearrangeLatest(std::string_view model,
                           return guard.Contended() || (cancelled && cancelled());
                         }));
   if (report.tensors_keyframed > 0) {
-    // The replaced manifests are unneeded now; nothing else is re-encoded.
+    // The replaced manifests are unneeded now; nothing else is re-encoded. Their space leaves
+    // the disk with the next compaction of the model (the periodic retention pass).
     GcOptions removal;
     removal.rebase_min_dead_fraction = -1;
     removal.compaction = GcOptions::Compaction::kNone;
-    CKPT_RETURN_IF_ERROR(CollectModelGarbage(ctx_, chains, removal).status());
+    CKPT_ASSIGN_OR_RETURN(const GcReport removed, CollectModelGarbage(ctx_, chains, removal));
+    CKPT_RETURN_IF_ERROR(
+        maintenance_->MaybeCompact(name, removed.bytes_freed, removal.compaction).status());
   }
   return report;
 }
