@@ -61,7 +61,8 @@ Status OpenStoreDatabase(const std::string& data_dir, std::unique_ptr<rocksdb::D
   // Deleted payloads stay in their blob files until garbage collection moves the live ones out.
   // The rearrangement deletes the previous version's keyframes at every push, so blob files
   // fill with garbage steadily: every compaction relocates the live blobs it meets, and blob
-  // files a quarter garbage get compactions of their own (docs/benchmarks.md, "Restore").
+  // files a quarter garbage get compactions of their own (docs/benchmarks.md, "Through the
+  // daemon").
   chunks.enable_blob_garbage_collection = true;
   chunks.blob_garbage_collection_age_cutoff = 1.0;
   chunks.blob_garbage_collection_force_threshold = 0.25;
