@@ -158,13 +158,7 @@ class Collector {
         e.LinkTo(base->seq, base->tensor, chains_.manifests.at(base->seq).tensors[base->tensor]);
         e.chain_bytes += stored;
       } else {
-        e.kind = FrameKind::kKeyframe;
-        e.base_seq = 0;
-        e.base_tensor = 0;
-        e.keyframe_seq = new_seq;
-        e.chain_length = 0;
-        e.keyframe_bytes = stored;
-        e.chain_bytes = 0;
+        e.MakeKeyframe(new_seq, stored);
       }
       tensor_bytes_after += stored;
       rewritten += stored;

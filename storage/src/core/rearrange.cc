@@ -192,13 +192,7 @@ class Rearranger {
         ++report_.tensors_left;
         continue;
       }
-      ne.kind = FrameKind::kKeyframe;
-      ne.base_seq = 0;
-      ne.base_tensor = 0;
-      ne.keyframe_seq = latest_seq_new_;
-      ne.chain_length = 0;
-      ne.keyframe_bytes = keyframe_bytes;
-      ne.chain_bytes = 0;
+      ne.MakeKeyframe(latest_seq_new_, keyframe_bytes);
       ne.stored_bytes = keyframe_bytes;
       ne.entropy_bits = keyframe_entropy;
       ne.exact_elements = keyframe_exact;
@@ -261,8 +255,20 @@ class Rearranger {
   // tensor whose chain runs through it its links to `root` more. Chain lengths recorded in
   // manifests are never below the true ones, so this never underestimates.
   uint32_t DeepestBehind(const Link& root, const ManifestTensor& root_entry) {
-    BuildDependents();
     uint32_t deepest = 1;
+    for (const Link& d : Behind(root)) {
+      const ManifestTensor& e = chains_.manifests.at(d.first).tensors[d.second];
+      const int64_t depth = int64_t{e.chain_length} - int64_t{root_entry.chain_length} + 1;
+      deepest = std::max<uint32_t>(deepest, static_cast<uint32_t>(std::max<int64_t>(depth, 1)));
+    }
+    return deepest;
+  }
+
+  // Every tensor whose delta chain runs through `root` (the latest manifest's left out).
+  std::vector<Link> Behind(const Link& root) {
+    BuildDependents();
+    std::vector<Link> behind;
+    std::set<Link> seen;
     std::vector<Link> stack{root};
     while (!stack.empty()) {
       const Link link = stack.back();
@@ -270,13 +276,12 @@ class Rearranger {
       auto it = dependents_.find(link);
       if (it == dependents_.end()) continue;
       for (const Link& d : it->second) {
-        const ManifestTensor& e = chains_.manifests.at(d.first).tensors[d.second];
-        const int64_t depth = int64_t{e.chain_length} - int64_t{root_entry.chain_length} + 1;
-        deepest = std::max<uint32_t>(deepest, static_cast<uint32_t>(std::max<int64_t>(depth, 1)));
+        if (!seen.insert(d).second) continue;
+        behind.push_back(d);
         stack.push_back(d);
       }
     }
-    return deepest;
+    return behind;
   }
 
   // Every delta's base link -> the deltas against it, the latest manifest's left out (its
@@ -313,30 +318,19 @@ class Rearranger {
     change.refers_to_new_chunks = true;
     rocksdb::WriteBatch& batch = change.batch;
     std::set<uint64_t> changed;
-    // Versions behind a reversed tensor are one link past the latest's keyframe further than
-    // they were past the previous one's chain.
-    BuildDependents();
+    // A tensor behind a reversed one is now as many links from the latest's keyframe as it was
+    // from the reversed tensor, plus one.
     const ManifestRecord& old_prev = chains_.manifests.at(prev_seq_);
     for (const auto& [tp, reversal] : reversals) {
       const uint32_t prev_chain_length = old_prev.tensors[tp].chain_length;
       const uint64_t keyframe_bytes = new_latest.tensors[reversal.latest_tensor].keyframe_bytes;
-      std::vector<Link> stack{{prev_seq_, tp}};
-      std::set<Link> seen;
-      while (!stack.empty()) {
-        const Link link = stack.back();
-        stack.pop_back();
-        auto it = dependents_.find(link);
-        if (it == dependents_.end()) continue;
-        for (const Link& d : it->second) {
-          if (!seen.insert(d).second) continue;
-          ManifestTensor& e = chains_.manifests.at(d.first).tensors[d.second];
-          const int64_t depth = int64_t{e.chain_length} - int64_t{prev_chain_length} + 1;
-          e.chain_length = static_cast<uint32_t>(std::max<int64_t>(depth, 1));
-          e.keyframe_seq = latest_seq_new_;
-          e.keyframe_bytes = keyframe_bytes;
-          changed.insert(d.first);
-          stack.push_back(d);
-        }
+      for (const Link& d : Behind(Link{prev_seq_, tp})) {
+        ManifestTensor& e = chains_.manifests.at(d.first).tensors[d.second];
+        const int64_t depth = int64_t{e.chain_length} - int64_t{prev_chain_length} + 1;
+        e.chain_length = static_cast<uint32_t>(std::max<int64_t>(depth, 1));
+        e.keyframe_seq = latest_seq_new_;
+        e.keyframe_bytes = keyframe_bytes;
+        changed.insert(d.first);
       }
     }
     const bool prev_replaced = new_prev.has_value();

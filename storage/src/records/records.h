@@ -107,6 +107,17 @@ struct ManifestTensor {
     keyframe_bytes = base.keyframe_bytes;
     chain_bytes = base.chain_bytes;
   }
+
+  // Makes this tensor a keyframe of `stored` bytes in manifest `seq`: a chain of its own.
+  void MakeKeyframe(uint64_t seq, uint64_t stored) {
+    kind = FrameKind::kKeyframe;
+    base_seq = 0;
+    base_tensor = 0;
+    keyframe_seq = seq;
+    chain_length = 0;
+    keyframe_bytes = stored;
+    chain_bytes = 0;
+  }
 };
 
 // manifests family, key "<model>\0" + u64 seq. The internal, immutable description of one
