@@ -111,7 +111,8 @@ bool BackgroundRunner::Apply(const std::string& model, GcOptions::Compaction com
                              bool after_push) {
   // With a cluster, a model's passes run on the daemon that writes it.
   if (auto owner = store_->WriteOwner(model); !owner.ok() || *owner) return true;
-  if (after_push && rearrange_latest_ && !Rearrange(model)) return false;
+  // Periodic passes rearrange too: they catch up on a model whose pass a stop cut short.
+  if (rearrange_latest_ && !Rearrange(model)) return false;
   if (after_push && !options_.after_push) return true;
   return ApplyRetention(model, compaction, after_push);
 }

@@ -39,8 +39,9 @@ class BackgroundRunner {
 
  private:
   void Run();
-  // One pass over `model`; false if it was busy and should be retried. `after_push` passes
-  // rearrange the latest version, and skip retention for models whose policy keeps everything.
+  // One pass over `model`: its rearrangement, then its retention; false if it was busy and
+  // should be retried. `after_push` passes skip retention for models whose policy keeps
+  // everything.
   bool Apply(const std::string& model, GcOptions::Compaction compaction, bool after_push);
   // RearrangeLatest; false if the model was busy.
   bool Rearrange(const std::string& model);
