@@ -79,8 +79,10 @@ class Rearranger {
     std::map<uint32_t, Reversal> reversals;  // by tensor index in the previous manifest
     const Status encoded = EncodeTensors(old_latest, old_prev, &new_latest, &reversals);
     if (!encoded.ok() || report_.tensors_keyframed == 0) {
-      ctx_.backend->DiscardChunks(chains_.model, ChunkSet::Of(latest_seq_new_, old_latest));
-      ctx_.backend->DiscardChunks(chains_.model, ChunkSet::Of(prev_seq_new_, old_prev));
+      if (wrote_) {
+        ctx_.backend->DiscardChunks(chains_.model, ChunkSet::Of(latest_seq_new_, old_latest));
+        ctx_.backend->DiscardChunks(chains_.model, ChunkSet::Of(prev_seq_new_, old_prev));
+      }
       CKPT_RETURN_IF_ERROR(encoded);
       return report_;
     }
@@ -110,28 +112,36 @@ class Rearranger {
     for (const ManifestTensor& e : old_latest.tensors) {
       if (e.kind == FrameKind::kDelta && e.base_seq == prev_seq_) ++uses[e.base_tensor];
     }
+    // The candidates: forward deltas against the version before that re-encode cheaply. When
+    // there is none (a lossy model with element history), nothing is written at all.
+    std::vector<bool> candidate(old_latest.tensors.size(), false);
+    for (uint32_t t = 0; t < old_latest.tensors.size(); ++t) {
+      const ManifestTensor& le = old_latest.tensors[t];
+      if (le.kind != FrameKind::kDelta || le.base_seq != prev_seq_ || le.byte_size == 0) continue;
+      if (le.base_tensor >= old_prev.tensors.size()) {
+        return Status::DataLoss("model '" + chains_.model + "' manifest " +
+                                std::to_string(latest_seq_) +
+                                ": delta base tensor index out of range");
+      }
+      CKPT_ASSIGN_OR_RETURN(const bool cheap, ReencodesCheaply(le, t));
+      candidate[t] = cheap;
+      if (!cheap) ++report_.tensors_left;
+    }
+    if (std::find(candidate.begin(), candidate.end(), true) == candidate.end()) {
+      return Status::Ok();
+    }
+    wrote_ = true;
     ChainReader reader(ctx_.db, ctx_.manifests, ctx_.backend, nullptr, chains_.model, ctx_.cache);
     std::vector<uint8_t> latest_chunk, prev_chunk;
     for (uint32_t t = 0; t < old_latest.tensors.size(); ++t) {
       const ManifestTensor& le = old_latest.tensors[t];
       ManifestTensor& ne = new_latest->tensors[t];
-      if (le.kind != FrameKind::kDelta || le.base_seq != prev_seq_ || le.byte_size == 0) {
+      if (!candidate[t]) {
         CKPT_RETURN_IF_ERROR(CopyTensor(latest_seq_, latest_seq_new_, t, &ne));
         continue;
       }
       const uint32_t tp = le.base_tensor;
-      if (tp >= old_prev.tensors.size()) {
-        return Status::DataLoss("model '" + chains_.model + "' manifest " +
-                                std::to_string(latest_seq_) +
-                                ": delta base tensor index out of range");
-      }
       const ManifestTensor& pe = old_prev.tensors[tp];
-      CKPT_ASSIGN_OR_RETURN(const bool cheap, ReencodesCheaply(le, t));
-      if (!cheap) {
-        CKPT_RETURN_IF_ERROR(CopyTensor(latest_seq_, latest_seq_new_, t, &ne));
-        ++report_.tensors_left;
-        continue;
-      }
       // The version before becomes a delta against this keyframe only if it is a version (a
       // deleted one is left to garbage collection) and no version behind it ends up further
       // than max_decodes payloads from a keyframe. Otherwise the keyframe alone replaces the
@@ -398,6 +408,7 @@ class Rearranger {
   RearrangeReport report_;
   uint64_t latest_seq_ = 0, prev_seq_ = 0;
   uint64_t latest_seq_new_ = 0, prev_seq_new_ = 0;
+  bool wrote_ = false;  // chunks were written under the new seqs
   bool dependents_built_ = false;
   std::map<Link, std::vector<Link>> dependents_;
 };
