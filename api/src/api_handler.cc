@@ -190,7 +190,9 @@ json ErrorObject(std::string_view code, std::string_view message) {
 }
 
 json ErrorObject(const Status& status) {
-  return ErrorObject(StatusCodeName(status.code()), status.message());
+  json error = ErrorObject(StatusCodeName(status.code()), status.message());
+  if (status.subcode() == StatusSubcode::kNoSpace) error["reason"] = "NO_SPACE";
+  return error;
 }
 
 json SkippedJson(const GcPassReport::Model& model) {
@@ -404,8 +406,14 @@ int ApiHandler::HttpStatusFor(StatusCode code) {
   return 500;
 }
 
+int ApiHandler::HttpStatusFor(const Status& status) {
+  if (status.subcode() == StatusSubcode::kNoSpace) return 507;
+  return HttpStatusFor(status.code());
+}
+
 ApiResponse ApiHandler::ErrorResponse(const Status& status) {
-  ApiResponse r = JsonResponse(HttpStatusFor(status.code()), {{"error", ErrorObject(status)}});
+  ApiResponse r = JsonResponse(HttpStatusFor(status), {{"error", ErrorObject(status)}});
+  r.error_detail = status.detail();
   r.model_busy = status.code() == StatusCode::kAborted;
   if (status.code() == StatusCode::kUnauthenticated) {
     r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"ckptd\"");

@@ -50,6 +50,9 @@ struct RequestLog {
   int status = 0;
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
+  // An error's detail for the log only (ApiResponse::error_detail): file names, the storage
+  // engine's wording.
+  std::string error_detail;
   Clock::time_point start = Clock::now();
 };
 
@@ -76,16 +79,18 @@ std::string NewRequestId() {
 void LogRequest(const RequestLog& log, std::string_view remote, bool json) {
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - log.start).count();
   if (json) {
-    const nlohmann::json line = {{"request_id", log.id},       {"remote", remote},
+    nlohmann::json line = {{"request_id", log.id},       {"remote", remote},
                                  {"principal", log.principal}, {"method", log.method},
                                  {"target", log.target},       {"route", log.route},
                                  {"status", log.status},       {"bytes_in", log.bytes_in},
                                  {"bytes_out", log.bytes_out}, {"ms", std::round(ms * 10) / 10}};
+    if (!log.error_detail.empty()) line["error_detail"] = log.error_detail;
     spdlog::info("{}", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return;
   }
-  spdlog::info("{} {} {} {} {} status={} in={} out={} {:.1f}ms", remote, log.id, log.principal,
-               log.method, log.target, log.status, log.bytes_in, log.bytes_out, ms);
+  spdlog::info("{} {} {} {} {} status={} in={} out={} {:.1f}ms{}{}", remote, log.id, log.principal,
+               log.method, log.target, log.status, log.bytes_in, log.bytes_out, ms,
+               log.error_detail.empty() ? "" : " error_detail=", log.error_detail);
 }
 
 class HttpServerImpl final : public HttpServer {
@@ -680,8 +685,8 @@ class HttpServerImpl final : public HttpServer {
       if (!piece.ok()) {
         // Headers are gone; the only honest signal left is to cut the connection short of
         // Content-Length so the client sees an incomplete body.
-        spdlog::error("restore {} failed after {} bytes: {}", log.target, log.bytes_out,
-                      piece.status().ToString());
+        spdlog::error("restore {} {} failed after {} bytes: {}", log.id, log.target,
+                      log.bytes_out, piece.status().ToLogString());
         log.status = 500;
         co_return false;
       }
@@ -745,6 +750,7 @@ class HttpServerImpl final : public HttpServer {
       res.prepare_payload();
     }
     log.status = r.status;
+    log.error_detail = r.error_detail;
     log.bytes_out += head ? 0 : r.body.size();
     beast::error_code ec;
     beast::get_lowest_layer(stream).expires_after(options_.io_timeout);

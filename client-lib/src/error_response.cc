@@ -23,6 +23,7 @@ StatusCode CodeForHttp(unsigned status) {
     case 409:
       return StatusCode::kFailedPrecondition;
     case 413:
+    case 507:
       return StatusCode::kResourceExhausted;
     case 503:
       return StatusCode::kUnavailable;
@@ -45,7 +46,11 @@ Status ErrorFromResponse(unsigned http_status, std::string_view body) {
       if (named && *named != StatusCode::kOk) code = *named;
     }
   }
-  return Status(code, message);
+  // 507: the daemon's data volume is full (RESOURCE_EXHAUSTED refined by NO_SPACE).
+  if (http_status == 507 && code == StatusCode::kResourceExhausted) {
+    return Status::NoSpace(std::move(message));
+  }
+  return Status(code, std::move(message));
 }
 
 }  // namespace ckpt

@@ -54,12 +54,28 @@ std::string Status::ToString() const {
   return out;
 }
 
+std::string Status::ToLogString() const {
+  std::string out = ToString();
+  if (!detail_.empty()) {
+    out += " (";
+    out += detail_;
+    out += ")";
+  }
+  return out;
+}
+
 Status Status::WithContext(std::string_view prefix) const {
   if (ok()) return *this;
-  std::string msg(prefix);
-  msg += ": ";
-  msg += message_;
-  return Status(code_, std::move(msg));
+  Status s = *this;
+  s.message_ = std::string(prefix) + ": " + message_;
+  return s;
+}
+
+Status Status::WithDetail(std::string detail) const {
+  if (ok()) return *this;
+  Status s = *this;
+  s.detail_ = std::move(detail);
+  return s;
 }
 
 }  // namespace ckpt

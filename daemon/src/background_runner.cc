@@ -59,7 +59,7 @@ void BackgroundRunner::Run() {
       std::lock_guard lock(mu_);
       for (const ModelInfo& m : *all) pending_.emplace(m.name, Clock::now());
     } else {
-      spdlog::warn("background passes: cannot list models: {}", all.status().ToString());
+      spdlog::warn("background passes: cannot list models: {}", all.status().ToLogString());
     }
   }
   std::unique_lock lock(mu_);
@@ -91,7 +91,7 @@ void BackgroundRunner::Run() {
       if (all.ok()) {
         for (const ModelInfo& m : *all) models.insert(m.name);
       } else {
-        spdlog::warn("retention: cannot list models: {}", all.status().ToString());
+        spdlog::warn("retention: cannot list models: {}", all.status().ToLogString());
       }
       lock.lock();
     }
@@ -124,12 +124,12 @@ bool BackgroundRunner::Rearrange(const std::string& model) {
   });
   if (!report.ok()) {
     if (report.status().code() == StatusCode::kAborted) {
-      spdlog::debug("rearrange: model '{}': {}", model, report.status().ToString());
+      spdlog::debug("rearrange: model '{}': {}", model, report.status().ToLogString());
       return false;
     }
     if (report.status().code() != StatusCode::kNotFound &&
         report.status().code() != StatusCode::kUnavailable) {
-      spdlog::warn("rearrange: model '{}': {}", model, report.status().ToString());
+      spdlog::warn("rearrange: model '{}': {}", model, report.status().ToLogString());
     }
     return true;
   }
@@ -160,7 +160,7 @@ bool BackgroundRunner::ApplyRetention(const std::string& model, GcOptions::Compa
     // kUnavailable: another daemon took the model's lease meanwhile; it runs the retention.
     if (report.status().code() != StatusCode::kNotFound &&
         report.status().code() != StatusCode::kUnavailable) {
-      spdlog::warn("retention: model '{}': {}", model, report.status().ToString());
+      spdlog::warn("retention: model '{}': {}", model, report.status().ToLogString());
     }
     return true;
   }

@@ -27,7 +27,7 @@ void CacheWarmer::Run() {
   const auto start = std::chrono::steady_clock::now();
   auto models = store_->ListModels();
   if (!models.ok()) {
-    spdlog::warn("cache warm-up: cannot list models: {}", models.status().ToString());
+    spdlog::warn("cache warm-up: cannot list models: {}", models.status().ToLogString());
     if (on_done_) on_done_(result_);
     return;
   }
@@ -64,7 +64,7 @@ void CacheWarmer::Run() {
     if (stop_.load()) return;
     if (!status.ok()) {
       ++result_.skipped;
-      spdlog::warn("cache warm-up: model '{}': {}", l.model, status.ToString());
+      spdlog::warn("cache warm-up: model '{}': {}", l.model, status.ToLogString());
       continue;
     }
     total += l.size;

@@ -55,7 +55,7 @@ class JsonFields final : public spdlog::custom_flag_formatter {
 using ckpt::daemon::DaemonConfig;
 
 int Fail(const ckpt::Status& status) {
-  std::cerr << "ckptd: " << status.ToString() << "\n";
+  std::cerr << "ckptd: " << status.ToLogString() << "\n";
   return 2;
 }
 
@@ -92,7 +92,7 @@ int RunOfflineGc(const DaemonConfig& config) {
     if (model.status.ok()) {
       std::cout << ckpt::api::RetentionReportJson(model.report) << "\n";
     } else {
-      std::cerr << "ckptd gc: model '" << model.name << "': " << model.status.ToString() << "\n";
+      std::cerr << "ckptd gc: model '" << model.name << "': " << model.status.ToLogString() << "\n";
     }
   }
   if (auto s = (*store)->Flush(); !s.ok()) return Fail(s);
@@ -270,7 +270,7 @@ int main(int argc, char** argv) {
         [&config, port](const ckpt::daemon::WarmupResult&) {
           if (config.ready_file.empty()) return;
           if (auto s = WriteReadyFile(config.ready_file, port); !s.ok()) {
-            spdlog::error("{}", s.ToString());
+            spdlog::error("{}", s.ToLogString());
           }
         });
     warmer->Start();
@@ -286,7 +286,7 @@ int main(int argc, char** argv) {
   server->reset();
   background_runner.reset();  // finishes the pass in progress
   if (auto s = (*store)->Flush(); !s.ok())
-    spdlog::error("flush on shutdown failed: {}", s.ToString());
+    spdlog::error("flush on shutdown failed: {}", s.ToLogString());
   store->reset();
   spdlog::info("ckptd stopped cleanly");
   return 0;

@@ -32,6 +32,7 @@ class CheckpointStoreTest : public ::testing::Test {
     options.data_dir = dir_.str();
     options.chunk_bytes = chunk_bytes;  // small chunks: every tensor spans several
     options.reference_cache_bytes = reference_cache_bytes;
+    options.min_free_bytes = 0;  // the reserve has tests of its own (fault_injection_test.cc)
     auto opened = CheckpointStore::Open(options);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     store_ = std::move(opened).value();

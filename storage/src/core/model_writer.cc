@@ -35,6 +35,7 @@ Result<ModelLocks::Guard> ModelWriter::Lock(std::string_view model,
 
 Result<ModelLocks::Guard> ModelWriter::LockForWrite(std::string_view model,
                                                     std::chrono::milliseconds wait) {
+  CKPT_RETURN_IF_ERROR(ctx_.health->CheckWrite());
   CKPT_ASSIGN_OR_RETURN(ModelLocks::Guard guard, Lock(model, wait));
   CKPT_RETURN_IF_ERROR(ctx_.backend->ClaimWrites(std::string(model)));
   return guard;
@@ -122,6 +123,7 @@ Status ModelWriter::SetTag(std::string_view model, std::string_view tag, uint64_
   CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   CKPT_RETURN_IF_ERROR(ValidateName("tag", tag));
   const std::string name(model);
+  CKPT_RETURN_IF_ERROR(ctx_.health->CheckWrite());
   CKPT_RETURN_IF_ERROR(ctx_.backend->ClaimWrites(name));
   std::lock_guard tags_lock(*ctx_.tags_mu);
   CKPT_RETURN_IF_ERROR(FindVersion(ctx_, rocksdb::ReadOptions(), model, version).status());
@@ -134,6 +136,7 @@ Status ModelWriter::RemoveTag(std::string_view model, std::string_view tag) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   CKPT_RETURN_IF_ERROR(ValidateName("tag", tag));
   const std::string name(model);
+  CKPT_RETURN_IF_ERROR(ctx_.health->CheckWrite());
   CKPT_RETURN_IF_ERROR(ctx_.backend->ClaimWrites(name));
   std::lock_guard tags_lock(*ctx_.tags_mu);
   CKPT_RETURN_IF_ERROR(ResolveTag(model, tag).status());
@@ -253,6 +256,9 @@ Result<GcReport> ModelWriter::CollectGarbage(std::string_view model, const GcOpt
 Result<RearrangeReport> ModelWriter::RearrangeLatest(std::string_view model,
                                                      const std::function<bool()>& cancelled) {
   const std::string name(model);
+  // The pass writes the latest version anew before the old encoding goes: like a push, it
+  // stays out of the reserve.
+  CKPT_RETURN_IF_ERROR(ctx_.health->CheckPush(0));
   CKPT_ASSIGN_OR_RETURN(const ModelLocks::Guard guard, LockForWrite(model));
   CKPT_ASSIGN_OR_RETURN(ModelChains chains, ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
   CodecPolicy policy = ctx_.options->default_policy;

@@ -51,6 +51,9 @@ void ReadMetadataMetrics(const std::map<std::string, std::string>& metadata,
   }
 }
 
+// How much body a push receives between two checks of the free-space reserve.
+constexpr uint64_t kReserveCheckBytes = 8ull << 20;
+
 class PushSessionImpl final : public PushSession, private SafetensorsSink {
  public:
   PushSessionImpl(const StoreContext& ctx, ModelLocks::Guard guard, PushTarget target,
@@ -80,6 +83,13 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
 
   Status Write(std::span<const uint8_t> bytes) override {
     if (committed_) return Status::FailedPrecondition("push already committed");
+    // BeginPush checked the body's announced size against the reserve; bodies of unknown size
+    // and concurrent pushes are caught here, as the volume reaches it.
+    unchecked_bytes_ += bytes.size();
+    if (unchecked_bytes_ >= kReserveCheckBytes) {
+      unchecked_bytes_ = 0;
+      CKPT_RETURN_IF_ERROR(ctx_.health->CheckPush(0));
+    }
     sha_.Update(bytes);
     return parser_.Feed(bytes);
   }
@@ -274,6 +284,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   ManifestRecord manifest_;
   std::vector<uint8_t> pending_;
   uint32_t chunk_index_ = 0;  // within its tensor, of the next chunk EmitChunk receives
+  uint64_t unchecked_bytes_ = 0;  // received since the last reserve check
   // Declared after what its jobs use: destroyed (joined) before them.
   std::unique_ptr<PushEncoder> encoder_;
   bool committed_ = false;

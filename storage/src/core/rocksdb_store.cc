@@ -33,6 +33,8 @@ class RocksCheckpointStore final : public CheckpointStore {
       : options_(options),
         cache_(options.reference_cache_bytes),
         codec_(NewLosslessCodec(LosslessCodecOptions{options.zstd_level})),
+        health_(options.env ? options.env.get() : rocksdb::Env::Default(), options.data_dir,
+                options.min_free_bytes),
         maintenance_(ctx_),
         writer_(ctx_, &maintenance_) {}
 
@@ -43,8 +45,11 @@ class RocksCheckpointStore final : public CheckpointStore {
   }
 
   Status OpenDb() {
-    CKPT_RETURN_IF_ERROR(OpenStoreDatabase(options_.data_dir, &db_, &families_));
+    CKPT_RETURN_IF_ERROR(OpenStoreDatabase(options_.data_dir, options_.env.get(),
+                                           health_.NewListener(), &db_, &families_));
+    health_.Attach(db_.get());
     ctx_.db = db_.get();
+    ctx_.health = &health_;
     static_cast<MetadataFamilies&>(ctx_) = families_;
     ctx_.chunks = families_.chunks;
     ctx_.tags_mu = &tags_mu_;
@@ -74,6 +79,7 @@ class RocksCheckpointStore final : public CheckpointStore {
                                                  const PushOptions& options) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
     CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
+    CKPT_RETURN_IF_ERROR(health_.CheckPush(body_size.value_or(0)));
     CKPT_ASSIGN_OR_RETURN(ModelLocks::Guard guard, writer_.LockForWrite(model));
     PushTarget target;
     target.model = std::string(model);
@@ -256,6 +262,8 @@ class RocksCheckpointStore final : public CheckpointStore {
     return s;
   }
 
+  StoreHealthReport Health() override { return health_.Report(); }
+
   Status Flush() override {
     rocksdb::FlushOptions fo;
     fo.wait = true;
@@ -267,6 +275,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   StoreOptions options_;
   ReferenceCache cache_;
   std::unique_ptr<TensorCodec> codec_;
+  StoreHealth health_;  // the database's listener refers to it: declared before db_
   std::unique_ptr<rocksdb::DB> db_;
   StoreFamilies families_;
   std::unique_ptr<StoreBackend> backend_;

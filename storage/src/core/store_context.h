@@ -21,6 +21,7 @@
 #include "ckpt/storage/checkpoint_store.h"
 #include "core/reference_cache.h"
 #include "core/rocks_status.h"
+#include "core/store_health.h"
 
 namespace ckpt {
 
@@ -61,6 +62,8 @@ struct StoreContext : MetadataFamilies {
   const TensorCodec* codec = nullptr;
   const StoreOptions* options = nullptr;
   StoreCounters* counters = nullptr;
+  // Whether writes are taken: every change checks it first.
+  StoreHealth* health = nullptr;
 
   template <typename Record>
   Result<std::optional<Record>> GetRecord(const rocksdb::ReadOptions& ro,

@@ -28,9 +28,12 @@ constexpr size_t kChunkBlockBytes = 16 << 10;
 
 }  // namespace
 
-Status OpenStoreDatabase(const std::string& data_dir, std::unique_ptr<rocksdb::DB>* db,
-                         StoreFamilies* families) {
+Status OpenStoreDatabase(const std::string& data_dir, rocksdb::Env* env,
+                         std::shared_ptr<rocksdb::EventListener> listener,
+                         std::unique_ptr<rocksdb::DB>* db, StoreFamilies* families) {
   rocksdb::DBOptions db_options;
+  if (env != nullptr) db_options.env = env;
+  if (listener) db_options.listeners.push_back(std::move(listener));
   db_options.create_if_missing = true;
   db_options.create_missing_column_families = true;
   db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
@@ -84,7 +87,7 @@ Status OpenStoreDatabase(const std::string& data_dir, std::unique_ptr<rocksdb::D
   rocksdb::DB* raw = nullptr;
   CKPT_RETURN_IF_ERROR(
       FromRocks(rocksdb::DB::Open(db_options, data_dir, descriptors, &handles, &raw),
-                "opening RocksDB at '" + data_dir + "'"));
+                "opening the database"));
   db->reset(raw);
   families->all = handles;
   families->models = handles[1];

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <rocksdb/db.h>
+#include <rocksdb/listener.h>
 
 #include <memory>
 #include <string>
@@ -21,8 +22,10 @@ struct StoreFamilies : MetadataFamilies {
   std::vector<rocksdb::ColumnFamilyHandle*> all;  // the default family's included
 };
 
-// Opens (creating if needed) the store's database in `data_dir` with every family.
-Status OpenStoreDatabase(const std::string& data_dir, std::unique_ptr<rocksdb::DB>* db,
-                         StoreFamilies* families);
+// Opens (creating if needed) the store's database in `data_dir` with every family, through
+// `env` (null: the default), telling `listener` (if set) of the engine's events.
+Status OpenStoreDatabase(const std::string& data_dir, rocksdb::Env* env,
+                         std::shared_ptr<rocksdb::EventListener> listener,
+                         std::unique_ptr<rocksdb::DB>* db, StoreFamilies* families);
 
 }  // namespace ckpt

@@ -66,6 +66,8 @@ struct ApiResponse {
   std::vector<std::pair<std::string, std::string>> headers;
   // The request changed nothing because its model was busy (ABORTED): it may be retried.
   bool model_busy = false;
+  // An error's detail for the server's log (Status::detail), never sent.
+  std::string error_detail;
 };
 
 // What a session should do with a request once its headers are known.
@@ -112,6 +114,8 @@ class ApiHandler {
   // The only place where Status codes become HTTP status codes.
   static ApiResponse ErrorResponse(const Status& status);
   static int HttpStatusFor(StatusCode code);
+  // With the subcode: NO_SPACE is 507 Insufficient Storage.
+  static int HttpStatusFor(const Status& status);
   // 405 with an Allow header listing `allowed`.
   static ApiResponse MethodNotAllowed(std::string_view method, std::string_view allowed);
 

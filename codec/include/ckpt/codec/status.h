@@ -35,6 +35,15 @@ enum class StatusCode {
   kPermissionDenied,    // the credentials do not cover the request (HTTP 403)
 };
 
+// Refines a code where a client acts differently on the refinement; HTTP maps it too.
+enum class StatusSubcode {
+  kNone,
+  // Refines kResourceExhausted: the data volume is full or at its free-space reserve (HTTP 507),
+  // rather than a configured size limit of the request (HTTP 413). Freeing space helps;
+  // resending the same request unchanged does not, until then.
+  kNoSpace,
+};
+
 // Returns a stable upper-snake name such as "INVALID_ARGUMENT", used in JSON error bodies.
 std::string_view StatusCodeName(StatusCode code);
 // The code named `name` (StatusCodeName's inverse); nullopt for any other text.
@@ -70,24 +79,42 @@ class [[nodiscard]] Status {
   static Status PermissionDenied(std::string msg) {
     return {StatusCode::kPermissionDenied, std::move(msg)};
   }
+  // kResourceExhausted refined by kNoSpace.
+  static Status NoSpace(std::string msg) {
+    Status s(StatusCode::kResourceExhausted, std::move(msg));
+    s.subcode_ = StatusSubcode::kNoSpace;
+    return s;
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
+  StatusSubcode subcode() const { return subcode_; }
+  // What a client is told: never a server path or an internal file name.
   const std::string& message() const { return message_; }
+  // What only the server's log shows beside the message (the storage engine's own wording,
+  // with file names); empty when the message says everything.
+  const std::string& detail() const { return detail_; }
 
-  // "INVALID_ARGUMENT: message", or "OK".
+  // "INVALID_ARGUMENT: message", or "OK". Without the detail: safe to send.
   std::string ToString() const;
+  // ToString() followed by " (detail)" when there is a detail: for logs.
+  std::string ToLogString() const;
 
-  // Returns a copy whose message is "<prefix>: <message>"; OK stays OK.
+  // Returns a copy whose message is "<prefix>: <message>"; OK stays OK. Keeps the subcode and
+  // the detail.
   Status WithContext(std::string_view prefix) const;
+  // Returns a copy carrying `detail` for the log; OK stays OK.
+  Status WithDetail(std::string detail) const;
 
   friend bool operator==(const Status& a, const Status& b) {
-    return a.code_ == b.code_ && a.message_ == b.message_;
+    return a.code_ == b.code_ && a.subcode_ == b.subcode_ && a.message_ == b.message_;
   }
 
  private:
   StatusCode code_ = StatusCode::kOk;
+  StatusSubcode subcode_ = StatusSubcode::kNone;
   std::string message_;
+  std::string detail_;
 };
 
 // Either a value of type T or a non-OK Status.

@@ -32,6 +32,10 @@
 #include "ckpt/codec/status.h"
 #include "ckpt/storage/retention.h"
 
+namespace rocksdb {
+class Env;
+}  // namespace rocksdb
+
 namespace ckpt {
 
 // Scale-out on Ceph (docs/deployment.md): several daemons share one RADOS pool. Chunk records
@@ -65,6 +69,17 @@ struct StoreOptions {
   // the next delta is taken against). Misses are decoded from the stored chain, so this trades
   // memory for push speed only. Default: 128 MiB.
   uint64_t reference_cache_bytes = 128 << 20;
+
+  // Free space on the data directory's volume that pushes leave alone: a push whose size
+  // (Content-Length) would cut into it is refused before its body is read, and one without a
+  // known size as soon as the volume reaches it, with ResourceExhausted / NoSpace (HTTP 507).
+  // Deletes, retention, garbage collection, tags, policies and reads keep working inside it,
+  // so that space can be freed through the API. 0: no reserve. Default: 256 MiB.
+  uint64_t min_free_bytes = 256ull << 20;
+
+  // The file system RocksDB reads and writes through; null: the process's
+  // (rocksdb::Env::Default()). Tests inject faults here.
+  std::shared_ptr<rocksdb::Env> env;
 
   // Sync the write-ahead log before a push or delete is acknowledged. Turning it off risks
   // losing acknowledged versions on power failure or kernel crash (not on a process crash).
@@ -161,6 +176,32 @@ struct StoreStats {
   uint64_t leases_lost = 0;      // renewals that found the lease taken (or the cluster away)
   uint64_t commits_fenced = 0;   // commits refused: another daemon had taken the model over
 };
+
+// Whether the store takes writes now, and why not (CheckpointStore::Health).
+struct StoreHealthReport {
+  enum class State {
+    kWritable,  // every write is taken
+    // The volume's free space is at the reserve (StoreOptions::min_free_bytes): pushes are
+    // refused; deletes, retention, garbage collection, tags and policies work.
+    kReserveReached,
+    // The storage engine stopped writing after an error it can recover from (the volume ran
+    // out of space, a write or sync failed): every write is refused until it resumes, which
+    // the store tries by itself (at most a few times a second). Reads work.
+    kSuspended,
+    // An error that cannot be recovered from: writes are refused until a restart; reads work.
+    kReadOnly,
+  };
+  State state = State::kWritable;
+  // Why writes are refused (no server path); empty when kWritable.
+  std::string reason;
+  uint64_t free_bytes = 0;      // on the data directory's volume (0 if it cannot be read)
+  uint64_t reserved_bytes = 0;  // StoreOptions::min_free_bytes
+  uint64_t engine_errors = 0;   // storage engine errors seen since open
+  uint64_t recoveries = 0;      // times writes resumed after one
+};
+
+// "writable", "reserve_reached", "suspended" or "read_only".
+std::string_view StoreHealthStateName(StoreHealthReport::State state);
 
 struct VersionInfo {
   std::string model;
@@ -404,6 +445,11 @@ class CheckpointStore {
 
   // Counters since open and the storage engine's sizes. Thread-safe, cheap (no scans).
   virtual StoreStats Stats() = 0;
+
+  // Whether writes are taken now. When the storage engine stopped after an error it can
+  // recover from, first tries to resume it (at most a few times a second, however often this
+  // is called): the daemon calls this periodically, so writes come back without a request.
+  virtual StoreHealthReport Health() = 0;
 
   // Flushes memtables and the WAL so the data directory holds only table and blob files.
   // Called by the daemon on clean shutdown; the destructor closes the database.

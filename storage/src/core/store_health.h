@@ -1,0 +1,72 @@
+// StoreHealth: whether the store takes writes now — the free-space reserve and the storage
+// engine's errors — and the recovery from the errors RocksDB can recover from. Internal to
+// storage/; docs/design.md, "Faults of the disk".
+//
+// RocksDB stops writing after a failed write, sync or flush (a "background error"): every
+// later write returns that error until DB::Resume() succeeds. The listener this creates
+// records each such error and turns RocksDB's own automatic recovery off, so that one party
+// (this class) decides when to resume: on the next write check or report, at most every
+// kResumeInterval, and never while the volume is at the reserve after running out of space.
+//
+// Thread safety: safe for concurrent use.
+#pragma once
+
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/listener.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "ckpt/codec/status.h"
+#include "ckpt/storage/checkpoint_store.h"
+
+namespace ckpt {
+
+class StoreHealth {
+ public:
+  // `env` and `data_dir` tell the free space; both outlive this object.
+  StoreHealth(rocksdb::Env* env, std::string data_dir, uint64_t min_free_bytes);
+
+  // The listener to register in the database's options before it opens.
+  std::shared_ptr<rocksdb::EventListener> NewListener();
+  // The open database (null before it opens: checks pass, nothing to resume).
+  void Attach(rocksdb::DB* db);
+
+  // Before a push stores anything: Ok when `incoming_bytes` more keep the reserve free and the
+  // engine takes writes; NoSpace naming free and reserved bytes, or the engine's refusal.
+  Status CheckPush(uint64_t incoming_bytes);
+  // Before any other change (deletes, GC, tags, policies): the engine's refusal only.
+  Status CheckWrite();
+  // The state, after trying to resume a stopped engine.
+  StoreHealthReport Report();
+
+ private:
+  friend class StoreHealthListener;
+  static constexpr std::chrono::milliseconds kResumeInterval{250};
+
+  void OnEngineError(const rocksdb::Status& error);
+  void OnRecovered();
+  // Ok, or why the engine takes no writes, after trying to resume it. REQUIRES: mu_ held.
+  Status EngineRefusalLocked();
+  uint64_t FreeBytes() const;
+
+  rocksdb::Env* const env_;
+  const std::string data_dir_;
+  const uint64_t min_free_bytes_;
+
+  std::mutex mu_;
+  rocksdb::DB* db_ = nullptr;
+  // The error the engine stopped writing with; ok while it writes.
+  rocksdb::Status engine_error_;
+  bool read_only_ = false;
+  bool resuming_ = false;  // one thread calls DB::Resume at a time
+  std::chrono::steady_clock::time_point last_resume_{};
+  uint64_t engine_errors_ = 0;
+  uint64_t recoveries_ = 0;
+};
+
+}  // namespace ckpt

@@ -1,0 +1,446 @@
+// Faults of the file system under the store: writes, syncs, reads and renames that fail (no
+// space, I/O errors) at many points of pushes, deletes, garbage collection and restores, and a
+// free-space reserve. Each case asserts the status the operation returns, that its message
+// names no file, that nothing acknowledged changed and nothing partial is visible, and that
+// the store takes writes again once the fault is gone, without reopening.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/storage/checkpoint_store.h"
+#include "faulty_file_system.h"
+#include "store_fixture.h"
+#include "test_support.h"
+
+namespace ckpt::testing {
+namespace {
+
+using Op = FaultyFileSystem::Op;
+using State = StoreHealthReport::State;
+
+class FaultInjectionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::tie(fs_, env_) = FaultyFileSystem::NewEnv();
+    Open();
+  }
+
+  StoreOptions Options(uint64_t min_free_bytes = 0) const {
+    StoreOptions options;
+    options.data_dir = dir_.str();
+    options.chunk_bytes = 16 << 10;  // several chunk records per tensor
+    options.min_free_bytes = min_free_bytes;
+    options.env = env_;
+    return options;
+  }
+
+  void Open(uint64_t min_free_bytes = 0) {
+    store_.reset();
+    auto opened = CheckpointStore::Open(Options(min_free_bytes));
+    ASSERT_TRUE(opened.ok()) << opened.status().ToLogString();
+    store_ = std::move(opened).value();
+  }
+
+  Result<VersionInfo> Push(uint64_t version, const std::string& body,
+                           std::optional<uint64_t> announced = std::nullopt) {
+    CKPT_ASSIGN_OR_RETURN(auto session,
+                          store_->BeginPush("m", version, announced ? announced : body.size()));
+    for (size_t off = 0; off < body.size(); off += 4096) {
+      CKPT_RETURN_IF_ERROR(session->Write(Bytes(std::string_view(body).substr(off, 4096))));
+    }
+    return session->Commit();
+  }
+
+  void PushAcknowledged(uint64_t version) {
+    const std::string body = drift_.Next();
+    auto info = Push(version, body);
+    ASSERT_TRUE(info.ok()) << info.status().ToLogString();
+    acknowledged_[version] = body;
+  }
+
+  Result<std::string> Restore(uint64_t version) {
+    CKPT_ASSIGN_OR_RETURN(auto stream, store_->OpenRestore("m", version));
+    std::string out;
+    for (;;) {
+      CKPT_ASSIGN_OR_RETURN(auto piece, stream->Next());
+      if (piece.empty()) break;
+      out.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+    }
+    return out;
+  }
+
+  // A client's message names no file or directory of the server.
+  void ExpectNoServerPaths(const Status& s) {
+    for (const std::string& leak : {dir_.str(), std::string(".sst"), std::string(".blob"),
+                                    std::string(".log"), std::string("MANIFEST"),
+                                    std::string("/")}) {
+      EXPECT_EQ(s.message().find(leak), std::string::npos) << s.message();
+    }
+  }
+
+  // Every acknowledged version is listed and restores to its pushed bytes; `maybe` (a version
+  // whose push or deletion failed in its final sync, an outcome the store cannot know: the
+  // record may have reached the log) may be there too, complete.
+  void ExpectAcknowledgedIntact(std::optional<uint64_t> maybe = std::nullopt,
+                                const std::string& maybe_body = {}) {
+    auto versions = store_->ListVersions("m");
+    ASSERT_TRUE(versions.ok()) << versions.status().ToLogString();
+    std::map<uint64_t, std::string> expected = acknowledged_;
+    for (const VersionInfo& v : *versions) {
+      if (maybe && v.version == *maybe) expected[v.version] = maybe_body;
+    }
+    ASSERT_EQ(versions->size(), expected.size());
+    for (const auto& [version, body] : expected) {
+      auto restored = Restore(version);
+      ASSERT_TRUE(restored.ok()) << "version " << version << ": "
+                                 << restored.status().ToLogString();
+      EXPECT_EQ(Sha256Hex(*restored), Sha256Hex(body)) << "version " << version;
+    }
+  }
+
+  // Polls the store's health (which resumes the engine) until it takes writes again.
+  void WaitWritable() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    StoreHealthReport health = store_->Health();
+    while (health.state != State::kWritable && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      health = store_->Health();
+    }
+    ASSERT_EQ(health.state, State::kWritable) << health.reason;
+  }
+
+  // The fault is gone: the store takes writes again without reopening (after a fatal I/O error:
+  // it serves reads read-only, and takes writes again once reopened), keeps every
+  // acknowledged version, and reopens clean.
+  void ExpectRecovery(std::optional<uint64_t> maybe = std::nullopt,
+                      const std::string& maybe_body = {}, bool fatal = false) {
+    fs_->Clear();
+    if (fatal && store_->Health().state == State::kReadOnly) {
+      const StoreHealthReport health = store_->Health();
+      EXPECT_NE(health.reason.find("read-only"), std::string::npos) << health.reason;
+      const Status refused = store_->DeleteVersion("m", acknowledged_.begin()->first);
+      EXPECT_EQ(refused.code(), StatusCode::kUnavailable) << refused.ToLogString();
+      ExpectNoServerPaths(refused);
+      ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact(maybe, maybe_body));
+      ASSERT_NO_FATAL_FAILURE(Open());
+    }
+    ASSERT_NO_FATAL_FAILURE(WaitWritable());
+    ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact(maybe, maybe_body));
+    ASSERT_NO_FATAL_FAILURE(PushAcknowledged(next_version_++));
+    ASSERT_NO_FATAL_FAILURE(Open());
+    ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact(maybe, maybe_body));
+    auto scrub = store_->Scrub("m");
+    ASSERT_TRUE(scrub.ok()) << scrub.status().ToLogString();
+    EXPECT_TRUE(scrub->clean()) << ::testing::PrintToString(scrub->problems)
+                                << " orphaned chunks " << scrub->orphaned_chunks
+                                << " orphaned manifests " << scrub->orphaned_manifests;
+  }
+
+  TempDir dir_;
+  std::shared_ptr<FaultyFileSystem> fs_;
+  std::shared_ptr<rocksdb::Env> env_;
+  std::unique_ptr<CheckpointStore> store_;
+  DriftingModel drift_{7, 40000};  // ~160 KB of weights: ten chunk records
+  std::map<uint64_t, std::string> acknowledged_;
+  uint64_t next_version_ = 100;
+};
+
+// What the failing call reports.
+enum class FaultKind {
+  kNoSpace,  // ENOSPC: writes resume once space is back
+  kFatal,    // EIO: the store turns read-only until it is reopened (a restart)
+};
+
+// One place a fault is injected.
+struct FaultPoint {
+  Op op;
+  uint64_t after_calls;
+  FaultKind kind;
+  const char* file_contains = "";
+};
+
+std::string PointName(const FaultPoint& p) {
+  const char* op = p.op == Op::kWrite  ? "Write"
+                   : p.op == Op::kSync ? "Sync"
+                   : p.op == Op::kRead ? "Read"
+                                       : "Rename";
+  std::string file = p.file_contains;
+  for (char& c : file) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  const char* kind = p.kind == FaultKind::kNoSpace ? "NoSpace" : "Eio";
+  return std::string(op) + std::to_string(p.after_calls) + kind + file;
+}
+
+void PrintTo(const FaultPoint& p, std::ostream* os) { *os << PointName(p); }
+
+FaultyFileSystem::Fault FaultAt(const FaultPoint& p) {
+  FaultyFileSystem::Fault f;
+  f.op = p.op;
+  f.after_calls = p.after_calls;
+  f.no_space = p.kind == FaultKind::kNoSpace;
+  f.file_contains = p.file_contains;
+  return f;
+}
+
+// The status a write that met the fault returns: 507's NoSpace for a full volume, an I/O
+// error or "suspended" (503) for a failed write.
+void ExpectFaultStatus(const Status& s, const FaultPoint& p) {
+  if (p.kind == FaultKind::kNoSpace) {
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToLogString();
+    EXPECT_EQ(s.subcode(), StatusSubcode::kNoSpace) << s.ToLogString();
+  } else {
+    EXPECT_TRUE(s.code() == StatusCode::kIoError || s.code() == StatusCode::kUnavailable)
+        << s.ToLogString();
+  }
+}
+
+std::vector<FaultPoint> Points(std::initializer_list<Op> ops, uint64_t calls,
+                               const char* file = "") {
+  std::vector<FaultPoint> points;
+  for (Op op : ops) {
+    for (uint64_t n = 0; n < calls; ++n) {
+      for (FaultKind kind : {FaultKind::kNoSpace, FaultKind::kFatal}) {
+        points.push_back({op, n, kind, file});
+      }
+    }
+  }
+  return points;
+}
+
+class PushFaultTest : public FaultInjectionTest,
+                      public ::testing::WithParamInterface<FaultPoint> {};
+
+TEST_P(PushFaultTest, FailsCleanlyKeepsEveryAcknowledgedVersionAndRecovers) {
+  for (uint64_t v = 1; v <= 3; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
+  const FaultPoint& point = GetParam();
+  const std::string body = drift_.Next();
+  fs_->Arm(FaultAt(point));
+  auto pushed = Push(4, body);
+  ASSERT_GT(fs_->failed(), 0u) << "the fault never fired";
+  if (pushed.ok()) {
+    acknowledged_[4] = body;
+  } else {
+    ExpectFaultStatus(pushed.status(), point);
+    ExpectNoServerPaths(pushed.status());
+  }
+  // While the fault lasts: reads work and nothing partial is listed. A commit whose sync
+  // failed may have reached the log: after recovery it is there complete, or not at all.
+  ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact(4, body));
+  ASSERT_NO_FATAL_FAILURE(ExpectRecovery(4, body, point.kind == FaultKind::kFatal));
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, PushFaultTest,
+                         ::testing::ValuesIn([] {
+                           auto points = Points({Op::kWrite}, 8);
+                           for (const FaultPoint& p : Points({Op::kSync}, 1)) points.push_back(p);
+                           return points;
+                         }()),
+                         [](const auto& point) { return PointName(point.param); });
+
+class DeleteFaultTest : public FaultInjectionTest,
+                        public ::testing::WithParamInterface<FaultPoint> {};
+
+TEST_P(DeleteFaultTest, LeavesTheVersionWholeOrGoneAndRecovers) {
+  for (uint64_t v = 1; v <= 3; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
+  const FaultPoint& point = GetParam();
+  fs_->Arm(FaultAt(point));
+  const Status deleted = store_->DeleteVersion("m", 2);
+  ASSERT_GT(fs_->failed(), 0u) << "the fault never fired";
+  const std::string body2 = acknowledged_[2];
+  if (deleted.ok()) {
+    acknowledged_.erase(2);
+  } else {
+    ExpectFaultStatus(deleted, point);
+    ExpectNoServerPaths(deleted);
+    acknowledged_.erase(2);  // refused: still there, or gone if the batch reached the log
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact(2, body2));
+  ASSERT_NO_FATAL_FAILURE(ExpectRecovery(2, body2, point.kind == FaultKind::kFatal));
+  // Retrying the deletion is safe either way.
+  const Status retried = store_->DeleteVersion("m", 2);
+  EXPECT_TRUE(retried.ok() || retried.code() == StatusCode::kNotFound) << retried.ToLogString();
+  ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, DeleteFaultTest,
+                         ::testing::ValuesIn(Points({Op::kWrite, Op::kSync}, 1)),
+                         [](const auto& point) { return PointName(point.param); });
+
+class GcFaultTest : public FaultInjectionTest, public ::testing::WithParamInterface<FaultPoint> {};
+
+TEST_P(GcFaultTest, KeepsTheKeptVersionsAndFreesOnceRecovered) {
+  for (uint64_t v = 1; v <= 4; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
+  for (uint64_t v : {1, 2}) {
+    ASSERT_TRUE(store_->DeleteVersion("m", v).ok());
+    acknowledged_.erase(v);
+  }
+  const FaultPoint& point = GetParam();
+  GcOptions full;
+  full.compaction = GcOptions::Compaction::kFull;
+  fs_->Arm(FaultAt(point));
+  auto gc = store_->CollectGarbage("m", full);
+  ASSERT_GT(fs_->failed(), 0u) << "the fault never fired";
+  if (!gc.ok()) {
+    ExpectFaultStatus(gc.status(), point);
+    ExpectNoServerPaths(gc.status());
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
+  ASSERT_NO_FATAL_FAILURE(ExpectRecovery({}, {}, point.kind == FaultKind::kFatal));
+  auto again = store_->CollectGarbage("m", full);
+  ASSERT_TRUE(again.ok()) << again.status().ToLogString();
+  auto scrub = store_->Scrub("m");
+  ASSERT_TRUE(scrub.ok());
+  EXPECT_EQ(scrub->orphaned_manifests, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, GcFaultTest,
+                         ::testing::ValuesIn([] {
+                           auto points = Points({Op::kWrite}, 4);
+                           for (const FaultPoint& p : Points({Op::kSync}, 1)) points.push_back(p);
+                           return points;
+                         }()),
+                         [](const auto& point) { return PointName(point.param); });
+
+class RestoreFaultTest : public FaultInjectionTest,
+                         public ::testing::WithParamInterface<uint64_t> {};
+
+TEST_P(RestoreFaultTest, FailsWithAnIoErrorNeverWrongBytes) {
+  for (uint64_t v = 1; v <= 3; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
+  ASSERT_TRUE(store_->Flush().ok());
+  ASSERT_NO_FATAL_FAILURE(Open());  // empty caches: the restore reads the files
+  FaultyFileSystem::Fault fault;
+  fault.op = Op::kRead;
+  fault.after_calls = GetParam();
+  fault.no_space = false;
+  fs_->Arm(fault);
+  auto restored = Restore(2);
+  ASSERT_GT(fs_->failed(), 0u) << "the fault never fired";
+  if (restored.ok()) {
+    EXPECT_EQ(Sha256Hex(*restored), Sha256Hex(acknowledged_[2]));
+  } else {
+    EXPECT_TRUE(restored.status().code() == StatusCode::kIoError ||
+                restored.status().code() == StatusCode::kDataLoss)
+        << restored.status().ToLogString();
+    ExpectNoServerPaths(restored.status());
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectRecovery({}, {}, /*fatal=*/true));
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, RestoreFaultTest, ::testing::Range<uint64_t>(0, 6));
+
+class OpenFaultTest : public FaultInjectionTest, public ::testing::WithParamInterface<FaultPoint> {};
+
+TEST_P(OpenFaultTest, AFailedOpenChangesNothing) {
+  for (uint64_t v = 1; v <= 2; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
+  store_.reset();
+  fs_->Arm(FaultAt(GetParam()));
+  auto opened = CheckpointStore::Open(Options());
+  ASSERT_GT(fs_->failed(), 0u) << "the fault never fired";
+  if (opened.ok()) {
+    store_ = std::move(opened).value();
+  } else {
+    ExpectNoServerPaths(opened.status());
+  }
+  fs_->Clear();
+  if (!store_) {
+    ASSERT_NO_FATAL_FAILURE(Open());
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectRecovery());
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, OpenFaultTest,
+                         ::testing::Values(FaultPoint{Op::kRename, 0, FaultKind::kFatal},
+                                           FaultPoint{Op::kRename, 1, FaultKind::kFatal},
+                                           FaultPoint{Op::kRename, 0, FaultKind::kNoSpace},
+                                           FaultPoint{Op::kSync, 0, FaultKind::kFatal,
+                                                      "MANIFEST"}),
+                         [](const auto& point) { return PointName(point.param); });
+
+TEST_F(FaultInjectionTest, AFailedFlushAfterAnAcknowledgedPushSuspendsWritesUntilSpaceReturns) {
+  for (uint64_t v = 1; v <= 2; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
+  FaultyFileSystem::Fault fault;
+  fault.op = Op::kWrite;
+  fault.file_contains = ".blob";
+  fs_->Arm(fault);
+  const Status flushed = store_->Flush();
+  ASSERT_FALSE(flushed.ok());
+  ExpectNoServerPaths(flushed);
+  const StoreHealthReport health = store_->Health();
+  EXPECT_EQ(health.state, State::kSuspended);
+  EXPECT_NE(health.reason.find("ran out of space"), std::string::npos) << health.reason;
+  EXPECT_GE(health.engine_errors, 1u);
+  // Writes are refused with 507's status while the volume is full; reads work.
+  auto refused = Push(3, drift_.Next());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().subcode(), StatusSubcode::kNoSpace) << refused.status().ToLogString();
+  ExpectNoServerPaths(refused.status());
+  const Status delete_refused = store_->DeleteVersion("m", 1);
+  EXPECT_EQ(delete_refused.subcode(), StatusSubcode::kNoSpace) << delete_refused.ToLogString();
+  ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
+  ASSERT_NO_FATAL_FAILURE(ExpectRecovery());
+  EXPECT_GE(store_->Health().recoveries + 1, 1u);
+}
+
+TEST_F(FaultInjectionTest, TheReserveRefusesPushesAndLeavesDeletesGcAndReadsWorking) {
+  constexpr uint64_t kReserve = 64ull << 20;
+  ASSERT_NO_FATAL_FAILURE(Open(kReserve));
+  for (uint64_t v = 1; v <= 3; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
+
+  // Room for the reserve and a little more: a push announcing more is refused up front.
+  fs_->SetFreeSpace(kReserve + (1 << 20));
+  const std::string body = drift_.Next();
+  auto begin = store_->BeginPush("m", 4, 2 << 20);
+  ASSERT_FALSE(begin.ok());
+  EXPECT_EQ(begin.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(begin.status().subcode(), StatusSubcode::kNoSpace);
+  EXPECT_NE(begin.status().message().find("storage.min_free_bytes"), std::string::npos);
+  ExpectNoServerPaths(begin.status());
+  EXPECT_EQ(store_->Health().state, State::kWritable);  // above the reserve still
+  // A body of unknown size is cut off once the volume reaches the reserve.
+  {
+    auto session = store_->BeginPush("m", 4, std::nullopt);
+    ASSERT_TRUE(session.ok()) << session.status().ToLogString();
+    fs_->SetFreeSpace(kReserve - 1);
+    Status written = Status::Ok();
+    const std::string big = Serialize(
+        {{"big", DType::kU8, {16 << 20}, std::string(16 << 20, 'x')}});
+    for (size_t off = 0; off < big.size() && written.ok(); off += 1 << 20) {
+      written = (*session)->Write(Bytes(std::string_view(big).substr(off, 1 << 20)));
+    }
+    EXPECT_EQ(written.subcode(), StatusSubcode::kNoSpace) << written.ToLogString();
+  }
+  const StoreHealthReport health = store_->Health();
+  EXPECT_EQ(health.state, State::kReserveReached);
+  EXPECT_EQ(health.free_bytes, kReserve - 1);
+  EXPECT_EQ(health.reserved_bytes, kReserve);
+  ExpectNoServerPaths(Status::Unavailable(health.reason));
+
+  // Inside the reserve: deletes, tags, policies, GC and reads work.
+  ASSERT_TRUE(store_->SetTag("m", "best", 3).ok());
+  ASSERT_TRUE(store_->RemoveTag("m", "best").ok());
+  ASSERT_TRUE(store_->SetPolicy("m", CodecPolicy{}).ok());
+  ASSERT_TRUE(store_->DeleteVersion("m", 1).ok());
+  acknowledged_.erase(1);
+  auto gc = store_->CollectGarbage("m", GcOptions{});
+  ASSERT_TRUE(gc.ok()) << gc.status().ToLogString();
+  ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
+  EXPECT_EQ(store_->RearrangeLatest("m", nullptr).status().subcode(), StatusSubcode::kNoSpace);
+
+  // Space back: pushes are taken again.
+  fs_->SetFreeSpace(std::nullopt);
+  EXPECT_EQ(store_->Health().state, State::kWritable);
+  auto pushed = Push(4, body);
+  ASSERT_TRUE(pushed.ok()) << pushed.status().ToLogString();
+  acknowledged_[4] = body;
+  ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
+}
+
+}  // namespace
+}  // namespace ckpt::testing
