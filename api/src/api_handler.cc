@@ -286,6 +286,8 @@ std::string_view RouteName(RouteKind kind) {
       return "status_page";
     case RouteKind::kHealth:
       return "health";
+    case RouteKind::kStoreStatus:
+      return "status";
     case RouteKind::kListModels:
       return "list_models";
     case RouteKind::kModel:
@@ -330,6 +332,9 @@ Route ApiHandler::Classify(std::string_view target) {
     });
   } else if (parts.size() == 1 && parts[0] == "healthz") {
     route.kind = RouteKind::kHealth;
+    route.detail = QueryFlag(route.query, "detail");
+  } else if (parts.size() == 2 && parts[0] == "v1" && parts[1] == "status") {
+    route.kind = RouteKind::kStoreStatus;
   } else if (parts.size() == 1 && parts[0] == "metrics") {
     route.kind = RouteKind::kMetrics;
   } else if (parts.size() == 3 && parts[0] == "v1" && parts[1] == "admin") {
@@ -480,9 +485,32 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
       r.headers.emplace_back("Cache-Control", "no-store");
       return r;
     }
-    case RouteKind::kHealth:
+    case RouteKind::kHealth: {
       if (method != "GET" && method != "HEAD") return MethodNotAllowed(method, "GET, HEAD");
-      return JsonResponse(200, {{"status", "ok"}});
+      // Alive and serving reads whatever the write state: 200 always.
+      json health = {{"status", "ok"}};
+      if (route.detail) {
+        const StoreHealthReport report = store_->Health();
+        health["writes"] = StoreHealthStateName(report.state);
+        if (!report.reason.empty()) health["reason"] = report.reason;
+      }
+      return JsonResponse(200, health);
+    }
+    case RouteKind::kStoreStatus: {
+      if (method != "GET" && method != "HEAD") return MethodNotAllowed(method, "GET, HEAD");
+      const StoreHealthReport report = store_->Health();
+      json status = {{"writes", StoreHealthStateName(report.state)},
+                     {"pushes_accepted", report.state == StoreHealthReport::State::kWritable},
+                     {"deletes_accepted",
+                      report.state == StoreHealthReport::State::kWritable ||
+                          report.state == StoreHealthReport::State::kReserveReached},
+                     {"free_bytes", report.free_bytes},
+                     {"reserved_bytes", report.reserved_bytes},
+                     {"engine_errors", report.engine_errors},
+                     {"recoveries", report.recoveries}};
+      if (!report.reason.empty()) status["reason"] = report.reason;
+      return JsonResponse(200, status);
+    }
     case RouteKind::kMetrics: {
       if (method != "GET" && method != "HEAD") return MethodNotAllowed(method, "GET, HEAD");
       ApiResponse r;

@@ -128,6 +128,28 @@ std::string ServerMetrics::Render(CheckpointStore& store) const {
   gauge("ckptd_rocksdb_running_compactions", "Compactions running now")
       .Add({})
       .Set(static_cast<double>(s.running_compactions));
+  const StoreHealthReport health = store.Health();
+  gauge("ckptd_storage_free_bytes", "Free bytes on the data directory's volume")
+      .Add({})
+      .Set(static_cast<double>(health.free_bytes));
+  gauge("ckptd_storage_reserved_bytes",
+        "Free bytes pushes leave alone (storage.min_free_bytes): deletes and GC work inside them")
+      .Add({})
+      .Set(static_cast<double>(health.reserved_bytes));
+  auto& writes = gauge("ckptd_storage_writes",
+                       "1 for the store's write state now: writable, reserve_reached (pushes "
+                       "refused), suspended (every write, until the engine resumes), read_only");
+  for (auto state : {StoreHealthReport::State::kWritable, StoreHealthReport::State::kReserveReached,
+                     StoreHealthReport::State::kSuspended, StoreHealthReport::State::kReadOnly}) {
+    writes.Add({{"state", std::string(StoreHealthStateName(state))}})
+        .Set(health.state == state ? 1 : 0);
+  }
+  add_counter("ckptd_storage_engine_errors_total",
+              "Storage engine errors (failed writes, syncs, flushes) since start",
+              static_cast<double>(health.engine_errors));
+  add_counter("ckptd_storage_recoveries_total",
+              "Times writes resumed after a storage engine error, without a restart",
+              static_cast<double>(health.recoveries));
   if (s.cluster) {
     gauge("ckptd_cluster_models_owned", "Models whose write lease this daemon holds")
         .Add({})

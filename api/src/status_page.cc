@@ -32,7 +32,7 @@ code{font:12px ui-monospace,monospace;background:#f2f4f7;padding:1px 4px;border-
 .keyframe{background:#d9822b}.delta{background:#3b7dd8}.mixed{background:#8e6bbf}
 .tag{display:inline-block;padding:0 6px;border-radius:9px;font-size:12px;background:#e8f0fe;color:#1a56db;margin-right:3px}
 .charts{display:flex;gap:18px;flex-wrap:wrap}.chart{flex:1;min-width:360px}
-.note{color:#667085;font-size:12px}a{color:#1a56db;text-decoration:none}
+.note{color:#667085;font-size:12px}.warning{background:#fdecea;border:1px solid #f5c2c7;color:#842029;padding:10px 14px;border-radius:6px;margin:0 0 16px}a{color:#1a56db;text-decoration:none}
 svg text{font:11px system-ui,sans-serif;fill:#475467}
 )css";
 
@@ -348,6 +348,14 @@ Result<std::string> RenderStatusPage(CheckpointStore& store, const StatusPageOpt
       (options.model.empty() ? std::string()
                              : " · <a href=\"/\" style=\"color:#aab3c5\">all models</a>") +
       "</span></header><main>";
+  // Writes refused: the first thing an operator must see.
+  if (const StoreHealthReport health = store.Health();
+      health.state != StoreHealthReport::State::kWritable) {
+    html += "<div class=\"warning\" id=\"storage-warning\" data-state=\"" +
+            std::string(StoreHealthStateName(health.state)) + "\"><b>Writes refused</b> · " +
+            EscapeHtml(health.reason) + " · " + HumanBytes(health.free_bytes) + " free, " +
+            HumanBytes(health.reserved_bytes) + " reserved</div>";
+  }
   auto tile = [](std::string_view id, const std::string& value, std::string_view label) {
     return "<div class=\"tile\" id=\"" + std::string(id) + "\"><div class=\"v\">" + value +
            "</div><div class=\"k\">" + std::string(label) + "</div></div>";

@@ -153,6 +153,7 @@ const KeySpec kKeys[] = {
     {"storage", "reference_cache_bytes", CKPT_MEMBER(config.store.reference_cache_bytes), 0,
      uint64_t{1} << 40},
     {"storage", "sync_commits", CKPT_MEMBER(config.store.sync_commits)},
+    {"storage", "min_free_bytes", CKPT_MEMBER(config.store.min_free_bytes), 0, uint64_t{1} << 50},
     {"storage", "warm_cache_on_start", CKPT_MEMBER(config.warm_cache_on_start)},
     {"storage", "rearrange_latest", CKPT_MEMBER(config.rearrange_latest)},
     {"storage", "rearrange_delay_ms", CKPT_MEMBER(config.rearrange_delay), 0, 3600000},

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache_warmer.h"
+#include "health_watcher.h"
 #include "ckpt/api/http_server.h"
 #include "ckpt/daemon/config.h"
 #include "ckpt/storage/checkpoint_store.h"
@@ -251,6 +252,7 @@ int main(int argc, char** argv) {
   }
   auto store = ckpt::CheckpointStore::Open(config.store);
   if (!store.ok()) return Fail(store.status());
+  auto health_watcher = std::make_unique<ckpt::daemon::HealthWatcher>(store->get());
   auto background_runner = std::make_unique<ckpt::daemon::BackgroundRunner>(
       store->get(), config.retention, config.rearrange_latest, config.rearrange_delay);
   config.server.on_push_committed = [runner = background_runner.get()](const std::string& model) {
@@ -285,6 +287,7 @@ int main(int argc, char** argv) {
   (*server)->Shutdown();
   server->reset();
   background_runner.reset();  // finishes the pass in progress
+  health_watcher.reset();
   if (auto s = (*store)->Flush(); !s.ok())
     spdlog::error("flush on shutdown failed: {}", s.ToLogString());
   store->reset();

@@ -185,7 +185,14 @@ Result<bool> StoreMaintenance::MaybeCompact(const std::string& model, uint64_t f
 // files that hold garbage, so that those are removed too.
 Status StoreMaintenance::CompactModelChunks(const std::string& model, bool force_blob_gc) {
   rocksdb::CompactRangeOptions cro;
-  if (force_blob_gc) {
+  // Collecting blob garbage copies live payloads before their old files go: it needs room for
+  // up to every blob file of the family. Without that room (a nearly full volume) the
+  // compaction only drops what is deleted, and blob files no live record refers to with it.
+  uint64_t blob_bytes = 0;
+  ctx_.db->GetIntProperty(ctx_.chunks, rocksdb::DB::Properties::kTotalBlobFileSize, &blob_bytes);
+  if (!ctx_.health->RoomFor(blob_bytes)) {
+    cro.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kDisable;
+  } else if (force_blob_gc) {
     cro.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kForce;
     cro.blob_garbage_collection_age_cutoff = 1.0;
   }
@@ -220,11 +227,15 @@ Status StoreMaintenance::RemoveOrphanedManifests() {
 }
 
 // Recovery: chunks written by a push or a garbage-collection rebase that never committed
-// (crash, kill -9) lie at or beyond their model's committed next_seq. Remove them.
+// (crash, kill -9) lie at or beyond their model's committed next_seq. Removes them, then
+// compacts each model's chunk range so that their bytes leave the disk now rather than at some
+// later compaction: the table files that referred to them are rewritten, and blob files left
+// holding only their payloads are deleted with them.
 Status StoreMaintenance::RemoveInterruptedPushes() {
   rocksdb::ReadOptions ro;
   std::unique_ptr<rocksdb::Iterator> it(ctx_.db->NewIterator(ro, ctx_.chunks));
   rocksdb::WriteBatch batch;
+  std::vector<std::string> interrupted;
   for (it->SeekToFirst(); it->Valid();) {
     std::string_view key = it->key().ToStringView();
     const size_t sep = key.find('\0');
@@ -239,6 +250,7 @@ Status StoreMaintenance::RemoveInterruptedPushes() {
     if (it->Valid() && it->key().starts_with(keys::ModelPrefix(model))) {
       batch.DeleteRange(ctx_.chunks, keys::ChunkSeqBegin(model, next_seq),
                         keys::ModelPrefixEnd(model));
+      interrupted.push_back(model);
     }
     it->Seek(keys::ModelPrefixEnd(model));
   }
@@ -246,7 +258,11 @@ Status StoreMaintenance::RemoveInterruptedPushes() {
   if (batch.Count() == 0) return Status::Ok();
   rocksdb::WriteOptions wo;
   wo.sync = true;
-  return FromRocks(ctx_.db->Write(wo, &batch), "removing interrupted pushes");
+  CKPT_RETURN_IF_ERROR(FromRocks(ctx_.db->Write(wo, &batch), "removing interrupted pushes"));
+  for (const std::string& model : interrupted) {
+    CKPT_RETURN_IF_ERROR(CompactModelChunks(model, /*force_blob_gc=*/false));
+  }
+  return Status::Ok();
 }
 
 }  // namespace ckpt

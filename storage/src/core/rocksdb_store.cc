@@ -47,7 +47,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   Status OpenDb() {
     CKPT_RETURN_IF_ERROR(OpenStoreDatabase(options_.data_dir, options_.env.get(),
                                            health_.NewListener(), &db_, &families_));
-    health_.Attach(db_.get());
+    health_.Attach(db_.get(), families_.chunks);
     ctx_.db = db_.get();
     ctx_.health = &health_;
     static_cast<MetadataFamilies&>(ctx_) = families_;

@@ -80,9 +80,17 @@ std::shared_ptr<rocksdb::EventListener> StoreHealth::NewListener() {
   return std::make_shared<StoreHealthListener>(this);
 }
 
-void StoreHealth::Attach(rocksdb::DB* db) {
+void StoreHealth::Attach(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* chunks) {
   std::lock_guard lock(mu_);
   db_ = db;
+  chunks_ = chunks;
+}
+
+bool StoreHealth::RoomFor(uint64_t bytes) const {
+  const uint64_t free = FreeBytes();
+  // A margin for the tables and logs the compaction writes beside the payloads.
+  constexpr uint64_t kMargin = 16ull << 20;
+  return free == UINT64_MAX || free >= bytes + kMargin;
 }
 
 void StoreHealth::OnEngineError(const rocksdb::Status& error) {
@@ -168,11 +176,17 @@ StoreHealthReport StoreHealth::Report() {
   const Status refusal = EngineRefusalLocked();
   report.engine_errors = engine_errors_;
   report.recoveries = recoveries_;
+  const bool low = min_free_bytes_ > 0 && free != UINT64_MAX && free < min_free_bytes_;
+  if (db_ != nullptr && chunks_ != nullptr && low != blob_gc_paused_ && !read_only_) {
+    const rocksdb::Status set = db_->SetOptions(
+        chunks_, {{"enable_blob_garbage_collection", low ? "false" : "true"}});
+    if (set.ok()) blob_gc_paused_ = low;
+  }
   if (!refusal.ok()) {
     report.state = read_only_ ? StoreHealthReport::State::kReadOnly
                               : StoreHealthReport::State::kSuspended;
     report.reason = refusal.message();
-  } else if (min_free_bytes_ > 0 && free != UINT64_MAX && free < min_free_bytes_) {
+  } else if (low) {
     report.state = StoreHealthReport::State::kReserveReached;
     report.reason = "the data volume has " + std::to_string(free) + " bytes free, below the " +
                     std::to_string(min_free_bytes_) +

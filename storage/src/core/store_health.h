@@ -33,16 +33,23 @@ class StoreHealth {
 
   // The listener to register in the database's options before it opens.
   std::shared_ptr<rocksdb::EventListener> NewListener();
-  // The open database (null before it opens: checks pass, nothing to resume).
-  void Attach(rocksdb::DB* db);
+  // The open database (null before it opens: checks pass, nothing to resume) and its chunks
+  // family, whose blob garbage collection pauses while the volume is at the reserve.
+  void Attach(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* chunks);
 
   // Before a push stores anything: Ok when `incoming_bytes` more keep the reserve free and the
   // engine takes writes; NoSpace naming free and reserved bytes, or the engine's refusal.
   Status CheckPush(uint64_t incoming_bytes);
   // Before any other change (deletes, GC, tags, policies): the engine's refusal only.
   Status CheckWrite();
-  // The state, after trying to resume a stopped engine.
+  // The state, after trying to resume a stopped engine. Pauses the chunks family's blob garbage
+  // collection while the volume is at the reserve, and resumes it once it is not: the
+  // collection copies the live payloads of a blob file before the file goes, and a compaction
+  // that meets a full volume is an error the engine cannot be trusted to survive.
   StoreHealthReport Report();
+  // Whether the volume has room for `bytes` more (a compaction rewriting that much), reserve
+  // or not: garbage collection may use the reserve, as freeing space is what it is for.
+  bool RoomFor(uint64_t bytes) const;
 
  private:
   friend class StoreHealthListener;
@@ -60,6 +67,8 @@ class StoreHealth {
 
   std::mutex mu_;
   rocksdb::DB* db_ = nullptr;
+  rocksdb::ColumnFamilyHandle* chunks_ = nullptr;
+  bool blob_gc_paused_ = false;
   // The error the engine stopped writing with; ok while it writes.
   rocksdb::Status engine_error_;
   bool read_only_ = false;

@@ -40,8 +40,11 @@ Status OpenStoreDatabase(const std::string& data_dir, rocksdb::Env* env,
   db_options.keep_log_file_num = 2;
   db_options.max_background_jobs = 2;
   // Old WAL files are kept alive by the smallest family's memtable; cap their total so the
-  // metadata families get flushed and the WAL does not grow with the chunk traffic.
-  db_options.max_total_wal_size = 256ull << 20;
+  // metadata families get flushed and the WAL does not grow with the chunk traffic. Every
+  // pushed byte passes through the WAL before its blob file: this cap (plus one preallocated
+  // log file) is the space a push needs beyond what it stores, which the free-space reserve
+  // (StoreOptions::min_free_bytes) must cover.
+  db_options.max_total_wal_size = 64ull << 20;
 
   rocksdb::ColumnFamilyOptions meta;
   meta.compression = rocksdb::kZSTD;

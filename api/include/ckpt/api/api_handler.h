@@ -27,7 +27,8 @@ namespace ckpt::api {
 
 enum class RouteKind {
   kStatusPage,    // GET / (HTML; ?model=<name> for one model)
-  kHealth,        // GET /healthz
+  kHealth,        // GET /healthz (?detail=1: with the write state)
+  kStoreStatus,   // GET /v1/status: whether writes are taken, free and reserved bytes
   kListModels,    // GET /v1/models
   kModel,         // GET|DELETE /v1/models/{model}
   kListVersions,  // GET /v1/models/{model}/versions
