@@ -96,6 +96,34 @@ TEST(ApiErrors, StatusCodesMapToHttp) {
   EXPECT_EQ(body["error"]["message"], "model 'x' not found");
 }
 
+TEST(ApiErrors, AFullVolumeIs507AndTheDetailStaysInTheLog) {
+  const Status full = Status::NoSpace("writing chunk: no space left on the data volume")
+                          .WithDetail("IO error: No space left on device: /srv/ckptd/000012.log")
+                          .WithContext("push of version 7");
+  EXPECT_EQ(ApiHandler::HttpStatusFor(full), 507);
+  ApiResponse r = ApiHandler::ErrorResponse(full);
+  EXPECT_EQ(r.status, 507);
+  json body = json::parse(r.body);
+  EXPECT_EQ(body["error"]["code"], "RESOURCE_EXHAUSTED");
+  EXPECT_EQ(body["error"]["reason"], "NO_SPACE");
+  EXPECT_EQ(body["error"]["message"],
+            "push of version 7: writing chunk: no space left on the data volume");
+  EXPECT_EQ(r.body.find("/srv/ckptd"), std::string::npos);
+  EXPECT_NE(r.error_detail.find("/srv/ckptd/000012.log"), std::string::npos);
+  // A size limit of the request stays 413, without a reason.
+  ApiResponse limit = ApiHandler::ErrorResponse(Status::ResourceExhausted("too many tensors"));
+  EXPECT_EQ(limit.status, 413);
+  EXPECT_FALSE(json::parse(limit.body)["error"].contains("reason"));
+}
+
+TEST(ApiRouting, ClassifiesTheStatusRoutes) {
+  EXPECT_EQ(ApiHandler::Classify("/v1/status").kind, RouteKind::kStoreStatus);
+  const Route health = ApiHandler::Classify("/healthz?detail=1");
+  EXPECT_EQ(health.kind, RouteKind::kHealth);
+  EXPECT_TRUE(health.detail);
+  EXPECT_FALSE(ApiHandler::Classify("/healthz").detail);
+}
+
 TEST(ApiVersions, ParsesOnlyDecimalU64) {
   EXPECT_EQ(*ParseVersionNumber("0"), 0u);
   EXPECT_EQ(*ParseVersionNumber("18446744073709551615"), UINT64_MAX);

@@ -47,6 +47,16 @@ TEST(ErrorFromResponse, WithoutADaemonBodyTheHttpStatusDecides) {
             StatusCode::kFailedPrecondition);
 }
 
+TEST(ErrorFromResponse, A507IsNoSpace) {
+  const Status s = ErrorFromResponse(507, Body("RESOURCE_EXHAUSTED", "the data volume is full"));
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.subcode(), StatusSubcode::kNoSpace);
+  EXPECT_EQ(s.message(), "the data volume is full");
+  EXPECT_EQ(ErrorFromResponse(413, Body("RESOURCE_EXHAUSTED", "m")).subcode(),
+            StatusSubcode::kNone);
+  EXPECT_EQ(ErrorFromResponse(507, "").subcode(), StatusSubcode::kNoSpace);
+}
+
 TEST(StatusCodeFromName, InvertsStatusCodeName) {
   for (int i = 0; i <= static_cast<int>(StatusCode::kPermissionDenied); ++i) {
     const auto code = static_cast<StatusCode>(i);
