@@ -127,8 +127,11 @@ bool BackgroundRunner::Rearrange(const std::string& model) {
       spdlog::debug("rearrange: model '{}': {}", model, report.status().ToLogString());
       return false;
     }
+    // Refused writes (the reserve, a suspended or read-only store) are logged once by the
+    // health watcher; the next pass retries.
     if (report.status().code() != StatusCode::kNotFound &&
-        report.status().code() != StatusCode::kUnavailable) {
+        report.status().code() != StatusCode::kUnavailable &&
+        report.status().subcode() != StatusSubcode::kNoSpace) {
       spdlog::warn("rearrange: model '{}': {}", model, report.status().ToLogString());
     }
     return true;
