@@ -499,15 +499,15 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
     case RouteKind::kStoreStatus: {
       if (method != "GET" && method != "HEAD") return MethodNotAllowed(method, "GET, HEAD");
       const StoreHealthReport report = store_->Health();
-      json status = {{"writes", StoreHealthStateName(report.state)},
-                     {"pushes_accepted", report.state == StoreHealthReport::State::kWritable},
-                     {"deletes_accepted",
-                      report.state == StoreHealthReport::State::kWritable ||
-                          report.state == StoreHealthReport::State::kReserveReached},
-                     {"free_bytes", report.free_bytes},
-                     {"reserved_bytes", report.reserved_bytes},
-                     {"engine_errors", report.engine_errors},
-                     {"recoveries", report.recoveries}};
+      json status = {
+          {"writes", StoreHealthStateName(report.state)},
+          {"pushes_accepted", report.state == StoreHealthReport::State::kWritable},
+          {"deletes_accepted", report.state == StoreHealthReport::State::kWritable ||
+                                   report.state == StoreHealthReport::State::kReserveReached},
+          {"free_bytes", report.free_bytes},
+          {"reserved_bytes", report.reserved_bytes},
+          {"engine_errors", report.engine_errors},
+          {"recoveries", report.recoveries}};
       if (!report.reason.empty()) status["reason"] = report.reason;
       return JsonResponse(200, status);
     }

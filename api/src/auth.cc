@@ -119,7 +119,7 @@ std::optional<Requirement> Authorizer::RequirementFor(std::string_view method, c
     case RouteKind::kAdminScrub:
     case RouteKind::kAdminBackup:
       return Requirement{Scope::kAdmin, true};
-    case RouteKind::kMetrics:  // names every model
+    case RouteKind::kMetrics:      // names every model
     case RouteKind::kStoreStatus:  // the whole store's state
       return Requirement{Scope::kRead, true};
     case RouteKind::kStatusPage:  // shows the models the token's prefix covers

@@ -80,10 +80,10 @@ void LogRequest(const RequestLog& log, std::string_view remote, bool json) {
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - log.start).count();
   if (json) {
     nlohmann::json line = {{"request_id", log.id},       {"remote", remote},
-                                 {"principal", log.principal}, {"method", log.method},
-                                 {"target", log.target},       {"route", log.route},
-                                 {"status", log.status},       {"bytes_in", log.bytes_in},
-                                 {"bytes_out", log.bytes_out}, {"ms", std::round(ms * 10) / 10}};
+                           {"principal", log.principal}, {"method", log.method},
+                           {"target", log.target},       {"route", log.route},
+                           {"status", log.status},       {"bytes_in", log.bytes_in},
+                           {"bytes_out", log.bytes_out}, {"ms", std::round(ms * 10) / 10}};
     if (!log.error_detail.empty()) line["error_detail"] = log.error_detail;
     spdlog::info("{}", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return;
@@ -685,8 +685,8 @@ class HttpServerImpl final : public HttpServer {
       if (!piece.ok()) {
         // Headers are gone; the only honest signal left is to cut the connection short of
         // Content-Length so the client sees an incomplete body.
-        spdlog::error("restore {} {} failed after {} bytes: {}", log.id, log.target,
-                      log.bytes_out, piece.status().ToLogString());
+        spdlog::error("restore {} {} failed after {} bytes: {}", log.id, log.target, log.bytes_out,
+                      piece.status().ToLogString());
         log.status = 500;
         co_return false;
       }

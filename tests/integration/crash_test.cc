@@ -359,10 +359,9 @@ TEST(CrashSpaceTest, SigkillMidPushGivesItsSpaceBackAtRestart) {
   std::mt19937_64 rng(5);
   std::map<uint64_t, std::string> pushed;
   for (uint64_t v = 1; v <= 2; ++v) {
-    pushed[v] = testing::Serialize(
-        {{"w", DType::kU8, {32u << 20}, testing::RandomBytes(rng, 32u << 20)}});
-    auto r = Request(daemon.port(), "PUT", "/v1/models/m/versions/" + std::to_string(v),
-                     pushed[v]);
+    pushed[v] =
+        testing::Serialize({{"w", DType::kU8, {32u << 20}, testing::RandomBytes(rng, 32u << 20)}});
+    auto r = Request(daemon.port(), "PUT", "/v1/models/m/versions/" + std::to_string(v), pushed[v]);
     ASSERT_EQ(r.status, 201) << r.body;
   }
   ASSERT_EQ(daemon.Stop(), 0);  // a clean stop flushes: the directory holds tables and blobs

@@ -77,9 +77,9 @@ class FaultInjectionTest : public ::testing::Test {
 
   // A client's message names no file or directory of the server.
   void ExpectNoServerPaths(const Status& s) {
-    for (const std::string& leak : {dir_.str(), std::string(".sst"), std::string(".blob"),
-                                    std::string(".log"), std::string("MANIFEST"),
-                                    std::string("/")}) {
+    for (const std::string& leak :
+         {dir_.str(), std::string(".sst"), std::string(".blob"), std::string(".log"),
+          std::string("MANIFEST"), std::string("/")}) {
       EXPECT_EQ(s.message().find(leak), std::string::npos) << s.message();
     }
   }
@@ -137,9 +137,9 @@ class FaultInjectionTest : public ::testing::Test {
     ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact(maybe, maybe_body));
     auto scrub = store_->Scrub("m");
     ASSERT_TRUE(scrub.ok()) << scrub.status().ToLogString();
-    EXPECT_TRUE(scrub->clean()) << ::testing::PrintToString(scrub->problems)
-                                << " orphaned chunks " << scrub->orphaned_chunks
-                                << " orphaned manifests " << scrub->orphaned_manifests;
+    EXPECT_TRUE(scrub->clean()) << ::testing::PrintToString(scrub->problems) << " orphaned chunks "
+                                << scrub->orphaned_chunks << " orphaned manifests "
+                                << scrub->orphaned_manifests;
   }
 
   TempDir dir_;
@@ -236,8 +236,7 @@ TEST_P(PushFaultTest, FailsCleanlyKeepsEveryAcknowledgedVersionAndRecovers) {
   ASSERT_NO_FATAL_FAILURE(ExpectRecovery(4, body, point.kind == FaultKind::kFatal));
 }
 
-INSTANTIATE_TEST_SUITE_P(Points, PushFaultTest,
-                         ::testing::ValuesIn([] {
+INSTANTIATE_TEST_SUITE_P(Points, PushFaultTest, ::testing::ValuesIn([] {
                            auto points = Points({Op::kWrite}, 8);
                            for (const FaultPoint& p : Points({Op::kSync}, 1)) points.push_back(p);
                            return points;
@@ -300,8 +299,7 @@ TEST_P(GcFaultTest, KeepsTheKeptVersionsAndFreesOnceRecovered) {
   EXPECT_EQ(scrub->orphaned_manifests, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Points, GcFaultTest,
-                         ::testing::ValuesIn([] {
+INSTANTIATE_TEST_SUITE_P(Points, GcFaultTest, ::testing::ValuesIn([] {
                            auto points = Points({Op::kWrite}, 4);
                            for (const FaultPoint& p : Points({Op::kSync}, 1)) points.push_back(p);
                            return points;
@@ -335,7 +333,8 @@ TEST_P(RestoreFaultTest, FailsWithAnIoErrorNeverWrongBytes) {
 
 INSTANTIATE_TEST_SUITE_P(Points, RestoreFaultTest, ::testing::Range<uint64_t>(0, 6));
 
-class OpenFaultTest : public FaultInjectionTest, public ::testing::WithParamInterface<FaultPoint> {};
+class OpenFaultTest : public FaultInjectionTest,
+                      public ::testing::WithParamInterface<FaultPoint> {};
 
 TEST_P(OpenFaultTest, AFailedOpenChangesNothing) {
   for (uint64_t v = 1; v <= 2; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
@@ -359,8 +358,7 @@ INSTANTIATE_TEST_SUITE_P(Points, OpenFaultTest,
                          ::testing::Values(FaultPoint{Op::kRename, 0, FaultKind::kFatal},
                                            FaultPoint{Op::kRename, 1, FaultKind::kFatal},
                                            FaultPoint{Op::kRename, 0, FaultKind::kNoSpace},
-                                           FaultPoint{Op::kSync, 0, FaultKind::kFatal,
-                                                      "MANIFEST"}),
+                                           FaultPoint{Op::kSync, 0, FaultKind::kFatal, "MANIFEST"}),
                          [](const auto& point) { return PointName(point.param); });
 
 TEST_F(FaultInjectionTest, AFailedFlushAfterAnAcknowledgedPushSuspendsWritesUntilSpaceReturns) {
@@ -409,8 +407,8 @@ TEST_F(FaultInjectionTest, TheReserveRefusesPushesAndLeavesDeletesGcAndReadsWork
     ASSERT_TRUE(session.ok()) << session.status().ToLogString();
     fs_->SetFreeSpace(kReserve - 1);
     Status written = Status::Ok();
-    const std::string big = Serialize(
-        {{"big", DType::kU8, {16 << 20}, std::string(16 << 20, 'x')}});
+    const std::string big =
+        Serialize({{"big", DType::kU8, {16 << 20}, std::string(16 << 20, 'x')}});
     for (size_t off = 0; off < big.size() && written.ok(); off += 1 << 20) {
       written = (*session)->Write(Bytes(std::string_view(big).substr(off, 1 << 20)));
     }

@@ -216,8 +216,7 @@ class FaultyFileSystem final : public rocksdb::FileSystemWrapper {
 
   class Sequential final : public rocksdb::FSSequentialFileOwnerWrapper {
    public:
-    Sequential(FaultyFileSystem* fs, std::string name,
-               std::unique_ptr<rocksdb::FSSequentialFile> f)
+    Sequential(FaultyFileSystem* fs, std::string name, std::unique_ptr<rocksdb::FSSequentialFile> f)
         : FSSequentialFileOwnerWrapper(std::move(f)), fs_(fs), name_(std::move(name)) {}
     rocksdb::IOStatus Read(size_t n, const rocksdb::IOOptions& o, rocksdb::Slice* result,
                            char* scratch, rocksdb::IODebugContext* dbg) override {

@@ -283,7 +283,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   std::string raw_header_;
   ManifestRecord manifest_;
   std::vector<uint8_t> pending_;
-  uint32_t chunk_index_ = 0;  // within its tensor, of the next chunk EmitChunk receives
+  uint32_t chunk_index_ = 0;      // within its tensor, of the next chunk EmitChunk receives
   uint64_t unchecked_bytes_ = 0;  // received since the last reserve check
   // Declared after what its jobs use: destroyed (joined) before them.
   std::unique_ptr<PushEncoder> encoder_;

@@ -159,8 +159,8 @@ Status StoreHealth::CheckPush(uint64_t incoming_bytes) {
   if (free >= min_free_bytes_ && free - min_free_bytes_ >= incoming_bytes) return Status::Ok();
   std::string why = incoming_bytes > 0
                         ? "a push of " + std::to_string(incoming_bytes) +
-                              " bytes does not fit: the data volume has " +
-                              std::to_string(free) + " bytes free"
+                              " bytes does not fit: the data volume has " + std::to_string(free) +
+                              " bytes free"
                         : "the data volume has " + std::to_string(free) + " bytes free";
   return Status::NoSpace(why + " and keeps " + std::to_string(min_free_bytes_) +
                          " in reserve (storage.min_free_bytes); delete versions or models, or "
@@ -178,13 +178,13 @@ StoreHealthReport StoreHealth::Report() {
   report.recoveries = recoveries_;
   const bool low = min_free_bytes_ > 0 && free != UINT64_MAX && free < min_free_bytes_;
   if (db_ != nullptr && chunks_ != nullptr && low != blob_gc_paused_ && !read_only_) {
-    const rocksdb::Status set = db_->SetOptions(
-        chunks_, {{"enable_blob_garbage_collection", low ? "false" : "true"}});
+    const rocksdb::Status set =
+        db_->SetOptions(chunks_, {{"enable_blob_garbage_collection", low ? "false" : "true"}});
     if (set.ok()) blob_gc_paused_ = low;
   }
   if (!refusal.ok()) {
-    report.state = read_only_ ? StoreHealthReport::State::kReadOnly
-                              : StoreHealthReport::State::kSuspended;
+    report.state =
+        read_only_ ? StoreHealthReport::State::kReadOnly : StoreHealthReport::State::kSuspended;
     report.reason = refusal.message();
   } else if (low) {
     report.state = StoreHealthReport::State::kReserveReached;
