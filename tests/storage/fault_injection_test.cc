@@ -386,6 +386,51 @@ TEST_F(FaultInjectionTest, AFailedFlushAfterAnAcknowledgedPushSuspendsWritesUnti
   EXPECT_GE(store_->Health().recoveries + 1, 1u);
 }
 
+// A retryable I/O error (what a remote file system reports for a timeout) in the write-ahead
+// log: RocksDB cannot write that log again, so the store turns read-only until reopened.
+TEST_F(FaultInjectionTest, ARetryableLogWriteErrorMakesTheStoreReadOnlyUntilReopened) {
+  for (uint64_t v = 1; v <= 2; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
+  FaultyFileSystem::Fault fault;
+  fault.op = Op::kWrite;
+  fault.no_space = false;
+  fault.retryable = true;
+  fault.file_contains = ".log";
+  fs_->Arm(fault);
+  const std::string body = drift_.Next();
+  auto refused = Push(3, body);
+  ASSERT_FALSE(refused.ok());
+  ExpectNoServerPaths(refused.status());
+  fs_->Clear();
+  EXPECT_EQ(store_->Health().state, State::kReadOnly);
+  ASSERT_NO_FATAL_FAILURE(ExpectRecovery(3, body, /*fatal=*/true));
+}
+
+// The same in a flush (a blob file): RocksDB retries the flush itself, and writes are taken
+// again (or never stopped) once the error stops.
+TEST_F(FaultInjectionTest, ARetryableFlushErrorLeavesTheStoreWritable) {
+  for (uint64_t v = 1; v <= 2; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
+  FaultyFileSystem::Fault fault;
+  fault.op = Op::kWrite;
+  fault.no_space = false;
+  fault.retryable = true;
+  fault.file_contains = ".blob";
+  fs_->Arm(fault);
+  const Status flushed = store_->Flush();
+  EXPECT_FALSE(flushed.ok());
+  ExpectNoServerPaths(flushed);
+  const StoreHealthReport health = store_->Health();
+  EXPECT_NE(health.state, State::kReadOnly) << health.reason;
+  const std::string body = drift_.Next();
+  auto pushed = Push(3, body);
+  if (pushed.ok()) {
+    acknowledged_[3] = body;
+  } else {
+    EXPECT_EQ(pushed.status().code(), StatusCode::kUnavailable) << pushed.status().ToLogString();
+    ExpectNoServerPaths(pushed.status());
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectRecovery());
+}
+
 TEST_F(FaultInjectionTest, TheReserveRefusesPushesAndLeavesDeletesGcAndReadsWorking) {
   constexpr uint64_t kReserve = 64ull << 20;
   ASSERT_NO_FATAL_FAILURE(Open(kReserve));

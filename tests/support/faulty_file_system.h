@@ -28,6 +28,8 @@ class FaultyFileSystem final : public rocksdb::FileSystemWrapper {
     // kWrite: bytes that still get written after arming; the call that would pass them fails.
     uint64_t after_bytes = UINT64_MAX;
     bool no_space = true;  // ENOSPC; else EIO
+    // The EIO is marked retryable, as a remote file system marks a timeout.
+    bool retryable = false;
     // Only files whose name contains this (".log", ".blob", ".sst", "MANIFEST"); empty: any.
     std::string file_contains;
     // How many calls fail once the fault fires; then it disarms. UINT64_MAX: until Clear().
@@ -82,9 +84,12 @@ class FaultyFileSystem final : public rocksdb::FileSystemWrapper {
     if (fault_->after_bytes != UINT64_MAX ? !by_bytes : !by_calls) return rocksdb::IOStatus::OK();
     ++failed_;
     const bool no_space = fault_->no_space;
+    const bool retryable = fault_->retryable;
     if (failed_ >= fault_->failures) fault_.reset();
     if (no_space) return rocksdb::IOStatus::NoSpace("injected: No space left on device", file);
-    return rocksdb::IOStatus::IOError("injected: Input/output error", file);
+    rocksdb::IOStatus error = rocksdb::IOStatus::IOError("injected: Input/output error", file);
+    error.SetRetryable(retryable);
+    return error;
   }
 
   rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,

@@ -13,8 +13,13 @@ class StoreHealthListener final : public rocksdb::EventListener {
 
   const char* Name() const override { return "ckptd.StoreHealth"; }
 
-  void OnBackgroundError(rocksdb::BackgroundErrorReason, rocksdb::Status* error) override {
-    if (error && !error->ok()) health_->OnEngineError(*error);
+  void OnBackgroundError(rocksdb::BackgroundErrorReason reason, rocksdb::Status* error) override {
+    if (error == nullptr || error->ok()) return;
+    // A write-ahead log write that failed other than for space leaves the log writer failed:
+    // RocksDB (7.8) resumes, yet every later write fails on that log. Only a reopen recovers.
+    const bool log_failed = reason == rocksdb::BackgroundErrorReason::kWriteCallback &&
+                            error->IsIOError() && !error->IsNoSpace();
+    health_->OnEngineError(*error, log_failed);
   }
   void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status,
                             bool* auto_recovery) override {
@@ -93,12 +98,14 @@ bool StoreHealth::RoomFor(uint64_t bytes) const {
   return free == UINT64_MAX || free >= bytes + kMargin;
 }
 
-void StoreHealth::OnEngineError(const rocksdb::Status& error) {
+void StoreHealth::OnEngineError(const rocksdb::Status& error, bool unrecoverable) {
   std::lock_guard lock(mu_);
   ++engine_errors_;
   // A stopping error is not overwritten by a lesser one reported after it.
-  if (engine_error_.ok() || error.severity() >= engine_error_.severity()) engine_error_ = error;
-  if (Unrecoverable(error)) read_only_ = true;
+  if (engine_error_.ok() || error.severity() >= engine_error_.severity() || unrecoverable) {
+    engine_error_ = error;
+  }
+  if (unrecoverable || Unrecoverable(error)) read_only_ = true;
 }
 
 void StoreHealth::OnRecovered() {
@@ -139,8 +146,9 @@ Status StoreHealth::EngineRefusalLocked() {
       read_only_ = true;
     }
   }
+  if (read_only_) return Refusal(engine_error_, true);
   if (engine_error_.ok() || !Stops(engine_error_)) return Status::Ok();
-  return Refusal(engine_error_, read_only_);
+  return Refusal(engine_error_, false);
 }
 
 Status StoreHealth::CheckWrite() {

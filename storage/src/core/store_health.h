@@ -55,7 +55,8 @@ class StoreHealth {
   friend class StoreHealthListener;
   static constexpr std::chrono::milliseconds kResumeInterval{250};
 
-  void OnEngineError(const rocksdb::Status& error);
+  // `unrecoverable`: whatever RocksDB's severity, only a reopen recovers (read-only until then).
+  void OnEngineError(const rocksdb::Status& error, bool unrecoverable);
   void OnRecovered();
   // Ok, or why the engine takes no writes, after trying to resume it. REQUIRES: mu_ held.
   Status EngineRefusalLocked();
