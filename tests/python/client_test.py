@@ -268,6 +268,23 @@ class ClientTest(unittest.TestCase):
             nobody.list_models()
         self.assertIn("no server reachable", str(error.exception))
 
+    def test_a_full_volume_is_a_507_with_reason_no_space(self):
+        work = os.path.join(self.tmp.name, "full")
+        os.makedirs(work)
+        # A reserve larger than any volume: every push is refused, everything else works.
+        full = Daemon(work, config="[storage]\nmin_free_bytes = 1125899906842624\n")
+        try:
+            client = ckptd.Client(f"http://127.0.0.1:{full.port}", progress=False)
+            with self.assertRaises(ckptd.CkptdError) as error:
+                client.push("run", 1, {"w": torch.zeros(16)})
+            self.assertEqual(error.exception.status, 507)
+            self.assertEqual(error.exception.code, "RESOURCE_EXHAUSTED")
+            self.assertEqual(error.exception.reason, "NO_SPACE")
+            self.assertIn("storage.min_free_bytes", error.exception.message)
+            self.assertEqual(client.list_models(), [])
+        finally:
+            full.stop()
+
     def test_installs_offline_with_debians_pip(self):
         target = os.path.join(self.tmp.name, "site")
         # A copy: setuptools writes build/ and *.egg-info next to the sources.

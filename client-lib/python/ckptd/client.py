@@ -14,11 +14,13 @@ _PIECE = 1 << 20
 
 
 class CkptdError(Exception):
-    """An error answer from ckptd: `status` (HTTP), `code` (e.g. NOT_FOUND) and the message."""
+    """An error answer from ckptd: `status` (HTTP), `code` (e.g. NOT_FOUND), the message, and
+    `reason` where the daemon refines the code ("NO_SPACE" with 507: the data volume is full or
+    at its reserve; freeing space through deletes or GC helps, resending alone does not)."""
 
-    def __init__(self, status, code, message):
+    def __init__(self, status, code, message, reason=None):
         super().__init__(f"{status} {code}: {message}")
-        self.status, self.code, self.message = status, code, message
+        self.status, self.code, self.message, self.reason = status, code, message, reason
 
 
 class _Progress:
@@ -143,13 +145,14 @@ class Client:
     @staticmethod
     def _raise_for(response):
         body = response.read()
-        code, message = "HTTP_ERROR", body.decode(errors="replace")
+        code, message, reason = "HTTP_ERROR", body.decode(errors="replace"), None
         try:
             error = json.loads(body)["error"]
             code, message = error["code"], error["message"]
-        except (ValueError, KeyError, TypeError):
+            reason = error.get("reason")
+        except (ValueError, KeyError, TypeError, AttributeError):
             pass
-        raise CkptdError(response.status, code, message)
+        raise CkptdError(response.status, code, message, reason)
 
     def _json_answer(self, response):
         if response.status >= 300:
