@@ -64,7 +64,8 @@ class FaultyFileSystem final : public rocksdb::FileSystemWrapper {
     std::lock_guard lock(mu_);
     return failed_;
   }
-  // What GetFreeSpace reports from now on (nullopt: the real figure).
+  // What GetFreeSpace reports from now on (nullopt: the real figure; 0 while a no-space fault
+  // is armed, as on a full volume).
   void SetFreeSpace(std::optional<uint64_t> bytes) {
     std::lock_guard lock(mu_);
     free_space_ = bytes;
@@ -137,8 +138,8 @@ class FaultyFileSystem final : public rocksdb::FileSystemWrapper {
                                  uint64_t* free, rocksdb::IODebugContext* dbg) override {
     {
       std::lock_guard lock(mu_);
-      if (free_space_) {
-        *free = *free_space_;
+      if (free_space_ || (fault_ && fault_->no_space)) {
+        *free = free_space_ ? *free_space_ : 0;
         return rocksdb::IOStatus::OK();
       }
     }

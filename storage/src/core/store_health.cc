@@ -1,6 +1,7 @@
 // The store's write health: reserve, engine errors, resumption (store_health.h).
 #include "core/store_health.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -126,7 +127,12 @@ Status StoreHealth::EngineRefusalLocked() {
   if (engine_error_.ok()) return Status::Ok();
   if (read_only_) return Refusal(engine_error_, true);
   const auto now = std::chrono::steady_clock::now();
-  if (db_ != nullptr && !resuming_ && now - last_resume_ >= kResumeInterval) {
+  // After running out of space, resume only once the volume has room again: a write that
+  // fails on the log a resumption just opened leaves RocksDB (7.8) with a failed log writer
+  // that the next resumption keeps (the next write then fails, or aborts the process).
+  const bool room =
+      !engine_error_.IsNoSpace() || FreeBytes() >= std::max(min_free_bytes_, kResumeMinFreeBytes);
+  if (db_ != nullptr && !resuming_ && room && now - last_resume_ >= kResumeInterval) {
     last_resume_ = now;
     resuming_ = true;
     // Resume flushes the memtables and reports through the listener (OnRecovered), which

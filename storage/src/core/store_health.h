@@ -6,7 +6,7 @@
 // later write returns that error until DB::Resume() succeeds. The listener this creates
 // records each such error and turns RocksDB's own automatic recovery off, so that one party
 // (this class) decides when to resume: on the next write check or report, at most every
-// kResumeInterval, and never while the volume is at the reserve after running out of space.
+// kResumeInterval, and after running out of space only once the volume has room again.
 //
 // Thread safety: safe for concurrent use.
 #pragma once
@@ -54,6 +54,8 @@ class StoreHealth {
  private:
   friend class StoreHealthListener;
   static constexpr std::chrono::milliseconds kResumeInterval{250};
+  // Free space a resumption after running out of space waits for (or the reserve, if larger).
+  static constexpr uint64_t kResumeMinFreeBytes = 64ull << 20;
 
   // `unrecoverable`: whatever RocksDB's severity, only a reopen recovers (read-only until then).
   void OnEngineError(const rocksdb::Status& error, bool unrecoverable);
