@@ -250,6 +250,7 @@ int main(int argc, char** argv) {
     return Fail(ckpt::Status::IoError("cannot create data directory '" + config.store.data_dir +
                                       "': " + ec.message()));
   }
+  config.store.engine_log = [](std::string_view line) { spdlog::warn("rocksdb: {}", line); };
   auto store = ckpt::CheckpointStore::Open(config.store);
   if (!store.ok()) return Fail(store.status());
   auto health_watcher = std::make_unique<ckpt::daemon::HealthWatcher>(store->get());

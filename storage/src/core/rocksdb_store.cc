@@ -46,7 +46,8 @@ class RocksCheckpointStore final : public CheckpointStore {
 
   Status OpenDb() {
     CKPT_RETURN_IF_ERROR(OpenStoreDatabase(options_.data_dir, options_.env.get(),
-                                           health_.NewListener(), &db_, &families_));
+                                           health_.NewListener(), options_.engine_log, &db_,
+                                           &families_));
     health_.Attach(db_.get(), families_.chunks);
     ctx_.db = db_.get();
     ctx_.health = &health_;

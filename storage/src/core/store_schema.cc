@@ -4,6 +4,7 @@
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 
+#include "core/engine_logger.h"
 #include "core/rocks_status.h"
 
 namespace ckpt {
@@ -30,6 +31,7 @@ constexpr size_t kChunkBlockBytes = 16 << 10;
 
 Status OpenStoreDatabase(const std::string& data_dir, rocksdb::Env* env,
                          std::shared_ptr<rocksdb::EventListener> listener,
+                         std::function<void(std::string_view)> engine_log,
                          std::unique_ptr<rocksdb::DB>* db, StoreFamilies* families) {
   rocksdb::DBOptions db_options;
   if (env != nullptr) db_options.env = env;
@@ -37,7 +39,7 @@ Status OpenStoreDatabase(const std::string& data_dir, rocksdb::Env* env,
   db_options.create_if_missing = true;
   db_options.create_missing_column_families = true;
   db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
-  db_options.keep_log_file_num = 2;
+  db_options.info_log = NewEngineLogger(db_options.info_log_level, std::move(engine_log));
   db_options.max_background_jobs = 2;
   // Old WAL files are kept alive by the smallest family's memtable; cap their total so the
   // metadata families get flushed and the WAL does not grow with the chunk traffic. Every

@@ -5,7 +5,9 @@
 #include <rocksdb/db.h>
 #include <rocksdb/listener.h>
 
+#include <functional>
 #include <memory>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -23,9 +25,11 @@ struct StoreFamilies : MetadataFamilies {
 };
 
 // Opens (creating if needed) the store's database in `data_dir` with every family, through
-// `env` (null: the default), telling `listener` (if set) of the engine's events.
+// `env` (null: the default), telling `listener` (if set) of the engine's events and passing its
+// log lines to `engine_log` (null: standard error; never a file in `data_dir`).
 Status OpenStoreDatabase(const std::string& data_dir, rocksdb::Env* env,
                          std::shared_ptr<rocksdb::EventListener> listener,
+                         std::function<void(std::string_view)> engine_log,
                          std::unique_ptr<rocksdb::DB>* db, StoreFamilies* families);
 
 }  // namespace ckpt

@@ -81,6 +81,10 @@ struct StoreOptions {
   // (rocksdb::Env::Default()). Tests inject faults here.
   std::shared_ptr<rocksdb::Env> env;
 
+  // Where the storage engine's warnings and errors go, one line each (RocksDB keeps no log file
+  // in data_dir: a full volume would break it first). Null: standard error.
+  std::function<void(std::string_view)> engine_log;
+
   // Sync the write-ahead log before a push or delete is acknowledged. Turning it off risks
   // losing acknowledged versions on power failure or kernel crash (not on a process crash).
   // Default: true.
