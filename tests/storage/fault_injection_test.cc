@@ -306,6 +306,78 @@ INSTANTIATE_TEST_SUITE_P(Points, GcFaultTest, ::testing::ValuesIn([] {
                          }()),
                          [](const auto& point) { return PointName(point.param); });
 
+class RetentionFaultTest : public FaultInjectionTest,
+                           public ::testing::WithParamInterface<FaultPoint> {};
+
+TEST_P(RetentionFaultTest, KeepsWhatItKeepsAndDeletesWholeVersionsOrNone) {
+  for (uint64_t v = 1; v <= 4; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
+  const FaultPoint& point = GetParam();
+  RetentionRun run;
+  RetentionPolicy keep_two;
+  keep_two.keep_last = 2;
+  run.policy = keep_two;
+  fs_->Arm(FaultAt(point));
+  auto report = store_->ApplyRetention("m", run);
+  ASSERT_GT(fs_->failed(), 0u) << "the fault never fired";
+  if (!report.ok()) {
+    ExpectFaultStatus(report.status(), point);
+    ExpectNoServerPaths(report.status());
+  }
+  // Versions 3 and 4 are kept whatever happened; 1 and 2 are there whole or gone.
+  const std::map<uint64_t, std::string> old = {{1, acknowledged_[1]}, {2, acknowledged_[2]}};
+  acknowledged_.erase(1);
+  acknowledged_.erase(2);
+  fs_->Clear();
+  if (store_->Health().state == State::kReadOnly) {
+    ASSERT_NO_FATAL_FAILURE(Open());
+  }
+  ASSERT_NO_FATAL_FAILURE(WaitWritable());
+  auto versions = store_->ListVersions("m");
+  ASSERT_TRUE(versions.ok());
+  for (const VersionInfo& v : *versions) {
+    if (old.count(v.version)) acknowledged_[v.version] = old.at(v.version);
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectRecovery());
+  auto again = store_->ApplyRetention("m", run);
+  ASSERT_TRUE(again.ok()) << again.status().ToLogString();
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, RetentionFaultTest,
+                         ::testing::ValuesIn(Points({Op::kWrite, Op::kSync}, 1)),
+                         [](const auto& point) { return PointName(point.param); });
+
+// Pushes whose writes fail once a number of bytes went to disk (a volume filling mid-push).
+class PushBytesFaultTest : public FaultInjectionTest,
+                           public ::testing::WithParamInterface<std::tuple<uint64_t, bool>> {};
+
+TEST_P(PushBytesFaultTest, FailsCleanlyAfterThatManyBytes) {
+  for (uint64_t v = 1; v <= 2; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
+  const auto [after_bytes, no_space] = GetParam();
+  FaultyFileSystem::Fault fault;
+  fault.op = Op::kWrite;
+  fault.after_bytes = after_bytes;
+  fault.no_space = no_space;
+  fs_->Arm(fault);
+  const std::string body = drift_.Next();
+  auto pushed = Push(3, body);
+  ASSERT_GT(fs_->failed(), 0u) << "the fault never fired";
+  ASSERT_FALSE(pushed.ok());
+  ExpectFaultStatus(pushed.status(),
+                    {Op::kWrite, 0, no_space ? FaultKind::kNoSpace : FaultKind::kFatal});
+  ExpectNoServerPaths(pushed.status());
+  ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
+  ASSERT_NO_FATAL_FAILURE(ExpectRecovery({}, {}, !no_space));
+}
+
+INSTANTIATE_TEST_SUITE_P(Bytes, PushBytesFaultTest,
+                         ::testing::Combine(::testing::Values(uint64_t{20000}, uint64_t{50000},
+                                                              uint64_t{80000}),
+                                            ::testing::Bool()),
+                         [](const auto& p) {
+                           return "After" + std::to_string(std::get<0>(p.param)) + "Bytes" +
+                                  (std::get<1>(p.param) ? "NoSpace" : "Eio");
+                         });
+
 class RestoreFaultTest : public FaultInjectionTest,
                          public ::testing::WithParamInterface<uint64_t> {};
 
