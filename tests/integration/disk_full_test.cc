@@ -109,6 +109,22 @@ class DiskFullTest : public ::testing::Test {
     }
   }
 
+  // Pushes `body` as `version`, which must be taken.
+  void PushAcked(uint64_t version, const std::string& body) {
+    auto r = Call("PUT", "/v1/models/m/versions/" + std::to_string(version), body);
+    ASSERT_EQ(r.status, 201) << r.body;
+    acked_[version] = Sha256Hex(body);
+  }
+
+  // Polls GET /v1/status until pushes are accepted (the log's space returns as it flushes).
+  void WaitPushesAccepted() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (Status()["pushes_accepted"] != true && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_EQ(Status()["pushes_accepted"], true) << Status();
+  }
+
   json Status() {
     auto r = Call("GET", "/v1/status");
     EXPECT_EQ(r.status, 200) << r.body;
@@ -171,14 +187,10 @@ TEST_F(DiskFullTest, PushesAreRefusedBeforeTheVolumeFillsAndSpaceIsFreedThroughT
   }
   auto gc = Call("POST", "/v1/admin/gc");
   ASSERT_EQ(gc.status, 200) << gc.body;
-  EXPECT_EQ(Status()["pushes_accepted"], true) << Status();
+  ASSERT_NO_FATAL_FAILURE(WaitPushesAccepted());
 
   // Pushes are taken again, without a restart; and after one.
-  const std::string body = Checkpoint();
-  const uint64_t version = next_version_++;
-  auto pushed = Call("PUT", "/v1/models/m/versions/" + std::to_string(version), body);
-  ASSERT_EQ(pushed.status, 201) << pushed.body;
-  acked_[version] = Sha256Hex(body);
+  ASSERT_NO_FATAL_FAILURE(PushAcked(next_version_++, Checkpoint()));
   ASSERT_NO_FATAL_FAILURE(ExpectAckedIntact());
 
   ASSERT_EQ(daemon_->Stop(), 0);
@@ -192,12 +204,7 @@ TEST_F(DiskFullTest, PushesAreRefusedBeforeTheVolumeFillsAndSpaceIsFreedThroughT
 // Another process fills the volume to the last byte: the daemon keeps serving reads, refuses
 // writes with 507, and takes them again once that space is freed, without a restart.
 TEST_F(DiskFullTest, AVolumeFilledByAnotherProcessSuspendsWritesUntilSpaceIsFreed) {
-  for (int i = 0; i < 4; ++i) {
-    const std::string body = Checkpoint();
-    const uint64_t version = next_version_++;
-    ASSERT_EQ(Call("PUT", "/v1/models/m/versions/" + std::to_string(version), body).status, 201);
-    acked_[version] = Sha256Hex(body);
-  }
+  for (int i = 0; i < 4; ++i) ASSERT_NO_FATAL_FAILURE(PushAcked(next_version_++, Checkpoint()));
   const std::filesystem::path filler = data_ / "filler";
   {
     std::ofstream out(filler, std::ios::binary);
@@ -221,14 +228,8 @@ TEST_F(DiskFullTest, AVolumeFilledByAnotherProcessSuspendsWritesUntilSpaceIsFree
   EXPECT_EQ(Status()["pushes_accepted"], false);
 
   std::filesystem::remove(filler);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (Status()["pushes_accepted"] != true && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_EQ(Status()["pushes_accepted"], true) << Status();
-  auto pushed = Call("PUT", "/v1/models/m/versions/" + std::to_string(version), body);
-  ASSERT_EQ(pushed.status, 201) << pushed.body;
-  acked_[version] = Sha256Hex(body);
+  ASSERT_NO_FATAL_FAILURE(WaitPushesAccepted());
+  ASSERT_NO_FATAL_FAILURE(PushAcked(version, body));
   ASSERT_NO_FATAL_FAILURE(ExpectAckedIntact());
   ASSERT_EQ(daemon_->Stop(), 0);
   ASSERT_TRUE(daemon_->Start()) << daemon_->log();
