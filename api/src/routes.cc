@@ -1,0 +1,235 @@
+// Routing: a request target as a Route (ApiHandler::Classify), what a session does with it
+// (ApiHandler::Plan), route names for metrics and logs, and the parsing of query strings and
+// path segments.
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/api/api_handler.h"
+
+namespace ckpt::api {
+namespace {
+
+// Decodes %XX escapes and '+' (a space, as HTML forms and curl -G --data-urlencode send it).
+Result<std::string> PercentDecode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '+') {
+      out.push_back(' ');
+    } else if (text[i] != '%') {
+      out.push_back(text[i]);
+    } else if (i + 2 < text.size() && hex(text[i + 1]) >= 0 && hex(text[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2])));
+      i += 2;
+    } else {
+      return Status::InvalidArgument("malformed percent-escape in '" +
+                                     std::string(text.substr(0, 200)) + "'");
+    }
+  }
+  return out;
+}
+
+// Calls `fn(key, value)` for each key=value of a query string, percent-decoded.
+template <typename Fn>
+Status ForEachQueryParam(std::string_view query, Fn&& fn) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view item = query.substr(0, amp);
+    if (!item.empty()) {
+      const size_t eq = item.find('=');
+      CKPT_ASSIGN_OR_RETURN(std::string key, PercentDecode(item.substr(0, eq)));
+      CKPT_ASSIGN_OR_RETURN(std::string value,
+                            PercentDecode(eq == std::string_view::npos ? "" : item.substr(eq + 1)));
+      CKPT_RETURN_IF_ERROR(fn(key, value));
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return Status::Ok();
+}
+
+// True when the query string (after '?') has `key` set to 1 or true.
+bool QueryFlag(std::string_view query, std::string_view key) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view item = query.substr(0, amp);
+    const size_t eq = item.find('=');
+    if (item.substr(0, eq) == key) {
+      const std::string_view value = eq == std::string_view::npos ? "" : item.substr(eq + 1);
+      return value == "1" || value == "true";
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return false;
+}
+
+std::vector<std::string_view> SplitPath(std::string_view path) {
+  std::vector<std::string_view> parts;
+  if (path.empty() || path.front() != '/') return parts;
+  path.remove_prefix(1);
+  while (true) {
+    size_t slash = path.find('/');
+    parts.push_back(path.substr(0, slash));
+    if (slash == std::string_view::npos) break;
+    path.remove_prefix(slash + 1);
+  }
+  return parts;
+}
+
+}  // namespace
+
+Result<PushOptions> ParsePushQuery(std::string_view query) {
+  PushOptions options;
+  CKPT_RETURN_IF_ERROR(
+      ForEachQueryParam(query, [&](const std::string& key, const std::string& value) -> Status {
+        if (key.starts_with("metric.")) {
+          char* end = nullptr;
+          const double number = std::strtod(value.c_str(), &end);
+          if (value.empty() || end != value.c_str() + value.size() || !std::isfinite(number)) {
+            return Status::InvalidArgument("query parameter '" + key +
+                                           "' must be a finite number, got '" + value + "'");
+          }
+          options.metrics[key.substr(7)] = number;
+        } else if (key.starts_with("label.")) {
+          options.labels[key.substr(6)] = value;
+        } else if (key == "tag") {
+          options.tags.push_back(value);
+        } else {
+          return Status::InvalidArgument("unknown query parameter '" + key +
+                                         "' on a push (allowed: metric.<name>, label.<name>, "
+                                         "tag)");
+        }
+        return Status::Ok();
+      }));
+  return options;
+}
+
+Result<uint64_t> ParseVersionNumber(std::string_view text) {
+  if (text.empty() || text.size() > 20) {
+    return Status::InvalidArgument("version must be a decimal unsigned 64-bit integer");
+  }
+  uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9' || __builtin_mul_overflow(v, 10, &v) ||
+        __builtin_add_overflow(v, c - '0', &v)) {
+      return Status::InvalidArgument("version '" + std::string(text) +
+                                     "' is not a decimal unsigned 64-bit integer");
+    }
+  }
+  return v;
+}
+
+std::string_view RouteName(RouteKind kind) {
+  switch (kind) {
+    case RouteKind::kStatusPage:
+      return "status_page";
+    case RouteKind::kHealth:
+      return "health";
+    case RouteKind::kStoreStatus:
+      return "status";
+    case RouteKind::kListModels:
+      return "list_models";
+    case RouteKind::kModel:
+      return "model";
+    case RouteKind::kListVersions:
+      return "list_versions";
+    case RouteKind::kVersion:
+      return "version";
+    case RouteKind::kPolicy:
+      return "policy";
+    case RouteKind::kVersionTag:
+      return "version_tag";
+    case RouteKind::kRetention:
+      return "retention";
+    case RouteKind::kRetentionRun:
+      return "retention_run";
+    case RouteKind::kAdminGc:
+      return "admin_gc";
+    case RouteKind::kAdminScrub:
+      return "admin_scrub";
+    case RouteKind::kAdminBackup:
+      return "admin_backup";
+    case RouteKind::kMetrics:
+      return "metrics";
+    case RouteKind::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+Route ApiHandler::Classify(std::string_view target) {
+  const size_t query = target.find('?');
+  const auto parts = SplitPath(target.substr(0, query));
+  Route route;
+  if (query != std::string_view::npos) route.query = std::string(target.substr(query + 1));
+  if (parts.size() == 1 && parts[0].empty()) {
+    route.kind = RouteKind::kStatusPage;
+    // The model filter; a malformed query shows the overview (the page takes no other input).
+    (void)ForEachQueryParam(route.query, [&](const std::string& key, const std::string& value) {
+      if (key == "model") route.model = value;
+      return Status::Ok();
+    });
+  } else if (parts.size() == 1 && parts[0] == "healthz") {
+    route.kind = RouteKind::kHealth;
+    route.detail = QueryFlag(route.query, "detail");
+  } else if (parts.size() == 2 && parts[0] == "v1" && parts[1] == "status") {
+    route.kind = RouteKind::kStoreStatus;
+  } else if (parts.size() == 1 && parts[0] == "metrics") {
+    route.kind = RouteKind::kMetrics;
+  } else if (parts.size() == 3 && parts[0] == "v1" && parts[1] == "admin") {
+    if (parts[2] == "gc") route.kind = RouteKind::kAdminGc;
+    if (parts[2] == "scrub") route.kind = RouteKind::kAdminScrub;
+    if (parts[2] == "backup") route.kind = RouteKind::kAdminBackup;
+  } else if (parts.size() >= 2 && parts[0] == "v1" && parts[1] == "models") {
+    if (parts.size() == 2) {
+      route.kind = RouteKind::kListModels;
+    } else {
+      route.model = std::string(parts[2]);
+      if (parts.size() == 3) {
+        route.kind = RouteKind::kModel;
+      } else if (parts.size() == 4 && parts[3] == "versions") {
+        route.kind = RouteKind::kListVersions;
+      } else if (parts.size() == 4 && parts[3] == "policy") {
+        route.kind = RouteKind::kPolicy;
+      } else if (parts.size() == 4 && parts[3] == "retention") {
+        route.kind = RouteKind::kRetention;
+      } else if (parts.size() == 4 && parts[3] == "retention:preview") {
+        route.kind = RouteKind::kRetentionRun;
+        route.dry_run = true;
+      } else if (parts.size() == 4 && parts[3] == "retention:apply") {
+        route.kind = RouteKind::kRetentionRun;
+        route.dry_run = QueryFlag(route.query, "dry_run");
+      } else if (parts.size() == 5 && parts[3] == "versions") {
+        route.kind = RouteKind::kVersion;
+        auto decoded = PercentDecode(parts[4]);  // "tag%3Abest" is "tag:best"
+        route.version = decoded.ok() ? *decoded : std::string(parts[4]);
+        route.detail = QueryFlag(route.query, "detail");
+      } else if (parts.size() == 7 && parts[3] == "versions" && parts[5] == "tags") {
+        route.kind = RouteKind::kVersionTag;
+        route.version = std::string(parts[4]);
+        route.tag = std::string(parts[6]);
+      }
+    }
+  }
+  return route;
+}
+
+RequestPlan ApiHandler::Plan(std::string_view method, const Route& route) {
+  if (route.kind == RouteKind::kVersion) {
+    if (method == "PUT") return RequestPlan::kPush;
+    if ((method == "GET" && !route.detail) || method == "HEAD") return RequestPlan::kRestore;
+  }
+  return RequestPlan::kSimple;
+}
+
+}  // namespace ckpt::api
