@@ -10,11 +10,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <cmath>
 #include <condition_variable>
 #include <limits>
 #include <mutex>
-#include <random>
 #include <span>
 #include <sstream>
 #include <thread>
@@ -23,7 +21,8 @@
 
 #include "ckpt/api/api_handler.h"
 #include "ckpt/version.h"
-#include "nlohmann/json.hpp"
+#include "request_log.h"
+#include "tls_context.h"
 
 namespace ckpt::api {
 namespace {
@@ -40,59 +39,6 @@ constexpr size_t kReadBufferBytes = 256 << 10;
 // How often a push waiting for its model's turn tries again.
 constexpr auto kPushRetryInterval = std::chrono::milliseconds(20);
 
-// Per-request facts for the access log.
-struct RequestLog {
-  std::string id;  // X-Request-Id: the client's if it sent a sane one, else generated
-  std::string_view route = "unknown";
-  std::string method;
-  std::string target;
-  std::string principal = "-";  // the token's name, "-" without authorization
-  int status = 0;
-  uint64_t bytes_in = 0;
-  uint64_t bytes_out = 0;
-  // An error's detail for the log only (ApiResponse::error_detail): file names, the storage
-  // engine's wording.
-  std::string error_detail;
-  Clock::time_point start = Clock::now();
-};
-
-// A request id the client may choose: 1..64 characters of [A-Za-z0-9._-].
-bool SaneRequestId(std::string_view id) {
-  if (id.empty() || id.size() > 64) return false;
-  for (char c : id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
-// A fresh request id: a per-process random prefix and a counter, 16 hex digits.
-std::string NewRequestId() {
-  static const uint32_t prefix = std::random_device{}();
-  static std::atomic<uint32_t> counter{0};
-  char id[17];
-  std::snprintf(id, sizeof id, "%08x%08x", prefix, counter.fetch_add(1));
-  return id;
-}
-
-void LogRequest(const RequestLog& log, std::string_view remote, bool json) {
-  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - log.start).count();
-  if (json) {
-    nlohmann::json line = {{"request_id", log.id},       {"remote", remote},
-                           {"principal", log.principal}, {"method", log.method},
-                           {"target", log.target},       {"route", log.route},
-                           {"status", log.status},       {"bytes_in", log.bytes_in},
-                           {"bytes_out", log.bytes_out}, {"ms", std::round(ms * 10) / 10}};
-    if (!log.error_detail.empty()) line["error_detail"] = log.error_detail;
-    spdlog::info("{}", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-    return;
-  }
-  spdlog::info("{} {} {} {} {} status={} in={} out={} {:.1f}ms{}{}", remote, log.id, log.principal,
-               log.method, log.target, log.status, log.bytes_in, log.bytes_out, ms,
-               log.error_detail.empty() ? "" : " error_detail=", log.error_detail);
-}
-
 class HttpServerImpl final : public HttpServer {
  public:
   HttpServerImpl(const HttpServerOptions& options, CheckpointStore* store)
@@ -102,40 +48,8 @@ class HttpServerImpl final : public HttpServer {
 
   ~HttpServerImpl() override { Shutdown(); }
 
-  // The TLS context when HTTPS is configured (TLS 1.2+; client certificates verified against
-  // tls_client_ca_file when given).
-  Status SetUpTls() {
-    if (options_.tls_cert_file.empty() && options_.tls_key_file.empty()) return Status::Ok();
-    if (options_.tls_cert_file.empty() || options_.tls_key_file.empty()) {
-      return Status::InvalidArgument("TLS needs both a certificate file and a key file");
-    }
-    tls_ = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
-    tls_->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
-                      net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
-                      net::ssl::context::no_tlsv1_1 | net::ssl::context::single_dh_use);
-    beast::error_code ec;
-    tls_->use_certificate_chain_file(options_.tls_cert_file, ec);
-    if (ec) {
-      return Status::InvalidArgument("TLS certificate '" + options_.tls_cert_file +
-                                     "': " + ec.message());
-    }
-    tls_->use_private_key_file(options_.tls_key_file, net::ssl::context::pem, ec);
-    if (ec) {
-      return Status::InvalidArgument("TLS key '" + options_.tls_key_file + "': " + ec.message());
-    }
-    if (!options_.tls_client_ca_file.empty()) {
-      tls_->load_verify_file(options_.tls_client_ca_file, ec);
-      if (ec) {
-        return Status::InvalidArgument("TLS client CA '" + options_.tls_client_ca_file +
-                                       "': " + ec.message());
-      }
-      tls_->set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert);
-    }
-    return Status::Ok();
-  }
-
   Status Listen() {
-    CKPT_RETURN_IF_ERROR(SetUpTls());
+    CKPT_ASSIGN_OR_RETURN(tls_, NewTlsContext(options_));
     beast::error_code ec;
     auto address = net::ip::make_address(options_.address, ec);
     if (ec) return Status::InvalidArgument("invalid listen address '" + options_.address + "'");
@@ -265,19 +179,6 @@ class HttpServerImpl final : public HttpServer {
     beast::error_code ignored;
     socket.shutdown(tcp::socket::shutdown_both, ignored);
     socket.close(ignored);
-  }
-
-  // Completion of a session coroutine. Expected failures are Status values, so an exception
-  // here is a bug: the connection is gone, the daemon serves on, and the log says why.
-  static void LogEscapedException(std::exception_ptr error) {
-    if (!error) return;
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      spdlog::error("a connection was dropped by an unexpected exception: {}", e.what());
-    } catch (...) {
-      spdlog::error("a connection was dropped by an unexpected non-standard exception");
-    }
   }
 
   net::awaitable<void> AcceptLoop() {
