@@ -12,6 +12,7 @@
 
 #include "ckpt/api/http_server.h"
 #include "ckpt/storage/checkpoint_store.h"
+#include "core/store_open.h"
 #include "faulty_file_system.h"
 #include "raw_http.h"
 #include "test_support.h"
@@ -37,8 +38,7 @@ class HttpFaultTest : public ::testing::Test {
     options.data_dir = dir_.str();
     options.chunk_bytes = 16 << 10;
     options.min_free_bytes = 0;  // the faults decide, not the reserve
-    options.env = env_;
-    auto store = CheckpointStore::Open(options);
+    auto store = OpenStoreOn(options, env_);
     ASSERT_TRUE(store.ok()) << store.status().ToLogString();
     store_ = std::move(store).value();
     api::HttpServerOptions http;

@@ -1,7 +1,7 @@
 // FaultyFileSystem: RocksDB's file system with failures injected where a test asks for them —
 // writes, syncs, reads or renames, after a number of calls or of bytes, as "no space left" or
 // as an I/O error — and a free-space figure the test sets. Test support only: the store takes
-// it through StoreOptions::env.
+// it through OpenStoreOn (storage/src/core/store_open.h).
 //
 // Thread safety: safe for concurrent use (RocksDB's background threads call it too).
 #pragma once
@@ -41,7 +41,7 @@ class FaultyFileSystem final : public rocksdb::FileSystemWrapper {
   static const char* kClassName() { return "ckptd.FaultyFileSystem"; }
   const char* Name() const override { return kClassName(); }
 
-  // An Env over this file system, for StoreOptions::env.
+  // An Env over this file system, for OpenStoreOn.
   static std::pair<std::shared_ptr<FaultyFileSystem>, std::shared_ptr<rocksdb::Env>> NewEnv() {
     auto fs = std::make_shared<FaultyFileSystem>();
     std::shared_ptr<rocksdb::Env> env(rocksdb::NewCompositeEnv(fs).release());

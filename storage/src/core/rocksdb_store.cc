@@ -18,6 +18,7 @@
 #include "core/restore_stream.h"
 #include "core/scoped_snapshot.h"
 #include "core/store_context.h"
+#include "core/store_open.h"
 #include "core/store_schema.h"
 #ifdef CKPT_WITH_RADOS
 #include "backends/rados/rados_backend.h"
@@ -29,11 +30,12 @@ namespace {
 // Thread safety: safe for concurrent use (CheckpointStore's contract).
 class RocksCheckpointStore final : public CheckpointStore {
  public:
-  explicit RocksCheckpointStore(const StoreOptions& options)
+  RocksCheckpointStore(const StoreOptions& options, std::shared_ptr<rocksdb::Env> env)
       : options_(options),
+        env_(std::move(env)),
         cache_(options.reference_cache_bytes),
         codec_(NewLosslessCodec(LosslessCodecOptions{options.zstd_level})),
-        health_(options.env ? options.env.get() : rocksdb::Env::Default(), options.data_dir,
+        health_(env_ ? env_.get() : rocksdb::Env::Default(), options.data_dir,
                 options.min_free_bytes),
         maintenance_(ctx_),
         writer_(ctx_, &maintenance_) {}
@@ -45,9 +47,8 @@ class RocksCheckpointStore final : public CheckpointStore {
   }
 
   Status OpenDb() {
-    CKPT_RETURN_IF_ERROR(OpenStoreDatabase(options_.data_dir, options_.env.get(),
-                                           health_.NewListener(), options_.engine_log, &db_,
-                                           &families_));
+    CKPT_RETURN_IF_ERROR(OpenStoreDatabase(options_.data_dir, env_.get(), health_.NewListener(),
+                                           options_.engine_log, &db_, &families_));
     health_.Attach(db_.get(), families_.chunks);
     ctx_.db = db_.get();
     ctx_.health = &health_;
@@ -274,6 +275,7 @@ class RocksCheckpointStore final : public CheckpointStore {
 
  private:
   StoreOptions options_;
+  const std::shared_ptr<rocksdb::Env> env_;  // null: the process's file system
   ReferenceCache cache_;
   std::unique_ptr<TensorCodec> codec_;
   StoreHealth health_;  // the database's listener refers to it: declared before db_
@@ -294,11 +296,16 @@ Status CheckpointStore::RestoreBackup(const std::string& backup_dir, const std::
 }
 
 Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(const StoreOptions& options) {
+  return OpenStoreOn(options, nullptr);
+}
+
+Result<std::unique_ptr<CheckpointStore>> OpenStoreOn(const StoreOptions& options,
+                                                     std::shared_ptr<rocksdb::Env> env) {
   if (options.data_dir.empty()) return Status::InvalidArgument("store: data_dir is empty");
   if (options.chunk_bytes < 1024) {
     return Status::InvalidArgument("store: chunk_bytes must be at least 1024");
   }
-  auto store = std::make_unique<RocksCheckpointStore>(options);
+  auto store = std::make_unique<RocksCheckpointStore>(options, std::move(env));
   CKPT_RETURN_IF_ERROR(store->OpenDb());
   return std::unique_ptr<CheckpointStore>(std::move(store));
 }

@@ -32,10 +32,6 @@
 #include "ckpt/codec/status.h"
 #include "ckpt/storage/retention.h"
 
-namespace rocksdb {
-class Env;
-}  // namespace rocksdb
-
 namespace ckpt {
 
 // Scale-out on Ceph (docs/deployment.md): several daemons share one RADOS pool. Chunk records
@@ -76,10 +72,6 @@ struct StoreOptions {
   // Deletes, retention, garbage collection, tags, policies and reads keep working inside it,
   // so that space can be freed through the API. 0: no reserve. Default: 256 MiB.
   uint64_t min_free_bytes = 256ull << 20;
-
-  // The file system RocksDB reads and writes through; null: the process's
-  // (rocksdb::Env::Default()). Tests inject faults here.
-  std::shared_ptr<rocksdb::Env> env;
 
   // Where the storage engine's warnings and errors go, one line each (RocksDB keeps no log file
   // in data_dir: a full volume would break it first). Null: standard error.
