@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -172,5 +173,56 @@ inline constexpr DType kLossyDtypes[] = {DType::kF32, DType::kF64, DType::kF16, 
 // F32/F64, element history); kLargeChunk is above it.
 inline constexpr size_t kSmallChunk = 777;
 inline constexpr size_t kLargeChunk = 5000;
+
+// The bound `q` guarantees: pointwise-relative for the log quantizer, else absolute.
+inline void ExpectWithin(Quantizer q, DType dtype, const std::vector<uint8_t>& pushed,
+                         const std::vector<uint8_t>& restored, double bound,
+                         const std::string& where) {
+  if (q == Quantizer::kLog) {
+    ExpectWithinPointwise(dtype, pushed, restored, bound, where);
+  } else {
+    ExpectWithinBound(dtype, pushed, restored, bound, where);
+  }
+}
+
+// A chain of `versions` versions: every version is decoded by replaying the chain from the
+// keyframe, and every restored element must be within the bound.
+inline void RunChain(DType dtype, double bound, size_t versions,
+                     const std::function<void(size_t, std::vector<double>&)>& step,
+                     Coding coding = Quantizer::kUniform, size_t elements = kSmallChunk) {
+  const Quantizer quantizer = coding.quantizer;
+  auto codec = Lossy(coding, bound);
+  std::vector<double> values(elements);
+  step(0, values);
+  std::vector<uint8_t> pushed = Pack(dtype, values);
+  Coded key = EncodeDecode(*codec, dtype, pushed, nullptr);
+  // Each link as stored: the codec that decodes it (a chunk may fall back to lossless) and its
+  // payload.
+  std::vector<std::pair<CodecId, std::string>> links = {{key.chunk.codec_id, key.chunk.payload}};
+  std::vector<uint8_t> reference = key.chunk.reconstruction;
+  ExpectWithin(quantizer, dtype, pushed, key.decoded, bound, "version 0");
+  for (size_t v = 1; v < versions; ++v) {
+    step(v, values);
+    pushed = Pack(dtype, values);
+    Coded c = EncodeDecode(*codec, dtype, pushed, &reference);
+    links.emplace_back(c.chunk.codec_id, c.chunk.payload);
+    reference = c.chunk.reconstruction;
+    ExpectWithin(quantizer, dtype, pushed, c.decoded, bound, "version " + std::to_string(v));
+    // Every 25 versions, restore from the stored chain (keyframe + all deltas), not from the
+    // encoder's state. (EncodeDecode checked each link against its reference already.)
+    if (v % 25 != 0 && v + 1 != versions) continue;
+    std::vector<uint8_t> restored(pushed.size()), next(pushed.size());
+    for (size_t k = 0; k < links.size(); ++k) {
+      auto link_codec = CodecForDecoding(static_cast<uint16_t>(links[k].first));
+      ASSERT_TRUE(link_codec.ok());
+      std::optional<std::span<const uint8_t>> ref;
+      if (k > 0) ref = std::span<const uint8_t>(restored);
+      ASSERT_TRUE((*link_codec)->Decode(dtype, AsBytes(links[k].second), ref, next).ok());
+      std::swap(restored, next);
+    }
+    ASSERT_EQ(restored, reference) << "version " << v;
+    if (::testing::Test::HasFailure()) return;
+  }
+}
 
 }  // namespace ckpt::testing

@@ -21,6 +21,13 @@ inline std::span<const uint8_t> Bytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
+// A codec policy from its JSON (a test's literal: a parse error fails the test).
+inline CodecPolicy LossyPolicy(std::string_view json) {
+  auto policy = CodecPolicy::FromJson(json, CodecPolicy{});
+  EXPECT_TRUE(policy.ok()) << policy.status().ToString();
+  return *policy;
+}
+
 class CheckpointStoreTest : public ::testing::Test {
  protected:
   void SetUp() override { Reopen(); }
