@@ -302,8 +302,8 @@ Status SafetensorsStreamParser::Finish() {
   return Status::Ok();
 }
 
-Result<std::string> WriteSafetensors(const std::vector<TensorSpec>& tensors,
-                                     const std::map<std::string, std::string>& metadata) {
+Result<std::string> WriteSafetensorsHeader(const std::vector<TensorSpec>& tensors,
+                                           const std::map<std::string, std::string>& metadata) {
   json doc = json::object();
   if (!metadata.empty()) doc["__metadata__"] = metadata;
   uint64_t offset = 0;
@@ -315,11 +315,6 @@ Result<std::string> WriteSafetensors(const std::vector<TensorSpec>& tensors,
     }
     uint64_t bytes = DTypeSize(t.dtype);
     for (uint64_t d : t.shape) bytes *= d;
-    if (bytes != t.data.size()) {
-      return Status::InvalidArgument("safetensors writer: tensor '" + t.name + "' needs " +
-                                     std::to_string(bytes) + " bytes, got " +
-                                     std::to_string(t.data.size()));
-    }
     doc[t.name] = {{"dtype", std::string(DTypeName(t.dtype))},
                    {"shape", t.shape},
                    {"data_offsets", {offset, offset + bytes}}};
@@ -330,7 +325,24 @@ Result<std::string> WriteSafetensors(const std::vector<TensorSpec>& tensors,
   std::string out(kLengthPrefixBytes, '\0');
   StoreLittleEndian64(text.size(), out.data());
   out += text;
-  out.reserve(out.size() + offset);
+  return out;
+}
+
+Result<std::string> WriteSafetensors(const std::vector<TensorSpec>& tensors,
+                                     const std::map<std::string, std::string>& metadata) {
+  uint64_t data_bytes = 0;
+  for (const auto& t : tensors) {
+    uint64_t bytes = DTypeSize(t.dtype);
+    for (uint64_t d : t.shape) bytes *= d;
+    if (bytes != t.data.size()) {
+      return Status::InvalidArgument("safetensors writer: tensor '" + t.name + "' needs " +
+                                     std::to_string(bytes) + " bytes, got " +
+                                     std::to_string(t.data.size()));
+    }
+    data_bytes += bytes;
+  }
+  CKPT_ASSIGN_OR_RETURN(std::string out, WriteSafetensorsHeader(tensors, metadata));
+  out.reserve(out.size() + data_bytes);
   for (const auto& t : tensors) out.append(t.data);
   return out;
 }

@@ -111,8 +111,14 @@ struct TensorSpec {
   std::string_view data;
 };
 
-// Serializes tensors (in the given order) into a complete safetensors file, padding the JSON
-// header with spaces to a multiple of 8 bytes as the reference writer does.
+// The header of a safetensors file of `tensors` (in the given order; their `data` is not read,
+// sizes follow from dtype and shape): the 8-byte length prefix and the JSON, padded with spaces
+// to a multiple of 8 bytes as the reference writer does. The data buffer follows it.
+Result<std::string> WriteSafetensorsHeader(const std::vector<TensorSpec>& tensors,
+                                           const std::map<std::string, std::string>& metadata = {});
+
+// Serializes tensors (in the given order) into a complete safetensors file (the header as
+// WriteSafetensorsHeader writes it, then the data).
 Result<std::string> WriteSafetensors(const std::vector<TensorSpec>& tensors,
                                      const std::map<std::string, std::string>& metadata = {});
 
