@@ -3,44 +3,13 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "responses.h"
 #include "status_page.h"
 
 namespace ckpt::api {
 namespace {
 
 using nlohmann::json;
-
-// Serializes a response document. Invalid UTF-8 (a label or a path segment echoed in an error
-// message can hold any bytes) becomes U+FFFD instead of an exception.
-std::string Dump(const json& doc) {
-  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-std::string Iso8601(int64_t ms) {
-  std::time_t seconds = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&seconds, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  char out[40];
-  std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>(ms % 1000));
-  return out;
-}
-
-json VersionJson(const VersionInfo& v) {
-  return {{"version", v.version},
-          {"kind", v.kind},
-          {"raw_bytes", v.raw_bytes},
-          {"stored_bytes", v.stored_bytes},
-          {"created_at", Iso8601(v.created_at_ms)},
-          {"sha256", v.sha256},
-          {"pushed_sha256", v.pushed_sha256},
-          {"lossy", v.lossy},
-          {"tensor_count", v.tensor_count},
-          {"metrics", v.metrics},
-          {"labels", v.labels},
-          {"tags", v.tags}};
-}
 
 json GcJson(const GcReport& gc) {
   return {{"manifests_removed", gc.manifests_removed},
@@ -113,34 +82,8 @@ json ModelJson(const ModelInfo& m) {
           {"created_at", Iso8601(m.created_at_ms)}};
 }
 
-ApiResponse JsonResponse(int status, const json& body) {
-  ApiResponse r;
-  r.status = status;
-  r.body = Dump(body);
-  r.body.push_back('\n');
-  return r;
-}
-
-// The error object of every error body: {"code": ..., "message": ...}.
-json ErrorObject(std::string_view code, std::string_view message) {
-  return {{"code", std::string(code)}, {"message", std::string(message)}};
-}
-
-json ErrorObject(const Status& status) {
-  json error = ErrorObject(StatusCodeName(status.code()), status.message());
-  if (status.subcode() == StatusSubcode::kNoSpace) error["reason"] = "NO_SPACE";
-  return error;
-}
-
 json SkippedJson(const GcPassReport::Model& model) {
   return {{"model", model.name}, {"error", ErrorObject(model.status)}};
-}
-
-ApiResponse NoContent() {
-  ApiResponse r;
-  r.status = 204;
-  r.content_type.clear();
-  return r;
 }
 
 // How long an administrative collection waits for a model busy with a push or a background
@@ -215,6 +158,9 @@ std::optional<ApiResponse> ApiHandler::WriteRedirect(std::string_view method, co
     case RouteKind::kPolicy:
     case RouteKind::kVersionTag:
     case RouteKind::kRetention:
+    case RouteKind::kShard:
+    case RouteKind::kUpload:
+    case RouteKind::kUploadCommit:
       break;
     case RouteKind::kRetentionRun:
       if (route.dry_run) return std::nullopt;  // a preview reads
@@ -328,7 +274,21 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
       for (const auto& v : *versions) list.push_back(VersionJson(v));
       return JsonResponse(200, {{"model", route.model}, {"versions", list}});
     }
+    case RouteKind::kShard:
+      return MethodNotAllowed(method, "PUT");
+    case RouteKind::kUpload:
+      return HandleUpload(method, route);
+    case RouteKind::kUploadCommit:
+      if (method != "POST") return MethodNotAllowed(method, "POST");
+      return HandleUploadCommit(route);
     case RouteKind::kVersion: {
+      if (method == "GET" && route.layout) {
+        auto number = ResolveVersion(route);
+        if (!number.ok()) return ErrorResponse(number.status());
+        auto layout = store_->GetShardLayout(route.model, *number);
+        if (!layout.ok()) return ErrorResponse(layout.status());
+        return JsonResponse(200, json::parse(*layout));
+      }
       if (method == "GET" && route.detail) {
         auto number = ResolveVersion(route);
         if (!number.ok()) return ErrorResponse(number.status());
@@ -480,41 +440,23 @@ ApiResponse ApiHandler::HandleAdminGc() {
                             {"bytes_freed", pass->bytes_freed}});
 }
 
-Result<std::unique_ptr<PushSession>> ApiHandler::BeginPush(const Route& route,
-                                                           std::optional<uint64_t> content_length) {
-  CKPT_RETURN_IF_ERROR(ValidateModelName(route.model));
-  if (route.version == "latest") {
-    return Status::InvalidArgument("'latest' cannot be pushed; PUT needs a version number");
-  }
-  CKPT_ASSIGN_OR_RETURN(uint64_t version, ParseVersionNumber(route.version));
-  CKPT_ASSIGN_OR_RETURN(PushOptions options, ParsePushQuery(route.query));
-  return store_->BeginPush(route.model, version, content_length, options);
-}
-
-ApiResponse ApiHandler::FinishPush(PushSession& session) {
-  auto info = session.Commit();
-  if (!info.ok()) return ErrorResponse(info.status());
-  if (on_push_committed_) on_push_committed_(info->model);
-  json body = VersionJson(*info);
-  body["model"] = info->model;
-  ApiResponse r = JsonResponse(201, body);
-  r.headers.emplace_back(
-      "Location", "/v1/models/" + info->model + "/versions/" + std::to_string(info->version));
-  return r;
-}
-
 Result<std::unique_ptr<RestoreStream>> ApiHandler::OpenRestore(const Route& route) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(route.model));
+  CKPT_ASSIGN_OR_RETURN(const RestoreSelection selection, ParseRestoreQuery(route.query));
   CKPT_ASSIGN_OR_RETURN(std::optional<uint64_t> version, ResolveVersion(route));
-  return store_->OpenRestore(route.model, version);
+  return store_->OpenRestore(route.model, version, selection);
 }
 
 std::vector<std::pair<std::string, std::string>> ApiHandler::RestoreHeaders(
     const VersionInfo& info) {
-  return {{"X-Ckpt-Model", info.model},
-          {"X-Ckpt-Version", std::to_string(info.version)},
-          {"X-Ckpt-Sha256", info.sha256},
-          {"ETag", "\"" + info.sha256 + "\""}};
+  std::vector<std::pair<std::string, std::string>> headers = {
+      {"X-Ckpt-Model", info.model}, {"X-Ckpt-Version", std::to_string(info.version)}};
+  // A part of a version (a selection) has no digest known before it is sent.
+  if (!info.sha256.empty()) {
+    headers.emplace_back("X-Ckpt-Sha256", info.sha256);
+    headers.emplace_back("ETag", "\"" + info.sha256 + "\"");
+  }
+  return headers;
 }
 
 }  // namespace ckpt::api

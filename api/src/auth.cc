@@ -129,6 +129,9 @@ std::optional<Requirement> Authorizer::RequirementFor(std::string_view method, c
     case RouteKind::kVersion:
     case RouteKind::kPolicy:
     case RouteKind::kVersionTag:
+    case RouteKind::kShard:
+    case RouteKind::kUpload:
+    case RouteKind::kUploadCommit:
     case RouteKind::kRetention:
     case RouteKind::kUnknown:
       return Requirement{read_or_write, false};

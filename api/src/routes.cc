@@ -3,6 +3,8 @@
 // path segments.
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,7 +90,14 @@ std::vector<std::string_view> SplitPath(std::string_view path) {
 
 }  // namespace
 
-Result<PushOptions> ParsePushQuery(std::string_view query) {
+namespace {
+
+// ParsePushQuery, handing parameters it does not know to `extra` (which returns false for
+// those it does not know either).
+Result<PushOptions> ParsePushParams(
+    std::string_view query,
+    const std::function<Result<bool>(const std::string&, const std::string&)>& extra,
+    std::string_view allowed) {
   PushOptions options;
   CKPT_RETURN_IF_ERROR(
       ForEachQueryParam(query, [&](const std::string& key, const std::string& value) -> Status {
@@ -105,13 +114,132 @@ Result<PushOptions> ParsePushQuery(std::string_view query) {
         } else if (key == "tag") {
           options.tags.push_back(value);
         } else {
-          return Status::InvalidArgument("unknown query parameter '" + key +
-                                         "' on a push (allowed: metric.<name>, label.<name>, "
-                                         "tag)");
+          bool known = false;
+          if (extra) {
+            CKPT_ASSIGN_OR_RETURN(known, extra(key, value));
+          }
+          if (!known) {
+            return Status::InvalidArgument("unknown query parameter '" + key + "' on a push " +
+                                           "(allowed: " + std::string(allowed) + ")");
+          }
         }
         return Status::Ok();
       }));
   return options;
+}
+
+// A decimal u32 query value.
+Result<uint32_t> ParseU32Param(const std::string& key, const std::string& value) {
+  auto number = ParseVersionNumber(value);
+  if (!number.ok() || *number > UINT32_MAX) {
+    return Status::InvalidArgument("query parameter '" + key +
+                                   "' must be a decimal 32-bit unsigned integer, got '" + value +
+                                   "'");
+  }
+  return static_cast<uint32_t>(*number);
+}
+
+// Comma-separated decimal dimensions ("0,128"); empty text is a rank-0 list.
+Result<std::vector<uint64_t>> ParseDims(const std::string& key, const std::string& value) {
+  std::vector<uint64_t> dims;
+  std::string_view rest = value;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    auto number = ParseVersionNumber(rest.substr(0, comma));
+    if (!number.ok()) {
+      return Status::InvalidArgument("query parameter '" + key +
+                                     "' must be comma-separated decimal integers, got '" + value +
+                                     "'");
+    }
+    dims.push_back(*number);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return dims;
+}
+
+}  // namespace
+
+Result<PushOptions> ParsePushQuery(std::string_view query) {
+  return ParsePushParams(query, nullptr, "metric.<name>, label.<name>, tag");
+}
+
+Result<std::pair<uint32_t, PushOptions>> ParseShardQuery(std::string_view query) {
+  std::optional<uint32_t> of;
+  CKPT_ASSIGN_OR_RETURN(PushOptions options,
+                        ParsePushParams(
+                            query,
+                            [&](const std::string& key, const std::string& value) -> Result<bool> {
+                              if (key != "of") return false;
+                              CKPT_ASSIGN_OR_RETURN(of, ParseU32Param(key, value));
+                              return true;
+                            },
+                            "of, metric.<name>, label.<name>, tag"));
+  if (!of) {
+    return Status::InvalidArgument(
+        "a shard push needs the shard count: PUT .../shards/{shard}?of=<N>");
+  }
+  return std::make_pair(*of, std::move(options));
+}
+
+Result<RestoreSelection> ParseRestoreQuery(std::string_view query) {
+  RestoreSelection selection;
+  std::optional<uint32_t> rank, ranks;
+  std::optional<std::string> tensor;
+  std::optional<std::vector<uint64_t>> offsets, shape;
+  CKPT_RETURN_IF_ERROR(
+      ForEachQueryParam(query, [&](const std::string& key, const std::string& value) -> Status {
+        if (key == "tensors") {
+          std::string_view rest = value;
+          while (true) {
+            const size_t comma = rest.find(',');
+            if (comma != 0 && !rest.substr(0, comma).empty()) {
+              selection.tensors.emplace_back(rest.substr(0, comma));
+            }
+            if (comma == std::string_view::npos) break;
+            rest.remove_prefix(comma + 1);
+          }
+        } else if (key == "rank") {
+          CKPT_ASSIGN_OR_RETURN(rank, ParseU32Param(key, value));
+        } else if (key == "of") {
+          CKPT_ASSIGN_OR_RETURN(ranks, ParseU32Param(key, value));
+        } else if (key == "tensor") {
+          tensor = value;
+        } else if (key == "offsets") {
+          CKPT_ASSIGN_OR_RETURN(offsets, ParseDims(key, value));
+        } else if (key == "shape") {
+          CKPT_ASSIGN_OR_RETURN(shape, ParseDims(key, value));
+        } else if (key != "detail" && key != "layout") {
+          return Status::InvalidArgument(
+              "unknown query parameter '" + key +
+              "' on a restore (allowed: tensors, rank and of, tensor with offsets and shape, "
+              "detail, layout)");
+        }
+        return Status::Ok();
+      }));
+  if (rank.has_value() != ranks.has_value()) {
+    return Status::InvalidArgument("a resharded restore needs both rank=<i> and of=<M>");
+  }
+  if (ranks) {
+    if (*ranks == 0 || *rank >= *ranks) {
+      return Status::InvalidArgument("rank " + std::to_string(*rank) +
+                                     " is out of range for of=" + std::to_string(*ranks));
+    }
+    selection.rank = *rank;
+    selection.ranks = *ranks;
+  }
+  if (tensor || offsets || shape) {
+    if (!tensor || !offsets || !shape) {
+      return Status::InvalidArgument(
+          "a slice restore needs tensor=<name>, offsets=<a,b,...> and shape=<c,d,...>");
+    }
+    if (ranks || !selection.tensors.empty()) {
+      return Status::InvalidArgument(
+          "a slice restore (tensor=) cannot be combined with tensors= or rank=/of=");
+    }
+    selection.box = std::make_pair(*tensor, TensorBox{*offsets, *shape});
+  }
+  return selection;
 }
 
 Result<uint64_t> ParseVersionNumber(std::string_view text) {
@@ -149,6 +277,12 @@ std::string_view RouteName(RouteKind kind) {
       return "policy";
     case RouteKind::kVersionTag:
       return "version_tag";
+    case RouteKind::kShard:
+      return "shard";
+    case RouteKind::kUpload:
+      return "upload";
+    case RouteKind::kUploadCommit:
+      return "upload_commit";
     case RouteKind::kRetention:
       return "retention";
     case RouteKind::kRetentionRun:
@@ -214,6 +348,15 @@ Route ApiHandler::Classify(std::string_view target) {
         auto decoded = PercentDecode(parts[4]);  // "tag%3Abest" is "tag:best"
         route.version = decoded.ok() ? *decoded : std::string(parts[4]);
         route.detail = QueryFlag(route.query, "detail");
+        route.layout = QueryFlag(route.query, "layout");
+      } else if (parts.size() == 6 && parts[3] == "versions" &&
+                 (parts[5] == "shards" || parts[5] == "shards:commit")) {
+        route.kind = parts[5] == "shards" ? RouteKind::kUpload : RouteKind::kUploadCommit;
+        route.version = std::string(parts[4]);
+      } else if (parts.size() == 7 && parts[3] == "versions" && parts[5] == "shards") {
+        route.kind = RouteKind::kShard;
+        route.version = std::string(parts[4]);
+        route.shard = std::string(parts[6]);
       } else if (parts.size() == 7 && parts[3] == "versions" && parts[5] == "tags") {
         route.kind = RouteKind::kVersionTag;
         route.version = std::string(parts[4]);
@@ -227,8 +370,11 @@ Route ApiHandler::Classify(std::string_view target) {
 RequestPlan ApiHandler::Plan(std::string_view method, const Route& route) {
   if (route.kind == RouteKind::kVersion) {
     if (method == "PUT") return RequestPlan::kPush;
-    if ((method == "GET" && !route.detail) || method == "HEAD") return RequestPlan::kRestore;
+    if ((method == "GET" && !route.detail && !route.layout) || method == "HEAD") {
+      return RequestPlan::kRestore;
+    }
   }
+  if (route.kind == RouteKind::kShard && method == "PUT") return RequestPlan::kPush;
   return RequestPlan::kSimple;
 }
 

@@ -4,9 +4,12 @@
 // docs/design.md.
 #include <rocksdb/db.h>
 
+#include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "backends/store_backend.h"
 #include "ckpt/storage/checkpoint_store.h"
@@ -16,16 +19,24 @@
 #include "core/push_session.h"
 #include "core/reference_cache.h"
 #include "core/restore_stream.h"
+#include "core/restore_view.h"
 #include "core/scoped_snapshot.h"
 #include "core/store_context.h"
 #include "core/store_open.h"
 #include "core/store_schema.h"
+#include "records/keys.h"
+#include "uploads/sharded_uploads.h"
 #ifdef CKPT_WITH_RADOS
 #include "backends/rados/rados_backend.h"
 #endif
 
 namespace ckpt {
 namespace {
+
+// How long the commit of a sharded version waits for its model's turn (a push or a pass of
+// the background work holding it).
+constexpr auto kCommitLockWait = std::chrono::seconds(60);
+constexpr auto kCommitLockRetry = std::chrono::milliseconds(20);
 
 // Thread safety: safe for concurrent use (CheckpointStore's contract).
 class RocksCheckpointStore final : public CheckpointStore {
@@ -38,7 +49,12 @@ class RocksCheckpointStore final : public CheckpointStore {
         health_(env_ ? env_.get() : rocksdb::Env::Default(), options.data_dir,
                 options.min_free_bytes),
         maintenance_(ctx_),
-        writer_(ctx_, &maintenance_) {}
+        writer_(ctx_, &maintenance_),
+        uploads_(&options_, &health_,
+                 [this](const std::string& model, uint64_t version, uint64_t body_size,
+                        const PushOptions& push_options) {
+                   return BeginAssembledPush(model, version, body_size, push_options);
+                 }) {}
 
   ~RocksCheckpointStore() override {
     if (!db_) return;
@@ -72,8 +88,32 @@ class RocksCheckpointStore final : public CheckpointStore {
     ctx_.counters = &counters_;
     // With a cluster, recovery is the owner's business: interrupted pushes leave orphan chunks
     // that its garbage collection removes.
-    if (!backend_->IsLocal()) return Status::Ok();
-    return maintenance_.Recover();
+    if (backend_->IsLocal()) CKPT_RETURN_IF_ERROR(maintenance_.Recover());
+    return uploads_.Open(options_.data_dir + "/uploads",
+                         [this](const std::string& model, uint64_t version) -> Result<bool> {
+                           std::string value;
+                           rocksdb::Status s =
+                               db_->Get(rocksdb::ReadOptions(), ctx_.versions,
+                                        storage_keys::VersionKey(model, version), &value);
+                           if (s.IsNotFound()) return false;
+                           CKPT_RETURN_IF_ERROR(FromRocks(s, "reading a version"));
+                           return true;
+                         });
+  }
+
+  // The push of a sharded version's assembled body, once its model is free.
+  Result<std::unique_ptr<PushSession>> BeginAssembledPush(const std::string& model,
+                                                          uint64_t version, uint64_t body_size,
+                                                          const PushOptions& options) {
+    const auto deadline = std::chrono::steady_clock::now() + kCommitLockWait;
+    while (true) {
+      auto session = BeginPush(model, version, body_size, options);
+      if (session.ok() || session.status().code() != StatusCode::kAborted ||
+          std::chrono::steady_clock::now() >= deadline) {
+        return session;
+      }
+      std::this_thread::sleep_for(kCommitLockRetry);
+    }
   }
 
   Result<std::unique_ptr<PushSession>> BeginPush(std::string_view model, uint64_t version,
@@ -125,6 +165,98 @@ class RocksCheckpointStore final : public CheckpointStore {
                              std::move(record), cache_generation, /*use_cache=*/true);
   }
 
+  Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,
+                                                     std::optional<uint64_t> version,
+                                                     const RestoreSelection& selection) override {
+    if (selection.whole()) return OpenRestore(model, version);
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
+    const uint64_t cache_generation = cache_.generation();  // before the snapshot
+    ScopedSnapshot snapshot(db_.get());
+    CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(ctx_, snapshot.reads(), model, version));
+    auto& [number, record] = found;
+    VersionInfo info = MakeVersionInfo(model, number, record);
+    return OpenRestoreView(ctx_, std::move(snapshot), std::string(model), std::move(info),
+                           std::move(record), cache_generation, selection);
+  }
+
+  Result<std::string> GetShardLayout(std::string_view model,
+                                     std::optional<uint64_t> version) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
+    CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(ctx_, rocksdb::ReadOptions(), model, version));
+    return ShardLayoutOf(found.second);
+  }
+
+  Result<std::unique_ptr<ShardSession>> BeginShard(std::string_view model, uint64_t version,
+                                                   uint32_t shard, uint32_t shard_count,
+                                                   std::optional<uint64_t> body_size,
+                                                   const PushOptions& options) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
+    if (shard_count == 0 || shard_count > options_.max_shards_per_version) {
+      return Status::InvalidArgument(
+          "a version has 1 to " + std::to_string(options_.max_shards_per_version) +
+          " shards (storage.max_shards_per_version), not " + std::to_string(shard_count));
+    }
+    if (shard >= shard_count) {
+      return Status::InvalidArgument("shard " + std::to_string(shard) +
+                                     " is out of range: a version of " +
+                                     std::to_string(shard_count) + " shards has shards 0 to " +
+                                     std::to_string(shard_count - 1));
+    }
+    const std::string name(model);
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(name));
+    rocksdb::ReadOptions ro;
+    CKPT_ASSIGN_OR_RETURN(auto record,
+                          ctx_.GetRecord<ModelRecord>(ro, ctx_.models, name, "model record"));
+    CKPT_ASSIGN_OR_RETURN(
+        auto stored,
+        ctx_.GetRecord<VersionRecord>(ro, ctx_.versions, storage_keys::VersionKey(name, version),
+                                      "version record"));
+    std::optional<CommittedShards> committed;
+    if (stored) {
+      CKPT_ASSIGN_OR_RETURN(const std::string layout_text, ShardLayoutOf(*stored));
+      const auto layout = nlohmann::json::parse(layout_text, nullptr, false);
+      CommittedShards c;
+      c.info = MakeVersionInfo(name, version, *stored);
+      c.shard_count = layout.is_object() ? layout.value("shards", 0u) : 0;
+      if (layout.is_object() && layout.contains("shard_sha256")) {
+        c.shard_sha256 = layout["shard_sha256"].get<std::vector<std::string>>();
+      }
+      committed = std::move(c);
+    } else if (record && record->has_versions && version <= record->latest_version) {
+      return Status::FailedPrecondition(
+          "version " + std::to_string(version) + " must be greater than the latest version " +
+          std::to_string(record->latest_version) + " of model '" + name + "'");
+    } else {
+      CKPT_RETURN_IF_ERROR(health_.CheckPush(body_size.value_or(0)));
+    }
+    return uploads_.Begin(name, version, shard, shard_count, body_size, options,
+                          std::move(committed));
+  }
+
+  Result<ShardUploadInfo> GetUpload(std::string_view model, uint64_t version) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    return uploads_.Get(std::string(model), version);
+  }
+
+  Result<std::vector<ShardUploadInfo>> ListUploads() override { return uploads_.List(); }
+
+  Result<ShardResult> CommitUpload(std::string_view model, uint64_t version,
+                                   const PushOptions& options) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
+    return uploads_.Commit(std::string(model), version, options);
+  }
+
+  Status AbortUpload(std::string_view model, uint64_t version) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    return uploads_.Abort(std::string(model), version);
+  }
+
+  Result<std::vector<ShardUploadInfo>> ExpireUploads() override { return uploads_.Expire(NowMs()); }
+
   Result<std::vector<ModelInfo>> ListModels() override { return ListAllModels(ctx_); }
 
   Result<ModelInfo> GetModel(std::string_view model) override {
@@ -165,7 +297,10 @@ class RocksCheckpointStore final : public CheckpointStore {
     return writer_.DeleteVersion(model, version);
   }
 
-  Status DeleteModel(std::string_view model) override { return writer_.DeleteModel(model); }
+  Status DeleteModel(std::string_view model) override {
+    CKPT_RETURN_IF_ERROR(writer_.DeleteModel(model));
+    return uploads_.RemoveModel(std::string(model));
+  }
 
   Result<CodecPolicy> GetPolicy(std::string_view model) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
@@ -287,6 +422,7 @@ class RocksCheckpointStore final : public CheckpointStore {
   std::mutex tags_mu_;  // see StoreContext::tags_mu
   StoreMaintenance maintenance_;
   ModelWriter writer_;
+  ShardedUploads uploads_;
 };
 
 }  // namespace

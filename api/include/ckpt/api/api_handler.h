@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,6 +36,9 @@ enum class RouteKind {
   kVersion,       // PUT|GET|HEAD|DELETE /v1/models/{model}/versions/{version}
   kPolicy,        // GET|PUT /v1/models/{model}/policy
   kVersionTag,    // PUT|DELETE /v1/models/{model}/versions/{version}/tags/{tag}
+  kShard,         // PUT /v1/models/{model}/versions/{version}/shards/{shard}?of=N
+  kUpload,        // GET|DELETE /v1/models/{model}/versions/{version}/shards (upload state, abort)
+  kUploadCommit,  // POST /v1/models/{model}/versions/{version}/shards:commit
   kRetention,     // GET|PUT /v1/models/{model}/retention
   kRetentionRun,  // POST /v1/models/{model}/retention:preview | retention:apply
   kAdminGc,       // POST /v1/admin/gc
@@ -52,8 +56,10 @@ struct Route {
   std::string model;     // kStatusPage: the ?model= filter (empty: every model)
   std::string version;   // as written in the path: decimal, "latest" or "tag:<name>"
   std::string tag;       // kVersionTag: the tag
+  std::string shard;     // kShard: the shard index as written in the path
   std::string query;     // the raw query string (after '?'), empty if none
   bool detail = false;   // ?detail=1 on a version: its storage detail (JSON) instead of the body
+  bool layout = false;   // ?layout=1 on a version: how it was pushed (JSON) instead of the body
   bool dry_run = false;  // kRetentionRun: retention:preview, or retention:apply?dry_run=1
   // Set by the server after authorization: listings show only models whose names start with
   // it (empty: all).
@@ -74,12 +80,24 @@ struct ApiResponse {
 // What a session should do with a request once its headers are known.
 enum class RequestPlan {
   kSimple,   // read the (small) body, call Handle()
-  kPush,     // PUT of a version: BeginPush(), stream the body into it, FinishPush()
+  kPush,     // PUT of a version or a shard: BeginPush(), stream the body into it, FinishPush()
   kRestore,  // GET/HEAD of a version: OpenRestore(), stream it out
 };
 
 // Called after every committed push with the model's name (the daemon schedules retention).
 using PushCommittedHook = std::function<void(const std::string& model)>;
+
+// A request body streamed into the store (RequestPlan::kPush): a whole version, or one shard
+// of a sharded version. Thread-compatible; destroying it unfinished aborts the body.
+class PushBody {
+ public:
+  virtual ~PushBody() = default;
+  virtual Status Write(std::span<const uint8_t> bytes) = 0;
+  // Ends the body and renders the answer: 201 with the version committed, 202 with the
+  // upload's state for a shard stored before the last, 200 for a shard sent again after its
+  // version was committed, or the error.
+  virtual ApiResponse Finish() = 0;
+};
 
 class ApiHandler {
  public:
@@ -101,13 +119,16 @@ class ApiHandler {
   std::optional<ApiResponse> WriteRedirect(std::string_view method, const Route& route,
                                            std::string_view target);
 
-  // Starts a push for PUT /v1/models/{model}/versions/{version}.
-  Result<std::unique_ptr<PushSession>> BeginPush(const Route& route,
-                                                 std::optional<uint64_t> content_length);
-  // Commits a push and renders its 201 response (or the error); runs the push hook.
-  ApiResponse FinishPush(PushSession& session);
+  // Starts a push for PUT /v1/models/{model}/versions/{version}, or of one shard for PUT
+  // .../versions/{version}/shards/{shard}?of=N.
+  Result<std::unique_ptr<PushBody>> BeginPush(const Route& route,
+                                              std::optional<uint64_t> content_length);
+  // Finishes a push and renders its response (or the error); runs the push hook when a
+  // version was committed.
+  ApiResponse FinishPush(PushBody& body) { return body.Finish(); }
 
-  // Opens a restore for GET/HEAD /v1/models/{model}/versions/{version|latest}.
+  // Opens a restore for GET/HEAD /v1/models/{model}/versions/{version|latest}, of the part
+  // the query selects (ParseRestoreQuery).
   Result<std::unique_ptr<RestoreStream>> OpenRestore(const Route& route);
   // Headers describing a restore (Content-Length is set by the session).
   static std::vector<std::pair<std::string, std::string>> RestoreHeaders(const VersionInfo& info);
@@ -124,6 +145,12 @@ class ApiHandler {
   // "latest" (nullopt), a number, or "tag:<name>" resolved to its version.
   Result<std::optional<uint64_t>> ResolveVersion(const Route& route);
   ApiResponse HandleRetentionRun(const Route& route, std::string_view body);
+  ApiResponse HandleUpload(std::string_view method, const Route& route);
+  ApiResponse HandleUploadCommit(const Route& route);
+  // The response to a shard stored or a version committed by one; runs the push hook.
+  ApiResponse ShardResponse(const ShardResult& result);
+  friend class ShardBody;
+  friend class VersionBody;
   ApiResponse HandleAdminGc();
   ApiResponse HandleAdminScrub();
   ApiResponse HandleAdminBackup(std::string_view body);
@@ -142,6 +169,14 @@ Result<PushOptions> ParsePushQuery(std::string_view query);
 std::string RetentionReportJson(const RetentionReport& report);
 std::string ScrubReportJson(const ScrubReport& report);
 std::string BackupResultJson(const BackupResult& backup);
+
+// The query parameters of a restore: tensors=<glob>[,<glob>...] (repeatable), rank=<i>&of=<M>
+// (the resharded view), tensor=<name>&offsets=<a,b,...>&shape=<c,d,...> (one box). Unknown
+// parameters are InvalidArgument.
+Result<RestoreSelection> ParseRestoreQuery(std::string_view query);
+
+// The query parameters of a shard push: of=<N> (required) and those of ParsePushQuery.
+Result<std::pair<uint32_t, PushOptions>> ParseShardQuery(std::string_view query);
 
 // Parses a decimal u64 (no sign, no leading '+', no overflow).
 Result<uint64_t> ParseVersionNumber(std::string_view text);

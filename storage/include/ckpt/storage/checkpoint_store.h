@@ -18,8 +18,8 @@
 
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -30,6 +30,7 @@
 #include "ckpt/codec/model_name.h"
 #include "ckpt/codec/policy.h"
 #include "ckpt/codec/status.h"
+#include "ckpt/codec/tensor_slices.h"
 #include "ckpt/storage/retention.h"
 
 namespace ckpt {
@@ -95,6 +96,14 @@ struct StoreOptions {
   // tensor data is read. Default: 65536.
   uint32_t max_tensors_per_checkpoint = 65536;
 
+  // How long a sharded upload (BeginShard) may stay uncommitted, counted from its first shard:
+  // ExpireUploads then removes it with its data. Default: 1 hour.
+  std::chrono::seconds upload_expiry{3600};
+
+  // Largest number of shards one version may be pushed as (BeginShard's shard_count).
+  // Default: 1024.
+  uint32_t max_shards_per_version = 1024;
+
   // Largest number of models; creating one more (a first push, or setting a policy) is
   // FailedPrecondition. Checked when a model is created, so concurrent first pushes of new
   // models can exceed it by their number. 0: no limit. Default: 100000.
@@ -155,7 +164,7 @@ struct StoreStats {
   uint64_t gc_bytes_freed = 0;              // stored bytes garbage collection removed
   uint64_t gc_versions_rebased = 0;
   uint64_t rearrangements = 0;  // RearrangeLatest passes that committed
-  uint64_t restores = 0;  // restore streams opened (scrubs excluded)
+  uint64_t restores = 0;        // restore streams opened (scrubs excluded)
   // Stored chunk payloads those restores decoded: a chunk replays its delta chain from the
   // keyframe or from the nearest link in the cache, so this over restores' chunks is the
   // average chain replayed.
@@ -222,6 +231,47 @@ struct PushOptions {
   std::map<std::string, double> metrics;
   std::map<std::string, std::string> labels;
   std::vector<std::string> tags;  // each moves to the new version if another one holds it
+};
+
+// A sharded upload: a version pushed as shard_count shards (BeginShard), visible once every
+// shard is stored and the version committed.
+struct ShardUploadInfo {
+  std::string model;
+  uint64_t version = 0;
+  uint32_t shard_count = 0;
+  std::vector<uint32_t> received;  // shards stored, ascending
+  uint64_t received_bytes = 0;     // their bodies' bytes
+  int64_t created_at_ms = 0;       // when its first shard began
+  int64_t expires_at_ms = 0;       // when ExpireUploads removes it unless committed
+  bool committed = false;          // the version is committed (the upload is gone)
+};
+
+// What storing one shard did.
+struct ShardResult {
+  ShardUploadInfo upload;
+  // Set when this shard was the last one missing (or the shard was sent again after the
+  // version was committed): the committed version.
+  std::optional<VersionInfo> version;
+  // The shard was sent again after its version was committed, with the same bytes.
+  bool sent_again = false;
+};
+
+// Which part of a version a restore sends (CheckpointStore::OpenRestore). Empty: the whole
+// version, byte for byte as pushed (or assembled from its shards).
+struct RestoreSelection {
+  // Tensor name patterns ('*' any run of characters, '?' one); a tensor is sent if it matches
+  // any. Empty: every tensor.
+  std::vector<std::string> tensors;
+  // ranks > 0: the resharded view for `rank` of `ranks`. A tensor pushed as slices along one
+  // dimension is split along that dimension into `ranks` consecutive parts (SplitExtent: the
+  // first extent % ranks parts one longer); every other tensor is sent whole to every rank.
+  // Each part carries its offsets and global shape in the body's kSlicesMetadataKey metadata.
+  uint32_t rank = 0;
+  uint32_t ranks = 0;
+  // One box of one tensor (offsets and extent per dimension), sent as a tensor of that shape.
+  std::optional<std::pair<std::string, TensorBox>> box;
+
+  bool whole() const { return tensors.empty() && ranks == 0 && !box; }
 };
 
 // What rearranging a model's newest versions did (CheckpointStore::RearrangeLatest).
@@ -338,6 +388,23 @@ class RestoreStream {
   virtual Result<std::span<const uint8_t>> Next() = 0;
 };
 
+// Receives one shard of a sharded version as it arrives from the network.
+//
+// Destroying a session that was not finished discards its body; an earlier attempt of the same
+// shard stays.
+class ShardSession {
+ public:
+  virtual ~ShardSession() = default;
+  // Consumes the next bytes of the shard's safetensors body. After an error the session is
+  // failed and only destruction remains.
+  virtual Status Write(std::span<const uint8_t> bytes) = 0;
+  // Declares the end of the body, checks it against the shards already stored (slices within
+  // their global shapes, dtypes and shapes that agree, no overlaps), and stores it durably in
+  // place of an earlier attempt of the same shard. When it was the last shard missing, commits
+  // the version (CheckpointStore::CommitUpload).
+  virtual Result<ShardResult> Finish() = 0;
+};
+
 class CheckpointStore {
  public:
   // Opens (creating if needed) the store in options.data_dir and runs recovery: data of pushes
@@ -360,6 +427,49 @@ class CheckpointStore {
   // an error, never with wrong bytes.)
   virtual Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,
                                                              std::optional<uint64_t> version) = 0;
+
+  // As OpenRestore, sending the part `selection` names (see RestoreSelection) as a safetensors
+  // body of its own. Every chunk read is verified; the body's SHA-256 is not known in advance
+  // (info().sha256 is empty) unless the selection is whole. InvalidArgument for a selection that
+  // names no tensor, a box outside its tensor, or rank >= ranks.
+  virtual Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,
+                                                             std::optional<uint64_t> version,
+                                                             const RestoreSelection& selection) = 0;
+
+  // How a version was pushed: {"shards": N, "shard_sha256": [...], "tensors": {name: {"dtype",
+  // "global_shape", "slices": [{"shard", "offsets", "shape"}]}}} (docs/api.md); a version pushed
+  // whole is one shard holding every tensor whole.
+  virtual Result<std::string> GetShardLayout(std::string_view model,
+                                             std::optional<uint64_t> version) = 0;
+
+  // Sharded versions (docs/api.md, "Sharded versions"). A version may be pushed as
+  // `shard_count` safetensors bodies by as many processes at once, each holding whole tensors
+  // or slices of global tensors (kSlicesMetadataKey). Shards are stored apart from the model
+  // (they neither lock it nor change it) until the last one arrives; the version then commits
+  // as one push of the assembled global tensors, atomically: it is never visible in part.
+  // A shard sent again replaces its earlier attempt; sent again after the commit with the same
+  // bytes, it answers the committed version. Fails with InvalidArgument (names, shard >=
+  // shard_count, shard_count 0 or above StoreOptions::max_shards_per_version, or differing
+  // from the upload's), FailedPrecondition (version not above the latest) or NoSpace.
+  // `options` (metrics, labels, tags) apply to the version when this shard commits it.
+  virtual Result<std::unique_ptr<ShardSession>> BeginShard(std::string_view model, uint64_t version,
+                                                           uint32_t shard, uint32_t shard_count,
+                                                           std::optional<uint64_t> body_size,
+                                                           const PushOptions& options = {}) = 0;
+  // The upload of `version` (NotFound if none; a committed version's upload reports
+  // committed).
+  virtual Result<ShardUploadInfo> GetUpload(std::string_view model, uint64_t version) = 0;
+  virtual Result<std::vector<ShardUploadInfo>> ListUploads() = 0;
+  // Commits an upload whose shards are all stored (FailedPrecondition naming the missing ones
+  // otherwise): checks that the slices tile every global tensor (InvalidArgument naming the
+  // tensor and shards: the upload stays, for a corrected shard), then pushes the assembled
+  // version. A failed commit changes nothing; it can be asked again.
+  virtual Result<ShardResult> CommitUpload(std::string_view model, uint64_t version,
+                                           const PushOptions& options = {}) = 0;
+  // Removes an uncommitted upload and its data. NotFound if none.
+  virtual Status AbortUpload(std::string_view model, uint64_t version) = 0;
+  // Removes the uploads older than StoreOptions::upload_expiry; returns them.
+  virtual Result<std::vector<ShardUploadInfo>> ExpireUploads() = 0;
 
   virtual Result<std::vector<ModelInfo>> ListModels() = 0;
   virtual Result<ModelInfo> GetModel(std::string_view model) = 0;

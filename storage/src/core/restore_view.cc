@@ -1,0 +1,264 @@
+// The restore of part of a version (restore_view.h).
+#include "core/restore_view.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "ckpt/codec/safetensors.h"
+#include "ckpt/codec/tensor_slices.h"
+#include "core/chain_reader.h"
+#include "uploads/shard_assembly.h"
+
+namespace ckpt {
+namespace {
+
+using nlohmann::json;
+
+// The most bytes of a box gathered into one piece of the body.
+constexpr size_t kGatherBytes = 1 << 20;
+
+// One tensor of the view: a box of a stored tensor.
+struct ViewTensor {
+  uint32_t tensor = 0;  // in the manifest
+  TensorBox box;
+  bool whole = false;
+};
+
+Result<SafetensorsHeader> HeaderOf(const VersionRecord& record) {
+  if (record.raw_header.size() < 8) return Status::DataLoss("stored header is too short");
+  return ParseSafetensorsHeader(std::string_view(record.raw_header).substr(8), std::nullopt);
+}
+
+// The dimension a tensor was pushed split along, per the version's layout: the one dimension
+// in which its slices differ (-1 when it was pushed whole or split in several dimensions).
+int SplitDimension(const json& layout, const std::string& name, size_t rank) {
+  if (!layout.is_object() || !layout.contains("tensors")) return -1;
+  const json& tensors = layout["tensors"];
+  auto it = tensors.find(name);
+  if (it == tensors.end() || !it->contains("slices")) return -1;
+  int dim = -1;
+  std::vector<std::vector<uint64_t>> seen;
+  for (const json& slice : (*it)["slices"]) {
+    const auto offsets = slice.value("offsets", std::vector<uint64_t>{});
+    if (offsets.size() != rank) return -1;
+    if (std::find(seen.begin(), seen.end(), offsets) != seen.end()) continue;  // a replica
+    seen.push_back(offsets);
+    for (size_t d = 0; d < rank; ++d) {
+      if (offsets[d] == 0) continue;
+      if (dim >= 0 && dim != static_cast<int>(d)) return -1;
+      dim = static_cast<int>(d);
+    }
+  }
+  return seen.size() > 1 ? dim : -1;
+}
+
+bool MatchesAny(const std::vector<std::string>& patterns, const std::string& name) {
+  if (patterns.empty()) return true;
+  for (const std::string& p : patterns) {
+    if (::fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
+
+class RestoreViewImpl final : public RestoreStream {
+ public:
+  RestoreViewImpl(const StoreContext& ctx, ScopedSnapshot snapshot, std::string model,
+                  VersionInfo info, VersionRecord record, uint64_t cache_generation)
+      : ctx_(ctx),
+        snapshot_(std::move(snapshot)),
+        info_(std::move(info)),
+        record_(std::move(record)),
+        reader_(ctx.db, ctx.manifests, ctx.backend, snapshot_.get(), std::move(model), ctx.cache,
+                cache_generation) {}
+
+  ~RestoreViewImpl() override {
+    ctx_.counters->restore_links_decoded.fetch_add(reader_.links_decoded(),
+                                                   std::memory_order_relaxed);
+  }
+
+  Status Init(const RestoreSelection& selection) {
+    if (selection.ranks > 0 && selection.rank >= selection.ranks) {
+      return Status::InvalidArgument("rank " + std::to_string(selection.rank) +
+                                     " is not below the rank count " +
+                                     std::to_string(selection.ranks));
+    }
+    ctx_.counters->restores.fetch_add(1, std::memory_order_relaxed);
+    CKPT_ASSIGN_OR_RETURN(manifest_, reader_.Manifest(record_.seq));
+    CKPT_ASSIGN_OR_RETURN(SafetensorsHeader header, HeaderOf(record_));
+    json layout;
+    if (auto it = header.metadata.find(std::string(kLayoutMetadataKey));
+        it != header.metadata.end()) {
+      layout = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+    }
+    std::map<std::string, SliceDeclaration> slices;
+    std::vector<TensorSpec> specs;
+    for (uint32_t i = 0; i < manifest_->tensors.size(); ++i) {
+      const ManifestTensor& t = manifest_->tensors[i];
+      ViewTensor v;
+      v.tensor = i;
+      v.box.offsets.assign(t.shape.size(), 0);
+      v.box.shape = t.shape;
+      if (selection.box) {
+        if (selection.box->first != t.name) continue;
+        v.box = selection.box->second;
+        CKPT_RETURN_IF_ERROR(CheckBoxWithin(t.name, v.box, t.shape));
+      } else if (!MatchesAny(selection.tensors, t.name)) {
+        continue;
+      } else if (selection.ranks > 0) {
+        const int dim = SplitDimension(layout, t.name, t.shape.size());
+        if (dim >= 0) {
+          auto [offset, length] = SplitExtent(t.shape[dim], selection.rank, selection.ranks);
+          v.box.offsets[dim] = offset;
+          v.box.shape[dim] = length;
+        }
+      }
+      v.whole = v.box.shape == t.shape;
+      if (!v.whole) slices[t.name] = SliceDeclaration{t.shape, v.box.offsets};
+      specs.push_back(TensorSpec{t.name, t.dtype, v.box.shape, {}});
+      size_ += v.box.element_count() * DTypeSize(t.dtype);
+      view_.push_back(std::move(v));
+    }
+    if (view_.empty()) {
+      return selection.box
+                 ? Status::NotFound("version " + std::to_string(info_.version) +
+                                    " has no tensor '" + selection.box->first + "'")
+                 : Status::InvalidArgument("no tensor of version " + std::to_string(info_.version) +
+                                           " matches the selection");
+    }
+    std::map<std::string, std::string> metadata = header.metadata;
+    metadata.erase(std::string(kLayoutMetadataKey));
+    if (!slices.empty()) {
+      metadata[std::string(kSlicesMetadataKey)] = SliceDeclarationsJson(slices);
+    }
+    CKPT_ASSIGN_OR_RETURN(header_bytes_, WriteSafetensorsHeader(specs, metadata));
+    size_ += header_bytes_.size();
+    info_.sha256.clear();  // of this body: not known before it is made
+    return Status::Ok();
+  }
+
+  const VersionInfo& info() const override { return info_; }
+  uint64_t size() const override { return size_; }
+
+  Result<std::span<const uint8_t>> Next() override {
+    if (!header_sent_) {
+      header_sent_ = true;
+      return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(header_bytes_.data()),
+                                      header_bytes_.size());
+    }
+    while (next_view_ < view_.size()) {
+      const ViewTensor& v = view_[next_view_];
+      const ManifestTensor& t = manifest_->tensors[v.tensor];
+      if (v.whole) {
+        if (next_chunk_ < t.chunk_count) {
+          CKPT_RETURN_IF_ERROR(
+              reader_.DecodeSharedChunk(record_.seq, v.tensor, next_chunk_++, &piece_));
+          return std::span<const uint8_t>(*piece_);
+        }
+      } else {
+        CKPT_ASSIGN_OR_RETURN(const bool more, Gather(v, t));
+        if (more) return std::span<const uint8_t>(gathered_);
+      }
+      ++next_view_;
+      next_chunk_ = 0;
+      runs_.reset();
+    }
+    return std::span<const uint8_t>();
+  }
+
+ private:
+  // Fills gathered_ with the next bytes of box `v` of `t`; false once the box is done.
+  Result<bool> Gather(const ViewTensor& v, const ManifestTensor& t) {
+    const uint64_t element = DTypeSize(t.dtype);
+    if (!runs_) {
+      runs_.emplace(t.shape, v.box);
+      run_begin_ = run_end_ = 0;
+    }
+    gathered_.clear();
+    while (gathered_.size() < kGatherBytes) {
+      if (run_begin_ == run_end_) {
+        uint64_t first = 0, count = 0;
+        if (!runs_->Next(&first, &count)) break;
+        run_begin_ = first * element;
+        run_end_ = (first + count) * element;
+      }
+      const uint32_t chunk = static_cast<uint32_t>(run_begin_ / t.chunk_bytes);
+      if (!chunk_ || chunk_index_ != chunk) {
+        CKPT_RETURN_IF_ERROR(reader_.DecodeSharedChunk(record_.seq, v.tensor, chunk, &chunk_));
+        chunk_index_ = chunk;
+      }
+      const uint64_t chunk_begin = uint64_t{chunk} * t.chunk_bytes;
+      const uint64_t end = std::min(
+          {run_end_, chunk_begin + chunk_->size(), run_begin_ + kGatherBytes - gathered_.size()});
+      if (end <= run_begin_) return Status::DataLoss("a decoded chunk is shorter than recorded");
+      const uint8_t* from = chunk_->data() + (run_begin_ - chunk_begin);
+      gathered_.insert(gathered_.end(), from, from + (end - run_begin_));
+      run_begin_ = end;
+    }
+    if (gathered_.empty()) {
+      chunk_.reset();
+      return false;
+    }
+    return true;
+  }
+
+  const StoreContext& ctx_;
+  const ScopedSnapshot snapshot_;  // first: released after everything reading through it
+  VersionInfo info_;
+  VersionRecord record_;
+  ChainReader reader_;
+  const ManifestRecord* manifest_ = nullptr;
+  std::vector<ViewTensor> view_;
+  std::string header_bytes_;
+  uint64_t size_ = 0;
+  bool header_sent_ = false;
+  size_t next_view_ = 0;
+  uint32_t next_chunk_ = 0;      // whole tensors: the next chunk to send
+  ReferenceCache::Chunk piece_;  // the chunk handed out last
+  // Boxes: the runs left, the current run's byte range, the chunk it reads.
+  std::optional<BoxRuns> runs_;
+  uint64_t run_begin_ = 0, run_end_ = 0;
+  ReferenceCache::Chunk chunk_;
+  uint32_t chunk_index_ = 0;
+  std::vector<uint8_t> gathered_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<RestoreStream>> OpenRestoreView(const StoreContext& ctx,
+                                                       ScopedSnapshot snapshot, std::string model,
+                                                       VersionInfo info, VersionRecord record,
+                                                       uint64_t cache_generation,
+                                                       const RestoreSelection& selection) {
+  auto view =
+      std::make_unique<RestoreViewImpl>(ctx, std::move(snapshot), std::move(model), std::move(info),
+                                        std::move(record), cache_generation);
+  CKPT_RETURN_IF_ERROR(view->Init(selection));
+  return std::unique_ptr<RestoreStream>(std::move(view));
+}
+
+Result<std::string> ShardLayoutOf(const VersionRecord& record) {
+  CKPT_ASSIGN_OR_RETURN(SafetensorsHeader header, HeaderOf(record));
+  if (auto it = header.metadata.find(std::string(kLayoutMetadataKey));
+      it != header.metadata.end()) {
+    return it->second;
+  }
+  json tensors = json::object();
+  for (const TensorInfo& t : header.tensors) {
+    tensors[t.name] = {
+        {"dtype", std::string(DTypeName(t.dtype))},
+        {"global_shape", t.shape},
+        {"slices", json::array({{{"shard", 0},
+                                 {"offsets", std::vector<uint64_t>(t.shape.size(), 0)},
+                                 {"shape", t.shape}}})}};
+  }
+  return json{{"format", 1},
+              {"shards", 1},
+              {"shard_sha256", json::array({record.sha256_hex})},
+              {"tensors", std::move(tensors)}}
+      .dump();
+}
+
+}  // namespace ckpt

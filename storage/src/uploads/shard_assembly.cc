@@ -1,0 +1,262 @@
+// Shards as global tensors (shard_assembly.h).
+#include "uploads/shard_assembly.h"
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+namespace ckpt {
+namespace {
+
+using nlohmann::json;
+
+// Bytes read from a shard at a time, and the most the assembly hands `write` at once.
+constexpr size_t kReadBlockBytes = 1 << 20;
+constexpr size_t kWriteBlockBytes = 4 << 20;
+
+std::string ShardText(uint32_t shard) { return "shard " + std::to_string(shard); }
+
+std::string DimsText(std::span<const uint64_t> dims) {
+  std::string out = "[";
+  for (size_t i = 0; i < dims.size(); ++i) out += (i ? "," : "") + std::to_string(dims[i]);
+  return out + "]";
+}
+
+std::string PieceText(uint32_t shard, const TensorBox& box) {
+  return ShardText(shard) + "'s slice " + DimsText(box.shape) + " at " + DimsText(box.offsets);
+}
+
+// Reads one piece of a shard in its own order, a block at a time.
+class PieceReader {
+ public:
+  PieceReader(const SpooledShardFile* file, uint64_t begin) : file_(file), next_(begin) {}
+  Status Read(uint8_t* out, uint64_t bytes) {
+    while (bytes > 0) {
+      if (pos_ == buffer_.size()) {
+        const uint64_t left = file_->body_bytes() - next_;
+        buffer_.resize(std::min<uint64_t>(kReadBlockBytes, left));
+        if (buffer_.empty()) return Status::DataLoss("stored shard ends early");
+        CKPT_RETURN_IF_ERROR(file_->ReadAt(next_, buffer_));
+        next_ += buffer_.size();
+        pos_ = 0;
+      }
+      const uint64_t take = std::min<uint64_t>(bytes, buffer_.size() - pos_);
+      std::memcpy(out, buffer_.data() + pos_, take);
+      pos_ += take;
+      out += take;
+      bytes -= take;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  const SpooledShardFile* file_;
+  uint64_t next_;
+  std::vector<uint8_t> buffer_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+Result<ShardHeader> DescribeShard(uint32_t shard, const SafetensorsHeader& header) {
+  CKPT_ASSIGN_OR_RETURN(auto slices, ParseSliceDeclarations(header.metadata));
+  ShardHeader out;
+  out.shard = shard;
+  out.metadata = header.metadata;
+  out.metadata.erase(std::string(kSlicesMetadataKey));
+  out.metadata.erase(std::string(kLayoutMetadataKey));
+  const uint64_t data_start = 8 + header.json_size;
+  for (const TensorInfo& t : header.tensors) {
+    ShardTensor st;
+    st.name = t.name;
+    st.dtype = t.dtype;
+    st.box.shape = t.shape;
+    st.data_begin = data_start + t.begin;
+    if (auto it = slices.find(t.name); it != slices.end()) {
+      st.global_shape = it->second.global_shape;
+      st.box.offsets = it->second.offsets;
+      slices.erase(it);
+      Status within = CheckBoxWithin(t.name, st.box, st.global_shape);
+      if (!within.ok()) return within.WithContext(ShardText(shard));
+    } else {
+      st.global_shape = t.shape;
+      st.box.offsets.assign(t.shape.size(), 0);
+    }
+    out.tensors.push_back(std::move(st));
+  }
+  if (!slices.empty()) {
+    return Status::InvalidArgument(ShardText(shard) + ": metadata '" +
+                                   std::string(kSlicesMetadataKey) + "' declares tensor '" +
+                                   slices.begin()->first + "', which the shard does not hold");
+  }
+  return out;
+}
+
+Result<ShardHeader> ReadShardHeader(uint32_t shard, const SpooledShardFile& file) {
+  uint8_t prefix[8];
+  CKPT_RETURN_IF_ERROR(file.ReadAt(0, prefix));
+  uint64_t json_size = 0;
+  for (int i = 7; i >= 0; --i) json_size = (json_size << 8) | prefix[i];
+  if (json_size > kMaxSafetensorsHeaderBytes || 8 + json_size > file.body_bytes()) {
+    return Status::DataLoss("stored " + ShardText(shard) + " has a damaged header");
+  }
+  std::string json_text(json_size, '\0');
+  CKPT_RETURN_IF_ERROR(file.ReadAt(
+      8, std::span<uint8_t>(reinterpret_cast<uint8_t*>(json_text.data()), json_text.size())));
+  CKPT_ASSIGN_OR_RETURN(SafetensorsHeader header,
+                        ParseSafetensorsHeader(json_text, file.body_bytes()));
+  return DescribeShard(shard, header);
+}
+
+Status CheckShardAgainst(const ShardHeader& shard, std::span<const ShardHeader* const> others) {
+  std::unordered_map<std::string_view, const ShardTensor*> mine;
+  for (const ShardTensor& t : shard.tensors) mine.emplace(t.name, &t);
+  for (const ShardHeader* other : others) {
+    if (other->shard == shard.shard) continue;
+    for (const ShardTensor& theirs : other->tensors) {
+      auto it = mine.find(theirs.name);
+      if (it == mine.end()) continue;
+      const ShardTensor& t = *it->second;
+      auto fail = [&](const std::string& what) {
+        return Status::InvalidArgument("tensor '" + t.name + "': " + ShardText(shard.shard) +
+                                       " and " + ShardText(other->shard) + " " + what);
+      };
+      if (t.dtype != theirs.dtype) {
+        return fail("disagree on its dtype (" + std::string(DTypeName(t.dtype)) + " and " +
+                    std::string(DTypeName(theirs.dtype)) + ")");
+      }
+      if (t.global_shape != theirs.global_shape) {
+        return fail("disagree on its global shape (" + DimsText(t.global_shape) + " and " +
+                    DimsText(theirs.global_shape) + ")");
+      }
+      if (t.box != theirs.box && BoxesOverlap(t.box, theirs.box)) {
+        return fail("hold overlapping slices (" + PieceText(shard.shard, t.box) + ", " +
+                    PieceText(other->shard, theirs.box) + ")");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Result<AssemblyPlan> PlanAssembly(std::span<const ShardHeader* const> shards,
+                                  std::span<const std::string> shard_sha256) {
+  AssemblyPlan plan;
+  std::unordered_map<std::string, size_t> index;
+  std::map<std::string, std::string> metadata;
+  for (const ShardHeader* shard : shards) {
+    CKPT_RETURN_IF_ERROR(CheckShardAgainst(*shard, shards));
+    for (const auto& entry : shard->metadata) metadata.insert(entry);  // lowest shard wins
+    for (const ShardTensor& t : shard->tensors) {
+      auto [it, added] = index.emplace(t.name, plan.tensors.size());
+      if (added) {
+        AssemblyPlan::Tensor& g = plan.tensors.emplace_back();
+        g.name = t.name;
+        g.dtype = t.dtype;
+        g.shape = t.global_shape;
+      }
+      AssemblyPlan::Tensor& g = plan.tensors[it->second];
+      AssemblyPlan::Piece piece{shard->shard, t.box, t.data_begin};
+      auto same = std::find_if(g.pieces.begin(), g.pieces.end(),
+                               [&](const AssemblyPlan::Piece& p) { return p.box == t.box; });
+      if (same != g.pieces.end()) {
+        g.replicas.emplace_back(same - g.pieces.begin(), std::move(piece));
+      } else {
+        g.pieces.push_back(std::move(piece));
+      }
+    }
+  }
+  json layout_tensors = json::object();
+  std::vector<TensorSpec> specs;
+  for (const AssemblyPlan::Tensor& g : plan.tensors) {
+    std::vector<TensorBox> boxes;
+    for (const auto& p : g.pieces) boxes.push_back(p.box);
+    CKPT_RETURN_IF_ERROR(CheckTiling(g.name, g.shape, boxes, [&](size_t i) {
+      return PieceText(g.pieces[i].shard, g.pieces[i].box);
+    }));
+    json slices = json::array();
+    auto add = [&](const AssemblyPlan::Piece& p) {
+      slices.push_back({{"shard", p.shard}, {"offsets", p.box.offsets}, {"shape", p.box.shape}});
+    };
+    for (const auto& p : g.pieces) add(p);
+    for (const auto& [i, p] : g.replicas) add(p);
+    layout_tensors[g.name] = {{"dtype", std::string(DTypeName(g.dtype))},
+                              {"global_shape", g.shape},
+                              {"slices", std::move(slices)}};
+    specs.push_back(TensorSpec{g.name, g.dtype, g.shape, {}});
+  }
+  const json layout = {
+      {"format", 1},
+      {"shards", shards.size()},
+      {"shard_sha256", std::vector<std::string>(shard_sha256.begin(), shard_sha256.end())},
+      {"tensors", std::move(layout_tensors)}};
+  metadata[std::string(kLayoutMetadataKey)] = layout.dump();
+  CKPT_ASSIGN_OR_RETURN(plan.raw_header, WriteSafetensorsHeader(specs, metadata));
+  plan.body_bytes = plan.raw_header.size();
+  for (const auto& g : plan.tensors) {
+    uint64_t bytes = DTypeSize(g.dtype);
+    for (uint64_t d : g.shape) bytes *= d;
+    plan.body_bytes += bytes;
+  }
+  return plan;
+}
+
+Status WriteAssembled(const AssemblyPlan& plan, std::span<const SpooledShardFile* const> files,
+                      const std::function<Status(std::span<const uint8_t>)>& write) {
+  // Replicas first: a disagreement is found before anything is pushed.
+  for (const AssemblyPlan::Tensor& g : plan.tensors) {
+    for (const auto& [i, replica] : g.replicas) {
+      const AssemblyPlan::Piece& piece = g.pieces[i];
+      uint64_t left = piece.box.element_count() * DTypeSize(g.dtype);
+      PieceReader a(files[piece.shard], piece.data_begin);
+      PieceReader b(files[replica.shard], replica.data_begin);
+      std::vector<uint8_t> x(kReadBlockBytes), y(kReadBlockBytes);
+      while (left > 0) {
+        const uint64_t n = std::min<uint64_t>(left, kReadBlockBytes);
+        CKPT_RETURN_IF_ERROR(a.Read(x.data(), n));
+        CKPT_RETURN_IF_ERROR(b.Read(y.data(), n));
+        if (std::memcmp(x.data(), y.data(), n) != 0) {
+          return Status::InvalidArgument("tensor '" + g.name + "': " + ShardText(piece.shard) +
+                                         " and " + ShardText(replica.shard) +
+                                         " hold the same slice with different values");
+        }
+        left -= n;
+      }
+    }
+  }
+  CKPT_RETURN_IF_ERROR(write(std::span<const uint8_t>(
+      reinterpret_cast<const uint8_t*>(plan.raw_header.data()), plan.raw_header.size())));
+  std::vector<uint8_t> out;
+  out.reserve(kWriteBlockBytes);
+  auto flush = [&]() -> Status {
+    Status s = out.empty() ? Status::Ok() : write(out);
+    out.clear();
+    return s;
+  };
+  for (const AssemblyPlan::Tensor& g : plan.tensors) {
+    const uint64_t element = DTypeSize(g.dtype);
+    std::vector<PieceReader> readers;
+    std::vector<TensorBox> boxes;
+    for (const auto& p : g.pieces) {
+      readers.emplace_back(files[p.shard], p.data_begin);
+      boxes.push_back(p.box);
+    }
+    Status status;
+    ForEachTileRun(g.shape, boxes, [&](size_t box, uint64_t count) {
+      uint64_t bytes = count * element;
+      while (bytes > 0 && status.ok()) {
+        if (out.size() == kWriteBlockBytes) status = flush();
+        const uint64_t take = std::min<uint64_t>(bytes, kWriteBlockBytes - out.size());
+        const size_t at = out.size();
+        out.resize(at + take);
+        if (status.ok()) status = readers[box].Read(out.data() + at, take);
+        bytes -= take;
+      }
+      return status.ok();
+    });
+    CKPT_RETURN_IF_ERROR(status);
+  }
+  return flush();
+}
+
+}  // namespace ckpt

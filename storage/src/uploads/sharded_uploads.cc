@@ -1,0 +1,395 @@
+// Sharded uploads (sharded_uploads.h).
+#include "uploads/sharded_uploads.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "ckpt/codec/hashing.h"
+#include "ckpt/codec/safetensors.h"
+
+namespace ckpt {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string UploadName(const std::string& model, uint64_t version) {
+  return "version " + std::to_string(version) + " of model '" + model + "'";
+}
+
+// How much of a shard is received between two checks of the free-space reserve.
+constexpr uint64_t kReserveCheckBytes = 8ull << 20;
+
+}  // namespace
+
+// One shard arriving: its body hashed, parsed (its header checked against the upload's other
+// shards before the data is read) and written to the spool.
+class ShardedUploads::Session final : public ShardSession, private SafetensorsSink {
+ public:
+  Session(ShardedUploads* owner, std::string model, uint64_t version, uint32_t shard,
+          std::optional<uint64_t> body_size, PushOptions options,
+          std::unique_ptr<SpooledShardWriter> writer, std::optional<CommittedShards> committed)
+      : owner_(owner),
+        model_(std::move(model)),
+        version_(version),
+        shard_(shard),
+        options_(std::move(options)),
+        writer_(std::move(writer)),
+        committed_(std::move(committed)),
+        parser_(this, body_size) {}
+
+  ~Session() override {
+    writer_.reset();  // removes the partial file unless published
+    if (!committed_) owner_->SessionEnded(model_, version_);
+  }
+
+  Status Write(std::span<const uint8_t> bytes) override {
+    if (finished_) return Status::FailedPrecondition("shard already finished");
+    if (writer_) {
+      unchecked_bytes_ += bytes.size();
+      if (unchecked_bytes_ >= kReserveCheckBytes) {
+        unchecked_bytes_ = 0;
+        CKPT_RETURN_IF_ERROR(owner_->health_->CheckPush(0));
+      }
+    }
+    sha_.Update(bytes);
+    CKPT_RETURN_IF_ERROR(parser_.Feed(bytes));
+    received_ += bytes.size();
+    return writer_ ? writer_->Append(bytes) : Status::Ok();
+  }
+
+  Result<ShardResult> Finish() override {
+    if (finished_) return Status::FailedPrecondition("shard already finished");
+    finished_ = true;
+    CKPT_RETURN_IF_ERROR(parser_.Finish());
+    const std::string digest = sha_.FinishHex();
+    if (committed_) {
+      if (committed_->shard_sha256.size() <= shard_ || committed_->shard_sha256[shard_] != digest) {
+        return Status::FailedPrecondition(UploadName(model_, version_) + " is committed; shard " +
+                                          std::to_string(shard_) +
+                                          " differs from the one it was committed with");
+      }
+      ShardResult result;
+      result.upload.model = model_;
+      result.upload.version = version_;
+      result.upload.shard_count = committed_->shard_count;
+      for (uint32_t i = 0; i < committed_->shard_count; ++i) result.upload.received.push_back(i);
+      result.upload.received_bytes = committed_->info.raw_bytes;
+      result.upload.created_at_ms = committed_->info.created_at_ms;
+      result.upload.committed = true;
+      result.version = committed_->info;
+      result.sent_again = true;
+      return result;
+    }
+    CKPT_RETURN_IF_ERROR(writer_->Seal(digest));
+    {
+      std::lock_guard lock(owner_->mu_);
+      auto it = owner_->uploads_.find(Key(model_, version_));
+      if (it == owner_->uploads_.end()) {
+        return Status::NotFound("the upload of " + UploadName(model_, version_) +
+                                " was aborted or expired while shard " + std::to_string(shard_) +
+                                " arrived");
+      }
+      Upload& upload = it->second;
+      if (upload.committing) {
+        return Status::Aborted("the upload of " + UploadName(model_, version_) +
+                               " is being committed");
+      }
+      CKPT_RETURN_IF_ERROR(owner_->CheckAgainstUpload(upload, *header_));
+      CKPT_RETURN_IF_ERROR(writer_->Publish());
+      upload.shards[shard_] =
+          StoredShard{SpooledShard{shard_, received_, digest, NowMs()}, std::move(*header_)};
+      upload.last_active_ms = NowMs();
+    }
+    return owner_->ShardStored(model_, version_, options_);
+  }
+
+ private:
+  Status OnHeader(const SafetensorsHeader& header, std::string_view) override {
+    CKPT_ASSIGN_OR_RETURN(ShardHeader described, DescribeShard(shard_, header));
+    if (!committed_) {
+      std::lock_guard lock(owner_->mu_);
+      auto it = owner_->uploads_.find(Key(model_, version_));
+      if (it != owner_->uploads_.end()) {
+        CKPT_RETURN_IF_ERROR(owner_->CheckAgainstUpload(it->second, described));
+      }
+    }
+    header_ = std::move(described);
+    return Status::Ok();
+  }
+  Status OnTensorData(size_t, std::span<const uint8_t>) override { return Status::Ok(); }
+  Status OnTensorEnd(size_t) override { return Status::Ok(); }
+
+  ShardedUploads* const owner_;
+  const std::string model_;
+  const uint64_t version_;
+  const uint32_t shard_;
+  const PushOptions options_;
+  std::unique_ptr<SpooledShardWriter> writer_;  // null when the version is committed
+  const std::optional<CommittedShards> committed_;
+  SafetensorsStreamParser parser_;
+  Sha256 sha_;
+  std::optional<ShardHeader> header_;
+  uint64_t received_ = 0;
+  uint64_t unchecked_bytes_ = 0;
+  bool finished_ = false;
+};
+
+ShardedUploads::ShardedUploads(const StoreOptions* options, StoreHealth* health,
+                               BeginPushFn begin_push)
+    : options_(options), health_(health), begin_push_(std::move(begin_push)) {}
+
+Status ShardedUploads::Open(const std::string& root, const VersionExistsFn& version_exists) {
+  spool_ = std::make_unique<UploadSpool>(root);
+  CKPT_RETURN_IF_ERROR(spool_->Open());
+  CKPT_ASSIGN_OR_RETURN(std::vector<UploadRecord> records, spool_->List());
+  std::lock_guard lock(mu_);
+  for (UploadRecord& record : records) {
+    CKPT_ASSIGN_OR_RETURN(const bool committed, version_exists(record.model, record.version));
+    if (committed) {
+      CKPT_RETURN_IF_ERROR(spool_->Remove(record.model, record.version));
+      continue;
+    }
+    Upload upload;
+    upload.last_active_ms = record.created_at_ms;
+    CKPT_ASSIGN_OR_RETURN(auto shards, spool_->Shards(record.model, record.version));
+    for (SpooledShard& s : shards) {
+      if (s.shard >= record.shard_count) continue;
+      CKPT_ASSIGN_OR_RETURN(auto file, spool_->OpenShard(record.model, record.version, s.shard));
+      CKPT_ASSIGN_OR_RETURN(ShardHeader header, ReadShardHeader(s.shard, *file));
+      upload.last_active_ms = std::max(upload.last_active_ms, s.stored_at_ms);
+      const uint32_t index = s.shard;
+      upload.shards.emplace(index, StoredShard{std::move(s), std::move(header)});
+    }
+    upload.record = record;
+    uploads_.emplace(Key(record.model, record.version), std::move(upload));
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<ShardSession>> ShardedUploads::Begin(
+    const std::string& model, uint64_t version, uint32_t shard, uint32_t shard_count,
+    std::optional<uint64_t> body_size, PushOptions options,
+    std::optional<CommittedShards> committed) {
+  if (committed) {
+    if (committed->shard_count != shard_count) {
+      return Status::InvalidArgument(UploadName(model, version) + " was committed as " +
+                                     std::to_string(committed->shard_count) + " shards, not " +
+                                     std::to_string(shard_count));
+    }
+    return std::unique_ptr<ShardSession>(std::make_unique<Session>(
+        this, model, version, shard, body_size, std::move(options), nullptr, std::move(committed)));
+  }
+  {
+    std::lock_guard lock(mu_);
+    auto it = uploads_.find(Key(model, version));
+    if (it == uploads_.end()) {
+      UploadRecord record{model, version, shard_count, NowMs()};
+      CKPT_ASSIGN_OR_RETURN(record, spool_->Create(record));
+      Upload upload;
+      upload.record = record;
+      upload.last_active_ms = record.created_at_ms;
+      it = uploads_.emplace(Key(model, version), std::move(upload)).first;
+    }
+    Upload& upload = it->second;
+    if (upload.record.shard_count != shard_count) {
+      return Status::InvalidArgument("the upload of " + UploadName(model, version) + " has " +
+                                     std::to_string(upload.record.shard_count) + " shards, not " +
+                                     std::to_string(shard_count));
+    }
+    if (upload.committing) {
+      return Status::Aborted("the upload of " + UploadName(model, version) + " is being committed");
+    }
+    ++upload.sessions;
+    upload.last_active_ms = NowMs();
+  }
+  auto writer = spool_->NewShardWriter(model, version, shard);
+  if (!writer.ok()) {
+    SessionEnded(model, version);
+    return writer.status();
+  }
+  return std::unique_ptr<ShardSession>(
+      std::make_unique<Session>(this, model, version, shard, body_size, std::move(options),
+                                std::move(writer).value(), std::nullopt));
+}
+
+void ShardedUploads::SessionEnded(const std::string& model, uint64_t version) {
+  std::lock_guard lock(mu_);
+  auto it = uploads_.find(Key(model, version));
+  if (it != uploads_.end() && it->second.sessions > 0) --it->second.sessions;
+}
+
+ShardUploadInfo ShardedUploads::InfoOf(const Upload& upload) const {
+  ShardUploadInfo info;
+  info.model = upload.record.model;
+  info.version = upload.record.version;
+  info.shard_count = upload.record.shard_count;
+  for (const auto& [index, shard] : upload.shards) {
+    info.received.push_back(index);
+    info.received_bytes += shard.spooled.body_bytes;
+  }
+  info.created_at_ms = upload.record.created_at_ms;
+  info.expires_at_ms =
+      upload.last_active_ms +
+      std::chrono::duration_cast<std::chrono::milliseconds>(options_->upload_expiry).count();
+  return info;
+}
+
+Status ShardedUploads::CheckAgainstUpload(const Upload& upload, const ShardHeader& header) const {
+  std::vector<const ShardHeader*> others;
+  for (const auto& [index, shard] : upload.shards) {
+    if (index != header.shard) others.push_back(&shard.header);
+  }
+  return CheckShardAgainst(header, others);
+}
+
+Result<ShardUploadInfo> ShardedUploads::Get(const std::string& model, uint64_t version) {
+  std::lock_guard lock(mu_);
+  auto it = uploads_.find(Key(model, version));
+  if (it == uploads_.end()) {
+    return Status::NotFound("no upload of " + UploadName(model, version) + " is in progress");
+  }
+  return InfoOf(it->second);
+}
+
+std::vector<ShardUploadInfo> ShardedUploads::List() {
+  std::lock_guard lock(mu_);
+  std::vector<ShardUploadInfo> out;
+  for (const auto& [key, upload] : uploads_) out.push_back(InfoOf(upload));
+  return out;
+}
+
+Result<ShardResult> ShardedUploads::ShardStored(const std::string& model, uint64_t version,
+                                                const PushOptions& options) {
+  auto result = CommitUpload(model, version, options, /*by_last_shard=*/true);
+  if (!result.ok() && result.status().code() != StatusCode::kNotFound) {
+    return result.status().WithContext("the shard is stored, but " + UploadName(model, version) +
+                                       " cannot be committed");
+  }
+  return result;
+}
+
+Result<ShardResult> ShardedUploads::Commit(const std::string& model, uint64_t version,
+                                           const PushOptions& options) {
+  return CommitUpload(model, version, options, /*by_last_shard=*/false);
+}
+
+Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint64_t version,
+                                                 const PushOptions& options, bool by_last_shard) {
+  std::vector<ShardHeader> headers;
+  std::vector<std::string> digests;
+  {
+    std::lock_guard lock(mu_);
+    auto it = uploads_.find(Key(model, version));
+    if (it == uploads_.end()) {
+      return Status::NotFound("no upload of " + UploadName(model, version) + " is in progress");
+    }
+    Upload& upload = it->second;
+    // A shard stored while another commits it, or before the last one: nothing more to do.
+    if (by_last_shard && (upload.committing || upload.shards.size() < upload.record.shard_count)) {
+      return ShardResult{InfoOf(upload), std::nullopt};
+    }
+    if (upload.committing) {
+      return Status::Aborted("the upload of " + UploadName(model, version) + " is being committed");
+    }
+    std::string missing;
+    uint32_t missing_count = 0;
+    for (uint32_t i = 0; i < upload.record.shard_count; ++i) {
+      if (upload.shards.count(i)) continue;
+      if (++missing_count <= 16) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+    }
+    if (missing_count > 0) {
+      return Status::FailedPrecondition("the upload of " + UploadName(model, version) + " misses " +
+                                        std::to_string(missing_count) + " of its " +
+                                        std::to_string(upload.record.shard_count) + " shards (" +
+                                        missing + (missing_count > 16 ? ", ..." : "") + ")");
+    }
+    upload.committing = true;
+    for (const auto& [index, shard] : upload.shards) {
+      headers.push_back(shard.header);
+      digests.push_back(shard.spooled.sha256_hex);
+    }
+  }
+  auto assembled = [&]() -> Result<VersionInfo> {
+    std::vector<const ShardHeader*> header_ptrs;
+    for (const ShardHeader& h : headers) header_ptrs.push_back(&h);
+    CKPT_ASSIGN_OR_RETURN(AssemblyPlan plan, PlanAssembly(header_ptrs, digests));
+    std::vector<std::unique_ptr<SpooledShardFile>> files;
+    std::vector<const SpooledShardFile*> file_ptrs;
+    for (const ShardHeader& h : headers) {
+      CKPT_ASSIGN_OR_RETURN(auto file, spool_->OpenShard(model, version, h.shard));
+      file_ptrs.push_back(file.get());
+      files.push_back(std::move(file));
+    }
+    CKPT_ASSIGN_OR_RETURN(auto session, begin_push_(model, version, plan.body_bytes, options));
+    CKPT_RETURN_IF_ERROR(WriteAssembled(
+        plan, file_ptrs, [&](std::span<const uint8_t> bytes) { return session->Write(bytes); }));
+    return session->Commit();
+  }();
+  std::lock_guard lock(mu_);
+  auto it = uploads_.find(Key(model, version));
+  if (!assembled.ok()) {
+    if (it != uploads_.end()) it->second.committing = false;
+    return assembled.status();
+  }
+  ShardResult result;
+  if (it != uploads_.end()) {
+    result.upload = InfoOf(it->second);
+    uploads_.erase(it);
+  }
+  result.upload.committed = true;
+  result.version = std::move(assembled).value();
+  // The version is committed: a spool directory left by a failed removal goes at the next open.
+  (void)spool_->Remove(model, version);
+  return result;
+}
+
+Status ShardedUploads::Abort(const std::string& model, uint64_t version) {
+  std::lock_guard lock(mu_);
+  auto it = uploads_.find(Key(model, version));
+  if (it == uploads_.end()) {
+    return Status::NotFound("no upload of " + UploadName(model, version) + " is in progress");
+  }
+  if (it->second.committing) {
+    return Status::Aborted("the upload of " + UploadName(model, version) + " is being committed");
+  }
+  CKPT_RETURN_IF_ERROR(spool_->Remove(model, version));
+  uploads_.erase(it);
+  return Status::Ok();
+}
+
+Result<std::vector<ShardUploadInfo>> ShardedUploads::Expire(int64_t now_ms) {
+  std::lock_guard lock(mu_);
+  std::vector<ShardUploadInfo> expired;
+  for (auto it = uploads_.begin(); it != uploads_.end();) {
+    const Upload& upload = it->second;
+    ShardUploadInfo info = InfoOf(upload);
+    if (upload.committing || upload.sessions > 0 || info.expires_at_ms > now_ms) {
+      ++it;
+      continue;
+    }
+    CKPT_RETURN_IF_ERROR(spool_->Remove(upload.record.model, upload.record.version));
+    expired.push_back(std::move(info));
+    it = uploads_.erase(it);
+  }
+  return expired;
+}
+
+Status ShardedUploads::RemoveModel(const std::string& model) {
+  std::lock_guard lock(mu_);
+  for (auto it = uploads_.lower_bound(Key(model, 0));
+       it != uploads_.end() && it->first.first == model;) {
+    if (it->second.committing) {
+      ++it;
+      continue;
+    }
+    CKPT_RETURN_IF_ERROR(spool_->Remove(model, it->first.second));
+    it = uploads_.erase(it);
+  }
+  return Status::Ok();
+}
+
+}  // namespace ckpt

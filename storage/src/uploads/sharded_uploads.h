@@ -1,0 +1,107 @@
+// ShardedUploads: the uploads of sharded versions in progress (CheckpointStore::BeginShard and
+// the calls after it). Shards are stored in the spool (upload_spool.h), checked against each
+// other as they arrive, and assembled into one push of global tensors when the last one is in
+// (shard_assembly.h). Internal to storage/.
+//
+// Owns the spool and the in-memory description of every upload's stored shards (rebuilt from
+// the spool at open). Thread safety: safe for concurrent use; sessions of different shards run
+// in parallel, and a commit runs outside the lock (an upload being committed refuses new
+// shards with Aborted).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ckpt/storage/checkpoint_store.h"
+#include "core/store_health.h"
+#include "uploads/shard_assembly.h"
+#include "uploads/upload_spool.h"
+
+namespace ckpt {
+
+// A committed sharded version, as a shard sent again after its commit is checked against.
+struct CommittedShards {
+  VersionInfo info;
+  uint32_t shard_count = 0;
+  std::vector<std::string> shard_sha256;
+};
+
+class ShardedUploads {
+ public:
+  // Begins the push of an assembled version (waiting for the model's turn).
+  using BeginPushFn = std::function<Result<std::unique_ptr<PushSession>>(
+      const std::string& model, uint64_t version, uint64_t body_size, const PushOptions& options)>;
+  // Whether a version is committed.
+  using VersionExistsFn = std::function<Result<bool>(const std::string& model, uint64_t version)>;
+
+  // `options` and `health` must outlive the uploads.
+  ShardedUploads(const StoreOptions* options, StoreHealth* health, BeginPushFn begin_push);
+
+  // Opens the spool at `root` and loads its uploads; removes those whose version is committed
+  // (a crash between the commit and the removal) and partial shards.
+  Status Open(const std::string& root, const VersionExistsFn& version_exists);
+
+  // A session for one shard. `committed`: the version exists as a sharded version (the shard
+  // is then only compared with the one it was committed with).
+  Result<std::unique_ptr<ShardSession>> Begin(const std::string& model, uint64_t version,
+                                              uint32_t shard, uint32_t shard_count,
+                                              std::optional<uint64_t> body_size,
+                                              PushOptions options,
+                                              std::optional<CommittedShards> committed);
+  Result<ShardUploadInfo> Get(const std::string& model, uint64_t version);
+  std::vector<ShardUploadInfo> List();
+  Result<ShardResult> Commit(const std::string& model, uint64_t version,
+                             const PushOptions& options);
+  Status Abort(const std::string& model, uint64_t version);
+  // Removes uploads created before now_ms - upload_expiry that are not being committed.
+  Result<std::vector<ShardUploadInfo>> Expire(int64_t now_ms);
+  // Removes every upload of `model` (it is being deleted).
+  Status RemoveModel(const std::string& model);
+  // Bytes the spool holds on disk.
+  uint64_t SpoolBytes() { return spool_ ? spool_->DiskBytes() : 0; }
+
+ private:
+  class Session;
+  using Key = std::pair<std::string, uint64_t>;
+  struct StoredShard {
+    SpooledShard spooled;
+    ShardHeader header;
+  };
+  struct Upload {
+    UploadRecord record;
+    std::map<uint32_t, StoredShard> shards;  // stored, by index
+    bool committing = false;
+    int sessions = 0;            // shards being received: the upload does not expire meanwhile
+    int64_t last_active_ms = 0;  // its creation, or the last shard begun or stored
+  };
+
+  // The upload's description; REQUIRES: mu_ held.
+  ShardUploadInfo InfoOf(const Upload& upload) const;
+  // Stores a received shard's description after its file is in place. REQUIRES: mu_ held.
+  Status CheckAgainstUpload(const Upload& upload, const ShardHeader& header) const;
+  // Called by a session as it ends (stored or not).
+  void SessionEnded(const std::string& model, uint64_t version);
+  // Called by a session once its shard is stored: commits when it was the last.
+  Result<ShardResult> ShardStored(const std::string& model, uint64_t version,
+                                  const PushOptions& options);
+  // Commit; with `by_last_shard`, an upload still incomplete or being committed by another
+  // shard is reported as it is instead of refused.
+  Result<ShardResult> CommitUpload(const std::string& model, uint64_t version,
+                                   const PushOptions& options, bool by_last_shard);
+
+  const StoreOptions* const options_;
+  StoreHealth* const health_;
+  const BeginPushFn begin_push_;
+  std::unique_ptr<UploadSpool> spool_;
+  std::mutex mu_;
+  std::map<Key, Upload> uploads_;  // guarded by mu_
+};
+
+}  // namespace ckpt

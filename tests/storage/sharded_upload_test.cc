@@ -1,0 +1,474 @@
+// Sharded versions: shards of global tensors pushed apart, assembled atomically, checked
+// against each other, kept across a reopen, expired and aborted; restores of parts of a version.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "ckpt/codec/tensor_slices.h"
+#include "store_fixture.h"
+
+namespace ckpt::testing {
+namespace {
+
+// A tensor of a parsed body.
+struct BodyTensor {
+  DType dtype = DType::kU8;
+  std::vector<uint64_t> shape;
+  std::string bytes;
+};
+
+struct ParsedBody {
+  std::map<std::string, BodyTensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+ParsedBody Parse(const std::string& body) {
+  ParsedBody out;
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(body[i]);
+  auto header = ParseSafetensorsHeader(std::string_view(body).substr(8, n), body.size());
+  EXPECT_TRUE(header.ok()) << header.status().ToString();
+  if (!header.ok()) return out;
+  for (const TensorInfo& t : header->tensors) {
+    out.tensors[t.name] = {t.dtype, t.shape, body.substr(8 + n + t.begin, t.byte_size())};
+  }
+  out.metadata = header->metadata;
+  return out;
+}
+
+// A row-major float tensor with distinct values.
+OwnedTensor Global(const std::string& name, std::vector<uint64_t> shape, float base) {
+  std::vector<float> v(ElementCount(shape));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = base + 0.001f * static_cast<float>(i);
+  return {name, DType::kF32, std::move(shape), FloatBytes(v)};
+}
+
+// The box of a global tensor as a tensor of its own.
+std::string Cut(const OwnedTensor& global, const TensorBox& box) {
+  const uint64_t element = DTypeSize(global.dtype);
+  std::string out;
+  BoxRuns runs(global.shape, box);
+  uint64_t first = 0, count = 0;
+  while (runs.Next(&first, &count)) out += global.bytes.substr(first * element, count * element);
+  return out;
+}
+
+// One shard's tensors: (global tensor, box) pairs; a box equal to the whole is sent whole.
+using ShardSpec = std::vector<std::pair<const OwnedTensor*, TensorBox>>;
+
+std::string ShardBody(const ShardSpec& spec, std::map<std::string, std::string> metadata = {}) {
+  std::vector<OwnedTensor> tensors;
+  std::map<std::string, SliceDeclaration> slices;
+  for (const auto& [global, box] : spec) {
+    tensors.push_back({global->name, global->dtype, box.shape, Cut(*global, box)});
+    if (box.shape != global->shape) slices[global->name] = {global->shape, box.offsets};
+  }
+  if (!slices.empty()) metadata[std::string(kSlicesMetadataKey)] = SliceDeclarationsJson(slices);
+  return Serialize(tensors, metadata);
+}
+
+TensorBox Whole(const OwnedTensor& t) {
+  return {std::vector<uint64_t>(t.shape.size(), 0), t.shape};
+}
+
+TensorBox Rows(const OwnedTensor& t, uint64_t begin, uint64_t count) {
+  TensorBox b = Whole(t);
+  b.offsets[0] = begin;
+  b.shape[0] = count;
+  return b;
+}
+
+TensorBox Columns(const OwnedTensor& t, uint64_t begin, uint64_t count) {
+  TensorBox b = Whole(t);
+  b.offsets[1] = begin;
+  b.shape[1] = count;
+  return b;
+}
+
+class ShardedUploadTest : public CheckpointStoreTest {
+ protected:
+  Result<ShardResult> PushShard(std::string_view model, uint64_t version, uint32_t shard,
+                                uint32_t of, const std::string& body,
+                                const PushOptions& options = {}) {
+    CKPT_ASSIGN_OR_RETURN(auto session,
+                          store_->BeginShard(model, version, shard, of, body.size(), options));
+    for (size_t off = 0; off < body.size(); off += 777) {
+      CKPT_RETURN_IF_ERROR(session->Write(Bytes(std::string_view(body).substr(off, 777))));
+    }
+    return session->Finish();
+  }
+
+  Result<std::string> RestoreSelected(std::string_view model, std::optional<uint64_t> version,
+                                      const RestoreSelection& selection) {
+    CKPT_ASSIGN_OR_RETURN(auto stream, store_->OpenRestore(model, version, selection));
+    std::string out;
+    for (;;) {
+      CKPT_ASSIGN_OR_RETURN(auto piece, stream->Next());
+      if (piece.empty()) break;
+      out.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+    }
+    EXPECT_EQ(out.size(), stream->size());
+    return out;
+  }
+
+  // Three shards: `wq` split by rows (unevenly), `wo` by columns, `norm` replicated on every
+  // shard, `step` (an I64 scalar) on shard 1 only.
+  std::vector<std::string> ThreeShards(float base) {
+    wq_ = Global("wq", {9, 40}, base);
+    wo_ = Global("wo", {40, 9}, base + 1);
+    norm_ = Global("norm", {40}, base + 2);
+    step_ = OwnedTensor{"step", DType::kI64, {}, std::string("\x07\0\0\0\0\0\0\0", 8)};
+    return {
+        ShardBody({{&wq_, Rows(wq_, 0, 4)}, {&wo_, Columns(wo_, 0, 3)}, {&norm_, Whole(norm_)}}),
+        ShardBody({{&wq_, Rows(wq_, 4, 3)},
+                   {&wo_, Columns(wo_, 3, 3)},
+                   {&norm_, Whole(norm_)},
+                   {&step_, Whole(step_)}}),
+        ShardBody({{&norm_, Whole(norm_)}, {&wo_, Columns(wo_, 6, 3)}, {&wq_, Rows(wq_, 7, 2)}},
+                  {{"label.run", "a"}})};
+  }
+
+  void ExpectGlobalTensors(const ParsedBody& body) {
+    for (const OwnedTensor* t : {&wq_, &wo_, &norm_, &step_}) {
+      ASSERT_TRUE(body.tensors.count(t->name)) << t->name;
+      const BodyTensor& got = body.tensors.at(t->name);
+      EXPECT_EQ(got.shape, t->shape) << t->name;
+      EXPECT_EQ(got.dtype, t->dtype) << t->name;
+      EXPECT_TRUE(got.bytes == t->bytes) << t->name;
+    }
+  }
+
+  OwnedTensor wq_, wo_, norm_, step_;
+};
+
+TEST_F(ShardedUploadTest, ShardsAssembleIntoGlobalTensorsWhenTheLastArrives) {
+  const auto shards = ThreeShards(0);
+  for (uint32_t shard : {2u, 0u}) {
+    auto r = PushShard("m", 10, shard, 3, shards[shard]);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE(r->version);
+    EXPECT_FALSE(r->upload.committed);
+  }
+  auto upload = store_->GetUpload("m", 10);
+  ASSERT_TRUE(upload.ok());
+  EXPECT_EQ(upload->received, (std::vector<uint32_t>{0, 2}));
+  EXPECT_EQ(upload->shard_count, 3u);
+  EXPECT_GT(upload->expires_at_ms, upload->created_at_ms);
+  // Not visible before the last shard.
+  EXPECT_EQ(store_->GetVersion("m", std::nullopt).status().code(), StatusCode::kNotFound);
+
+  auto last = PushShard("m", 10, 1, 3, shards[1]);
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  ASSERT_TRUE(last->version);
+  EXPECT_TRUE(last->upload.committed);
+  EXPECT_EQ(last->version->version, 10u);
+  EXPECT_EQ(last->version->tensor_count, 4u);
+  EXPECT_EQ(last->version->labels.at("run"), "a");  // shard metadata carries over
+  EXPECT_EQ(store_->GetUpload("m", 10).status().code(), StatusCode::kNotFound);
+
+  auto body = Restore("m", 10);
+  ASSERT_TRUE(body.ok()) << body.status().ToString();
+  EXPECT_EQ(Sha256Hex(*body), last->version->sha256);
+  const ParsedBody parsed = Parse(*body);
+  ExpectGlobalTensors(parsed);
+  // The layout travels with the version.
+  auto layout = store_->GetShardLayout("m", 10);
+  ASSERT_TRUE(layout.ok());
+  EXPECT_NE(layout->find("\"shards\":3"), std::string::npos) << *layout;
+  EXPECT_NE(layout->find(Sha256Hex(shards[2])), std::string::npos);
+  EXPECT_TRUE(parsed.metadata.count("ckptd.layout"));
+  EXPECT_FALSE(parsed.metadata.count(std::string(kSlicesMetadataKey)));
+}
+
+TEST_F(ShardedUploadTest, AVersionMissingAShardIsInvisibleAndTheLatestStaysThePreviousOne) {
+  auto first = ThreeShards(0);
+  for (uint32_t i = 0; i < 3; ++i) ASSERT_TRUE(PushShard("m", 1, i, 3, first[i]).ok());
+  auto second = ThreeShards(0.5f);
+  ASSERT_TRUE(PushShard("m", 2, 0, 3, second[0]).ok());
+  ASSERT_TRUE(PushShard("m", 2, 2, 3, second[2]).ok());
+  auto latest = store_->GetVersion("m", std::nullopt);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest->version, 1u);
+  EXPECT_EQ(store_->ListVersions("m")->size(), 1u);
+  auto commit = store_->CommitUpload("m", 2);
+  EXPECT_EQ(commit.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(commit.status().message().find("misses 1 of its 3 shards (1)"), std::string::npos)
+      << commit.status().message();
+}
+
+TEST_F(ShardedUploadTest, AShardSentAgainReplacesItsEarlierAttempt) {
+  auto other = ThreeShards(3);  // same layout, other values
+  auto good = ThreeShards(0);   // (sets the tensors ExpectGlobalTensors compares with)
+  ASSERT_TRUE(PushShard("m", 1, 0, 3, other[0]).ok());
+  ASSERT_TRUE(PushShard("m", 1, 0, 3, good[0]).ok());
+  ASSERT_TRUE(PushShard("m", 1, 1, 3, good[1]).ok());
+  ASSERT_TRUE(PushShard("m", 1, 2, 3, good[2]).ok());
+  ExpectGlobalTensors(Parse(*Restore("m", 1)));
+}
+
+TEST_F(ShardedUploadTest, AShardSentAgainAfterTheCommitAnswersTheVersion) {
+  auto shards = ThreeShards(0);
+  for (uint32_t i = 0; i < 3; ++i) ASSERT_TRUE(PushShard("m", 1, i, 3, shards[i]).ok());
+  auto again = PushShard("m", 1, 1, 3, shards[1]);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->sent_again);
+  ASSERT_TRUE(again->version);
+  EXPECT_EQ(again->version->version, 1u);
+  const std::string other_values = ThreeShards(2)[1];
+  auto different = PushShard("m", 1, 1, 3, other_values);
+  EXPECT_EQ(different.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->ListVersions("m")->size(), 1u);
+}
+
+TEST_F(ShardedUploadTest, BadShardsAreRefusedNamingTheTensorAndShardAndStoreNothing) {
+  auto shards = ThreeShards(0);
+  ASSERT_TRUE(PushShard("m", 1, 0, 3, shards[0]).ok());
+  auto expect_refused = [&](uint32_t shard, uint32_t of, const std::string& body, StatusCode code,
+                            const std::string& words) {
+    auto r = PushShard("m", 1, shard, of, body);
+    EXPECT_EQ(r.status().code(), code) << words << ": " << r.status().ToString();
+    EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status().message();
+    auto upload = store_->GetUpload("m", 1);
+    ASSERT_TRUE(upload.ok());
+    EXPECT_EQ(upload->received, std::vector<uint32_t>{0}) << words;
+  };
+  // Rows 3..5 of wq overlap shard 0's rows 0..3.
+  expect_refused(1, 3, ShardBody({{&wq_, Rows(wq_, 3, 3)}}), StatusCode::kInvalidArgument,
+                 "tensor 'wq': shard 1 and shard 0 hold overlapping slices");
+  OwnedTensor wq_half = wq_;
+  wq_half.dtype = DType::kF16;
+  wq_half.bytes = wq_.bytes.substr(0, wq_.bytes.size() / 2);
+  expect_refused(1, 3, ShardBody({{&wq_half, Rows(wq_half, 4, 3)}}), StatusCode::kInvalidArgument,
+                 "disagree on its dtype (F16 and F32)");
+  OwnedTensor wq_wide = Global("wq", {9, 41}, 0);
+  expect_refused(1, 3, ShardBody({{&wq_wide, Rows(wq_wide, 4, 3)}}), StatusCode::kInvalidArgument,
+                 "disagree on its global shape ([9,41] and [9,40])");
+  // A slice reaching past its global shape.
+  std::map<std::string, SliceDeclaration> past = {{"wo", {{40, 9}, {38, 0}}}};
+  expect_refused(1, 3,
+                 Serialize({{"wo", DType::kF32, {4, 9}, std::string(144, '\0')}},
+                           {{std::string(kSlicesMetadataKey), SliceDeclarationsJson(past)}}),
+                 StatusCode::kInvalidArgument,
+                 "reaches past the global shape [40,9] in dimension 0");
+  expect_refused(1, 4, shards[1], StatusCode::kInvalidArgument, "has 3 shards, not 4");
+  expect_refused(3, 3, shards[1], StatusCode::kInvalidArgument, "shard 3 is out of range");
+  expect_refused(1, 3, shards[1].substr(0, shards[1].size() - 5), StatusCode::kInvalidArgument,
+                 "runs past the end of the body");
+  EXPECT_EQ(store_->GetVersion("m", std::nullopt).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ShardedUploadTest, AGapIsRefusedAtTheCommitAndACorrectedShardCommits) {
+  auto shards = ThreeShards(0);
+  ASSERT_TRUE(PushShard("m", 1, 0, 3, shards[0]).ok());
+  ASSERT_TRUE(PushShard("m", 1, 2, 3, shards[2]).ok());
+  // Shard 1 without its rows of wq: wq has a gap.
+  auto gap = PushShard(
+      "m", 1, 1, 3,
+      ShardBody({{&wo_, Columns(wo_, 3, 3)}, {&norm_, Whole(norm_)}, {&step_, Whole(step_)}}));
+  EXPECT_EQ(gap.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(gap.status().message().find("tensor 'wq'"), std::string::npos)
+      << gap.status().message();
+  EXPECT_NE(gap.status().message().find("a gap"), std::string::npos);
+  EXPECT_EQ(store_->GetVersion("m", std::nullopt).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(store_->GetUpload("m", 1).ok());
+  auto fixed = PushShard("m", 1, 1, 3, shards[1]);
+  ASSERT_TRUE(fixed.ok()) << fixed.status().ToString();
+  ASSERT_TRUE(fixed->version);
+  ExpectGlobalTensors(Parse(*Restore("m", 1)));
+}
+
+TEST_F(ShardedUploadTest, ReplicasThatDifferAreRefused) {
+  auto shards = ThreeShards(0);
+  OwnedTensor other_norm = Global("norm", {40}, 9);
+  ASSERT_TRUE(PushShard("m", 1, 0, 3, shards[0]).ok());
+  ASSERT_TRUE(PushShard("m", 1, 1, 3, shards[1]).ok());
+  auto r = PushShard(
+      "m", 1, 2, 3,
+      ShardBody(
+          {{&other_norm, Whole(other_norm)}, {&wo_, Columns(wo_, 6, 3)}, {&wq_, Rows(wq_, 7, 2)}}));
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("hold the same slice with different values"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(store_->GetVersion("m", std::nullopt).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ShardedUploadTest, StoredShardsSurviveAReopen) {
+  auto shards = ThreeShards(0);
+  ASSERT_TRUE(PushShard("m", 1, 0, 3, shards[0]).ok());
+  ASSERT_TRUE(PushShard("m", 1, 1, 3, shards[1]).ok());
+  Reopen();
+  auto upload = store_->GetUpload("m", 1);
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  EXPECT_EQ(upload->received, (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(upload->received_bytes, shards[0].size() + shards[1].size());
+  auto last = PushShard("m", 1, 2, 3, shards[2]);
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  ASSERT_TRUE(last->version);
+  ExpectGlobalTensors(Parse(*Restore("m", 1)));
+  // The spool is empty once the version is committed.
+  EXPECT_TRUE(std::filesystem::is_empty(dir_.path() / "uploads"));
+}
+
+TEST_F(ShardedUploadTest, AbortAndExpiryRemoveTheUploadsData) {
+  auto shards = ThreeShards(0);
+  ASSERT_TRUE(PushShard("m", 1, 0, 3, shards[0]).ok());
+  ASSERT_TRUE(store_->AbortUpload("m", 1).ok());
+  EXPECT_EQ(store_->GetUpload("m", 1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->AbortUpload("m", 1).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(std::filesystem::is_empty(dir_.path() / "uploads"));
+
+  ASSERT_TRUE(PushShard("m", 2, 1, 3, shards[1]).ok());
+  auto kept = store_->ExpireUploads();  // the default expiry is an hour away
+  ASSERT_TRUE(kept.ok());
+  EXPECT_TRUE(kept->empty());
+  store_.reset();
+  StoreOptions options;
+  options.data_dir = dir_.str();
+  options.min_free_bytes = 0;
+  options.upload_expiry = std::chrono::seconds(0);
+  store_ = std::move(CheckpointStore::Open(options)).value();
+  auto expired = store_->ExpireUploads();
+  ASSERT_TRUE(expired.ok());
+  ASSERT_EQ(expired->size(), 1u);
+  EXPECT_EQ((*expired)[0].version, 2u);
+  EXPECT_EQ(store_->GetUpload("m", 2).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(std::filesystem::is_empty(dir_.path() / "uploads"));
+}
+
+TEST_F(ShardedUploadTest, DeletingTheModelRemovesItsUploads) {
+  auto shards = ThreeShards(0);
+  for (uint32_t i = 0; i < 3; ++i) ASSERT_TRUE(PushShard("m", 1, i, 3, shards[i]).ok());
+  ASSERT_TRUE(PushShard("m", 2, 0, 3, shards[0]).ok());
+  ASSERT_TRUE(store_->DeleteModel("m").ok());
+  EXPECT_EQ(store_->GetUpload("m", 2).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(store_->ListUploads()->empty());
+}
+
+TEST_F(ShardedUploadTest, DeltasLineUpAcrossAChangeOfLayout) {
+  // Version 1 as 3 shards; version 2 (the same values, slightly moved) as 2 shards cut
+  // elsewhere: every tensor of version 2 is a delta against version 1's global tensor.
+  auto v1 = ThreeShards(0);
+  for (uint32_t i = 0; i < 3; ++i) ASSERT_TRUE(PushShard("m", 1, i, 3, v1[i]).ok());
+  OwnedTensor wq = Global("wq", {9, 40}, 0.0001f), wo = Global("wo", {40, 9}, 1.0001f);
+  OwnedTensor norm = norm_, step = step_;
+  auto a = PushShard("m", 2, 0, 2,
+                     ShardBody({{&wq, Rows(wq, 0, 5)}, {&wo, Whole(wo)}, {&norm, Whole(norm)}}));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = PushShard("m", 2, 1, 2, ShardBody({{&wq, Rows(wq, 5, 4)}, {&step, Whole(step)}}));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE(b->version);
+  auto detail = store_->GetVersionDetail("m", 2);
+  ASSERT_TRUE(detail.ok());
+  for (const TensorDetail& t : detail->tensors) EXPECT_EQ(t.kind, "delta") << t.name;
+  const ParsedBody restored = Parse(*Restore("m", 2));
+  EXPECT_TRUE(restored.tensors.at("wq").bytes == wq.bytes);
+  EXPECT_TRUE(restored.tensors.at("wo").bytes == wo.bytes);
+}
+
+TEST_F(ShardedUploadTest, LossyShardsKeepTheClosedLoopAndTheBoundAcrossAChangeOfLayout) {
+  ASSERT_TRUE(
+      store_->SetPolicy("m", LossyPolicy(R"({"mode": "lossy", "max_abs_error": 0.001})")).ok());
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> noise(0, 0.01f);
+  std::vector<float> values(64 * 48);
+  for (float& x : values) x = noise(rng) * 10;
+  for (uint64_t version = 1; version <= 6; ++version) {
+    for (float& x : values) x += noise(rng);
+    OwnedTensor w{"w", DType::kF32, {64, 48}, FloatBytes(values)};
+    // Odd versions by rows in 4 shards, even ones by columns in 3.
+    const uint32_t of = version % 2 ? 4 : 3;
+    std::optional<VersionInfo> info;
+    for (uint32_t shard = 0; shard < of; ++shard) {
+      auto [offset, length] = SplitExtent(version % 2 ? 64 : 48, shard, of);
+      const TensorBox box = version % 2 ? Rows(w, offset, length) : Columns(w, offset, length);
+      auto r = PushShard("m", version, shard, of, ShardBody({{&w, box}}));
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      if (r->version) info = r->version;
+    }
+    ASSERT_TRUE(info) << version;
+    EXPECT_TRUE(info->lossy);
+    const ParsedBody restored = Parse(*Restore("m", version));
+    const std::string& got = restored.tensors.at("w").bytes;
+    ASSERT_EQ(got.size(), w.bytes.size());
+    double worst = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      float x = 0;
+      std::memcpy(&x, got.data() + 4 * i, 4);
+      worst = std::max(worst, std::abs(static_cast<double>(x) - values[i]));
+    }
+    EXPECT_LE(worst, 0.001) << "version " << version;
+    if (version > 1) {
+      auto detail = store_->GetVersionDetail("m", version);
+      EXPECT_EQ(detail->tensors[0].kind, "delta") << version;
+    }
+  }
+}
+
+TEST_F(ShardedUploadTest, RestoresSendTheSelectedTensorsAPartForARankOrOneBox) {
+  auto shards = ThreeShards(0);
+  for (uint32_t i = 0; i < 3; ++i) ASSERT_TRUE(PushShard("m", 1, i, 3, shards[i]).ok());
+
+  RestoreSelection only_w;
+  only_w.tensors = {"w*"};
+  const ParsedBody w = Parse(*RestoreSelected("m", 1, only_w));
+  EXPECT_EQ(w.tensors.size(), 2u);
+  EXPECT_TRUE(w.tensors.at("wq").bytes == wq_.bytes);
+  EXPECT_TRUE(w.tensors.at("wo").bytes == wo_.bytes);
+
+  // 3 shards resharded for 2 ranks: wq by rows (5 + 4), wo by columns (5 + 4), the rest whole.
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    RestoreSelection part;
+    part.rank = rank;
+    part.ranks = 2;
+    const ParsedBody p = Parse(*RestoreSelected("m", std::nullopt, part));
+    const TensorBox rows = Rows(wq_, rank * 5, rank ? 4 : 5);
+    const TensorBox cols = Columns(wo_, rank * 5, rank ? 4 : 5);
+    EXPECT_EQ(p.tensors.at("wq").shape, rows.shape);
+    EXPECT_TRUE(p.tensors.at("wq").bytes == Cut(wq_, rows)) << rank;
+    EXPECT_EQ(p.tensors.at("wo").shape, cols.shape);
+    EXPECT_TRUE(p.tensors.at("wo").bytes == Cut(wo_, cols)) << rank;
+    EXPECT_TRUE(p.tensors.at("norm").bytes == norm_.bytes);
+    EXPECT_TRUE(p.tensors.at("step").bytes == step_.bytes);
+    auto slices = ParseSliceDeclarations(p.metadata);
+    ASSERT_TRUE(slices.ok());
+    EXPECT_EQ(slices->at("wq").offsets, rows.offsets);
+    EXPECT_EQ(slices->at("wo").global_shape, wo_.shape);
+    EXPECT_FALSE(slices->count("norm"));
+  }
+
+  RestoreSelection box;
+  box.box = std::make_pair(std::string("wo"), TensorBox{{10, 2}, {7, 5}});
+  const ParsedBody b = Parse(*RestoreSelected("m", 1, box));
+  ASSERT_EQ(b.tensors.size(), 1u);
+  EXPECT_TRUE(b.tensors.at("wo").bytes == Cut(wo_, box.box->second));
+
+  box.box->second = TensorBox{{38, 0}, {3, 9}};
+  EXPECT_EQ(RestoreSelected("m", 1, box).status().code(), StatusCode::kInvalidArgument);
+  box.box->first = "nope";
+  EXPECT_EQ(RestoreSelected("m", 1, box).status().code(), StatusCode::kNotFound);
+  RestoreSelection none;
+  none.tensors = {"x*"};
+  EXPECT_EQ(RestoreSelected("m", 1, none).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ShardedUploadTest, AWholePushHasAOneShardLayoutAndReshardsByNothing) {
+  auto shards = ThreeShards(0);
+  const std::string body = Serialize({wq_, wo_});
+  ASSERT_TRUE(Push("m", 1, body).ok());
+  auto layout = store_->GetShardLayout("m", 1);
+  ASSERT_TRUE(layout.ok());
+  EXPECT_NE(layout->find("\"shards\":1"), std::string::npos) << *layout;
+  RestoreSelection part;
+  part.rank = 1;
+  part.ranks = 2;
+  const ParsedBody p = Parse(*RestoreSelected("m", 1, part));
+  EXPECT_TRUE(p.tensors.at("wq").bytes == wq_.bytes);  // whole: no layout to follow
+}
+
+}  // namespace
+}  // namespace ckpt::testing
