@@ -23,7 +23,8 @@ std::string Join(const std::vector<uint64_t>& versions) {
 }  // namespace
 
 BackgroundRunner::BackgroundRunner(CheckpointStore* store, const RetentionOptions& options,
-                                   bool rearrange_latest, std::chrono::milliseconds after_push_delay)
+                                   bool rearrange_latest,
+                                   std::chrono::milliseconds after_push_delay)
     : store_(store),
       options_(options),
       rearrange_latest_(rearrange_latest),

@@ -14,8 +14,8 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -57,7 +57,7 @@ class BackgroundRunner {
   std::mutex mu_;
   std::condition_variable wake_;
   std::map<std::string, Clock::time_point> pending_;  // model -> when due; guarded by mu_
-  bool stop_ = false;              // guarded by mu_
+  bool stop_ = false;                                 // guarded by mu_
   std::thread thread_;
 };
 

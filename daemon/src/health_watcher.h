@@ -2,16 +2,15 @@
 // themselves after a storage error once its cause is gone (CheckpointStore::Health resumes the
 // engine), and logs each change of the write state with its reason.
 //
-// Owns its thread, started by the constructor and joined by the destructor. `store` must
-// outlive it.
+// Owns its thread (a PeriodicThread), started by the constructor and joined by the destructor.
+// `store` must outlive it.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
+#include <memory>
 
 #include "ckpt/storage/checkpoint_store.h"
+#include "periodic_thread.h"
 
 namespace ckpt::daemon {
 
@@ -19,17 +18,13 @@ class HealthWatcher {
  public:
   explicit HealthWatcher(CheckpointStore* store,
                          std::chrono::milliseconds interval = std::chrono::seconds(1));
-  ~HealthWatcher();
 
  private:
-  void Run();
+  void Check();
 
   CheckpointStore* const store_;
-  const std::chrono::milliseconds interval_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stop_ = false;
-  std::thread thread_;
+  StoreHealthReport::State logged_ = StoreHealthReport::State::kWritable;  // its thread only
+  PeriodicThread thread_;  // last: stopped before the members it uses go
 };
 
 }  // namespace ckpt::daemon

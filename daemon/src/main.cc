@@ -21,14 +21,15 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "background_runner.h"
 #include "cache_warmer.h"
-#include "health_watcher.h"
 #include "ckpt/api/http_server.h"
 #include "ckpt/daemon/config.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "ckpt/storage/maintenance_service.h"
 #include "ckpt/version.h"
-#include "background_runner.h"
+#include "health_watcher.h"
+#include "upload_expirer.h"
 
 namespace {
 
@@ -254,6 +255,8 @@ int main(int argc, char** argv) {
   auto store = ckpt::CheckpointStore::Open(config.store);
   if (!store.ok()) return Fail(store.status());
   auto health_watcher = std::make_unique<ckpt::daemon::HealthWatcher>(store->get());
+  auto upload_expirer =
+      std::make_unique<ckpt::daemon::UploadExpirer>(store->get(), config.store.upload_expiry);
   auto background_runner = std::make_unique<ckpt::daemon::BackgroundRunner>(
       store->get(), config.retention, config.rearrange_latest, config.rearrange_delay);
   config.server.on_push_committed = [runner = background_runner.get()](const std::string& model) {
@@ -289,6 +292,7 @@ int main(int argc, char** argv) {
   server->reset();
   background_runner.reset();  // finishes the pass in progress
   health_watcher.reset();
+  upload_expirer.reset();
   if (auto s = (*store)->Flush(); !s.ok())
     spdlog::error("flush on shutdown failed: {}", s.ToLogString());
   store->reset();

@@ -45,7 +45,8 @@ Result<ShardHeader> DescribeShard(uint32_t shard, const SafetensorsHeader& heade
 Result<ShardHeader> ReadShardHeader(uint32_t shard, const SpooledShardFile& file);
 
 // Checks a shard against the other shards of its upload: a tensor's dtype and global shape
-// agree everywhere; two shards' parts of one tensor are identical (replicas) or disjoint.
+// agree everywhere; two shards' parts of one tensor are disjoint, or both the whole tensor
+// (replicas, which the commit checks are equal).
 Status CheckShardAgainst(const ShardHeader& shard, std::span<const ShardHeader* const> others);
 
 // How the assembled body is made from the shards.

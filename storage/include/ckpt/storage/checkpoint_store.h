@@ -96,8 +96,9 @@ struct StoreOptions {
   // tensor data is read. Default: 65536.
   uint32_t max_tensors_per_checkpoint = 65536;
 
-  // How long a sharded upload (BeginShard) may stay uncommitted, counted from its first shard:
-  // ExpireUploads then removes it with its data. Default: 1 hour.
+  // How long a sharded upload (BeginShard) may stay uncommitted, counted from its last activity
+  // (a shard begun or stored; never while one is being received): ExpireUploads then removes
+  // it with its data. Default: 1 hour.
   std::chrono::seconds upload_expiry{3600};
 
   // Largest number of shards one version may be pushed as (BeginShard's shard_count).
@@ -242,7 +243,7 @@ struct ShardUploadInfo {
   std::vector<uint32_t> received;  // shards stored, ascending
   uint64_t received_bytes = 0;     // their bodies' bytes
   int64_t created_at_ms = 0;       // when its first shard began
-  int64_t expires_at_ms = 0;       // when ExpireUploads removes it unless committed
+  int64_t expires_at_ms = 0;       // when ExpireUploads removes it unless a shard comes first
   bool committed = false;          // the version is committed (the upload is gone)
 };
 
@@ -468,7 +469,7 @@ class CheckpointStore {
                                            const PushOptions& options = {}) = 0;
   // Removes an uncommitted upload and its data. NotFound if none.
   virtual Status AbortUpload(std::string_view model, uint64_t version) = 0;
-  // Removes the uploads older than StoreOptions::upload_expiry; returns them.
+  // Removes the uploads idle for longer than StoreOptions::upload_expiry; returns them.
   virtual Result<std::vector<ShardUploadInfo>> ExpireUploads() = 0;
 
   virtual Result<std::vector<ModelInfo>> ListModels() = 0;
