@@ -254,6 +254,57 @@ class ClientTest(unittest.TestCase):
         self.assertTrue(torch.equal(back["model.0.bias"], tensors["model.0.bias"]))
         self.assertTrue(torch.equal(back["optim.0.weight.step"], tensors["optim.0.weight.step"]))
 
+    def test_shards_pushed_by_ranks_in_parallel_restore_resharded(self):
+        import concurrent.futures
+        g = torch.Generator().manual_seed(3)
+        w = torch.randn(12, 8, generator=g)     # split by rows over 4 ranks
+        o = torch.randn(8, 12, generator=g)     # split by columns
+        bias = torch.randn(8, generator=g)      # replicated
+        url = f"http://127.0.0.1:{self.daemon.port}"
+
+        def push(rank):
+            client = ckptd.Client(url, progress=False)  # one per thread
+            rows, cols = slice(3 * rank, 3 * rank + 3), slice(3 * rank, 3 * rank + 3)
+            return client.push_shard(
+                "tp", 100, rank, 4,
+                {"w": w[rows].contiguous(), "o": o[:, cols].contiguous(), "bias": bias},
+                slices={"w": {"global_shape": [12, 8], "offsets": [3 * rank, 0]},
+                        "o": {"global_shape": [8, 12], "offsets": [0, 3 * rank]}})
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(push, range(4)))
+        committed = [a for a in answers if "version" in a]
+        self.assertEqual(len(committed), 1)
+        self.assertEqual(committed[0]["version"]["version"], 100)
+        whole = self.client.pull("tp", 100)
+        self.assertTrue(torch.equal(whole["w"], w))
+        self.assertTrue(torch.equal(whole["o"], o))
+        for rank in range(2):
+            part, slices = self.client.pull_shard("tp", rank, 2)
+            self.assertTrue(torch.equal(part["w"], w[6 * rank:6 * rank + 6]))
+            self.assertTrue(torch.equal(part["o"], o[:, 6 * rank:6 * rank + 6]))
+            self.assertTrue(torch.equal(part["bias"], bias))
+            self.assertEqual(slices["w"], {"global_shape": [12, 8], "offsets": [6 * rank, 0]})
+            self.assertNotIn("bias", slices)
+        only = self.client.pull("tp", tensors=["b*"])
+        self.assertEqual(list(only), ["bias"])
+        layout = self.client.layout("tp", 100)
+        self.assertEqual(layout["shards"], 4)
+        self.assertEqual(len(layout["tensors"]["bias"]["slices"]), 4)
+
+        # An incomplete upload is invisible, can be inspected and aborted.
+        self.client.push_shard("tp", 200, 0, 2, {"bias": bias})
+        state = self.client.upload("tp", 200)
+        self.assertEqual(state["missing"], [1])
+        self.assertEqual(self.client.versions("tp")[-1]["version"], 100)
+        with self.assertRaises(ckptd.CkptdError) as refused:
+            self.client.commit_shards("tp", 200)
+        self.assertEqual(refused.exception.status, 409)
+        self.client.abort_upload("tp", 200)
+        with self.assertRaises(ckptd.CkptdError) as gone:
+            self.client.upload("tp", 200)
+        self.assertEqual(gone.exception.status, 404)
+
     def test_fails_over_to_the_next_listed_server(self):
         with socket.socket() as s:  # a port nothing listens on
             s.bind(("127.0.0.1", 0))

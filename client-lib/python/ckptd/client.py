@@ -192,6 +192,62 @@ class Client:
         path = f"/v1/models/{self._quote(model)}/versions/{int(step)}"
         if query:
             path += "?" + urllib.parse.urlencode(query)
+        return self._put_body(model, path, state_dict_or_path, metadata, f"push {model}@{step}")
+
+    def push_shard(self, model, step, shard, num_shards, tensors, slices=None, metadata=None,
+                   metrics=None, tags=()):
+        """Pushes shard `shard` of `num_shards` of version `step` (one per rank, in parallel):
+        `tensors` is a dict of whole tensors or of slices of global tensors, `slices` maps the
+        name of each slice to {"global_shape": [...], "offsets": [...]} (where it lies in its
+        global tensor; the tensor's own shape is its extent). Tensors held whole by several
+        shards must be equal. The version becomes visible when its last shard is stored; the
+        answer's "version" is set then. Sending a shard again replaces the earlier attempt.
+        `metrics` and `tags` apply when this shard completes the version."""
+        metadata = dict(metadata or {})
+        if slices:
+            metadata["ckptd.slices"] = json.dumps(
+                {name: {"global_shape": [int(d) for d in s["global_shape"]],
+                        "offsets": [int(d) for d in s["offsets"]]} for name, s in slices.items()})
+        query = [("of", str(int(num_shards)))]
+        query += [(f"metric.{k}", repr(float(v))) for k, v in (metrics or {}).items()]
+        query += [("tag", t) for t in tags]
+        path = (f"/v1/models/{self._quote(model)}/versions/{int(step)}/shards/{int(shard)}?"
+                + urllib.parse.urlencode(query))
+        return self._put_body(model, path, tensors, metadata,
+                              f"push {model}@{step} shard {shard}")
+
+    def upload(self, model, step):
+        """The state of the sharded upload of version `step`: received and missing shards."""
+        return self._json("GET", f"/v1/models/{self._quote(model)}/versions/{int(step)}/shards")
+
+    def commit_shards(self, model, step):
+        """Commits a sharded upload whose shards are all stored (the last shard does it by
+        itself; this is for a commit that failed and was fixed)."""
+        return self._json("POST",
+                          f"/v1/models/{self._quote(model)}/versions/{int(step)}/shards:commit",
+                          model=model)
+
+    def abort_upload(self, model, step):
+        self._json("DELETE", f"/v1/models/{self._quote(model)}/versions/{int(step)}/shards",
+                   model=model)
+
+    def layout(self, model, version="latest"):
+        """How `version` was pushed: its shards and where each tensor's slices lie."""
+        return self._json("GET", f"/v1/models/{self._quote(model)}/versions/"
+                                 f"{self._quote(version)}?layout=1")
+
+    def pull_shard(self, model, rank, world_size, version="latest", tensors=None, as_torch=True):
+        """The part of `version` that rank `rank` of `world_size` holds: each tensor pushed as
+        slices along one dimension is split along it into `world_size` consecutive parts (the
+        first `extent % world_size` one longer, as torch.tensor_split), every other tensor
+        whole. Returns (tensors, slices): slices maps each cut tensor to its "global_shape" and
+        "offsets"."""
+        out, metadata = self.pull_with_metadata(model, version, as_torch, tensors=tensors,
+                                                rank=rank, world_size=world_size)
+        return out, json.loads(metadata.get("ckptd.slices", "{}"))
+
+    def _put_body(self, model, path, state_dict_or_path, metadata, label):
+        """PUTs a safetensors body (a dict of tensors or a file's path) to `path`."""
         if isinstance(state_dict_or_path, (str, os.PathLike)):
             file_path = state_dict_or_path
             total = os.stat(file_path).st_size
@@ -211,7 +267,7 @@ class Client:
                 for view in views:
                     for start in range(0, len(view), _PIECE):
                         yield view[start:start + _PIECE]
-        progress = _Progress(f"push {model}@{step}", total, self._progress)
+        progress = _Progress(label, total, self._progress)
 
         def send(conn):
             conn.putrequest("PUT", path)
@@ -229,20 +285,23 @@ class Client:
 
         return self._write(model, send)
 
-    def pull(self, model, version="latest", as_torch=True):
+    def pull(self, model, version="latest", as_torch=True, tensors=None):
         """Restores `version` (a step, "latest" or "tag:NAME") as a dict of tensors (torch, or
         numpy arrays when torch is missing or `as_torch` is False), streamed from the socket
-        into one buffer per tensor. The SHA-256 the server announces is verified."""
-        tensors, _ = self.pull_with_metadata(model, version, as_torch)
-        return tensors
+        into one buffer per tensor. `tensors`: name patterns ("layers.*.weight") to restore
+        only those. The SHA-256 the server announces (for a whole version) is verified."""
+        out, _ = self.pull_with_metadata(model, version, as_torch, tensors=tensors)
+        return out
 
-    def _open_restore(self, model, version):
+    def _open_restore(self, model, version, query=None):
         """(connection, response) of GET version; raises CkptdError unless 200. The caller
         closes the connection."""
         conn = self._connect()
+        path = f"/v1/models/{self._quote(model)}/versions/{self._quote(version)}"
+        if query:
+            path += "?" + urllib.parse.urlencode(query)
         try:
-            conn.request("GET", f"/v1/models/{self._quote(model)}/versions/{self._quote(version)}",
-                         headers=self._headers())
+            conn.request("GET", path, headers=self._headers())
             response = conn.getresponse()
             if response.status != 200:
                 self._raise_for(response)
@@ -251,8 +310,12 @@ class Client:
             conn.close()
             raise
 
-    def pull_with_metadata(self, model, version="latest", as_torch=True):
-        conn, response = self._open_restore(model, version)
+    def pull_with_metadata(self, model, version="latest", as_torch=True, tensors=None, rank=None,
+                           world_size=None):
+        query = [("tensors", ",".join(tensors))] if tensors else []
+        if rank is not None:
+            query += [("rank", str(int(rank))), ("of", str(int(world_size)))]
+        conn, response = self._open_restore(model, version, query)
         try:
             expected = response.getheader("X-Ckpt-Sha256")
             total = int(response.getheader("Content-Length", "0"))
