@@ -26,7 +26,7 @@ void UploadExpirer::Expire() {
     return;
   }
   for (const ShardUploadInfo& u : *expired) {
-    spdlog::info(
+    spdlog::warn(
         "uploads: removed the uncommitted upload of model '{}' version {} ({} of {} "
         "shards, {} bytes)",
         u.model, u.version, u.received.size(), u.shard_count, u.received_bytes);

@@ -50,11 +50,15 @@ class RocksCheckpointStore final : public CheckpointStore {
                 options.min_free_bytes),
         maintenance_(ctx_),
         writer_(ctx_, &maintenance_),
-        uploads_(&options_, &health_,
-                 [this](const std::string& model, uint64_t version, uint64_t body_size,
-                        const PushOptions& push_options) {
-                   return BeginAssembledPush(model, version, body_size, push_options);
-                 }) {}
+        uploads_(
+            &options_, &health_,
+            [this](const std::string& model, uint64_t version, uint64_t body_size,
+                   const PushOptions& push_options) {
+              return BeginAssembledPush(model, version, body_size, push_options);
+            },
+            [this](const std::string& model, uint64_t version) {
+              return CommittedShardsOf(model, version);
+            }) {}
 
   ~RocksCheckpointStore() override {
     if (!db_) return;
@@ -99,6 +103,25 @@ class RocksCheckpointStore final : public CheckpointStore {
                            CKPT_RETURN_IF_ERROR(FromRocks(s, "reading a version"));
                            return true;
                          });
+  }
+
+  // A committed version as a shard sent again is compared with (nullopt: not committed).
+  Result<std::optional<CommittedShards>> CommittedShardsOf(const std::string& model,
+                                                           uint64_t version) {
+    CKPT_ASSIGN_OR_RETURN(
+        auto stored,
+        ctx_.GetRecord<VersionRecord>(rocksdb::ReadOptions(), ctx_.versions,
+                                      storage_keys::VersionKey(model, version), "version record"));
+    if (!stored) return std::optional<CommittedShards>();
+    CKPT_ASSIGN_OR_RETURN(const std::string layout_text, ShardLayoutOf(*stored));
+    const auto layout = nlohmann::json::parse(layout_text, nullptr, false);
+    CommittedShards c;
+    c.info = MakeVersionInfo(model, version, *stored);
+    c.shard_count = layout.is_object() ? layout.value("shards", 0u) : 0;
+    if (layout.is_object() && layout.contains("shard_sha256")) {
+      c.shard_sha256 = layout["shard_sha256"].get<std::vector<std::string>>();
+    }
+    return std::optional<CommittedShards>(std::move(c));
   }
 
   // The push of a sharded version's assembled body, once its model is free.
@@ -210,21 +233,10 @@ class RocksCheckpointStore final : public CheckpointStore {
     rocksdb::ReadOptions ro;
     CKPT_ASSIGN_OR_RETURN(auto record,
                           ctx_.GetRecord<ModelRecord>(ro, ctx_.models, name, "model record"));
-    CKPT_ASSIGN_OR_RETURN(
-        auto stored,
-        ctx_.GetRecord<VersionRecord>(ro, ctx_.versions, storage_keys::VersionKey(name, version),
-                                      "version record"));
-    std::optional<CommittedShards> committed;
-    if (stored) {
-      CKPT_ASSIGN_OR_RETURN(const std::string layout_text, ShardLayoutOf(*stored));
-      const auto layout = nlohmann::json::parse(layout_text, nullptr, false);
-      CommittedShards c;
-      c.info = MakeVersionInfo(name, version, *stored);
-      c.shard_count = layout.is_object() ? layout.value("shards", 0u) : 0;
-      if (layout.is_object() && layout.contains("shard_sha256")) {
-        c.shard_sha256 = layout["shard_sha256"].get<std::vector<std::string>>();
-      }
-      committed = std::move(c);
+    CKPT_ASSIGN_OR_RETURN(std::optional<CommittedShards> committed,
+                          CommittedShardsOf(name, version));
+    if (committed) {
+      // Sent again after the commit: compared with the shard the version was committed with.
     } else if (record && record->has_versions && version <= record->latest_version) {
       return Status::FailedPrecondition(
           "version " + std::to_string(version) + " must be greater than the latest version " +

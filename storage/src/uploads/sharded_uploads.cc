@@ -30,12 +30,13 @@ constexpr uint64_t kReserveCheckBytes = 8ull << 20;
 class ShardedUploads::Session final : public ShardSession, private SafetensorsSink {
  public:
   Session(ShardedUploads* owner, std::string model, uint64_t version, uint32_t shard,
-          std::optional<uint64_t> body_size, PushOptions options,
+          uint32_t shard_count, std::optional<uint64_t> body_size, PushOptions options,
           std::unique_ptr<SpooledShardWriter> writer, std::optional<CommittedShards> committed)
       : owner_(owner),
         model_(std::move(model)),
         version_(version),
         shard_(shard),
+        owner_shard_count_(shard_count),
         options_(std::move(options)),
         writer_(std::move(writer)),
         committed_(std::move(committed)),
@@ -66,38 +67,26 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
     finished_ = true;
     CKPT_RETURN_IF_ERROR(parser_.Finish());
     const std::string digest = sha_.FinishHex();
-    if (committed_) {
-      if (committed_->shard_sha256.size() <= shard_ || committed_->shard_sha256[shard_] != digest) {
-        return Status::FailedPrecondition(UploadName(model_, version_) + " is committed; shard " +
-                                          std::to_string(shard_) +
-                                          " differs from the one it was committed with");
-      }
-      ShardResult result;
-      result.upload.model = model_;
-      result.upload.version = version_;
-      result.upload.shard_count = committed_->shard_count;
-      for (uint32_t i = 0; i < committed_->shard_count; ++i) result.upload.received.push_back(i);
-      result.upload.received_bytes = committed_->info.raw_bytes;
-      result.upload.created_at_ms = committed_->info.created_at_ms;
-      result.upload.committed = true;
-      result.version = committed_->info;
-      result.sent_again = true;
-      return result;
-    }
+    if (committed_) return SentAgain(*committed_, digest);
     CKPT_RETURN_IF_ERROR(writer_->Seal(digest));
     {
-      std::lock_guard lock(owner_->mu_);
+      std::unique_lock lock(owner_->mu_);
       auto it = owner_->uploads_.find(Key(model_, version_));
+      // A shard sent again while another one commits the version (ranks retrying after a
+      // failure): its answer is the commit's outcome.
+      while (it != owner_->uploads_.end() && it->second.committing) {
+        owner_->commit_ended_.wait(lock);
+        it = owner_->uploads_.find(Key(model_, version_));
+      }
       if (it == owner_->uploads_.end()) {
+        lock.unlock();
+        CKPT_ASSIGN_OR_RETURN(auto committed, owner_->committed_(model_, version_));
+        if (committed) return SentAgain(*committed, digest);
         return Status::NotFound("the upload of " + UploadName(model_, version_) +
                                 " was aborted or expired while shard " + std::to_string(shard_) +
                                 " arrived");
       }
       Upload& upload = it->second;
-      if (upload.committing) {
-        return Status::Aborted("the upload of " + UploadName(model_, version_) +
-                               " is being committed");
-      }
       CKPT_RETURN_IF_ERROR(owner_->CheckAgainstUpload(upload, *header_));
       CKPT_RETURN_IF_ERROR(writer_->Publish());
       upload.shards[shard_] =
@@ -120,6 +109,27 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
     header_ = std::move(described);
     return Status::Ok();
   }
+  // The answer to a shard sent again after its version was committed.
+  Result<ShardResult> SentAgain(const CommittedShards& committed, const std::string& digest) {
+    if (committed.shard_count != owner_shard_count_ || committed.shard_sha256.size() <= shard_ ||
+        committed.shard_sha256[shard_] != digest) {
+      return Status::FailedPrecondition(UploadName(model_, version_) + " is committed; shard " +
+                                        std::to_string(shard_) +
+                                        " differs from the one it was committed with");
+    }
+    ShardResult result;
+    result.upload.model = model_;
+    result.upload.version = version_;
+    result.upload.shard_count = committed.shard_count;
+    for (uint32_t i = 0; i < committed.shard_count; ++i) result.upload.received.push_back(i);
+    result.upload.received_bytes = committed.info.raw_bytes;
+    result.upload.created_at_ms = committed.info.created_at_ms;
+    result.upload.committed = true;
+    result.version = committed.info;
+    result.sent_again = true;
+    return result;
+  }
+
   Status OnTensorData(size_t, std::span<const uint8_t>) override { return Status::Ok(); }
   Status OnTensorEnd(size_t) override { return Status::Ok(); }
 
@@ -127,6 +137,7 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
   const std::string model_;
   const uint64_t version_;
   const uint32_t shard_;
+  const uint32_t owner_shard_count_;  // of the upload
   const PushOptions options_;
   std::unique_ptr<SpooledShardWriter> writer_;  // null when the version is committed
   const std::optional<CommittedShards> committed_;
@@ -139,8 +150,11 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
 };
 
 ShardedUploads::ShardedUploads(const StoreOptions* options, StoreHealth* health,
-                               BeginPushFn begin_push)
-    : options_(options), health_(health), begin_push_(std::move(begin_push)) {}
+                               BeginPushFn begin_push, CommittedFn committed)
+    : options_(options),
+      health_(health),
+      begin_push_(std::move(begin_push)),
+      committed_(std::move(committed)) {}
 
 Status ShardedUploads::Open(const std::string& root, const VersionExistsFn& version_exists) {
   spool_ = std::make_unique<UploadSpool>(root);
@@ -180,8 +194,9 @@ Result<std::unique_ptr<ShardSession>> ShardedUploads::Begin(
                                      std::to_string(committed->shard_count) + " shards, not " +
                                      std::to_string(shard_count));
     }
-    return std::unique_ptr<ShardSession>(std::make_unique<Session>(
-        this, model, version, shard, body_size, std::move(options), nullptr, std::move(committed)));
+    return std::unique_ptr<ShardSession>(
+        std::make_unique<Session>(this, model, version, shard, shard_count, body_size,
+                                  std::move(options), nullptr, std::move(committed)));
   }
   {
     std::lock_guard lock(mu_);
@@ -212,8 +227,8 @@ Result<std::unique_ptr<ShardSession>> ShardedUploads::Begin(
     return writer.status();
   }
   return std::unique_ptr<ShardSession>(
-      std::make_unique<Session>(this, model, version, shard, body_size, std::move(options),
-                                std::move(writer).value(), std::nullopt));
+      std::make_unique<Session>(this, model, version, shard, shard_count, body_size,
+                                std::move(options), std::move(writer).value(), std::nullopt));
 }
 
 void ShardedUploads::SessionEnded(const std::string& model, uint64_t version) {
@@ -330,6 +345,7 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
     return session->Commit();
   }();
   std::lock_guard lock(mu_);
+  commit_ended_.notify_all();  // the waiters look once this lock is released
   auto it = uploads_.find(Key(model, version));
   if (!assembled.ok()) {
     if (it != uploads_.end()) it->second.committing = false;

@@ -9,6 +9,7 @@
 // shards with Aborted).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -40,9 +41,13 @@ class ShardedUploads {
       const std::string& model, uint64_t version, uint64_t body_size, const PushOptions& options)>;
   // Whether a version is committed.
   using VersionExistsFn = std::function<Result<bool>(const std::string& model, uint64_t version)>;
+  // The committed version's shards, if it is committed.
+  using CommittedFn = std::function<Result<std::optional<CommittedShards>>(
+      const std::string& model, uint64_t version)>;
 
   // `options` and `health` must outlive the uploads.
-  ShardedUploads(const StoreOptions* options, StoreHealth* health, BeginPushFn begin_push);
+  ShardedUploads(const StoreOptions* options, StoreHealth* health, BeginPushFn begin_push,
+                 CommittedFn committed);
 
   // Opens the spool at `root` and loads its uploads; removes those whose version is committed
   // (a crash between the commit and the removal) and partial shards.
@@ -99,9 +104,11 @@ class ShardedUploads {
   const StoreOptions* const options_;
   StoreHealth* const health_;
   const BeginPushFn begin_push_;
+  const CommittedFn committed_;
   std::unique_ptr<UploadSpool> spool_;
   std::mutex mu_;
-  std::map<Key, Upload> uploads_;  // guarded by mu_
+  std::condition_variable commit_ended_;  // notified when a commit ends, either way
+  std::map<Key, Upload> uploads_;         // guarded by mu_
 };
 
 }  // namespace ckpt
