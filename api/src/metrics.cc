@@ -150,6 +150,16 @@ std::string ServerMetrics::Render(CheckpointStore& store) const {
   add_counter("ckptd_storage_recoveries_total",
               "Times writes resumed after a storage engine error, without a restart",
               static_cast<double>(health.recoveries));
+  if (auto uploads = store.ListUploads(); uploads.ok()) {
+    uint64_t received = 0;
+    for (const ShardUploadInfo& u : *uploads) received += u.received_bytes;
+    gauge("ckptd_uploads_in_progress", "Sharded uploads whose version is not committed yet")
+        .Add({})
+        .Set(static_cast<double>(uploads->size()));
+    gauge("ckptd_upload_received_bytes", "Bytes of the stored shards of those uploads")
+        .Add({})
+        .Set(static_cast<double>(received));
+  }
   if (s.cluster) {
     gauge("ckptd_cluster_models_owned", "Models whose write lease this daemon holds")
         .Add({})

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 
@@ -468,6 +469,51 @@ TEST_F(ShardedUploadTest, AWholePushHasAOneShardLayoutAndReshardsByNothing) {
   part.ranks = 2;
   const ParsedBody p = Parse(*RestoreSelected("m", 1, part));
   EXPECT_TRUE(p.tensors.at("wq").bytes == wq_.bytes);  // whole: no layout to follow
+}
+
+// Spool format 1 (docs/format.md), written byte for byte as a daemon of that format leaves it:
+// a store opening it finds the upload and its shard and continues it.
+TEST_F(ShardedUploadTest, ReadsASpoolOfFormat1) {
+  auto shards = ThreeShards(0);
+  store_.reset();
+  const auto dir = dir_.path() / "uploads" / "m" / "7";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "upload.json")
+      << R"({"format":1,"model":"m","version":7,"shard_count":3,"created_at_ms":1764600000000})";
+  std::string file = shards[1];
+  file += "CKSHARD1";
+  for (int i = 0; i < 8; ++i)
+    file.push_back(static_cast<char>((shards[1].size() >> (8 * i)) & 0xff));
+  file += Sha256Hex(shards[1]);
+  std::ofstream(dir / "shard-1", std::ios::binary) << file;
+  std::ofstream(dir / ".partial-123-0", std::ios::binary) << "left by a crash";
+  Reopen();
+  EXPECT_FALSE(std::filesystem::exists(dir / ".partial-123-0"));
+  auto upload = store_->GetUpload("m", 7);
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  EXPECT_EQ(upload->received, std::vector<uint32_t>{1});
+  EXPECT_EQ(upload->created_at_ms, 1764600000000);
+  ASSERT_TRUE(PushShard("m", 7, 0, 3, shards[0]).ok());
+  auto last = PushShard("m", 7, 2, 3, shards[2]);
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  ASSERT_TRUE(last->version);
+  ExpectGlobalTensors(Parse(*Restore("m", 7)));
+  // The layout document of format 1, as stored in the version's header.
+  auto layout = store_->GetShardLayout("m", 7);
+  ASSERT_TRUE(layout.ok());
+  EXPECT_EQ(
+      *layout,
+      R"({"format":1,"shard_sha256":[")" + Sha256Hex(shards[0]) + R"(",")" + Sha256Hex(shards[1]) +
+          R"(",")" + Sha256Hex(shards[2]) +
+          R"("],"shards":3,"tensors":{"norm":{"dtype":"F32","global_shape":[40],"slices":[)"
+          R"({"offsets":[0],"shape":[40],"shard":0},{"offsets":[0],"shape":[40],"shard":1},)"
+          R"({"offsets":[0],"shape":[40],"shard":2}]},"step":{"dtype":"I64","global_shape":[],)"
+          R"("slices":[{"offsets":[],"shape":[],"shard":1}]},"wo":{"dtype":"F32",)"
+          R"("global_shape":[40,9],"slices":[{"offsets":[0,0],"shape":[40,3],"shard":0},)"
+          R"({"offsets":[0,3],"shape":[40,3],"shard":1},{"offsets":[0,6],"shape":[40,3],)"
+          R"("shard":2}]},"wq":{"dtype":"F32","global_shape":[9,40],"slices":[{"offsets":)"
+          R"([0,0],"shape":[4,40],"shard":0},{"offsets":[4,0],"shape":[3,40],"shard":1},)"
+          R"({"offsets":[7,0],"shape":[2,40],"shard":2}]}}})");
 }
 
 }  // namespace
