@@ -447,6 +447,71 @@ Result<std::unique_ptr<RestoreStream>> ApiHandler::OpenRestore(const Route& rout
   return store_->OpenRestore(route.model, version, selection);
 }
 
+Result<ApiHandler::RestoreAnswer> ApiHandler::BeginRestore(const Route& route,
+                                                           std::string_view range,
+                                                           std::string_view if_range) {
+  CKPT_ASSIGN_OR_RETURN(auto whole, OpenRestore(route));
+  RestoreAnswer answer;
+  answer.headers = RestoreHeaders(whole->info());
+  const std::string etag = "\"" + whole->info().sha256 + "\"";
+  // Ranges of the whole version only (a selection's body has no digest to resume against).
+  const bool rangeable = !whole->info().sha256.empty();
+  if (rangeable) answer.headers.emplace_back("Accept-Ranges", "bytes");
+  const auto bytes = rangeable && !range.empty() && (if_range.empty() || if_range == etag)
+                         ? ParseByteRange(range, whole->size())
+                         : std::nullopt;
+  if (!bytes) {
+    answer.stream = std::move(whole);
+    return answer;
+  }
+  const std::string total = std::to_string(whole->size());
+  if (bytes->first > bytes->second) {
+    ApiResponse refused = ErrorResponse(
+        Status::InvalidArgument("range '" + std::string(range.substr(0, 100)) +
+                                "' starts past the end of the " + total + "-byte body"));
+    refused.status = 416;
+    refused.headers.emplace_back("Content-Range", "bytes */" + total);
+    answer.refusal = std::move(refused);
+    return answer;
+  }
+  RestoreSelection selection;
+  selection.bytes = *bytes;
+  // The version the whole restore resolved ("latest" may move on meanwhile).
+  CKPT_ASSIGN_OR_RETURN(answer.stream,
+                        store_->OpenRestore(route.model, whole->info().version, selection));
+  answer.status = 206;
+  answer.headers.emplace_back("Content-Range", "bytes " + std::to_string(bytes->first) + "-" +
+                                                   std::to_string(bytes->second) + "/" + total);
+  return answer;
+}
+
+std::optional<std::pair<uint64_t, uint64_t>> ParseByteRange(std::string_view header,
+                                                            uint64_t size) {
+  constexpr std::string_view kUnit = "bytes=";
+  if (!header.starts_with(kUnit) || size == 0) return std::nullopt;
+  header.remove_prefix(kUnit.size());
+  const size_t dash = header.find('-');
+  if (dash == std::string_view::npos || header.find(',') != std::string_view::npos) {
+    return std::nullopt;
+  }
+  const std::string_view first_text = header.substr(0, dash), last_text = header.substr(dash + 1);
+  if (first_text.empty()) {  // the last n bytes
+    auto n = ParseVersionNumber(last_text);
+    if (!n.ok() || *n == 0) return std::nullopt;
+    return std::make_pair(size - std::min(*n, size), size - 1);
+  }
+  auto first = ParseVersionNumber(first_text);
+  if (!first.ok()) return std::nullopt;
+  uint64_t last = size - 1;
+  if (!last_text.empty()) {
+    auto parsed = ParseVersionNumber(last_text);
+    if (!parsed.ok() || *parsed < *first) return std::nullopt;
+    last = std::min(*parsed, size - 1);
+  }
+  if (*first >= size) return std::make_pair(uint64_t{1}, uint64_t{0});  // unsatisfiable
+  return std::make_pair(*first, last);
+}
+
 std::vector<std::pair<std::string, std::string>> ApiHandler::RestoreHeaders(
     const VersionInfo& info) {
   std::vector<std::pair<std::string, std::string>> headers = {

@@ -547,21 +547,28 @@ class HttpServerImpl final : public HttpServer {
     // A GET with a body is unusual; rather than draining it we close after answering.
     const bool body_pending = !parser.is_done();
     keep_alive = keep_alive && !body_pending;
-    auto restore = handler_.OpenRestore(route);
-    if (!restore.ok()) {
-      bool ok = co_await WriteResponse(stream, ApiHandler::ErrorResponse(restore.status()), version,
-                                       keep_alive, head, log);
+    const auto& req = parser.get();
+    const auto header = [&](http::field field) {
+      const auto value = req[field];
+      return std::string_view(value.data(), value.size());
+    };
+    auto restore =
+        handler_.BeginRestore(route, header(http::field::range), header(http::field::if_range));
+    if (!restore.ok() || restore->refusal) {
+      const ApiResponse r =
+          restore.ok() ? *restore->refusal : ApiHandler::ErrorResponse(restore.status());
+      bool ok = co_await WriteResponse(stream, r, version, keep_alive, head, log);
       co_return ok&& keep_alive;
     }
-    RestoreStream& body = **restore;
-    http::response<http::buffer_body> res{http::status::ok, version};
+    RestoreStream& body = *restore->stream;
+    http::response<http::buffer_body> res{static_cast<http::status>(restore->status), version};
     res.set(http::field::server, std::string("ckptd/") + kVersionString);
     res.set("X-Request-Id", log.id);
     res.set(http::field::content_type, "application/octet-stream");
-    for (const auto& [k, v] : ApiHandler::RestoreHeaders(body.info())) res.set(k, v);
+    for (const auto& [k, v] : restore->headers) res.set(k, v);
     res.keep_alive(keep_alive);
     res.content_length(body.size());
-    log.status = 200;
+    log.status = restore->status;
     beast::error_code ec;
     if (head) {
       res.body().data = nullptr;

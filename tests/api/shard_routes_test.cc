@@ -58,6 +58,22 @@ TEST(ShardRouting, ParsesRestoreSelections) {
   EXPECT_EQ(ParseShardQuery("of=2&colour=red").status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(ShardRouting, ParsesSingleByteRanges) {
+  using R = std::optional<std::pair<uint64_t, uint64_t>>;
+  EXPECT_EQ(ParseByteRange("bytes=0-9", 100), (R{{0, 9}}));
+  EXPECT_EQ(ParseByteRange("bytes=90-", 100), (R{{90, 99}}));
+  EXPECT_EQ(ParseByteRange("bytes=-10", 100), (R{{90, 99}}));
+  EXPECT_EQ(ParseByteRange("bytes=-1000", 100), (R{{0, 99}}));
+  EXPECT_EQ(ParseByteRange("bytes=50-5000", 100), (R{{50, 99}}));
+  const R past = ParseByteRange("bytes=100-", 100);
+  ASSERT_TRUE(past);
+  EXPECT_GT(past->first, past->second);  // unsatisfiable: 416
+  for (const char* ignored :
+       {"bytes=9-0", "bytes=0-9,20-29", "items=0-9", "bytes=-0", "bytes=x-", "bytes=", ""}) {
+    EXPECT_EQ(ParseByteRange(ignored, 100), std::nullopt) << ignored;
+  }
+}
+
 class ShardRoutesTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -471,6 +471,34 @@ TEST_F(ShardedUploadTest, AWholePushHasAOneShardLayoutAndReshardsByNothing) {
   EXPECT_TRUE(p.tensors.at("wq").bytes == wq_.bytes);  // whole: no layout to follow
 }
 
+TEST_F(ShardedUploadTest, AByteRangeDecodesOnlyTheChunksHoldingIt) {
+  DriftingModel drift(3, 20000);
+  std::vector<std::string> bodies;
+  PushVersions(drift, 1, 3, &bodies);
+  const std::string& body = bodies.back();
+  Reopen();  // nothing in memory: every chunk read decodes its chain
+  auto full_before = store_->Stats().restore_links_decoded;
+  ASSERT_TRUE(Restore("m", 3).ok());
+  const uint64_t full_links = store_->Stats().restore_links_decoded - full_before;
+  Reopen();
+  for (auto [first, last] : std::vector<std::pair<uint64_t, uint64_t>>{
+           {0, 7}, {5, 40000}, {body.size() - 10, body.size() - 1}, {100, body.size() + 50}}) {
+    RestoreSelection range;
+    range.bytes = std::make_pair(first, last);
+    const uint64_t before = store_->Stats().restore_links_decoded;
+    auto got = RestoreSelected("m", 3, range);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    const uint64_t end = std::min<uint64_t>(last, body.size() - 1);
+    EXPECT_TRUE(*got == body.substr(first, end - first + 1)) << first << "-" << last;
+    if (last - first < 100) {
+      EXPECT_LT(store_->Stats().restore_links_decoded - before, full_links / 4);
+    }
+  }
+  RestoreSelection past;
+  past.bytes = std::make_pair(uint64_t{body.size()}, uint64_t{body.size() + 1});
+  EXPECT_EQ(RestoreSelected("m", 3, past).status().code(), StatusCode::kInvalidArgument);
+}
+
 // Spool format 1 (docs/format.md), written byte for byte as a daemon of that format leaves it:
 // a store opening it finds the upload and its shard and continues it.
 TEST_F(ShardedUploadTest, ReadsASpoolOfFormat1) {

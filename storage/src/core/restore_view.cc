@@ -80,6 +80,7 @@ class RestoreViewImpl final : public RestoreStream {
   }
 
   Status Init(const RestoreSelection& selection) {
+    if (selection.bytes) return InitRange(*selection.bytes);
     if (selection.ranks > 0 && selection.rank >= selection.ranks) {
       return Status::InvalidArgument("rank " + std::to_string(selection.rank) +
                                      " is not below the rank count " +
@@ -143,6 +144,7 @@ class RestoreViewImpl final : public RestoreStream {
   uint64_t size() const override { return size_; }
 
   Result<std::span<const uint8_t>> Next() override {
+    if (range_) return NextInRange();
     if (!header_sent_) {
       header_sent_ = true;
       return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(header_bytes_.data()),
@@ -169,6 +171,61 @@ class RestoreViewImpl final : public RestoreStream {
   }
 
  private:
+  // A byte range of the whole body: the stored header, then every tensor whole.
+  Status InitRange(std::pair<uint64_t, uint64_t> bytes) {
+    if (bytes.first >= record_.raw_bytes || bytes.first > bytes.second) {
+      return Status::InvalidArgument("byte range " + std::to_string(bytes.first) + "-" +
+                                     std::to_string(bytes.second) + " is outside the body of " +
+                                     std::to_string(record_.raw_bytes) + " bytes");
+    }
+    ctx_.counters->restores.fetch_add(1, std::memory_order_relaxed);
+    CKPT_ASSIGN_OR_RETURN(manifest_, reader_.Manifest(record_.seq));
+    range_ = std::make_pair(bytes.first, std::min(bytes.second, record_.raw_bytes - 1));
+    size_ = range_->second - range_->first + 1;
+    position_ = 0;
+    return Status::Ok();
+  }
+
+  // The next piece of the range: the pieces of the whole body that overlap it, clipped; the
+  // chunks before it are skipped without being read.
+  Result<std::span<const uint8_t>> NextInRange() {
+    auto clip = [&](std::span<const uint8_t> piece) {
+      const uint64_t begin = position_, end = position_ + piece.size();
+      position_ = end;
+      const uint64_t from = std::max(begin, range_->first);
+      const uint64_t to = std::min(end, range_->second + 1);
+      return piece.subspan(from - begin, to - from);
+    };
+    if (!header_sent_) {
+      header_sent_ = true;
+      const std::span<const uint8_t> header(
+          reinterpret_cast<const uint8_t*>(record_.raw_header.data()), record_.raw_header.size());
+      if (header.size() > range_->first) return clip(header);
+      position_ = header.size();
+    }
+    while (next_view_ < manifest_->tensors.size() && position_ <= range_->second) {
+      const ManifestTensor& t = manifest_->tensors[next_view_];
+      if (next_chunk_ == t.chunk_count) {
+        ++next_view_;
+        next_chunk_ = 0;
+        continue;
+      }
+      const uint64_t length = ChainReader::ChunkLength(t, next_chunk_);
+      if (position_ + length <= range_->first) {
+        position_ += length;
+        ++next_chunk_;
+        continue;
+      }
+      CKPT_RETURN_IF_ERROR(
+          reader_.DecodeSharedChunk(record_.seq, next_view_, next_chunk_++, &piece_));
+      if (piece_->size() != length) {
+        return Status::DataLoss("a decoded chunk differs in length from its record");
+      }
+      return clip(std::span<const uint8_t>(*piece_));
+    }
+    return std::span<const uint8_t>();
+  }
+
   // Fills gathered_ with the next bytes of box `v` of `t`; false once the box is done.
   Result<bool> Gather(const ViewTensor& v, const ManifestTensor& t) {
     const uint64_t element = DTypeSize(t.dtype);
@@ -223,6 +280,9 @@ class RestoreViewImpl final : public RestoreStream {
   ReferenceCache::Chunk chunk_;
   uint32_t chunk_index_ = 0;
   std::vector<uint8_t> gathered_;
+  // A byte range of the whole body: [first, last], and the body offset of the next piece.
+  std::optional<std::pair<uint64_t, uint64_t>> range_;
+  uint64_t position_ = 0;
 };
 
 }  // namespace

@@ -130,6 +130,19 @@ class ApiHandler {
   // Opens a restore for GET/HEAD /v1/models/{model}/versions/{version|latest}, of the part
   // the query selects (ParseRestoreQuery).
   Result<std::unique_ptr<RestoreStream>> OpenRestore(const Route& route);
+  // A restore answering the request's Range and If-Range headers (empty when absent): the
+  // whole body (200), one byte range of it (206, with Content-Range), or a refusal (416 for a
+  // range that starts past the end). Multiple ranges, malformed ones and an If-Range that
+  // does not name the version's ETag get the whole body, as HTTP allows.
+  struct RestoreAnswer {
+    int status = 200;
+    std::unique_ptr<RestoreStream> stream;  // null with a refusal
+    std::vector<std::pair<std::string, std::string>> headers;
+    std::optional<ApiResponse> refusal;
+  };
+  Result<RestoreAnswer> BeginRestore(const Route& route, std::string_view range,
+                                     std::string_view if_range);
+
   // Headers describing a restore (Content-Length is set by the session).
   static std::vector<std::pair<std::string, std::string>> RestoreHeaders(const VersionInfo& info);
 
@@ -177,6 +190,11 @@ Result<RestoreSelection> ParseRestoreQuery(std::string_view query);
 
 // The query parameters of a shard push: of=<N> (required) and those of ParsePushQuery.
 Result<std::pair<uint32_t, PushOptions>> ParseShardQuery(std::string_view query);
+
+// A single byte range of a body of `size` bytes from a Range header ("bytes=a-b", "bytes=a-",
+// "bytes=-n"): nullopt for anything else (the whole body is then sent); first > last when the
+// range is unsatisfiable (it starts past the end).
+std::optional<std::pair<uint64_t, uint64_t>> ParseByteRange(std::string_view header, uint64_t size);
 
 // Parses a decimal u64 (no sign, no leading '+', no overflow).
 Result<uint64_t> ParseVersionNumber(std::string_view text);

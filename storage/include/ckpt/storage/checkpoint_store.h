@@ -271,8 +271,11 @@ struct RestoreSelection {
   uint32_t ranks = 0;
   // One box of one tensor (offsets and extent per dimension), sent as a tensor of that shape.
   std::optional<std::pair<std::string, TensorBox>> box;
+  // Bytes [first, last] of the whole body (an HTTP Range): only the chunks that hold them are
+  // decoded. Not combined with the fields above; `last` past the end is clipped.
+  std::optional<std::pair<uint64_t, uint64_t>> bytes;
 
-  bool whole() const { return tensors.empty() && ranks == 0 && !box; }
+  bool whole() const { return tensors.empty() && ranks == 0 && !box && !bytes; }
 };
 
 // What rearranging a model's newest versions did (CheckpointStore::RearrangeLatest).
