@@ -139,38 +139,8 @@ ckptd_round() {
   echo "$(elapsed "$t0" "$t1") $((c1 - c0)) $(elapsed "$t2" "$t3") $(elapsed "$t3" "$t4") $(elapsed "$t4" "$t5") $((c5 - c4)) $stored $c_idle $logical" >> "$work/results.$2"
 }
 
-# nginx with WebDAV PUT on an ephemeral port, serving $work/www.
-start_nginx() {
-  mkdir -p "$work/www" "$work/nginx"
-  cat > "$work/nginx/nginx.conf" <<EOF
-daemon off;
-user root;
-worker_processes 1;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/error.log warn;
-events { worker_connections 64; }
-http {
-  access_log off;
-  client_body_temp_path $work/nginx/body;
-  client_max_body_size 0;
-  sendfile on;
-  server {
-    listen 127.0.0.1:0;
-    root $work/www;
-    dav_methods PUT;
-    create_full_put_path on;
-  }
-}
-EOF
-  # Port 0 is not allowed in nginx's listen: pick a free port from the kernel.
-  local port
-  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  sed -i "s/127.0.0.1:0/127.0.0.1:$port/" "$work/nginx/nginx.conf"
-  nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" &
-  nginx_pid=$!
-  for _ in $(seq 500); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.01; done
-  nginx_url="http://127.0.0.1:$port"
-}
+# nginx with WebDAV PUT (start_nginx).
+source "$(dirname "$0")/nginx_peer.sh"
 
 peer_round() {
   rm -rf "$work/cp" "$work/www"/*
