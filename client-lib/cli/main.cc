@@ -2,6 +2,7 @@
 //
 //   ckpt push MODEL VERSION FILE        push a safetensors file
 //   ckpt pull MODEL VERSION|latest -o FILE   restore a version (verified by SHA-256)
+//       [--tensors GLOB,...] [--rank I --of M]   or only some tensors / a rank's part
 //   ckpt ls [MODEL]                     list models, or the versions of one model
 //   ckpt rm MODEL [VERSION]             delete a version, or the whole model
 //   ckpt policy MODEL [JSON]            show or set a model's codec policy
@@ -114,6 +115,12 @@ int main(int argc, char** argv) {
   pull->add_option("MODEL", model)->required();
   pull->add_option("VERSION", version, "version number, 'latest' or 'tag:NAME'")->required();
   pull->add_option("-o,--output", file, "output file ('-' for stdout)")->required();
+  ckpt::PullOptions part;
+  pull->add_option("--tensors", part.tensors,
+                   "only tensors matching these patterns ('*', '?'; comma-separated or repeated)")
+      ->delimiter(',');
+  pull->add_option("--rank", part.rank, "with --of: the part of rank RANK of a resharded view");
+  pull->add_option("--of", part.ranks, "with --rank: the number of ranks to reshard for");
 
   auto* ls = app.add_subcommand("ls", "list models, or the versions of MODEL");
   ls->add_option("MODEL", model);
@@ -207,12 +214,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*pull) {
-    auto r = client->PullToFile(model, version, file);
+    if ((pull->count("--rank") > 0) != (pull->count("--of") > 0)) {
+      return Fail(ckpt::Status::InvalidArgument("--rank and --of go together"));
+    }
+    auto r = client->PullToFile(model, version, file, part);
     if (!r.ok()) return Fail(r.status());
     if (file != "-") {
-      std::fprintf(stderr, "pulled %s@%llu  %s  sha256 %s (verified)\n", model.c_str(),
+      std::fprintf(stderr, "pulled %s@%llu  %s  sha256 %s%s\n", model.c_str(),
                    static_cast<unsigned long long>(r->version), HumanBytes(r->bytes).c_str(),
-                   r->sha256.c_str());
+                   r->sha256.c_str(), r->verified ? " (verified)" : "");
     }
     return 0;
   }

@@ -400,13 +400,31 @@ Status ValidateSafetensorsFile(std::ifstream& in, uint64_t size) {
 
 using WriteFn = std::function<Status(const char* data, size_t n)>;
 
+// The query of a pull of part of a version ("" for the whole version).
+std::string PullQuery(const PullOptions& part) {
+  std::string query;
+  auto add = [&](const std::string& item) { query += (query.empty() ? "?" : "&") + item; };
+  if (!part.tensors.empty()) {
+    std::string list;
+    for (const std::string& t : part.tensors) list += (list.empty() ? "" : ",") + t;
+    add("tensors=" + QueryEscape(list));
+  }
+  if (part.ranks > 0) {
+    add("rank=" + std::to_string(part.rank));
+    add("of=" + std::to_string(part.ranks));
+  }
+  return query;
+}
+
 Result<PullResult> StreamPull(const std::vector<ServerEndpoint>& endpoints,
                               const ClientOptions& options, TlsContext* tls, std::string_view model,
-                              std::string_view version, const WriteFn& write) {
+                              std::string_view version, const WriteFn& write,
+                              const PullOptions& part = {}) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   Connection c;
   CKPT_RETURN_IF_ERROR(c.Connect(endpoints, tls));
-  http::request<http::empty_body> req{http::verb::get, VersionTarget(model, version), 11};
+  http::request<http::empty_body> req{http::verb::get,
+                                      VersionTarget(model, version) + PullQuery(part), 11};
   SetCommonHeaders(req, c.host(), options);
   beast::error_code ec;
   http::write(c.stream(), req, ec);
@@ -456,6 +474,7 @@ Result<PullResult> StreamPull(const std::vector<ServerEndpoint>& endpoints,
     return Status::DataLoss("downloaded body SHA-256 " + result.sha256 +
                             " differs from the server's " + expected_sha);
   }
+  result.verified = !expected_sha.empty();
   return result;
 }
 
@@ -537,24 +556,29 @@ Result<PushResult> Client::PushBuffer(std::string_view model, uint64_t version,
 }
 
 Result<PullResult> Client::PullToFile(std::string_view model, std::string_view version,
-                                      const std::string& path) {
+                                      const std::string& path, const PullOptions& part) {
   if (path == "-") {
     return StreamPull(
-        endpoints_, options_, tls_.get(), model, version, [](const char* d, size_t n) {
+        endpoints_, options_, tls_.get(), model, version,
+        [](const char* d, size_t n) {
           std::cout.write(d, static_cast<std::streamsize>(n));
           return std::cout ? Status::Ok() : Status::IoError("writing to stdout failed");
-        });
+        },
+        part);
   }
   const std::string partial = path + ".partial";
   Result<PullResult> result = [&]() -> Result<PullResult> {
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
     if (!out) return Status::IoError("cannot create '" + partial + "'");
-    CKPT_ASSIGN_OR_RETURN(
-        auto r,
-        StreamPull(endpoints_, options_, tls_.get(), model, version, [&](const char* d, size_t n) {
-          out.write(d, static_cast<std::streamsize>(n));
-          return out ? Status::Ok() : Status::IoError("writing '" + partial + "' failed");
-        }));
+    CKPT_ASSIGN_OR_RETURN(auto r,
+                          StreamPull(
+                              endpoints_, options_, tls_.get(), model, version,
+                              [&](const char* d, size_t n) {
+                                out.write(d, static_cast<std::streamsize>(n));
+                                return out ? Status::Ok()
+                                           : Status::IoError("writing '" + partial + "' failed");
+                              },
+                              part));
     out.close();
     if (!out) return Status::IoError("closing '" + partial + "' failed");
     return r;

@@ -222,5 +222,28 @@ TEST(CliAuthTest, TokenFromEnvironmentOrFile) {
   EXPECT_NE(gc.output.find("scope"), std::string::npos) << gc.output;
 }
 
+TEST_F(CliTest, PullsSomeTensorsOrARanksPart) {
+  // A version of two tensors, pushed whole: a rank's part of a whole tensor is the tensor.
+  const std::string body =
+      testing::Serialize({{"w", DType::kF32, {4, 2}, testing::FloatBytes({1, 2, 3, 4, 5, 6, 7, 8})},
+                          {"b", DType::kF32, {2}, testing::FloatBytes({9, 10})}});
+  ASSERT_EQ(Run("push m 1 " + WriteFile("v.safetensors", body)).exit_code, 0);
+  const std::string out = (dir_.path() / "part.safetensors").string();
+  auto some = Run("pull m latest -o " + out + " --tensors 'w*'");
+  ASSERT_EQ(some.exit_code, 0) << some.output;
+  EXPECT_EQ(some.output.find("(verified)"), std::string::npos) << some.output;
+  const std::string part = ReadFile(out);
+  EXPECT_NE(part.find("\"w\""), std::string::npos);
+  EXPECT_EQ(part.find("\"b\""), std::string::npos);
+  EXPECT_EQ(part.substr(part.size() - 32), testing::FloatBytes({1, 2, 3, 4, 5, 6, 7, 8}));
+  ASSERT_EQ(Run("pull m 1 -o " + out + " --rank 1 --of 2").exit_code, 0);
+  EXPECT_EQ(ReadFile(out).size(), body.size());
+  auto alone = Run("pull m 1 -o " + out + " --rank 1");
+  EXPECT_NE(alone.exit_code, 0);
+  EXPECT_NE(alone.output.find("--rank and --of go together"), std::string::npos) << alone.output;
+  auto whole = Run("pull m 1 -o " + out);
+  EXPECT_NE(whole.output.find("(verified)"), std::string::npos) << whole.output;
+}
+
 }  // namespace
 }  // namespace ckpt

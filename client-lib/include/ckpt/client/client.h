@@ -70,6 +70,17 @@ struct PullResult {
   uint64_t version = 0;
   uint64_t bytes = 0;
   std::string sha256;
+  // The server announced the body's SHA-256 and it matched (a part of a version, selected by
+  // PullOptions, has none to check).
+  bool verified = false;
+};
+
+// Which part of a version to pull (docs/api.md, "restore"); empty: the whole version.
+struct PullOptions {
+  std::vector<std::string> tensors;  // name patterns ('*', '?'); empty: every tensor
+  // The resharded view for rank `rank` of `ranks` (ranks 0: not resharded).
+  uint32_t rank = 0;
+  uint32_t ranks = 0;
 };
 
 struct ModelSummary {
@@ -104,7 +115,7 @@ class Client {
 
   // `version` is a decimal number, "latest" or "tag:<name>". `path` "-" writes to stdout.
   Result<PullResult> PullToFile(std::string_view model, std::string_view version,
-                                const std::string& path);
+                                const std::string& path, const PullOptions& part = {});
   Result<std::string> PullToBuffer(std::string_view model, std::string_view version);
 
   Result<std::vector<ModelSummary>> ListModels();
