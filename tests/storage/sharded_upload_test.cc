@@ -103,19 +103,6 @@ class ShardedUploadTest : public CheckpointStoreTest {
     return session->Finish();
   }
 
-  Result<std::string> RestoreSelected(std::string_view model, std::optional<uint64_t> version,
-                                      const RestoreSelection& selection) {
-    CKPT_ASSIGN_OR_RETURN(auto stream, store_->OpenRestore(model, version, selection));
-    std::string out;
-    for (;;) {
-      CKPT_ASSIGN_OR_RETURN(auto piece, stream->Next());
-      if (piece.empty()) break;
-      out.append(reinterpret_cast<const char*>(piece.data()), piece.size());
-    }
-    EXPECT_EQ(out.size(), stream->size());
-    return out;
-  }
-
   // Three shards: `wq` split by rows (unevenly), `wo` by columns, `norm` replicated on every
   // shard, `step` (an I64 scalar) on shard 1 only.
   std::vector<std::string> ThreeShards(float base) {
@@ -416,7 +403,7 @@ TEST_F(ShardedUploadTest, RestoresSendTheSelectedTensorsAPartForARankOrOneBox) {
 
   RestoreSelection only_w;
   only_w.tensors = {"w*"};
-  const ParsedBody w = Parse(*RestoreSelected("m", 1, only_w));
+  const ParsedBody w = Parse(*Restore("m", 1, only_w));
   EXPECT_EQ(w.tensors.size(), 2u);
   EXPECT_TRUE(w.tensors.at("wq").bytes == wq_.bytes);
   EXPECT_TRUE(w.tensors.at("wo").bytes == wo_.bytes);
@@ -426,7 +413,7 @@ TEST_F(ShardedUploadTest, RestoresSendTheSelectedTensorsAPartForARankOrOneBox) {
     RestoreSelection part;
     part.rank = rank;
     part.ranks = 2;
-    const ParsedBody p = Parse(*RestoreSelected("m", std::nullopt, part));
+    const ParsedBody p = Parse(*Restore("m", std::nullopt, part));
     const TensorBox rows = Rows(wq_, rank * 5, rank ? 4 : 5);
     const TensorBox cols = Columns(wo_, rank * 5, rank ? 4 : 5);
     EXPECT_EQ(p.tensors.at("wq").shape, rows.shape);
@@ -444,17 +431,17 @@ TEST_F(ShardedUploadTest, RestoresSendTheSelectedTensorsAPartForARankOrOneBox) {
 
   RestoreSelection box;
   box.box = std::make_pair(std::string("wo"), TensorBox{{10, 2}, {7, 5}});
-  const ParsedBody b = Parse(*RestoreSelected("m", 1, box));
+  const ParsedBody b = Parse(*Restore("m", 1, box));
   ASSERT_EQ(b.tensors.size(), 1u);
   EXPECT_TRUE(b.tensors.at("wo").bytes == Cut(wo_, box.box->second));
 
   box.box->second = TensorBox{{38, 0}, {3, 9}};
-  EXPECT_EQ(RestoreSelected("m", 1, box).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Restore("m", 1, box).status().code(), StatusCode::kInvalidArgument);
   box.box->first = "nope";
-  EXPECT_EQ(RestoreSelected("m", 1, box).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Restore("m", 1, box).status().code(), StatusCode::kNotFound);
   RestoreSelection none;
   none.tensors = {"x*"};
-  EXPECT_EQ(RestoreSelected("m", 1, none).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Restore("m", 1, none).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(ShardedUploadTest, AWholePushHasAOneShardLayoutAndReshardsByNothing) {
@@ -467,7 +454,7 @@ TEST_F(ShardedUploadTest, AWholePushHasAOneShardLayoutAndReshardsByNothing) {
   RestoreSelection part;
   part.rank = 1;
   part.ranks = 2;
-  const ParsedBody p = Parse(*RestoreSelected("m", 1, part));
+  const ParsedBody p = Parse(*Restore("m", 1, part));
   EXPECT_TRUE(p.tensors.at("wq").bytes == wq_.bytes);  // whole: no layout to follow
 }
 
@@ -486,7 +473,7 @@ TEST_F(ShardedUploadTest, AByteRangeDecodesOnlyTheChunksHoldingIt) {
     RestoreSelection range;
     range.bytes = std::make_pair(first, last);
     const uint64_t before = store_->Stats().restore_links_decoded;
-    auto got = RestoreSelected("m", 3, range);
+    auto got = Restore("m", 3, range);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     const uint64_t end = std::min<uint64_t>(last, body.size() - 1);
     EXPECT_TRUE(*got == body.substr(first, end - first + 1)) << first << "-" << last;
@@ -496,7 +483,7 @@ TEST_F(ShardedUploadTest, AByteRangeDecodesOnlyTheChunksHoldingIt) {
   }
   RestoreSelection past;
   past.bytes = std::make_pair(uint64_t{body.size()}, uint64_t{body.size() + 1});
-  EXPECT_EQ(RestoreSelected("m", 3, past).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Restore("m", 3, past).status().code(), StatusCode::kInvalidArgument);
 }
 
 // Spool format 1 (docs/format.md), written byte for byte as a daemon of that format leaves it:

@@ -64,8 +64,10 @@ class CheckpointStoreTest : public ::testing::Test {
     }
   }
 
-  Result<std::string> Restore(std::string_view model, std::optional<uint64_t> version) {
-    CKPT_ASSIGN_OR_RETURN(auto stream, store_->OpenRestore(model, version));
+  // The whole version, or the part `selection` names.
+  Result<std::string> Restore(std::string_view model, std::optional<uint64_t> version,
+                              const RestoreSelection& selection = {}) {
+    CKPT_ASSIGN_OR_RETURN(auto stream, store_->OpenRestore(model, version, selection));
     std::string out;
     for (;;) {
       CKPT_ASSIGN_OR_RETURN(auto piece, stream->Next());

@@ -177,21 +177,12 @@ class RocksCheckpointStore final : public CheckpointStore {
 
   Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,
                                                      std::optional<uint64_t> version) override {
-    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
-    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
-    const uint64_t cache_generation = cache_.generation();  // before the snapshot
-    ScopedSnapshot snapshot(db_.get());
-    CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(ctx_, snapshot.reads(), model, version));
-    auto& [number, record] = found;
-    VersionInfo info = MakeVersionInfo(model, number, record);
-    return OpenRestoreStream(ctx_, std::move(snapshot), std::string(model), std::move(info),
-                             std::move(record), cache_generation, /*use_cache=*/true);
+    return OpenRestore(model, version, RestoreSelection{});
   }
 
   Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,
                                                      std::optional<uint64_t> version,
                                                      const RestoreSelection& selection) override {
-    if (selection.whole()) return OpenRestore(model, version);
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
     CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
     const uint64_t cache_generation = cache_.generation();  // before the snapshot
@@ -199,6 +190,10 @@ class RocksCheckpointStore final : public CheckpointStore {
     CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(ctx_, snapshot.reads(), model, version));
     auto& [number, record] = found;
     VersionInfo info = MakeVersionInfo(model, number, record);
+    if (selection.whole()) {
+      return OpenRestoreStream(ctx_, std::move(snapshot), std::string(model), std::move(info),
+                               std::move(record), cache_generation, /*use_cache=*/true);
+    }
     return OpenRestoreView(ctx_, std::move(snapshot), std::string(model), std::move(info),
                            std::move(record), cache_generation, selection);
   }
