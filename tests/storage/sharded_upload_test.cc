@@ -210,6 +210,13 @@ TEST_F(ShardedUploadTest, AShardSentAgainAfterTheCommitAnswersTheVersion) {
   auto different = PushShard("m", 1, 1, 3, other_values);
   EXPECT_EQ(different.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store_->ListVersions("m")->size(), 1u);
+  // A version pushed whole (or as other shards) takes no shards.
+  ASSERT_TRUE(Push("m", 2, Serialize({wq_})).ok());
+  auto onto_whole = PushShard("m", 2, 0, 3, shards[0]);
+  EXPECT_EQ(onto_whole.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(onto_whole.status().message().find("is committed (as 1 shard, not 3)"),
+            std::string::npos)
+      << onto_whole.status().message();
 }
 
 TEST_F(ShardedUploadTest, BadShardsAreRefusedNamingTheTensorAndShardAndStoreNothing) {

@@ -190,9 +190,10 @@ Result<std::unique_ptr<ShardSession>> ShardedUploads::Begin(
     std::optional<CommittedShards> committed) {
   if (committed) {
     if (committed->shard_count != shard_count) {
-      return Status::InvalidArgument(UploadName(model, version) + " was committed as " +
-                                     std::to_string(committed->shard_count) + " shards, not " +
-                                     std::to_string(shard_count));
+      return Status::FailedPrecondition(UploadName(model, version) + " is committed (as " +
+                                        std::to_string(committed->shard_count) + " shard" +
+                                        (committed->shard_count == 1 ? "" : "s") + ", not " +
+                                        std::to_string(shard_count) + ")");
     }
     return std::unique_ptr<ShardSession>(
         std::make_unique<Session>(this, model, version, shard, shard_count, body_size,
