@@ -4,7 +4,8 @@
 # RANKS shard-VVV-R.safetensors holding each matrix's rows of rank R):
 #   - ckptd, whole: every version pushed as one body (curl -T .../versions/V)
 #   - ckptd, sharded: every version pushed as RANKS shards at once (RANKS curl -T in parallel,
-#     .../versions/V/shards/R?of=RANKS); the version commits when the last one is in
+#     .../versions/V/shards/R?of=RANKS), into a fresh data directory as the whole pushes; the
+#     version commits when the last one is in
 #   - restores of the latest sharded version after a restart without warm-up: the whole
 #     version; one rank's part (?rank=0&of=RANKS); the resharded view for 2 ranks (both at
 #     once); a download cut at half and resumed with Range/If-Range (SHA-256 checked)
@@ -99,7 +100,11 @@ ckptd_round() {
     curl -sf -T "${wholes[$((v - 1))]}" "$base/whole/versions/$v" > /dev/null
   done
   t1=$(now); c1=$(cpu_ticks "$daemon_pid")
-  wait_idle
+  # The sharded pushes on a store of their own, as the whole ones had: another model's
+  # references would share the reference cache with them.
+  stop_daemon
+  rm -rf "$work/data"
+  start_daemon
   t1b=$(now); c1b=$(cpu_ticks "$daemon_pid")
   for v in $(seq "$versions"); do push_shards "$v" sharded "$base"; done
   t2=$(now); c2=$(cpu_ticks "$daemon_pid")

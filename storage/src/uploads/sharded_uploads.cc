@@ -36,7 +36,7 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
         model_(std::move(model)),
         version_(version),
         shard_(shard),
-        owner_shard_count_(shard_count),
+        shard_count_(shard_count),
         options_(std::move(options)),
         writer_(std::move(writer)),
         committed_(std::move(committed)),
@@ -111,7 +111,7 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
   }
   // The answer to a shard sent again after its version was committed.
   Result<ShardResult> SentAgain(const CommittedShards& committed, const std::string& digest) {
-    if (committed.shard_count != owner_shard_count_ || committed.shard_sha256.size() <= shard_ ||
+    if (committed.shard_count != shard_count_ || committed.shard_sha256.size() <= shard_ ||
         committed.shard_sha256[shard_] != digest) {
       return Status::FailedPrecondition(UploadName(model_, version_) + " is committed; shard " +
                                         std::to_string(shard_) +
@@ -137,7 +137,7 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
   const std::string model_;
   const uint64_t version_;
   const uint32_t shard_;
-  const uint32_t owner_shard_count_;  // of the upload
+  const uint32_t shard_count_;  // as the request declares it
   const PushOptions options_;
   std::unique_ptr<SpooledShardWriter> writer_;  // null when the version is committed
   const std::optional<CommittedShards> committed_;
