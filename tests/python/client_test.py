@@ -305,6 +305,33 @@ class ClientTest(unittest.TestCase):
             self.client.upload("tp", 200)
         self.assertEqual(gone.exception.status, 404)
 
+    def test_background_pushes_snapshot_the_tensors_and_bound_what_is_staged(self):
+        w = torch.ones(256, 256)
+        with self.client.background(max_staged_bytes=2 * w.nelement() * 4) as pusher:
+            first = pusher.push("bg", 1, {"w": w})
+            w.add_(1)  # training goes on: the push carries the values at the call
+            second = pusher.push("bg", 2, {"w": w})
+            self.assertLessEqual(pusher.staged_bytes, 2 * w.nelement() * 4)
+            self.assertEqual(first.result(timeout=60)["version"], 1)
+            self.assertEqual(second.result(timeout=60)["version"], 2)
+        self.assertTrue(torch.equal(self.client.pull("bg", 1)["w"], torch.ones(256, 256)))
+        self.assertTrue(torch.equal(self.client.pull("bg", 2)["w"], torch.full((256, 256), 2.0)))
+        with self.client.background() as pusher:
+            refused = pusher.push("bg", 2, {"w": w})  # not above the latest
+            with self.assertRaises(ckptd.CkptdError):
+                refused.result(timeout=60)
+
+    def test_a_large_push_goes_as_shards_over_several_connections(self):
+        g = torch.Generator().manual_seed(5)
+        state = {"big": torch.randn(1000, 64, generator=g), "small": torch.randn(10, generator=g),
+                 "mid": torch.randn(50, 64, generator=g)}
+        answer = self.client.push_parallel("par", 7, state, connections=3)
+        self.assertEqual(answer["version"]["version"], 7)
+        self.assertEqual(self.client.layout("par", 7)["shards"], 3)
+        back = self.client.pull("par", 7)
+        for name, value in state.items():
+            self.assertTrue(torch.equal(back[name], value), name)
+
     def test_fails_over_to_the_next_listed_server(self):
         with socket.socket() as s:  # a port nothing listens on
             s.bind(("127.0.0.1", 0))

@@ -5,12 +5,17 @@
     ckpt.push("run1", step, model.state_dict())
     model.load_state_dict(ckpt.pull("run1"))          # latest
 
+Without holding training up: `with ckpt.background() as pusher: future = pusher.push(...)`
+returns once the tensors are copied to host memory; `ckpt.push_parallel(...)` sends a large
+checkpoint as shards over several connections (background.py).
+
 With the optimizer (training.py): training_state(model, opt, step) -> (tensors, metadata) to
 push, load_training_state(model, opt, tensors, metadata) -> step after a pull_with_metadata.
 """
+from .background import BackgroundPusher, push_parallel, split_into_shards
 from .client import Client, CkptdError
 from .safetensors import read_safetensors, safetensors_layout
 from .training import load_training_state, training_state
 
-__all__ = ["Client", "CkptdError", "load_training_state", "read_safetensors",
-           "safetensors_layout", "training_state"]
+__all__ = ["BackgroundPusher", "Client", "CkptdError", "load_training_state", "push_parallel",
+           "read_safetensors", "safetensors_layout", "split_into_shards", "training_state"]

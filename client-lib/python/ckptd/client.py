@@ -53,6 +53,8 @@ class Client:
 
     def __init__(self, url="http://127.0.0.1:8420", token=None, ca_file=None, timeout=600,
                  progress=None):
+        self._settings = dict(url=url, token=token, ca_file=ca_file, timeout=timeout,
+                              progress=progress)
         # Several daemons of one deployment (one Ceph pool) may be listed, separated by commas:
         # each request goes to the first that accepts a connection.
         self._endpoints = []
@@ -215,6 +217,24 @@ class Client:
                 + urllib.parse.urlencode(query))
         return self._put_body(model, path, tensors, metadata,
                               f"push {model}@{step} shard {shard}")
+
+    def twin(self):
+        """A new Client with the same settings (Clients are not shared between threads)."""
+        return Client(**self._settings)
+
+    def background(self, max_staged_bytes=2 << 30, workers=1):
+        """A BackgroundPusher: pushes that return once the tensors are copied to host memory,
+        with a Future of the answer (done when the version is durable)."""
+        from .background import BackgroundPusher
+        return BackgroundPusher(self.twin, max_staged_bytes, workers)
+
+    def push_parallel(self, model, step, tensors, connections=4, retries=3, metrics=None,
+                      tags=()):
+        """Pushes one checkpoint as `connections` shards sent at once (each retried), for large
+        checkpoints and slow single connections. Returns the committing shard's answer."""
+        from .background import push_parallel
+        return push_parallel(self.twin, model, step, tensors, connections, retries,
+                             metrics=metrics, tags=tags)
 
     def upload(self, model, step):
         """The state of the sharded upload of version `step`: received and missing shards."""
