@@ -389,6 +389,29 @@ Result<std::string> RenderStatusPage(CheckpointStore& store, const StatusPageOpt
   }
   html += "</section>";
 
+  // Sharded versions still missing shards: a rank that died shows here until it expires.
+  if (auto uploads = store.ListUploads(); uploads.ok()) {
+    std::string rows;
+    for (const ShardUploadInfo& u : *uploads) {
+      if (!u.model.starts_with(options.model_prefix) ||
+          (!options.model.empty() && u.model != options.model)) {
+        continue;
+      }
+      rows += "<tr class=\"upload\" data-model=\"" + EscapeHtml(u.model) + "\"><td>" +
+              ModelLink(u.model) + "</td><td class=\"n\">" + std::to_string(u.version) +
+              "</td><td class=\"n\">" + std::to_string(u.received.size()) + " of " +
+              std::to_string(u.shard_count) + "</td>" + BytesCell(u.received_bytes) + "<td>" +
+              TimeText(u.created_at_ms) + "</td><td>" + TimeText(u.expires_at_ms) + "</td></tr>";
+    }
+    if (!rows.empty()) {
+      html +=
+          "<section id=\"uploads\"><h2>Sharded uploads in progress</h2><table><tr><th>model"
+          "</th><th class=\"n\">version</th><th class=\"n\">shards</th><th class=\"n\">"
+          "received</th><th>started</th><th>expires</th></tr>" +
+          rows + "</table></section>";
+    }
+  }
+
   const size_t sections = options.model.empty() ? kMaxModelSections : 1;
   const size_t max_versions = options.model.empty() ? kOverviewVersions : kSingleModelVersions;
   for (size_t i = 0; i < models.size() && i < sections; ++i) {

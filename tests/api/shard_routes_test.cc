@@ -122,6 +122,9 @@ TEST_F(ShardRoutesTest, ShardsAreAcceptedThenCommittedThenAnsweredAgain) {
   EXPECT_FALSE(upload["committed"].get<bool>());
   EXPECT_TRUE(upload.contains("expires_at"));
 
+  ApiResponse page = Call("GET", "/");
+  EXPECT_NE(page.body.find("Sharded uploads in progress"), std::string::npos);
+  EXPECT_NE(page.body.find("1 of 2"), std::string::npos);
   ApiResponse state = Call("GET", "/v1/models/m/versions/5/shards");
   ASSERT_EQ(state.status, 200);
   EXPECT_EQ(json::parse(state.body)["shard_count"], 2);
@@ -137,6 +140,7 @@ TEST_F(ShardRoutesTest, ShardsAreAcceptedThenCommittedThenAnsweredAgain) {
   EXPECT_EQ(committed["version"]["tags"], json::array({"best"}));
   EXPECT_TRUE(committed["upload"]["committed"].get<bool>());
   EXPECT_EQ(committed_hooks_, 1);
+  EXPECT_EQ(Call("GET", "/").body.find("Sharded uploads in progress"), std::string::npos);
 
   ApiResponse again = PutShard("/v1/models/m/versions/5/shards/1?of=2", Half(1));
   EXPECT_EQ(again.status, 200) << again.body;
