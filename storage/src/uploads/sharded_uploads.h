@@ -69,8 +69,6 @@ class ShardedUploads {
   Result<std::vector<ShardUploadInfo>> Expire(int64_t now_ms);
   // Removes every upload of `model` (it is being deleted).
   Status RemoveModel(const std::string& model);
-  // Bytes the spool holds on disk.
-  uint64_t SpoolBytes() { return spool_ ? spool_->DiskBytes() : 0; }
 
  private:
   class Session;

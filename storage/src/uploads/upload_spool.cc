@@ -310,14 +310,4 @@ Status UploadSpool::Remove(const std::string& model, uint64_t version) {
   return Status::Ok();
 }
 
-uint64_t UploadSpool::DiskBytes() {
-  uint64_t total = 0;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(root_, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->is_regular_file(ec)) total += it->file_size(ec);
-  }
-  return total;
-}
-
 }  // namespace ckpt

@@ -101,8 +101,6 @@ class UploadSpool {
                                                       uint32_t shard);
   // Removes an upload and its files (nothing if absent).
   Status Remove(const std::string& model, uint64_t version);
-  // Bytes the spool's files hold.
-  uint64_t DiskBytes();
 
  private:
   std::string UploadDir(const std::string& model, uint64_t version) const;
