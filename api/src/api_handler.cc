@@ -3,6 +3,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "hf_view.h"
 #include "responses.h"
 #include "status_page.h"
 
@@ -89,6 +90,16 @@ json SkippedJson(const GcPassReport::Model& model) {
 // How long an administrative collection waits for a model busy with a push or a background
 // retention pass before reporting it busy.
 constexpr std::chrono::seconds kAdminLockWait{30};
+
+// The Hugging Face view of the version `route` names (resolved: "latest" may move on between
+// the index and the files, so files are asked for by number), with its version number.
+Result<std::pair<uint64_t, HfFiles>> HfFilesOf(CheckpointStore& store, const Route& route,
+                                               std::optional<uint64_t> version) {
+  CKPT_ASSIGN_OR_RETURN(const uint64_t max_file_bytes,
+                        ParseHfQuery(route.query, kDefaultHfFileBytes));
+  CKPT_ASSIGN_OR_RETURN(VersionDetail detail, store.GetVersionDetail(route.model, version));
+  return std::make_pair(detail.info.version, PlanHfFiles(detail, max_file_bytes));
+}
 
 }  // namespace
 
@@ -281,6 +292,21 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
     case RouteKind::kUploadCommit:
       if (method != "POST") return MethodNotAllowed(method, "POST");
       return HandleUploadCommit(route);
+    case RouteKind::kHfFile: {
+      if (method != "GET" && method != "HEAD") return MethodNotAllowed(method, "GET, HEAD");
+      if (route.file != kHfIndexName) {
+        return ErrorResponse(Status::NotFound("no file '" + route.file.substr(0, 100) +
+                                              "' in the Hugging Face view"));
+      }
+      auto number = ResolveVersion(route);
+      if (!number.ok()) return ErrorResponse(number.status());
+      auto files = HfFilesOf(*store_, route, *number);
+      if (!files.ok()) return ErrorResponse(files.status());
+      ApiResponse r;
+      r.body = HfIndexJson(files->second, files->first);
+      r.headers.emplace_back("X-Ckpt-Version", std::to_string(files->first));
+      return r;
+    }
     case RouteKind::kVersion: {
       if (method == "GET" && route.layout) {
         auto number = ResolveVersion(route);
@@ -442,6 +468,19 @@ ApiResponse ApiHandler::HandleAdminGc() {
 
 Result<std::unique_ptr<RestoreStream>> ApiHandler::OpenRestore(const Route& route) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(route.model));
+  if (route.kind == RouteKind::kHfFile) {
+    CKPT_ASSIGN_OR_RETURN(std::optional<uint64_t> version, ResolveVersion(route));
+    CKPT_ASSIGN_OR_RETURN(auto files, HfFilesOf(*store_, route, version));
+    auto it = files.second.tensors.find(route.file);
+    if (it == files.second.tensors.end()) {
+      return Status::NotFound(
+          "no file '" + route.file.substr(0, 100) + "' in the Hugging Face view of version " +
+          std::to_string(files.first) + " (see " + std::string(kHfIndexName) + ")");
+    }
+    RestoreSelection selection;
+    selection.names = it->second;
+    return store_->OpenRestore(route.model, files.first, selection);
+  }
   CKPT_ASSIGN_OR_RETURN(const RestoreSelection selection, ParseRestoreQuery(route.query));
   CKPT_ASSIGN_OR_RETURN(std::optional<uint64_t> version, ResolveVersion(route));
   return store_->OpenRestore(route.model, version, selection);

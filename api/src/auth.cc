@@ -132,6 +132,7 @@ std::optional<Requirement> Authorizer::RequirementFor(std::string_view method, c
     case RouteKind::kShard:
     case RouteKind::kUpload:
     case RouteKind::kUploadCommit:
+    case RouteKind::kHfFile:
     case RouteKind::kRetention:
     case RouteKind::kUnknown:
       return Requirement{read_or_write, false};

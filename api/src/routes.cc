@@ -182,6 +182,24 @@ Result<std::pair<uint32_t, PushOptions>> ParseShardQuery(std::string_view query)
   return std::make_pair(*of, std::move(options));
 }
 
+Result<uint64_t> ParseHfQuery(std::string_view query, uint64_t default_bytes) {
+  uint64_t max_file_bytes = default_bytes;
+  CKPT_RETURN_IF_ERROR(
+      ForEachQueryParam(query, [&](const std::string& key, const std::string& value) -> Status {
+        if (key != "max_shard_bytes") {
+          return Status::InvalidArgument("unknown query parameter '" + key +
+                                         "' on the Hugging Face view (allowed: max_shard_bytes)");
+        }
+        auto n = ParseVersionNumber(value);
+        if (!n.ok() || *n == 0) {
+          return Status::InvalidArgument("max_shard_bytes must be a positive decimal integer");
+        }
+        max_file_bytes = *n;
+        return Status::Ok();
+      }));
+  return max_file_bytes;
+}
+
 Result<RestoreSelection> ParseRestoreQuery(std::string_view query) {
   RestoreSelection selection;
   std::optional<uint32_t> rank, ranks;
@@ -283,6 +301,8 @@ std::string_view RouteName(RouteKind kind) {
       return "upload";
     case RouteKind::kUploadCommit:
       return "upload_commit";
+    case RouteKind::kHfFile:
+      return "hf";
     case RouteKind::kRetention:
       return "retention";
     case RouteKind::kRetentionRun:
@@ -353,6 +373,10 @@ Route ApiHandler::Classify(std::string_view target) {
                  (parts[5] == "shards" || parts[5] == "shards:commit")) {
         route.kind = parts[5] == "shards" ? RouteKind::kUpload : RouteKind::kUploadCommit;
         route.version = std::string(parts[4]);
+      } else if (parts.size() == 7 && parts[3] == "versions" && parts[5] == "hf") {
+        route.kind = RouteKind::kHfFile;
+        route.version = std::string(parts[4]);
+        route.file = std::string(parts[6]);
       } else if (parts.size() == 7 && parts[3] == "versions" && parts[5] == "shards") {
         route.kind = RouteKind::kShard;
         route.version = std::string(parts[4]);
@@ -375,6 +399,10 @@ RequestPlan ApiHandler::Plan(std::string_view method, const Route& route) {
     }
   }
   if (route.kind == RouteKind::kShard && method == "PUT") return RequestPlan::kPush;
+  if (route.kind == RouteKind::kHfFile && route.file != "model.safetensors.index.json" &&
+      (method == "GET" || method == "HEAD")) {
+    return RequestPlan::kRestore;
+  }
   return RequestPlan::kSimple;
 }
 

@@ -114,7 +114,15 @@ int main(int argc, char** argv) {
   auto* pull = app.add_subcommand("pull", "restore a version (or latest) to a file");
   pull->add_option("MODEL", model)->required();
   pull->add_option("VERSION", version, "version number, 'latest' or 'tag:NAME'")->required();
-  pull->add_option("-o,--output", file, "output file ('-' for stdout)")->required();
+  std::string hf_dir;
+  uint64_t hf_max_bytes = 5'000'000'000;
+  auto* output = pull->add_option("-o,--output", file, "output file ('-' for stdout)");
+  auto* hf = pull->add_option("--hf-dir", hf_dir,
+                              "write the Hugging Face view instead: DIR/model.safetensors."
+                              "index.json and the files it lists");
+  output->excludes(hf);
+  pull->add_option("--max-shard-bytes", hf_max_bytes,
+                   "with --hf-dir: the largest file (default 5000000000)");
   ckpt::PullOptions part;
   pull->add_option("--tensors", part.tensors,
                    "only tensors matching these patterns ('*', '?'; comma-separated or repeated)")
@@ -214,6 +222,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*pull) {
+    if (!hf_dir.empty()) {
+      auto files = client->PullHfDir(model, version, hf_dir, hf_max_bytes);
+      if (!files.ok()) return Fail(files.status());
+      for (const std::string& f : *files) std::fprintf(stderr, "wrote %s\n", f.c_str());
+      return 0;
+    }
+    if (file.empty())
+      return Fail(ckpt::Status::InvalidArgument("pull needs -o FILE or --hf-dir DIR"));
     if ((pull->count("--rank") > 0) != (pull->count("--of") > 0)) {
       return Fail(ckpt::Status::InvalidArgument("--rank and --of go together"));
     }

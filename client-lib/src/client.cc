@@ -14,12 +14,14 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 
 #include "ckpt/codec/hashing.h"
 #include "ckpt/codec/model_name.h"
 #include "ckpt/codec/safetensors.h"
 #include "ckpt/version.h"
 #include "error_response.h"
+#include "query_strings.h"
 #include "server_url.h"
 
 namespace ckpt {
@@ -194,37 +196,6 @@ ModelSummary ParseModel(const json& m) {
 // A source of body bytes for a push.
 using ReadFn = std::function<Result<size_t>(char* buffer, size_t capacity)>;
 
-// Percent-encodes a query parameter value (RFC 3986 unreserved characters stay).
-std::string QueryEscape(std::string_view text) {
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : text) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  return out;
-}
-
-std::string PushQuery(const PushMetadata& metadata) {
-  std::string query;
-  auto add = [&](const std::string& item) { query += (query.empty() ? "?" : "&") + item; };
-  for (const auto& [name, value] : metadata.metrics) {
-    char number[64];
-    std::snprintf(number, sizeof number, "%.17g", value);
-    add("metric." + QueryEscape(name) + "=" + number);
-  }
-  for (const auto& [name, value] : metadata.labels) {
-    add("label." + QueryEscape(name) + "=" + QueryEscape(value));
-  }
-  for (const auto& tag : metadata.tags) add("tag=" + QueryEscape(tag));
-  return query;
-}
-
 // One attempt of StreamPush at host:port. A redirect announced instead of 100 Continue (no body
 // byte sent) sets `location`.
 Result<PushResult> StreamPushOnce(const std::vector<ServerEndpoint>& endpoints,
@@ -336,22 +307,6 @@ Status ValidateSafetensorsFile(std::ifstream& in, uint64_t size) {
 
 using WriteFn = std::function<Status(const char* data, size_t n)>;
 
-// The query of a pull of part of a version ("" for the whole version).
-std::string PullQuery(const PullOptions& part) {
-  std::string query;
-  auto add = [&](const std::string& item) { query += (query.empty() ? "?" : "&") + item; };
-  if (!part.tensors.empty()) {
-    std::string list;
-    for (const std::string& t : part.tensors) list += (list.empty() ? "" : ",") + t;
-    add("tensors=" + QueryEscape(list));
-  }
-  if (part.ranks > 0) {
-    add("rank=" + std::to_string(part.rank));
-    add("of=" + std::to_string(part.ranks));
-  }
-  return query;
-}
-
 Result<PullResult> StreamPull(const std::vector<ServerEndpoint>& endpoints,
                               const ClientOptions& options, TlsContext* tls, std::string_view model,
                               std::string_view version, const WriteFn& write,
@@ -359,8 +314,11 @@ Result<PullResult> StreamPull(const std::vector<ServerEndpoint>& endpoints,
   CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   Connection c;
   CKPT_RETURN_IF_ERROR(c.Connect(endpoints, tls));
-  http::request<http::empty_body> req{http::verb::get,
-                                      VersionTarget(model, version) + PullQuery(part), 11};
+  const std::string target =
+      part.hf_file.empty() ? VersionTarget(model, version) + PullQuery(part)
+                           : VersionTarget(model, version) + "/hf/" + QueryEscape(part.hf_file) +
+                                 "?max_shard_bytes=" + std::to_string(part.hf_max_file_bytes);
+  http::request<http::empty_body> req{http::verb::get, target, 11};
   SetCommonHeaders(req, c.host(), options);
   beast::error_code ec;
   http::write(c.stream(), req, ec);
@@ -537,6 +495,48 @@ Result<std::string> Client::PullToBuffer(std::string_view model, std::string_vie
         return Status::Ok();
       }).status());
   return out;
+}
+
+Result<std::vector<std::string>> Client::PullHfDir(std::string_view model, std::string_view version,
+                                                   const std::string& dir,
+                                                   uint64_t max_file_bytes) {
+  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+  CKPT_ASSIGN_OR_RETURN(
+      json index, JsonRequest(endpoints_, options_, tls_.get(), http::verb::get,
+                              VersionTarget(model, version) + "/hf/model.safetensors.index.json" +
+                                  "?max_shard_bytes=" + std::to_string(max_file_bytes)));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IoError("cannot create '" + dir + "': " + ec.message());
+  // The files of the version the index is of ("latest" may move on meanwhile).
+  const json metadata = index.value("metadata", json::object());
+  if (!metadata.is_object() || !metadata.value("version", json()).is_number_unsigned()) {
+    return Status::DataLoss("the server's index names no version");
+  }
+  const std::string number = std::to_string(metadata["version"].get<uint64_t>());
+  std::vector<std::string> written = {dir + "/model.safetensors.index.json"};
+  {
+    std::ofstream out(written[0], std::ios::binary | std::ios::trunc);
+    out << index.dump(2) << "\n";
+    if (!out) return Status::IoError("writing '" + written[0] + "' failed");
+  }
+  std::set<std::string> files;
+  const json weight_map = index.value("weight_map", json::object());
+  for (const auto& [tensor, file] : weight_map.items()) {
+    const std::string name = file.is_string() ? file.get<std::string>() : std::string();
+    if (name.find('/') != std::string::npos || name.empty() || name[0] == '.') {
+      return Status::DataLoss("the server's index names a file '" + name + "'");
+    }
+    files.insert(name);
+  }
+  for (const std::string& file : files) {
+    PullOptions part;
+    part.hf_file = file;
+    part.hf_max_file_bytes = max_file_bytes;
+    CKPT_RETURN_IF_ERROR(PullToFile(model, number, dir + "/" + file, part).status());
+    written.push_back(dir + "/" + file);
+  }
+  return written;
 }
 
 Result<std::vector<ModelSummary>> Client::ListModels() {

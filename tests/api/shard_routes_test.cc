@@ -201,5 +201,60 @@ TEST_F(ShardRoutesTest, ARankRestoreHasNoDigestHeaders) {
             StatusCode::kInvalidArgument);
 }
 
+TEST_F(ShardRoutesTest, TheHuggingFaceViewListsFilesOfAtMostTheGivenSize) {
+  const std::string a = FloatBytes(std::vector<float>(100, 1)), b = FloatBytes({2, 3}),
+                    c = FloatBytes(std::vector<float>(60, 4));
+  const std::string body = Serialize(
+      {{"a", DType::kF32, {100}, a}, {"b", DType::kF32, {2}, b}, {"c", DType::kF32, {60}, c}});
+  auto push = handler_->BeginPush(ApiHandler::Classify("/v1/models/m/versions/3"), body.size());
+  ASSERT_TRUE(push.ok());
+  ASSERT_TRUE((*push)
+                  ->Write(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(body.data()),
+                                                   body.size()))
+                  .ok());
+  ASSERT_EQ(handler_->FinishPush(**push).status, 201);
+  // 408 bytes at most: [a, b] (400 + 8), then [c].
+  ApiResponse index = Call(
+      "GET", "/v1/models/m/versions/latest/hf/model.safetensors.index.json?max_shard_bytes=408");
+  ASSERT_EQ(index.status, 200) << index.body;
+  const json doc = json::parse(index.body);
+  EXPECT_EQ(doc["metadata"]["total_size"], 648);
+  EXPECT_EQ(doc["weight_map"]["a"], "model-00001-of-00002.safetensors");
+  EXPECT_EQ(doc["weight_map"]["b"], "model-00001-of-00002.safetensors");
+  EXPECT_EQ(doc["weight_map"]["c"], "model-00002-of-00002.safetensors");
+  auto read_all = [&](std::string_view target) -> std::string {
+    auto stream = handler_->OpenRestore(ApiHandler::Classify(target));
+    EXPECT_TRUE(stream.ok()) << stream.status().ToString();
+    if (!stream.ok()) return "";
+    std::string out;
+    for (auto piece = (*stream)->Next(); piece.ok() && !piece->empty(); piece = (*stream)->Next()) {
+      out.append(reinterpret_cast<const char*>(piece->data()), piece->size());
+    }
+    return out;
+  };
+  const std::string first =
+      read_all("/v1/models/m/versions/3/hf/model-00001-of-00002.safetensors?max_shard_bytes=408");
+  EXPECT_TRUE(first == Serialize({{"a", DType::kF32, {100}, a}, {"b", DType::kF32, {2}, b}}));
+  const std::string second =
+      read_all("/v1/models/m/versions/3/hf/model-00002-of-00002.safetensors?max_shard_bytes=408");
+  EXPECT_TRUE(second == Serialize({{"c", DType::kF32, {60}, c}}));
+  // The default size: one file.
+  EXPECT_EQ(json::parse(Call("GET", "/v1/models/m/versions/3/hf/model.safetensors.index.json")
+                            .body)["weight_map"]["c"],
+            "model-00001-of-00001.safetensors");
+  EXPECT_EQ(handler_
+                ->OpenRestore(ApiHandler::Classify(
+                    "/v1/models/m/versions/3/hf/model-00003-of-00002.safetensors"))
+                .status()
+                .code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(Call("GET", "/v1/models/m/versions/3/hf/other.json").status, 404);
+  EXPECT_EQ(Call("GET", "/v1/models/m/versions/3/hf/model.safetensors.index.json?max_shard_bytes=0")
+                .status,
+            400);
+  EXPECT_EQ(ApiHandler::Plan("GET", ApiHandler::Classify("/v1/models/m/versions/3/hf/x")),
+            RequestPlan::kRestore);
+}
+
 }  // namespace
 }  // namespace ckpt::api

@@ -243,6 +243,18 @@ TEST_F(CliTest, PullsSomeTensorsOrARanksPart) {
   EXPECT_NE(alone.output.find("--rank and --of go together"), std::string::npos) << alone.output;
   auto whole = Run("pull m 1 -o " + out);
   EXPECT_NE(whole.output.find("(verified)"), std::string::npos) << whole.output;
+
+  // The Hugging Face view: w (32 bytes) and b (8 bytes) in files of at most 32 bytes.
+  const std::string hf = (dir_.path() / "hf").string();
+  auto view = Run("pull m latest --hf-dir " + hf + " --max-shard-bytes 32");
+  ASSERT_EQ(view.exit_code, 0) << view.output;
+  const std::string index = ReadFile(hf + "/model.safetensors.index.json");
+  EXPECT_NE(index.find("\"w\": \"model-00001-of-00002.safetensors\""), std::string::npos)
+      << index;
+  EXPECT_NE(index.find("\"b\": \"model-00002-of-00002.safetensors\""), std::string::npos);
+  EXPECT_EQ(ReadFile(hf + "/model-00002-of-00002.safetensors"),
+            testing::Serialize({{"b", DType::kF32, {2}, testing::FloatBytes({9, 10})}}));
+  EXPECT_NE(Run("pull m 1").exit_code, 0);  // neither -o nor --hf-dir
 }
 
 }  // namespace

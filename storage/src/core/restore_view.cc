@@ -63,6 +63,15 @@ bool MatchesAny(const std::vector<std::string>& patterns, const std::string& nam
   return false;
 }
 
+// Whether `selection` (tensor patterns, exact names) admits tensor `name`.
+bool Selected(const RestoreSelection& selection, const std::string& name) {
+  if (selection.tensors.empty() && selection.names.empty()) return true;
+  if (std::find(selection.names.begin(), selection.names.end(), name) != selection.names.end()) {
+    return true;
+  }
+  return !selection.tensors.empty() && MatchesAny(selection.tensors, name);
+}
+
 class RestoreViewImpl final : public RestoreStream {
  public:
   RestoreViewImpl(const StoreContext& ctx, ScopedSnapshot snapshot, std::string model,
@@ -106,7 +115,7 @@ class RestoreViewImpl final : public RestoreStream {
         if (selection.box->first != t.name) continue;
         v.box = selection.box->second;
         CKPT_RETURN_IF_ERROR(CheckBoxWithin(t.name, v.box, t.shape));
-      } else if (!MatchesAny(selection.tensors, t.name)) {
+      } else if (!Selected(selection, t.name)) {
         continue;
       } else if (selection.ranks > 0) {
         const int dim = SplitDimension(layout, t.name, t.shape.size());

@@ -39,6 +39,7 @@ enum class RouteKind {
   kShard,         // PUT /v1/models/{model}/versions/{version}/shards/{shard}?of=N
   kUpload,        // GET|DELETE /v1/models/{model}/versions/{version}/shards (upload state, abort)
   kUploadCommit,  // POST /v1/models/{model}/versions/{version}/shards:commit
+  kHfFile,        // GET /v1/models/{model}/versions/{version}/hf/{file} (the HF view)
   kRetention,     // GET|PUT /v1/models/{model}/retention
   kRetentionRun,  // POST /v1/models/{model}/retention:preview | retention:apply
   kAdminGc,       // POST /v1/admin/gc
@@ -57,6 +58,7 @@ struct Route {
   std::string version;   // as written in the path: decimal, "latest" or "tag:<name>"
   std::string tag;       // kVersionTag: the tag
   std::string shard;     // kShard: the shard index as written in the path
+  std::string file;      // kHfFile: the file name
   std::string query;     // the raw query string (after '?'), empty if none
   bool detail = false;   // ?detail=1 on a version: its storage detail (JSON) instead of the body
   bool layout = false;   // ?layout=1 on a version: how it was pushed (JSON) instead of the body
@@ -187,6 +189,10 @@ std::string BackupResultJson(const BackupResult& backup);
 // (the resharded view), tensor=<name>&offsets=<a,b,...>&shape=<c,d,...> (one box). Unknown
 // parameters are InvalidArgument.
 Result<RestoreSelection> ParseRestoreQuery(std::string_view query);
+
+// The query of the Hugging Face view: max_shard_bytes=<N> (the largest file), else
+// `default_bytes`.
+Result<uint64_t> ParseHfQuery(std::string_view query, uint64_t default_bytes);
 
 // The query parameters of a shard push: of=<N> (required) and those of ParsePushQuery.
 Result<std::pair<uint32_t, PushOptions>> ParseShardQuery(std::string_view query);

@@ -81,6 +81,9 @@ struct PullOptions {
   // The resharded view for rank `rank` of `ranks` (ranks 0: not resharded).
   uint32_t rank = 0;
   uint32_t ranks = 0;
+  // A file of the Hugging Face view (".../versions/{v}/hf/<file>?max_shard_bytes=N") instead.
+  std::string hf_file;
+  uint64_t hf_max_file_bytes = 0;
 };
 
 struct ModelSummary {
@@ -117,6 +120,11 @@ class Client {
   Result<PullResult> PullToFile(std::string_view model, std::string_view version,
                                 const std::string& path, const PullOptions& part = {});
   Result<std::string> PullToBuffer(std::string_view model, std::string_view version);
+  // The Hugging Face view of a version into `dir` (created if needed):
+  // model.safetensors.index.json and the files it lists, each at most `max_file_bytes`.
+  // Returns the files written, the index first.
+  Result<std::vector<std::string>> PullHfDir(std::string_view model, std::string_view version,
+                                             const std::string& dir, uint64_t max_file_bytes);
 
   Result<std::vector<ModelSummary>> ListModels();
   Result<ModelSummary> GetModel(std::string_view model);

@@ -263,6 +263,9 @@ struct RestoreSelection {
   // Tensor name patterns ('*' any run of characters, '?' one); a tensor is sent if it matches
   // any. Empty: every tensor.
   std::vector<std::string> tensors;
+  // Exact tensor names (with `tensors`, a tensor is sent if either admits it). Empty: no
+  // restriction by name.
+  std::vector<std::string> names;
   // ranks > 0: the resharded view for `rank` of `ranks`. A tensor pushed as slices along one
   // dimension is split along that dimension into `ranks` consecutive parts (SplitExtent: the
   // first extent % ranks parts one longer); every other tensor is sent whole to every rank.
@@ -275,7 +278,9 @@ struct RestoreSelection {
   // decoded. Not combined with the fields above; `last` past the end is clipped.
   std::optional<std::pair<uint64_t, uint64_t>> bytes;
 
-  bool whole() const { return tensors.empty() && ranks == 0 && !box && !bytes; }
+  bool whole() const {
+    return tensors.empty() && names.empty() && ranks == 0 && !box && !bytes;
+  }
 };
 
 // What rearranging a model's newest versions did (CheckpointStore::RearrangeLatest).
