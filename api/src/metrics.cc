@@ -65,6 +65,10 @@ std::string ServerMetrics::Render(CheckpointStore& store) const {
   auto gauge = [&now](const std::string& name, const std::string& help) -> auto& {
     return prometheus::BuildGauge().Name(name).Help(help).Register(now);
   };
+  // A gauge without labels, set to `value`.
+  auto set_gauge = [&gauge](const std::string& name, const std::string& help, double value) {
+    gauge(name, help).Add({}).Set(value);
+  };
   auto counter = [&now](const std::string& name, const std::string& help) -> auto& {
     return prometheus::BuildCounter().Name(name).Help(help).Register(now);
   };
@@ -115,27 +119,22 @@ std::string ServerMetrics::Render(CheckpointStore& store) const {
   add_counter("ckptd_restore_links_decoded_total",
               "Stored chunk payloads restores decoded (delta chains replayed)",
               static_cast<double>(s.restore_links_decoded));
-  gauge("ckptd_rocksdb_sst_bytes", "Size of RocksDB's table files")
-      .Add({})
-      .Set(static_cast<double>(s.sst_bytes));
-  gauge("ckptd_rocksdb_blob_bytes", "Size of RocksDB's blob files")
-      .Add({})
-      .Set(static_cast<double>(s.blob_bytes));
-  gauge("ckptd_rocksdb_pending_compaction_bytes",
-        "Bytes RocksDB estimates compactions must rewrite")
-      .Add({})
-      .Set(static_cast<double>(s.pending_compaction_bytes));
-  gauge("ckptd_rocksdb_running_compactions", "Compactions running now")
-      .Add({})
-      .Set(static_cast<double>(s.running_compactions));
+  set_gauge("ckptd_rocksdb_sst_bytes", "Size of RocksDB's table files",
+            static_cast<double>(s.sst_bytes));
+  set_gauge("ckptd_rocksdb_blob_bytes", "Size of RocksDB's blob files",
+            static_cast<double>(s.blob_bytes));
+  set_gauge("ckptd_rocksdb_pending_compaction_bytes",
+            "Bytes RocksDB estimates compactions must rewrite",
+            static_cast<double>(s.pending_compaction_bytes));
+  set_gauge("ckptd_rocksdb_running_compactions", "Compactions running now",
+            static_cast<double>(s.running_compactions));
   const StoreHealthReport health = store.Health();
-  gauge("ckptd_storage_free_bytes", "Free bytes on the data directory's volume")
-      .Add({})
-      .Set(static_cast<double>(health.free_bytes));
-  gauge("ckptd_storage_reserved_bytes",
-        "Free bytes pushes leave alone (storage.min_free_bytes): deletes and GC work inside them")
-      .Add({})
-      .Set(static_cast<double>(health.reserved_bytes));
+  set_gauge("ckptd_storage_free_bytes", "Free bytes on the data directory's volume",
+            static_cast<double>(health.free_bytes));
+  set_gauge(
+      "ckptd_storage_reserved_bytes",
+      "Free bytes pushes leave alone (storage.min_free_bytes): deletes and GC work inside them",
+      static_cast<double>(health.reserved_bytes));
   auto& writes = gauge("ckptd_storage_writes",
                        "1 for the store's write state now: writable, reserve_reached (pushes "
                        "refused), suspended (every write, until the engine resumes), read_only");
@@ -153,17 +152,14 @@ std::string ServerMetrics::Render(CheckpointStore& store) const {
   if (auto uploads = store.ListUploads(); uploads.ok()) {
     uint64_t received = 0;
     for (const ShardUploadInfo& u : *uploads) received += u.received_bytes;
-    gauge("ckptd_uploads_in_progress", "Sharded uploads whose version is not committed yet")
-        .Add({})
-        .Set(static_cast<double>(uploads->size()));
-    gauge("ckptd_upload_received_bytes", "Bytes of the stored shards of those uploads")
-        .Add({})
-        .Set(static_cast<double>(received));
+    set_gauge("ckptd_uploads_in_progress", "Sharded uploads whose version is not committed yet",
+              static_cast<double>(uploads->size()));
+    set_gauge("ckptd_upload_received_bytes", "Bytes of the stored shards of those uploads",
+              static_cast<double>(received));
   }
   if (s.cluster) {
-    gauge("ckptd_cluster_models_owned", "Models whose write lease this daemon holds")
-        .Add({})
-        .Set(static_cast<double>(s.models_owned));
+    set_gauge("ckptd_cluster_models_owned", "Models whose write lease this daemon holds",
+              static_cast<double>(s.models_owned));
     add_counter("ckptd_cluster_lease_takeovers_total",
                 "Write leases taken since start (a model's first write through this daemon)",
                 static_cast<double>(s.lease_takeovers));

@@ -493,6 +493,19 @@ TEST_F(ShardedUploadTest, AByteRangeDecodesOnlyTheChunksHoldingIt) {
   EXPECT_EQ(Restore("m", 3, past).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(ShardedUploadTest, LargeRunsOfABoxAreSentFromTheDecodedChunks) {
+  Reopen(/*chunk_bytes=*/256 << 10);  // a row slice then spans several chunks, partly
+  const OwnedTensor w = Global("w", {1024, 256}, 0);
+  ASSERT_TRUE(Push("m", 1, Serialize({w})).ok());
+  for (const TensorBox& box : {Rows(w, 100, 800), Rows(w, 0, 1024), Columns(w, 3, 250)}) {
+    RestoreSelection selection;
+    selection.box = std::make_pair(std::string("w"), box);
+    auto got = Restore("m", 1, selection);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(Parse(*got).tensors.at("w").bytes == Cut(w, box));
+  }
+}
+
 // Spool format 1 (docs/format.md), written byte for byte as a daemon of that format leaves it:
 // a store opening it finds the upload and its shard and continues it.
 TEST_F(ShardedUploadTest, ReadsASpoolOfFormat1) {

@@ -17,8 +17,10 @@ namespace {
 
 using nlohmann::json;
 
-// The most bytes of a box gathered into one piece of the body.
+// The most bytes of a box gathered into one piece of the body, and the part of a run within a
+// chunk that is sent from the chunk without a copy.
 constexpr size_t kGatherBytes = 1 << 20;
+constexpr size_t kDirectBytes = 64 << 10;
 
 // One tensor of the view: a box of a stored tensor.
 struct ViewTensor {
@@ -169,8 +171,8 @@ class RestoreViewImpl final : public RestoreStream {
           return std::span<const uint8_t>(*piece_);
         }
       } else {
-        CKPT_ASSIGN_OR_RETURN(const bool more, Gather(v, t));
-        if (more) return std::span<const uint8_t>(gathered_);
+        CKPT_ASSIGN_OR_RETURN(const std::span<const uint8_t> piece, Gather(v, t));
+        if (!piece.empty()) return piece;
       }
       ++next_view_;
       next_chunk_ = 0;
@@ -235,8 +237,10 @@ class RestoreViewImpl final : public RestoreStream {
     return std::span<const uint8_t>();
   }
 
-  // Fills gathered_ with the next bytes of box `v` of `t`; false once the box is done.
-  Result<bool> Gather(const ViewTensor& v, const ManifestTensor& t) {
+  // The next bytes of box `v` of `t`, empty once the box is done: a run's part within one
+  // decoded chunk is sent from the chunk itself when it is large (a slice along dimension 0 is
+  // one run, so it is never copied); smaller parts (rows of a column slice) are gathered.
+  Result<std::span<const uint8_t>> Gather(const ViewTensor& v, const ManifestTensor& t) {
     const uint64_t element = DTypeSize(t.dtype);
     if (!runs_) {
       runs_.emplace(t.shape, v.box);
@@ -251,23 +255,28 @@ class RestoreViewImpl final : public RestoreStream {
         run_end_ = (first + count) * element;
       }
       const uint32_t chunk = static_cast<uint32_t>(run_begin_ / t.chunk_bytes);
+      const uint64_t chunk_begin = uint64_t{chunk} * t.chunk_bytes;
+      const uint64_t in_chunk = std::min(run_end_, chunk_begin + t.chunk_bytes) - run_begin_;
+      // A large part goes out on its own; what was gathered before it goes first.
+      if (in_chunk >= kDirectBytes && !gathered_.empty()) break;
       if (!chunk_ || chunk_index_ != chunk) {
         CKPT_RETURN_IF_ERROR(reader_.DecodeSharedChunk(record_.seq, v.tensor, chunk, &chunk_));
         chunk_index_ = chunk;
       }
-      const uint64_t chunk_begin = uint64_t{chunk} * t.chunk_bytes;
-      const uint64_t end = std::min(
-          {run_end_, chunk_begin + chunk_->size(), run_begin_ + kGatherBytes - gathered_.size()});
-      if (end <= run_begin_) return Status::DataLoss("a decoded chunk is shorter than recorded");
+      if (chunk_begin + chunk_->size() < run_begin_ + in_chunk) {
+        return Status::DataLoss("a decoded chunk is shorter than recorded");
+      }
       const uint8_t* from = chunk_->data() + (run_begin_ - chunk_begin);
-      gathered_.insert(gathered_.end(), from, from + (end - run_begin_));
-      run_begin_ = end;
+      if (in_chunk >= kDirectBytes) {
+        run_begin_ += in_chunk;
+        return std::span<const uint8_t>(from, in_chunk);
+      }
+      const uint64_t take = std::min<uint64_t>(in_chunk, kGatherBytes - gathered_.size());
+      gathered_.insert(gathered_.end(), from, from + take);
+      run_begin_ += take;
     }
-    if (gathered_.empty()) {
-      chunk_.reset();
-      return false;
-    }
-    return true;
+    if (gathered_.empty()) chunk_.reset();
+    return std::span<const uint8_t>(gathered_);
   }
 
   const StoreContext& ctx_;
