@@ -14,6 +14,7 @@ namespace {
 using nlohmann::json;
 
 constexpr size_t kMaxPatternLength = 256;
+constexpr double kMaxZeroBelowMean = 100;
 
 Status Bad(std::string_view field, std::string_view message) {
   return Status::InvalidArgument("policy: '" + std::string(field) + "' " + std::string(message));
@@ -121,19 +122,26 @@ Result<TensorOverride> ParseOverride(const json& item, size_t index) {
       Quantizer q;
       CKPT_RETURN_IF_ERROR(ParseQuantizer(*it, where + ".quantizer", &q));
       o.quantizer = q;
+    } else if (key == "zero_below_mean") {
+      if (!it->is_number()) return Bad(where + ".zero_below_mean", "must be a number");
+      const double f = it->get<double>();
+      if (!(f > 0 && f <= kMaxZeroBelowMean)) {
+        return Bad(where + ".zero_below_mean", "must be in (0, 100]");
+      }
+      o.zero_below_mean = f;
     } else if (!IsBoundField(key)) {
       return Status::InvalidArgument("policy: unknown field '" + where + "." + key + "'");
     }
   }
   CKPT_RETURN_IF_ERROR(ParseBoundFields(item, where + ".", &o.bound));
   if (o.pattern.empty()) return Bad(where + ".tensors", "is required");
-  if (!o.lossless && !o.bound && !o.quantizer) {
+  if (!o.lossless && !o.bound && !o.quantizer && !o.zero_below_mean) {
     return Bad(where,
                "must set 'lossless', 'max_abs_error', 'max_rel_error', "
-               "'max_pointwise_rel_error' or 'quantizer'");
+               "'max_pointwise_rel_error', 'quantizer' or 'zero_below_mean'");
   }
-  if (o.lossless.value_or(false) && (o.bound || o.quantizer)) {
-    return Bad(where, "cannot be lossless and set a bound or quantizer");
+  if (o.lossless.value_or(false) && (o.bound || o.quantizer || o.zero_below_mean)) {
+    return Bad(where, "cannot be lossless and set a bound, quantizer or zero_below_mean");
   }
   return o;
 }
@@ -259,8 +267,12 @@ Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPoli
       return Bad(where, "quantizes tensors but neither it nor the policy sets an error bound");
     }
     if (!o.lossless.value_or(false)) {
-      CKPT_RETURN_IF_ERROR(CheckQuantizerFitsBound(
-          o.bound ? o.bound : policy.bound, o.quantizer.value_or(policy.quantizer), where + "."));
+      const std::optional<ErrorBound>& bound = o.bound ? o.bound : policy.bound;
+      CKPT_RETURN_IF_ERROR(
+          CheckQuantizerFitsBound(bound, o.quantizer.value_or(policy.quantizer), where + "."));
+      if (o.zero_below_mean && bound->kind != ErrorBound::Kind::kPointwise) {
+        return Bad(where + ".zero_below_mean", "needs 'max_pointwise_rel_error'");
+      }
     }
   }
   return policy;
@@ -286,6 +298,7 @@ std::string CodecPolicy::ToJson() const {
     if (o.lossless) item["lossless"] = *o.lossless;
     if (o.bound) BoundJson(*o.bound, item);
     if (o.quantizer) item["quantizer"] = std::string(QuantizerName(*o.quantizer));
+    if (o.zero_below_mean) item["zero_below_mean"] = *o.zero_below_mean;
     list.push_back(std::move(item));
   }
   doc["overrides"] = std::move(list);
@@ -296,9 +309,12 @@ TensorCoding CodecPolicy::ForTensor(std::string_view name, DType dtype,
                                     const std::vector<uint64_t>& shape) const {
   TensorCoding lossless;
   if (!LossyCodecSupports(dtype)) return lossless;
-  auto lossy = [&](const std::optional<ErrorBound>& b, const std::optional<Quantizer>& q) {
+  auto lossy = [&](const std::optional<ErrorBound>& b, const std::optional<Quantizer>& q,
+                   double zero_below_mean) {
     TensorCoding c;
     c.lossy = true;
+    c.lossy_options.zero_below_mean = zero_below_mean;
+    c.standalone = zero_below_mean > 0;
     c.lossy_options.bound = b ? *b : *bound;
     c.lossy_options.quantizer = q ? *q : quantizer;
     if (c.lossy_options.bound.kind == ErrorBound::Kind::kPointwise) {
@@ -316,7 +332,7 @@ TensorCoding CodecPolicy::ForTensor(std::string_view name, DType dtype,
   for (const TensorOverride& o : overrides) {
     if (!Matches(o.pattern, name)) continue;
     if (o.lossless.value_or(false)) return lossless;
-    return lossy(o.bound, o.quantizer);
+    return lossy(o.bound, o.quantizer, o.zero_below_mean.value_or(0));
   }
   if (mode == CodecMode::kLossless) return lossless;
   if (lossless_tensors) {
@@ -326,7 +342,7 @@ TensorCoding CodecPolicy::ForTensor(std::string_view name, DType dtype,
   } else if (shape.size() <= 1) {
     return lossless;
   }
-  return lossy(std::nullopt, std::nullopt);
+  return lossy(std::nullopt, std::nullopt, 0);
 }
 
 }  // namespace ckpt

@@ -154,6 +154,11 @@ LossyCodecOptions FloatFormat(uint8_t exponent_bits, uint8_t mantissa_bits) {
   return options;
 }
 
+LossyCodecOptions DropBelowMean(LossyCodecOptions options, double factor) {
+  options.zero_below_mean = factor;
+  return options;
+}
+
 LossyCodecOptions NoHistory(LossyCodecOptions options) {
   options.history = false;
   return options;
@@ -200,6 +205,10 @@ std::vector<Case> Cases() {
        With(Lossy(Q::kAuto, K::kPointwise, 5e-2))},
       {"log/f32-specials", DType::kF32, W::kSpecials, kLarge, 3,
        With(Lossy(Q::kAuto, K::kPointwise, 1e-2))},
+      {"log/f32-drop-rule", DType::kF32, W::kSpecials, kLarge, 3,
+       With(DropBelowMean(Lossy(Q::kAuto, K::kPointwise, 0.25), 2))},
+      {"log/bf16-drop-rule-small", DType::kBF16, W::kSpecials, kSmall, 2,
+       With(DropBelowMean(Lossy(Q::kAuto, K::kPointwise, 0.25), 1))},
       {"lattice/f32-history", DType::kF32, W::kWeights, kLarge, 4, With(Lattice(true))},
       {"lattice/f64-history", DType::kF64, W::kWeights, kLarge, 3, With(Lattice(true))},
       {"lattice/f32-flat", DType::kF32, W::kWeights, kLarge, 4, With(Lattice(false))},
@@ -263,6 +272,8 @@ constexpr Recorded kRecorded[] = {
     {"log/f16-small", 0xe73966e6a69e5285ull},
     {"log/bf16", 0x0d1dda5e8b4fc136ull},
     {"log/f32-specials", 0x5f46d46c6c44a369ull},
+    {"log/f32-drop-rule", 0xb0b97185fc0c97b2ull},
+    {"log/bf16-drop-rule-small", 0xd03b7df61090a71eull},
     {"lattice/f32-history", 0xcab45e5d88afff05ull},
     {"lattice/f64-history", 0x05d57c951d095b45ull},
     {"lattice/f32-flat", 0xa820675eae6c39aaull},

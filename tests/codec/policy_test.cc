@@ -99,6 +99,19 @@ TEST(CodecPolicy, RejectsBadFieldsNamingThem) {
             "quantizer"},
        Case{R"({"mode":"lossy","max_abs_error":1,"quantizer":"log"})", "quantizer"},
        Case{
+           R"({"mode":"lossy","max_abs_error":1,"overrides":[{"tensors":"m","zero_below_mean":2}]})",
+           "zero_below_mean"},
+       Case{R"({"overrides":[{"tensors":"m","max_pointwise_rel_error":0.2,"zero_below_mean":0}]})",
+            "zero_below_mean"},
+       Case{
+           R"({"overrides":[{"tensors":"m","max_pointwise_rel_error":0.2,"zero_below_mean":101}]})",
+           "zero_below_mean"},
+       Case{
+           R"({"overrides":[{"tensors":"m","max_pointwise_rel_error":0.2,"zero_below_mean":"2"}]})",
+           "zero_below_mean"},
+       Case{R"({"overrides":[{"tensors":"m","lossless":true,"zero_below_mean":2}]})",
+            "zero_below_mean"},
+       Case{
            R"({"mode":"lossy","max_abs_error":1,"overrides":[{"tensors":"m*","quantizer":"log"}]})",
            "overrides[0].quantizer"},
        Case{R"({"mode":"lossy","max_abs_error":1,"quantizer":"magic"})", "quantizer"},
@@ -193,6 +206,36 @@ TEST(CodecPolicy, PointwiseBoundsUseTheLogQuantizer) {
       R"({"mode":"lossy","max_pointwise_rel_error":0.5,"quantizer":"log"})", CodecPolicy{});
   ASSERT_TRUE(top.ok()) << top.status().ToString();
   EXPECT_EQ(top->ForTensor("w", DType::kF32, matrix).lossy_options.quantizer, Quantizer::kLog);
+}
+
+TEST(CodecPolicy, TheDropRuleCodesItsTensorsStandalone) {
+  auto p = CodecPolicy::FromJson(
+      R"({"mode":"lossy","max_abs_error":5e-3,
+          "overrides":[{"tensors":"optim.*.exp_avg","max_pointwise_rel_error":0.25,
+                        "zero_below_mean":2},
+                       {"tensors":"optim.*.exp_avg_sq","max_pointwise_rel_error":0.1}]})",
+      CodecPolicy{});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const std::vector<uint64_t> matrix = {4, 4};
+  const TensorCoding first = p->ForTensor("optim.w.exp_avg", DType::kF32, matrix);
+  EXPECT_TRUE(first.lossy);
+  EXPECT_TRUE(first.standalone);
+  EXPECT_EQ(first.lossy_options.zero_below_mean, 2);
+  EXPECT_EQ(first.lossy_options.quantizer, Quantizer::kLog);
+  const TensorCoding second = p->ForTensor("optim.w.exp_avg_sq", DType::kF32, matrix);
+  EXPECT_FALSE(second.standalone);
+  EXPECT_EQ(second.lossy_options.zero_below_mean, 0);
+  EXPECT_FALSE(p->ForTensor("w", DType::kF32, matrix).standalone);
+  auto again = CodecPolicy::FromJson(p->ToJson(), CodecPolicy{});
+  ASSERT_TRUE(again.ok()) << again.status().ToString() << p->ToJson();
+  EXPECT_EQ(*again, *p);
+  // The policy's own pointwise bound serves an override that only sets the rule.
+  auto inherited = CodecPolicy::FromJson(
+      R"({"mode":"lossy","max_pointwise_rel_error":0.1,
+          "overrides":[{"tensors":"m","zero_below_mean":1}]})",
+      CodecPolicy{});
+  ASSERT_TRUE(inherited.ok()) << inherited.status().ToString();
+  EXPECT_TRUE(inherited->ForTensor("m", DType::kF32, matrix).standalone);
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 // before the one it was coded against) must decode to the same bits.
 //
 // Input: options (5 bytes: dtype, bound kind, lattice and history flags; quantizer, float
-// format and matrix columns; the bound), element count (2 bytes, at most 8192: element history
+// format and matrix columns; float mantissa bits or, for pointwise bounds, the drop rule's
+// factor; the bound), element count (2 bytes, at most 8192: element history
 // needs chunks of 4096), versions (1 byte, 1..4), then per version a mode byte:
 //   mode % 4 == 0  the elements' raw bytes from the input (cycled when the input runs short)
 //   mode % 4 == 1  the previous version plus a drift of a few bounds (seed and scale: 5 bytes)
@@ -140,10 +141,27 @@ double AllowedError(const ErrorBound& bound, DType dtype, const Bytes& x) {
   return bound.value * (hi - lo);
 }
 
-void CheckGuarantee(const ErrorBound& bound, DType dtype, const Bytes& pushed,
+// The drop rule's floor: zero_below_mean times the mean |x| of the finite elements, with room
+// for the last bits of the encoder's long double sum.
+double DropFloor(const LossyCodecOptions& options, DType dtype, const Bytes& x) {
+  if (options.zero_below_mean <= 0) return 0;
+  long double sum = 0;
+  size_t count = 0;
+  const size_t size = DTypeSize(dtype);
+  for (size_t i = 0; i < x.size() / size; ++i) {
+    const double v = Load(dtype, x.data() + i * size);
+    if (std::isfinite(v)) sum += std::abs(v), ++count;
+  }
+  if (count == 0) return 0;
+  return options.zero_below_mean * static_cast<double>(sum / count) * (1 + 1e-12);
+}
+
+void CheckGuarantee(const LossyCodecOptions& options, DType dtype, const Bytes& pushed,
                     const Bytes& restored) {
+  const ErrorBound& bound = options.bound;
   fuzz::Check(pushed.size() == restored.size(), "the reconstruction has another length");
   const double allowed = AllowedError(bound, dtype, pushed);
+  const double floor = DropFloor(options, dtype, pushed);
   const size_t size = DTypeSize(dtype);
   for (size_t i = 0; i < pushed.size() / size; ++i) {
     const uint8_t* p = pushed.data() + i * size;
@@ -156,6 +174,10 @@ void CheckGuarantee(const ErrorBound& bound, DType dtype, const Bytes& pushed,
     }
     if (bound.kind == ErrorBound::Kind::kPointwise) {
       if (x == 0) fuzz::Check(same, "a zero did not restore exactly under a pointwise bound");
+      if (y == 0 && x != 0 && std::abs(x) <= floor) {
+        fuzz::Check(!std::signbit(y), "the drop rule restored -0.0");
+        continue;
+      }
       fuzz::Check(std::abs(x - y) <= bound.value * std::abs(x), "pointwise bound broken");
     } else {
       fuzz::Check(std::abs(x - y) <= allowed, "error bound broken");
@@ -207,6 +229,10 @@ LossyCodecOptions ReadOptions(fuzz::InputReader& in) {
   if (options.float_exponent_bits != 0) {
     options.float_mantissa_bits =
         static_cast<uint8_t>(mantissa_byte % (17 - options.float_exponent_bits));
+  }
+  // Pointwise bounds have no float format: the byte sets the drop rule's factor (0: off).
+  if (options.bound.kind == ErrorBound::Kind::kPointwise) {
+    options.zero_below_mean = mantissa_byte / 32.0;
   }
   return options;
 }
@@ -264,7 +290,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::CheckStatusIn(encoded.status(), {}, "Encode");
     const Bytes reconstruction =
         encoded->reconstruction_is_input ? current : encoded->reconstruction;
-    CheckGuarantee(options.bound, dtype, current, reconstruction);
+    CheckGuarantee(options, dtype, current, reconstruction);
 
     auto decoder = CodecForDecoding(static_cast<uint16_t>(encoded->codec_id));
     fuzz::Check(decoder.ok(), "the encoder named an unknown codec");

@@ -222,10 +222,12 @@ uint8_t OptionsByte(DType dtype, Kind kind, uint8_t features) {
   return 0;  // unreachable: four consecutive values cover every residue
 }
 
-// The 5 option bytes: flags, quantizer (+ 5 x float exponent bits), float mantissa bits, bound
-// mantissa, bound exponent (absolute 2^(e - 150), relative 2^-e, pointwise 2^(-1 - e)).
-std::string Options(uint8_t flags, uint8_t quantizer, uint8_t bound_exponent) {
-  return {static_cast<char>(flags), static_cast<char>(quantizer), 3, 0,
+// The 5 option bytes: flags, quantizer (+ 5 x float exponent bits), float mantissa bits (for
+// pointwise bounds 32 x the drop rule's factor), bound mantissa, bound exponent (absolute
+// 2^(e - 150), relative 2^-e, pointwise 2^(-1 - e)).
+std::string Options(uint8_t flags, uint8_t quantizer, uint8_t bound_exponent,
+                    uint8_t mantissa = 3) {
+  return {static_cast<char>(flags), static_cast<char>(quantizer), static_cast<char>(mantissa), 0,
           static_cast<char>(bound_exponent)};
 }
 
@@ -259,11 +261,12 @@ void LossyRoundtripSeeds() {
     const bool large = dtype == DType::kF32 || dtype == DType::kF64;
     const size_t history_count = large ? 4096 : 300;
     const auto seed = [&](const std::string& name, Kind kind, uint8_t features, uint8_t quantizer,
-                          uint8_t bound_exponent, size_t count) {
+                          uint8_t bound_exponent, size_t count, uint8_t mantissa = 3) {
       Write("lossy_roundtrip", name + "_" + dname,
-            RoundtripInput(dtype,
-                           Options(OptionsByte(dtype, kind, features), quantizer, bound_exponent),
-                           count));
+            RoundtripInput(
+                dtype,
+                Options(OptionsByte(dtype, kind, features), quantizer, bound_exponent, mantissa),
+                count));
     };
     seed("lattice_history", Kind::kAbsolute, kLattice | kHistory, 1, 143, history_count);
     seed("lattice", Kind::kAbsolute, kLattice, 1, 143, 300);
@@ -276,7 +279,9 @@ void LossyRoundtripSeeds() {
     seed("float_E4M3", Kind::kAbsolute, kHistory, 3 + 5 * 4, 143, 300);
     seed("cosine", Kind::kAbsolute, kHistory, 4, 143, 300);
     seed("relative", Kind::kRelative, kLattice | kHistory, 0, 10, 300);
-    seed("pointwise", Kind::kPointwise, 0, 0, 6, 300);
+    seed("pointwise", Kind::kPointwise, 0, 0, 6, 300, 0);
+    // Pointwise 2^-2 with the drop rule at twice the mean magnitude (Adam's exp_avg).
+    seed("pointwise_drop_rule", Kind::kPointwise, 0, 0, 1, history_count, 64);
     if (large) {
       // Two raw versions of a 64 x 64 matrix, the second moved along two directions: a delta
       // the encoder codes with the low-rank shift (payload version 4).
@@ -355,6 +360,9 @@ void PolicySeeds() {
       R"("reclaimable":false})",
       R"({"mode":"lossy","max_abs_error":1e-3,"overrides":[{"tensors":["exp_avg_sq*"],)"
       R"("max_pointwise_rel_error":0.01}]})",
+      R"({"mode":"lossy","max_abs_error":5e-3,"lossless_tensors":[],"overrides":[)"
+      R"({"tensors":"optim.*.exp_avg","max_pointwise_rel_error":0.25,"zero_below_mean":2},)"
+      R"({"tensors":"optim.*.exp_avg_sq","max_pointwise_rel_error":0.1}]})",
   };
   int i = 0;
   for (const char* p : codec_policies) {

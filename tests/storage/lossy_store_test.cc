@@ -196,5 +196,55 @@ TEST_F(CheckpointStoreTest, LossyChainRestartsWhenDeltasOutweighTheKeyframe) {
   EXPECT_NE(std::count(kinds.begin() + 1, kinds.end(), "keyframe"), 0);
 }
 
+// The drop rule stores its tensor whole in every version (a keyframe, never a delta) and keeps
+// its contract there; the other moment deltas against its previous reconstruction as usual.
+TEST_F(CheckpointStoreTest, TheDropRuleStoresItsTensorWholeInEveryVersion) {
+  ASSERT_TRUE(store_
+                  ->SetPolicy("m", LossyPolicy(R"({"mode":"lossy","max_abs_error":1e-3,
+                    "overrides":[{"tensors":"*.exp_avg","max_pointwise_rel_error":0.25,
+                                  "zero_below_mean":2},
+                                 {"tensors":"*.exp_avg_sq","max_pointwise_rel_error":0.1}]})"))
+                  .ok());
+  std::mt19937_64 rng(34);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<float> first(8192), second(8192, 1e-6f);
+  for (uint64_t v = 1; v <= 4; ++v) {
+    for (size_t i = 0; i < first.size(); ++i) {
+      const double g = 1e-3 * normal(rng) * std::exp(normal(rng));
+      first[i] = static_cast<float>(0.1 * first[i] + g);
+      second[i] = static_cast<float>(0.97 * second[i] + 0.03 * g * g);
+    }
+    const std::string body =
+        testing::Serialize({{"w.exp_avg", DType::kF32, {64, 128}, testing::FloatBytes(first)},
+                            {"w.exp_avg_sq", DType::kF32, {64, 128}, testing::FloatBytes(second)}});
+    ASSERT_TRUE(Push("m", v, body).ok());
+    auto detail = store_->GetVersionDetail("m", v);
+    ASSERT_TRUE(detail.ok()) << detail.status().ToString();
+    EXPECT_EQ(detail->tensors[0].kind, "keyframe") << v;
+    EXPECT_EQ(detail->tensors[1].kind, v == 1 ? "keyframe" : "delta") << v;
+    // Most of the first moment is below twice its mean magnitude: it stores far below 32 bits.
+    EXPECT_LT(detail->tensors[0].bits_per_element, 6) << v;
+    auto restored = Restore("m", v);
+    ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+    // w.exp_avg is the body's first tensor: its elements start right after the header.
+    uint64_t header_bytes = 0;
+    std::memcpy(&header_bytes, restored->data(), 8);
+    std::vector<float> m(first.size());
+    std::memcpy(m.data(), restored->data() + 8 + header_bytes, m.size() * sizeof(float));
+    // The floor is twice the mean |x| of each chunk (the fixture's chunks: 1024 elements).
+    constexpr size_t kChunk = 1024;
+    std::vector<double> mean(first.size() / kChunk);
+    for (size_t i = 0; i < first.size(); ++i) mean[i / kChunk] += std::abs(first[i]) / kChunk;
+    for (size_t i = 0; i < first.size(); ++i) {
+      const double x = first[i];
+      if (m[i] == 0) {
+        ASSERT_LE(std::abs(x), 2 * mean[i / kChunk] * (1 + 1e-9)) << v << " element " << i;
+      } else {
+        ASSERT_LE(std::abs(x - m[i]), 0.25 * std::abs(x)) << v << " element " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ckpt

@@ -250,6 +250,22 @@ Quantizer ChooseQuantizer(const LossyCodecOptions& options, const uint8_t* in, c
   return best;
 }
 
+// The mean |x| of the finite elements (0 if none). Summed in long double: a sum of F64
+// elements near the dtype's maximum overflows a double.
+template <DType D>
+double MeanAbsolute(const uint8_t* in, size_t n) {
+  using E = Element<D>;
+  long double sum = 0;
+  size_t count = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double a = std::abs(E::Load(in + i * E::kSize));
+    const bool finite = a - a == 0;
+    sum += finite ? a : 0.0;
+    count += finite ? 1 : 0;
+  }
+  return count ? static_cast<double>(sum / static_cast<long double>(count)) : 0.0;
+}
+
 // log: absolute mode (k0 = the sample's mean log-index) or, for deltas, ratio mode, whichever
 // codes an evenly spread sample of the chunk smaller.
 template <DType D>
@@ -262,7 +278,7 @@ void ChooseLogMode(const uint8_t* in, const uint8_t* ref, size_t n, double eps, 
   size_t count = 0;
   for (size_t i = 0; i < sample.size; ++i) {
     const double x = E::Load(sample.values.data() + i * E::kSize);
-    if (x != 0 && std::isfinite(x)) {
+    if (x != 0 && std::isfinite(x) && std::abs(x) > log.zero_floor) {
       sum += std::log2(std::abs(x)) / log.step;
       ++count;
     }
@@ -393,7 +409,12 @@ Result<ChunkPlan> PlanChunk(const LossyCodecOptions& options, const uint8_t* in,
   }
   QuantizerSet& set = plan.quantizers;
   Configure(stats, bound, options, kind, /*build_tables=*/true, &set);
-  if (kind == Quantizer::kLog) ChooseLogMode<D>(in, ref, n, bound, plan.non_negative, &set);
+  if (kind == Quantizer::kLog) {
+    if (!ref && options.zero_below_mean > 0) {
+      set.log.zero_floor = options.zero_below_mean * MeanAbsolute<D>(in, n);
+    }
+    ChooseLogMode<D>(in, ref, n, bound, plan.non_negative, &set);
+  }
   if (exact) set.uniform = UniformQuantizer(exact->step);
   plan.lattice = exact || (options.reclaimable && kind == Quantizer::kUniform);
 

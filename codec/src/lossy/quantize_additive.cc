@@ -91,9 +91,19 @@ void QuantizeLogElements(const LogQuantizer& log, const uint8_t* in, const uint8
   using E = Element<D>;
   const bool ratio_mode = log.mode == LogQuantizer::Mode::kRatio;
   constexpr double kMaxIndex = static_cast<double>(LogQuantizer::kMaxIndex);
+  // The drop floor (keyframes only, where symbol 0 restores +0): within it, an element's error
+  // is at most the floor. NaN compares false and stays out; zeros keep their own coding, which
+  // restores -0.0 as -0.0.
+  const double zero_floor = ref ? 0.0 : log.zero_floor;
   for (size_t i = 0; i < n; ++i) {
     const double x = E::Load(in + i * E::kSize);
     const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
+    if (std::abs(x) <= zero_floor && x != 0) {
+      uint8_t* rp = recon + i * E::kSize;
+      E::Store(0.0, rp);
+      EmitElement<E::kSize>(true, 0, in + i * E::kSize, rp, i, out);
+      continue;
+    }
     // Ratio mode codes x / p; absolute mode x itself. Either must be finite and non-zero.
     const double a = ratio_mode ? x / p : x;
     const double t = std::log2(std::abs(a)) * log.inverse_step;

@@ -233,6 +233,10 @@ struct LogQuantizer {
   double step = 0;
   double inverse_step = 0;  // 1 / step: the encoder's index of a value (SetStep sets both)
   int32_t k0 = 0;
+  // Encoder only (LossyCodecOptions::zero_below_mean), keyframes: finite elements with
+  // |x| <= zero_floor are coded as symbol 0, which a keyframe restores as 0. Not stored: the
+  // decoder needs nothing new.
+  double zero_floor = 0;
   // Powers E(n) already computed, for n in [cache_base, cache_base + kCacheSize) around the
   // mode's centre (NaN: not yet). A cache, so results never depend on it; call ResetCache()
   // after changing mode, step or k0. Not thread-safe (each coding call has its own quantizer).

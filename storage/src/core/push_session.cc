@@ -222,8 +222,9 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         // budget: that bounds what a restore reads and what a chain keeps alive.
         const bool chain_outweighs_keyframe =
             coding.lossy && policy_.KeyframeBudgetExceeded(rt.keyframe_bytes, rt.chain_bytes);
-        if (rt.dtype == mt.dtype && rt.shape == mt.shape && rt.chunk_bytes == mt.chunk_bytes &&
-            mt.byte_size > 0 && rt.chain_length + 1 < keyframe_every && !chain_outweighs_keyframe) {
+        if (!coding.standalone && rt.dtype == mt.dtype && rt.shape == mt.shape &&
+            rt.chunk_bytes == mt.chunk_bytes && mt.byte_size > 0 &&
+            rt.chain_length + 1 < keyframe_every && !chain_outweighs_keyframe) {
           mt.LinkTo(state_->reference_seq, it->second, rt);
         }
       }

@@ -1,8 +1,9 @@
 // Error-bounded lossy codecs for float tensors.
 //
 // Guarantee: for every element x of a chunk encoded with absolute bound e, the decoded element
-// r (in the chunk's own dtype) satisfies |x - r| <= e (with a pointwise bound: |x - r| <= e|x|);
-// NaN and ±Inf decode bit-exactly. The
+// r (in the chunk's own dtype) satisfies |x - r| <= e (with a pointwise bound: |x - r| <= e|x|,
+// or max(e|x|, the drop floor) under LossyCodecOptions::zero_below_mean); NaN and ±Inf decode
+// bit-exactly. The
 // encoder checks every element against the decoder's exact output and stores any element that
 // would miss the bound verbatim (an "exact" element), so the bound holds by construction, for
 // keyframes and deltas alike, whatever the values.
@@ -61,27 +62,34 @@ struct LossyCodecOptions {
   uint8_t float_exponent_bits = 0;
   uint8_t float_mantissa_bits = 0;
   // Reclaimable coding (the policy's "reclaimable"), uniform quantizer: reconstructions are
-  // points of a fixed lattice, fl(k * step) for an integer k, rather than the reference plus a move, so a version's lattice points depend on
-  // its own values and not on the chain that led to it (their lowest three mantissa bits carry
-  // the element history, as in other payloads of large F32/F64 chunks). Garbage collection can
-  // then re-encode a kept version against any other version exactly and cheaply
-  // (EncodeExactOnLattice). Other quantizers ignore it.
+  // points of a fixed lattice, fl(k * step) for an integer k, rather than the reference plus a
+  // move, so a version's lattice points depend on its own values and not on the chain that led to
+  // it (their lowest three mantissa bits carry the element history, as in other payloads of large
+  // F32/F64 chunks). Garbage collection can then re-encode a kept version against any other version
+  // exactly and cheaply (EncodeExactOnLattice). Other quantizers ignore it.
   bool reclaimable = false;
   // Element history (every quantizer but log): in F32/F64 chunks of at least 4096 elements, each
   // reconstruction carries in its lowest three mantissa bits how its element moved in earlier
   // versions, and a delta's symbols are coded in that context (smaller deltas on training runs:
-  // docs/benchmarks.md). false: deltas on the lattice code order-0, others in the context of the two previous
-  // symbols. An exact re-encoding of a lattice version with history must carry every element's
-  // state too (a few bits per element for a keyframe, less for a delta), so storage turns
+  // docs/benchmarks.md). false: deltas on the lattice code order-0, others in the context of the
+  // two previous symbols. An exact re-encoding of a lattice version with history must carry every
+  // element's state too (a few bits per element for a keyframe, less for a delta), so storage turns
   // history off on the lattice for models whose retention rules delete versions.
   bool history = true;
-  // Low-rank shift of the lattice (the policy's "low_rank"): when set, a lattice delta with element history of an F32 or
-  // F64 chunk that is a matrix of this many columns (its length a multiple of it, at least
-  // 16 x 16) may shift each element's lattice by a low-rank matrix fitted to the delta and sent
-  // as small integer factors (docs/format.md, "Low-rank shift"), when that is estimated to be
-  // smaller. The reconstructions then lie on a lattice 64 times finer, which exact re-encodings
+  // Low-rank shift of the lattice (the policy's "low_rank"): when set, a lattice delta with element
+  // history of an F32 or F64 chunk that is a matrix of this many columns (its length a multiple of
+  // it, at least 16 x 16) may shift each element's lattice by a low-rank matrix fitted to the delta
+  // and sent as small integer factors (docs/format.md, "Low-rank shift"), when that is estimated to
+  // be smaller. The reconstructions then lie on a lattice 64 times finer, which exact re-encodings
   // keep. 0: chunks are coded flat.
   uint32_t low_rank_columns = 0;
+  // The drop rule (pointwise bounds, keyframes): finite non-zero elements with |x| <= this
+  // factor times the mean |x| of the chunk's finite elements restore as +0; the others keep the
+  // pointwise bound. So every element meets |x - r| <= max(eps |x|, factor * mean |x|). For
+  // tensors whose small entries matter little and change completely between versions, such
+  // as Adam's first moment (ExCP drops momentum below 2 x its mean the same way). Deltas ignore
+  // it (their symbol 0 is "unchanged"). 0: off.
+  double zero_below_mean = 0;
 
   friend bool operator==(const LossyCodecOptions&, const LossyCodecOptions&) = default;
 };

@@ -28,9 +28,14 @@
 //                     (field absent or null): tensors of rank 0 or 1 (biases, norms, scalars).
 //                     [] quantizes every float tensor. Non-float tensors are always lossless.
 //   overrides         list of {"tensors": glob, and any of "max_abs_error" | "max_rel_error" |
-//                     "max_pointwise_rel_error", "quantizer", "lossless": bool}; the first matching
-//                     entry decides a tensor's coding (also in lossless mode: a lossless model may
-//                     quantize, say, its optimizer moments). At most 64 entries.
+//                     "max_pointwise_rel_error", "quantizer", "lossless": bool,
+//                     "zero_below_mean"}; the first matching entry decides a tensor's coding
+//                     (also in lossless mode: a lossless model may quantize, say, its optimizer
+//                     moments). At most 64 entries.
+//                     "zero_below_mean": f (0 < f <= 100, with a pointwise bound), the drop
+//                     rule: elements with |x| <= f x the mean |x| of their chunk restore as 0,
+//                     the others within the pointwise bound, and the tensor is stored whole
+//                     in every version (no deltas). For Adam's exp_avg (docs/api.md).
 //   keyframe_every    a tensor is stored as a keyframe at least every N versions; restoring any
 //                     version decodes at most one keyframe and N-1 deltas per tensor. 1 disables
 //                     deltas. Range 1..1024, or 0 for the mode's default: 16 lossless, 32 lossy.
@@ -77,6 +82,7 @@ struct TensorOverride {
   std::optional<bool> lossless;
   std::optional<ErrorBound> bound;
   std::optional<Quantizer> quantizer;
+  std::optional<double> zero_below_mean;  // the drop rule (LossyCodecOptions::zero_below_mean)
 
   friend bool operator==(const TensorOverride&, const TensorOverride&) = default;
 };
@@ -85,6 +91,9 @@ struct TensorOverride {
 struct TensorCoding {
   bool lossy = false;
   LossyCodecOptions lossy_options;  // when lossy
+  // Coded as a keyframe in every version: set with the drop rule, which only keyframes apply
+  // (and which suits tensors that a previous version barely predicts).
+  bool standalone = false;
 
   friend bool operator==(const TensorCoding&, const TensorCoding&) = default;
 };
