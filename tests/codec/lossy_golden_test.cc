@@ -14,6 +14,7 @@
 #include "testdata/lossy_history_payloads.h"
 #include "testdata/lossy_lattice_history_payloads.h"
 #include "testdata/lossy_lattice_payloads.h"
+#include "testdata/lossy_log_offset_payloads.h"
 #include "testdata/lossy_log_wide_index_payload.h"
 #include "testdata/lossy_low_rank_payloads.h"
 #include "testdata/lossy_v1_payloads.h"
@@ -84,14 +85,16 @@ TEST(LossyCodec, PayloadsOfTheFirstReleaseStillDecode) {
   }
 }
 
-// Decodes a golden keyframe (8192 F32 elements) and a delta against it, checks both against the
-// FNV-1a hashes of what the writing release reconstructed, and returns the delta's output.
+// Decodes a golden keyframe (`elements` F32 elements) and a delta against it, checks both
+// against the FNV-1a hashes of what the writing release reconstructed, and returns the delta's
+// output.
 std::vector<uint8_t> DecodeGoldenPair(const char* keyframe_hex, uint64_t keyframe_fnv,
-                                      const char* delta_hex, uint64_t delta_fnv) {
+                                      const char* delta_hex, uint64_t delta_fnv,
+                                      size_t elements = 8192) {
   auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
   EXPECT_TRUE(decoder.ok());
   const std::string keyframe = FromHex(keyframe_hex), delta = FromHex(delta_hex);
-  std::vector<uint8_t> first(8192 * 4), second(8192 * 4);
+  std::vector<uint8_t> first(elements * 4), second(elements * 4);
   EXPECT_TRUE((*decoder)->Decode(DType::kF32, AsBytes(keyframe), std::nullopt, first).ok());
   EXPECT_EQ(Fnv1a(first), keyframe_fnv);
   EXPECT_TRUE((*decoder)
@@ -117,6 +120,22 @@ TEST(LossyCodec, PayloadsWithElementHistoryStillDecode) {
 
 // Low-rank lattice deltas (payload version 4) decode to the bytes the release that wrote them
 // reconstructed, within the bound of the values they were written from.
+// Ratio-mode log deltas on a shifted lattice (version 5) decode to the bytes their encoder
+// reconstructed, within the pointwise bound.
+TEST(LossyCodecPointwise, RatioOffsetPayloadsStillDecode) {
+  ASSERT_EQ(FromHex(golden::kLogOffsetDeltaHex)[0], 5);
+  const std::vector<uint8_t> second =
+      DecodeGoldenPair(golden::kLogOffsetKeyframeHex, golden::kLogOffsetKeyframeFnv,
+                       golden::kLogOffsetDeltaHex, golden::kLogOffsetDeltaFnv, 512);
+  std::vector<double> x1(512);
+  for (size_t i = 0; i < x1.size(); ++i) {
+    const double x0 = static_cast<float>(1e-8 * std::ldexp(1.0, static_cast<int>(i % 20)) *
+                                         (1 + 0.1 * std::sin(static_cast<double>(i))));
+    x1[i] = static_cast<float>(x0 * (1.03 + 0.01 * std::sin(3.0 * static_cast<double>(i))));
+  }
+  ExpectWithinPointwise(DType::kF32, Pack(DType::kF32, x1), second, 0.05, "golden");
+}
+
 TEST(LossyCodec, LowRankPayloadsStillDecode) {
   ASSERT_EQ(FromHex(golden::kLowRankDeltaHex)[0], 4);
   // The same bytes from the portable kernels as from the ones this CPU chooses.

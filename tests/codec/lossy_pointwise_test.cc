@@ -113,6 +113,37 @@ TEST(LossyCodecPointwise, AdamLikeMomentsOverThreeHundredVersions) {
   }
 }
 
+// Values that all grow by about the same factor (Adam's exp_avg_sq between checkpoints: decay
+// by a known factor, fresh squared gradients on top): ratio-mode deltas on a lattice shifted to
+// that factor (payload version 5), within the bound along the chain, in every dtype.
+TEST(LossyCodecPointwise, CommonRatiosCodeOnAShiftedLattice) {
+  for (DType dtype : kLossyDtypes) {
+    std::mt19937_64 rng(33);
+    std::uniform_real_distribution<double> uniform(0, 1);
+    RunChain(
+        dtype, 0.05, 60,
+        [&](size_t v, std::vector<double>& x) {
+          for (size_t i = 0; i < x.size(); ++i) {
+            x[i] = v == 0 ? std::pow(10.0, -9 + 4 * uniform(rng))
+                          : x[i] * (1.02 + 0.02 * uniform(rng));
+          }
+        },
+        Quantizer::kLog, kLargeChunk);
+  }
+  std::vector<double> x(kLargeChunk);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::pow(10.0, -9 + 4.0 * (i % 101) / 101);
+  auto codec = Lossy(Quantizer::kLog, 0.05);
+  const auto first = Pack(DType::kF32, x);
+  Coded key = EncodeDecode(*codec, DType::kF32, first, nullptr);
+  for (size_t i = 0; i < x.size(); ++i) x[i] *= 1.03 + 0.004 * std::sin(static_cast<double>(i));
+  const auto second = Pack(DType::kF32, x);
+  Coded delta = EncodeDecode(*codec, DType::kF32, second, &key.chunk.reconstruction);
+  ExpectWithinPointwise(DType::kF32, second, delta.decoded, 0.05, "delta");
+  EXPECT_EQ(delta.chunk.payload[0], 5) << "not coded on a shifted lattice";
+  // Nearly every element lands on the shifted lattice's point next to its reference.
+  EXPECT_LT(delta.chunk.payload.size(), x.size() / 8);
+}
+
 TEST(LossyCodecPointwise, SlowlyChangingValuesCodeSmallAndCorruptionNeverCrashes) {
   std::mt19937_64 rng(33);
   std::normal_distribution<double> normal(0, 1);

@@ -52,10 +52,11 @@ class Stream {
 };
 
 enum class Workload {
-  kWeights,      // a random walk of small steps (trained weights)
-  kSpecials,     // the same with NaN, ±Inf, ±0.0, denormals and huge values planted
-  kMoments,      // positive values spanning orders of magnitude (Adam's exp_avg_sq)
-  kLowRankDrift  // a 64 x 128 matrix drifting by rank-4 steps plus noise
+  kWeights,         // a random walk of small steps (trained weights)
+  kSpecials,        // the same with NaN, ±Inf, ±0.0, denormals and huge values planted
+  kMoments,         // positive values spanning orders of magnitude (Adam's exp_avg_sq)
+  kGrowingMoments,  // the same, all growing by 2-4% a version (ratio mode with an offset)
+  kLowRankDrift     // a 64 x 128 matrix drifting by rank-4 steps plus noise
 };
 
 constexpr size_t kLowRankRows = 64, kLowRankCols = 128;
@@ -64,8 +65,9 @@ std::vector<std::vector<double>> Chain(Workload workload, size_t n, int versions
   Stream rng(seed);
   std::vector<double> v(n);
   for (double& e : v) {
-    e = workload == Workload::kMoments ? 1e-8 * (1 + 1000 * rng.Uniform() * rng.Uniform())
-                                       : 0.05 * rng.Normal();
+    e = workload == Workload::kMoments || workload == Workload::kGrowingMoments
+            ? 1e-8 * (1 + 1000 * rng.Uniform() * rng.Uniform())
+            : 0.05 * rng.Normal();
   }
   std::vector<std::vector<double>> chain;
   for (int t = 0; t < versions; ++t) {
@@ -84,6 +86,8 @@ std::vector<std::vector<double>> Chain(Workload workload, size_t n, int versions
         }
       } else if (workload == Workload::kMoments) {
         for (double& e : v) e *= 0.9 + 0.2 * rng.Uniform();
+      } else if (workload == Workload::kGrowingMoments) {
+        for (double& e : v) e *= 1.02 + 0.02 * rng.Uniform();
       } else {
         for (double& e : v) e += 4e-3 * rng.Normal();
       }
@@ -205,6 +209,10 @@ std::vector<Case> Cases() {
        With(Lossy(Q::kAuto, K::kPointwise, 5e-2))},
       {"log/f32-specials", DType::kF32, W::kSpecials, kLarge, 3,
        With(Lossy(Q::kAuto, K::kPointwise, 1e-2))},
+      {"log/f32-ratio-offset", DType::kF32, W::kGrowingMoments, kLarge, 4,
+       With(Lossy(Q::kAuto, K::kPointwise, 5e-2))},
+      {"log/f64-ratio-offset-small", DType::kF64, W::kGrowingMoments, kSmall, 3,
+       With(Lossy(Q::kAuto, K::kPointwise, 5e-2))},
       {"log/f32-drop-rule", DType::kF32, W::kSpecials, kLarge, 3,
        With(DropBelowMean(Lossy(Q::kAuto, K::kPointwise, 0.25), 2))},
       {"log/bf16-drop-rule-small", DType::kBF16, W::kSpecials, kSmall, 2,
@@ -272,6 +280,8 @@ constexpr Recorded kRecorded[] = {
     {"log/f16-small", 0xe73966e6a69e5285ull},
     {"log/bf16", 0x0d1dda5e8b4fc136ull},
     {"log/f32-specials", 0x5f46d46c6c44a369ull},
+    {"log/f32-ratio-offset", 0x447a61a0b81d68d4ull},
+    {"log/f64-ratio-offset-small", 0x0643fbceaefd7a98ull},
     {"log/f32-drop-rule", 0xb0b97185fc0c97b2ull},
     {"log/bf16-drop-rule-small", 0xd03b7df61090a71eull},
     {"lattice/f32-history", 0xcab45e5d88afff05ull},

@@ -438,7 +438,7 @@ Status DecodeTyped(std::span<const uint8_t> payload,
   CKPT_RETURN_IF_ERROR(h.DecodeFrom(&r));
   QuantizerSet set;
   set.kind = h.quantizer;
-  CKPT_RETURN_IF_ERROR(set.DecodeParamsFrom(&r));
+  CKPT_RETURN_IF_ERROR(set.DecodeParamsFrom(&r, h));
   LowRankShift shift;
   if (h.low_rank) {
     CKPT_RETURN_IF_ERROR(DecodeLowRankShiftFrom(&r, h.elements, out.size() / E::kSize, &shift));

@@ -120,6 +120,9 @@ Result<std::string> LayOutPayload(const ChunkPlan& plan, bool delta, size_t n, Q
   header.lattice = plan.lattice;
   header.explicit_history = plan.explicit_history;
   header.low_rank = plan.low_rank;
+  header.log_offset = plan.quantizers.kind == Quantizer::kLog &&
+                      plan.quantizers.log.mode == LogQuantizer::Mode::kRatio &&
+                      plan.quantizers.log.offset != 0;
   header.bound = plan.bound;
   header.elements = n;
   header.exact = q->exact_count;
@@ -234,7 +237,7 @@ Result<EncodedChunk> EncodeChunkExactly(DType dtype, std::span<const uint8_t> or
   CKPT_RETURN_IF_ERROR(header.DecodeFrom(&r));
   QuantizerSet set;
   set.kind = header.quantizer;
-  CKPT_RETURN_IF_ERROR(set.DecodeParamsFrom(&r));
+  CKPT_RETURN_IF_ERROR(set.DecodeParamsFrom(&r, header));
   if (header.quantizer != Quantizer::kUniform) {
     return Status::FailedPrecondition("lossy payload: quantizer " +
                                       std::string(QuantizerName(header.quantizer)) +

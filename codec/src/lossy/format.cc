@@ -2,6 +2,7 @@
 #include "lossy/format.h"
 
 #include <bit>
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -20,7 +21,8 @@ Status GetF64(ByteReader* in, double* v) {
 }  // namespace
 
 uint8_t PayloadHeader::Version() const {
-  return low_rank   ? kPayloadVersionLowRank
+  return log_offset ? kPayloadVersionLogOffset
+         : low_rank ? kPayloadVersionLowRank
          : !lattice ? kPayloadVersion
          : history  ? kPayloadVersionLatticeHistory
                     : kPayloadVersionLattice;
@@ -48,7 +50,8 @@ Status PayloadHeader::DecodeFrom(ByteReader* in) {
   uint8_t version = 0, quantizer_tag = 0, dtype_tag = 0, flags = 0;
   CKPT_RETURN_IF_ERROR(in->GetU8(&version));
   if (version != kPayloadVersion && version != kPayloadVersionLattice &&
-      version != kPayloadVersionLatticeHistory && version != kPayloadVersionLowRank) {
+      version != kPayloadVersionLatticeHistory && version != kPayloadVersionLowRank &&
+      version != kPayloadVersionLogOffset) {
     return Status::DataLoss("lossy payload version " + std::to_string(version) +
                             " is not supported (written by a newer ckptd?)");
   }
@@ -82,7 +85,13 @@ Status PayloadHeader::DecodeFrom(ByteReader* in) {
   if (flags & ~kKnownFlags) {
     return Status::DataLoss("lossy payload: unknown flags " + std::to_string(flags));
   }
-  if (version == kPayloadVersionLowRank) {
+  log_offset = version == kPayloadVersionLogOffset;
+  if (log_offset) {
+    if (quantizer != Quantizer::kLog || !delta || lattice || history || explicit_history ||
+        low_rank) {
+      return Status::DataLoss("lossy payload: flags do not match payload version");
+    }
+  } else if (version == kPayloadVersionLowRank) {
     if (!low_rank || !lattice || !delta || explicit_history) {
       return Status::DataLoss("lossy payload: flags do not match payload version");
     }
@@ -107,8 +116,14 @@ void QuantizerSet::EncodeParamsTo(ByteWriter* out) const {
   switch (kind) {
     case Quantizer::kLog:
       PutF64(out, log.step);
-      out->PutU8(static_cast<uint8_t>(log.mode));
-      out->PutU32(static_cast<uint32_t>(log.k0));
+      if (log.mode == LogQuantizer::Mode::kRatio && log.offset != 0) {
+        out->PutU8(kLogModeRatioOffset);
+        out->PutU32(static_cast<uint32_t>(log.k0));
+        PutF64(out, log.offset);
+      } else {
+        out->PutU8(static_cast<uint8_t>(log.mode));
+        out->PutU32(static_cast<uint32_t>(log.k0));
+      }
       break;
     case Quantizer::kUniform:
       PutF64(out, uniform.step);
@@ -133,23 +148,30 @@ void QuantizerSet::EncodeParamsTo(ByteWriter* out) const {
   }
 }
 
-Status QuantizerSet::DecodeParamsFrom(ByteReader* in) {
+Status QuantizerSet::DecodeParamsFrom(ByteReader* in, const PayloadHeader& header) {
   switch (kind) {
     case Quantizer::kLog: {
-      double step = 0;
+      double step = 0, offset = 0;
       uint8_t mode = 0;
       uint32_t k0 = 0;
       CKPT_RETURN_IF_ERROR(GetF64(in, &step));
       CKPT_RETURN_IF_ERROR(in->GetU8(&mode));
       CKPT_RETURN_IF_ERROR(in->GetU32(&k0));
-      if (!(step > 0) || !(step < 64) ||
+      // Version 5 payloads, and only they, are ratio mode with an offset.
+      const bool with_offset = mode == kLogModeRatioOffset;
+      if (with_offset != header.log_offset) {
+        return Status::DataLoss("lossy payload: log quantizer mode does not match its version");
+      }
+      if (with_offset) CKPT_RETURN_IF_ERROR(GetF64(in, &offset));
+      if (!(step > 0) || !(step < 64) || !(std::abs(offset) <= 0.5) ||
           (mode != static_cast<uint8_t>(LogQuantizer::Mode::kRatio) &&
-           mode != static_cast<uint8_t>(LogQuantizer::Mode::kAbsolute))) {
+           mode != static_cast<uint8_t>(LogQuantizer::Mode::kAbsolute) && !with_offset)) {
         return Status::DataLoss("lossy payload: bad log quantizer parameters");
       }
       log.SetStep(step);
-      log.mode = static_cast<LogQuantizer::Mode>(mode);
+      log.mode = with_offset ? LogQuantizer::Mode::kRatio : static_cast<LogQuantizer::Mode>(mode);
       log.k0 = static_cast<int32_t>(k0);
+      log.offset = offset;
       log.ResetCache();
       return Status::Ok();
     }

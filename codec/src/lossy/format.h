@@ -38,6 +38,12 @@ inline constexpr uint8_t kPayloadVersionLattice = 2;
 inline constexpr uint8_t kPayloadVersionLatticeHistory = 3;
 // Lattice deltas with a low-rank shift (kFlagLattice | kFlagLowRank): version 4.
 inline constexpr uint8_t kPayloadVersionLowRank = 4;
+// Log-quantizer deltas in ratio mode on a shifted lattice (LogQuantizer::offset, parameter
+// mode kLogModeRatioOffset): version 5.
+inline constexpr uint8_t kPayloadVersionLogOffset = 5;
+// The log quantizer's parameter mode byte for ratio mode with an offset (version 5 only): the
+// offset follows as an f64.
+inline constexpr uint8_t kLogModeRatioOffset = 3;
 
 // Header flags.
 inline constexpr uint8_t kFlagDelta = 1;
@@ -73,6 +79,7 @@ struct PayloadHeader {
   bool lattice = false;
   bool explicit_history = false;
   bool low_rank = false;
+  bool log_offset = false;  // version 5: a ratio-mode log delta with an offset
   double bound = 0;
   uint64_t elements = 0;
   uint32_t exact = 0;        // elements stored verbatim
@@ -100,7 +107,8 @@ struct QuantizerSet {
   // The parameters of `kind`.
   void EncodeParamsTo(ByteWriter* out) const;
   // Reads the parameters of `kind` and builds its tables; DataLoss when they are out of range.
-  Status DecodeParamsFrom(ByteReader* in);
+  // `header` says which parameter forms the payload's version allows.
+  Status DecodeParamsFrom(ByteReader* in, const PayloadHeader& header);
   size_t ParamBytes() const;
 };
 

@@ -298,10 +298,38 @@ void ChooseLogMode(const uint8_t* in, const uint8_t* ref, size_t n, double eps, 
   log.ResetCache();
   QuantizeAdditive<D>(*set, sample.values.data(), sample.reference(), sample.size, eps,
                       non_negative, HistoryUse::kNone, sample.scratch.data(), &ratio);
-  if (EstimatedBits(absolute, E::kSize) < EstimatedBits(ratio, E::kSize)) {
-    log.mode = LogQuantizer::Mode::kAbsolute;
-    log.ResetCache();
+  // Ratio mode on a lattice shifted to the sample's median ratio, when that codes smaller.
+  std::vector<double> indices;
+  indices.reserve(sample.size);
+  for (size_t i = 0; i < sample.size; ++i) {
+    const double x = E::Load(sample.values.data() + i * E::kSize);
+    const double p = E::Load(sample.references.data() + i * E::kSize);
+    const double t = std::log2(std::abs(x / p)) * log.inverse_step;
+    if (x != 0 && p != 0 && std::isfinite(t)) indices.push_back(t);
   }
+  Quantized shifted;
+  double offset = 0;
+  if (!indices.empty()) {
+    auto middle = indices.begin() + static_cast<std::ptrdiff_t>(indices.size() / 2);
+    std::nth_element(indices.begin(), middle, indices.end());
+    offset = *middle - std::nearbyint(*middle);
+    if (!(std::abs(offset) <= 0.5)) offset = 0;
+  }
+  if (offset != 0) {
+    log.offset = offset;
+    log.ResetCache();
+    QuantizeAdditive<D>(*set, sample.values.data(), sample.reference(), sample.size, eps,
+                        non_negative, HistoryUse::kNone, sample.scratch.data(), &shifted);
+  }
+  const double absolute_bits = EstimatedBits(absolute, E::kSize);
+  const double ratio_bits = EstimatedBits(ratio, E::kSize);
+  const double shifted_bits =
+      offset != 0 ? EstimatedBits(shifted, E::kSize) + 64 : std::numeric_limits<double>::infinity();
+  if (shifted_bits < ratio_bits && shifted_bits < absolute_bits) return;  // shifted, as set
+  log.offset = 0;
+  log.mode =
+      ratio_bits <= absolute_bits ? LogQuantizer::Mode::kRatio : LogQuantizer::Mode::kAbsolute;
+  log.ResetCache();
 }
 
 // How a lattice delta of a matrix with history is coded: on the plain lattice, or on the fine

@@ -106,7 +106,7 @@ void QuantizeLogElements(const LogQuantizer& log, const uint8_t* in, const uint8
     }
     // Ratio mode codes x / p; absolute mode x itself. Either must be finite and non-zero.
     const double a = ratio_mode ? x / p : x;
-    const double t = std::log2(std::abs(a)) * log.inverse_step;
+    const double t = std::log2(std::abs(a)) * log.inverse_step - log.offset;
     const bool usual =
         x != p && x != 0 && p - p == 0 && std::abs(t) < kMaxIndex && (!ratio_mode || p != 0);
     if (!usual || !(log.step > 0)) [[unlikely]] {
@@ -118,7 +118,7 @@ void QuantizeLogElements(const LogQuantizer& log, const uint8_t* in, const uint8
     uint64_t z;
     double magnitude;
     if (ratio_mode) {
-      z = 2 * ZigZag(index) + (a < 0 ? 1 : 0);
+      z = log.RatioSymbol(index, a < 0);
       magnitude = p * log.Power(index);
     } else {
       z = 1 + 2 * ZigZag(index - log.k0) + (x < 0 ? 1 : 0);

@@ -222,7 +222,12 @@ struct CosineQuantizer : TableQuantizer {
 };
 
 // Pointwise-relative bounds: a lattice of pitch `step` (= 2 log2(1 + eps)) on log2|x|.
-//   ratio:    r = p * 2^(q step), negated on a sign change; z = 2 zigzag(q) + flip.
+//   ratio:    r = p * 2^((q + offset) step), negated on a sign change; z = 2 zigzag(q) + flip,
+//             plus 1 with an offset (where q = 0 is no longer "unchanged").
+//             `offset` (|offset| <= 1/2, payload version 5; 0 before) centres the lattice on
+//             the chunk's typical ratio: Adam's exp_avg_sq decays by a known factor between
+//             versions and grows by fresh squared gradients, so most ratios sit near one value
+//             that is rarely a lattice point.
 //   absolute: r = ±2^(k step), k = k0 + unzigzag((z - 1) >> 1), negative if (z - 1) is odd.
 // In both, z = 0 is "unchanged": r = p (0 in a keyframe).
 struct LogQuantizer {
@@ -233,6 +238,7 @@ struct LogQuantizer {
   double step = 0;
   double inverse_step = 0;  // 1 / step: the encoder's index of a value (SetStep sets both)
   int32_t k0 = 0;
+  double offset = 0;  // ratio mode: the lattice's shift, in steps
   // Encoder only (LossyCodecOptions::zero_below_mean), keyframes: finite elements with
   // |x| <= zero_floor are coded as symbol 0, which a keyframe restores as 0. Not stored: the
   // decoder needs nothing new.
@@ -262,9 +268,9 @@ struct LogQuantizer {
     if (mode == Mode::kRatio) {
       if (!(p != 0) || !std::isfinite(p)) return false;
       const double ratio = x / p;
-      const double t = std::log2(std::abs(ratio)) * inverse_step;
+      const double t = std::log2(std::abs(ratio)) * inverse_step - offset;
       if (!(std::abs(t) < static_cast<double>(kMaxIndex))) return false;
-      *z = 2 * ZigZag(static_cast<int64_t>(RoundToInteger(t))) + (ratio < 0 ? 1 : 0);
+      *z = RatioSymbol(static_cast<int64_t>(RoundToInteger(t)), ratio < 0);
       return true;
     }
     const double t = std::log2(std::abs(x)) * inverse_step;
@@ -275,18 +281,24 @@ struct LogQuantizer {
     // symbol would be one the decoder rejects: the element is stored verbatim instead.
     return Valid(*z);
   }
+  // 2^((n + offset) step); offset is 0 in absolute mode (and n + 0.0 is exactly n).
   [[gnu::always_inline]] double Power(int64_t n) const {
     const uint64_t slot = static_cast<uint64_t>(n - cache_base);
-    if (slot >= cache.size()) return DeterministicExp2(static_cast<double>(n) * step);
+    if (slot >= cache.size()) return DeterministicExp2((static_cast<double>(n) + offset) * step);
     double& power = cache[slot];
-    if (power != power) power = DeterministicExp2(static_cast<double>(n) * step);
+    if (power != power) power = DeterministicExp2((static_cast<double>(n) + offset) * step);
     return power;
+  }
+  // Ratio mode's symbol of index q (never 0, "unchanged", when there is an offset).
+  [[gnu::always_inline]] uint64_t RatioSymbol(int64_t q, bool flip) const {
+    return 2 * ZigZag(q) + (flip ? 1 : 0) + (offset != 0 ? 1 : 0);
   }
   [[gnu::always_inline]] double Reconstruct(uint64_t z, double p) const {
     if (z == 0) return p;
     if (mode == Mode::kRatio) {
-      const double m = p * Power(UnZigZag(z >> 1));
-      return (z & 1) ? -m : m;
+      const uint64_t y = offset != 0 ? z - 1 : z;
+      const double m = p * Power(UnZigZag(y >> 1));
+      return (y & 1) ? -m : m;
     }
     const uint64_t y = z - 1;
     const double m = Power(UnZigZag(y >> 1) + k0);
