@@ -8,9 +8,11 @@
 // zstd -3 of each file. Optionally writes the restored checkpoints for evaluation.
 //
 // Usage: lossy_bench POLICY_JSON DIR [--restored OUT_DIR] [--quiet] [--retention-rules]
-//                    [--matrices] [--repeat K]
+//                    [--matrices] [--repeat K] [--tensors GLOB]
 //   --retention-rules codes as the daemon does for a model with retention rules (lattice chains
 //   without element history).
+//   --tensors GLOB codes only the tensors whose names match (fnmatch), e.g. 'optim.*': the
+//   figures are theirs alone (raw bytes, ratio and speeds; the zstd baseline stays whole files).
 //   --matrices gives the codec every 2-D tensor's column count (LossyCodecOptions::
 //   low_rank_columns): lattice deltas may then take a low-rank shift (payload version 4).
 //   --repeat K codes and decodes every chunk K times and counts the fastest of each (default 1):
@@ -20,6 +22,7 @@
 //   as an exact delta against the next one (lossless tensors: their forward payloads, XOR
 //   deltas being symmetric; lossy payloads without a lattice: losslessly).
 //   e.g. lossy_bench '{"mode":"lossy","max_abs_error":5e-3,"lossless_tensors":[]}' ckpts/charlm
+#include <fnmatch.h>
 #include <time.h>
 #include <zstd.h>
 
@@ -130,6 +133,7 @@ int main(int argc, char** argv) {
   int repeat = 1;
   bool reverse = false;
   uint64_t reverse_deltas = 0, reverse_keyframes = 0;
+  std::string only;  // --tensors: a glob; other tensors are left out of every figure
   for (int i = 3; i < argc; ++i) {
     if (std::string(argv[i]) == "--restored" && i + 1 < argc) {
       restored_dir = argv[++i];
@@ -141,6 +145,8 @@ int main(int argc, char** argv) {
       reverse = true;
     } else if (std::string(argv[i]) == "--matrices") {
       matrices = true;
+    } else if (std::string(argv[i]) == "--tensors" && i + 1 < argc) {
+      only = argv[++i];
     } else if (std::string(argv[i]) == "--repeat" && i + 1 < argc) {
       repeat = std::max(1, std::atoi(argv[++i]));
     }
@@ -174,12 +180,14 @@ int main(int argc, char** argv) {
     std::string restored = body;
     const char* data = body.data() + 8 + n;
     char* out = restored.data() + 8 + n;
-    uint64_t stored = 0, elements_lossy = 0;
+    uint64_t stored = 0, elements_lossy = 0, coded_raw = 0;
     double entropy_bits = 0, lossy_bits = 0;
     Clock::duration encode_time{}, decode_time{};
 
     for (const auto& t : header->tensors) {
+      if (!only.empty() && fnmatch(only.c_str(), t.name.c_str(), 0) != 0) continue;
       ckpt::TensorCoding coding = policy->ForTensor(t.name, t.dtype, t.shape);
+      coded_raw += t.byte_size();
       if (retention_rules && coding.lossy && coding.lossy_options.reclaimable) {
         coding.lossy_options.history = false;
       }
@@ -193,8 +201,8 @@ int main(int argc, char** argv) {
       const uint64_t chunk_bytes = std::max(element, kChunkBytes / element * element);
       const uint64_t chunks = (t.byte_size() + chunk_bytes - 1) / chunk_bytes;
       Chain& chain = chains[t.name];
-      const bool delta = chain.reconstruction.size() == chunks && chunks > 0 &&
-                         chain.length + 1 < keyframe_every &&
+      const bool delta = !coding.standalone && chain.reconstruction.size() == chunks &&
+                         chunks > 0 && chain.length + 1 < keyframe_every &&
                          !(coding.lossy &&
                            policy->KeyframeBudgetExceeded(chain.keyframe_bytes, chain.delta_bytes));
       if (!delta) {
@@ -297,18 +305,21 @@ int main(int argc, char** argv) {
     total_zstd += zsize;
     zstd_mbps.push_back(body.size() / 1e6 / Seconds(z1 - z0));
 
-    stored += 8 + n;  // the header is kept verbatim
-    total_raw += body.size();
+    // With --tensors the figures are the coded tensors' alone; else the whole file's, header
+    // (kept verbatim) included.
+    const uint64_t raw = only.empty() ? body.size() : coded_raw;
+    if (only.empty()) stored += 8 + n;
+    total_raw += raw;
     total_stored += stored;
     total_elements_lossy += elements_lossy;
     total_entropy_bits += entropy_bits;
     lossy_payload_bits += lossy_bits;
-    encode_mbps.push_back(body.size() / 1e6 / Seconds(encode_time));
-    decode_mbps.push_back(body.size() / 1e6 / Seconds(decode_time));
+    encode_mbps.push_back(raw / 1e6 / Seconds(encode_time));
+    decode_mbps.push_back(raw / 1e6 / Seconds(decode_time));
     if (!quiet) {
-      std::printf("%-28s %10zu %10llu %8.2f %9.3f %9.3f %9.0f %9.0f\n",
-                  path.filename().string().c_str(), body.size(),
-                  static_cast<unsigned long long>(stored), body.size() / double(stored),
+      std::printf("%-28s %10llu %10llu %8.2f %9.3f %9.3f %9.0f %9.0f\n",
+                  path.filename().string().c_str(), static_cast<unsigned long long>(raw),
+                  static_cast<unsigned long long>(stored), raw / double(stored),
                   elements_lossy ? lossy_bits / elements_lossy : 0.0,
                   elements_lossy ? entropy_bits / elements_lossy : 0.0, encode_mbps.back(),
                   decode_mbps.back());

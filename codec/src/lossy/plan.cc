@@ -456,13 +456,14 @@ Result<ChunkPlan> PlanChunk(const LossyCodecOptions& options, const uint8_t* in,
                    HistoryFits<D>(std::max(std::abs(lo), std::abs(hi)) + bound, bound));
   if (carries_history) plan.history = ref ? HistoryUse::kDelta : HistoryUse::kKeyframe;
   plan.explicit_history = exact && carries_history;
-  // Deltas with history code each symbol in the context of its element's state. Lattice
-  // deltas without it code order-0: the two previous symbols gain little on training runs
-  // while serializing the decoder. (Keyframes of smooth tensors gain more, and are rare.)
-  plan.context_model = !plan.contexts                       ? kContextModelNone
-                       : plan.history == HistoryUse::kDelta ? kContextModelHistory
-                       : plan.lattice && ref                ? kContextModelNone
-                                                            : kContextModelPrevious2;
+  // Deltas with history code each symbol in the context of its element's state. Lattice and
+  // log deltas without it code order-0: the two previous symbols gain little on training runs
+  // while serializing the decoder (docs/benchmarks.md, "The whole training state"). (Keyframes
+  // of smooth tensors gain more, and are rare.)
+  plan.context_model = !plan.contexts                                     ? kContextModelNone
+                       : plan.history == HistoryUse::kDelta               ? kContextModelHistory
+                       : (plan.lattice || kind == Quantizer::kLog) && ref ? kContextModelNone
+                                                                          : kContextModelPrevious2;
   // A low-rank shift where the chunk is a matrix and one pays (lattice deltas with history).
   const uint32_t cols = options.low_rank_columns;
   if (!exact && plan.lattice && plan.history == HistoryUse::kDelta && cols >= kMinLowRankSide &&
