@@ -179,6 +179,23 @@ json BoundJson(const ErrorBound& b, json& object) {
   return object;
 }
 
+// The "full-state" preset: weights and every other float tensor within an absolute bound,
+// Adam's moments by their own rules, measured by resuming training (docs/benchmarks.md, "The
+// whole training state"). The patterns match the moments whatever prefix a trainer gives them.
+void ApplyFullStatePreset(CodecPolicy* policy) {
+  policy->mode = CodecMode::kLossy;
+  policy->bound = ErrorBound{ErrorBound::Kind::kAbsolute, CodecPolicy::kFullStateWeightBound};
+  policy->lossless_tensors = std::vector<std::string>{};
+  TensorOverride first_moment;
+  first_moment.pattern = "*exp_avg";
+  first_moment.bound = ErrorBound{ErrorBound::Kind::kPointwise, 0.5};
+  first_moment.zero_below_mean = 3;
+  TensorOverride second_moment;
+  second_moment.pattern = "*exp_avg_sq";
+  second_moment.bound = ErrorBound{ErrorBound::Kind::kPointwise, 0.3};
+  policy->overrides = {first_moment, second_moment};
+}
+
 }  // namespace
 
 Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPolicy& base) {
@@ -186,8 +203,20 @@ Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPoli
   if (doc.is_discarded()) return Status::InvalidArgument("policy: body is not valid JSON");
   if (!doc.is_object()) return Status::InvalidArgument("policy: body must be a JSON object");
   CodecPolicy policy = base;
+  // A preset sets its fields first; the document's other fields then change them, and its
+  // overrides go before the preset's (the first matching override decides).
+  std::vector<TensorOverride> preset_overrides;
+  if (doc.contains("preset")) {
+    const json& preset = doc["preset"];
+    if (!preset.is_string() || preset.get<std::string>() != "full-state") {
+      return Bad("preset", "must be \"full-state\"");
+    }
+    ApplyFullStatePreset(&policy);
+    preset_overrides = policy.overrides;
+  }
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     const std::string& key = it.key();
+    if (key == "preset") continue;  // applied above
     if (key == "mode") {
       if (!it->is_string()) return Bad("mode", "must be a string");
       const auto mode = it->get<std::string>();
@@ -249,6 +278,12 @@ Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPoli
         CKPT_ASSIGN_OR_RETURN(TensorOverride o, ParseOverride((*it)[i], i));
         policy.overrides.push_back(std::move(o));
       }
+      if (policy.overrides.size() + preset_overrides.size() > kMaxPatterns) {
+        return Bad("overrides",
+                   "has more than " + std::to_string(kMaxPatterns) + " entries with the preset's");
+      }
+      policy.overrides.insert(policy.overrides.end(), preset_overrides.begin(),
+                              preset_overrides.end());
     } else if (!IsBoundField(key)) {
       return Status::InvalidArgument("policy: unknown field '" + key + "'");
     }

@@ -208,6 +208,42 @@ TEST(CodecPolicy, PointwiseBoundsUseTheLogQuantizer) {
   EXPECT_EQ(top->ForTensor("w", DType::kF32, matrix).lossy_options.quantizer, Quantizer::kLog);
 }
 
+TEST(CodecPolicy, TheFullStatePresetSetsWeightsAndMomentsAndYieldsToTheDocument) {
+  auto p = CodecPolicy::FromJson(R"({"preset":"full-state"})", CodecPolicy{});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const std::vector<uint64_t> matrix = {4, 4}, vector = {4};
+  EXPECT_EQ(p->mode, CodecMode::kLossy);
+  const TensorCoding weight = p->ForTensor("model.w", DType::kF32, matrix);
+  EXPECT_TRUE(weight.lossy);
+  EXPECT_EQ(weight.lossy_options.bound, (ErrorBound{ErrorBound::Kind::kAbsolute, 5e-3}));
+  EXPECT_TRUE(p->ForTensor("model.bias", DType::kF32, vector).lossy);  // every float tensor
+  const TensorCoding m = p->ForTensor("optim.state.w.exp_avg", DType::kF32, matrix);
+  EXPECT_TRUE(m.standalone);
+  EXPECT_EQ(m.lossy_options.zero_below_mean, 3);
+  EXPECT_EQ(m.lossy_options.bound.kind, ErrorBound::Kind::kPointwise);
+  const TensorCoding v = p->ForTensor("optim.state.w.exp_avg_sq", DType::kF32, matrix);
+  EXPECT_FALSE(v.standalone);
+  EXPECT_EQ(v.lossy_options.bound, (ErrorBound{ErrorBound::Kind::kPointwise, 0.3}));
+  // Stored expanded: GET returns what the preset set, and PUT of that is the same policy.
+  auto again = CodecPolicy::FromJson(p->ToJson(), CodecPolicy{});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(*again, *p);
+  // The document's fields win: its bound, and its overrides before the preset's.
+  auto tuned = CodecPolicy::FromJson(
+      R"({"preset":"full-state","max_abs_error":1e-3,
+          "overrides":[{"tensors":"*exp_avg_sq","max_pointwise_rel_error":0.1}]})",
+      CodecPolicy{});
+  ASSERT_TRUE(tuned.ok()) << tuned.status().ToString();
+  EXPECT_EQ(tuned->ForTensor("model.w", DType::kF32, matrix).lossy_options.bound.value, 1e-3);
+  EXPECT_EQ(tuned->ForTensor("a.exp_avg_sq", DType::kF32, matrix).lossy_options.bound.value, 0.1);
+  EXPECT_TRUE(tuned->ForTensor("a.exp_avg", DType::kF32, matrix).standalone);
+  for (const char* bad : {R"({"preset":"fast"})", R"({"preset":1})"}) {
+    auto r = CodecPolicy::FromJson(bad, CodecPolicy{});
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("preset"), std::string::npos) << r.status().ToString();
+  }
+}
+
 TEST(CodecPolicy, TheDropRuleCodesItsTensorsStandalone) {
   auto p = CodecPolicy::FromJson(
       R"({"mode":"lossy","max_abs_error":5e-3,

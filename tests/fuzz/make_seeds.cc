@@ -363,6 +363,8 @@ void PolicySeeds() {
       R"({"mode":"lossy","max_abs_error":5e-3,"lossless_tensors":[],"overrides":[)"
       R"({"tensors":"optim.*.exp_avg","max_pointwise_rel_error":0.25,"zero_below_mean":2},)"
       R"({"tensors":"optim.*.exp_avg_sq","max_pointwise_rel_error":0.1}]})",
+      R"({"preset":"full-state","max_abs_error":1e-3,"overrides":[{"tensors":"*.bias",)"
+      R"("lossless":true}]})",
   };
   int i = 0;
   for (const char* p : codec_policies) {

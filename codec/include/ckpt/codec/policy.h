@@ -10,6 +10,14 @@
 //    "lossless_tensors": ["*.bias", "*norm*"],
 //    "overrides": [{"tensors": "optim.*", "max_pointwise_rel_error": 1e-2}]}
 // Fields:
+//   preset            "full-state": weights and moments together, as measured by resuming
+//                     training (docs/api.md): mode "lossy", max_abs_error 5e-3, every float
+//                     tensor quantized, and the overrides
+//                       {"tensors": "*exp_avg", "max_pointwise_rel_error": 0.5,
+//                        "zero_below_mean": 3},
+//                       {"tensors": "*exp_avg_sq", "max_pointwise_rel_error": 0.3}.
+//                     The document's other fields change it (its overrides go first). Not
+//                     stored: GET returns the fields it set.
 //   mode              "lossless" (bit-exact) or "lossy" (every float element restores within
 //                     the bound). Default: "lossless".
 //   max_abs_error     lossy bound: |pushed - restored| <= this, in the tensor's own dtype. > 0.
@@ -104,6 +112,7 @@ struct CodecPolicy {
   static constexpr uint32_t kMaxKeyframeEvery = 1024;
   static constexpr size_t kMaxPatterns = 64;
   static constexpr double kDefaultKeyframeBudget = 8;
+  static constexpr double kFullStateWeightBound = 5e-3;  // the "full-state" preset's weights
 
   CodecMode mode = CodecMode::kLossless;
   uint32_t keyframe_every = 0;  // 0: the mode's default
