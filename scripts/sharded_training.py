@@ -15,7 +15,8 @@ linearly to zero.
 
 Checks (exit 0 when all hold, 1 if not, 77 without PyTorch):
   - the lossless restart's final model is bit-identical to the reference restart's;
-  - every tensor of the lossy version is within its bound of what the ranks pushed;
+  - every tensor of the lossy version (the full-state preset) is within its contract of what
+    the ranks pushed;
   - the lossy restart's final held-out loss is within --tolerance (0.3%) of the reference's.
 Prints one JSON line per event and a summary.
 
@@ -41,10 +42,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "client-lib", "python"))
 VOCAB_CAP, D, HEADS, LAYERS, SEQ, BATCH, FFN = 96, 64, 4, 2, 32, 16, 256
 HEAD_DIM = D // HEADS
 LR = 3e-3
-LOSSY_POLICY = {
-    "mode": "lossy", "max_abs_error": 1e-3,
-    "overrides": [{"tensors": "optim.*.exp_avg", "max_pointwise_rel_error": 0.25},
-                  {"tensors": "optim.*.exp_avg_sq", "max_pointwise_rel_error": 0.05}]}
+# The full-state preset (the moments' own rules) with this small model's weight bound.
+LOSSY_POLICY = {"preset": "full-state", "max_abs_error": 1e-3}
 
 
 def free_port():
@@ -365,10 +364,17 @@ def check_lossy_bounds(torch, client, work):
         else:
             pushed = files[0]["tensors"][key]
         got = restored[key]
-        if key.endswith(".exp_avg") or key.endswith(".exp_avg_sq"):
-            eps = 0.25 if key.endswith(".exp_avg") else 0.05
-            within = bool(((pushed - got).abs() <= eps * pushed.abs()).all())
-            worst[key] = float(((pushed - got).abs() / pushed.abs().clamp_min(1e-30)).max())
+        error = (pushed - got).abs()
+        if key.endswith(".exp_avg_sq"):
+            within = bool((error <= 0.3 * pushed.abs()).all())
+            worst[key] = float((error / pushed.abs().clamp_min(1e-30)).max())
+        elif key.endswith(".exp_avg"):
+            # The drop rule: 0 where |x| <= 3 x the mean |x| (one chunk: these tensors are far
+            # below 4 MiB), else within half of |x|.
+            floor = 3 * float(pushed.abs().mean()) * (1 + 1e-9)
+            dropped = (got == 0) & (pushed.abs() <= floor)
+            within = bool((dropped | (error <= 0.5 * pushed.abs())).all())
+            worst[key] = float(error.max())
         elif pushed.is_floating_point():
             within = float((pushed - got).abs().max()) <= 1e-3
             worst[key] = float((pushed - got).abs().max())

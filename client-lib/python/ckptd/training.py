@@ -21,10 +21,10 @@ Metadata (strings, never quantized):
                                   rather than tensors (older PyTorch keeps Adam's step so), by
                                   parameter name
 
-So a lossy policy can give each kind of tensor its own bound, for example Adam's moments
-(README, "Lossy mode"):
-  {"tensors": "optim.*.exp_avg", "max_pointwise_rel_error": 0.25},
-  {"tensors": "optim.*.exp_avg_sq", "max_pointwise_rel_error": 0.05}
+So a lossy policy can give each kind of tensor its own rule; the server's "full-state" preset
+does it for Adam's moments (README, "Lossy mode"):
+  {"tensors": "*exp_avg", "max_pointwise_rel_error": 0.5, "zero_below_mean": 3},
+  {"tensors": "*exp_avg_sq", "max_pointwise_rel_error": 0.3}
 """
 import json
 import numbers
