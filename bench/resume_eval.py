@@ -211,7 +211,7 @@ class Continuations:
             return json.load(open(path))
         import torch
         torch.manual_seed(0)
-        torch.set_num_threads(2)
+        torch.set_num_threads(self.args.threads)
         wl = argparse.Namespace(layers=self.args.layers, lr=self.args.lr, dropout=0.0,
                                 batch_size=32, context=128, gpt_style=False, norm_first=False)
         model, batch, loss_fn, evaluate, lr = tc.WORKLOADS[self.args.workload](wl)
@@ -293,6 +293,7 @@ def main():
     parser.add_argument("--constant", action="store_true")
     parser.add_argument("--build", default="build-release")
     parser.add_argument("--cache", default="/tmp/ckpt-resume-cache")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads per continuation")
     parser.add_argument("--ratios-only", action="store_true",
                         help="push, restore and check every mode; no training")
     parser.add_argument("--out")
