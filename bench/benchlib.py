@@ -1,5 +1,6 @@
 """Shared helpers of the benchmark scripts: the real daemon on a loopback port, disk usage."""
 import http.client
+import json
 import os
 import subprocess
 import signal
@@ -51,3 +52,14 @@ def http_request(port, method, path, body=None):
 def du_bytes(path):
     """Disk usage as du counts it (allocated blocks), in bytes."""
     return int(subprocess.check_output(["du", "-sk", path]).split()[0]) * 1024
+
+
+def push_versions(daemon, model, files):
+    """PUTs files as versions 1..N of model; (seconds taken, each version's ?detail=1 JSON)."""
+    t0 = time.perf_counter()
+    for v, body in enumerate(files, start=1):
+        daemon.request("PUT", f"/v1/models/{model}/versions/{v}", body)
+    seconds = time.perf_counter() - t0
+    details = [json.loads(daemon.request("GET", f"/v1/models/{model}/versions/{v}?detail=1"))
+               for v in range(1, len(files) + 1)]
+    return seconds, details

@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_checkpoints as tc  # noqa: E402
-from benchlib import Daemon, du_bytes  # noqa: E402
+from benchlib import Daemon, du_bytes, push_versions  # noqa: E402
 
 NP_TYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64,
             "I32": np.int32, "U8": np.uint8, "BOOL": np.bool_, "BF16": np.uint16}
@@ -236,12 +236,7 @@ def run_policy(name, policy, files, binary, evaluate, original_metrics, work, sa
     daemon = Daemon(binary, data_dir)
     daemon.start()
     daemon.request("PUT", "/v1/models/bench/policy", policy.encode())
-    t0 = time.perf_counter()
-    for v, body in enumerate(files, start=1):
-        daemon.request("PUT", f"/v1/models/bench/versions/{v}", body)
-    push_s = time.perf_counter() - t0
-    details = [json.loads(daemon.request("GET", f"/v1/models/bench/versions/{v}?detail=1"))
-               for v in range(1, len(files) + 1)]
+    push_s, details = push_versions(daemon, "bench", files)
     daemon.stop()
     disk = du_bytes(data_dir)
     daemon.start()  # restores come from the stored chains, after a restart

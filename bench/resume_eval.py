@@ -42,7 +42,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_checkpoints as tc  # noqa: E402
-from benchlib import Daemon, du_bytes  # noqa: E402
+from benchlib import Daemon, du_bytes, push_versions  # noqa: E402
 from excp_baseline import ExcpCoder  # noqa: E402
 from lossy_eval import parse  # noqa: E402
 
@@ -126,12 +126,7 @@ def run_mode(name, policy_text, files, binary, work, resume_index):
     daemon.request("PUT", "/v1/models/bench/policy", policy_text.encode())
     # The policy as stored (a preset expanded): what the contracts are checked against.
     policy = json.loads(daemon.request("GET", "/v1/models/bench/policy"))
-    t0 = time.perf_counter()
-    for v, body in enumerate(files, start=1):
-        daemon.request("PUT", f"/v1/models/bench/versions/{v}", body)
-    push_s = time.perf_counter() - t0
-    details = [json.loads(daemon.request("GET", f"/v1/models/bench/versions/{v}?detail=1"))
-               for v in range(1, len(files) + 1)]
+    push_s, details = push_versions(daemon, "bench", files)
     daemon.stop()
     disk = du_bytes(data_dir)
     daemon.start()

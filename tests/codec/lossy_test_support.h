@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -168,6 +169,17 @@ inline std::unique_ptr<TensorCodec> Uniform(double bound) {
 }
 
 inline constexpr DType kLossyDtypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
+
+// Values every property test plants among its elements: ±0, NaN, ±Inf, and denormals of F32
+// and F64.
+inline const double kSpecialValues[] = {0.0,
+                                        -0.0,
+                                        std::numeric_limits<double>::quiet_NaN(),
+                                        std::numeric_limits<double>::infinity(),
+                                        -std::numeric_limits<double>::infinity(),
+                                        1e-40,
+                                        -3e-39,
+                                        1e-310};
 
 // Chunks of this many elements are below the size where the codec models contexts (and, for
 // F32/F64, element history); kLargeChunk is above it.
