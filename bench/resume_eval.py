@@ -325,25 +325,25 @@ def main():
     def change(loss, base):
         return f"{loss:.4f} ({100 * (loss - base) / base:+.3f}%)"
 
+    def emit_resumed(label, r, worst=""):
+        """Resumes from r's restored body and emits its row."""
+        loss = runs.run(r["resume_body"], "anneal")["loss"]
+        const = runs.run(r["resume_body"], "constant")["loss"] if args.constant else None
+        emit(f"| {label} | {r['whole']:.2f}x | {r['weights']:.2f}x | {r['moments']:.2f}x | "
+             f"{change(loss, reference)} | "
+             f"{change(const, constant['loss']) if const else ''} | {worst} |")
+
     with tempfile.TemporaryDirectory(prefix="ckpt-resume-") as work:
         binary = os.path.join(args.build, "daemon", "ckptd")
         for spec in args.mode:
             name, policy = spec.split("=", 1)
             r = run_mode(name, policy, files, binary, work, resume_index)
-            loss = runs.run(r["resume_body"], "anneal")["loss"]
-            const = runs.run(r["resume_body"], "constant")["loss"] if args.constant else None
-            emit(f"| ckptd {name} | {r['whole']:.2f}x | {r['weights']:.2f}x | "
-                 f"{r['moments']:.2f}x | {change(loss, reference)} | "
-                 f"{change(const, constant['loss']) if const else ''} | "
-                 f"{r['worst']['weights']:.3f}, {r['worst']['moments']:.3f} |")
+            emit_resumed(f"ckptd {name}", r,
+                         f"{r['worst']['weights']:.3f}, {r['worst']['moments']:.3f}")
     if args.excp:
         r = run_excp(files, resume_index, args.excp_alpha, args.excp_beta)
-        loss = runs.run(r["resume_body"], "anneal")["loss"]
-        const = runs.run(r["resume_body"], "constant")["loss"] if args.constant else None
-        emit(f"| ExCP (alpha {args.excp_alpha:g}, beta {args.excp_beta:g}, 4-bit k-means, LZMA) | "
-             f"{r['whole']:.2f}x | {r['weights']:.2f}x | {r['moments']:.2f}x | "
-             f"{change(loss, reference)} | "
-             f"{change(const, constant['loss']) if const else ''} | |")
+        emit_resumed(f"ExCP (alpha {args.excp_alpha:g}, beta {args.excp_beta:g}, 4-bit k-means, "
+                     "LZMA)", r)
     null_changes = []
     for seed in range(1, args.nulls + 1):
         loss = runs.run(with_noise(original, args.null_sigma, seed), "anneal")["loss"]
