@@ -110,7 +110,10 @@ def check_contract(pushed, restored, detail, policy):
                 raise AssertionError(f"{name}: outside its pointwise contract")
             ratio = np.divide(err, allowed, out=np.zeros_like(err), where=allowed > 0)
         else:
-            bound = t["max_abs_error"]
+            bound = t["max_abs_error"]  # the tensor's own (fisher_weighted: maybe tighter)
+            hard = override_for(policy, name).get("max_abs_error", policy.get("max_abs_error"))
+            if hard is not None and bound > hard:
+                raise AssertionError(f"{name}: bound {bound} looser than the policy's {hard}")
             if np.any(err[finite] > bound):
                 raise AssertionError(f"{name}: error {err[finite].max()} > bound {bound}")
             ratio = err / bound

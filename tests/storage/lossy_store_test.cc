@@ -246,5 +246,88 @@ TEST_F(CheckpointStoreTest, TheDropRuleStoresItsTensorWholeInEveryVersion) {
   }
 }
 
+// The largest |pushed - restored| over tensor `name` (F32) of two bodies with one header.
+double WorstF32Error(std::string_view pushed, std::string_view restored, const std::string& name) {
+  uint64_t n = 0;
+  std::memcpy(&n, pushed.data(), 8);
+  auto header = ParseSafetensorsHeader(pushed.substr(8, n), pushed.size());
+  EXPECT_TRUE(header.ok());
+  double worst = -1;
+  for (const TensorInfo& t : header->tensors) {
+    if (t.name != name) continue;
+    for (uint64_t off = t.begin; off < t.end; off += 4) {
+      float x = 0, y = 0;
+      std::memcpy(&x, pushed.data() + 8 + n + off, 4);
+      std::memcpy(&y, restored.data() + 8 + n + off, 4);
+      worst = std::max(worst, std::abs(static_cast<double>(x) - y));
+    }
+  }
+  return worst;
+}
+
+// fisher_weighted: from the second version on, a weight whose second moment (as the previous
+// version recorded it) is 4^k times the median has its bound divided by 2^k, at most 2^6; the
+// first version, with no previous one, and the weights at or below the median keep the full
+// bound, and every weight stays within it.
+TEST_F(CheckpointStoreTest, FisherWeightedBoundsFollowTheSecondMoments) {
+  const double bound = 4e-3;
+  ASSERT_TRUE(store_
+                  ->SetPolicy("m", LossyPolicy(R"({"mode":"lossy","max_abs_error":4e-3,
+                    "lossless_tensors":[],"fisher_weighted":true,
+                    "overrides":[{"tensors":"*.exp_avg_sq","max_pointwise_rel_error":0.1}]})"))
+                  .ok());
+  // name, elements, second moment; the median over the weights' elements is 1e-8.
+  struct Parameter {
+    std::string name;
+    size_t elements;
+    float v;
+    double expected_bound;
+  };
+  const std::vector<Parameter> parameters = {
+      {"a.weight", 4096, 1e-8f, bound},
+      {"b.weight", 4096, 256e-8f, bound / 16},  // 4^4 times the median
+      {"c.weight", 8192, 1e-8f, bound},
+      {"d.weight", 1024, 8192e-8f, bound / 64},  // 4^6.5: clamped to 2^6
+      {"e.weight", 1024, 0.5e-8f, bound},        // below the median: never looser
+  };
+  std::mt19937_64 rng(35);
+  std::normal_distribution<double> normal(0, 1);
+  for (uint64_t v = 1; v <= 3; ++v) {
+    std::vector<testing::OwnedTensor> tensors;
+    for (const Parameter& p : parameters) {
+      std::vector<float> w(p.elements), sq(p.elements);
+      for (size_t i = 0; i < w.size(); ++i) {
+        w[i] = static_cast<float>(0.05 * normal(rng));
+        sq[i] = p.v * static_cast<float>(0.5 + std::abs(normal(rng)) / 1.6);
+      }
+      // Scale the second moment so that its mean is exactly p.v up to rounding.
+      double mean = 0;
+      for (float x : sq) mean += x / static_cast<double>(sq.size());
+      for (float& x : sq) x = static_cast<float>(x * (p.v / mean));
+      tensors.push_back(
+          {"model." + p.name, DType::kF32, {p.elements / 64, 64}, testing::FloatBytes(w)});
+      tensors.push_back({"optim." + p.name + ".exp_avg_sq",
+                         DType::kF32,
+                         {p.elements / 64, 64},
+                         testing::FloatBytes(sq)});
+    }
+    const std::string body = testing::Serialize(tensors);
+    ASSERT_TRUE(Push("m", v, body).ok());
+    auto detail = store_->GetVersionDetail("m", v);
+    ASSERT_TRUE(detail.ok()) << detail.status().ToString();
+    auto restored = Restore("m", v);
+    ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      const TensorDetail& t = detail->tensors[2 * i];
+      ASSERT_EQ(t.name, "model." + parameters[i].name);
+      const double expected = v == 1 ? bound : parameters[i].expected_bound;
+      EXPECT_DOUBLE_EQ(t.bound, expected) << t.name << " version " << v;
+      const double worst = WorstF32Error(body, *restored, t.name);
+      EXPECT_LE(worst, expected) << t.name << " version " << v;
+      EXPECT_GT(worst, expected / 4) << t.name << " version " << v << ": the bound is used";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ckpt

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include "ckpt/codec/binary.h"
 #include "ckpt/codec/hashing.h"
 #include "core/reference_cache.h"
@@ -105,6 +107,7 @@ TEST(Records, ManifestRecordRoundTripsEveryTensorField) {
   a.chain_bytes = 400000;
   a.entropy_bits = 987654.5;
   a.exact_elements = 3;
+  a.mean_abs = 1.5e-7;
   ManifestTensor scalar;
   scalar.name = "step";
   scalar.dtype = DType::kI64;
@@ -136,6 +139,7 @@ TEST(Records, ManifestRecordRoundTripsEveryTensorField) {
   EXPECT_EQ(t.chain_bytes, a.chain_bytes);
   EXPECT_EQ(t.entropy_bits, a.entropy_bits);
   EXPECT_EQ(t.exact_elements, a.exact_elements);
+  EXPECT_EQ(t.mean_abs, a.mean_abs);
   EXPECT_EQ(d->tensors[1].codec_id, static_cast<uint16_t>(CodecId::kLosslessBytePlanes));
   EXPECT_TRUE(d->tensors[1].shape.empty());
   ExpectTruncationsAreDataLoss<ManifestRecord>(bytes);
@@ -192,6 +196,46 @@ TEST(Records, FormatOneVersionAndManifestRecordsStillDecode) {
   EXPECT_EQ(t.quantizer, 0);
   EXPECT_EQ(t.stored_bytes, 0u);
   // A format-1 record with format-2 fields appended is not format 1: trailing bytes.
+  EXPECT_EQ(ManifestRecord::DecodeFrom(m.data() + std::string(8, '\0')).status().code(),
+            StatusCode::kDataLoss);
+}
+
+// A format-2 manifest (before the second moments' mean) still decodes, with mean_abs 0: the
+// bytes follow the format-2 layout in docs/format.md.
+TEST(Records, FormatTwoManifestRecordsStillDecode) {
+  ByteWriter m;
+  m.PutU8(2);
+  m.PutU64(30);  // version
+  m.PutU64(4);   // floor_seq
+  m.PutU64(90);  // stored_bytes
+  m.PutU32(1);   // tensor_count
+  m.PutLengthPrefixed("optim.w.exp_avg_sq");
+  m.PutU8(static_cast<uint8_t>(DType::kF32));
+  m.PutU32(1);
+  m.PutU64(6);
+  m.PutU64(24);  // byte_size
+  m.PutU64(24);  // chunk_bytes
+  m.PutU32(1);   // chunk_count
+  m.PutU8(static_cast<uint8_t>(FrameKind::kKeyframe));
+  m.PutU64(0);  // base_seq
+  m.PutU32(0);  // base_tensor
+  m.PutU64(4);  // keyframe_seq
+  m.PutU32(0);  // chain_length
+  m.PutU16(static_cast<uint16_t>(CodecId::kLossyQuantized));
+  m.PutU8(5);                               // quantizer: log
+  m.PutU64(std::bit_cast<uint64_t>(0.3));   // bound
+  m.PutU64(90);                             // stored_bytes
+  m.PutU64(90);                             // keyframe_bytes
+  m.PutU64(0);                              // chain_bytes
+  m.PutU64(std::bit_cast<uint64_t>(12.5));  // entropy_bits
+  m.PutU64(1);                              // exact_elements
+  auto manifest = ManifestRecord::DecodeFrom(m.data());
+  ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
+  ASSERT_EQ(manifest->tensors.size(), 1u);
+  EXPECT_EQ(manifest->tensors[0].bound, 0.3);
+  EXPECT_EQ(manifest->tensors[0].exact_elements, 1u);
+  EXPECT_EQ(manifest->tensors[0].mean_abs, 0);
+  // A format-2 record with the format-3 field appended is not format 2: trailing bytes.
   EXPECT_EQ(ManifestRecord::DecodeFrom(m.data() + std::string(8, '\0')).status().code(),
             StatusCode::kDataLoss);
 }

@@ -191,8 +191,23 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     }
     manifest_.floor_seq = seq_;
     const uint32_t keyframe_every = policy_.EffectiveKeyframeEvery();
+    std::map<std::string, int, std::less<>> fisher_shifts;
+    if (policy_.fisher_weighted && reference) {
+      std::vector<TensorMoment> previous;
+      previous.reserve(reference->tensors.size());
+      for (const ManifestTensor& rt : reference->tensors) {
+        previous.push_back({rt.name, rt.byte_size / DTypeSize(rt.dtype), rt.mean_abs});
+      }
+      fisher_shifts = FisherBoundShifts(previous);
+    }
     for (const auto& t : header.tensors) {
       TensorCoding coding = policy_.ForTensor(t.name, t.dtype, t.shape);
+      if (auto shift = fisher_shifts.find(t.name);
+          shift != fisher_shifts.end() && coding.lossy && !coding.standalone &&
+          coding.lossy_options.bound.kind == ErrorBound::Kind::kAbsolute) {
+        coding.lossy_options.bound.value =
+            std::ldexp(coding.lossy_options.bound.value, -shift->second);
+      }
       // Lattice versions with element history cost more to re-encode exactly (their states go
       // along): a model whose retention deletes versions is coded without it.
       if (coding.lossy && coding.lossy_options.reclaimable && retention_deletes_) {
@@ -213,7 +228,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         return Status::InvalidArgument("tensor '" + t.name + "' is too large");
       }
       mt.chunk_count = static_cast<uint32_t>(chunks);
-      encoder_->AddTensor(coding, mt.chunk_count);
+      encoder_->AddTensor(coding, mt.chunk_count, IsSecondMoment(t.name));
       mt.kind = FrameKind::kKeyframe;
       mt.keyframe_seq = seq_;
       if (auto it = reference_index.find(t.name); it != reference_index.end()) {

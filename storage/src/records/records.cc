@@ -202,6 +202,7 @@ void ManifestRecord::EncodeTo(std::string* out) const {
     w.PutU64(t.chain_bytes);
     PutF64(w, t.entropy_bits);
     w.PutU64(t.exact_elements);
+    PutF64(w, t.mean_abs);
   }
   out->append(w.data());
 }
@@ -254,6 +255,7 @@ Result<ManifestRecord> ManifestRecord::DecodeFrom(std::string_view bytes) {
       CKPT_RETURN_IF_ERROR(GetF64(r, &t.entropy_bits));
       CKPT_RETURN_IF_ERROR(r.GetU64(&t.exact_elements));
     }
+    if (format >= 3) CKPT_RETURN_IF_ERROR(GetF64(r, &t.mean_abs));
   }
   CKPT_RETURN_IF_ERROR(CheckFullyConsumed(r, "manifest record"));
   return m;

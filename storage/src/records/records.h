@@ -95,6 +95,9 @@ struct ManifestTensor {
   uint64_t chain_bytes = 0;     // stored bytes of the deltas since the keyframe, this included
   double entropy_bits = 0;      // lossy: entropy of the coded symbols (ChunkCodingInfo)
   uint64_t exact_elements = 0;  // lossy: elements stored verbatim
+  // Since format 3: the mean |x| of the tensor's finite pushed elements, recorded for Adam's
+  // second moments (IsSecondMoment) and 0 otherwise. CodecPolicy::fisher_weighted reads it.
+  double mean_abs = 0;
 
   // Makes this tensor a delta against tensor `tensor` of manifest `seq`, described by `base`:
   // one link further down base's chain. chain_bytes is base's; the caller adds its own bytes.
@@ -123,7 +126,7 @@ struct ManifestTensor {
 // manifests family, key "<model>\0" + u64 seq. The internal, immutable description of one
 // committed push; kept after its version is deleted for as long as later deltas need it.
 struct ManifestRecord {
-  static constexpr uint8_t kFormatVersion = 2;
+  static constexpr uint8_t kFormatVersion = 3;
   uint64_t version = 0;
   uint64_t floor_seq = 0;
   uint64_t stored_bytes = 0;
