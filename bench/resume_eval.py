@@ -26,6 +26,8 @@ Usage:
       --resume-step 300 --end-step 600 --mode NAME=POLICY_JSON [--mode ...] [--excp] \\
       [--nulls 3] [--constant] [--build build-release] [--cache DIR] [--out FILE]
 --constant also runs each mode's continuation at the constant rate (informative: chaotic).
+--ratios-only pushes, restores and checks every mode and reports the held-out loss of the
+restored --resume-step version itself, without training.
 """
 import argparse
 import fnmatch
@@ -110,7 +112,7 @@ def check_contract(pushed, restored, detail, policy):
                 raise AssertionError(f"{name}: outside its pointwise contract")
             ratio = np.divide(err, allowed, out=np.zeros_like(err), where=allowed > 0)
         else:
-            bound = t["max_abs_error"]  # the tensor's own (fisher_weighted: maybe tighter)
+            bound = t["max_abs_error"]  # the tensor's own, never looser than the policy's
             hard = override_for(policy, name).get("max_abs_error", policy.get("max_abs_error"))
             if hard is not None and bound > hard:
                 raise AssertionError(f"{name}: bound {bound} looser than the policy's {hard}")
@@ -218,7 +220,8 @@ class Continuations:
         for _ in range(start):  # the data order of the uninterrupted run
             batch()
         t0 = time.perf_counter()
-        for s in range(start, self.args.end_step):
+        end = start if schedule == "restored" else self.args.end_step  # "restored": no training
+        for s in range(start, end):
             if schedule == "anneal":
                 for group in optimizer.param_groups:
                     group["lr"] = lr * (self.args.end_step - s) / (self.args.end_step - start)
@@ -259,16 +262,23 @@ def with_noise(body, sigma, seed):
 
 
 def ratios_only(args, files, resume_index):
+    """Ratios, contracts and the held-out loss of the restored --resume-step version itself (no
+    training: what evaluating or serving that version sees), against the original's."""
+    runs = Continuations(args, args.cache)
+    original = runs.run(files[resume_index], "restored")["loss"]
+    print(f"held-out loss of the original step-{args.resume_step} checkpoint: {original:.5f}")
     with tempfile.TemporaryDirectory(prefix="ckpt-resume-") as work:
         binary = os.path.join(args.build, "daemon", "ckptd")
         for spec in args.mode:
             name, policy = spec.split("=", 1)
             r = run_mode(name, policy, files, binary, work, resume_index)
+            loss = runs.run(r["resume_body"], "restored")["loss"]
             print(f"| ckptd {name} | {r['whole']:.2f}x | {r['weights']:.2f}x | "
                   f"{r['moments']:.2f}x (exp_avg {r['first_moment']:.1f}x, exp_avg_sq "
                   f"{r['second_moment']:.1f}x) | moments of the newest 2 only: "
                   f"{r['moments_newest_two']:.2f}x | {r['worst']['weights']:.3f}, "
-                  f"{r['worst']['moments']:.3f} | push {r['push_mbps']:.0f} MB/s |", flush=True)
+                  f"{r['worst']['moments']:.3f} | push {r['push_mbps']:.0f} MB/s | restored "
+                  f"loss {loss:.5f} ({100 * (loss - original) / original:+.3f}%) |", flush=True)
     if args.excp:
         r = run_excp(files, resume_index, args.excp_alpha, args.excp_beta)
         print(f"| ExCP | {r['whole']:.2f}x | {r['weights']:.2f}x | {r['moments']:.2f}x |")
@@ -293,7 +303,8 @@ def main():
     parser.add_argument("--cache", default="/tmp/ckpt-resume-cache")
     parser.add_argument("--threads", type=int, default=2, help="torch threads per continuation")
     parser.add_argument("--ratios-only", action="store_true",
-                        help="push, restore and check every mode; no training")
+                        help="push, restore and check every mode, and the restored version's "
+                             "own held-out loss; no training")
     parser.add_argument("--out")
     args = parser.parse_args()
     paths = sorted(glob.glob(os.path.join(args.ckpt_dir, "*.safetensors")))

@@ -19,6 +19,7 @@ json GcJson(const GcReport& gc) {
           {"bytes_rewritten", gc.bytes_rewritten},
           {"bytes_retained", gc.bytes_retained},
           {"compacted", gc.compacted},
+          {"dropped_tensors_removed", gc.dropped_tensors_removed},
           {"orphan_chunks_removed", gc.orphan_chunks_removed}};
 }
 
@@ -32,6 +33,11 @@ json RetentionJson(const RetentionReport& report) {
               {"policy", json::parse(report.policy.ToJson())},
               {"deleted", report.deleted},
               {"kept", std::move(kept)}};
+  json dropped = json::array();
+  for (const auto& [version, tensors] : report.tensors_dropped) {
+    dropped.push_back({{"version", version}, {"tensors", tensors}});
+  }
+  out["tensors_dropped"] = std::move(dropped);
   if (!report.dry_run) out["gc"] = GcJson(report.gc);
   return out;
 }
@@ -57,6 +63,7 @@ json DetailJson(const VersionDetail& d) {
                  {"shape", t.shape},
                  {"kind", t.kind},
                  {"codec", t.codec},
+                 {"dropped", t.dropped},
                  {"chain_length", t.chain_length},
                  {"raw_bytes", t.raw_bytes},
                  {"stored_bytes", t.stored_bytes},

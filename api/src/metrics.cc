@@ -107,6 +107,9 @@ std::string ServerMetrics::Render(CheckpointStore& store) const {
   add_counter("ckptd_retention_versions_deleted_total",
               "Versions deleted by retention passes since start",
               static_cast<double>(s.retention_versions_deleted));
+  add_counter("ckptd_retention_tensors_dropped_total",
+              "Tensors dropped from kept versions by retention's tensor rules since start",
+              static_cast<double>(s.retention_tensors_dropped));
   add_counter("ckptd_gc_bytes_freed_total", "Stored bytes garbage collection removed",
               static_cast<double>(s.gc_bytes_freed));
   add_counter("ckptd_gc_versions_rebased_total", "Kept versions re-encoded by garbage collection",

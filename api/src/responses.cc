@@ -32,6 +32,7 @@ json VersionJson(const VersionInfo& v) {
           {"pushed_sha256", v.pushed_sha256},
           {"lossy", v.lossy},
           {"tensor_count", v.tensor_count},
+          {"dropped_tensors", v.dropped_tensors},
           {"metrics", v.metrics},
           {"labels", v.labels},
           {"tags", v.tags}};

@@ -17,11 +17,8 @@
 // Payload layout and the exact decoding arithmetic: docs/format.md.
 #include "ckpt/codec/lossy_codec.h"
 
-#include <cmath>
-
 #include "ckpt/codec/binary.h"
 #include "lossy/chunk_codec.h"
-#include "lossy/element.h"
 #include "lossy/format.h"
 
 namespace ckpt {
@@ -79,39 +76,6 @@ std::optional<Quantizer> QuantizerFromName(std::string_view name) {
 bool LossyCodecSupports(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kF16 ||
          dtype == DType::kBF16;
-}
-
-namespace {
-
-template <DType D>
-FiniteAbsSum SumFiniteAbsTyped(std::span<const uint8_t> data) {
-  using E = lossy::Element<D>;
-  FiniteAbsSum out;
-  for (size_t i = 0; i + E::kSize <= data.size(); i += E::kSize) {
-    const double a = std::abs(E::Load(data.data() + i));
-    if (a - a == 0) {  // finite
-      out.sum += a;
-      ++out.count;
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-FiniteAbsSum SumFiniteAbs(DType dtype, std::span<const uint8_t> data) {
-  switch (dtype) {
-    case DType::kF32:
-      return SumFiniteAbsTyped<DType::kF32>(data);
-    case DType::kF64:
-      return SumFiniteAbsTyped<DType::kF64>(data);
-    case DType::kF16:
-      return SumFiniteAbsTyped<DType::kF16>(data);
-    case DType::kBF16:
-      return SumFiniteAbsTyped<DType::kBF16>(data);
-    default:
-      return {};
-  }
 }
 
 std::unique_ptr<TensorCodec> NewLossyCodec(const LossyCodecOptions& options) {

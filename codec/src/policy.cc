@@ -194,7 +194,6 @@ void ApplyFullStatePreset(CodecPolicy* policy) {
   second_moment.pattern = "*exp_avg_sq";
   second_moment.bound = ErrorBound{ErrorBound::Kind::kPointwise, 0.3};
   policy->overrides = {first_moment, second_moment};
-  policy->fisher_weighted = true;
 }
 
 }  // namespace
@@ -248,9 +247,6 @@ Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPoli
     } else if (key == "low_rank") {
       if (!it->is_boolean()) return Bad("low_rank", "must be true or false");
       policy.low_rank = it->get<bool>();
-    } else if (key == "fisher_weighted") {
-      if (!it->is_boolean()) return Bad("fisher_weighted", "must be true or false");
-      policy.fisher_weighted = it->get<bool>();
     } else if (key == "quantizer") {
       CKPT_RETURN_IF_ERROR(ParseQuantizer(*it, "quantizer", &policy.quantizer));
     } else if (key == "float_format") {
@@ -327,7 +323,6 @@ std::string CodecPolicy::ToJson() const {
       {"keyframe_budget", keyframe_budget},
       {"reclaimable", reclaimable},
       {"low_rank", low_rank},
-      {"fisher_weighted", fisher_weighted},
       {"quantizer", std::string(QuantizerName(quantizer))},
       {"float_format", float_exponent_bits == 0 ? std::string("auto") : std::string(format)}};
   if (bound) BoundJson(*bound, doc);
@@ -383,62 +378,6 @@ TensorCoding CodecPolicy::ForTensor(std::string_view name, DType dtype,
     return lossless;
   }
   return lossy(std::nullopt, std::nullopt, 0);
-}
-
-bool IsSecondMoment(std::string_view name) {
-  constexpr std::string_view kSuffix = ".exp_avg_sq";
-  return name.size() > kSuffix.size() && name.ends_with(kSuffix);
-}
-
-std::map<std::string, int, std::less<>> FisherBoundShifts(
-    const std::vector<TensorMoment>& previous) {
-  // The second moments by the name of their parameter: every dotted suffix of their stem.
-  std::map<std::string_view, const TensorMoment*, std::less<>> moment_of;
-  for (const TensorMoment& t : previous) {
-    if (!IsSecondMoment(t.name) || !(t.mean_abs > 0) || !std::isfinite(t.mean_abs)) continue;
-    const std::string_view stem =
-        std::string_view(t.name).substr(0, t.name.size() - std::string_view(".exp_avg_sq").size());
-    for (size_t from = 0; from != std::string_view::npos;) {
-      const std::string_view key = stem.substr(from);
-      auto [it, inserted] = moment_of.emplace(key, &t);
-      if (!inserted && t.name.size() < it->second->name.size()) it->second = &t;
-      const size_t dot = stem.find('.', from);
-      from = dot == std::string_view::npos ? dot : dot + 1;
-    }
-  }
-  struct Pair {
-    const TensorMoment* weight;
-    double v;
-  };
-  std::vector<Pair> pairs;
-  uint64_t elements = 0;
-  for (const TensorMoment& t : previous) {
-    const size_t dot = t.name.find('.');
-    if (IsSecondMoment(t.name) || dot == std::string::npos || t.elements == 0) continue;
-    auto it = moment_of.find(std::string_view(t.name).substr(dot + 1));
-    if (it == moment_of.end() || it->second->elements != t.elements) continue;
-    pairs.push_back({&t, it->second->mean_abs});
-    elements += t.elements;
-  }
-  std::map<std::string, int, std::less<>> shifts;
-  if (pairs.empty()) return shifts;
-  std::vector<Pair> by_v = pairs;
-  std::sort(by_v.begin(), by_v.end(), [](const Pair& a, const Pair& b) { return a.v < b.v; });
-  double median = by_v.back().v;
-  uint64_t seen = 0;
-  for (const Pair& p : by_v) {
-    seen += p.weight->elements;
-    if (2 * seen >= elements) {
-      median = p.v;
-      break;
-    }
-  }
-  for (const Pair& p : pairs) {
-    const double k = std::round(std::log2(p.v / median) / 2);
-    const int shift = static_cast<int>(std::clamp(k, 0.0, static_cast<double>(kMaxFisherShift)));
-    if (shift > 0) shifts.emplace(p.weight->name, shift);
-  }
-  return shifts;
 }
 
 }  // namespace ckpt

@@ -169,14 +169,17 @@ bool BackgroundRunner::ApplyRetention(const std::string& model, GcOptions::Compa
     return true;
   }
   const GcReport& gc = report->gc;
-  if (!report->deleted.empty() || gc.bytes_freed > 0 || gc.versions_rebased > 0) {
+  std::vector<uint64_t> trimmed;  // versions that lost tensors to the tensor rules
+  for (const auto& [version, tensors] : report->tensors_dropped) trimmed.push_back(version);
+  if (!report->deleted.empty() || !trimmed.empty() || gc.bytes_freed > 0 ||
+      gc.versions_rebased > 0) {
     spdlog::info(
-        "retention: model '{}' policy {} deleted versions [{}]; freed {} bytes ({} stored "
-        "pushes), rebased {} kept versions ({} bytes rewritten), {} bytes retained for kept "
-        "chains{}",
-        model, report->policy.ToJson(), Join(report->deleted), gc.bytes_freed, gc.manifests_removed,
-        gc.versions_rebased, gc.bytes_rewritten, gc.bytes_retained,
-        gc.compacted ? ", compacted" : "");
+        "retention: model '{}' policy {} deleted versions [{}], dropped tensors from versions "
+        "[{}]; freed {} bytes ({} stored pushes, {} dropped tensors), rebased {} kept versions "
+        "({} bytes rewritten), {} bytes retained for kept chains{}",
+        model, report->policy.ToJson(), Join(report->deleted), Join(trimmed), gc.bytes_freed,
+        gc.manifests_removed, gc.dropped_tensors_removed, gc.versions_rebased, gc.bytes_rewritten,
+        gc.bytes_retained, gc.compacted ? ", compacted" : "");
   } else {
     spdlog::debug("retention: model '{}': nothing to delete", model);
   }

@@ -117,34 +117,6 @@ TEST(LossyCodec, NanPayloadsAndNegativeZeroAreKeptBitExactly) {
   EXPECT_EQ(0, std::memcmp(loose.decoded.data(), &nan_payload, 4));
 }
 
-// SumFiniteAbs (the second moments' mean a manifest records): |x| summed over the finite
-// elements only, in every dtype; nothing for empty chunks and for dtypes the codec leaves alone.
-TEST(LossyCodec, SumFiniteAbsCountsOnlyFiniteElements) {
-  for (DType dtype : kLossyDtypes) {
-    std::vector<double> values(kSpecialValues, std::end(kSpecialValues));
-    values.push_back(-2.5);
-    values.push_back(0.75);
-    const std::vector<uint8_t> bytes = Pack(dtype, values);
-    const FiniteAbsSum sum = SumFiniteAbs(dtype, bytes);
-    double expected = 0;
-    uint64_t count = 0;
-    for (size_t i = 0; i < values.size(); ++i) {
-      const double x = Load(dtype, bytes.data() + i * DTypeSize(dtype));
-      if (std::isfinite(x)) {
-        expected += std::abs(x);
-        ++count;
-      }
-    }
-    EXPECT_EQ(sum.count, count) << DTypeName(dtype);
-    EXPECT_EQ(count, values.size() - 3) << DTypeName(dtype);  // NaN and ±Inf left out
-    EXPECT_DOUBLE_EQ(sum.sum, expected) << DTypeName(dtype);
-    EXPECT_EQ(SumFiniteAbs(dtype, {}).count, 0u);
-  }
-  const std::vector<uint8_t> ints = {1, 2, 3, 4};
-  EXPECT_EQ(SumFiniteAbs(DType::kI32, ints).count, 0u);
-  EXPECT_EQ(SumFiniteAbs(DType::kI32, ints).sum, 0);
-}
-
 TEST(LossyCodec, EmptyAndScalarChunks) {
   for (DType dtype : kLossyDtypes) {
     Coded empty = EncodeDecode(*Uniform(1e-3), dtype, {}, nullptr);

@@ -2,8 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <limits>
-
 namespace ckpt {
 namespace {
 
@@ -79,7 +77,6 @@ TEST(CodecPolicy, RejectsBadFieldsNamingThem) {
   for (
       const Case& c :
       {Case{R"({"keyframe_every":-1})", "keyframe_every"},
-       Case{R"({"fisher_weighted":1})", "fisher_weighted"},
        Case{R"({"keyframe_every":"8"})", "keyframe_every"},
        Case{R"({"keyframe_every":100000})", "keyframe_every"},
        Case{R"({"mode":"zip"})", "mode"},
@@ -227,7 +224,6 @@ TEST(CodecPolicy, TheFullStatePresetSetsWeightsAndMomentsAndYieldsToTheDocument)
   const TensorCoding v = p->ForTensor("optim.state.w.exp_avg_sq", DType::kF32, matrix);
   EXPECT_FALSE(v.standalone);
   EXPECT_EQ(v.lossy_options.bound, (ErrorBound{ErrorBound::Kind::kPointwise, 0.3}));
-  EXPECT_TRUE(p->fisher_weighted);
   // Stored expanded: GET returns what the preset set, and PUT of that is the same policy.
   auto again = CodecPolicy::FromJson(p->ToJson(), CodecPolicy{});
   ASSERT_TRUE(again.ok()) << again.status().ToString();
@@ -276,70 +272,6 @@ TEST(CodecPolicy, TheDropRuleCodesItsTensorsStandalone) {
       CodecPolicy{});
   ASSERT_TRUE(inherited.ok()) << inherited.status().ToString();
   EXPECT_TRUE(inherited->ForTensor("m", DType::kF32, matrix).standalone);
-}
-
-TEST(CodecPolicy, FisherWeightedRoundTripsAndIsOffByDefault) {
-  EXPECT_FALSE(CodecPolicy{}.fisher_weighted);
-  auto p = CodecPolicy::FromJson(R"({"mode":"lossy","max_abs_error":1e-3,"fisher_weighted":true})",
-                                 CodecPolicy{});
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
-  EXPECT_TRUE(p->fisher_weighted);
-  auto again = CodecPolicy::FromJson(p->ToJson(), CodecPolicy{});
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(*again, *p);
-  auto off =
-      CodecPolicy::FromJson(R"({"preset":"full-state","fisher_weighted":false})", CodecPolicy{});
-  ASSERT_TRUE(off.ok());
-  EXPECT_FALSE(off->fisher_weighted);
-}
-
-TEST(FisherBoundShifts, PairsEachWeightWithItsSecondMomentAndScalesFromTheMedian) {
-  const std::vector<TensorMoment> previous = {
-      {"model.a.weight", 100, 0},
-      {"optim.a.weight.exp_avg_sq", 100, 1e-8},
-      {"optim.a.weight.exp_avg", 100, 5.0},  // a first moment: not a sensitivity
-      {"model.b.weight", 100, 0},
-      {"optim.b.weight.exp_avg_sq", 100, 16e-8},  // 4^2 times the median
-      {"model.c.weight", 300, 0},
-      {"optim.c.weight.exp_avg_sq", 300, 1e-8},
-      {"model.d.weight", 10, 0},
-      {"optim.d.weight.exp_avg_sq", 10, 1e-2},  // far above: clamped
-      {"model.e.weight", 10, 0},
-      {"optim.e.weight.exp_avg_sq", 10, 5.7e-8},  // 4^1.25: rounds to 1
-      {"model.f.weight", 10, 0},
-      {"optim.f.weight.exp_avg_sq", 20, 1e-2},  // another size: not f's
-      {"model.g.weight", 10, 0},
-      {"optim.g.weight.exp_avg_sq", 10, std::numeric_limits<double>::quiet_NaN()},
-      {"model.h.weight", 10, 0},
-      {"optim.h.weight.exp_avg_sq", 10, 0},  // not recorded (an older manifest)
-      {"toplevel", 10, 0},                   // no dotted component to strip
-      {"optim.toplevel.exp_avg_sq", 10, 1.0},
-  };
-  const auto shifts = FisherBoundShifts(previous);
-  EXPECT_EQ(shifts.size(), 3u);
-  EXPECT_EQ(shifts.count("model.a.weight"), 0u);  // at the median
-  EXPECT_EQ(shifts.count("model.c.weight"), 0u);
-  EXPECT_EQ(shifts.at("model.b.weight"), 2);
-  EXPECT_EQ(shifts.at("model.d.weight"), kMaxFisherShift);
-  EXPECT_EQ(shifts.at("model.e.weight"), 1);
-  for (const char* none : {"model.f.weight", "model.g.weight", "model.h.weight", "toplevel"}) {
-    EXPECT_EQ(shifts.count(none), 0u) << none;
-  }
-  EXPECT_TRUE(FisherBoundShifts({}).empty());
-  EXPECT_TRUE(FisherBoundShifts({{"model.a", 10, 0}}).empty());
-}
-
-TEST(FisherBoundShifts, TheShortestMatchingMomentNameWins) {
-  // "x.weight" is the parameter of both moments; the shorter name is its own.
-  const auto shifts = FisherBoundShifts({{"model.x.weight", 10, 0},
-                                         {"optim.x.weight.exp_avg_sq", 10, 1e-8},
-                                         {"optim.other.x.weight.exp_avg_sq", 10, 1.0},
-                                         {"model.y.weight", 30, 0},
-                                         {"optim.y.weight.exp_avg_sq", 30, 1e-8}});
-  EXPECT_TRUE(shifts.empty());
-  EXPECT_TRUE(IsSecondMoment("optim.x.exp_avg_sq"));
-  EXPECT_FALSE(IsSecondMoment(".exp_avg_sq"));
-  EXPECT_FALSE(IsSecondMoment("optim.x.exp_avg"));
 }
 
 }  // namespace

@@ -107,7 +107,6 @@ TEST(Records, ManifestRecordRoundTripsEveryTensorField) {
   a.chain_bytes = 400000;
   a.entropy_bits = 987654.5;
   a.exact_elements = 3;
-  a.mean_abs = 1.5e-7;
   ManifestTensor scalar;
   scalar.name = "step";
   scalar.dtype = DType::kI64;
@@ -139,7 +138,6 @@ TEST(Records, ManifestRecordRoundTripsEveryTensorField) {
   EXPECT_EQ(t.chain_bytes, a.chain_bytes);
   EXPECT_EQ(t.entropy_bits, a.entropy_bits);
   EXPECT_EQ(t.exact_elements, a.exact_elements);
-  EXPECT_EQ(t.mean_abs, a.mean_abs);
   EXPECT_EQ(d->tensors[1].codec_id, static_cast<uint16_t>(CodecId::kLosslessBytePlanes));
   EXPECT_TRUE(d->tensors[1].shape.empty());
   ExpectTruncationsAreDataLoss<ManifestRecord>(bytes);
@@ -200,8 +198,8 @@ TEST(Records, FormatOneVersionAndManifestRecordsStillDecode) {
             StatusCode::kDataLoss);
 }
 
-// A format-2 manifest (before the second moments' mean) still decodes, with mean_abs 0: the
-// bytes follow the format-2 layout in docs/format.md.
+// A format-2 manifest (without the reserved field) still decodes: the bytes follow the
+// format-2 layout in docs/format.md.
 TEST(Records, FormatTwoManifestRecordsStillDecode) {
   ByteWriter m;
   m.PutU8(2);
@@ -234,7 +232,6 @@ TEST(Records, FormatTwoManifestRecordsStillDecode) {
   ASSERT_EQ(manifest->tensors.size(), 1u);
   EXPECT_EQ(manifest->tensors[0].bound, 0.3);
   EXPECT_EQ(manifest->tensors[0].exact_elements, 1u);
-  EXPECT_EQ(manifest->tensors[0].mean_abs, 0);
   // A format-2 record with the format-3 field appended is not format 2: trailing bytes.
   EXPECT_EQ(ManifestRecord::DecodeFrom(m.data() + std::string(8, '\0')).status().code(),
             StatusCode::kDataLoss);

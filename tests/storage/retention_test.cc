@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 #include <set>
 
@@ -133,7 +134,18 @@ TEST(Retention, InvalidPoliciesNameTheField) {
            {R"({"keep_best":{"count":2}})", "keep_best.metric"},
            {R"({"keep_best":{"count":2,"metric":"loss","mode":"lowest"}})", "keep_best.mode"},
            {R"({"max_bytes":1.5})", "max_bytes"},
-           {R"({"keep_lats":3})", "keep_lats"}}) {
+           {R"({"keep_lats":3})", "keep_lats"},
+           {R"({"tensor_rules":{}})", "tensor_rules"},
+           {R"({"tensor_rules":[]})", "tensor_rules"},
+           {R"({"tensor_rules":[{"tensors":"optim.*"}]})", "tensor_rules[0]"},
+           {R"({"tensor_rules":[{"keep_last":2}]})", "tensor_rules[0].tensors"},
+           {R"({"tensor_rules":[{"tensors":[],"keep_last":2}]})", "tensor_rules[0].tensors"},
+           {R"({"tensor_rules":[{"tensors":[""],"keep_last":2}]})", "tensor_rules[0].tensors"},
+           {R"({"tensor_rules":[{"tensors":"a","keep_last":0}]})", "tensor_rules[0].keep_last"},
+           {R"({"tensor_rules":[{"tensors":"a","keep_within":"1y"}]})",
+            "tensor_rules[0].keep_within"},
+           {R"({"tensor_rules":[{"tensors":"a","keep_best":1}]})", "tensor_rules[0].keep_best"},
+           {R"({"tensor_rules":[1]})", "tensor_rules[0]"}}) {
     auto p = RetentionPolicy::FromJson(json);
     ASSERT_FALSE(p.ok()) << json;
     EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
@@ -151,6 +163,49 @@ TEST(Retention, JsonRoundTrips) {
   EXPECT_EQ(*p.keep_within_ms, 72 * 3'600'000);
   EXPECT_EQ(Parse(p.ToJson()), p);
   EXPECT_EQ(Parse(R"({"keep_within":"14d"})").ToJson(), R"({"keep_within":"2w"})");
+}
+
+// Tensor rules drop their tensors from the kept versions they do not keep themselves; the
+// latest and tagged versions keep every tensor, deleted versions get no tensor verdict, and the
+// first rule whose globs match a tensor decides.
+TEST(Retention, TensorRulesDropTensorsFromTheVersionsTheyDoNotKeep) {
+  const auto p = Parse(R"({"keep_last":6,"tensor_rules":[
+      {"tensors":["optim.*.exp_avg","optimizer.*"],"keep_last":2},
+      {"tensors":"optim.*","keep_every":300}]})");
+  EXPECT_FALSE(p.KeepsEverything());
+  auto versions = Versions(8, kNow);  // 100 .. 800
+  versions[3].tags = {"best"};        // 400
+  const auto decisions = p.Evaluate(versions, kNow);
+  EXPECT_EQ(Kept(decisions), (std::set<uint64_t>{300, 400, 500, 600, 700, 800}));
+  std::map<uint64_t, std::vector<size_t>> dropping;
+  for (const auto& d : decisions) dropping[d.version] = d.dropping_rules;
+  EXPECT_TRUE(dropping[100].empty());                  // deleted: no tensor verdict
+  EXPECT_EQ(dropping[300], (std::vector<size_t>{0}));  // a multiple of 300: rule 1 keeps it
+  EXPECT_TRUE(dropping[400].empty());                  // tagged
+  EXPECT_EQ(dropping[500], (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(dropping[600], (std::vector<size_t>{0}));
+  EXPECT_EQ(dropping[700], (std::vector<size_t>{1}));  // the newest two keep rule 0's tensors
+  EXPECT_TRUE(dropping[800].empty());                  // the latest keeps every tensor
+  const RetentionDecision* v500 = &decisions[4];
+  ASSERT_EQ(v500->version, 500u);
+  EXPECT_TRUE(p.DropsTensor(*v500, "optim.w.exp_avg"));
+  EXPECT_TRUE(p.DropsTensor(*v500, "optimizer.state"));
+  EXPECT_TRUE(p.DropsTensor(*v500, "optim.w.exp_avg_sq"));  // rule 1
+  EXPECT_FALSE(p.DropsTensor(*v500, "model.w"));
+  const RetentionDecision* v300 = &decisions[2];
+  EXPECT_TRUE(p.DropsTensor(*v300, "optim.w.exp_avg"));
+  // Rule 0's globs do not match it, rule 1 keeps 300.
+  EXPECT_FALSE(p.DropsTensor(*v300, "optim.w.exp_avg_sq"));
+
+  // Without version rules every version is kept, and tensor rules still apply.
+  const auto only = Parse(R"({"tensor_rules":[{"tensors":"optim.*","keep_within":"150m"}]})");
+  EXPECT_TRUE(only.KeepsEverything());
+  const auto all = only.Evaluate(Versions(4, kNow), kNow);
+  EXPECT_EQ(Kept(all).size(), 4u);
+  EXPECT_EQ(all[0].dropping_rules, (std::vector<size_t>{0}));  // 3 h old
+  EXPECT_EQ(all[1].dropping_rules, (std::vector<size_t>{}));   // 2 h old
+  EXPECT_EQ(Parse(only.ToJson()), only);
+  EXPECT_EQ(Parse(p.ToJson()), p);
 }
 
 TEST(Retention, DurationsParse) {

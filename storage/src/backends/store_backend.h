@@ -34,10 +34,13 @@
 
 namespace ckpt {
 
-// The chunk records written under one seq: tensor i has chunk_counts[i] chunks.
+// The chunk records written under one seq: tensor i has chunk_counts[i] chunks. `some_tensors`:
+// only those of the tensors with a count (the others of the seq stay), as when garbage
+// collection removes the tensors a version dropped.
 struct ChunkSet {
   uint64_t seq = 0;
   std::vector<uint32_t> chunk_counts;
+  bool some_tensors = false;
 
   static ChunkSet Of(uint64_t seq, const ManifestRecord& manifest);
 };

@@ -37,6 +37,7 @@ VersionInfo MakeVersionInfo(std::string_view model, uint64_t version, const Vers
   info.pushed_sha256 = r.sha256_hex;
   info.lossy = r.lossy;
   info.tensor_count = r.tensor_count;
+  info.dropped_tensors = static_cast<uint32_t>(r.dropped_tensors.size());
   info.metrics = r.metrics;
   info.labels = r.labels;
   return info;
@@ -148,9 +149,11 @@ Result<VersionDetail> VersionDetailAt(const StoreContext& ctx, const rocksdb::Re
   detail.info = MakeVersionInfo(model, found.first, found.second);
   CKPT_ASSIGN_OR_RETURN(auto tags, TagsByVersion(ctx, ro, model));
   detail.info.tags = std::move(tags[found.first]);
-  for (const ManifestTensor& t : manifest->tensors) {
+  for (uint32_t i = 0; i < manifest->tensors.size(); ++i) {
+    const ManifestTensor& t = manifest->tensors[i];
     TensorDetail d;
     d.name = t.name;
+    d.dropped = found.second.Dropped(i);
     d.dtype = std::string(DTypeName(t.dtype));
     d.shape = t.shape;
     d.kind = t.kind == FrameKind::kKeyframe ? "keyframe" : "delta";

@@ -1,5 +1,6 @@
 #include "core/garbage_collector.h"
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -66,6 +67,7 @@ class Collector {
       CKPT_ASSIGN_OR_RETURN(needed, chains_.NeededSeqs(live));
     }
     CKPT_RETURN_IF_ERROR(RemoveUnneeded(needed));
+    CKPT_RETURN_IF_ERROR(RemoveDroppedTensors(live));
     for (uint64_t seq : needed) {
       if (!live.count(seq)) report_.bytes_retained += chains_.manifests.at(seq).stored_bytes;
     }
@@ -81,7 +83,11 @@ class Collector {
       const ManifestRecord& m = chains_.manifests.at(seq);
       std::vector<TensorPlan> plan(m.tensors.size());
       std::set<uint64_t> crossed;  // the dead manifests this one's chains run through
+      const VersionRecord* owner = chains_.VersionAt(seq);
       for (uint32_t t = 0; t < m.tensors.size(); ++t) {
+        // A dropped tensor is copied as it is: the chains that still run through it keep it,
+        // RemoveDroppedTensors frees it once none does.
+        if (owner && owner->Dropped(t)) continue;
         for (const Link& link : ChainLinks(chains_, seq, t)) {
           if (live.count(link.seq)) {
             if (!plan[t].base) plan[t].base = link;
@@ -235,6 +241,51 @@ class Collector {
     report_.manifests_removed += removal.manifests;
     report_.bytes_freed += removal.bytes;
     ctx_.counters->gc_bytes_freed.fetch_add(removal.bytes, std::memory_order_relaxed);
+    return Status::Ok();
+  }
+
+  // Removes the chunks of the tensors that kept versions dropped (retention's tensor rules)
+  // once no chain runs through them, and makes them chunkless in their manifests.
+  Status RemoveDroppedTensors(const std::set<uint64_t>& live) {
+    CKPT_ASSIGN_OR_RETURN(const std::set<ModelChains::TensorRef> needed,
+                          chains_.NeededTensors(live));
+    ModelChange change;
+    uint64_t freed = 0;
+    for (auto& [version, record] : chains_.versions) {
+      if (record.dropped_tensors.empty()) continue;
+      auto m = chains_.manifests.find(record.seq);
+      if (m == chains_.manifests.end()) continue;  // NeededTensors checked the live ones
+      ChunkSet removed{record.seq, std::vector<uint32_t>(m->second.tensors.size(), 0), true};
+      uint64_t bytes = 0;
+      for (uint32_t t : record.dropped_tensors) {
+        if (t >= m->second.tensors.size()) continue;
+        ManifestTensor& e = m->second.tensors[t];
+        if (e.chunk_count == 0 || needed.count({record.seq, t})) continue;
+        removed.chunk_counts[t] = e.chunk_count;
+        bytes += e.stored_bytes;
+        ++report_.dropped_tensors_removed;
+        e.chunk_count = 0;
+        e.stored_bytes = 0;
+      }
+      if (std::all_of(removed.chunk_counts.begin(), removed.chunk_counts.end(),
+                      [](uint32_t c) { return c == 0; })) {
+        continue;
+      }
+      m->second.stored_bytes -= std::min(m->second.stored_bytes, bytes);
+      record.stored_bytes = m->second.stored_bytes;
+      change.batch.Put(ctx_.manifests, keys::ManifestKey(chains_.model, record.seq),
+                       Encoded(m->second));
+      change.batch.Put(ctx_.versions, keys::VersionKey(chains_.model, version), Encoded(record));
+      change.unreachable.push_back(std::move(removed));
+      freed += bytes;
+    }
+    if (change.unreachable.empty()) return Status::Ok();
+    chains_.record.stored_bytes = ModelStoredBytes(chains_);
+    change.batch.Put(ctx_.models, chains_.model, Encoded(chains_.record));
+    CKPT_RETURN_IF_ERROR(
+        ctx_.backend->Commit(chains_.model, change, "removing dropped tensors' chunks"));
+    report_.bytes_freed += freed;
+    ctx_.counters->gc_bytes_freed.fetch_add(freed, std::memory_order_relaxed);
     return Status::Ok();
   }
 

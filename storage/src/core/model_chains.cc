@@ -57,18 +57,23 @@ std::set<uint64_t> ModelChains::LiveSeqs(std::optional<uint64_t> excluded_versio
   return live;
 }
 
-Result<std::set<uint64_t>> ModelChains::NeededSeqs(const std::set<uint64_t>& live) const {
-  std::set<uint64_t> needed;
-  // (seq, tensor) links already walked: each is followed once however many chains share it.
-  std::set<std::pair<uint64_t, uint32_t>> walked;
+Result<std::set<ModelChains::TensorRef>> ModelChains::NeededTensors(
+    const std::set<uint64_t>& live) const {
+  std::map<uint64_t, const VersionRecord*> version_of;  // live manifest -> its version
+  for (const auto& [version, v] : versions) version_of.emplace(v.seq, &v);
+  const uint64_t reference = codec_state ? codec_state->reference_seq : 0;
+  // Each (seq, tensor) link is followed once however many chains share it.
+  std::set<TensorRef> walked;
   for (const uint64_t seq : live) {
     auto m = manifests.find(seq);
     if (m == manifests.end()) {
       return Status::DataLoss("model '" + model + "': live manifest " + std::to_string(seq) +
                               " is missing");
     }
-    needed.insert(seq);
+    auto owner = version_of.find(seq);
     for (uint32_t tensor = 0; tensor < m->second.tensors.size(); ++tensor) {
+      // The next push deltas against every tensor of the reference, dropped or not.
+      if (seq != reference && owner != version_of.end() && owner->second->Dropped(tensor)) continue;
       uint64_t s = seq;
       uint32_t t = tensor;
       for (size_t links = 0;; ++links) {
@@ -82,7 +87,6 @@ Result<std::set<uint64_t>> ModelChains::NeededSeqs(const std::set<uint64_t>& liv
           return Status::DataLoss("model '" + model + "' manifest " + std::to_string(s) +
                                   ": delta base tensor index out of range");
         }
-        needed.insert(s);
         const ManifestTensor& e = link->second.tensors[t];
         if (e.kind == FrameKind::kKeyframe) break;
         if (links > ChainReader::kMaxChainLinks) {
@@ -94,6 +98,13 @@ Result<std::set<uint64_t>> ModelChains::NeededSeqs(const std::set<uint64_t>& liv
       }
     }
   }
+  return walked;
+}
+
+Result<std::set<uint64_t>> ModelChains::NeededSeqs(const std::set<uint64_t>& live) const {
+  CKPT_ASSIGN_OR_RETURN(const std::set<TensorRef> tensors, NeededTensors(live));
+  std::set<uint64_t> needed = live;
+  for (const auto& [seq, tensor] : tensors) needed.insert(seq);
   return needed;
 }
 
@@ -109,6 +120,13 @@ ModelChains::Removal ModelChains::RemoveUnneeded(const StoreContext& ctx,
     change->unreachable.push_back(ChunkSet::Of(seq, manifest));
   }
   return removal;
+}
+
+const VersionRecord* ModelChains::VersionAt(uint64_t seq) const {
+  for (const auto& [version, v] : versions) {
+    if (v.seq == seq) return &v;
+  }
+  return nullptr;
 }
 
 uint64_t ModelChains::StoredBytes(const std::set<uint64_t>& seqs) const {

@@ -2,9 +2,10 @@
 // into memory, with the chain walks that decide which manifests are still needed.
 //
 // A manifest is *live* when a version record points at it or it is the codec state's reference
-// (the next push deltas against it). It is *needed* when it is live or lies on the delta chain
-// of any tensor of a live manifest. Everything else can be removed without changing a single
-// byte that any version restores to.
+// (the next push deltas against it). A tensor of a manifest is *needed* when it is a tensor of
+// a live manifest that its version has not dropped (VersionRecord::dropped_tensors), or a link
+// of such a tensor's delta chain; a manifest is needed when it is live or holds a needed tensor.
+// Everything else can be removed without changing a single byte that any version restores to.
 //
 // Thread-compatible: loaded and used by one thread holding the model's lock.
 #pragma once
@@ -40,6 +41,11 @@ struct ModelChains {
   // DataLoss if a chain points at a missing manifest or tensor.
   Result<std::set<uint64_t>> NeededSeqs(const std::set<uint64_t>& live) const;
 
+  // The (seq, tensor) pairs needed by `live`: their tensors but those their versions dropped,
+  // and every link of those tensors' chains. DataLoss as NeededSeqs.
+  using TensorRef = std::pair<uint64_t, uint32_t>;
+  Result<std::set<TensorRef>> NeededTensors(const std::set<uint64_t>& live) const;
+
   // Adds to `change` the removal of every manifest (and its chunks) not in `needed`; returns
   // the bytes they held and how many there were.
   struct Removal {
@@ -48,6 +54,9 @@ struct ModelChains {
   };
   Removal RemoveUnneeded(const StoreContext& ctx, const std::set<uint64_t>& needed,
                          ModelChange* change) const;
+
+  // The version stored as manifest `seq`; null when none is.
+  const VersionRecord* VersionAt(uint64_t seq) const;
 
   // Sum of the stored bytes of the manifests in `seqs`.
   uint64_t StoredBytes(const std::set<uint64_t>& seqs) const;

@@ -10,6 +10,7 @@
 #include "core/garbage_collector.h"
 #include "core/model_chains.h"
 #include "core/rearrange.h"
+#include "core/tensor_drop.h"
 #include "records/keys.h"
 
 namespace ckpt {
@@ -213,6 +214,7 @@ Result<RetentionReport> ModelWriter::ApplyRetention(std::string_view model,
     for (const RetentionDecision& d : report.decisions) {
       if (!d.keep) report.deleted.push_back(d.version);
     }
+    CKPT_ASSIGN_OR_RETURN(const auto drops, TensorsToDrop(chains, report));
     if (run.dry_run) return report;
     if (!report.deleted.empty()) {
       ModelChange change;
@@ -229,12 +231,62 @@ Result<RetentionReport> ModelWriter::ApplyRetention(std::string_view model,
                                                           std::memory_order_relaxed);
     }
     tags_lock.unlock();
+    CKPT_RETURN_IF_ERROR(DropTensors(chains, drops));
     CKPT_ASSIGN_OR_RETURN(report.gc, CollectModelGarbage(ctx_, chains, run.gc));
     CKPT_ASSIGN_OR_RETURN(report.gc.orphan_chunks_removed, maintenance_->RemoveOrphanChunks(name));
   }
   CKPT_ASSIGN_OR_RETURN(report.gc.compacted,
                         maintenance_->MaybeCompact(name, report.gc.bytes_freed, run.gc.compaction));
   return report;
+}
+
+Result<std::map<uint64_t, std::vector<uint32_t>>> ModelWriter::TensorsToDrop(
+    const ModelChains& chains, RetentionReport& report) {
+  std::map<uint64_t, std::vector<uint32_t>> drops;
+  if (report.policy.tensor_rules.empty()) return drops;
+  // The next push deltas against every tensor of its reference: that version keeps them all.
+  const uint64_t reference = chains.codec_state ? chains.codec_state->reference_seq : 0;
+  for (const RetentionDecision& d : report.decisions) {
+    if (!d.keep || d.dropping_rules.empty()) continue;
+    const VersionRecord& record = chains.versions.at(d.version);
+    if (record.seq == reference) continue;
+    auto m = chains.manifests.find(record.seq);
+    if (m == chains.manifests.end()) {
+      return Status::DataLoss("model '" + chains.model + "' version " + std::to_string(d.version) +
+                              ": its manifest is missing");
+    }
+    for (uint32_t t = 0; t < m->second.tensors.size(); ++t) {
+      const std::string& tensor = m->second.tensors[t].name;
+      if (record.Dropped(t) || !report.policy.DropsTensor(d, tensor)) continue;
+      drops[d.version].push_back(t);
+      report.tensors_dropped[d.version].push_back(tensor);
+    }
+  }
+  return drops;
+}
+
+Status ModelWriter::DropTensors(ModelChains& chains,
+                                const std::map<uint64_t, std::vector<uint32_t>>& drops) {
+  for (const auto& [version, tensors] : drops) {
+    VersionRecord& record = chains.versions.at(version);
+    // Restores the version to hash what remains: long, so without the tags lock, which is
+    // taken again (and the version's tags read again) for the commit.
+    CKPT_ASSIGN_OR_RETURN(VersionRecord dropped,
+                          WithTensorsDropped(ctx_, chains.model, version, record,
+                                             chains.manifests.at(record.seq), tensors));
+    std::lock_guard tags_lock(*ctx_.tags_mu);
+    CKPT_ASSIGN_OR_RETURN(auto tags, TagsByVersion(ctx_, rocksdb::ReadOptions(), chains.model));
+    if (tags.count(version)) continue;  // tagged meanwhile: a tagged version keeps everything
+    chains.record.raw_bytes = chains.record.raw_bytes - record.raw_bytes + dropped.raw_bytes;
+    ModelChange change;
+    change.batch.Put(ctx_.versions, keys::VersionKey(chains.model, version), Encoded(dropped));
+    change.batch.Put(ctx_.models, chains.model, Encoded(chains.record));
+    CKPT_RETURN_IF_ERROR(
+        ctx_.backend->Commit(chains.model, change, "dropping tensors by retention"));
+    record = std::move(dropped);
+    ctx_.counters->retention_tensors_dropped.fetch_add(tensors.size(), std::memory_order_relaxed);
+  }
+  return Status::Ok();
 }
 
 Result<GcReport> ModelWriter::CollectGarbage(std::string_view model, const GcOptions& options) {

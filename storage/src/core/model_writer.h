@@ -16,6 +16,7 @@
 #include "ckpt/storage/checkpoint_store.h"
 #include "ckpt/storage/retention.h"
 #include "core/maintenance.h"
+#include "core/model_chains.h"
 #include "core/model_locks.h"
 #include "core/store_context.h"
 #include "records/records.h"
@@ -55,6 +56,12 @@ class ModelWriter {
  private:
   // A valid model name and the model's lock, waiting up to `wait` for it.
   Result<ModelLocks::Guard> Lock(std::string_view model, std::chrono::milliseconds wait);
+  // The tensors (manifest indices) that `report`'s tensor rules drop from each kept version,
+  // also listed by name in report.tensors_dropped.
+  static Result<std::map<uint64_t, std::vector<uint32_t>>> TensorsToDrop(const ModelChains& chains,
+                                                                         RetentionReport& report);
+  // Drops them, one committed version at a time; `chains` follows.
+  Status DropTensors(ModelChains& chains, const std::map<uint64_t, std::vector<uint32_t>>& drops);
 
   const StoreContext& ctx_;
   StoreMaintenance* const maintenance_;

@@ -26,12 +26,10 @@ void PushEncoder::AddHeader(std::string_view raw_header) {
                                                 raw_header.size()));
 }
 
-void PushEncoder::AddTensor(const TensorCoding& coding, uint32_t chunk_count,
-                            bool record_mean_abs) {
+void PushEncoder::AddTensor(const TensorCoding& coding, uint32_t chunk_count) {
   tensor_codecs_.push_back(CodecFor(coding));
   restored_is_pushed_ &= !coding.lossy;
   chunk_entropy_bits_.emplace_back(chunk_count, 0.0);
-  chunk_abs_sums_.emplace_back(record_mean_abs ? chunk_count : 0);
 }
 
 Status PushEncoder::Submit(uint32_t tensor, uint32_t chunk, std::span<const uint8_t> data) {
@@ -48,14 +46,6 @@ Result<uint64_t> PushEncoder::Finish() {
   for (size_t i = 0; i < manifest_->tensors.size(); ++i) {
     // In chunk order, whatever order the encoders finished in: the same sum every time.
     for (double bits : chunk_entropy_bits_[i]) manifest_->tensors[i].entropy_bits += bits;
-    FiniteAbsSum total;
-    for (const FiniteAbsSum& part : chunk_abs_sums_[i]) {
-      total.sum += part.sum;
-      total.count += part.count;
-    }
-    if (total.count > 0) {
-      manifest_->tensors[i].mean_abs = total.sum / static_cast<double>(total.count);
-    }
   }
   return stored_bytes_;
 }
@@ -100,8 +90,6 @@ Status PushEncoder::EncodeChunk(uint32_t tensor, uint32_t chunk, uint64_t ordina
                             " of tensor '" + t.name + "'");
   }
   chunk_entropy_bits_[tensor][chunk] = encoded.info.model_entropy_bits;  // this chunk's slot
-  if (!chunk_abs_sums_[tensor].empty())
-    chunk_abs_sums_[tensor][chunk] = SumFiniteAbs(t.dtype, data);
   {
     std::lock_guard lock(accounting_mu_);
     stored_bytes_ += value.size();

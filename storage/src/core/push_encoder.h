@@ -40,9 +40,8 @@ class PushEncoder {
 
   // The body's header: the start of what a restore sends.
   void AddHeader(std::string_view raw_header);
-  // The next tensor of the body (in manifest order) and how it is coded; `record_mean_abs`: Finish
-  // sets its ManifestTensor::mean_abs.
-  void AddTensor(const TensorCoding& coding, uint32_t chunk_count, bool record_mean_abs);
+  // The next tensor of the body (in manifest order) and how it is coded.
+  void AddTensor(const TensorCoding& coding, uint32_t chunk_count);
 
   // Queues chunk `chunk` of tensor `tensor` (the next chunk of the body).
   Status Submit(uint32_t tensor, uint32_t chunk, std::span<const uint8_t> data);
@@ -81,8 +80,6 @@ class PushEncoder {
   uint64_t body_chunks_ = 0;  // chunks submitted, over all tensors
   // Per tensor and chunk, written by EncodeChunk (each chunk its own slot), summed by Finish.
   std::vector<std::vector<double>> chunk_entropy_bits_;
-  // Per tensor recording its mean |x| (else empty) and chunk, the same way.
-  std::vector<std::vector<FiniteAbsSum>> chunk_abs_sums_;
   std::mutex accounting_mu_;  // guards stored_bytes_ and manifest_'s per-tensor figures
   uint64_t stored_bytes_ = 0;
   std::mutex unhashed_mu_;

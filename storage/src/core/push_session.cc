@@ -64,6 +64,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         version_(target.version),
         policy_(std::move(target.policy)),
         retention_deletes_(target.retention_deletes),
+        retention_(std::move(target.retention)),
         push_options_(std::move(options)),
         model_record_(std::move(target.model_record)),
         state_(std::move(target.state)),
@@ -191,23 +192,8 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     }
     manifest_.floor_seq = seq_;
     const uint32_t keyframe_every = policy_.EffectiveKeyframeEvery();
-    std::map<std::string, int, std::less<>> fisher_shifts;
-    if (policy_.fisher_weighted && reference) {
-      std::vector<TensorMoment> previous;
-      previous.reserve(reference->tensors.size());
-      for (const ManifestTensor& rt : reference->tensors) {
-        previous.push_back({rt.name, rt.byte_size / DTypeSize(rt.dtype), rt.mean_abs});
-      }
-      fisher_shifts = FisherBoundShifts(previous);
-    }
     for (const auto& t : header.tensors) {
       TensorCoding coding = policy_.ForTensor(t.name, t.dtype, t.shape);
-      if (auto shift = fisher_shifts.find(t.name);
-          shift != fisher_shifts.end() && coding.lossy && !coding.standalone &&
-          coding.lossy_options.bound.kind == ErrorBound::Kind::kAbsolute) {
-        coding.lossy_options.bound.value =
-            std::ldexp(coding.lossy_options.bound.value, -shift->second);
-      }
       // Lattice versions with element history cost more to re-encode exactly (their states go
       // along): a model whose retention deletes versions is coded without it.
       if (coding.lossy && coding.lossy_options.reclaimable && retention_deletes_) {
@@ -228,7 +214,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         return Status::InvalidArgument("tensor '" + t.name + "' is too large");
       }
       mt.chunk_count = static_cast<uint32_t>(chunks);
-      encoder_->AddTensor(coding, mt.chunk_count, IsSecondMoment(t.name));
+      encoder_->AddTensor(coding, mt.chunk_count);
       mt.kind = FrameKind::kKeyframe;
       mt.keyframe_seq = seq_;
       if (auto it = reference_index.find(t.name); it != reference_index.end()) {
@@ -237,9 +223,14 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
         // budget: that bounds what a restore reads and what a chain keeps alive.
         const bool chain_outweighs_keyframe =
             coding.lossy && policy_.KeyframeBudgetExceeded(rt.keyframe_bytes, rt.chain_bytes);
+        // A tensor that retention keeps for the newest K versions only restarts its chain at
+        // least every K versions: once dropped, its data is freed a chain later.
+        const uint64_t chain_limit = std::min<uint64_t>(
+            keyframe_every,
+            retention_.ChainLimitFor(t.name).value_or(std::numeric_limits<uint64_t>::max()));
         if (!coding.standalone && rt.dtype == mt.dtype && rt.shape == mt.shape &&
             rt.chunk_bytes == mt.chunk_bytes && mt.byte_size > 0 &&
-            rt.chain_length + 1 < keyframe_every && !chain_outweighs_keyframe) {
+            rt.chain_length + 1 < chain_limit && !chain_outweighs_keyframe) {
           mt.LinkTo(state_->reference_seq, it->second, rt);
         }
       }
@@ -289,6 +280,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   const uint64_t version_;
   const CodecPolicy policy_;
   const bool retention_deletes_;  // the model's retention policy has rules (RetentionOf)
+  const RetentionPolicy retention_;
   PushOptions push_options_;
   const std::optional<ModelRecord> model_record_;
   const std::optional<CodecStateRecord> state_;

@@ -10,6 +10,7 @@
 
 #include "ckpt/codec/policy.h"
 #include "ckpt/storage/checkpoint_store.h"
+#include "ckpt/storage/retention.h"
 #include "core/model_locks.h"
 #include "core/store_context.h"
 #include "records/records.h"
@@ -26,6 +27,7 @@ struct PushTarget {
   uint64_t seq = 0;  // the manifest the push writes
   CodecPolicy policy;
   bool retention_deletes = false;           // the model's retention policy has rules
+  RetentionPolicy retention;                // the model's, for its tensor rules' chain limits
   std::optional<ModelRecord> model_record;  // none: the push creates the model
   std::optional<CodecStateRecord> state;    // none: no reference, every tensor a keyframe
 };

@@ -146,7 +146,7 @@ class RestoreStreamImpl final : public RestoreStream {
       Slot& slot = queue_.emplace_back();  // deque: references to other slots stay valid
       while (slot.bytes < kMinSlotBytes && tensor_ < manifest_->tensors.size()) {
         const ManifestTensor& t = manifest_->tensors[tensor_];
-        if (chunk_ >= t.chunk_count) {
+        if (chunk_ >= t.chunk_count || record_.Dropped(tensor_)) {
           ++tensor_;
           chunk_ = 0;
           continue;

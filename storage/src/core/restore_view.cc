@@ -109,6 +109,7 @@ class RestoreViewImpl final : public RestoreStream {
     std::vector<TensorSpec> specs;
     for (uint32_t i = 0; i < manifest_->tensors.size(); ++i) {
       const ManifestTensor& t = manifest_->tensors[i];
+      if (record_.Dropped(i)) continue;  // not in the version any more
       ViewTensor v;
       v.tensor = i;
       v.box.offsets.assign(t.shape.size(), 0);
@@ -216,7 +217,7 @@ class RestoreViewImpl final : public RestoreStream {
     }
     while (next_view_ < manifest_->tensors.size() && position_ <= range_->second) {
       const ManifestTensor& t = manifest_->tensors[next_view_];
-      if (next_chunk_ == t.chunk_count) {
+      if (next_chunk_ >= t.chunk_count || record_.Dropped(next_view_)) {
         ++next_view_;
         next_chunk_ = 0;
         continue;

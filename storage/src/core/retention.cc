@@ -1,5 +1,7 @@
 #include "ckpt/storage/retention.h"
 
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -32,6 +34,52 @@ std::string FormatDuration(int64_t ms) {
     if (ms % u.ms == 0) return std::to_string(ms / u.ms) + u.suffix;
   }
   return std::to_string(ms / 1000) + "s";
+}
+
+Status ParseTensorRules(const json& value, std::vector<RetentionPolicy::TensorRule>* out) {
+  if (!value.is_array() || value.empty() || value.size() > RetentionPolicy::kMaxTensorRules) {
+    return Bad("tensor_rules", "must be a list of 1 to " +
+                                   std::to_string(RetentionPolicy::kMaxTensorRules) +
+                                   " objects {\"tensors\": GLOBS, \"keep_last\": N, ...}");
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    const std::string where = "tensor_rules[" + std::to_string(i) + "]";
+    const json& item = value[i];
+    if (!item.is_object()) return Bad(where, "must be an object");
+    RetentionPolicy::TensorRule rule;
+    for (auto f = item.begin(); f != item.end(); ++f) {
+      const std::string field = where + "." + f.key();
+      if (f.key() == "tensors") {
+        const json list = f.value().is_string() ? json::array({f.value()}) : f.value();
+        if (!list.is_array() || list.empty() || list.size() > 16) {
+          return Bad(field, "must be a glob or a list of 1 to 16 globs");
+        }
+        for (const json& g : list) {
+          if (!g.is_string() || g.get<std::string>().empty() || g.get<std::string>().size() > 256) {
+            return Bad(field, "must hold globs of 1 to 256 characters");
+          }
+          rule.patterns.push_back(g.get<std::string>());
+        }
+      } else if (f.key() == "keep_last") {
+        CKPT_RETURN_IF_ERROR(ParseCount(f.value(), field, &rule.keep_last.emplace()));
+      } else if (f.key() == "keep_every") {
+        CKPT_RETURN_IF_ERROR(ParseCount(f.value(), field, &rule.keep_every.emplace()));
+      } else if (f.key() == "keep_within") {
+        if (!f.value().is_string()) return Bad(field, "must be a duration string such as \"72h\"");
+        auto ms = ParseDurationMs(f.value().get<std::string>());
+        if (!ms.ok()) return Bad(field, ms.status().message());
+        rule.keep_within_ms = *ms;
+      } else {
+        return Bad(field, "is not a known field (tensors, keep_last, keep_every, keep_within)");
+      }
+    }
+    if (rule.patterns.empty()) return Bad(where + ".tensors", "is required");
+    if (!rule.keep_last && !rule.keep_every && !rule.keep_within_ms) {
+      return Bad(where, "needs keep_last, keep_every or keep_within");
+    }
+    out->push_back(std::move(rule));
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -130,10 +178,12 @@ Result<RetentionPolicy> RetentionPolicy::FromJson(std::string_view text) {
       if (best.count == 0) return Bad("keep_best.count", "is required");
       if (best.metric.empty()) return Bad("keep_best.metric", "is required");
       p.keep_best = best;
+    } else if (key == "tensor_rules") {
+      CKPT_RETURN_IF_ERROR(ParseTensorRules(value, &p.tensor_rules));
     } else {
       return Bad(key,
                  "is not a known field (keep_last, keep_every, keep_within, keep_best, "
-                 "max_bytes)");
+                 "max_bytes, tensor_rules)");
     }
   }
   return p;
@@ -150,7 +200,39 @@ std::string RetentionPolicy::ToJson() const {
                         {"mode", keep_best->maximize ? "max" : "min"}};
   }
   if (max_bytes) doc["max_bytes"] = *max_bytes;
+  if (!tensor_rules.empty()) {
+    json rules = json::array();
+    for (const TensorRule& r : tensor_rules) {
+      json item = {{"tensors", r.patterns}};
+      if (r.keep_last) item["keep_last"] = *r.keep_last;
+      if (r.keep_every) item["keep_every"] = *r.keep_every;
+      if (r.keep_within_ms) item["keep_within"] = FormatDuration(*r.keep_within_ms);
+      rules.push_back(std::move(item));
+    }
+    doc["tensor_rules"] = std::move(rules);
+  }
   return doc.dump();
+}
+
+std::optional<size_t> RetentionPolicy::RuleFor(std::string_view name) const {
+  const std::string text(name);
+  for (size_t i = 0; i < tensor_rules.size(); ++i) {
+    for (const std::string& pattern : tensor_rules[i].patterns) {
+      if (fnmatch(pattern.c_str(), text.c_str(), 0) == 0) return i;
+    }
+  }
+  return std::nullopt;
+}
+
+bool RetentionPolicy::DropsTensor(const RetentionDecision& decision, std::string_view name) const {
+  const std::optional<size_t> rule = RuleFor(name);
+  return rule && std::find(decision.dropping_rules.begin(), decision.dropping_rules.end(), *rule) !=
+                     decision.dropping_rules.end();
+}
+
+std::optional<uint64_t> RetentionPolicy::ChainLimitFor(std::string_view name) const {
+  const std::optional<size_t> rule = RuleFor(name);
+  return rule ? tensor_rules[*rule].keep_last : std::nullopt;
 }
 
 bool RetentionPolicy::KeepsEverything() const {
@@ -174,6 +256,7 @@ std::vector<RetentionDecision> RetentionPolicy::Evaluate(std::vector<RetentionCa
     for (auto& d : out) {
       if (d.kept_by.empty()) d.kept_by.push_back("no_policy");
     }
+    DecideTensorRules(versions, now_ms, out);
     return out;
   }
   if (keep_last) {
@@ -218,7 +301,26 @@ std::vector<RetentionDecision> RetentionPolicy::Evaluate(std::vector<RetentionCa
     }
   }
   for (auto& d : out) d.keep = !d.kept_by.empty();
+  DecideTensorRules(versions, now_ms, out);
   return out;
+}
+
+void RetentionPolicy::DecideTensorRules(const std::vector<RetentionCandidate>& versions,
+                                        int64_t now_ms, std::vector<RetentionDecision>& out) const {
+  for (size_t r = 0; r < tensor_rules.size(); ++r) {
+    const TensorRule& rule = tensor_rules[r];
+    const size_t newest =
+        rule.keep_last ? static_cast<size_t>(std::min<uint64_t>(*rule.keep_last, versions.size()))
+                       : 0;
+    for (size_t i = 0; i < versions.size(); ++i) {
+      if (!out[i].keep) continue;
+      const bool kept =
+          i + 1 == versions.size() || !versions[i].tags.empty() || i + newest >= versions.size() ||
+          (rule.keep_every && versions[i].version % *rule.keep_every == 0) ||
+          (rule.keep_within_ms && versions[i].created_at_ms >= now_ms - *rule.keep_within_ms);
+      if (!kept) out[i].dropping_rules.push_back(r);
+    }
+  }
 }
 
 }  // namespace ckpt

@@ -171,6 +171,7 @@ class RocksCheckpointStore final : public CheckpointStore {
                           record ? writer_.RetentionOf(*record)
                                  : Result<RetentionPolicy>(options_.default_retention));
     target.retention_deletes = !retention.KeepsEverything();
+    target.retention = retention;
     target.seq = std::max(target.state ? target.state->next_seq : 1, backend_->SeqFloor(name));
     return NewPushSession(ctx_, std::move(guard), std::move(target), body_size, options);
   }
@@ -382,6 +383,7 @@ class RocksCheckpointStore final : public CheckpointStore {
     s.encode_seconds = static_cast<double>(get(counters_.encode_ns)) * 1e-9;
     s.versions_deleted = get(counters_.versions_deleted);
     s.retention_versions_deleted = get(counters_.retention_versions_deleted);
+    s.retention_tensors_dropped = get(counters_.retention_tensors_dropped);
     s.gc_bytes_freed = get(counters_.gc_bytes_freed);
     s.gc_versions_rebased = get(counters_.gc_versions_rebased);
     s.rearrangements = get(counters_.rearrangements);

@@ -41,6 +41,7 @@ struct StoreCounters {
   std::atomic<uint64_t> encode_ns{0};
   std::atomic<uint64_t> versions_deleted{0};
   std::atomic<uint64_t> retention_versions_deleted{0};
+  std::atomic<uint64_t> retention_tensors_dropped{0};
   std::atomic<uint64_t> gc_bytes_freed{0};
   std::atomic<uint64_t> gc_versions_rebased{0};
   std::atomic<uint64_t> rearrangements{0};

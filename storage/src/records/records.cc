@@ -116,6 +116,8 @@ void VersionRecord::EncodeTo(std::string* out) const {
     w.PutLengthPrefixed(name);
     w.PutLengthPrefixed(value);
   }
+  w.PutU32(static_cast<uint32_t>(dropped_tensors.size()));
+  for (uint32_t t : dropped_tensors) w.PutU32(t);
   out->append(w.data());
 }
 
@@ -170,6 +172,17 @@ Result<VersionRecord> VersionRecord::DecodeFrom(std::string_view bytes) {
       v.labels.emplace(std::move(name), std::move(value));
     }
   }
+  if (format >= 4) {
+    uint32_t count = 0;
+    CKPT_RETURN_IF_ERROR(r.GetU32(&count));
+    if (count > r.remaining() / 4)
+      return Status::DataLoss("version record: too many dropped tensors");
+    v.dropped_tensors.resize(count);
+    for (uint32_t& t : v.dropped_tensors) CKPT_RETURN_IF_ERROR(r.GetU32(&t));
+    if (!std::is_sorted(v.dropped_tensors.begin(), v.dropped_tensors.end())) {
+      return Status::DataLoss("version record: dropped tensors out of order");
+    }
+  }
   CKPT_RETURN_IF_ERROR(CheckFullyConsumed(r, "version record"));
   return v;
 }
@@ -202,7 +215,7 @@ void ManifestRecord::EncodeTo(std::string* out) const {
     w.PutU64(t.chain_bytes);
     PutF64(w, t.entropy_bits);
     w.PutU64(t.exact_elements);
-    PutF64(w, t.mean_abs);
+    PutF64(w, 0);  // format 3: reserved
   }
   out->append(w.data());
 }
@@ -255,7 +268,10 @@ Result<ManifestRecord> ManifestRecord::DecodeFrom(std::string_view bytes) {
       CKPT_RETURN_IF_ERROR(GetF64(r, &t.entropy_bits));
       CKPT_RETURN_IF_ERROR(r.GetU64(&t.exact_elements));
     }
-    if (format >= 3) CKPT_RETURN_IF_ERROR(GetF64(r, &t.mean_abs));
+    if (format >= 3) {
+      double reserved = 0;
+      CKPT_RETURN_IF_ERROR(GetF64(r, &reserved));
+    }
   }
   CKPT_RETURN_IF_ERROR(CheckFullyConsumed(r, "manifest record"));
   return m;

@@ -3,6 +3,7 @@
 // fields may be appended under a new format version, never reordered or reinterpreted.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <span>
@@ -45,9 +46,10 @@ struct ManifestRecord;
 
 // versions family, key "<model>\0" + u64 version. What a client sees of a version.
 // Format 2 appended restored_sha256_hex and lossy; format 1 records decode with the restored
-// body equal to the pushed one. Format 3 appended metrics and labels (older: none).
+// body equal to the pushed one. Format 3 appended metrics and labels (older: none). Format 4
+// appended dropped_tensors (older: none).
 struct VersionRecord {
-  static constexpr uint8_t kFormatVersion = 3;
+  static constexpr uint8_t kFormatVersion = 4;
   static constexpr uint8_t kKindKeyframe = 1;
   static constexpr uint8_t kKindDelta = 2;
   static constexpr uint8_t kKindMixed = 3;
@@ -64,9 +66,17 @@ struct VersionRecord {
   bool lossy = false;                     // some tensor was quantized
   std::map<std::string, double> metrics;  // pushed with the version (metric.<name>)
   std::map<std::string, std::string> labels;  // pushed with the version (label.<name>)
+  // Tensors of the manifest a retention tensor rule dropped (indices, ascending): a restore
+  // leaves them out, and raw_header, raw_bytes and restored_sha256_hex describe the body without
+  // them.
+  std::vector<uint32_t> dropped_tensors;
 
   void EncodeTo(std::string* out) const;  // appends
   static Result<VersionRecord> DecodeFrom(std::string_view bytes);
+
+  bool Dropped(uint32_t tensor) const {
+    return std::binary_search(dropped_tensors.begin(), dropped_tensors.end(), tensor);
+  }
 
   // The kind of a version stored as `manifest`: keyframe, delta, or mixed when its tensors
   // differ (tensors without chunks do not count).
@@ -95,9 +105,6 @@ struct ManifestTensor {
   uint64_t chain_bytes = 0;     // stored bytes of the deltas since the keyframe, this included
   double entropy_bits = 0;      // lossy: entropy of the coded symbols (ChunkCodingInfo)
   uint64_t exact_elements = 0;  // lossy: elements stored verbatim
-  // Since format 3: the mean |x| of the tensor's finite pushed elements, recorded for Adam's
-  // second moments (IsSecondMoment) and 0 otherwise. CodecPolicy::fisher_weighted reads it.
-  double mean_abs = 0;
 
   // Makes this tensor a delta against tensor `tensor` of manifest `seq`, described by `base`:
   // one link further down base's chain. chain_bytes is base's; the caller adds its own bytes.

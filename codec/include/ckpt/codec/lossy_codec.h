@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string_view>
 
 #include "ckpt/codec/tensor_codec.h"
@@ -98,15 +97,6 @@ struct LossyCodecOptions {
 // True for the dtypes the lossy codecs quantize (F64, F32, F16, BF16). Other dtypes are always
 // stored losslessly.
 bool LossyCodecSupports(DType dtype);
-
-// The sum of |x| over the finite elements of a chunk of `dtype`, and their count: both 0 for a
-// dtype LossyCodecSupports does not. Storage records the mean of Adam's second moments with it
-// (CodecPolicy::fisher_weighted).
-struct FiniteAbsSum {
-  double sum = 0;
-  uint64_t count = 0;
-};
-FiniteAbsSum SumFiniteAbs(DType dtype, std::span<const uint8_t> data);
 
 // A lossy codec with fixed options; Encode fails with InvalidArgument for unsupported dtypes.
 // Immutable, safe for concurrent use.

@@ -15,8 +15,7 @@
 //                     tensor quantized, and the overrides
 //                       {"tensors": "*exp_avg", "max_pointwise_rel_error": 0.5,
 //                        "zero_below_mean": 3},
-//                       {"tensors": "*exp_avg_sq", "max_pointwise_rel_error": 0.3},
-//                     and fisher_weighted.
+//                       {"tensors": "*exp_avg_sq", "max_pointwise_rel_error": 0.3}.
 //                     The document's other fields change it (its overrides go first). Not
 //                     stored: GET returns the fields it set.
 //   mode              "lossless" (bit-exact) or "lossy" (every float element restores within
@@ -45,10 +44,6 @@
 //                     rule: elements with |x| <= f x the mean |x| of their chunk restore as 0,
 //                     the others within the pointwise bound, and the tensor is stored whole
 //                     in every version (no deltas). For Adam's exp_avg (docs/api.md).
-//   fisher_weighted   tightens the absolute bound of each tensor whose Adam second moment the
-//                     previous version holds (FisherBoundShifts): errors go where they cost the
-//                     loss least. The bound stays the hard limit of every element. Default:
-//                     false; the "full-state" preset sets it.
 //   keyframe_every    a tensor is stored as a keyframe at least every N versions; restoring any
 //                     version decodes at most one keyframe and N-1 deltas per tensor. 1 disables
 //                     deltas. Range 1..1024, or 0 for the mode's default: 16 lossless, 32 lossy.
@@ -76,8 +71,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -126,7 +119,6 @@ struct CodecPolicy {
   double keyframe_budget = kDefaultKeyframeBudget;
   bool reclaimable = true;
   bool low_rank = true;
-  bool fisher_weighted = false;
   std::optional<ErrorBound> bound;
   Quantizer quantizer = Quantizer::kAuto;
   uint8_t float_exponent_bits = 0;  // 0: auto
@@ -158,30 +150,5 @@ struct CodecPolicy {
 
   friend bool operator==(const CodecPolicy&, const CodecPolicy&) = default;
 };
-
-// True for the name of an Adam second moment ("*.exp_avg_sq"): storage records its mean |x|.
-bool IsSecondMoment(std::string_view name);
-
-// What fisher_weighted knows of one tensor of the previous version.
-struct TensorMoment {
-  std::string name;
-  uint64_t elements = 0;
-  double mean_abs = 0;  // recorded for second moments; 0: unknown
-};
-
-// The policy's fisher_weighted. Adam's second moment v estimates the diagonal of the empirical
-// Fisher information, so a uniform error of bound e in a tensor raises the loss by about
-// mean(v) e^2 per element, and bounds proportional to 1/sqrt(mean v) spend the same bits for the
-// least loss (reverse water-filling). For each tensor of `previous` (the previous version) that
-// has a second moment there — a tensor named "<prefix>.<the tensor's name without its first
-// dotted component>.exp_avg_sq", the shortest such name, of as many elements and with a finite
-// mean > 0 — returns k such that its absolute bound is divided by 2^k:
-//   k = round(log2(mean v / median) / 2), clamped to [0, kMaxFisherShift],
-// the median taken over those tensors' elements. Half the elements keep the full bound; powers
-// of two keep a tensor's bound steady while its moment drifts. Tensors absent from the result
-// keep their bound.
-inline constexpr int kMaxFisherShift = 6;
-std::map<std::string, int, std::less<>> FisherBoundShifts(
-    const std::vector<TensorMoment>& previous);
 
 }  // namespace ckpt

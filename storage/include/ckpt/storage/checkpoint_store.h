@@ -144,13 +144,15 @@ struct GcOptions {
 // What a garbage collection did for one model.
 struct GcReport {
   std::string model;
-  uint64_t manifests_removed = 0;      // stored pushes whose data was removed
-  uint64_t bytes_freed = 0;            // stored bytes they held
-  uint64_t versions_rebased = 0;       // kept versions re-encoded so that deleted data could go
-  uint64_t bytes_rewritten = 0;        // stored bytes the rebases wrote
-  uint64_t bytes_retained = 0;         // deleted versions' bytes kept because kept versions'
-                                       // (lossy) chains still need them
-  uint64_t orphan_chunks_removed = 0;  // RADOS: chunk objects of interrupted pushes removed
+  uint64_t manifests_removed = 0;        // stored pushes whose data was removed
+  uint64_t bytes_freed = 0;              // stored bytes they held
+  uint64_t versions_rebased = 0;         // kept versions re-encoded so that deleted data could go
+  uint64_t bytes_rewritten = 0;          // stored bytes the rebases wrote
+  uint64_t bytes_retained = 0;           // deleted versions' bytes kept because kept versions'
+                                         // (lossy) chains still need them
+  uint64_t dropped_tensors_removed = 0;  // tensors dropped from kept versions (retention's
+                                         // tensor rules) whose chunks were removed
+  uint64_t orphan_chunks_removed = 0;    // RADOS: chunk objects of interrupted pushes removed
   bool compacted = false;
 };
 
@@ -162,6 +164,7 @@ struct StoreStats {
   double encode_seconds = 0;                // codec time of pushes (encoding chunks)
   uint64_t versions_deleted = 0;            // by DELETE
   uint64_t retention_versions_deleted = 0;  // by retention passes
+  uint64_t retention_tensors_dropped = 0;   // from kept versions, by retention's tensor rules
   uint64_t gc_bytes_freed = 0;              // stored bytes garbage collection removed
   uint64_t gc_versions_rebased = 0;
   uint64_t rearrangements = 0;  // RearrangeLatest passes that committed
@@ -213,13 +216,16 @@ struct VersionInfo {
   std::string model;
   uint64_t version = 0;
   std::string kind;           // "keyframe", "delta" or "mixed" (per-tensor kinds differ)
-  uint64_t raw_bytes = 0;     // size of the pushed safetensors body
+  uint64_t raw_bytes = 0;     // size of the body a restore sends (the pushed body's, unless
+                              // retention dropped tensors)
   uint64_t stored_bytes = 0;  // payload bytes this version added to the store
   int64_t created_at_ms = 0;  // Unix epoch milliseconds of the commit
   std::string sha256;         // SHA-256 (hex) of the body a restore sends
   std::string pushed_sha256;  // SHA-256 (hex) of the pushed body (equal unless lossy)
   bool lossy = false;         // some tensor was quantized: restores are within the bound
   uint32_t tensor_count = 0;
+  // Tensors retention's tensor rules dropped: the version restores without them.
+  uint32_t dropped_tensors = 0;
   std::map<std::string, double> metrics;      // pushed with the version
   std::map<std::string, std::string> labels;  // pushed with the version
   std::vector<std::string> tags;              // tags naming this version now (sorted)
@@ -278,9 +284,7 @@ struct RestoreSelection {
   // decoded. Not combined with the fields above; `last` past the end is clipped.
   std::optional<std::pair<uint64_t, uint64_t>> bytes;
 
-  bool whole() const {
-    return tensors.empty() && names.empty() && ranks == 0 && !box && !bytes;
-  }
+  bool whole() const { return tensors.empty() && names.empty() && ranks == 0 && !box && !bytes; }
 };
 
 // What rearranging a model's newest versions did (CheckpointStore::RearrangeLatest).
@@ -310,6 +314,8 @@ struct RetentionReport {
   RetentionPolicy policy;                    // the policy evaluated
   std::vector<RetentionDecision> decisions;  // every version, ascending
   std::vector<uint64_t> deleted;             // deleted (dry run: would be deleted)
+  // Tensors dropped from kept versions by the policy's tensor rules (dry run: would be).
+  std::map<uint64_t, std::vector<std::string>> tensors_dropped;
   bool dry_run = false;
   GcReport gc;  // what reclaiming did (empty on a dry run)
 };
@@ -321,6 +327,7 @@ struct TensorDetail {
   std::vector<uint64_t> shape;
   std::string kind;             // "keyframe" or "delta"
   std::string codec;            // "lossless" or "lossy"
+  bool dropped = false;         // by retention's tensor rules: not restored any more
   std::string quantizer;        // lossy: the quantizer used ("uniform"); empty for lossless
   double bound = 0;             // lossy: the absolute error bound applied (largest over chunks)
   uint32_t chain_length = 0;    // deltas since the keyframe

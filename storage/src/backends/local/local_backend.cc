@@ -68,8 +68,16 @@ class LocalBackend final : public StoreBackend {
     }
     for (const ChunkSet& set : change.unreachable) {
       if (change.whole_model) break;
-      change.batch.DeleteRange(chunks_, keys::ChunkSeqBegin(model, set.seq),
-                               keys::ChunkSeqBegin(model, set.seq + 1));
+      if (!set.some_tensors) {
+        change.batch.DeleteRange(chunks_, keys::ChunkSeqBegin(model, set.seq),
+                                 keys::ChunkSeqBegin(model, set.seq + 1));
+        continue;
+      }
+      for (uint32_t t = 0; t < set.chunk_counts.size(); ++t) {
+        if (set.chunk_counts[t] == 0) continue;
+        change.batch.DeleteRange(chunks_, keys::ChunkKey(model, set.seq, t, 0),
+                                 keys::ChunkKey(model, set.seq, t + 1, 0));
+      }
     }
     rocksdb::WriteOptions wo;
     wo.sync = sync_;
