@@ -150,10 +150,10 @@ bool BackgroundRunner::Rearrange(const std::string& model) {
 bool BackgroundRunner::ApplyRetention(const std::string& model, GcOptions::Compaction compaction,
                                       bool after_push) {
   if (after_push) {
-    // A pass after a push only matters when the policy can delete something; the periodic
+    // A pass after a push only matters when the policy can delete or drop something; the periodic
     // pass still collects what explicit deletes left.
     auto policy = store_->GetRetentionPolicy(model);
-    if (policy.ok() && policy->KeepsEverything()) return true;
+    if (policy.ok() && policy->IsEmpty()) return true;
   }
   RetentionRun run;
   run.gc.rebase_min_dead_fraction = options_.rebase_min_dead_fraction;

@@ -179,6 +179,50 @@ TEST_F(LifecycleDaemonTest, RetentionRunsAfterEachPushAndLatestIsNeverDeleted) {
   EXPECT_EQ(CallJson("GET", "/v1/models/job")["latest_version"], 10);
 }
 
+// Tensor rules through the daemon: after each push the background pass drops the optimizer
+// state of all but the newest two versions; those versions restore their weights as a body of
+// their own, say so in the listing and the detail, and the newest restore whole.
+TEST_F(LifecycleDaemonTest, TensorRulesDropOptimizerStateFromOlderVersions) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  CallJson("PUT", "/v1/models/full/retention",
+           R"({"tensor_rules":[{"tensors":["optim.*"],"keep_last":2}]})");
+  std::map<uint64_t, std::string> weights;
+  for (uint64_t v = 1; v <= 5; ++v) {
+    std::vector<float> w(1024), m(1024);
+    for (size_t i = 0; i < w.size(); ++i) {
+      w[i] = 0.01f * static_cast<float>(i % 97) + 0.001f * static_cast<float>(v);
+      m[i] = 1e-3f * static_cast<float>((i * v) % 13);
+    }
+    weights[v] = testing::FloatBytes(w);
+    const std::string body =
+        testing::Serialize({{"model.w", DType::kF32, {32, 32}, weights[v]},
+                            {"optim.w.exp_avg", DType::kF32, {32, 32}, testing::FloatBytes(m)}});
+    CallJson("PUT", "/v1/models/full/versions/" + std::to_string(v), body, 201);
+  }
+  // The pass after the last push runs in the background: wait (bounded) until version 3 lost
+  // its moments.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (CallJson("GET", "/v1/models/full/versions/3?detail=1")["dropped_tensors"] != 1 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (uint64_t v = 1; v <= 5; ++v) {
+    const json detail =
+        CallJson("GET", "/v1/models/full/versions/" + std::to_string(v) + "?detail=1");
+    const bool dropped = v <= 3;
+    EXPECT_EQ(detail["dropped_tensors"], dropped ? 1 : 0) << v;
+    EXPECT_EQ(detail["tensors"][1]["dropped"], dropped) << v;
+    auto r = Call("GET", "/v1/models/full/versions/" + std::to_string(v));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(Sha256Hex(r.body), detail["sha256"]) << v;
+    EXPECT_EQ(r.body.size(), detail["raw_bytes"]) << v;
+    EXPECT_NE(r.body.find(weights[v]), std::string::npos) << v << ": the weights, unchanged";
+    EXPECT_EQ(r.body.find("optim.w.exp_avg") == std::string::npos, dropped) << v;
+  }
+  auto preview = CallJson("POST", "/v1/models/full/retention:preview");
+  EXPECT_EQ(preview["tensors_dropped"], json::array()) << "nothing left to drop";
+}
+
 TEST_F(LifecycleDaemonTest, PeriodicPassAppliesPoliciesSetAfterThePushes) {
   const std::string config = (dir_.path() / "periodic.toml").string();
   std::ofstream(config) << "[retention]\ninterval_seconds = 1\nafter_push = false\n";

@@ -65,6 +65,7 @@ TEST(Records, VersionRecordRoundTripsIncludingRawHeader) {
   v.lossy = true;
   v.metrics = {{"loss", 1.25}, {"acc", -0.0}};
   v.labels = {{"run", "a1"}, {"empty", ""}};
+  v.dropped_tensors = {1, 5};
   const std::string bytes = Encoded(v);
   auto d = VersionRecord::DecodeFrom(bytes);
   ASSERT_TRUE(d.ok());
@@ -78,7 +79,22 @@ TEST(Records, VersionRecordRoundTripsIncludingRawHeader) {
   EXPECT_EQ(d->raw_header, v.raw_header);
   EXPECT_EQ(d->restored_sha256_hex, v.restored_sha256_hex);
   EXPECT_TRUE(d->lossy);
+  EXPECT_EQ(d->dropped_tensors, v.dropped_tensors);
+  EXPECT_TRUE(d->Dropped(5));
+  EXPECT_FALSE(d->Dropped(2));
   ExpectTruncationsAreDataLoss<VersionRecord>(bytes);
+  // Dropped tensors out of order are corruption.
+  v.dropped_tensors = {5, 1};
+  EXPECT_EQ(VersionRecord::DecodeFrom(Encoded(v)).status().code(), StatusCode::kDataLoss);
+  // A format-3 record (no dropped tensors field) still decodes: format 4 appended the field.
+  v.dropped_tensors.clear();
+  std::string format3 = Encoded(v);
+  format3.resize(format3.size() - 4);
+  format3[0] = 3;
+  auto old = VersionRecord::DecodeFrom(format3);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_TRUE(old->dropped_tensors.empty());
+  EXPECT_EQ(old->labels, v.labels);
   EXPECT_EQ(VersionRecord::DecodeFrom(bytes + "x").status().code(), StatusCode::kDataLoss);
 }
 

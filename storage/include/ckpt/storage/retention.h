@@ -89,6 +89,8 @@ struct RetentionPolicy {
   // True when the policy has no rule that deletes versions: every version is kept (tensor
   // rules may still drop tensors from them).
   bool KeepsEverything() const;
+  // True when the policy has no rule at all: a retention pass has nothing to do.
+  bool IsEmpty() const { return KeepsEverything() && tensor_rules.empty(); }
 
   // Whether `decision` drops tensor `name` from its version: the first tensor rule whose globs
   // match the name decides.
