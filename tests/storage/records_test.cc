@@ -159,6 +159,31 @@ TEST(Records, ManifestRecordRoundTripsEveryTensorField) {
   ExpectTruncationsAreDataLoss<ManifestRecord>(bytes);
 }
 
+// A manifest record of `format` with one F32 tensor "w" of shape {2, 3}, a delta against
+// manifest 4 with its keyframe in 5, up to the end of its format-1 fields.
+ByteWriter OneTensorManifestUpToFormatOneFields(uint8_t format) {
+  ByteWriter m;
+  m.PutU8(format);
+  m.PutU64(1200);  // version
+  m.PutU64(5);     // floor_seq
+  m.PutU64(77);    // stored_bytes
+  m.PutU32(1);     // tensor_count
+  m.PutLengthPrefixed("w");
+  m.PutU8(static_cast<uint8_t>(DType::kF32));
+  m.PutU32(2);
+  m.PutU64(2);
+  m.PutU64(3);
+  m.PutU64(24);  // byte_size
+  m.PutU64(24);  // chunk_bytes
+  m.PutU32(1);   // chunk_count
+  m.PutU8(static_cast<uint8_t>(FrameKind::kDelta));
+  m.PutU64(4);  // base_seq
+  m.PutU32(0);  // base_tensor
+  m.PutU64(5);  // keyframe_seq
+  m.PutU32(1);  // chain_length
+  return m;
+}
+
 // Formats are forever: records written in format 1 (before lossy coding) still decode, with the
 // restored body equal to the pushed one and every tensor lossless. The bytes are built field by
 // field from the format-1 layout in docs/format.md, not with today's encoder.
@@ -181,25 +206,7 @@ TEST(Records, FormatOneVersionAndManifestRecordsStillDecode) {
   EXPECT_FALSE(version->lossy);
   EXPECT_EQ(version->raw_header, "header");
 
-  ByteWriter m;
-  m.PutU8(1);
-  m.PutU64(1200);  // version
-  m.PutU64(5);     // floor_seq
-  m.PutU64(77);    // stored_bytes
-  m.PutU32(1);     // tensor_count
-  m.PutLengthPrefixed("w");
-  m.PutU8(static_cast<uint8_t>(DType::kF32));
-  m.PutU32(2);
-  m.PutU64(2);
-  m.PutU64(3);
-  m.PutU64(24);  // byte_size
-  m.PutU64(24);  // chunk_bytes
-  m.PutU32(1);   // chunk_count
-  m.PutU8(static_cast<uint8_t>(FrameKind::kDelta));
-  m.PutU64(4);  // base_seq
-  m.PutU32(0);  // base_tensor
-  m.PutU64(5);  // keyframe_seq
-  m.PutU32(1);  // chain_length
+  ByteWriter m = OneTensorManifestUpToFormatOneFields(1);
   auto manifest = ManifestRecord::DecodeFrom(m.data());
   ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
   ASSERT_EQ(manifest->tensors.size(), 1u);
@@ -217,24 +224,7 @@ TEST(Records, FormatOneVersionAndManifestRecordsStillDecode) {
 // A format-2 manifest (without the reserved field) still decodes: the bytes follow the
 // format-2 layout in docs/format.md.
 TEST(Records, FormatTwoManifestRecordsStillDecode) {
-  ByteWriter m;
-  m.PutU8(2);
-  m.PutU64(30);  // version
-  m.PutU64(4);   // floor_seq
-  m.PutU64(90);  // stored_bytes
-  m.PutU32(1);   // tensor_count
-  m.PutLengthPrefixed("optim.w.exp_avg_sq");
-  m.PutU8(static_cast<uint8_t>(DType::kF32));
-  m.PutU32(1);
-  m.PutU64(6);
-  m.PutU64(24);  // byte_size
-  m.PutU64(24);  // chunk_bytes
-  m.PutU32(1);   // chunk_count
-  m.PutU8(static_cast<uint8_t>(FrameKind::kKeyframe));
-  m.PutU64(0);  // base_seq
-  m.PutU32(0);  // base_tensor
-  m.PutU64(4);  // keyframe_seq
-  m.PutU32(0);  // chain_length
+  ByteWriter m = OneTensorManifestUpToFormatOneFields(2);
   m.PutU16(static_cast<uint16_t>(CodecId::kLossyQuantized));
   m.PutU8(5);                               // quantizer: log
   m.PutU64(std::bit_cast<uint64_t>(0.3));   // bound
