@@ -10,6 +10,7 @@ HfFiles PlanHfFiles(const VersionDetail& detail, uint64_t max_file_bytes) {
   std::vector<std::vector<const TensorDetail*>> groups;
   uint64_t filled = 0;
   for (const TensorDetail& t : detail.tensors) {
+    if (t.dropped) continue;  // retention dropped it: the version restores without it
     if (groups.empty() || (filled > 0 && filled + t.raw_bytes > max_file_bytes)) {
       groups.emplace_back();
       filled = 0;

@@ -221,6 +221,10 @@ TEST_F(LifecycleDaemonTest, TensorRulesDropOptimizerStateFromOlderVersions) {
   }
   auto preview = CallJson("POST", "/v1/models/full/retention:preview");
   EXPECT_EQ(preview["tensors_dropped"], json::array()) << "nothing left to drop";
+  // The Hugging Face view of a version lists what it restores.
+  const json index = CallJson("GET", "/v1/models/full/versions/1/hf/model.safetensors.index.json");
+  EXPECT_EQ(index["weight_map"].size(), 1u) << index.dump();
+  EXPECT_TRUE(index["weight_map"].contains("model.w"));
 }
 
 TEST_F(LifecycleDaemonTest, PeriodicPassAppliesPoliciesSetAfterThePushes) {

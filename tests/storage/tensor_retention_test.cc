@@ -130,6 +130,12 @@ TEST_P(TensorRetentionTest, OptimizerStateIsDroppedFromOlderVersionsOnly) {
       }
       EXPECT_GT(detail->tensors[2].stored_bytes, 0u) << "exp_avg_sq's chain needs them";
       EXPECT_TRUE(detail->tensors[2].dropped);
+      // Byte ranges follow the body without the dropped tensors.
+      RestoreSelection range;
+      range.bytes = std::make_pair(uint64_t{5}, uint64_t{body->size() - 3});
+      auto part = Restore("m", v, range);
+      ASSERT_TRUE(part.ok()) << part.status().ToString();
+      EXPECT_EQ(*part, body->substr(5, body->size() - 7)) << v;
       // A selection that names a dropped tensor finds nothing.
       RestoreSelection only;
       only.tensors = {"optim.*"};
