@@ -38,6 +38,7 @@ json RetentionJson(const RetentionReport& report) {
     dropped.push_back({{"version", version}, {"tensors", tensors}});
   }
   out["tensors_dropped"] = std::move(dropped);
+  out["problems"] = report.problems;
   if (!report.dry_run) out["gc"] = GcJson(report.gc);
   return out;
 }

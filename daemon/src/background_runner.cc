@@ -168,6 +168,9 @@ bool BackgroundRunner::ApplyRetention(const std::string& model, GcOptions::Compa
     }
     return true;
   }
+  for (const std::string& problem : report->problems) {
+    spdlog::warn("retention: model '{}': {}", model, problem);
+  }
   const GcReport& gc = report->gc;
   std::vector<uint64_t> trimmed;  // versions that lost tensors to the tensor rules
   for (const auto& [version, tensors] : report->tensors_dropped) trimmed.push_back(version);

@@ -9,7 +9,9 @@
 
 #include "ckpt/codec/safetensors.h"
 #include "ckpt/storage/checkpoint_store.h"
+#include "records/keys.h"
 #include "store_fixture.h"
+#include "store_inspection.h"
 #include "test_support.h"
 
 namespace ckpt {
@@ -195,6 +197,35 @@ TEST_P(TensorRetentionTest, ChainsOfRuledTensorsEndSoThatTheirSpaceComesBack) {
     EXPECT_EQ(TensorsOf(*body).size(), v <= 6 ? 2u : 4u) << v;
   }
   EXPECT_EQ(*Restore("m", 8), before[8]);
+}
+
+// A version that does not restore keeps its tensors, the report says why, and the pass goes on
+// with the others.
+TEST_F(CheckpointStoreTest, AVersionThatDoesNotRestoreKeepsItsTensorsAndThePassGoesOn) {
+  ASSERT_TRUE(
+      store_->SetPolicy("m", LossyPolicy(R"({"mode":"lossless","keyframe_every":1})")).ok());
+  for (uint64_t v = 1; v <= 3; ++v) {
+    const std::string body = testing::Serialize(
+        {{"model.w", DType::kF32, {4}, std::string(16, static_cast<char>(v))},
+         {"optim.w.exp_avg", DType::kF32, {4}, std::string(16, static_cast<char>(v + 8))}});
+    ASSERT_TRUE(Push("m", v, body).ok());
+  }
+  store_.reset();
+  // Version 1 is the first push: its manifest is seq 1.
+  ASSERT_TRUE(testing::PutKey(dir_.str(), "chunks", storage_keys::ChunkKey("m", 1, 0, 0), "x"));
+  Reopen();
+  RetentionRun run;
+  run.policy =
+      *RetentionPolicy::FromJson(R"({"tensor_rules":[{"tensors":"optim.*","keep_last":1}]})");
+  auto report = store_->ApplyRetention("m", run);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->tensors_dropped.size(), 1u);
+  EXPECT_EQ(report->tensors_dropped.count(2), 1u);
+  ASSERT_EQ(report->problems.size(), 1u);
+  EXPECT_NE(report->problems[0].find("version 1 keeps its tensors"), std::string::npos)
+      << report->problems[0];
+  EXPECT_EQ(store_->GetVersion("m", 1)->dropped_tensors, 0u);
+  EXPECT_EQ(store_->GetVersion("m", 2)->dropped_tensors, 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -231,7 +231,7 @@ Result<RetentionReport> ModelWriter::ApplyRetention(std::string_view model,
                                                           std::memory_order_relaxed);
     }
     tags_lock.unlock();
-    CKPT_RETURN_IF_ERROR(DropTensors(chains, drops));
+    CKPT_RETURN_IF_ERROR(DropTensors(chains, drops, report));
     CKPT_ASSIGN_OR_RETURN(report.gc, CollectModelGarbage(ctx_, chains, run.gc));
     CKPT_ASSIGN_OR_RETURN(report.gc.orphan_chunks_removed, maintenance_->RemoveOrphanChunks(name));
   }
@@ -266,17 +266,28 @@ Result<std::map<uint64_t, std::vector<uint32_t>>> ModelWriter::TensorsToDrop(
 }
 
 Status ModelWriter::DropTensors(ModelChains& chains,
-                                const std::map<uint64_t, std::vector<uint32_t>>& drops) {
+                                const std::map<uint64_t, std::vector<uint32_t>>& drops,
+                                RetentionReport& report) {
   for (const auto& [version, tensors] : drops) {
     VersionRecord& record = chains.versions.at(version);
     // Restores the version to hash what remains: long, so without the tags lock, which is
-    // taken again (and the version's tags read again) for the commit.
-    CKPT_ASSIGN_OR_RETURN(VersionRecord dropped,
-                          WithTensorsDropped(ctx_, chains.model, version, record,
-                                             chains.manifests.at(record.seq), tensors));
+    // taken again (and the version's tags read again) for the commit. A version that does not
+    // restore keeps its tensors, and the pass goes on (scrub reports the damage).
+    Result<VersionRecord> result = WithTensorsDropped(ctx_, chains.model, version, record,
+                                                      chains.manifests.at(record.seq), tensors);
+    if (!result.ok()) {
+      report.tensors_dropped.erase(version);
+      report.problems.push_back("version " + std::to_string(version) +
+                                " keeps its tensors: " + result.status().message());
+      continue;
+    }
+    VersionRecord dropped = std::move(result).value();
     std::lock_guard tags_lock(*ctx_.tags_mu);
     CKPT_ASSIGN_OR_RETURN(auto tags, TagsByVersion(ctx_, rocksdb::ReadOptions(), chains.model));
-    if (tags.count(version)) continue;  // tagged meanwhile: a tagged version keeps everything
+    if (tags.count(version)) {  // tagged meanwhile: a tagged version keeps everything
+      report.tensors_dropped.erase(version);
+      continue;
+    }
     chains.record.raw_bytes = chains.record.raw_bytes - record.raw_bytes + dropped.raw_bytes;
     ModelChange change;
     change.batch.Put(ctx_.versions, keys::VersionKey(chains.model, version), Encoded(dropped));

@@ -60,8 +60,10 @@ class ModelWriter {
   // also listed by name in report.tensors_dropped.
   static Result<std::map<uint64_t, std::vector<uint32_t>>> TensorsToDrop(const ModelChains& chains,
                                                                          RetentionReport& report);
-  // Drops them, one committed version at a time; `chains` follows.
-  Status DropTensors(ModelChains& chains, const std::map<uint64_t, std::vector<uint32_t>>& drops);
+  // Drops them, one committed version at a time; `chains` follows, and `report` loses the
+  // versions that keep their tensors after all (tagged meanwhile, or not restorable: problems).
+  Status DropTensors(ModelChains& chains, const std::map<uint64_t, std::vector<uint32_t>>& drops,
+                     RetentionReport& report);
 
   const StoreContext& ctx_;
   StoreMaintenance* const maintenance_;

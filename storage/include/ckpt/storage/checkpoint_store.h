@@ -316,6 +316,8 @@ struct RetentionReport {
   std::vector<uint64_t> deleted;             // deleted (dry run: would be deleted)
   // Tensors dropped from kept versions by the policy's tensor rules (dry run: would be).
   std::map<uint64_t, std::vector<std::string>> tensors_dropped;
+  // Versions whose tensors could not be dropped (they do not restore), with why.
+  std::vector<std::string> problems;
   bool dry_run = false;
   GcReport gc;  // what reclaiming did (empty on a dry run)
 };
