@@ -199,6 +199,37 @@ TEST_P(TensorRetentionTest, ChainsOfRuledTensorsEndSoThatTheirSpaceComesBack) {
   EXPECT_EQ(*Restore("m", 8), before[8]);
 }
 
+// A version can lose tensors in several passes: what a later rule drops comes out of the body
+// the earlier one left.
+TEST_P(TensorRetentionTest, TensorsDroppedInTwoPassesLeaveTheOthersIntact) {
+  ASSERT_TRUE(store_->SetPolicy("m", LossyPolicy(GetParam())).ok());
+  std::map<uint64_t, std::string> before;
+  for (uint64_t v = 1; v <= 3; ++v) {
+    ASSERT_TRUE(Push("m", v, Body(v)).ok());
+    before[v] = *Restore("m", v);
+  }
+  for (const char* rule : {R"({"tensor_rules":[{"tensors":"*.exp_avg","keep_last":1}]})",
+                           R"({"tensor_rules":[{"tensors":"optim.*","keep_last":1}]})"}) {
+    RetentionRun run;
+    run.policy = *RetentionPolicy::FromJson(rule);
+    auto report = store_->ApplyRetention("m", run);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_EQ(report->tensors_dropped.size(), 2u) << rule;
+    EXPECT_TRUE(report->problems.empty());
+  }
+  for (uint64_t v = 1; v <= 2; ++v) {
+    auto body = Restore("m", v);
+    ASSERT_TRUE(body.ok()) << body.status().ToString();
+    EXPECT_EQ(store_->GetVersion("m", v)->dropped_tensors, 2u);
+    EXPECT_EQ(store_->GetVersion("m", v)->sha256, Sha256Hex(*body));
+    auto tensors = TensorsOf(*body), old = TensorsOf(before[v]);
+    EXPECT_EQ(tensors.size(), 2u);
+    EXPECT_EQ(tensors["model.w"], old["model.w"]);
+    EXPECT_EQ(tensors["step"], old["step"]);
+  }
+  EXPECT_EQ(*Restore("m", 3), before[3]);
+}
+
 // A version that does not restore keeps its tensors, the report says why, and the pass goes on
 // with the others.
 TEST_F(CheckpointStoreTest, AVersionThatDoesNotRestoreKeepsItsTensorsAndThePassGoesOn) {

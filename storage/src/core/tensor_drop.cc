@@ -27,11 +27,12 @@ Result<std::string> HeaderWithout(const VersionRecord& record, const ManifestRec
   uint64_t offset = 0;
   for (uint32_t t = 0; t < manifest.tensors.size(); ++t) {
     const ManifestTensor& e = manifest.tensors[t];
-    if (!doc.contains(e.name))
-      return Status::DataLoss("stored header lacks tensor '" + e.name + "'");
     if (result.Dropped(t)) {
-      doc.erase(e.name);
+      doc.erase(e.name);  // (one dropped before is not in the stored header any more)
       continue;
+    }
+    if (!doc.contains(e.name)) {
+      return Status::DataLoss("stored header lacks tensor '" + e.name + "'");
     }
     doc[e.name]["data_offsets"] = {offset, offset + e.byte_size};
     offset += e.byte_size;
