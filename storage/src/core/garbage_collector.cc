@@ -79,15 +79,17 @@ class Collector {
   // Oldest first: a rebased manifest is a clean base for the ones after it.
   Status RebaseKeptVersions(std::set<uint64_t> live) {
     const std::vector<uint64_t> order(live.begin(), live.end());
+    // Rebases change a version's seq, never its dropped tensors: one map serves the pass.
+    const std::map<uint64_t, const VersionRecord*> version_of = chains_.VersionsBySeq();
     for (uint64_t seq : order) {
       const ManifestRecord& m = chains_.manifests.at(seq);
       std::vector<TensorPlan> plan(m.tensors.size());
       std::set<uint64_t> crossed;  // the dead manifests this one's chains run through
-      const VersionRecord* owner = chains_.VersionAt(seq);
+      const auto owner = version_of.find(seq);
       for (uint32_t t = 0; t < m.tensors.size(); ++t) {
         // A dropped tensor is copied as it is: the chains that still run through it keep it,
         // RemoveDroppedTensors frees it once none does.
-        if (owner && owner->Dropped(t)) continue;
+        if (owner != version_of.end() && owner->second->Dropped(t)) continue;
         for (const Link& link : ChainLinks(chains_, seq, t)) {
           if (live.count(link.seq)) {
             if (!plan[t].base) plan[t].base = link;

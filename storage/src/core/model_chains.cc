@@ -59,8 +59,7 @@ std::set<uint64_t> ModelChains::LiveSeqs(std::optional<uint64_t> excluded_versio
 
 Result<std::set<ModelChains::TensorRef>> ModelChains::NeededTensors(
     const std::set<uint64_t>& live) const {
-  std::map<uint64_t, const VersionRecord*> version_of;  // live manifest -> its version
-  for (const auto& [version, v] : versions) version_of.emplace(v.seq, &v);
+  const std::map<uint64_t, const VersionRecord*> version_of = VersionsBySeq();
   const uint64_t reference = codec_state ? codec_state->reference_seq : 0;
   // Each (seq, tensor) link is followed once however many chains share it.
   std::set<TensorRef> walked;
@@ -122,11 +121,10 @@ ModelChains::Removal ModelChains::RemoveUnneeded(const StoreContext& ctx,
   return removal;
 }
 
-const VersionRecord* ModelChains::VersionAt(uint64_t seq) const {
-  for (const auto& [version, v] : versions) {
-    if (v.seq == seq) return &v;
-  }
-  return nullptr;
+std::map<uint64_t, const VersionRecord*> ModelChains::VersionsBySeq() const {
+  std::map<uint64_t, const VersionRecord*> by_seq;
+  for (const auto& [version, v] : versions) by_seq.emplace(v.seq, &v);
+  return by_seq;
 }
 
 uint64_t ModelChains::StoredBytes(const std::set<uint64_t>& seqs) const {

@@ -55,8 +55,8 @@ struct ModelChains {
   Removal RemoveUnneeded(const StoreContext& ctx, const std::set<uint64_t>& needed,
                          ModelChange* change) const;
 
-  // The version stored as manifest `seq`; null when none is.
-  const VersionRecord* VersionAt(uint64_t seq) const;
+  // The versions by the seq of their manifest.
+  std::map<uint64_t, const VersionRecord*> VersionsBySeq() const;
 
   // Sum of the stored bytes of the manifests in `seqs`.
   uint64_t StoredBytes(const std::set<uint64_t>& seqs) const;

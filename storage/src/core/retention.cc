@@ -36,6 +36,14 @@ std::string FormatDuration(int64_t ms) {
   return std::to_string(ms / 1000) + "s";
 }
 
+Status ParseWithin(const json& value, std::string_view field, int64_t* out) {
+  if (!value.is_string()) return Bad(field, "must be a duration string such as \"72h\"");
+  auto ms = ParseDurationMs(value.get<std::string>());
+  if (!ms.ok()) return Bad(field, ms.status().message());
+  *out = *ms;
+  return Status::Ok();
+}
+
 Status ParseTensorRules(const json& value, std::vector<RetentionPolicy::TensorRule>* out) {
   if (!value.is_array() || value.empty() || value.size() > RetentionPolicy::kMaxTensorRules) {
     return Bad("tensor_rules", "must be a list of 1 to " +
@@ -65,10 +73,7 @@ Status ParseTensorRules(const json& value, std::vector<RetentionPolicy::TensorRu
       } else if (f.key() == "keep_every") {
         CKPT_RETURN_IF_ERROR(ParseCount(f.value(), field, &rule.keep_every.emplace()));
       } else if (f.key() == "keep_within") {
-        if (!f.value().is_string()) return Bad(field, "must be a duration string such as \"72h\"");
-        auto ms = ParseDurationMs(f.value().get<std::string>());
-        if (!ms.ok()) return Bad(field, ms.status().message());
-        rule.keep_within_ms = *ms;
+        CKPT_RETURN_IF_ERROR(ParseWithin(f.value(), field, &rule.keep_within_ms.emplace()));
       } else {
         return Bad(field, "is not a known field (tensors, keep_last, keep_every, keep_within)");
       }
@@ -142,10 +147,7 @@ Result<RetentionPolicy> RetentionPolicy::FromJson(std::string_view text) {
     } else if (key == "max_bytes") {
       CKPT_RETURN_IF_ERROR(ParseCount(value, key, &p.max_bytes.emplace()));
     } else if (key == "keep_within") {
-      if (!value.is_string()) return Bad(key, "must be a duration string such as \"72h\"");
-      auto ms = ParseDurationMs(value.get<std::string>());
-      if (!ms.ok()) return Bad(key, ms.status().message());
-      p.keep_within_ms = *ms;
+      CKPT_RETURN_IF_ERROR(ParseWithin(value, key, &p.keep_within_ms.emplace()));
     } else if (key == "keep_best") {
       if (!value.is_object()) {
         return Bad(key,
