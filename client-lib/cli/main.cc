@@ -1,6 +1,7 @@
 // ckpt: command-line client for ckptd.
 //
 //   ckpt push MODEL VERSION FILE        push a safetensors file
+//       [--shards N [--retries R]]      as N shards over N connections, each retried
 //   ckpt pull MODEL VERSION|latest -o FILE   restore a version (verified by SHA-256)
 //       [--tensors GLOB,...] [--rank I --of M]   or only some tensors / a rank's part
 //   ckpt ls [MODEL]                     list models, or the versions of one model
@@ -110,6 +111,16 @@ int main(int argc, char** argv) {
   push->add_option("--metric", metrics, "NAME=NUMBER, a metric of this version (repeatable)");
   push->add_option("--label", labels, "NAME=TEXT, a label of this version (repeatable)");
   push->add_option("--tag", tags, "tag this version (repeatable; a tag moves if held)");
+  ckpt::ShardedPushOptions sharded;
+  sharded.shards = 0;
+  push->add_option("--shards", sharded.shards,
+                   "send the file as N shards over N connections at once (large tensors cut "
+                   "by rows); the version appears when the last is stored")
+      ->check(CLI::Range(1, 65536));
+  push->add_option("--retries", sharded.retries,
+                   "with --shards: attempts after the first per shard, for network errors, 5xx "
+                   "and a busy model (default 3)")
+      ->check(CLI::Range(0, 100));
 
   auto* pull = app.add_subcommand("pull", "restore a version (or latest) to a file");
   pull->add_option("MODEL", model)->required();
@@ -213,7 +224,12 @@ int main(int argc, char** argv) {
       metadata.labels[item.substr(0, eq)] = item.substr(eq + 1);
     }
     metadata.tags = tags;
-    auto r = client->PushFile(model, version_number, file, metadata);
+    if (push->count("--retries") > 0 && sharded.shards == 0) {
+      return Fail(ckpt::Status::InvalidArgument("--retries goes with --shards"));
+    }
+    auto r = sharded.shards > 0
+                 ? client->PushFileSharded(model, version_number, file, sharded, metadata)
+                 : client->PushFile(model, version_number, file, metadata);
     if (!r.ok()) return Fail(r.status());
     std::printf("pushed %s@%llu  %s  raw %s  stored %s  sha256 %s\n", r->model.c_str(),
                 static_cast<unsigned long long>(r->version), r->kind.c_str(),

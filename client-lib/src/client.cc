@@ -21,6 +21,7 @@
 #include "ckpt/codec/safetensors.h"
 #include "ckpt/version.h"
 #include "error_response.h"
+#include "put_stream.h"
 #include "query_strings.h"
 #include "server_url.h"
 
@@ -177,10 +178,6 @@ Result<json> JsonRequest(const std::vector<ServerEndpoint>& endpoints, const Cli
   return doc;
 }
 
-std::string VersionTarget(std::string_view model, std::string_view version) {
-  return "/v1/models/" + std::string(model) + "/versions/" + std::string(version);
-}
-
 ModelSummary ParseModel(const json& m) {
   ModelSummary s;
   s.name = m.value("name", "");
@@ -193,15 +190,12 @@ ModelSummary ParseModel(const json& m) {
   return s;
 }
 
-// A source of body bytes for a push.
-using ReadFn = std::function<Result<size_t>(char* buffer, size_t capacity)>;
-
-// One attempt of StreamPush at host:port. A redirect announced instead of 100 Continue (no body
+// One attempt of StreamPut at host:port. A redirect announced instead of 100 Continue (no body
 // byte sent) sets `location`.
-Result<PushResult> StreamPushOnce(const std::vector<ServerEndpoint>& endpoints,
-                                  const ClientOptions& options, TlsContext* tls,
-                                  const std::string& target, uint64_t size, const ReadFn& read,
-                                  std::optional<std::string>* location) {
+Result<PutAnswer> StreamPutOnce(const std::vector<ServerEndpoint>& endpoints,
+                                const ClientOptions& options, TlsContext* tls,
+                                const std::string& target, uint64_t size, const ReadFn& read,
+                                std::optional<std::string>* location) {
   Connection c;
   CKPT_RETURN_IF_ERROR(c.Connect(endpoints, tls));
   http::request<http::buffer_body> req{http::verb::put, target, 11};
@@ -258,17 +252,10 @@ Result<PushResult> StreamPushOnce(const std::vector<ServerEndpoint>& endpoints,
   if (ec == http::error::need_buffer) ec = {};
   http::read(c.stream(), c.buffer(), res, ec);
   if (ec) return NetworkError(ec, "reading response");
-  if (res.result_int() != 201) return ErrorFromResponse(res.result_int(), res.body());
-  json doc = json::parse(res.body(), nullptr, false);
-  if (doc.is_discarded()) return Status::DataLoss("server sent invalid JSON");
-  PushResult r;
-  r.model = doc.value("model", "");
-  r.version = doc.value("version", uint64_t{0});
-  r.kind = doc.value("kind", "");
-  r.raw_bytes = doc.value("raw_bytes", uint64_t{0});
-  r.stored_bytes = doc.value("stored_bytes", uint64_t{0});
-  r.sha256 = doc.value("sha256", "");
-  return r;
+  if (res.result_int() / 100 != 2) return ErrorFromResponse(res.result_int(), res.body());
+  PutAnswer answer{res.result_int(), json::parse(res.body(), nullptr, false)};
+  if (answer.body.is_discarded()) return Status::DataLoss("server sent invalid JSON");
+  return answer;
 }
 
 Result<PushResult> StreamPush(const std::vector<ServerEndpoint>& servers,
@@ -277,32 +264,9 @@ Result<PushResult> StreamPush(const std::vector<ServerEndpoint>& servers,
                               const ReadFn& read) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   const std::string target = VersionTarget(model, std::to_string(version)) + PushQuery(metadata);
-  std::vector<ServerEndpoint> endpoints = servers;
-  for (int hop = 0;; ++hop) {
-    std::optional<std::string> location;
-    auto pushed = StreamPushOnce(endpoints, options, tls, target, size, read, &location);
-    if (!location || hop == kMaxRedirects) return pushed;
-    CKPT_ASSIGN_OR_RETURN(ServerUrl next, RedirectTarget(tls != nullptr, *location, target));
-    endpoints = {{next.host, next.port}};
-  }
-}
-
-Status ValidateSafetensorsFile(std::ifstream& in, uint64_t size) {
-  char prefix[8];
-  if (size < 8 || !in.read(prefix, 8)) {
-    return Status::InvalidArgument("not a safetensors file: shorter than 8 bytes");
-  }
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(prefix[i]);
-  if (n > kMaxSafetensorsHeaderBytes || n > size - 8) {
-    return Status::InvalidArgument("not a safetensors file: header length " + std::to_string(n) +
-                                   " is larger than the file or the 100 MB limit");
-  }
-  std::string header(n, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(n))) {
-    return Status::IoError("cannot read the safetensors header");
-  }
-  return ParseSafetensorsHeader(header, size).status();
+  CKPT_ASSIGN_OR_RETURN(PutAnswer answer, StreamPut(servers, options, tls, target, size, read));
+  if (answer.status != 201) return ErrorFromResponse(answer.status, answer.body.dump());
+  return PushResultFromJson(answer.body);
 }
 
 using WriteFn = std::function<Status(const char* data, size_t n)>;
@@ -374,6 +338,52 @@ Result<PullResult> StreamPull(const std::vector<ServerEndpoint>& endpoints,
 
 }  // namespace
 
+std::string VersionTarget(std::string_view model, std::string_view version) {
+  return "/v1/models/" + std::string(model) + "/versions/" + std::string(version);
+}
+
+Result<PutAnswer> StreamPut(const std::vector<ServerEndpoint>& servers,
+                            const ClientOptions& options, TlsContext* tls,
+                            const std::string& target, uint64_t size, const ReadFn& read) {
+  std::vector<ServerEndpoint> endpoints = servers;
+  for (int hop = 0;; ++hop) {
+    std::optional<std::string> location;
+    auto answer = StreamPutOnce(endpoints, options, tls, target, size, read, &location);
+    if (!location || hop == kMaxRedirects) return answer;
+    CKPT_ASSIGN_OR_RETURN(ServerUrl next, RedirectTarget(tls != nullptr, *location, target));
+    endpoints = {{next.host, next.port}};
+  }
+}
+
+Result<SafetensorsHeader> ReadSafetensorsFileHeader(std::istream& in, uint64_t size) {
+  char prefix[8];
+  if (size < 8 || !in.read(prefix, 8)) {
+    return Status::InvalidArgument("not a safetensors file: shorter than 8 bytes");
+  }
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(prefix[i]);
+  if (n > kMaxSafetensorsHeaderBytes || n > size - 8) {
+    return Status::InvalidArgument("not a safetensors file: header length " + std::to_string(n) +
+                                   " is larger than the file or the 100 MB limit");
+  }
+  std::string header(n, '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(n))) {
+    return Status::IoError("cannot read the safetensors header");
+  }
+  return ParseSafetensorsHeader(header, size);
+}
+
+PushResult PushResultFromJson(const json& doc) {
+  PushResult r;
+  r.model = doc.value("model", "");
+  r.version = doc.value("version", uint64_t{0});
+  r.kind = doc.value("kind", "");
+  r.raw_bytes = doc.value("raw_bytes", uint64_t{0});
+  r.stored_bytes = doc.value("stored_bytes", uint64_t{0});
+  r.sha256 = doc.value("sha256", "");
+  return r;
+}
+
 Result<Client> Client::Create(ClientOptions options) {
   std::vector<ServerEndpoint> endpoints;
   bool https = false;
@@ -427,7 +437,7 @@ Result<PushResult> Client::PushFile(std::string_view model, uint64_t version,
   if (ec) return Status::IoError("cannot stat '" + path + "': " + ec.message());
   // Validate the header locally first: a malformed file is reported precisely without
   // uploading gigabytes the server would refuse.
-  CKPT_RETURN_IF_ERROR(ValidateSafetensorsFile(in, size).WithContext("'" + path + "'"));
+  CKPT_RETURN_IF_ERROR(ReadSafetensorsFileHeader(in, size).status().WithContext("'" + path + "'"));
   in.seekg(0);
   return StreamPush(endpoints_, options_, tls_.get(), model, version, metadata, size,
                     [&](char* buffer, size_t capacity) -> Result<size_t> {

@@ -5,7 +5,10 @@
 #include <cstdio>
 #include <fstream>
 
+#include "ckpt/codec/safetensors.h"
 #include "daemon_process.h"
+#include "flaky_proxy.h"
+#include "raw_http.h"
 #include "test_support.h"
 
 namespace ckpt {
@@ -249,12 +252,83 @@ TEST_F(CliTest, PullsSomeTensorsOrARanksPart) {
   auto view = Run("pull m latest --hf-dir " + hf + " --max-shard-bytes 32");
   ASSERT_EQ(view.exit_code, 0) << view.output;
   const std::string index = ReadFile(hf + "/model.safetensors.index.json");
-  EXPECT_NE(index.find("\"w\": \"model-00001-of-00002.safetensors\""), std::string::npos)
-      << index;
+  EXPECT_NE(index.find("\"w\": \"model-00001-of-00002.safetensors\""), std::string::npos) << index;
   EXPECT_NE(index.find("\"b\": \"model-00002-of-00002.safetensors\""), std::string::npos);
   EXPECT_EQ(ReadFile(hf + "/model-00002-of-00002.safetensors"),
             testing::Serialize({{"b", DType::kF32, {2}, testing::FloatBytes({9, 10})}}));
   EXPECT_NE(Run("pull m 1").exit_code, 0);  // neither -o nor --hf-dir
+}
+
+// Each tensor of a safetensors body: shape and bytes, by name.
+std::map<std::string, std::pair<std::vector<uint64_t>, std::string>> TensorsOf(
+    const std::string& body) {
+  std::map<std::string, std::pair<std::vector<uint64_t>, std::string>> out;
+  uint64_t n = 0;
+  for (int i = 7; i >= 0 && body.size() >= 8; --i) n = (n << 8) | static_cast<uint8_t>(body[i]);
+  auto header = ParseSafetensorsHeader(std::string_view(body).substr(8, n), body.size());
+  EXPECT_TRUE(header.ok()) << header.status().message();
+  if (!header.ok()) return out;
+  for (const TensorInfo& t : header->tensors) {
+    out[t.name] = {t.shape, body.substr(8 + n + t.begin, t.byte_size())};
+  }
+  return out;
+}
+
+// `ckpt push --shards N`: one file sent as N shards at once; the version holds the file's tensors
+// as if pushed whole, and is a delta against the version before.
+TEST_F(CliTest, PushesAFileAsParallelShards) {
+  DriftingModel model(3, 100000);
+  const std::string v1 = WriteFile("v1.safetensors", model.Next());
+  const std::string v2 = WriteFile("v2.safetensors", model.Next());
+  ASSERT_EQ(Run("push m 1 " + v1).exit_code, 0);
+  auto r = Run("push m 2 " + v2 + " --shards 3 --metric loss=0.5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("pushed m@2  delta"), std::string::npos) << r.output;
+  const std::string out = (dir_.path() / "restored.safetensors").string();
+  auto pull = Run("pull m 2 -o " + out);
+  ASSERT_EQ(pull.exit_code, 0) << pull.output;
+  EXPECT_NE(pull.output.find("(verified)"), std::string::npos);
+  EXPECT_EQ(TensorsOf(ReadFile(out)), TensorsOf(ReadFile(v2)));
+  auto layout = testing::Request(daemon_->port(), "GET", "/v1/models/m/versions/2?layout=1");
+  EXPECT_NE(layout.body.find("\"shards\":3"), std::string::npos) << layout.body;
+  EXPECT_NE(Run("ls m").output.find("loss=0.5"), std::string::npos);
+
+  EXPECT_NE(Run("push m 3 " + v2 + " --shards 0").exit_code, 0);
+  auto lonely = Run("push m 3 " + v2 + " --retries 2");
+  EXPECT_NE(lonely.exit_code, 0);
+  EXPECT_NE(lonely.output.find("--retries goes with --shards"), std::string::npos);
+}
+
+// A shard whose connection breaks mid-body is sent again by itself; without retries the push
+// fails with one line naming the shard, and the version is not there.
+TEST_F(CliTest, ParallelShardsRetryBrokenConnections) {
+  DriftingModel model(4, 100000);
+  const std::string v1 = WriteFile("v1.safetensors", model.Next());
+  {
+    testing::FlakyProxy proxy(daemon_->port(), /*cuts=*/2, /*cut_after=*/64 << 10);
+    const std::string via = "http://127.0.0.1:" + std::to_string(proxy.port());
+    auto r = Run("push m 1 " + v1 + " --shards 3 --retries 3", via);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(proxy.cut(), 2);
+  }
+  const std::string out = (dir_.path() / "restored.safetensors").string();
+  ASSERT_EQ(Run("pull m 1 -o " + out).exit_code, 0);
+  EXPECT_EQ(TensorsOf(ReadFile(out)), TensorsOf(ReadFile(v1)));
+
+  const std::string v2 = WriteFile("v2.safetensors", model.Next());
+  {
+    testing::FlakyProxy proxy(daemon_->port(), /*cuts=*/1, /*cut_after=*/64 << 10);
+    const std::string via = "http://127.0.0.1:" + std::to_string(proxy.port());
+    auto r = Run("push m 2 " + v2 + " --shards 3 --retries 0", via);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("sharded push failed: shard "), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(Run("pull m 2 -o " + out).exit_code, 1);
+  // Sending it again completes the upload.
+  auto again = Run("push m 2 " + v2 + " --shards 3");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  ASSERT_EQ(Run("pull m 2 -o " + out).exit_code, 0);
+  EXPECT_EQ(TensorsOf(ReadFile(out)), TensorsOf(ReadFile(v2)));
 }
 
 }  // namespace

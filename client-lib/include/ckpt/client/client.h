@@ -57,6 +57,17 @@ struct PushMetadata {
   std::vector<std::string> tags;              // tag=<name>
 };
 
+// How PushFileSharded sends one file as the shards of a sharded version (docs/api.md,
+// "Sharded versions"), each over a connection of its own.
+struct ShardedPushOptions {
+  uint32_t shards = 4;  // 1 to 65536: large tensors are cut by rows, small ones go whole
+  // Attempts after the first, per shard, for errors that may pass: the network, 503, 5xx, a
+  // model busy (409 ABORTED). Each re-sends the whole shard (the server replaces an earlier
+  // attempt of it).
+  int retries = 3;
+  std::chrono::milliseconds backoff{500};  // before a shard's first retry; doubled each time
+};
+
 struct PushResult {
   std::string model;
   uint64_t version = 0;
@@ -115,6 +126,15 @@ class Client {
                               const PushMetadata& metadata = {});
   Result<PushResult> PushBuffer(std::string_view model, uint64_t version, std::string_view body,
                                 const PushMetadata& metadata = {});
+  // Pushes a file as `sharded.shards` shards sent at once, each over its own connection and
+  // retried by itself; the version appears when the last one is stored, exactly as a whole push
+  // of the file would (its tensors, as global tensors; metadata from the file and `metadata`).
+  // options.progress sees the bytes of every shard together. A shard that fails every attempt
+  // fails the push; the shards already stored stay in the upload, so calling this again sends
+  // them again and completes it (or the upload expires on the server).
+  Result<PushResult> PushFileSharded(std::string_view model, uint64_t version,
+                                     const std::string& path, const ShardedPushOptions& sharded,
+                                     const PushMetadata& metadata = {});
 
   // `version` is a decimal number, "latest" or "tag:<name>". `path` "-" writes to stdout.
   Result<PullResult> PullToFile(std::string_view model, std::string_view version,

@@ -1,0 +1,44 @@
+// Streaming PUTs of request bodies, shared by whole and sharded pushes, and the local check of a
+// file before it is sent. Internal to client-lib.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <istream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/client/client.h"
+#include "ckpt/codec/safetensors.h"
+
+namespace ckpt {
+
+// A source of body bytes: fills up to `capacity` bytes, 0 at the end.
+using ReadFn = std::function<Result<size_t>(char* buffer, size_t capacity)>;
+
+// A 2xx answer to a PUT and its JSON body.
+struct PutAnswer {
+  unsigned status = 0;
+  nlohmann::json body;
+};
+
+// "/v1/models/{model}/versions/{version}".
+std::string VersionTarget(std::string_view model, std::string_view version);
+
+// PUTs `size` bytes from `read` to `target` with Expect: 100-continue, following redirects the
+// server announces before the body (each daemon of a deployment sends writes to the model's
+// writer). Reports progress through options.progress. Non-2xx answers are their Status.
+Result<PutAnswer> StreamPut(const std::vector<ServerEndpoint>& servers,
+                            const ClientOptions& options, TlsContext* tls,
+                            const std::string& target, uint64_t size, const ReadFn& read);
+
+// The header of the safetensors file `in` (at its start) of `size` bytes, validated locally so that
+// a malformed file is reported precisely without uploading what the server would refuse.
+Result<SafetensorsHeader> ReadSafetensorsFileHeader(std::istream& in, uint64_t size);
+
+// The version a push (or the shard that committed a version) answers.
+PushResult PushResultFromJson(const nlohmann::json& version);
+
+}  // namespace ckpt

@@ -1,0 +1,179 @@
+// Client::PushFileSharded: one file sent as the shards of a sharded version, in parallel.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "ckpt/client/client.h"
+#include "ckpt/codec/model_name.h"
+#include "ckpt/codec/shard_split.h"
+#include "put_stream.h"
+#include "query_strings.h"
+
+namespace ckpt {
+namespace {
+
+// Reads a shard's body: its header, then its ranges of the source file. Thread-compatible.
+class ShardReader {
+ public:
+  ShardReader(int fd, const std::string& path, const ShardBodyPlan& plan)
+      : fd_(fd), path_(path), plan_(plan) {}
+
+  Result<size_t> Read(char* buffer, size_t capacity) {
+    size_t n = 0;
+    while (n < capacity) {
+      if (header_done_ < plan_.header.size()) {
+        const size_t take = std::min(capacity - n, plan_.header.size() - header_done_);
+        std::memcpy(buffer + n, plan_.header.data() + header_done_, take);
+        header_done_ += take;
+        n += take;
+        continue;
+      }
+      if (range_ == plan_.ranges.size()) break;
+      const BodyRange& r = plan_.ranges[range_];
+      const uint64_t at = r.begin + range_done_;
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(capacity - n, r.end - at));
+      const ssize_t got = pread(fd_, buffer + n, want, static_cast<off_t>(at));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) return Status::IoError("reading '" + path_ + "': " + std::strerror(errno));
+      if (got == 0) return Status::IoError("'" + path_ + "' became shorter while being pushed");
+      n += static_cast<size_t>(got);
+      range_done_ += static_cast<uint64_t>(got);
+      if (r.begin + range_done_ == r.end) {
+        ++range_;
+        range_done_ = 0;
+      }
+    }
+    return n;
+  }
+
+ private:
+  const int fd_;
+  const std::string& path_;
+  const ShardBodyPlan& plan_;
+  size_t header_done_ = 0;
+  size_t range_ = 0;
+  uint64_t range_done_ = 0;
+};
+
+bool WorthRetrying(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kAborted:
+    case StatusCode::kInternal:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The bytes every shard has sent, reported together. Thread-safe.
+class CombinedProgress {
+ public:
+  CombinedProgress(const ClientOptions& options, uint64_t total, size_t shards)
+      : report_(options.progress), total_(total), sent_(shards, 0) {}
+
+  // What shard `i`'s attempt reports: the bytes of that attempt.
+  void Update(size_t i, uint64_t sent) {
+    if (!report_) return;
+    std::lock_guard lock(mu_);
+    done_ += sent - sent_[i];
+    sent_[i] = sent;
+    report_(done_, total_);
+  }
+  // A new attempt of shard `i` starts from nothing.
+  void Restart(size_t i) { Update(i, 0); }
+
+ private:
+  const std::function<void(uint64_t, uint64_t)> report_;
+  const uint64_t total_;
+  std::mutex mu_;
+  std::vector<uint64_t> sent_;  // guarded by mu_
+  uint64_t done_ = 0;           // guarded by mu_
+};
+
+}  // namespace
+
+Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t version,
+                                           const std::string& path,
+                                           const ShardedPushOptions& sharded,
+                                           const PushMetadata& metadata) {
+  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot open '" + path + "'");
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) return Status::IoError("cannot stat '" + path + "': " + ec.message());
+  auto header = ReadSafetensorsFileHeader(in, size);
+  if (!header.ok()) return header.status().WithContext("'" + path + "'");
+  CKPT_ASSIGN_OR_RETURN(std::vector<ShardBodyPlan> plans, SplitIntoShards(*header, sharded.shards));
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IoError("cannot open '" + path + "': " + std::strerror(errno));
+
+  uint64_t total = 0;
+  for (const ShardBodyPlan& p : plans) total += p.size;
+  CombinedProgress progress(options_, total, plans.size());
+  const std::string query = PushQuery(metadata);
+  const std::string shard_query =
+      (query.empty() ? "?" : query + "&") + "of=" + std::to_string(plans.size());
+  std::vector<Result<PutAnswer>> answers(plans.size(), Status::Internal("not sent"));
+  auto send = [&](size_t i) {
+    ClientOptions options = options_;
+    options.progress = [&progress, i](uint64_t sent, uint64_t) { progress.Update(i, sent); };
+    const std::string target = VersionTarget(model, std::to_string(version)) + "/shards/" +
+                               std::to_string(i) + shard_query;
+    auto delay = sharded.backoff;
+    for (int attempt = 0;; ++attempt) {
+      progress.Restart(i);
+      ShardReader reader(fd, path, plans[i]);
+      answers[i] = StreamPut(endpoints_, options, tls_.get(), target, plans[i].size,
+                             [&](char* b, size_t n) { return reader.Read(b, n); });
+      if (answers[i].ok() || attempt >= sharded.retries || !WorthRetrying(answers[i].status())) {
+        return;
+      }
+      std::this_thread::sleep_for(delay);
+      delay *= 2;
+    }
+  };
+  {
+    std::vector<std::jthread> threads;
+    for (size_t i = 1; i < plans.size(); ++i) threads.emplace_back(send, i);
+    send(0);
+  }
+  close(fd);
+
+  std::optional<PushResult> result;
+  std::string failed;
+  for (size_t i = 0; i < answers.size(); ++i) {
+    if (!answers[i].ok()) {
+      failed += (failed.empty() ? "" : "; ") + std::string("shard ") + std::to_string(i) + ": " +
+                answers[i].status().message();
+      continue;
+    }
+    const nlohmann::json& body = answers[i]->body;
+    if (body.contains("version") && body["version"].is_object() && !result) {
+      result = PushResultFromJson(body["version"]);
+    }
+  }
+  if (!failed.empty()) {
+    // The first failure's kind, every failure's reason.
+    for (const auto& a : answers) {
+      if (!a.ok()) return Status(a.status().code(), "sharded push failed: " + failed);
+    }
+  }
+  if (!result) {
+    return Status::FailedPrecondition(
+        "every shard was stored but none committed the version (see GET .../versions/" +
+        std::to_string(version) + "/shards)");
+  }
+  return *result;
+}
+
+}  // namespace ckpt
