@@ -14,7 +14,10 @@ checkpoint. In the same run:
              reproduce the uninterrupted run's --end-step checkpoint bit for bit (a check of
              the harness), and the annealed continuation is the reference of every row;
   nulls      annealed continuations from the original + N(0, --null-sigma) on the weights
-             (--nulls seeds): the spread any perturbation causes;
+             (--nulls seeds): the spread any perturbation causes; --null-kind lattice or
+             dither instead rounds the weights to the uniform quantizer's lattice of bound
+             --null-sigma, plainly or with a subtractive dither (the codec's error without
+             its chain);
   ExCP       bench/excp_baseline.py, the same resume from its reconstruction.
 Ratios: whole = raw bytes of all checkpoints / du of the data directory; weights and moments
 = their raw bytes / their stored chunk bytes (version detail), as BitSnap reports them apart;
@@ -280,14 +283,34 @@ def weights_sha256(body):
     return digest.hexdigest()
 
 
-def with_noise(body, sigma, seed):
+def with_noise(body, kind, size, seed):
+    """The body with its float32 weights perturbed: kind "gauss" adds N(0, size); "lattice"
+    rounds each weight to the nearest point of the lattice of pitch 2 * size (the uniform
+    quantizer's error without a chain); "dither" rounds it on that lattice shifted by a uniform
+    pseudo-random offset per element (subtractive dither: the same error size, independent of
+    the value)."""
     header, arrays = parse(body)
     rng = np.random.default_rng(seed)
     out = dict(arrays)
+    step = 2 * size
     for name, a in arrays.items():
-        if name.startswith("model.") and a.dtype == np.float32:
-            out[name] = (a + rng.normal(0, sigma, a.shape)).astype(np.float32)
+        if not (name.startswith("model.") and a.dtype == np.float32):
+            continue
+        x = a.astype(np.float64)
+        if kind == "gauss":
+            r = x + rng.normal(0, size, a.shape)
+        elif kind == "lattice":
+            r = np.round(x / step) * step
+        else:
+            d = rng.uniform(-0.5, 0.5, a.shape)
+            r = (np.round(x / step - d) + d) * step
+        out[name] = r.astype(np.float32)
     return body_of(header, out)
+
+
+NULL_LABELS = {"gauss": "original + N(0, {:g}) on the weights",
+               "lattice": "original rounded to the lattice of bound {:g} (no chain)",
+               "dither": "original on a dithered lattice of bound {:g}"}
 
 
 def ratios_only(args, files, resume_index):
@@ -326,7 +349,9 @@ def main():
     parser.add_argument("--excp-alpha", type=float, default=5e-5)
     parser.add_argument("--excp-beta", type=float, default=2.0)
     parser.add_argument("--nulls", type=int, default=3)
-    parser.add_argument("--null-sigma", type=float, default=1e-6)
+    parser.add_argument("--null-sigma", type=float, default=1e-6,
+                        help="the nulls' sigma (gauss) or bound (lattice, dither)")
+    parser.add_argument("--null-kind", choices=sorted(NULL_LABELS), default="gauss")
     parser.add_argument("--constant", action="store_true")
     parser.add_argument("--build", default="build-release")
     parser.add_argument("--cache", default="/tmp/ckpt-resume-cache")
@@ -390,10 +415,13 @@ def main():
         emit_resumed(f"ExCP (alpha {args.excp_alpha:g}, beta {args.excp_beta:g}, 4-bit k-means, "
                      "LZMA)", r)
     null_changes = []
-    for seed in range(1, args.nulls + 1):
-        loss = runs.run(with_noise(original, args.null_sigma, seed), "anneal")["loss"]
+    seeds = [1] if args.null_kind == "lattice" else range(1, args.nulls + 1)
+    for seed in seeds if args.nulls else []:
+        perturbed = with_noise(original, args.null_kind, args.null_sigma, seed)
+        loss = runs.run(perturbed, "anneal")["loss"]
         null_changes.append(100 * (loss - reference) / reference)
-        emit(f"| null: original + N(0, {args.null_sigma:g}) on the weights, seed {seed} | | | | | "
+        label = NULL_LABELS[args.null_kind].format(args.null_sigma)
+        emit(f"| null: {label}, seed {seed} | | | | | "
              f"{change(loss, reference)} | | |")
     if null_changes:
         emit("")
