@@ -91,7 +91,8 @@ class HttpServerImpl final : public HttpServer {
     }
     ioc_.stop();
     Join();
-    admin_pool_.join();  // an administrative pass in progress finishes first
+    admin_pool_.join();   // an administrative pass in progress finishes first
+    commit_pool_.join();  // and so does a commit
   }
 
  private:
@@ -371,26 +372,51 @@ class HttpServerImpl final : public HttpServer {
                               route.kind == RouteKind::kAdminBackup ||
                               (route.kind == RouteKind::kRetentionRun && !route.dry_run);
     if (!long_running) co_return handler_.Handle(method, route, body);
-    // The pass posts its result back to this session's executor and wakes it by cancelling a
-    // timer that never expires (with Boost 1.74, co_spawn across execution contexts corrupts the
-    // coroutine frame allocator, so no coroutine runs on the admin thread).
     auto executor = co_await net::this_coro::executor;
-    auto wake = std::make_shared<net::steady_timer>(executor, net::steady_timer::time_point::max());
-    auto result = std::make_shared<std::optional<ApiResponse>>();
-    net::post(admin_pool_, [this, wake, result, method = std::move(method),
-                            route = std::move(route), body = std::move(body)] {
-      ApiResponse r = handler_.Handle(method, route, body);
-      net::post(wake->get_executor(), [wake, result, r = std::move(r)]() mutable {
-        *result = std::move(r);
-        wake->cancel();
+    PooledCall call =
+        Post(admin_pool_, executor,
+             [this, method = std::move(method), route = std::move(route), body = std::move(body)] {
+               return handler_.Handle(method, route, body);
+             });
+    co_return co_await AwaitPooled(std::move(call));
+  }
+
+  // Work posted to a pool (Post) that a session awaits (AwaitPooled): a timer that wakes the
+  // session, and the answer.
+  struct PooledCall {
+    std::shared_ptr<net::steady_timer> wake;
+    std::shared_ptr<std::optional<ApiResponse>> result;
+  };
+
+  // Runs `work` (returning an ApiResponse) on `pool`: work that must not hold a network thread.
+  // `work` owns what it uses, since the session may end (a shutdown) before it finishes; the
+  // pools are joined after the network threads. A plain function, called in a statement of its
+  // own: GCC 12 destroys a closure passed to a coroutine, or alive across a co_await, twice.
+  template <typename Executor, typename Work>
+  static PooledCall Post(net::thread_pool& pool, const Executor& executor, Work work) {
+    PooledCall call{
+        std::make_shared<net::steady_timer>(executor, net::steady_timer::time_point::max()),
+        std::make_shared<std::optional<ApiResponse>>()};
+    // The work posts its result back to the session's executor and wakes it by cancelling a
+    // timer that never expires (with Boost 1.74, co_spawn across execution contexts corrupts
+    // the coroutine frame allocator, so no coroutine runs on a pool thread).
+    net::post(pool, [call, work = std::move(work)]() mutable {
+      ApiResponse r = work();
+      net::post(call.wake->get_executor(), [call, r = std::move(r)]() mutable {
+        *call.result = std::move(r);
+        call.wake->cancel();
       });
     });
+    return call;
+  }
+
+  static net::awaitable<ApiResponse> AwaitPooled(PooledCall call) {
     // Sessions run on strands: the result is stored (and the timer cancelled) on this strand,
     // after this coroutine started waiting.
     beast::error_code ec;
-    if (!*result) co_await wake->async_wait(net::redirect_error(kUseAwaitable, ec));
-    if (!*result) co_return ApiHandler::ErrorResponse(Status::Unavailable("shutting down"));
-    co_return std::move(**result);
+    if (!*call.result) co_await call.wake->async_wait(net::redirect_error(kUseAwaitable, ec));
+    if (!*call.result) co_return ApiHandler::ErrorResponse(Status::Unavailable("shutting down"));
+    co_return std::move(**call.result);
   }
 
   // Logs a finished request and records it in the metrics.
@@ -510,8 +536,16 @@ class HttpServerImpl final : public HttpServer {
         co_return false;
       }
     }
-    ApiResponse r = handler_.FinishPush(**session);
-    session->reset();  // release the model lock before answering
+    // The commit syncs, and the last shard of a sharded version assembles and encodes the whole
+    // version: off the network thread. The session ends there, releasing the model's lock
+    // before the answer is sent.
+    auto executor = co_await net::this_coro::executor;
+    PooledCall call = Post(commit_pool_, executor, [this, body = std::move(*session)]() mutable {
+      ApiResponse answer = handler_.FinishPush(*body);
+      body.reset();
+      return answer;
+    });
+    ApiResponse r = co_await AwaitPooled(std::move(call));
     bool ok = co_await WriteResponse(stream, r, version, keep_alive, false, log);
     co_return ok&& keep_alive;
   }
@@ -678,6 +712,9 @@ class HttpServerImpl final : public HttpServer {
   tcp::acceptor acceptor_;
   std::vector<std::thread> threads_;
   net::thread_pool admin_pool_{1};  // administrative passes (HandleSimple), one at a time
+  // Push commits (HandlePush): two, so that a sharded version's long commit leaves room for
+  // another model's.
+  net::thread_pool commit_pool_{2};
   std::atomic<bool> stopping_{false};
   uint16_t port_ = 0;
   std::atomic<uint64_t> next_session_id_{0};
