@@ -6,6 +6,8 @@
 #   - ckptd, sharded: every version pushed as RANKS shards at once (RANKS curl -T in parallel,
 #     .../versions/V/shards/R?of=RANKS), into a fresh data directory as the whole pushes; the
 #     version commits when the last one is in
+#   - ckptd, one file split by the client: every whole file pushed with `ckpt push --shards
+#     RANKS` (the CLI cuts it into RANKS shards sent at once), into a fresh data directory
 #   - restores of the latest sharded version after a restart without warm-up: the whole
 #     version; one rank's part (?rank=0&of=RANKS); the resharded view for 2 ranks (both at
 #     once); a download cut at half and resumed with Range/If-Range (SHA-256 checked)
@@ -90,7 +92,7 @@ shard_url() {  # VERSION MODEL BASE RANK
 }
 
 # One round; appends "whole_s whole_ticks sharded_s sharded_ticks restore_s restore_ticks
-# rank_s rank_ticks reshard_s reshard_ticks resume_s rss_mib" to $work/results.
+# rank_s rank_ticks reshard_s reshard_ticks resume_s rss_mib cli_s cli_ticks" to $work/results.
 ckptd_round() {
   rm -rf "$work/data"
   start_daemon
@@ -109,7 +111,20 @@ ckptd_round() {
   for v in $(seq "$versions"); do push_shards "$v" sharded "$base"; done
   t2=$(now); c2=$(cpu_ticks "$daemon_pid")
   wait_idle
+  # The whole files split by the CLI, on a store of their own too.
   stop_daemon
+  mv "$work/data" "$work/data.sharded"
+  start_daemon
+  local t2b c2b t2c c2c
+  t2b=$(now); c2b=$(cpu_ticks "$daemon_pid")
+  for v in $(seq "$versions"); do
+    CKPT_SERVER="${base%/v1/models}" "$build/client-lib/ckpt" push cli "$v" \
+      "${wholes[$((v - 1))]}" --shards "$ranks" > /dev/null
+  done
+  t2c=$(now); c2c=$(cpu_ticks "$daemon_pid")
+  stop_daemon
+  rm -rf "$work/data"
+  mv "$work/data.sharded" "$work/data"
   start_daemon
   local t3 c3 t4 c4 t5 c5 t6 c6 t7 p0 p1
   t3=$(now); c3=$(cpu_ticks "$daemon_pid")
@@ -141,7 +156,8 @@ ckptd_round() {
   stop_daemon
   echo "$(elapsed "$t0" "$t1") $((c1 - c0)) $(elapsed "$t1b" "$t2") $((c2 - c1b))" \
        "$(elapsed "$t3" "$t4") $((c4 - c3)) $(elapsed "$t4" "$t5") $((c5 - c4))" \
-       "$(elapsed "$t5" "$t6") $((c6 - c5)) $(elapsed "$t6" "$t7") $rss" >> "$work/results"
+       "$(elapsed "$t5" "$t6") $((c6 - c5)) $(elapsed "$t6" "$t7") $rss" \
+       "$(elapsed "$t2b" "$t2c") $((c2c - c2b))" >> "$work/results"
 }
 
 # nginx with WebDAV PUT (start_nginx).
@@ -177,6 +193,7 @@ part=$((last_bytes / ranks))
 echo "files: $versions versions of $((last_bytes / 1000000)) MB, $ranks shards each; $rounds rounds (medians)"
 echo "ckptd push, whole (1 curl -T):         $(mbps "$raw" "$(col "$r" 1)") MB/s, $(mb_per_cpu "$raw" "$(col "$r" 2)") MB per daemon CPU-s"
 echo "ckptd push, $ranks shards at once:          $(mbps "$raw" "$(col "$r" 3)") MB/s, $(mb_per_cpu "$raw" "$(col "$r" 4)") MB per daemon CPU-s"
+echo "ckptd push, ckpt push --shards $ranks:     $(mbps "$raw" "$(col "$r" 13)") MB/s, $(mb_per_cpu "$raw" "$(col "$r" 14)") MB per daemon CPU-s"
 echo "ckptd restore, whole (cold):           $(mbps "$last_bytes" "$(col "$r" 5)") MB/s, $(mb_per_cpu "$last_bytes" "$(col "$r" 6)") MB per daemon CPU-s"
 echo "ckptd restore, rank 0 of $ranks:            $(col "$r" 7) s, $(mbps "$part" "$(col "$r" 7)") MB/s of its part, $(mb_per_cpu "$part" "$(col "$r" 8)") MB per daemon CPU-s"
 echo "ckptd restore, resharded 2 (both):     $(mbps "$last_bytes" "$(col "$r" 9)") MB/s, $(mb_per_cpu "$last_bytes" "$(col "$r" 10)") MB per daemon CPU-s"

@@ -3,11 +3,13 @@
 // (307 elsewhere); a killed owner's models are taken over once its lease expires; a paused
 // owner that lost its lease cannot commit; lossy models keep their bound across owners; a daemon
 // with an empty data directory serves everything from the cluster; a reader daemon caches what it
-// restores, and a model deleted and pushed again is never served from that cache.
+// restores, and a model deleted and pushed again is never served from that cache; a sharded
+// version commits on the writer and is one version to every daemon.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -18,6 +20,7 @@
 
 #include "ceph_cluster.h"
 #include "ckpt/client/client.h"
+#include "ckpt/codec/tensor_slices.h"
 #include "daemon_process.h"
 #include "raw_http.h"
 #include "test_support.h"
@@ -536,6 +539,84 @@ TEST_F(ClusterTest, TheOwnerRearrangesTheLatestAndAnyDaemonRestoresEveryVersion)
   ExpectRestores(*b_, "m", sha, " through B");
   ExpectRestores(writer, "m", sha, " through the writer");
   ASSERT_EQ(writer.process->Stop(), 0);
+}
+
+// Rows [offset, offset + rows) of a 64 x 256 F32 tensor whose values drift with `version`, as
+// shard `shard` of 2.
+std::string RowShard(uint64_t version, uint32_t shard, std::string* global_bytes = nullptr) {
+  constexpr uint64_t kRows = 64, kColumns = 256;
+  std::vector<float> global(kRows * kColumns);
+  for (size_t i = 0; i < global.size(); ++i) {
+    global[i] = std::sin(0.01f * static_cast<float>(i)) + 1e-3f * static_cast<float>(version);
+  }
+  if (global_bytes) *global_bytes = testing::FloatBytes(global);
+  auto [offset, rows] = SplitExtent(kRows, shard, 2);
+  std::vector<float> part(global.begin() + offset * kColumns,
+                          global.begin() + (offset + rows) * kColumns);
+  std::map<std::string, SliceDeclaration> slices = {{"w", {{kRows, kColumns}, {offset, 0}}}};
+  return testing::Serialize({{"w", DType::kF32, {rows, kColumns}, testing::FloatBytes(part)},
+                             {"b", DType::kF32, {4}, testing::FloatBytes({1, 2, 3, 4})}},
+                            {{std::string(kSlicesMetadataKey), SliceDeclarationsJson(slices)}});
+}
+
+// A sharded version on RADOS: shards go to the writer (307 elsewhere), the version is invisible
+// until its last shard, any daemon serves it whole, by rank and its layout, and scrub, deletion
+// and garbage collection treat it as one version.
+TEST_F(ClusterTest, ShardedVersionsCommitOnTheWriterAndAnyDaemonServesThem) {
+  auto shard_target = [](uint64_t v, uint32_t shard) {
+    return VersionPath("tp", v) + "/shards/" + std::to_string(shard) + "?of=2";
+  };
+  std::map<uint64_t, std::string> global;
+  for (uint64_t v = 1; v <= 2; ++v) {
+    std::string bytes;
+    RowShard(v, 0, &bytes);
+    global[v] = bytes;
+    auto first = Request(a_->port, "PUT", shard_target(v, 0), RowShard(v, 0));
+    ASSERT_EQ(first.status, 202) << first.body;
+    if (v == 2) {  // A writes the model now: B sends its shards there
+      auto elsewhere = Request(b_->port, "PUT", shard_target(v, 1), RowShard(v, 1));
+      EXPECT_EQ(elsewhere.status, 307) << elsewhere.body;
+      EXPECT_NE(elsewhere.headers["location"].find(a_->url), std::string::npos);
+      // Not visible while a shard is missing: B answers the previous version as the latest.
+      auto latest = json::parse(Request(b_->port, "GET", "/v1/models/tp").body);
+      EXPECT_EQ(latest["latest_version"], 1) << latest.dump();
+    }
+    auto last = Request(a_->port, "PUT", shard_target(v, 1), RowShard(v, 1));
+    ASSERT_EQ(last.status, 201) << last.body;
+  }
+  for (Node* node : {a_.get(), b_.get()}) {
+    for (const auto& [v, bytes] : global) {
+      auto whole = Request(node->port, "GET", VersionPath("tp", v));
+      ASSERT_EQ(whole.status, 200) << whole.body;
+      EXPECT_NE(whole.body.find(bytes), std::string::npos) << "version " << v;
+      auto rank = Request(node->port, "GET", VersionPath("tp", v) + "?rank=1&of=2");
+      ASSERT_EQ(rank.status, 200) << rank.body;
+      EXPECT_NE(rank.body.find(bytes.substr(bytes.size() / 2)), std::string::npos);
+      EXPECT_EQ(rank.body.find(bytes.substr(0, bytes.size() / 2)), std::string::npos);
+    }
+    auto layout = json::parse(Request(node->port, "GET", VersionPath("tp", 2) + "?layout=1").body);
+    EXPECT_EQ(layout["shards"], 2) << layout.dump();
+    EXPECT_EQ(layout["tensors"]["w"]["slices"].size(), 2u) << layout.dump();
+  }
+  // An abandoned upload is aborted on the writer; B never listed it.
+  ASSERT_EQ(Request(a_->port, "PUT", shard_target(3, 0), RowShard(3, 0)).status, 202);
+  EXPECT_EQ(Request(a_->port, "DELETE", VersionPath("tp", 3) + "/shards").status, 204);
+  auto versions = json::parse(Request(b_->port, "GET", "/v1/models/tp/versions").body);
+  EXPECT_EQ(versions["versions"].size(), 2u) << versions.dump();
+
+  auto scrub = json::parse(Request(a_->port, "POST", "/v1/admin/scrub").body);
+  EXPECT_EQ(scrub["models"][0]["orphaned_chunks"], 0) << scrub.dump();
+  EXPECT_EQ(scrub["models"][0]["damaged_versions"].size(), 0u) << scrub.dump();
+  // Deleting the first version rebases the second (a delta against it) as one version.
+  const uint64_t stored =
+      json::parse(Request(b_->port, "GET", "/v1/models/tp").body)["stored_bytes"];
+  EXPECT_EQ(Request(a_->port, "DELETE", VersionPath("tp", 1)).status, 204);
+  auto gc = Request(a_->port, "POST", "/v1/admin/gc");
+  ASSERT_EQ(gc.status, 200) << gc.body;
+  EXPECT_EQ(json::parse(gc.body)["models"][0]["gc"]["versions_rebased"], 1) << gc.body;
+  EXPECT_LT(json::parse(Request(b_->port, "GET", "/v1/models/tp").body)["stored_bytes"], stored);
+  ExpectRestores(*b_, "tp", {{2, Sha256Hex(Request(a_->port, "GET", VersionPath("tp", 2)).body)}},
+                 " after deleting version 1");
 }
 
 }  // namespace
