@@ -21,6 +21,7 @@
 
 #include "ckpt/api/api_handler.h"
 #include "ckpt/version.h"
+#include "pooled_call.h"
 #include "request_log.h"
 #include "tls_context.h"
 
@@ -374,49 +375,10 @@ class HttpServerImpl final : public HttpServer {
     if (!long_running) co_return handler_.Handle(method, route, body);
     auto executor = co_await net::this_coro::executor;
     PooledCall call =
-        Post(admin_pool_, executor,
-             [this, method = std::move(method), route = std::move(route), body = std::move(body)] {
-               return handler_.Handle(method, route, body);
-             });
+        PostToPool(admin_pool_, executor,
+                   [this, method = std::move(method), route = std::move(route),
+                    body = std::move(body)] { return handler_.Handle(method, route, body); });
     co_return co_await AwaitPooled(std::move(call));
-  }
-
-  // Work posted to a pool (Post) that a session awaits (AwaitPooled): a timer that wakes the
-  // session, and the answer.
-  struct PooledCall {
-    std::shared_ptr<net::steady_timer> wake;
-    std::shared_ptr<std::optional<ApiResponse>> result;
-  };
-
-  // Runs `work` (returning an ApiResponse) on `pool`: work that must not hold a network thread.
-  // `work` owns what it uses, since the session may end (a shutdown) before it finishes; the
-  // pools are joined after the network threads. A plain function, called in a statement of its
-  // own: GCC 12 destroys a closure passed to a coroutine, or alive across a co_await, twice.
-  template <typename Executor, typename Work>
-  static PooledCall Post(net::thread_pool& pool, const Executor& executor, Work work) {
-    PooledCall call{
-        std::make_shared<net::steady_timer>(executor, net::steady_timer::time_point::max()),
-        std::make_shared<std::optional<ApiResponse>>()};
-    // The work posts its result back to the session's executor and wakes it by cancelling a
-    // timer that never expires (with Boost 1.74, co_spawn across execution contexts corrupts
-    // the coroutine frame allocator, so no coroutine runs on a pool thread).
-    net::post(pool, [call, work = std::move(work)]() mutable {
-      ApiResponse r = work();
-      net::post(call.wake->get_executor(), [call, r = std::move(r)]() mutable {
-        *call.result = std::move(r);
-        call.wake->cancel();
-      });
-    });
-    return call;
-  }
-
-  static net::awaitable<ApiResponse> AwaitPooled(PooledCall call) {
-    // Sessions run on strands: the result is stored (and the timer cancelled) on this strand,
-    // after this coroutine started waiting.
-    beast::error_code ec;
-    if (!*call.result) co_await call.wake->async_wait(net::redirect_error(kUseAwaitable, ec));
-    if (!*call.result) co_return ApiHandler::ErrorResponse(Status::Unavailable("shutting down"));
-    co_return std::move(**call.result);
   }
 
   // Logs a finished request and records it in the metrics.
@@ -540,11 +502,12 @@ class HttpServerImpl final : public HttpServer {
     // version: off the network thread. The session ends there, releasing the model's lock
     // before the answer is sent.
     auto executor = co_await net::this_coro::executor;
-    PooledCall call = Post(commit_pool_, executor, [this, body = std::move(*session)]() mutable {
-      ApiResponse answer = handler_.FinishPush(*body);
-      body.reset();
-      return answer;
-    });
+    PooledCall call =
+        PostToPool(commit_pool_, executor, [this, body = std::move(*session)]() mutable {
+          ApiResponse answer = handler_.FinishPush(*body);
+          body.reset();
+          return answer;
+        });
     ApiResponse r = co_await AwaitPooled(std::move(call));
     bool ok = co_await WriteResponse(stream, r, version, keep_alive, false, log);
     co_return ok&& keep_alive;
