@@ -8,6 +8,7 @@
 #include <random>
 
 #include "ckpt/codec/tensor_slices.h"
+#include "test_support.h"
 
 namespace ckpt {
 namespace {
@@ -34,9 +35,7 @@ Source MakeSource(const std::vector<std::pair<std::string, std::vector<uint64_t>
   }
   Source s;
   s.body = *WriteSafetensors(specs, metadata);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(s.body[i]);
-  s.header = *ParseSafetensorsHeader(std::string_view(s.body).substr(8, n), s.body.size());
+  s.header = *testing::ParseBodyHeader(s.body);
   return s;
 }
 
@@ -55,9 +54,7 @@ std::map<std::string, int> CheckReassembles(const Source& source,
   for (size_t i = 0; i < plans.size(); ++i) {
     const std::string body = ShardBody(source, plans[i]);
     EXPECT_EQ(body.size(), plans[i].size);
-    uint64_t n = 0;
-    for (int b = 7; b >= 0; --b) n = (n << 8) | static_cast<uint8_t>(body[b]);
-    auto header = ParseSafetensorsHeader(std::string_view(body).substr(8, n), body.size());
+    auto header = testing::ParseBodyHeader(body);
     EXPECT_TRUE(header.ok()) << header.status().message();
     if (!header.ok()) continue;
     if (i != 0) {
@@ -66,7 +63,7 @@ std::map<std::string, int> CheckReassembles(const Source& source,
     auto slices = ParseSliceDeclarations(header->metadata);
     EXPECT_TRUE(slices.ok());
     for (const TensorInfo& t : header->tensors) {
-      const std::string bytes = body.substr(8 + n + t.begin, t.byte_size());
+      const std::string bytes = body.substr(8 + header->json_size + t.begin, t.byte_size());
       const TensorInfo* original = nullptr;
       for (const TensorInfo& o : source.header.tensors) {
         if (o.name == t.name) original = &o;

@@ -263,13 +263,11 @@ TEST_F(CliTest, PullsSomeTensorsOrARanksPart) {
 std::map<std::string, std::pair<std::vector<uint64_t>, std::string>> TensorsOf(
     const std::string& body) {
   std::map<std::string, std::pair<std::vector<uint64_t>, std::string>> out;
-  uint64_t n = 0;
-  for (int i = 7; i >= 0 && body.size() >= 8; --i) n = (n << 8) | static_cast<uint8_t>(body[i]);
-  auto header = ParseSafetensorsHeader(std::string_view(body).substr(8, n), body.size());
+  auto header = testing::ParseBodyHeader(body);
   EXPECT_TRUE(header.ok()) << header.status().message();
   if (!header.ok()) return out;
   for (const TensorInfo& t : header->tensors) {
-    out[t.name] = {t.shape, body.substr(8 + n + t.begin, t.byte_size())};
+    out[t.name] = {t.shape, body.substr(8 + header->json_size + t.begin, t.byte_size())};
   }
   return out;
 }

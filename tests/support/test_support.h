@@ -181,6 +181,15 @@ struct BoundCheck {
   uint64_t inexact_tensors = 0;  // float tensors that did not restore bit-exactly
 };
 
+// The header of a whole safetensors body (its data starts at 8 + json_size).
+inline Result<SafetensorsHeader> ParseBodyHeader(std::string_view body) {
+  if (body.size() < 8) return Status::InvalidArgument("shorter than 8 bytes");
+  uint64_t n = 0;
+  std::memcpy(&n, body.data(), 8);
+  if (n > body.size() - 8) return Status::InvalidArgument("header length past the body");
+  return ParseSafetensorsHeader(body.substr(8, n), body.size());
+}
+
 // Checks the lossy guarantee on a whole safetensors body: the header restores verbatim, every
 // finite F64/F32/F16/BF16 element is within `bound` (or, for a tensor named in `pointwise`,
 // within that factor of its own magnitude), non-finite ones and every other dtype are bit-exact.
