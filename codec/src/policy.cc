@@ -1,12 +1,12 @@
 #include "ckpt/codec/policy.h"
 
-#include <fnmatch.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
+
+#include "ckpt/codec/tensor_patterns.h"
 
 namespace ckpt {
 namespace {
@@ -166,10 +166,6 @@ Status ParseFloatFormat(const json& value, uint8_t* exponent_bits, uint8_t* mant
   *exponent_bits = static_cast<uint8_t>(e);
   *mantissa_bits = static_cast<uint8_t>(m);
   return Status::Ok();
-}
-
-bool Matches(const std::string& pattern, std::string_view name) {
-  return fnmatch(pattern.c_str(), std::string(name).c_str(), 0) == 0;
 }
 
 json BoundJson(const ErrorBound& b, json& object) {
@@ -365,14 +361,14 @@ TensorCoding CodecPolicy::ForTensor(std::string_view name, DType dtype,
     return c;
   };
   for (const TensorOverride& o : overrides) {
-    if (!Matches(o.pattern, name)) continue;
+    if (!TensorNameMatches(o.pattern, name)) continue;
     if (o.lossless.value_or(false)) return lossless;
     return lossy(o.bound, o.quantizer, o.zero_below_mean.value_or(0));
   }
   if (mode == CodecMode::kLossless) return lossless;
   if (lossless_tensors) {
     for (const std::string& p : *lossless_tensors) {
-      if (Matches(p, name)) return lossless;
+      if (TensorNameMatches(p, name)) return lossless;
     }
   } else if (shape.size() <= 1) {
     return lossless;

@@ -1,13 +1,12 @@
 // The restore of part of a version (restore_view.h).
 #include "core/restore_view.h"
 
-#include <fnmatch.h>
-
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/codec/safetensors.h"
+#include "ckpt/codec/tensor_patterns.h"
 #include "ckpt/codec/tensor_slices.h"
 #include "core/chain_reader.h"
 #include "uploads/shard_assembly.h"
@@ -59,10 +58,7 @@ int SplitDimension(const json& layout, const std::string& name, size_t rank) {
 
 bool MatchesAny(const std::vector<std::string>& patterns, const std::string& name) {
   if (patterns.empty()) return true;
-  for (const std::string& p : patterns) {
-    if (::fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
-  }
-  return false;
+  return FirstMatchingPattern(patterns, name) >= 0;
 }
 
 // Whether `selection` (tensor patterns, exact names) admits tensor `name`.

@@ -1,11 +1,11 @@
 #include "ckpt/storage/retention.h"
 
-#include <fnmatch.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+
+#include "ckpt/codec/tensor_patterns.h"
 
 namespace ckpt {
 namespace {
@@ -217,11 +217,8 @@ std::string RetentionPolicy::ToJson() const {
 }
 
 std::optional<size_t> RetentionPolicy::RuleFor(std::string_view name) const {
-  const std::string text(name);
   for (size_t i = 0; i < tensor_rules.size(); ++i) {
-    for (const std::string& pattern : tensor_rules[i].patterns) {
-      if (fnmatch(pattern.c_str(), text.c_str(), 0) == 0) return i;
-    }
+    if (FirstMatchingPattern(tensor_rules[i].patterns, name) >= 0) return i;
   }
   return std::nullopt;
 }
