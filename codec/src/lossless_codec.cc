@@ -138,6 +138,7 @@ class LosslessBytePlaneCodec final : public TensorCodec {
             [] { return Pool<Buffer>::Handle(new Buffer(), [](Buffer* b) { delete b; }); }) {}
 
   CodecId id() const override { return CodecId::kLosslessBytePlanes; }
+  bool DeltasAreSymmetric() const override { return true; }
 
   Result<EncodedChunk> Encode(DType dtype, std::span<const uint8_t> current,
                               std::optional<std::span<const uint8_t>> reference) const override {

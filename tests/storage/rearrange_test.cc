@@ -108,6 +108,28 @@ TEST_F(RearrangeTest, LosslessLatestIsOneDecodeAwayAndEveryVersionRestoresExactl
   ExpectRestores("m", sha);
 }
 
+TEST_F(RearrangeTest, OldestFirstSweepOfAReverseChainDecodesOneLinkPerChunk) {
+  DriftingModel drift(5, 6000);
+  const uint64_t chunks = ChunksPerVersion(drift);
+  auto sha = PushAll("m", drift, 8, /*rearrange=*/true);
+  // Version 1 is at the far end of the reverse chain: a walk from the keyframe of version 8.
+  EXPECT_GE(LinksToRestore("m", 1), 7 * chunks);
+  // Each next version is one symmetric (XOR) delta away from the one just restored.
+  for (uint64_t v = 2; v <= 8; ++v) {
+    const uint64_t before = store_->Stats().restore_links_decoded;
+    auto body = Restore("m", v);
+    ASSERT_TRUE(body.ok()) << body.status().ToString();
+    EXPECT_EQ(Sha256Hex(*body), sha[v]) << "version " << v;
+    EXPECT_EQ(store_->Stats().restore_links_decoded - before, chunks) << "version " << v;
+  }
+  // Deleting the version in between leaves no neighbour one link away: the walk decides.
+  ASSERT_TRUE(store_->DeleteVersion("m", 4).ok());
+  EXPECT_GE(LinksToRestore("m", 3), 5 * chunks);
+  auto body = Restore("m", 5);
+  ASSERT_TRUE(body.ok()) << body.status().ToString();
+  EXPECT_EQ(Sha256Hex(*body), sha[5]);
+}
+
 TEST_F(RearrangeTest, NoVersionNeedsMoreThanKeyframeEveryDecodes) {
   DriftingModel drift(11, 6000);
   const uint64_t chunks = ChunksPerVersion(drift);
@@ -197,7 +219,8 @@ TEST_F(RearrangeTest, NothingToDoForAKeyframeOrAnEmptyModel) {
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->tensors_keyframed, 0u);
   EXPECT_EQ(store_->RearrangeLatest("missing", nullptr).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(store_->RearrangeLatest("bad/name", nullptr).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->RearrangeLatest("bad/name", nullptr).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(RearrangeTest, GivesWayToAPushAndLosesNothing) {

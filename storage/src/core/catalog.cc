@@ -83,6 +83,27 @@ Result<std::pair<uint64_t, VersionRecord>> FindVersion(const StoreContext& ctx,
   return std::make_pair(*version, std::move(*vr));
 }
 
+Result<std::optional<std::pair<uint64_t, VersionRecord>>> FindVersionBefore(
+    const StoreContext& ctx, const rocksdb::ReadOptions& ro, std::string_view model,
+    uint64_t version) {
+  using Found = std::optional<std::pair<uint64_t, VersionRecord>>;
+  if (version == 0) return Found();
+  std::unique_ptr<rocksdb::Iterator> it(ctx.db->NewIterator(ro, ctx.versions));
+  const std::string prefix = keys::ModelPrefix(model);
+  it->SeekForPrev(keys::VersionKey(model, version - 1));
+  if (!it->Valid() || !it->key().starts_with(prefix)) {
+    CKPT_RETURN_IF_ERROR(FromRocks(it->status(), "model '" + std::string(model) + "' versions"));
+    return Found();
+  }
+  const uint64_t older = keys::NumberAfterPrefix(it->key().ToStringView(), model.size());
+  auto record = VersionRecord::DecodeFrom(it->value().ToStringView());
+  if (!record.ok()) {
+    return record.status().WithContext("model '" + std::string(model) + "' version " +
+                                       std::to_string(older));
+  }
+  return Found(std::make_pair(older, std::move(record).value()));
+}
+
 Result<std::map<uint64_t, std::vector<std::string>>> TagsByVersion(const StoreContext& ctx,
                                                                    const rocksdb::ReadOptions& ro,
                                                                    std::string_view model) {

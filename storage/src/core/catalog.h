@@ -34,6 +34,11 @@ Result<std::pair<uint64_t, VersionRecord>> FindVersion(const StoreContext& ctx,
                                                        std::string_view model,
                                                        std::optional<uint64_t> version);
 
+// The version just older than `version` and its record, if there is one.
+Result<std::optional<std::pair<uint64_t, VersionRecord>>> FindVersionBefore(
+    const StoreContext& ctx, const rocksdb::ReadOptions& ro, std::string_view model,
+    uint64_t version);
+
 // Every tag of `model`, by the version it names (names sorted).
 Result<std::map<uint64_t, std::vector<std::string>>> TagsByVersion(const StoreContext& ctx,
                                                                    const rocksdb::ReadOptions& ro,

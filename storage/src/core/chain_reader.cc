@@ -64,8 +64,78 @@ Status ChainReader::DecodeSharedChunk(uint64_t seq, uint32_t tensor, uint32_t ch
   return Status::Ok();
 }
 
+Result<int64_t> ChainReader::NeighbourTensorFor(uint64_t seq, uint32_t tensor) {
+  CKPT_ASSIGN_OR_RETURN(const ManifestRecord* neighbour, Manifest(neighbour_seq_));
+  std::lock_guard lock(mu_);
+  if (!neighbour_indexed_) {
+    neighbour_indexed_ = true;
+    for (uint32_t i = 0; i < neighbour->tensors.size(); ++i) {
+      const ManifestTensor& e = neighbour->tensors[i];
+      if (e.kind == FrameKind::kDelta) neighbour_tensors_[{e.base_seq, e.base_tensor}] = i;
+    }
+  }
+  auto it = neighbour_tensors_.find({seq, tensor});
+  return it == neighbour_tensors_.end() ? int64_t{-1} : int64_t{it->second};
+}
+
+Result<bool> ChainReader::StepFromNeighbour(uint64_t seq, uint32_t tensor, uint32_t chunk,
+                                            std::vector<uint8_t>* out) {
+  if (!cache_ || neighbour_seq_ == 0 || neighbour_seq_ == seq) return false;
+  CKPT_ASSIGN_OR_RETURN(const ManifestRecord* m, Manifest(seq));
+  if (tensor >= m->tensors.size()) return false;  // the walk names the problem
+  const ManifestTensor& target = m->tensors[tensor];
+  if (target.kind == FrameKind::kKeyframe || chunk >= target.chunk_count) return false;
+  CKPT_ASSIGN_OR_RETURN(int64_t found, NeighbourTensorFor(seq, tensor));
+  if (found < 0) return false;
+  CKPT_ASSIGN_OR_RETURN(const ManifestRecord* neighbour, Manifest(neighbour_seq_));
+  const ManifestTensor& from = neighbour->tensors[static_cast<size_t>(found)];
+  const uint64_t length = ChunkLength(target, chunk);
+  if (from.dtype != target.dtype || chunk >= from.chunk_count ||
+      ChunkLength(from, chunk) != length) {
+    return false;
+  }
+  ReferenceCache::Chunk cached =
+      cache_->Get(model_, neighbour_seq_, static_cast<uint32_t>(found), chunk, cache_generation_);
+  if (!cached || cached->size() != length) return false;
+  // The neighbour's delta and the target's own record, whose checksum the result must match.
+  std::vector<rocksdb::PinnableSlice> values;
+  const std::vector<StoreBackend::ChunkAddress> addresses = {
+      {neighbour_seq_, static_cast<uint32_t>(found), chunk}, {seq, tensor, chunk}};
+  const std::string where = "model '" + model_ + "' version " + std::to_string(m->version) +
+                            " tensor '" + target.name + "' chunk " + std::to_string(chunk);
+  CKPT_RETURN_IF_ERROR(
+      backend_->GetChunks(chunk_read_options_, model_, addresses, &values).WithContext(where));
+  auto delta = ChunkRecord::DecodeFrom(values[0].ToStringView());
+  if (!delta.ok()) return delta.status().WithContext(where);
+  auto own = ChunkRecord::DecodeFrom(values[1].ToStringView());
+  if (!own.ok()) return own.status().WithContext(where);
+  if (delta->kind != FrameKind::kDelta || delta->raw_length != length ||
+      own->raw_length != length) {
+    return false;
+  }
+  CKPT_ASSIGN_OR_RETURN(const TensorCodec* codec, CodecForDecoding(delta->codec_id));
+  if (!codec->DeltasAreSymmetric()) return false;
+  std::unique_ptr<ChainDecoder> decoder = codec->NewChainDecoder(target.dtype, length);
+  CKPT_RETURN_IF_ERROR(decoder->StartFromDecoded(*cached).WithContext(where));
+  CKPT_RETURN_IF_ERROR(
+      decoder
+          ->ApplyDelta(std::span<const uint8_t>(
+              reinterpret_cast<const uint8_t*>(delta->payload.data()), delta->payload.size()))
+          .WithContext(where));
+  std::vector<uint8_t> stepped;
+  CKPT_RETURN_IF_ERROR(decoder->Finish(&stepped).WithContext(where));
+  links_decoded_.fetch_add(1, std::memory_order_relaxed);
+  if (Xxh3Checksum(stepped) != own->raw_checksum) return false;
+  *out = std::move(stepped);
+  return true;
+}
+
 Status ChainReader::Decode(uint64_t seq, uint32_t tensor, uint32_t chunk, std::vector<uint8_t>* out,
                            ReferenceCache::Chunk* shared) {
+  if (neighbour_seq_ != 0 && cache_ && !cache_->Contains(model_, seq, tensor, chunk)) {
+    CKPT_ASSIGN_OR_RETURN(bool stepped, StepFromNeighbour(seq, tensor, chunk, out));
+    if (stepped) return Status::Ok();
+  }
   struct Link {
     uint64_t seq;
     uint32_t tensor;

@@ -3,6 +3,8 @@
 // A chunk at manifest `seq` is either a keyframe or a delta against the same chunk at its
 // base manifest; decoding replays the chain from the keyframe forward, verifying the payload and
 // the decoded-bytes checksum of every link. Reads go through an optional RocksDB snapshot.
+// A replay stops at the newest link the reference cache holds; with a neighbour set, a chunk can
+// also be reached from the other side, one symmetric delta away (SetNeighbour).
 //
 // Thread-safe: one reader per push or restore; it caches the manifests it has read (std::map
 // nodes are stable, so returned pointers stay valid), and DecodeChunk may run concurrently for
@@ -45,6 +47,14 @@ class ChainReader {
   Status DecodeSharedChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
                            ReferenceCache::Chunk* out);
 
+  // A manifest that may be stored as deltas against the ones this reader decodes: the version
+  // just older than a restored one, which a rearranged (reverse) chain stores against it. Where
+  // that manifest's chunk is cached and its delta runs both ways (lossless XOR deltas:
+  // TensorCodec::DeltasAreSymmetric), a chunk is decoded from it with one link instead of a walk
+  // from the keyframe, so restoring a reverse chain's versions oldest first costs one decode
+  // per chunk, as newest first does. Call before decoding; 0 (the default) sets none.
+  void SetNeighbour(uint64_t seq) { neighbour_seq_ = seq; }
+
   // Stored payloads decoded so far (keyframes and deltas; a link found in the cache costs none).
   uint64_t links_decoded() const { return links_decoded_.load(std::memory_order_relaxed); }
 
@@ -60,6 +70,14 @@ class ChainReader {
   // `out` is left alone).
   Status Decode(uint64_t seq, uint32_t tensor, uint32_t chunk, std::vector<uint8_t>* out,
                 ReferenceCache::Chunk* shared);
+  // Decodes the chunk from the neighbour's cached chunk and its symmetric delta into `out`, when
+  // the neighbour offers that; false (and `out` untouched) when it does not, or when the step's
+  // result fails the target's checksum (the walk from the keyframe then decides).
+  Result<bool> StepFromNeighbour(uint64_t seq, uint32_t tensor, uint32_t chunk,
+                                 std::vector<uint8_t>* out);
+  // The neighbour's tensor index stored as a delta against tensor `tensor` of manifest `seq`
+  // (the neighbour's own base), or -1.
+  Result<int64_t> NeighbourTensorFor(uint64_t seq, uint32_t tensor);
 
   rocksdb::DB* db_;
   rocksdb::ColumnFamilyHandle* manifests_;
@@ -73,6 +91,10 @@ class ChainReader {
   const uint64_t cache_generation_;
   std::mutex mu_;
   std::map<uint64_t, ManifestRecord> manifests_by_seq_;  // guarded by mu_
+  uint64_t neighbour_seq_ = 0;                           // set before decoding
+  // Indexed by the neighbour's base tensor: the neighbour's tensor that is a delta against it.
+  std::map<std::pair<uint64_t, uint32_t>, uint32_t> neighbour_tensors_;  // guarded by mu_
+  bool neighbour_indexed_ = false;                                       // guarded by mu_
   std::atomic<uint64_t> links_decoded_{0};
 };
 

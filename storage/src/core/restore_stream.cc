@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ckpt/codec/hashing.h"
+#include "core/catalog.h"
 #include "core/chain_reader.h"
 #include "core/reference_cache.h"
 
@@ -52,6 +53,13 @@ class RestoreStreamImpl final : public RestoreStream {
     if (use_cache_ && record_.raw_bytes <= ctx_.cache->budget_bytes() / 2) {
       cache_as_ = state && state->reference_seq == record_.seq ? ReferenceCache::Kind::kReference
                                                                : ReferenceCache::Kind::kRestored;
+    }
+    if (use_cache_) {
+      // The version before, as an evaluation sweep restores it first: a reverse chain stores it
+      // against this one, so its cached chunks are one link away.
+      CKPT_ASSIGN_OR_RETURN(auto older,
+                            FindVersionBefore(ctx_, snapshot_.reads(), info_.model, info_.version));
+      if (older) reader_.SetNeighbour(older->second.seq);
     }
     Schedule();  // the first chunks decode while the header is being sent
     return Status::Ok();

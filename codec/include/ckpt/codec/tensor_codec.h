@@ -38,12 +38,12 @@ enum class FrameKind : uint8_t {
 
 // What an encoder did with a chunk, for reporting (version detail, benchmarks).
 struct ChunkCodingInfo {
-  uint8_t quantizer = 0;           // 0 for lossless; else the lossy Quantizer value used
-  double bound = 0;                // the absolute error bound applied (0 = bit-exact)
-  uint64_t elements = 0;           // elements in the chunk
-  uint64_t exact_elements = 0;     // elements stored verbatim to keep the bound (NaN, Inf, ...)
-  double model_entropy_bits = 0;   // Shannon entropy of the coded symbols under the codec's
-                                   // context model, plus raw extra bits (0 if not applicable)
+  uint8_t quantizer = 0;          // 0 for lossless; else the lossy Quantizer value used
+  double bound = 0;               // the absolute error bound applied (0 = bit-exact)
+  uint64_t elements = 0;          // elements in the chunk
+  uint64_t exact_elements = 0;    // elements stored verbatim to keep the bound (NaN, Inf, ...)
+  double model_entropy_bits = 0;  // Shannon entropy of the coded symbols under the codec's
+                                  // context model, plus raw extra bits (0 if not applicable)
 };
 
 struct EncodedChunk {
@@ -94,6 +94,11 @@ class TensorCodec {
   // A decoder for a chain of this codec's payloads for a chunk of `length` bytes. The default
   // applies Decode link by link; codecs whose deltas compose cheaply override it.
   virtual std::unique_ptr<ChainDecoder> NewChainDecoder(DType dtype, size_t length) const;
+
+  // Whether a delta runs both ways: when a delta payload takes reconstruction B to A, the same
+  // payload applied to A gives B, bit for bit (an XOR of the raw bits). A reader holding the
+  // newer end of such a link can then step to the other end with one decode.
+  virtual bool DeltasAreSymmetric() const { return false; }
 };
 
 struct LosslessCodecOptions {
