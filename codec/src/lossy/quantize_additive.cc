@@ -6,6 +6,7 @@
 
 #include "lossy/element.h"
 #include "lossy/history.h"
+#include "lossy/kernels_log_avx2.h"
 #include "lossy/kernels_sse2.h"
 #include "lossy/quantize.h"
 
@@ -81,59 +82,85 @@ inline void QuantizeElement(const Q& quantizer, const uint8_t* in, const uint8_t
   EmitElement<E::kSize>(accepted, z, xp, rp, i, out);
 }
 
-// The log quantizer's loop. The usual element (finite, non-zero, different from its reference,
-// with a valid symbol whose reconstruction meets the bound) is coded here, with the arithmetic
-// of LogQuantizer::Propose and Reconstruct; any other goes through QuantizeElement, which
-// computes the same values and handles every special case.
+// The log quantizer's element i. The usual element (finite, non-zero, different from its
+// reference, with a valid symbol whose reconstruction meets the bound) is coded here, with the
+// arithmetic of LogQuantizer::Propose and Reconstruct; any other goes through QuantizeElement,
+// which computes the same values and handles every special case. `zero_floor` is the drop
+// floor (keyframes only, where symbol 0 restores +0): within it, an element's error is at most
+// the floor. NaN compares false and stays out; zeros keep their own coding, which restores -0.0
+// as -0.0.
 template <DType D>
-void QuantizeLogElements(const LogQuantizer& log, const uint8_t* in, const uint8_t* ref, size_t n,
-                         double eps, bool non_negative, uint8_t* recon, Quantized* out) {
+inline void QuantizeLogElement(const LogQuantizer& log, const uint8_t* in, const uint8_t* ref,
+                               size_t i, double eps, bool non_negative, double zero_floor,
+                               uint8_t* recon, Quantized* out) {
   using E = Element<D>;
   const bool ratio_mode = log.mode == LogQuantizer::Mode::kRatio;
   constexpr double kMaxIndex = static_cast<double>(LogQuantizer::kMaxIndex);
-  // The drop floor (keyframes only, where symbol 0 restores +0): within it, an element's error
-  // is at most the floor. NaN compares false and stays out; zeros keep their own coding, which
-  // restores -0.0 as -0.0.
-  const double zero_floor = ref ? 0.0 : log.zero_floor;
-  for (size_t i = 0; i < n; ++i) {
-    const double x = E::Load(in + i * E::kSize);
-    const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
-    if (std::abs(x) <= zero_floor && x != 0) {
-      uint8_t* rp = recon + i * E::kSize;
-      E::Store(0.0, rp);
-      EmitElement<E::kSize>(true, 0, in + i * E::kSize, rp, i, out);
-      continue;
-    }
-    // Ratio mode codes x / p; absolute mode x itself. Either must be finite and non-zero.
-    const double a = ratio_mode ? x / p : x;
-    const double t = std::log2(std::abs(a)) * log.inverse_step - log.offset;
-    const bool usual =
-        x != p && x != 0 && p - p == 0 && std::abs(t) < kMaxIndex && (!ratio_mode || p != 0);
-    if (!usual || !(log.step > 0)) [[unlikely]] {
-      QuantizeElement<D, LogQuantizer, false>(log, in, ref, i, eps, non_negative, HistoryUse::kNone,
-                                              recon, out);
-      continue;
-    }
-    const int64_t index = static_cast<int64_t>(RoundToInteger(t));
-    uint64_t z;
-    double magnitude;
-    if (ratio_mode) {
-      z = log.RatioSymbol(index, a < 0);
-      magnitude = p * log.Power(index);
-    } else {
-      z = 1 + 2 * ZigZag(index - log.k0) + (x < 0 ? 1 : 0);
-      magnitude = log.Power(index);
-    }
-    const double restored = a < 0 ? -magnitude : magnitude;
+  const double x = E::Load(in + i * E::kSize);
+  const double p = ref ? E::Load(ref + i * E::kSize) : 0.0;
+  if (std::abs(x) <= zero_floor && x != 0) {
     uint8_t* rp = recon + i * E::kSize;
-    E::Store(restored, rp);
-    const double r = E::Load(rp);
-    if (!log.Valid(z) || !Acceptable(x, r, PointwiseBound(eps, x), non_negative)) [[unlikely]] {
-      QuantizeElement<D, LogQuantizer, false>(log, in, ref, i, eps, non_negative, HistoryUse::kNone,
-                                              recon, out);
-      continue;
+    E::Store(0.0, rp);
+    EmitElement<E::kSize>(true, 0, in + i * E::kSize, rp, i, out);
+    return;
+  }
+  // Ratio mode codes x / p; absolute mode x itself. Either must be finite and non-zero.
+  const double a = ratio_mode ? x / p : x;
+  const double t = std::log2(std::abs(a)) * log.inverse_step - log.offset;
+  const bool usual =
+      x != p && x != 0 && p - p == 0 && std::abs(t) < kMaxIndex && (!ratio_mode || p != 0);
+  if (!usual || !(log.step > 0)) [[unlikely]] {
+    QuantizeElement<D, LogQuantizer, false>(log, in, ref, i, eps, non_negative, HistoryUse::kNone,
+                                            recon, out);
+    return;
+  }
+  const int64_t index = static_cast<int64_t>(RoundToInteger(t));
+  uint64_t z;
+  double magnitude;
+  if (ratio_mode) {
+    z = log.RatioSymbol(index, a < 0);
+    magnitude = p * log.Power(index);
+  } else {
+    z = 1 + 2 * ZigZag(index - log.k0) + (x < 0 ? 1 : 0);
+    magnitude = log.Power(index);
+  }
+  const double restored = a < 0 ? -magnitude : magnitude;
+  uint8_t* rp = recon + i * E::kSize;
+  E::Store(restored, rp);
+  const double r = E::Load(rp);
+  if (!log.Valid(z) || !Acceptable(x, r, PointwiseBound(eps, x), non_negative)) [[unlikely]] {
+    QuantizeElement<D, LogQuantizer, false>(log, in, ref, i, eps, non_negative, HistoryUse::kNone,
+                                            recon, out);
+    return;
+  }
+  EmitElement<E::kSize>(true, z, in + i * E::kSize, rp, i, out);
+}
+
+// The log quantizer's loop: Adam's exp_avg_sq deltas (ratio mode, F32) four at a time through
+// the AVX2 kernel where the CPU has it, a group it declines element by element; the rest one by
+// one. Either way the same symbols and reconstructions.
+template <DType D>
+void QuantizeLogElements(const LogQuantizer& log, const uint8_t* in, const uint8_t* ref, size_t n,
+                         double eps, bool non_negative, uint8_t* recon, Quantized* out) {
+  const double zero_floor = ref ? 0.0 : log.zero_floor;
+  size_t i = 0;
+#ifdef CKPT_LOSSY_AVX2
+  if constexpr (D == DType::kF32) {
+    if (ref && log.mode == LogQuantizer::Mode::kRatio && log.step > 0 && n >= 4 && CpuHasAvx2()) {
+      const RatioKernelConstants constants(log, eps, non_negative);
+      for (; i + 4 <= n; i += 4) {
+        if (!QuantizeRatioFourF32(in + 4 * i, ref + 4 * i, constants, recon + 4 * i,
+                                  &out->symbols[i])) {
+          for (size_t k = i; k < i + 4; ++k) {
+            QuantizeLogElement<D>(log, in, ref, k, eps, non_negative, zero_floor, recon, out);
+          }
+        }
+      }
     }
-    EmitElement<E::kSize>(true, z, in + i * E::kSize, rp, i, out);
+  }
+#endif
+  for (; i < n; ++i) {
+    QuantizeLogElement<D>(log, in, ref, i, eps, non_negative, zero_floor, recon, out);
   }
 }
 
