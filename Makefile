@@ -67,6 +67,7 @@ recovery-walkthrough: build
 	/usr/bin/python3 scripts/failure_recovery.py --ckptd $(BUILD_DIR)/daemon/ckptd
 
 bench: release
+	@./scripts/install-deps.sh --bench
 	@echo "benchmark programs are in $(RELEASE_DIR)/bench; see docs/benchmarks.md"
 
 format:

@@ -4,7 +4,8 @@
 #   - ckptd: every file pushed in order (curl -T, PUT .../versions/N); the daemon's background
 #     work after the last push (the rearrangement of the latest version) awaited and its CPU
 #     time reported; the daemon restarted without the start-up cache warm-up, then `latest`
-#     restored cold (from storage alone) and again warm, then every version in turn;
+#     restored cold (from storage alone) and again warm, then every version in turn, oldest
+#     first (the first version's own figure too: the far end of a reverse chain);
 #     wall-clock MB/s and the daemon's CPU per byte (utime + stime from /proc/PID/stat around
 #     each phase); the data directory's size after a clean shutdown (du ratio) and the stored
 #     bytes the daemon reports for the model (ratio)
@@ -43,11 +44,18 @@ mapfile -t files < <(ls "$dir"/*.safetensors | sort)
 raw=0
 for f in "${files[@]}"; do raw=$((raw + $(stat -c %s "$f"))); done
 latest_bytes=$(stat -c %s "${files[-1]}")
+first_bytes=$(stat -c %s "${files[0]}")
 
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { print b - a }'; }
 mbps() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.0f", b / 1e6 / s }'; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+# A failed request ends the run with what the daemon said (curl -f alone exits silently).
+fail() {
+  echo "daemon_bench: $*" >&2
+  [[ -f "$work/ckptd.log" ]] && tail -n 5 "$work/ckptd.log" >&2
+  exit 1
+}
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 ticks_per_s=$(getconf CLK_TCK)
 # MB per daemon CPU-second.
@@ -90,16 +98,18 @@ ckptd_round() {
   rm -rf "$work/data"
   start_daemon "$1"
   if [[ -n "$policy" ]]; then
-    curl -sf -X PUT --data-binary "$policy" "$url/policy" > /dev/null
+    curl -sS --fail-with-body -X PUT --data-binary "$policy" "$url/policy" > /dev/null ||
+      fail "policy refused"
   fi
   if [[ -n "${RETENTION_JSON:-}" ]]; then
-    curl -sf -X PUT --data-binary "$RETENTION_JSON" "$url/retention" > /dev/null
+    curl -sS --fail-with-body -X PUT --data-binary "$RETENTION_JSON" "$url/retention" \
+      > /dev/null || fail "retention policy refused"
   fi
   local c0 t0 t1 c1 v=0 paced_s=0 paced_ticks=0 p0 q0
   c0=$(cpu_ticks "$daemon_pid"); t0=$(now)
   for f in "${files[@]}"; do
     v=$((v + 1))
-    curl -sf -T "$f" "$url/versions/$v" > /dev/null
+    curl -sS --fail-with-body -T "$f" "$url/versions/$v" > /dev/null || fail "push of $f failed"
     if [[ -n "${PACED:-}" && $v -lt ${#files[@]} ]]; then
       p0=$(now); q0=$(cpu_ticks "$daemon_pid")
       wait_idle
@@ -123,20 +133,22 @@ ckptd_round() {
   start_daemon "$1"
   local t2 t3 t4 c4 t5 c5
   t2=$(now)
-  curl -sf "$url/versions/latest" -o "$work/latest"
+  curl -sS --fail-with-body "$url/versions/latest" -o "$work/latest" || fail "latest (cold)"
   t3=$(now)
-  curl -sf "$url/versions/latest" -o "$work/latest"
+  curl -sS --fail-with-body "$url/versions/latest" -o "$work/latest" || fail "latest (warm)"
   t4=$(now); c4=$(cpu_ticks "$daemon_pid")
+  local t_first=
   cmp -s "$work/latest" "${files[-1]}" || [[ -n "$policy" ]] || { echo "latest differs" >&2; exit 1; }
   v=0
   for f in "${files[@]}"; do
     v=$((v + 1))
-    curl -sf "$url/versions/$v" -o "$work/restored"
+    curl -sS --fail-with-body "$url/versions/$v" -o "$work/restored" || fail "version $v"
+    [[ -n "$t_first" ]] || t_first=$(elapsed "$t4" "$(now)")
     [[ -n "$policy" ]] || cmp -s "$work/restored" "$f" || { echo "version $v differs" >&2; exit 1; }
   done
   t5=$(now); c5=$(cpu_ticks "$daemon_pid")
   stop_daemon
-  echo "$(elapsed "$t0" "$t1") $((c1 - c0)) $(elapsed "$t2" "$t3") $(elapsed "$t3" "$t4") $(elapsed "$t4" "$t5") $((c5 - c4)) $stored $c_idle $logical" >> "$work/results.$2"
+  echo "$(elapsed "$t0" "$t1") $((c1 - c0)) $(elapsed "$t2" "$t3") $(elapsed "$t3" "$t4") $(elapsed "$t4" "$t5") $((c5 - c4)) $stored $c_idle $logical $t_first" >> "$work/results.$2"
 }
 
 # nginx with WebDAV PUT (start_nginx).
@@ -145,7 +157,7 @@ source "$(dirname "$0")/nginx_peer.sh"
 peer_round() {
   rm -rf "$work/cp" "$work/www"/*
   mkdir -p "$work/cp"
-  local t0 t1 t2 t3 t4 t5
+  local t0 t1 t2 t3 t4 t5 t6
   t0=$(now)
   for f in "${files[@]}"; do cp "$f" "$work/cp/"; done
   sync -f "$work/cp"
@@ -160,7 +172,9 @@ peer_round() {
   t4=$(now)
   curl -sf "$nginx_url/$v.safetensors" -o "$work/restored"
   t5=$(now)
-  echo "$(elapsed "$t0" "$t1") $(elapsed "$t1" "$t2") $(elapsed "$t2" "$t3") $(elapsed "$t3" "$t4") $(elapsed "$t4" "$t5")" >> "$work/results.peers"
+  curl -sf "$nginx_url/1.safetensors" -o "$work/restored"
+  t6=$(now)
+  echo "$(elapsed "$t0" "$t1") $(elapsed "$t1" "$t2") $(elapsed "$t2" "$t3") $(elapsed "$t3" "$t4") $(elapsed "$t4" "$t5") $(elapsed "$t5" "$t6")" >> "$work/results.peers"
 }
 
 start_nginx
@@ -171,14 +185,14 @@ done
 
 col() { awk -v c="$2" '{ print $c }' "$1" | median; }
 echo "files: ${#files[@]} in $dir, $raw bytes; policy: ${policy:-default (lossless)}${RETENTION_JSON:+; retention: $RETENTION_JSON}${PACED:+; paced}; rounds: $rounds"
-printf '%-34s %10s %10s %10s %12s %12s %10s %12s %8s %8s\n' "" "push MB/s" "MB/cpu-s" "after cpu-s" "latest cold" "latest warm" "every MB/s" "every MB/cpu-s" "du ratio" "ratio"
+printf '%-34s %10s %10s %10s %12s %12s %10s %10s %12s %8s %8s\n' "" "push MB/s" "MB/cpu-s" "after cpu-s" "latest cold" "latest warm" "first MB/s" "every MB/s" "every MB/cpu-s" "du ratio" "ratio"
 for i in "${!builds[@]}"; do
   r="$work/results.$i"
-  printf '%-34s %10s %10s %10s %12s %12s %10s %12s %8s %8s\n' "ckptd ($(basename "$(dirname "${builds[$i]}")")/$(basename "${builds[$i]}"))" \
+  printf '%-34s %10s %10s %10s %12s %12s %10s %10s %12s %8s %8s\n' "ckptd ($(basename "$(dirname "${builds[$i]}")")/$(basename "${builds[$i]}"))" \
     "$(mbps "$raw" "$(col "$r" 1)")" "$(mb_per_cpu "$raw" "$(col "$r" 2)")" \
     "$(awk -v t="$(col "$r" 8)" -v h="$ticks_per_s" 'BEGIN { printf "%.2f", t / h }')" \
     "$(mbps "$latest_bytes" "$(col "$r" 3)")" "$(mbps "$latest_bytes" "$(col "$r" 4)")" \
-    "$(mbps "$raw" "$(col "$r" 5)")" "$(mb_per_cpu "$raw" "$(col "$r" 6)")" \
+    "$(mbps "$first_bytes" "$(col "$r" 10)")" "$(mbps "$raw" "$(col "$r" 5)")" "$(mb_per_cpu "$raw" "$(col "$r" 6)")" \
     "$(awk -v r="$raw" -v s="$(col "$r" 7)" 'BEGIN { printf "%.2fx", r / s }')" \
     "$(awk -v r="$raw" -v s="$(col "$r" 9)" 'BEGIN { printf "%.2fx", r / s }')"
 done
@@ -188,3 +202,4 @@ echo "zstd -1 (one thread):      $(mbps "$raw" "$(col "$p" 2)") MB/s"
 echo "nginx PUT (curl -T):       $(mbps "$raw" "$(col "$p" 3)") MB/s"
 echo "nginx GET, every file:     $(mbps "$raw" "$(col "$p" 4)") MB/s"
 echo "nginx GET, the last file:  $(mbps "$latest_bytes" "$(col "$p" 5)") MB/s"
+echo "nginx GET, the first file: $(mbps "$first_bytes" "$(col "$p" 6)") MB/s"

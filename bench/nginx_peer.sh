@@ -28,6 +28,14 @@ http {
 NGINX
   nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" &
   nginx_pid=$!
-  for _ in $(seq 500); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.01; done
+  local up=""
+  for _ in $(seq 500); do
+    curl -s -o /dev/null "http://127.0.0.1:$port/" && { up=1; break; }
+    sleep 0.01
+  done
+  if [[ -z "$up" ]]; then
+    echo "nginx did not start (scripts/install-deps.sh --bench installs nginx-light)" >&2
+    exit 1
+  fi
   nginx_url="http://127.0.0.1:$port"
 }
