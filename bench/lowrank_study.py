@@ -23,8 +23,20 @@ cheapest (symbols' conditional entropy + the factors' entropy, column by column,
 column). Symbols are costed by their conditional entropy under the 8 history states, exactly as
 `bench/delta_entropy.py --contexts` costs ckptd's lattice.
 
+`--reversible` prices instead what the newest version costs as one decode. Stored backwards (the
+newest version whole, older ones as reverse deltas), a chain's reconstructions must be cheap to
+code exactly on their own: the candidate's fine offsets are the sum of every shift of the chain,
+a dense field. So it also prices an *accumulated* shift: per matrix and chain, a basis that only
+grows (at most `--max-basis` directions; each version may add `--grow` directions fitted to what
+the basis leaves of its delta), integer coefficients that accumulate (A_t = A_(t-1) + C_t), and
+reconstructions R_t = 2 bound n_t + fine O_t with O_t = round(scale A_t B^T): the newest version
+is its lattice indices n plus one factor set, and a reverse delta is -s_t plus C_t. Element
+history moves out of the reconstruction: the reverse deltas are coded in the context of the
+history read backwards (the newer versions' moves), which this measures rather than assumes.
+
 Usage: /usr/bin/python3 bench/lowrank_study.py CKPT_DIR [--bound 5e-3] [--ranks 0,8,16,24]
            [--factor-step 2.0] [--basis-step 1.0] [--save-restored DIR] [--spectrum]
+           [--reversible [--max-basis 32] [--grow 8]]
   --factor-step is in units of the bound, --basis-step in units of 1/sqrt(n).
   --save-restored writes each version's reconstruction (the candidate's) as safetensors with
   the original header, for `bench/train_checkpoints.py eval`.
@@ -73,6 +85,76 @@ def shifted_step(x, r_prev, history, rank, bound, factor_step, basis_step):
     return prediction + step * s, s, bits
 
 
+def reverse_bits(moves):
+    """Bits of a chain's moves stored backwards: -s_t, newest first, each in the context of the
+    history of the moves read so far (the decoder walks from the newest version)."""
+    history = np.full(moves[0].shape, 3)
+    bits = 0.0
+    for s in reversed(moves):
+        bits += entropy_bits(-s.ravel(), history.ravel())
+        history = next_history(history, -s)
+    return bits
+
+
+def fit_directions(e, count, basis_step):
+    """The top `count` right singular vectors of e, quantized: (integer basis, dequantized)."""
+    n = e.shape[1]
+    _, _, vt = np.linalg.svd(e, full_matrices=False)
+    vq = np.round(vt[:count].T * np.sqrt(n) / basis_step)
+    return vq, vq * basis_step / np.sqrt(n)
+
+
+def accumulated_chain(mats, bound, factor_step, basis_step, max_basis, grow):
+    """One matrix's chain under the accumulated shift. Returns (forward delta bits, reverse
+    delta bits, factor bits, keyframe bits of the first and of the newest version, moves)."""
+    step = 2 * bound
+    fine = step / FINE
+    unit = factor_step * bound
+    rows, n = mats[0].shape
+    vd = np.zeros((n, 0))
+    a = np.zeros((rows, 0))
+    offset = np.zeros((rows, n))           # O_t, in fine units
+    index = np.round(mats[0] / step)       # n_t
+    first_bits = entropy_bits(index.ravel())
+    history = np.full(index.shape, 3)
+    forward = factors = 0.0
+    moves = []
+    for t in range(1, len(mats)):
+        x = mats[t]
+        e = x - (step * index + fine * offset)
+        trials = []
+        for add in sorted({0, min(grow, max_basis - vd.shape[1])}):
+            basis, extra_bits = vd, 0.0
+            if add > 0:
+                residual = e - (e @ vd @ np.linalg.pinv(vd.T @ vd)) @ vd.T if vd.shape[1] else e
+                vq, new = fit_directions(residual, add, basis_step)
+                basis, extra_bits = np.hstack([vd, new]), column_bits(vq)
+            for fit in (True, False):
+                if basis.shape[1] == 0 and fit:
+                    continue
+                if fit:
+                    c = np.round(e @ basis @ np.linalg.pinv(basis.T @ basis) / unit)
+                else:
+                    c = np.zeros((rows, basis.shape[1]))
+                acc = np.hstack([a, np.zeros((rows, basis.shape[1] - a.shape[1]))]) + c
+                o = np.round((acc * unit) @ basis.T / fine) if basis.shape[1] else offset * 0
+                k = np.round((x - fine * o) / step)
+                s = k - index
+                bits = entropy_bits(s.ravel(), history.ravel())
+                side = (column_bits(c) if fit else 0.0) + extra_bits
+                trials.append((bits + side, bits, side, basis, acc, o, k, s))
+        _, bits, side, vd, a, offset, k, s = min(trials, key=lambda trial: trial[0])
+        r = step * k + fine * offset
+        worst = float(np.abs(r.astype(np.float32) - x.astype(np.float32)).max())
+        assert worst <= bound * (1 + 1e-6), worst
+        forward += bits
+        factors += side
+        history = next_history(history, s)
+        moves.append(s)
+        index = k
+    return forward, reverse_bits(moves), factors, first_bits, entropy_bits(index.ravel()), moves
+
+
 def spectrum(tensors_a, tensors_b):
     out = {}
     for name, (x, shape) in tensors_a.items():
@@ -109,6 +191,9 @@ def main():
     parser.add_argument("--min-elements", type=int, default=30000)
     parser.add_argument("--save-restored")
     parser.add_argument("--spectrum", action="store_true")
+    parser.add_argument("--reversible", action="store_true")
+    parser.add_argument("--max-basis", type=int, default=32)
+    parser.add_argument("--grow", type=int, default=8)
     args = parser.parse_args()
     ranks = [int(r) for r in args.ranks.split(",")]
     step = 2 * args.bound
@@ -120,6 +205,9 @@ def main():
         return
     raw_bytes = sum(size for _, size in versions)
     first = versions[0][0]
+    if args.reversible:
+        print(json.dumps(reversible_study(args, versions, raw_bytes)))
+        return
     studied = [n for n, (x, shape) in first.items()
                if len(shape) == 2 and x.size >= args.min_elements and np.isfinite(x).all()]
     other_bits = 0.0          # keyframe of everything, deltas of the tensors not studied
@@ -186,6 +274,58 @@ def main():
         "ratio_lattice": round(raw_bytes * 8 / (other_bits + lattice_bits), 2),
         "ratio_candidate": round(raw_bytes * 8 / (other_bits + candidate_bits), 2),
     }))
+
+
+def reversible_study(args, versions, raw_bytes):
+    """Whole-sequence bits of each coding, forward (first version whole) and backwards
+    (newest version whole, reverse deltas in the context of the backwards history)."""
+    step = 2 * args.bound
+    ranks = [int(r) for r in args.ranks.split(",")]
+    totals = {k: 0.0 for k in ("other", "plain_fwd", "plain_rev", "today_fwd",
+                                "acc_fwd", "acc_rev")}
+    for name, (x0, shape) in versions[0][0].items():
+        series = [v[0][name][0].astype(np.float64) for v in versions]
+        if not all(np.isfinite(x).all() for x in series):
+            continue
+        indices = [np.round(x / step) for x in series]
+        moves = [b - a for a, b in zip(indices, indices[1:])]
+        plain_first, plain_last = entropy_bits(indices[0]), entropy_bits(indices[-1])
+        history, plain_fwd = np.full(indices[0].shape, 3), plain_first
+        for s in moves:
+            plain_fwd += entropy_bits(s, history)
+            history = next_history(history, s)
+        plain_rev = plain_last + reverse_bits(moves)
+        if len(shape) != 2 or x0.size < args.min_elements:
+            for key, bits in (("plain_fwd", plain_fwd), ("plain_rev", plain_rev),
+                              ("today_fwd", plain_fwd), ("acc_fwd", plain_fwd),
+                              ("acc_rev", plain_rev)):
+                totals[key] += bits
+            continue
+        totals["plain_fwd"] += plain_fwd
+        totals["plain_rev"] += plain_rev
+        flip = shape[0] < shape[1]
+        mats = [x.reshape(shape).T if flip else x.reshape(shape) for x in series]
+        # Today's shift: a fresh fit per version, reconstructions on the fine lattice.
+        r_prev = np.round(mats[0] / step) * step
+        history = np.full(r_prev.shape, 3)
+        today = plain_first
+        for t in range(1, len(mats)):
+            best = min((shifted_step(mats[t], r_prev, history, rank, args.bound,
+                                     args.factor_step, args.basis_step) for rank in ranks),
+                       key=lambda trial: trial[2])
+            r_prev, s, bits = best
+            today += bits
+            history = next_history(history, s)
+        totals["today_fwd"] += today
+        fwd, rev, side, first_bits, last_bits, _ = accumulated_chain(
+            mats, args.bound, args.factor_step, args.basis_step, args.max_basis, args.grow)
+        totals["acc_fwd"] += first_bits + fwd + side
+        totals["acc_rev"] += last_bits + rev + side
+    out = {"dir": args.ckpt_dir, "bound": args.bound, "versions": len(versions),
+           "max_basis": args.max_basis, "grow": args.grow}
+    for key in ("plain_fwd", "plain_rev", "today_fwd", "acc_fwd", "acc_rev"):
+        out["ratio_" + key] = round(raw_bytes * 8 / totals[key], 2)
+    return out
 
 
 if __name__ == "__main__":
