@@ -85,45 +85,45 @@ Result<bool> ChainReader::StepFromNeighbour(uint64_t seq, uint32_t tensor, uint3
   if (tensor >= m->tensors.size()) return false;  // the walk names the problem
   const ManifestTensor& target = m->tensors[tensor];
   if (target.kind == FrameKind::kKeyframe || chunk >= target.chunk_count) return false;
-  CKPT_ASSIGN_OR_RETURN(int64_t found, NeighbourTensorFor(seq, tensor));
-  if (found < 0) return false;
+  // A neighbour that cannot be read is one that offers nothing (restoring it reports why).
+  auto neighbour_tensor = NeighbourTensorFor(seq, tensor);
+  if (!neighbour_tensor.ok() || *neighbour_tensor < 0) return false;
+  const auto found = static_cast<uint32_t>(*neighbour_tensor);
   CKPT_ASSIGN_OR_RETURN(const ManifestRecord* neighbour, Manifest(neighbour_seq_));
-  const ManifestTensor& from = neighbour->tensors[static_cast<size_t>(found)];
+  const ManifestTensor& from = neighbour->tensors[found];
   const uint64_t length = ChunkLength(target, chunk);
   if (from.dtype != target.dtype || chunk >= from.chunk_count ||
       ChunkLength(from, chunk) != length) {
     return false;
   }
   ReferenceCache::Chunk cached =
-      cache_->Get(model_, neighbour_seq_, static_cast<uint32_t>(found), chunk, cache_generation_);
+      cache_->Get(model_, neighbour_seq_, found, chunk, cache_generation_);
   if (!cached || cached->size() != length) return false;
   // The neighbour's delta and the target's own record, whose checksum the result must match.
+  // The step only saves work: anything it cannot read or decode leaves the chunk to the walk,
+  // which reports what is wrong with the target's own chain.
   std::vector<rocksdb::PinnableSlice> values;
-  const std::vector<StoreBackend::ChunkAddress> addresses = {
-      {neighbour_seq_, static_cast<uint32_t>(found), chunk}, {seq, tensor, chunk}};
-  const std::string where = "model '" + model_ + "' version " + std::to_string(m->version) +
-                            " tensor '" + target.name + "' chunk " + std::to_string(chunk);
-  CKPT_RETURN_IF_ERROR(
-      backend_->GetChunks(chunk_read_options_, model_, addresses, &values).WithContext(where));
+  const std::vector<StoreBackend::ChunkAddress> addresses = {{neighbour_seq_, found, chunk},
+                                                             {seq, tensor, chunk}};
+  if (!backend_->GetChunks(chunk_read_options_, model_, addresses, &values).ok()) return false;
   auto delta = ChunkRecord::DecodeFrom(values[0].ToStringView());
-  if (!delta.ok()) return delta.status().WithContext(where);
   auto own = ChunkRecord::DecodeFrom(values[1].ToStringView());
-  if (!own.ok()) return own.status().WithContext(where);
-  if (delta->kind != FrameKind::kDelta || delta->raw_length != length ||
+  if (!delta.ok() || !own.ok() || delta->kind != FrameKind::kDelta || delta->raw_length != length ||
       own->raw_length != length) {
     return false;
   }
-  CKPT_ASSIGN_OR_RETURN(const TensorCodec* codec, CodecForDecoding(delta->codec_id));
-  if (!codec->DeltasAreSymmetric()) return false;
-  std::unique_ptr<ChainDecoder> decoder = codec->NewChainDecoder(target.dtype, length);
-  CKPT_RETURN_IF_ERROR(decoder->StartFromDecoded(*cached).WithContext(where));
-  CKPT_RETURN_IF_ERROR(
-      decoder
-          ->ApplyDelta(std::span<const uint8_t>(
-              reinterpret_cast<const uint8_t*>(delta->payload.data()), delta->payload.size()))
-          .WithContext(where));
+  auto codec = CodecForDecoding(delta->codec_id);
+  if (!codec.ok() || !(*codec)->DeltasAreSymmetric()) return false;
+  std::unique_ptr<ChainDecoder> decoder = (*codec)->NewChainDecoder(target.dtype, length);
   std::vector<uint8_t> stepped;
-  CKPT_RETURN_IF_ERROR(decoder->Finish(&stepped).WithContext(where));
+  if (!decoder->StartFromDecoded(*cached).ok() ||
+      !decoder
+           ->ApplyDelta(std::span<const uint8_t>(
+               reinterpret_cast<const uint8_t*>(delta->payload.data()), delta->payload.size()))
+           .ok() ||
+      !decoder->Finish(&stepped).ok()) {
+    return false;
+  }
   links_decoded_.fetch_add(1, std::memory_order_relaxed);
   if (Xxh3Checksum(stepped) != own->raw_checksum) return false;
   *out = std::move(stepped);

@@ -92,7 +92,7 @@ class ChainReader {
   std::mutex mu_;
   std::map<uint64_t, ManifestRecord> manifests_by_seq_;  // guarded by mu_
   uint64_t neighbour_seq_ = 0;                           // set before decoding
-  // Indexed by the neighbour's base tensor: the neighbour's tensor that is a delta against it.
+  // The neighbour's delta tensors by their base (seq, tensor index).
   std::map<std::pair<uint64_t, uint32_t>, uint32_t> neighbour_tensors_;  // guarded by mu_
   bool neighbour_indexed_ = false;                                       // guarded by mu_
   std::atomic<uint64_t> links_decoded_{0};
