@@ -41,6 +41,11 @@ Status OpenStoreDatabase(const std::string& data_dir, rocksdb::Env* env,
   db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   db_options.info_log = NewEngineLogger(db_options.info_log_level, std::move(engine_log));
   db_options.max_background_jobs = 2;
+  // The store resumes after an engine error itself (StoreHealth). RocksDB's own recovery of
+  // retryable I/O errors runs on a thread of its own, which the listener cannot turn off, and a
+  // Close() that meets that thread as it starts can wait forever (RocksDB 7.8; upstream issue
+  // facebook/rocksdb#11440): the daemon's shutdown would hang after a failed log write.
+  db_options.max_bgerror_resume_count = 0;
   // Old WAL files are kept alive by the smallest family's memtable; cap their total so the
   // metadata families get flushed and the WAL does not grow with the chunk traffic. Every
   // pushed byte passes through the WAL before its blob file: this cap (plus one preallocated
