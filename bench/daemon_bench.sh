@@ -19,7 +19,10 @@
 #   the environment, if set, is the model's retention policy (rules make lossy chains plain
 #   lattices, which the store rearranges; docs/design.md). PACED=1 waits after each push until
 #   the daemon is idle (its rearrangement done), as pushes minutes apart would; push MB/s then
-#   counts the pushes alone.
+#   counts the pushes alone. SINK=/dev/null sends every GET (ckptd's and nginx's) there instead of
+#   to a file, so the client's disk writes leave the figures (ckptd's bodies are then not
+#   compared with the files; a body whose SHA-256 fails the daemon's own check is cut short,
+#   which curl reports).
 set -euo pipefail
 
 dir=$(realpath "$1")
@@ -133,18 +136,19 @@ ckptd_round() {
   start_daemon "$1"
   local t2 t3 t4 c4 t5 c5
   t2=$(now)
-  curl -sS --fail-with-body "$url/versions/latest" -o "$work/latest" || fail "latest (cold)"
+  curl -sS --fail-with-body "$url/versions/latest" -o "${SINK:-$work/latest}" || fail "latest (cold)"
   t3=$(now)
-  curl -sS --fail-with-body "$url/versions/latest" -o "$work/latest" || fail "latest (warm)"
+  curl -sS --fail-with-body "$url/versions/latest" -o "${SINK:-$work/latest}" || fail "latest (warm)"
   t4=$(now); c4=$(cpu_ticks "$daemon_pid")
   local t_first=
-  cmp -s "$work/latest" "${files[-1]}" || [[ -n "$policy" ]] || { echo "latest differs" >&2; exit 1; }
+  [[ -n "${SINK:-}" ]] || cmp -s "$work/latest" "${files[-1]}" || [[ -n "$policy" ]] ||
+    { echo "latest differs" >&2; exit 1; }
   v=0
   for f in "${files[@]}"; do
     v=$((v + 1))
-    curl -sS --fail-with-body "$url/versions/$v" -o "$work/restored" || fail "version $v"
+    curl -sS --fail-with-body "$url/versions/$v" -o "${SINK:-$work/restored}" || fail "version $v"
     [[ -n "$t_first" ]] || t_first=$(elapsed "$t4" "$(now)")
-    [[ -n "$policy" ]] || cmp -s "$work/restored" "$f" || { echo "version $v differs" >&2; exit 1; }
+    [[ -n "$policy" || -n "${SINK:-}" ]] || cmp -s "$work/restored" "$f" || { echo "version $v differs" >&2; exit 1; }
   done
   t5=$(now); c5=$(cpu_ticks "$daemon_pid")
   stop_daemon
@@ -168,11 +172,11 @@ peer_round() {
   for f in "${files[@]}"; do v=$((v + 1)); curl -sf -T "$f" "$nginx_url/$v.safetensors"; done
   t3=$(now)
   v=0
-  for f in "${files[@]}"; do v=$((v + 1)); curl -sf "$nginx_url/$v.safetensors" -o "$work/restored"; done
+  for f in "${files[@]}"; do v=$((v + 1)); curl -sf "$nginx_url/$v.safetensors" -o "${SINK:-$work/restored}"; done
   t4=$(now)
-  curl -sf "$nginx_url/$v.safetensors" -o "$work/restored"
+  curl -sf "$nginx_url/$v.safetensors" -o "${SINK:-$work/restored}"
   t5=$(now)
-  curl -sf "$nginx_url/1.safetensors" -o "$work/restored"
+  curl -sf "$nginx_url/1.safetensors" -o "${SINK:-$work/restored}"
   t6=$(now)
   echo "$(elapsed "$t0" "$t1") $(elapsed "$t1" "$t2") $(elapsed "$t2" "$t3") $(elapsed "$t3" "$t4") $(elapsed "$t4" "$t5") $(elapsed "$t5" "$t6")" >> "$work/results.peers"
 }
