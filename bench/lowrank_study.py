@@ -106,7 +106,8 @@ def fit_directions(e, count, basis_step):
 
 def accumulated_chain(mats, bound, factor_step, basis_step, max_basis, grow):
     """One matrix's chain under the accumulated shift. Returns (forward delta bits, reverse
-    delta bits, factor bits, keyframe bits of the first and of the newest version, moves)."""
+    delta bits, factor bits, keyframe bits of the newest version); the first version is the
+    plain lattice's keyframe."""
     step = 2 * bound
     fine = step / FINE
     unit = factor_step * bound
@@ -115,7 +116,6 @@ def accumulated_chain(mats, bound, factor_step, basis_step, max_basis, grow):
     a = np.zeros((rows, 0))
     offset = np.zeros((rows, n))           # O_t, in fine units
     index = np.round(mats[0] / step)       # n_t
-    first_bits = entropy_bits(index.ravel())
     history = np.full(index.shape, 3)
     forward = factors = 0.0
     moves = []
@@ -152,7 +152,7 @@ def accumulated_chain(mats, bound, factor_step, basis_step, max_basis, grow):
         history = next_history(history, s)
         moves.append(s)
         index = k
-    return forward, reverse_bits(moves), factors, first_bits, entropy_bits(index.ravel()), moves
+    return forward, reverse_bits(moves), factors, entropy_bits(index.ravel())
 
 
 def spectrum(tensors_a, tensors_b):
@@ -281,8 +281,7 @@ def reversible_study(args, versions, raw_bytes):
     (newest version whole, reverse deltas in the context of the backwards history)."""
     step = 2 * args.bound
     ranks = [int(r) for r in args.ranks.split(",")]
-    totals = {k: 0.0 for k in ("other", "plain_fwd", "plain_rev", "today_fwd",
-                                "acc_fwd", "acc_rev")}
+    totals = {k: 0.0 for k in ("plain_fwd", "plain_rev", "today_fwd", "acc_fwd", "acc_rev")}
     for name, (x0, shape) in versions[0][0].items():
         series = [v[0][name][0].astype(np.float64) for v in versions]
         if not all(np.isfinite(x).all() for x in series):
@@ -317,9 +316,9 @@ def reversible_study(args, versions, raw_bytes):
             today += bits
             history = next_history(history, s)
         totals["today_fwd"] += today
-        fwd, rev, side, first_bits, last_bits, _ = accumulated_chain(
+        fwd, rev, side, last_bits = accumulated_chain(
             mats, args.bound, args.factor_step, args.basis_step, args.max_basis, args.grow)
-        totals["acc_fwd"] += first_bits + fwd + side
+        totals["acc_fwd"] += plain_first + fwd + side
         totals["acc_rev"] += last_bits + rev + side
     out = {"dir": args.ckpt_dir, "bound": args.bound, "versions": len(versions),
            "max_basis": args.max_basis, "grow": args.grow}

@@ -92,8 +92,9 @@ class LowRankShiftRows {
 };
 
 // Tests only: true runs the portable kernels (of the fit, the shift and the low-rank lattice's
-// encoder) even where the CPU has AVX2 and FMA, false (the default) lets the CPU choose. The
-// shift and the encoder give the same bits either way; the fit need not.
+// encoder, and the log quantizer's ratio loop: every user of CpuHasAvx2) even where the CPU has
+// AVX2 and FMA, false (the default) lets the CPU choose. The shift and the encoders give the
+// same bits either way; the fit need not.
 void UsePortableLowRankKernelsForTesting(bool portable);
 bool PortableLowRankKernelsForTesting();
 
