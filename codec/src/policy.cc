@@ -243,6 +243,9 @@ Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPoli
     } else if (key == "low_rank") {
       if (!it->is_boolean()) return Bad("low_rank", "must be true or false");
       policy.low_rank = it->get<bool>();
+    } else if (key == "fast_latest") {
+      if (!it->is_boolean()) return Bad("fast_latest", "must be true or false");
+      policy.fast_latest = it->get<bool>();
     } else if (key == "quantizer") {
       CKPT_RETURN_IF_ERROR(ParseQuantizer(*it, "quantizer", &policy.quantizer));
     } else if (key == "float_format") {
@@ -291,6 +294,10 @@ Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPoli
                "'max_pointwise_rel_error'");
   }
   CKPT_RETURN_IF_ERROR(CheckQuantizerFitsBound(policy.bound, policy.quantizer, ""));
+  if (policy.fast_latest && !policy.reclaimable) {
+    return Bad("fast_latest",
+               "needs \"reclaimable\": true (an additive chain cannot be stored backwards)");
+  }
   for (size_t i = 0; i < policy.overrides.size(); ++i) {
     const TensorOverride& o = policy.overrides[i];
     const std::string where = "overrides[" + std::to_string(i) + "]";
@@ -319,6 +326,7 @@ std::string CodecPolicy::ToJson() const {
       {"keyframe_budget", keyframe_budget},
       {"reclaimable", reclaimable},
       {"low_rank", low_rank},
+      {"fast_latest", fast_latest},
       {"quantizer", std::string(QuantizerName(quantizer))},
       {"float_format", float_exponent_bits == 0 ? std::string("auto") : std::string(format)}};
   if (bound) BoundJson(*bound, doc);
@@ -354,7 +362,10 @@ TensorCoding CodecPolicy::ForTensor(std::string_view name, DType dtype,
     c.lossy_options.float_exponent_bits = float_exponent_bits;
     c.lossy_options.float_mantissa_bits = float_mantissa_bits;
     c.lossy_options.reclaimable = reclaimable;
-    if (low_rank && reclaimable && shape.size() == 2 && shape[1] > 0 &&
+    // The plain lattice: a reconstruction that depends on the pushed value alone, which is what
+    // lets storage reverse a chain exactly.
+    if (fast_latest) c.lossy_options.history = false;
+    if (low_rank && !fast_latest && reclaimable && shape.size() == 2 && shape[1] > 0 &&
         shape[1] <= std::numeric_limits<uint32_t>::max()) {
       c.lossy_options.low_rank_columns = static_cast<uint32_t>(shape[1]);
     }

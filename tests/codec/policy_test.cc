@@ -61,6 +61,32 @@ TEST(CodecPolicy, LowRankGivesMatricesTheirColumns) {
   EXPECT_EQ(additive->ForTensor("w", DType::kF32, {64, 48}).lossy_options.low_rank_columns, 0u);
 }
 
+// fast_latest codes on the plain lattice: no element history, no low-rank shift (whatever
+// low_rank says), in overrides too; off by default; it round-trips through the JSON form.
+TEST(CodecPolicy, FastLatestCodesOnThePlainLattice) {
+  auto by_default = CodecPolicy::FromJson(R"({"mode":"lossy","max_abs_error":1e-3})", {});
+  ASSERT_TRUE(by_default.ok());
+  EXPECT_FALSE(by_default->fast_latest);
+  EXPECT_TRUE(by_default->ForTensor("w", DType::kF32, {64, 48}).lossy_options.history);
+  auto p = CodecPolicy::FromJson(
+      R"({"mode":"lossy","max_abs_error":1e-3,"fast_latest":true,"lossless_tensors":[],
+          "overrides":[{"tensors":"optim.*","max_abs_error":1e-2}]})",
+      CodecPolicy{});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_TRUE(p->fast_latest);
+  EXPECT_TRUE(p->low_rank);
+  for (const char* name : {"w", "optim.w"}) {
+    const TensorCoding coding = p->ForTensor(name, DType::kF32, {64, 48});
+    EXPECT_TRUE(coding.lossy) << name;
+    EXPECT_FALSE(coding.lossy_options.history) << name;
+    EXPECT_EQ(coding.lossy_options.low_rank_columns, 0u) << name;
+    EXPECT_TRUE(coding.lossy_options.reclaimable) << name;
+  }
+  auto again = CodecPolicy::FromJson(p->ToJson(), CodecPolicy{});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *p);
+}
+
 TEST(CodecPolicy, MissingFieldsKeepBaseValues) {
   CodecPolicy base;
   base.keyframe_every = 9;
@@ -82,6 +108,9 @@ TEST(CodecPolicy, RejectsBadFieldsNamingThem) {
        Case{R"({"mode":"zip"})", "mode"},
        Case{R"({"reclaimable":"yes"})", "reclaimable"},
        Case{R"({"low_rank":1})", "low_rank"},
+       Case{R"({"fast_latest":"on"})", "fast_latest"},
+       Case{R"({"mode":"lossy","max_abs_error":1e-3,"reclaimable":false,"fast_latest":true})",
+            "fast_latest"},
        Case{R"({"colour":1})", "colour"},
        Case{R"([1])", "object"},
        Case{R"({)", "JSON"},

@@ -212,6 +212,34 @@ TEST_F(RearrangeTest, LossyOnAPlainLatticeIsRearrangedAdditiveChainsAreLeftForwa
   ExpectRestores("additive", additive);
 }
 
+// "fast_latest" puts a lossy model without retention rules on the plain lattice, so its latest
+// is one decode away like a lossless model's; the default lattice (element history, low-rank
+// shifts) keeps its chains forward.
+TEST_F(RearrangeTest, FastLatestMakesALossyLatestOneDecodeAway) {
+  // Element history needs chunks of at least 4096 elements.
+  constexpr uint64_t kChunkBytes = 1 << 16;
+  Reopen(kChunkBytes);
+  DriftingModel drift(23, 20000);
+  ASSERT_TRUE(Push("chunks", 1, DriftingModel(drift).Next()).ok());
+  DriftingModel default_drift = drift;
+  SetCodecPolicy("fast", R"({"mode":"lossy","max_abs_error":1e-3,"fast_latest":true})");
+  SetCodecPolicy("default", R"({"mode":"lossy","max_abs_error":1e-3})");
+  auto fast = PushAll("fast", drift, 6, /*rearrange=*/true);
+  auto by_default = PushAll("default", default_drift, 6, /*rearrange=*/true);
+  const uint64_t chunks = LinksToRestore("chunks", 1);
+  EXPECT_EQ(LinksToRestore("fast", std::nullopt), chunks);
+  EXPECT_GT(LinksToRestore("default", std::nullopt), chunks);
+  auto detail = store_->GetVersionDetail("fast", 5);
+  ASSERT_TRUE(detail.ok()) << detail.status().ToString();
+  for (const TensorDetail& t : detail->tensors) {
+    if (t.raw_bytes == 0) continue;
+    EXPECT_EQ(t.kind, "delta") << t.name;
+    EXPECT_EQ(t.chain_length, 1u) << t.name;
+  }
+  ExpectRestores("fast", fast);
+  ExpectRestores("default", by_default);
+}
+
 TEST_F(RearrangeTest, NothingToDoForAKeyframeOrAnEmptyModel) {
   DriftingModel drift(19, 600);
   ASSERT_TRUE(Push("m", 1, drift.Next()).ok());

@@ -68,6 +68,12 @@
 //                     history); deleting versions of such chains frees little (exact
 //                     re-encodings on the fine lattice cost more than they free, so collection
 //                     keeps them). false: the plain lattice. Default: true.
+//   fast_latest       lossy, reclaimable: code on the plain lattice (no element history, no
+//                     low-rank shift, whatever "low_rank" says), whose versions storage can
+//                     re-encode exactly as reverse deltas, so that restoring the latest decodes
+//                     one payload per chunk as in lossless mode. Costs ratio (the coding
+//                     context and the shift are what make the default's deltas small:
+//                     docs/benchmarks.md, "Through the daemon"). Default: false.
 #pragma once
 
 #include <cstdint>
@@ -119,6 +125,7 @@ struct CodecPolicy {
   double keyframe_budget = kDefaultKeyframeBudget;
   bool reclaimable = true;
   bool low_rank = true;
+  bool fast_latest = false;
   std::optional<ErrorBound> bound;
   Quantizer quantizer = Quantizer::kAuto;
   uint8_t float_exponent_bits = 0;  // 0: auto
