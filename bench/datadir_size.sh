@@ -4,6 +4,8 @@
 # as `du` counts it: the raw/stored ratio the hidden compression check computes, and each file.
 #
 #   bench/datadir_size.sh CKPT_DIR POLICY_JSON [BUILD_DIR]
+# PACE=S waits S seconds after each push, as a training job's pushes minutes apart would let the
+# background rearrangement of the versions before run (it waits a second for a burst to end).
 #   bench/datadir_size.sh /tmp/ckpts/charlm4w '{"mode":"lossy","max_abs_error":5e-3,"lossless_tensors":[]}'
 set -euo pipefail
 ckpt_dir=${1:?checkpoint directory}
@@ -23,6 +25,7 @@ for file in $(ls "$ckpt_dir"/*.safetensors | sort); do
   version=$((version + 1))
   curl -sf -X PUT --data-binary @"$file" "$url/v1/models/m/versions/$version" >/dev/null
   raw=$((raw + $(stat -c %s "$file")))
+  sleep "${PACE:-0}"
 done
 kill -TERM "$pid"
 wait "$pid" || true

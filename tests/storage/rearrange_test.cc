@@ -240,6 +240,31 @@ TEST_F(RearrangeTest, FastLatestMakesALossyLatestOneDecodeAway) {
   ExpectRestores("default", by_default);
 }
 
+// Each pass deletes the keyframes the pass before wrote and the push's forward deltas; the
+// records that live on (reverse deltas) went to blob files of their own, so the dead ones leave
+// the disk with whole files, at once: what the blob files hold stays what the model stores.
+TEST_F(RearrangeTest, ReplacedKeyframesLeaveTheDiskWithTheirBlobFiles) {
+  Reopen(1 << 16);  // chunks whose payloads are blobs (above the family's min_blob_size)
+  DriftingModel drift(29, 200000);
+  std::map<uint64_t, std::string> sha;
+  for (uint64_t v = 1; v <= 8; ++v) {
+    auto info = Push("m", v, drift.Next());
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    sha[v] = info->sha256;
+    // The push's records reach files before the pass deletes them, as when a large push fills
+    // the memtables (closing the store flushes them).
+    Reopen(1 << 16);
+    auto report = store_->RearrangeLatest("m", nullptr);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+  }
+  Reopen(1 << 16);
+  const uint64_t stored = store_->GetModel("m")->stored_bytes;
+  const uint64_t blob_bytes = store_->Stats().blob_bytes;
+  EXPECT_GT(blob_bytes, stored / 2);
+  EXPECT_LT(blob_bytes, stored * 5 / 4) << "stored " << stored;
+  ExpectRestores("m", sha);
+}
+
 TEST_F(RearrangeTest, NothingToDoForAKeyframeOrAnEmptyModel) {
   DriftingModel drift(19, 600);
   ASSERT_TRUE(Push("m", 1, drift.Next()).ok());

@@ -101,6 +101,18 @@ class StoreBackend {
     }
     return Status::Ok();
   }
+  // Ends the current group of chunk writes: the records written so far go to files of their
+  // own, apart from those written next (the local backend flushes the chunks family into its
+  // blob files). A writer that knows its records' lifetimes differ calls it between them, so
+  // that a file of records that die together is dropped whole, without copying survivors.
+  virtual Status SealChunkWrites() { return Status::Ok(); }
+  // Gives back the space of the chunk records of `model` with seqs in [seq_begin, seq_end) that
+  // a commit removed, without moving the records that live on (the local backend compacts that
+  // key range, which drops blob files holding only removed records).
+  virtual Status ReclaimRemovedChunks(const std::string& /*model*/, uint64_t /*seq_begin*/,
+                                      uint64_t /*seq_end*/) {
+    return Status::Ok();
+  }
   // Removes chunk records no commit refers to (an aborted push, a rebase given up). Best effort:
   // what stays behind is an orphan for garbage collection.
   virtual void DiscardChunks(const std::string& model, const ChunkSet& chunks) = 0;

@@ -45,9 +45,10 @@ struct Reversal {
 class Rearranger {
  public:
   Rearranger(const StoreContext& ctx, ModelChains& chains, uint32_t max_decodes,
-             const std::function<bool()>& yield)
-      : ctx_(ctx), chains_(chains), max_decodes_(max_decodes), yield_(yield) {
+             const std::function<bool()>& yield, ReplacedSeqs* replaced)
+      : ctx_(ctx), chains_(chains), max_decodes_(max_decodes), yield_(yield), replaced_(replaced) {
     report_.model = chains.model;
+    *replaced_ = ReplacedSeqs{};
   }
 
   Result<RearrangeReport> Run() {
@@ -77,7 +78,29 @@ class Rearranger {
     const ManifestRecord& old_prev = prev->second;
     ManifestRecord new_latest = old_latest;
     std::map<uint32_t, Reversal> reversals;  // by tensor index in the previous manifest
-    const Status encoded = EncodeTensors(old_latest, old_prev, &new_latest, &reversals);
+    std::vector<bool> keyframed(old_latest.tensors.size(), false);
+    // The records written here live as long as the version before (its reverse deltas, its
+    // copies); the latest's keyframes die at the next pass, with the next push's forward
+    // deltas. Each group goes to blob files of its own (SealChunkWrites), so that the files of
+    // the dead ones are dropped whole and nothing live is ever copied out of them.
+    Status encoded = EncodeTensors(old_latest, old_prev, &new_latest, &reversals, &keyframed);
+    std::optional<ManifestRecord> new_prev;
+    if (encoded.ok() && report_.tensors_keyframed > 0) {
+      if (!reversals.empty()) {
+        auto reversed = ReversedPrevious(old_prev, new_latest, reversals);
+        if (reversed.ok()) {
+          new_prev = std::move(reversed).value();
+        } else {
+          encoded = reversed.status();
+        }
+      } else {
+        ctx_.backend->DiscardChunks(chains_.model, ChunkSet::Of(prev_seq_new_, old_prev));
+      }
+    }
+    if (encoded.ok() && report_.tensors_keyframed > 0) {
+      encoded = ctx_.backend->SealChunkWrites();
+      if (encoded.ok()) encoded = WriteLatest(old_latest, keyframed, &new_latest);
+    }
     if (!encoded.ok() || report_.tensors_keyframed == 0) {
       if (wrote_) {
         ctx_.backend->DiscardChunks(chains_.model, ChunkSet::Of(latest_seq_new_, old_latest));
@@ -86,26 +109,25 @@ class Rearranger {
       CKPT_RETURN_IF_ERROR(encoded);
       return report_;
     }
-    std::optional<ManifestRecord> new_prev;
-    if (!reversals.empty()) {
-      CKPT_ASSIGN_OR_RETURN(new_prev, ReversedPrevious(old_prev, new_latest, reversals));
-    } else {
-      ctx_.backend->DiscardChunks(chains_.model, ChunkSet::Of(prev_seq_new_, old_prev));
-    }
     Finish(&new_latest, latest_seq_new_);
     if (new_prev) Finish(&*new_prev, prev_seq_new_);
     report_.bytes_before = old_latest.stored_bytes + (new_prev ? old_prev.stored_bytes : 0);
     report_.bytes_after = new_latest.stored_bytes + (new_prev ? new_prev->stored_bytes : 0);
+    const bool prev_replaced = new_prev.has_value();
     CKPT_RETURN_IF_ERROR(Switch(std::move(new_latest), std::move(new_prev), reversals));
+    replaced_->begin = prev_replaced ? std::min(prev_seq_, latest_seq_) : latest_seq_;
+    replaced_->end = (prev_replaced ? std::max(prev_seq_, latest_seq_) : latest_seq_) + 1;
     return report_;
   }
 
  private:
-  // Writes the latest version's keyframes under latest_seq_new_ and the previous version's
-  // reverse deltas under prev_seq_new_, tensor by tensor; tensors left as they are get their
-  // chunks copied under latest_seq_new_.
+  // Decides, tensor by tensor, which of the latest version's tensors become keyframes
+  // (`keyframed`, their sizes recorded in `new_latest`) and writes the previous version's
+  // reverse deltas against them under prev_seq_new_; the keyframes are encoded to be measured
+  // and written by WriteLatest.
   Status EncodeTensors(const ManifestRecord& old_latest, const ManifestRecord& old_prev,
-                       ManifestRecord* new_latest, std::map<uint32_t, Reversal>* reversals) {
+                       ManifestRecord* new_latest, std::map<uint32_t, Reversal>* reversals,
+                       std::vector<bool>* keyframed) {
     bool prev_live = false;
     for (const auto& [version, record] : chains_.versions) prev_live |= record.seq == prev_seq_;
     std::map<uint32_t, int> uses;  // how many of the latest's tensors delta against each
@@ -130,16 +152,15 @@ class Rearranger {
     if (std::find(candidate.begin(), candidate.end(), true) == candidate.end()) {
       return Status::Ok();
     }
+    // What the push wrote (forward deltas this pass replaces) stays apart from what it writes.
+    CKPT_RETURN_IF_ERROR(ctx_.backend->SealChunkWrites());
     wrote_ = true;
     ChainReader reader(ctx_.db, ctx_.manifests, ctx_.backend, nullptr, chains_.model, ctx_.cache);
     std::vector<uint8_t> latest_chunk, prev_chunk;
     for (uint32_t t = 0; t < old_latest.tensors.size(); ++t) {
       const ManifestTensor& le = old_latest.tensors[t];
       ManifestTensor& ne = new_latest->tensors[t];
-      if (!candidate[t]) {
-        CKPT_RETURN_IF_ERROR(CopyTensor(latest_seq_, latest_seq_new_, t, &ne));
-        continue;
-      }
+      if (!candidate[t]) continue;
       const uint32_t tp = le.base_tensor;
       const ManifestTensor& pe = old_prev.tensors[tp];
       // The version before becomes a delta against this keyframe only if it is a version (a
@@ -169,11 +190,8 @@ class Rearranger {
         CKPT_ASSIGN_OR_RETURN(EncodedChunk keyframe,
                               ReencodeExactly(ctx_, chains_.model, latest_seq_, t, c, le,
                                               latest_chunk, std::nullopt));
-        const std::string value =
-            ChunkRecord::EncodeChunk(keyframe, FrameKind::kKeyframe, latest_chunk);
-        CKPT_RETURN_IF_ERROR(ctx_.backend->PutChunk(chains_.model, latest_seq_new_, t, c, value)
-                                 .WithContext("writing rearranged chunk"));
-        keyframe_bytes += value.size();
+        keyframe_bytes +=
+            ChunkRecord::EncodeChunk(keyframe, FrameKind::kKeyframe, latest_chunk).size();
         keyframe_entropy += keyframe.info.model_entropy_bits;
         keyframe_exact += keyframe.info.exact_elements;
         if (reverse) {
@@ -197,11 +215,12 @@ class Rearranger {
       }
       if (accepted) accepted = double(keyframe_bytes + reversal.stored_bytes) <= budget;
       if (!accepted) {
-        // Its chunks under the new seqs are overwritten by copies of the stored ones.
-        CKPT_RETURN_IF_ERROR(CopyTensor(latest_seq_, latest_seq_new_, t, &ne));
+        // Its reverse deltas written so far are overwritten by copies of the stored chunks
+        // (ReversedPrevious).
         ++report_.tensors_left;
         continue;
       }
+      (*keyframed)[t] = true;
       ne.MakeKeyframe(latest_seq_new_, keyframe_bytes);
       ne.stored_bytes = keyframe_bytes;
       ne.entropy_bits = keyframe_entropy;
@@ -228,6 +247,46 @@ class Rearranger {
     if (record.codec_id != static_cast<uint16_t>(CodecId::kLossyQuantized)) return true;
     return LossyPayloadIsPlainLattice(std::span<const uint8_t>(
         reinterpret_cast<const uint8_t*>(record.payload.data()), record.payload.size()));
+  }
+
+  // Writes the latest version under latest_seq_new_: the tensors EncodeTensors keyframed as
+  // the keyframes it measured (the encoding is deterministic: a different size is an internal
+  // error), the others as copies of their stored chunks.
+  Status WriteLatest(const ManifestRecord& old_latest, const std::vector<bool>& keyframed,
+                     ManifestRecord* new_latest) {
+    ChainReader reader(ctx_.db, ctx_.manifests, ctx_.backend, nullptr, chains_.model, ctx_.cache);
+    std::vector<uint8_t> latest_chunk;
+    for (uint32_t t = 0; t < old_latest.tensors.size(); ++t) {
+      const ManifestTensor& le = old_latest.tensors[t];
+      ManifestTensor& ne = new_latest->tensors[t];
+      if (!keyframed[t]) {
+        CKPT_RETURN_IF_ERROR(CopyTensor(latest_seq_, latest_seq_new_, t, &ne));
+        continue;
+      }
+      uint64_t written = 0;
+      for (uint32_t c = 0; c < le.chunk_count; ++c) {
+        if (yield_ && yield_()) {
+          return Status::Aborted("model '" + chains_.model +
+                                 "': rearrangement stepped aside (a push asked for the model, "
+                                 "or the store is stopping)");
+        }
+        CKPT_RETURN_IF_ERROR(reader.DecodeChunk(latest_seq_, t, c, &latest_chunk));
+        CKPT_ASSIGN_OR_RETURN(EncodedChunk keyframe,
+                              ReencodeExactly(ctx_, chains_.model, latest_seq_, t, c, le,
+                                              latest_chunk, std::nullopt));
+        const std::string value =
+            ChunkRecord::EncodeChunk(keyframe, FrameKind::kKeyframe, latest_chunk);
+        CKPT_RETURN_IF_ERROR(ctx_.backend->PutChunk(chains_.model, latest_seq_new_, t, c, value)
+                                 .WithContext("writing rearranged chunk"));
+        written += value.size();
+      }
+      if (written != ne.stored_bytes) {
+        return Status::Internal("model '" + chains_.model + "': tensor '" + le.name +
+                                "' re-encoded to " + std::to_string(written) +
+                                " bytes, measured " + std::to_string(ne.stored_bytes));
+      }
+    }
+    return Status::Ok();
   }
 
   // The previous manifest with the reversed tensors as deltas against the new latest; its
@@ -405,6 +464,7 @@ class Rearranger {
   ModelChains& chains_;
   const uint32_t max_decodes_;
   const std::function<bool()>& yield_;
+  ReplacedSeqs* const replaced_;
   RearrangeReport report_;
   uint64_t latest_seq_ = 0, prev_seq_ = 0;
   uint64_t latest_seq_new_ = 0, prev_seq_new_ = 0;
@@ -416,8 +476,9 @@ class Rearranger {
 }  // namespace
 
 Result<RearrangeReport> RearrangeLatest(const StoreContext& ctx, ModelChains& chains,
-                                        uint32_t max_decodes, const std::function<bool()>& yield) {
-  return Rearranger(ctx, chains, max_decodes, yield).Run();
+                                        uint32_t max_decodes, const std::function<bool()>& yield,
+                                        ReplacedSeqs* replaced) {
+  return Rearranger(ctx, chains, max_decodes, yield, replaced).Run();
 }
 
 }  // namespace ckpt

@@ -24,11 +24,20 @@
 
 namespace ckpt {
 
+// The seqs [begin, end) that hold every manifest a pass replaced (begin == end: none). Seqs in
+// between may belong to manifests that stay.
+struct ReplacedSeqs {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
 // Rearranges `chains.model`'s latest version; `chains` is updated to what is stored afterwards,
-// the replaced manifests included (unneeded: the caller's garbage collection removes them).
+// the replaced manifests included (unneeded: the caller's garbage collection removes them, and
+// then StoreBackend::ReclaimRemovedChunks over `*replaced` gives their space back).
 // No version's chunks need more than `max_decodes` payload decodes afterwards. `yield` is asked
 // between chunks: true abandons the pass (its chunks discarded) with Aborted.
 Result<RearrangeReport> RearrangeLatest(const StoreContext& ctx, ModelChains& chains,
-                                        uint32_t max_decodes, const std::function<bool()>& yield);
+                                        uint32_t max_decodes, const std::function<bool()>& yield,
+                                        ReplacedSeqs* replaced);
 
 }  // namespace ckpt

@@ -71,13 +71,14 @@ Status OpenStoreDatabase(const std::string& data_dir, rocksdb::Env* env,
   chunks.min_blob_size = kMinBlobBytes;
   chunks.blob_file_size = 64ull << 20;
   chunks.blob_compression_type = rocksdb::kNoCompression;
-  // Deleted payloads stay in their blob files until garbage collection moves the live ones out.
-  // The rearrangement deletes the previous version's keyframes at every push, so blob files
-  // fill with garbage steadily: every compaction relocates the live blobs it meets, and blob
-  // files a quarter garbage get compactions of their own (docs/benchmarks.md, "Through the
-  // daemon").
+  // Deleted payloads stay in their blob files until no table refers to them, or garbage
+  // collection moves the live ones out. The writers keep records that die together in files of
+  // their own (the rearrangement's keyframes, which the next pass deletes, apart from the
+  // reverse deltas that stay: StoreBackend::SealChunkWrites), so most garbage leaves with whole
+  // files and compactions need not copy live blobs: only those in the oldest quarter of the
+  // files are moved, and such files a quarter garbage get compactions of their own.
   chunks.enable_blob_garbage_collection = true;
-  chunks.blob_garbage_collection_age_cutoff = 1.0;
+  chunks.blob_garbage_collection_age_cutoff = 0.25;
   chunks.blob_garbage_collection_force_threshold = 0.25;
   // Memtables hold chunk values until they are flushed into blob files: 2 x 32 MiB bounds
   // that memory while keeping flushes large.

@@ -41,6 +41,25 @@ class LocalBackend final : public StoreBackend {
         .PermitUncheckedError();
   }
 
+  Status SealChunkWrites() override {
+    rocksdb::FlushOptions flush;
+    flush.allow_write_stall = true;
+    return FromRocks(db_->Flush(flush, chunks_), "flushing chunk records");
+  }
+
+  Status ReclaimRemovedChunks(const std::string& model, uint64_t seq_begin,
+                              uint64_t seq_end) override {
+    rocksdb::CompactRangeOptions cro;
+    cro.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kDisable;
+    cro.exclusive_manual_compaction = false;
+    cro.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+    const std::string begin = keys::ChunkSeqBegin(model, seq_begin);
+    const std::string end = keys::ChunkSeqBegin(model, seq_end);
+    const rocksdb::Slice begin_slice(begin), end_slice(end);
+    return FromRocks(db_->CompactRange(cro, chunks_, &begin_slice, &end_slice),
+                     "compacting removed chunk records");
+  }
+
   Status ForEachChunk(const rocksdb::ReadOptions& ro, const std::string& model, uint64_t seq_end,
                       const ChunkVisitor& visit) override {
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, chunks_));
