@@ -8,7 +8,8 @@
 #     first (the first version's own figure too: the far end of a reverse chain);
 #     wall-clock MB/s and the daemon's CPU per byte (utime + stime from /proc/PID/stat around
 #     each phase); the data directory's size after a clean shutdown (du ratio) and the stored
-#     bytes the daemon reports for the model (ratio)
+#     bytes the daemon reports for the model (ratio); the daemon's peak resident memory over the
+#     pushes and their background passes (VmHWM, "peak MiB")
 #   - cp + sync of the files, zstd -1 (one thread) of the files
 #   - nginx (nginx-light, WebDAV) on loopback: the same files PUT with curl -T and GET back
 # Each figure is the median of ROUNDS rounds (fresh data directory per round). Several build
@@ -96,7 +97,8 @@ stop_daemon() {
 }
 
 # One round of ckptd with build $1; appends "push_s push_ticks latest_cold_s latest_warm_s
-# every_s every_ticks stored after_push_ticks logical_stored" to $work/results.$2.
+# every_s every_ticks stored after_push_ticks logical_stored first_s peak_kib" to
+# $work/results.$2.
 ckptd_round() {
   rm -rf "$work/data"
   start_daemon "$1"
@@ -130,6 +132,8 @@ ckptd_round() {
   local c_idle logical
   c_idle=$(( $(cpu_ticks "$daemon_pid") - c_wait + paced_ticks ))
   logical=$(curl -sf "$url" | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["stored_bytes"])')
+  local peak_kib  # the daemon's peak resident memory over the pushes and their passes
+  peak_kib=$(awk '/^VmHWM:/ { print $2 }' "/proc/$daemon_pid/status")
   stop_daemon
   local stored
   stored=$(( $(du -sk "$work/data" | cut -f1) * 1024 ))
@@ -152,7 +156,7 @@ ckptd_round() {
   done
   t5=$(now); c5=$(cpu_ticks "$daemon_pid")
   stop_daemon
-  echo "$(elapsed "$t0" "$t1") $((c1 - c0)) $(elapsed "$t2" "$t3") $(elapsed "$t3" "$t4") $(elapsed "$t4" "$t5") $((c5 - c4)) $stored $c_idle $logical $t_first" >> "$work/results.$2"
+  echo "$(elapsed "$t0" "$t1") $((c1 - c0)) $(elapsed "$t2" "$t3") $(elapsed "$t3" "$t4") $(elapsed "$t4" "$t5") $((c5 - c4)) $stored $c_idle $logical $t_first $peak_kib" >> "$work/results.$2"
 }
 
 # nginx with WebDAV PUT (start_nginx).
@@ -189,16 +193,17 @@ done
 
 col() { awk -v c="$2" '{ print $c }' "$1" | median; }
 echo "files: ${#files[@]} in $dir, $raw bytes; policy: ${policy:-default (lossless)}${RETENTION_JSON:+; retention: $RETENTION_JSON}${PACED:+; paced}; rounds: $rounds"
-printf '%-34s %10s %10s %10s %12s %12s %10s %10s %12s %8s %8s\n' "" "push MB/s" "MB/cpu-s" "after cpu-s" "latest cold" "latest warm" "first MB/s" "every MB/s" "every MB/cpu-s" "du ratio" "ratio"
+printf '%-34s %10s %10s %10s %12s %12s %10s %10s %12s %8s %8s %9s\n' "" "push MB/s" "MB/cpu-s" "after cpu-s" "latest cold" "latest warm" "first MB/s" "every MB/s" "every MB/cpu-s" "du ratio" "ratio" "peak MiB"
 for i in "${!builds[@]}"; do
   r="$work/results.$i"
-  printf '%-34s %10s %10s %10s %12s %12s %10s %10s %12s %8s %8s\n' "ckptd ($(basename "$(dirname "${builds[$i]}")")/$(basename "${builds[$i]}"))" \
+  printf '%-34s %10s %10s %10s %12s %12s %10s %10s %12s %8s %8s %9s\n' "ckptd ($(basename "$(dirname "${builds[$i]}")")/$(basename "${builds[$i]}"))" \
     "$(mbps "$raw" "$(col "$r" 1)")" "$(mb_per_cpu "$raw" "$(col "$r" 2)")" \
     "$(awk -v t="$(col "$r" 8)" -v h="$ticks_per_s" 'BEGIN { printf "%.2f", t / h }')" \
     "$(mbps "$latest_bytes" "$(col "$r" 3)")" "$(mbps "$latest_bytes" "$(col "$r" 4)")" \
     "$(mbps "$first_bytes" "$(col "$r" 10)")" "$(mbps "$raw" "$(col "$r" 5)")" "$(mb_per_cpu "$raw" "$(col "$r" 6)")" \
     "$(awk -v r="$raw" -v s="$(col "$r" 7)" 'BEGIN { printf "%.2fx", r / s }')" \
-    "$(awk -v r="$raw" -v s="$(col "$r" 9)" 'BEGIN { printf "%.2fx", r / s }')"
+    "$(awk -v r="$raw" -v s="$(col "$r" 9)" 'BEGIN { printf "%.2fx", r / s }')" \
+    "$(awk -v k="$(col "$r" 11)" 'BEGIN { printf "%.0f", k / 1024 }')"
 done
 p="$work/results.peers"
 echo "cp + sync:                 $(mbps "$raw" "$(col "$p" 1)") MB/s"

@@ -31,8 +31,12 @@ constexpr double kSlack = 1.03;
 // While a tensor is being re-encoded, it is given up as soon as its bytes so far exceed the
 // budget's share of what it has covered by this factor (its first chunks show it).
 constexpr double kEarlySlack = 1.25;
+// Keyframes measured while the reverse deltas are written are kept for writing up to this many
+// bytes (all of them for most lossy models); the others are encoded again.
+constexpr uint64_t kKeptKeyframeBytes = 32ull << 20;
 
-using Link = std::pair<uint64_t, uint32_t>;  // (manifest seq, tensor index)
+using Link = std::pair<uint64_t, uint32_t>;        // (manifest seq, tensor index)
+using ChunkIndex = std::pair<uint32_t, uint32_t>;  // (tensor index, chunk index)
 
 // A tensor of the previous version re-encoded as a delta against the latest's keyframe.
 struct Reversal {
@@ -190,8 +194,12 @@ class Rearranger {
         CKPT_ASSIGN_OR_RETURN(EncodedChunk keyframe,
                               ReencodeExactly(ctx_, chains_.model, latest_seq_, t, c, le,
                                               latest_chunk, std::nullopt));
-        keyframe_bytes +=
-            ChunkRecord::EncodeChunk(keyframe, FrameKind::kKeyframe, latest_chunk).size();
+        std::string value = ChunkRecord::EncodeChunk(keyframe, FrameKind::kKeyframe, latest_chunk);
+        keyframe_bytes += value.size();
+        if (kept_bytes_ + value.size() <= kKeptKeyframeBytes) {
+          kept_bytes_ += value.size();
+          kept_keyframes_[ChunkIndex{t, c}] = std::move(value);
+        }
         keyframe_entropy += keyframe.info.model_entropy_bits;
         keyframe_exact += keyframe.info.exact_elements;
         if (reverse) {
@@ -217,6 +225,11 @@ class Rearranger {
       if (!accepted) {
         // Its reverse deltas written so far are overwritten by copies of the stored chunks
         // (ReversedPrevious).
+        for (auto it = kept_keyframes_.lower_bound(ChunkIndex{t, 0});
+             it != kept_keyframes_.end() && it->first.first == t;) {
+          kept_bytes_ -= it->second.size();
+          it = kept_keyframes_.erase(it);
+        }
         ++report_.tensors_left;
         continue;
       }
@@ -270,12 +283,16 @@ class Rearranger {
                                  "': rearrangement stepped aside (a push asked for the model, "
                                  "or the store is stopping)");
         }
-        CKPT_RETURN_IF_ERROR(reader.DecodeChunk(latest_seq_, t, c, &latest_chunk));
-        CKPT_ASSIGN_OR_RETURN(EncodedChunk keyframe,
-                              ReencodeExactly(ctx_, chains_.model, latest_seq_, t, c, le,
-                                              latest_chunk, std::nullopt));
-        const std::string value =
-            ChunkRecord::EncodeChunk(keyframe, FrameKind::kKeyframe, latest_chunk);
+        std::string value;
+        if (auto kept = kept_keyframes_.find(ChunkIndex{t, c}); kept != kept_keyframes_.end()) {
+          value = std::move(kept->second);
+        } else {
+          CKPT_RETURN_IF_ERROR(reader.DecodeChunk(latest_seq_, t, c, &latest_chunk));
+          CKPT_ASSIGN_OR_RETURN(EncodedChunk keyframe,
+                                ReencodeExactly(ctx_, chains_.model, latest_seq_, t, c, le,
+                                                latest_chunk, std::nullopt));
+          value = ChunkRecord::EncodeChunk(keyframe, FrameKind::kKeyframe, latest_chunk);
+        }
         CKPT_RETURN_IF_ERROR(ctx_.backend->PutChunk(chains_.model, latest_seq_new_, t, c, value)
                                  .WithContext("writing rearranged chunk"));
         written += value.size();
@@ -466,6 +483,9 @@ class Rearranger {
   const std::function<bool()>& yield_;
   ReplacedSeqs* const replaced_;
   RearrangeReport report_;
+  // Measured keyframes kept for WriteLatest, by (tensor, chunk) of the latest manifest.
+  std::map<ChunkIndex, std::string> kept_keyframes_;
+  uint64_t kept_bytes_ = 0;
   uint64_t latest_seq_ = 0, prev_seq_ = 0;
   uint64_t latest_seq_new_ = 0, prev_seq_new_ = 0;
   bool wrote_ = false;  // chunks were written under the new seqs
