@@ -322,32 +322,36 @@ Result<RearrangeReport> ModelWriter::RearrangeLatest(std::string_view model,
   // The pass writes the latest version anew before the old encoding goes: like a push, it
   // stays out of the reserve.
   CKPT_RETURN_IF_ERROR(ctx_.health->CheckPush(0));
-  CKPT_ASSIGN_OR_RETURN(const ModelLocks::Guard guard, LockForWrite(model));
-  CKPT_ASSIGN_OR_RETURN(ModelChains chains, ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
-  CodecPolicy policy = ctx_.options->default_policy;
-  if (!chains.record.policy_json.empty()) {
-    CKPT_ASSIGN_OR_RETURN(policy, CodecPolicy::FromJson(chains.record.policy_json, policy));
-  }
   ReplacedSeqs replaced;
-  CKPT_ASSIGN_OR_RETURN(RearrangeReport report,
-                        ckpt::RearrangeLatest(
-                            ctx_, chains, policy.EffectiveKeyframeEvery(),
-                            [&] { return guard.Contended() || (cancelled && cancelled()); },
-                            &replaced));
-  if (report.tensors_keyframed > 0) {
+  RearrangeReport report;
+  {
+    CKPT_ASSIGN_OR_RETURN(const ModelLocks::Guard guard, LockForWrite(model));
+    CKPT_ASSIGN_OR_RETURN(ModelChains chains,
+                          ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
+    CodecPolicy policy = ctx_.options->default_policy;
+    if (!chains.record.policy_json.empty()) {
+      CKPT_ASSIGN_OR_RETURN(policy, CodecPolicy::FromJson(chains.record.policy_json, policy));
+    }
+    CKPT_ASSIGN_OR_RETURN(report,
+                          ckpt::RearrangeLatest(
+                              ctx_, chains, policy.EffectiveKeyframeEvery(),
+                              [&] { return guard.Contended() || (cancelled && cancelled()); },
+                              &replaced));
+    if (report.tensors_keyframed == 0) return report;
     // The replaced manifests are unneeded now; nothing else is re-encoded.
     GcOptions removal;
     removal.rebase_min_dead_fraction = -1;
     removal.compaction = GcOptions::Compaction::kNone;
     CKPT_ASSIGN_OR_RETURN(const GcReport removed, CollectModelGarbage(ctx_, chains, removal));
-    // Their records share blob files only with records that died with them (the pass wrote
-    // what lives on apart), so compacting their key range drops those files whole, without
-    // copying anything. Should that fail, the periodic pass's compaction of the model (which
-    // the freed bytes recorded here ask for) does it later; nothing is lost either way.
     CKPT_RETURN_IF_ERROR(
         maintenance_->MaybeCompact(name, removed.bytes_freed, removal.compaction).status());
-    (void)ctx_.backend->ReclaimRemovedChunks(name, replaced.begin, replaced.end);
   }
+  // The removed records share blob files only with records that died with them (the pass wrote
+  // what lives on apart), so compacting their key range drops those files whole, without
+  // copying anything; outside the model's lock, so a push need not wait for it. Should it fail,
+  // the periodic pass's compaction of the model (which the freed bytes recorded above ask for)
+  // does it later; nothing is lost either way.
+  (void)ctx_.backend->ReclaimRemovedChunks(name, replaced.begin, replaced.end);
   return report;
 }
 
