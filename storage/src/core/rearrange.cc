@@ -32,7 +32,8 @@ constexpr double kSlack = 1.03;
 // budget's share of what it has covered by this factor (its first chunks show it).
 constexpr double kEarlySlack = 1.25;
 // Keyframes measured while the reverse deltas are written are kept for writing up to this many
-// bytes (all of them for most lossy models); the others are encoded again.
+// bytes, so that small models (and the keyframes of lossy ones, which are small) are encoded
+// once; beyond it they are encoded again rather than held, which bounds the pass's memory.
 constexpr uint64_t kKeptKeyframeBytes = 32ull << 20;
 
 using Link = std::pair<uint64_t, uint32_t>;        // (manifest seq, tensor index)
