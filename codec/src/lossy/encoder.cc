@@ -49,30 +49,52 @@ void QuantizeChunk(const ChunkPlan& plan, const ExactTarget* exact, const uint8_
 // The symbols' counts in their contexts, and each symbol's context where the context model
 // does not come from a stream the encoder already has (kContextModelPrevious2).
 struct SymbolContexts {
+  uint8_t context_model = kContextModelNone;  // the plan's, or order-0 where that codes as well
   rans::Histogram histogram;
   std::vector<uint8_t> raster;  // kContextModelPrevious2: each symbol's context
   // Each symbol's context for the rANS encoder (null: one context).
-  const uint8_t* of(const ChunkPlan& plan, const Quantized& q) const {
-    if (plan.context_model == kContextModelHistory) return q.history.data();
-    if (plan.context_model == kContextModelPrevious2) return raster.data();
+  const uint8_t* of(const Quantized& q) const {
+    if (context_model == kContextModelHistory) return q.history.data();
+    if (context_model == kContextModelPrevious2) return raster.data();
     return nullptr;
   }
 };
 
+// The coded size of a histogram's symbols and tables, in bytes (the entropy; rANS stays within
+// a fraction of a percent of it).
+double CodedBytes(const rans::Histogram& histogram) {
+  std::string tables;
+  rans::WriteTables(histogram, &tables);
+  return histogram.EntropyBits() / 8 + static_cast<double>(tables.size());
+}
+
+// The two previous symbols' contexts must save at least this share of the order-0 coding to be
+// used: they serialize the decoder on its nine tables, which no longer fit the L1 cache, so a
+// chunk of high entropy (a keyframe) decodes at well under half the order-0 speed
+// (docs/benchmarks.md, "Order-0 keyframes").
+constexpr double kMinPrevious2Saving = 1.0 / 32;
+
 SymbolContexts CountSymbols(const ChunkPlan& plan, const Quantized& q, size_t n) {
-  SymbolContexts out{rans::Histogram(ContextCount(plan.context_model)), {}};
+  SymbolContexts out{plan.context_model, rans::Histogram(ContextCount(plan.context_model)), {}};
   if (plan.context_model == kContextModelHistory) {
     out.histogram.AddAll(q.symbols.data(), q.history.data(), n);
   } else if (plan.context_model == kContextModelPrevious2) {
     out.raster.resize(n);
+    rans::Histogram order0(1);
     uint32_t c1 = 0, c2 = 0;  // classes of the previous two symbols
     for (size_t i = 0; i < n; ++i) {
       const uint8_t symbol = q.symbols[i];
       const uint32_t context = c1 * 3 + c2;
       out.raster[i] = static_cast<uint8_t>(context);
       out.histogram.Add(context, symbol);
+      ++order0.counts[0][symbol];
       c2 = c1;
       c1 = ClassOf(symbol);
+    }
+    if (CodedBytes(out.histogram) > (1 - kMinPrevious2Saving) * CodedBytes(order0)) {
+      out.context_model = kContextModelNone;
+      out.histogram = std::move(order0);
+      out.raster.clear();
     }
   } else {
     out.histogram.AddAll(q.symbols.data(), nullptr, n);
@@ -113,7 +135,7 @@ Result<std::string> LayOutPayload(const ChunkPlan& plan, bool delta, size_t n, Q
   PayloadHeader header;
   header.quantizer = plan.quantizers.kind;
   header.dtype = D;
-  header.context_model = plan.context_model;
+  header.context_model = contexts.context_model;
   header.delta = delta;
   header.history = plan.history != HistoryUse::kNone;
   header.four_states = plan.contexts;
@@ -135,7 +157,7 @@ Result<std::string> LayOutPayload(const ChunkPlan& plan, bool delta, size_t n, Q
   std::string payload = w.Release();
   const std::vector<rans::EncodeTable> tables = rans::WriteTables(contexts.histogram, &payload);
   rans::Encoder encoder(n, plan.contexts ? rans::kMaxWays : 1);  // small chunks: fewer states
-  encoder.PutAll(q->symbols.data(), contexts.of(plan, *q), tables.data(), n);
+  encoder.PutAll(q->symbols.data(), contexts.of(*q), tables.data(), n);
   encoder.Finish(&payload);
   return payload;
 }

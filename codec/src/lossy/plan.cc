@@ -458,8 +458,9 @@ Result<ChunkPlan> PlanChunk(const LossyCodecOptions& options, const uint8_t* in,
   plan.explicit_history = exact && carries_history;
   // Deltas with history code each symbol in the context of its element's state. Lattice and
   // log deltas without it code order-0: the two previous symbols gain little on training runs
-  // while serializing the decoder (docs/benchmarks.md, "The whole training state"). (Keyframes
-  // of smooth tensors gain more, and are rare.)
+  // while serializing the decoder (docs/benchmarks.md, "The whole training state"). Elsewhere
+  // the two previous symbols are planned, and the encoder keeps them only where they pay
+  // (CountSymbols, encoder.cc).
   plan.context_model = !plan.contexts                                     ? kContextModelNone
                        : plan.history == HistoryUse::kDelta               ? kContextModelHistory
                        : (plan.lattice || kind == Quantizer::kLog) && ref ? kContextModelNone
