@@ -1,7 +1,8 @@
 // The lossy decoder: reads a payload's layout (format.h), decodes its symbols (one pass: only
 // the rANS states are serial, and with four interleaved states four chains run side by side),
-// then its elements (a second pass: groups of direct symbols through the SSE2/AVX2 kernels,
-// everything else through ElementDecoder, which computes the same values one by one).
+// then its elements (a second pass: a keyframe's direct symbols through a table of their
+// elements, a delta's groups of direct symbols through the SSE2/AVX2 kernels, everything else
+// through ElementDecoder, which computes the same values one by one).
 // docs/format.md specifies the arithmetic; the encoder's element loops (quantize.h) compute
 // exactly the same reconstructions.
 #include <bit>
@@ -198,6 +199,27 @@ class ElementDecoder {
     return Status::Ok();
   }
 
+  // Elements [begin, end) of a keyframe without explicit history states: an element with a
+  // direct symbol is then a function of the symbol alone, so each of those is reconstructed
+  // once, by Reconstruct itself, and copied; other symbols take Decode.
+  Status DecodeKeyframe(size_t begin, size_t end) {
+    uint8_t table[kDirectSymbols][E::kSize];
+    bool valid[kDirectSymbols];
+    for (uint32_t k = 0; k < kDirectSymbols; ++k) {
+      valid[k] = quantizer_.Valid(k);
+      if (valid[k]) Reconstruct(0, k, direct_[k], table[k]);
+    }
+    for (size_t i = begin; i < end; ++i) {
+      const uint8_t symbol = sym_[i];
+      if (symbol < kDirectSymbols && valid[symbol]) {
+        std::memcpy(out_ + i * E::kSize, table[symbol], E::kSize);
+      } else {
+        CKPT_RETURN_IF_ERROR(Decode(i, i + 1));
+      }
+    }
+    return Status::Ok();
+  }
+
   // After the last element: every verbatim element and extra bit was used.
   Status Finish() const {
     if (next_exact_ != exact_end_ || !bits_.AtEnd()) {
@@ -305,9 +327,9 @@ __attribute__((target("avx2"))) Status DecodeLowRankF32Avx2(const uint8_t* sym, 
 }
 #endif
 
-// The vector paths of the second pass (F32 only): groups of four (eight) elements with direct
-// symbols from *done on, where the payload's coding has a kernel; a group that a kernel cannot
-// take goes to `general`. Advances *done past what it decoded.
+// The vector paths of the second pass for deltas (F32 only): groups of four (eight) elements
+// with direct symbols from *done on, where the payload's coding has a kernel; a group that a
+// kernel cannot take goes to `general`. Advances *done past what it decoded.
 template <DType D, typename Q, HistoryUse kHistory, bool kLattice>
 Status DecodeVectorPaths(const PayloadHeader& h, const Q& quantizer, const uint8_t* sym,
                          bool explicit_states, const uint8_t* ref, uint8_t* o,
@@ -340,7 +362,7 @@ Status DecodeVectorPaths(const PayloadHeader& h, const Q& quantizer, const uint8
       std::memcpy(&four, sym + *done, 4);
       if ((four & 0xe0e0e0e0u) || !DecodeFourLatticeF32<kHistory != HistoryUse::kNone>(
                                       four, quantizer.step, quantizer.inverse_step,
-                                      ref ? ref + 4 * *done : nullptr, o + 4 * *done)) {
+                                      ref + 4 * *done, o + 4 * *done)) {
         CKPT_RETURN_IF_ERROR(general.Decode(*done, *done + 4));
       }
     }
@@ -382,6 +404,10 @@ Status DecodeLoop(const Q& quantizer, const PayloadHeader& h, const LowRankShift
   }
   ElementDecoder<D, Q, kHistory, kLattice> general(quantizer, h, shift, sections, symbols.get(),
                                                    states.get(), ref, o);
+  if (ref == nullptr && states == nullptr && !h.low_rank) {
+    CKPT_RETURN_IF_ERROR(general.DecodeKeyframe(0, n));
+    return general.Finish();
+  }
   size_t done = 0;
   CKPT_RETURN_IF_ERROR((DecodeVectorPaths<D, Q, kHistory, kLattice>(
       h, quantizer, symbols.get(), states != nullptr, ref, o, general, &done)));

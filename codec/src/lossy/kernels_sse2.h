@@ -218,16 +218,16 @@ inline bool LatticeIndicesFour(__m128 p, double inverse, __m128d* kp_lo, __m128d
   return true;
 }
 
-// Four F32 elements of a lattice payload, all with direct symbols (`four`, one per byte),
-// exactly as the general loop decodes them: kp = RoundToInteger(p * inverse_step) + 0.0, one
-// rounding of (kp + q) * step to float, and with kHistory the next history state written into
-// it (NextHistory of the reference's state and q; kKeyframeHistory in keyframes). Returns false,
-// having written nothing, when a reference has no lattice index (then the general loop decodes
-// the four).
+// Four F32 elements of a lattice delta, all with direct symbols (`four`, one per byte), exactly
+// as the general loop decodes them: kp = RoundToInteger(p * inverse_step) + 0.0, one rounding
+// of (kp + q) * step to float, and with kHistory the next history state written into it
+// (NextHistory of the reference's state and q). Returns false, having written nothing, when a
+// reference has no lattice index (then the general loop decodes the four). (Keyframes decode by
+// table: ElementDecoder::DecodeKeyframe.)
 template <bool kHistory = false>
 inline bool DecodeFourLatticeF32(uint32_t four, double step, double inverse_step,
                                  const uint8_t* ref, uint8_t* out) {
-  const __m128 p = ref ? _mm_loadu_ps(reinterpret_cast<const float*>(ref)) : _mm_setzero_ps();
+  const __m128 p = _mm_loadu_ps(reinterpret_cast<const float*>(ref));
   __m128d kp_lo, kp_hi;
   if (!LatticeIndicesFour(p, inverse_step, &kp_lo, &kp_hi)) return false;
   const __m128i q = UnzigzagFour(four);
@@ -237,11 +237,8 @@ inline bool DecodeFourLatticeF32(uint32_t four, double step, double inverse_step
   const __m128d r_hi = _mm_mul_pd(_mm_add_pd(kp_hi, q_hi), step2);
   __m128i bits = _mm_castps_si128(_mm_movelh_ps(_mm_cvtpd_ps(r_lo), _mm_cvtpd_ps(r_hi)));
   if constexpr (kHistory) {
-    const __m128i next =
-        ref ? NextHistoryFour(
-                  LatticeStateFour(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ref))), q_lo,
-                  q_hi)
-            : _mm_set1_epi32(kKeyframeHistory);
+    const __m128i next = NextHistoryFour(
+        LatticeStateFour(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ref))), q_lo, q_hi);
     bits = WithHistoryFour(bits, next);
   }
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), bits);
