@@ -360,9 +360,9 @@ Status DecodeVectorPaths(const PayloadHeader& h, const Q& quantizer, const uint8
     for (; *done + 4 <= n && !explicit_states && !h.low_rank; *done += 4) {
       uint32_t four;
       std::memcpy(&four, sym + *done, 4);
-      if ((four & 0xe0e0e0e0u) || !DecodeFourLatticeF32<kHistory != HistoryUse::kNone>(
-                                      four, quantizer.step, quantizer.inverse_step,
-                                      ref + 4 * *done, o + 4 * *done)) {
+      if ((four & 0xe0e0e0e0u) ||
+          !DecodeFourLatticeF32<kHistory != HistoryUse::kNone>(
+              four, quantizer.step, quantizer.inverse_step, ref + 4 * *done, o + 4 * *done)) {
         CKPT_RETURN_IF_ERROR(general.Decode(*done, *done + 4));
       }
     }
