@@ -203,16 +203,19 @@ class ElementDecoder {
   // direct symbol is then a function of the symbol alone, so each of those is reconstructed
   // once, by Reconstruct itself, and copied; other symbols take Decode.
   Status DecodeKeyframe(size_t begin, size_t end) {
-    uint8_t table[kDirectSymbols][E::kSize];
-    bool valid[kDirectSymbols];
+    uint8_t table[256][E::kSize];
+    bool tabled[256] = {};
     for (uint32_t k = 0; k < kDirectSymbols; ++k) {
-      valid[k] = quantizer_.Valid(k);
-      if (valid[k]) Reconstruct(0, k, direct_[k], table[k]);
+      tabled[k] = quantizer_.Valid(k);
+      if (tabled[k]) Reconstruct(0, k, direct_[k], table[k]);
     }
+    // Locals: the copies' stores could alias the members.
+    const uint8_t* const sym = sym_;
+    uint8_t* const out = out_;
     for (size_t i = begin; i < end; ++i) {
-      const uint8_t symbol = sym_[i];
-      if (symbol < kDirectSymbols && valid[symbol]) {
-        std::memcpy(out_ + i * E::kSize, table[symbol], E::kSize);
+      const uint8_t symbol = sym[i];
+      if (tabled[symbol]) [[likely]] {
+        std::memcpy(out + i * E::kSize, table[symbol], E::kSize);
       } else {
         CKPT_RETURN_IF_ERROR(Decode(i, i + 1));
       }
