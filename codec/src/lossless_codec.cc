@@ -213,6 +213,9 @@ class LosslessBytePlaneCodec final : public TensorCodec {
 
   std::unique_ptr<ChainDecoder> NewChainDecoder(DType dtype, size_t length) const override;
 
+  // A buffer of the codec's pool, returned to it when the lease ends.
+  Pool<Buffer>::Lease AcquireBuffer() const { return buffer_pool_.Acquire(); }
+
   // Decodes the planes of `payload` into `split` (plane p at p * length / planes), or XORs them
   // into it when `xor_into`. Validates the whole payload; corrupt input is DataLoss.
   Status DecodePlanes(DType dtype, std::span<const uint8_t> payload, size_t length, bool xor_into,
@@ -305,8 +308,14 @@ class LosslessBytePlaneCodec final : public TensorCodec {
 // plane domain and the chain needs a single transposition at the end instead of one per link.
 class LosslessChainDecoder final : public ChainDecoder {
  public:
+  // The planes live in a buffer of the codec's pool: a restore decodes chunk after chunk of the
+  // same length, so the buffer is neither allocated, zero-filled nor page-faulted per chunk.
   LosslessChainDecoder(const LosslessBytePlaneCodec* codec, DType dtype, size_t length)
-      : codec_(codec), dtype_(dtype), length_(length) {}
+      : codec_(codec),
+        dtype_(dtype),
+        length_(length),
+        planes_lease_(codec->AcquireBuffer()),
+        planes_(*planes_lease_.get()) {}
 
   Status StartFromKeyframe(std::span<const uint8_t> payload) override {
     started_ = true;
@@ -349,7 +358,8 @@ class LosslessChainDecoder final : public ChainDecoder {
   const LosslessBytePlaneCodec* codec_;
   const DType dtype_;
   const size_t length_;
-  Buffer planes_;
+  Pool<Buffer>::Lease planes_lease_;
+  Buffer& planes_;  // *planes_lease_
   uint32_t count_ = 0;
   bool started_ = false;
 };
