@@ -407,9 +407,11 @@ Status DecodeLoop(const Q& quantizer, const PayloadHeader& h, const LowRankShift
   }
   ElementDecoder<D, Q, kHistory, kLattice> general(quantizer, h, shift, sections, symbols.get(),
                                                    states.get(), ref, o);
-  if (ref == nullptr && states == nullptr && !h.low_rank) {
-    CKPT_RETURN_IF_ERROR(general.DecodeKeyframe(0, n));
-    return general.Finish();
+  if constexpr (kHistory != HistoryUse::kDelta) {
+    if (!h.delta && states == nullptr) {  // (low-rank payloads are deltas: format.cc)
+      CKPT_RETURN_IF_ERROR(general.DecodeKeyframe(0, n));
+      return general.Finish();
+    }
   }
   size_t done = 0;
   CKPT_RETURN_IF_ERROR((DecodeVectorPaths<D, Q, kHistory, kLattice>(
