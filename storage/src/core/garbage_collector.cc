@@ -111,7 +111,8 @@ class Collector {
   }
 
   // Writes manifest `seq` anew under a fresh seq, re-encoding the planned tensors, and switches
-  // every reference over in one synced batch. Returns the new seq; nothing (and the chunks
+  // every reference over in one synced batch that also removes what no version needs any more
+  // (the old manifest, dead ones the rebase freed). Returns the new seq; nothing (and the chunks
   // written for it removed) when the rewrite would grow the manifest by at least
   // `freeable_bytes`, the stored bytes of the dead manifests its chains run through: then
   // keeping those is cheaper (lossy chains written without the lattice can be expensive to
@@ -219,9 +220,16 @@ class Collector {
     state.next_seq = new_seq + 1;
     chains_.codec_state = state;
     batch.Put(ctx_.codec_state, chains_.model, Encoded(state));
+    // The old manifest, and the dead ones no chain runs through any more, go in the same batch:
+    // between two rebases nothing is stored that no version needs.
+    CKPT_ASSIGN_OR_RETURN(const ModelChains::Removal removal,
+                          chains_.RemoveNoLongerNeeded(ctx_, &change));
     chains_.record.stored_bytes = ModelStoredBytes(chains_);
     batch.Put(ctx_.models, chains_.model, Encoded(chains_.record));
     CKPT_RETURN_IF_ERROR(ctx_.backend->Commit(chains_.model, change, "committing rebase"));
+    report_.manifests_removed += removal.manifests;
+    report_.bytes_freed += removal.bytes;
+    ctx_.counters->gc_bytes_freed.fetch_add(removal.bytes, std::memory_order_relaxed);
     if (was_reference) ctx_.cache->Rekey(chains_.model, seq, new_seq);
     ++report_.versions_rebased;
     ctx_.counters->gc_versions_rebased.fetch_add(1, std::memory_order_relaxed);

@@ -6,9 +6,9 @@
 // older kept version on the same chain, or as a keyframe when there is none. The rebased version
 // gets a new manifest under a fresh seq; every manifest that took its deltas against the old one
 // is pointed at the new one (same reconstruction, so their payloads stay valid), and one synced
-// batch makes the switch. A crash before that batch leaves chunks above the committed next_seq,
-// which recovery removes; after it, the old data is merely unneeded, which the next collection
-// (or the sweep at open) removes.
+// batch makes the switch and removes what it made unneeded (the old manifest, dead ones no chain
+// runs through any more). A crash before that batch leaves chunks above the committed next_seq,
+// which recovery removes; after it, nothing.
 //
 // Tensors coded lossily are not rebased: re-encoding their reconstruction exactly costs more than
 // the deltas it would free, so deleted versions their chains run through stay (reported as

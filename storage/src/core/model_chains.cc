@@ -121,6 +121,14 @@ ModelChains::Removal ModelChains::RemoveUnneeded(const StoreContext& ctx,
   return removal;
 }
 
+Result<ModelChains::Removal> ModelChains::RemoveNoLongerNeeded(const StoreContext& ctx,
+                                                               ModelChange* change) {
+  CKPT_ASSIGN_OR_RETURN(const std::set<uint64_t> needed, NeededSeqs(LiveSeqs()));
+  const Removal removal = RemoveUnneeded(ctx, needed, change);
+  std::erase_if(manifests, [&](const auto& entry) { return !needed.count(entry.first); });
+  return removal;
+}
+
 std::map<uint64_t, const VersionRecord*> ModelChains::VersionsBySeq() const {
   std::map<uint64_t, const VersionRecord*> by_seq;
   for (const auto& [version, v] : versions) by_seq.emplace(v.seq, &v);

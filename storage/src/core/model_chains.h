@@ -55,6 +55,12 @@ struct ModelChains {
   Removal RemoveUnneeded(const StoreContext& ctx, const std::set<uint64_t>& needed,
                          ModelChange* change) const;
 
+  // For a change that re-points versions or chains (a rearrangement's or a rebase's switch):
+  // adds to `change` the removal of every manifest the live versions no longer need, and
+  // forgets them here, so that the switch and the removal commit together and no reader ever
+  // sees a manifest that nothing needs. DataLoss as NeededSeqs.
+  Result<Removal> RemoveNoLongerNeeded(const StoreContext& ctx, ModelChange* change);
+
   // The versions by the seq of their manifest.
   std::map<uint64_t, const VersionRecord*> VersionsBySeq() const;
 

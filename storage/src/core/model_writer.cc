@@ -338,13 +338,9 @@ Result<RearrangeReport> ModelWriter::RearrangeLatest(std::string_view model,
                               [&] { return guard.Contended() || (cancelled && cancelled()); },
                               &replaced));
     if (report.tensors_keyframed == 0) return report;
-    // The replaced manifests are unneeded now; nothing else is re-encoded.
-    GcOptions removal;
-    removal.rebase_min_dead_fraction = -1;
-    removal.compaction = GcOptions::Compaction::kNone;
-    CKPT_ASSIGN_OR_RETURN(const GcReport removed, CollectModelGarbage(ctx_, chains, removal));
     CKPT_RETURN_IF_ERROR(
-        maintenance_->MaybeCompact(name, removed.bytes_freed, removal.compaction).status());
+        maintenance_->MaybeCompact(name, replaced.bytes_removed, GcOptions::Compaction::kNone)
+            .status());
   }
   // The removed records share blob files only with records that died with them (the pass wrote
   // what lives on apart), so compacting their key range drops those files whole, without

@@ -49,7 +49,7 @@ class ModelWriter {
                            const std::function<void(ModelRecord&)>& change);
   Result<RetentionReport> ApplyRetention(std::string_view model, const RetentionRun& run);
   Result<GcReport> CollectGarbage(std::string_view model, const GcOptions& options);
-  // CheckpointStore::RearrangeLatest, then the removal of the manifests it replaced.
+  // CheckpointStore::RearrangeLatest, then the reclaiming of the space it freed.
   Result<RearrangeReport> RearrangeLatest(std::string_view model,
                                           const std::function<bool()>& cancelled);
 

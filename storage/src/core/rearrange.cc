@@ -466,6 +466,11 @@ class Rearranger {
     state.next_seq = (prev_replaced ? prev_seq_new_ : latest_seq_new_) + 1;
     chains_.codec_state = state;
     batch.Put(ctx_.codec_state, chains_.model, Encoded(state));
+    // The replaced manifests go in the same batch: a scrub beside the pass never finds them
+    // orphaned, and a crash cannot leave them behind.
+    CKPT_ASSIGN_OR_RETURN(const ModelChains::Removal removal,
+                          chains_.RemoveNoLongerNeeded(ctx_, &change));
+    replaced_->bytes_removed = removal.bytes;
     uint64_t stored = 0;
     for (const auto& [seq, m] : chains_.manifests) stored += m.stored_bytes;
     chains_.record.stored_bytes = stored;

@@ -8,8 +8,8 @@
 // CheckpointStore::RearrangeLatest for which tensors qualify.
 //
 // The rewritten versions get new manifests under fresh seqs, switched in one synced batch as
-// garbage collection's rebases are: a crash before it leaves chunks above the committed
-// next_seq (removed at open), after it the replaced manifests are merely unneeded.
+// garbage collection's rebases are, with the removal of the manifests they replace: a crash
+// before it leaves chunks above the committed next_seq (removed at open), after it nothing.
 //
 // Not thread-safe: the caller holds the model's lock for the whole pass.
 #pragma once
@@ -24,16 +24,17 @@
 
 namespace ckpt {
 
-// The seqs [begin, end) that hold every manifest a pass replaced (begin == end: none). Seqs in
-// between may belong to manifests that stay.
+// The seqs [begin, end) that held every manifest a pass replaced (begin == end: none), and the
+// stored bytes removed with them. Seqs in between may belong to manifests that stay.
 struct ReplacedSeqs {
   uint64_t begin = 0;
   uint64_t end = 0;
+  uint64_t bytes_removed = 0;
 };
 
-// Rearranges `chains.model`'s latest version; `chains` is updated to what is stored afterwards,
-// the replaced manifests included (unneeded: the caller's garbage collection removes them, and
-// then StoreBackend::ReclaimRemovedChunks over `*replaced` gives their space back).
+// Rearranges `chains.model`'s latest version; `chains` is updated to what is stored afterwards.
+// The replaced manifests are removed in the switch's batch; StoreBackend::ReclaimRemovedChunks
+// over `*replaced` then gives their space back.
 // No version's chunks need more than `max_decodes` payload decodes afterwards. `yield` is asked
 // between chunks: true abandons the pass (its chunks discarded) with Aborted.
 Result<RearrangeReport> RearrangeLatest(const StoreContext& ctx, ModelChains& chains,
