@@ -332,11 +332,10 @@ Result<RearrangeReport> ModelWriter::RearrangeLatest(std::string_view model,
     if (!chains.record.policy_json.empty()) {
       CKPT_ASSIGN_OR_RETURN(policy, CodecPolicy::FromJson(chains.record.policy_json, policy));
     }
-    CKPT_ASSIGN_OR_RETURN(report,
-                          ckpt::RearrangeLatest(
-                              ctx_, chains, policy.EffectiveKeyframeEvery(),
-                              [&] { return guard.Contended() || (cancelled && cancelled()); },
-                              &replaced));
+    CKPT_ASSIGN_OR_RETURN(
+        report, ckpt::RearrangeLatest(
+                    ctx_, chains, policy.EffectiveKeyframeEvery(),
+                    [&] { return guard.Contended() || (cancelled && cancelled()); }, &replaced));
     if (report.tensors_keyframed == 0) return report;
     CKPT_RETURN_IF_ERROR(
         maintenance_->MaybeCompact(name, replaced.bytes_removed, GcOptions::Compaction::kNone)
