@@ -507,6 +507,11 @@ TEST_F(ClusterTest, LossyModelsKeepTheirBoundAcrossAnOwnershipChange) {
 TEST_F(ClusterTest, TheOwnerRearrangesTheLatestAndAnyDaemonRestoresEveryVersion) {
   Node writer("c", namespace_, /*rearrange_latest=*/true);
   ASSERT_TRUE(writer.process->Start()) << writer.process->log();
+  // A reverse chain longer than the pushes: the version before the latest is one delta away.
+  ASSERT_EQ(Request(writer.port, "PUT", "/v1/models/m/policy",
+                    R"({"mode":"lossless","keyframe_every":16})")
+                .status,
+            200);
   DriftingModel drift(29, 20000);
   std::map<uint64_t, std::string> sha;
   for (uint64_t v = 1; v <= 5; ++v) {

@@ -174,6 +174,8 @@ TEST_F(DaemonTest, PointwiseBoundOverrideHoldsAndIsReported) {
 // the push decodes its reference from storage.
 TEST_F(DaemonTest, RestartWarmsTheCacheSoTheNextPushIsADelta) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  // A chain longer than the pushes: every push after the first is a delta when it can be.
+  ASSERT_TRUE(client_->SetPolicy("warm", R"({"mode":"lossless","keyframe_every":16})").ok());
   DriftingModel model(44, 50000);
   for (uint64_t v = 1; v <= 3; ++v) {
     auto r = client_->PushBuffer("warm", v, model.Next());

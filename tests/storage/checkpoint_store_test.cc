@@ -30,8 +30,9 @@ TEST_F(CheckpointStoreTest, PushedVersionsRestoreBitIdenticalAcrossReopen) {
     ASSERT_TRUE(info.ok()) << info.status().ToString();
     EXPECT_EQ(info->sha256, Sha256Hex(bodies.back()));
     EXPECT_EQ(info->raw_bytes, bodies.back().size());
-    // Default keyframe_every is 16: versions 1 and 17 start new chains.
-    EXPECT_EQ(info->kind, (v - 1) % 16 == 0 ? "keyframe" : "delta") << v;
+    // The lossless default keyframe_every: versions 1, 1 + N, ... start new chains.
+    const uint64_t every = CodecPolicy::kLosslessKeyframeEvery;
+    EXPECT_EQ(info->kind, (v - 1) % every == 0 ? "keyframe" : "delta") << v;
   }
   for (int pass = 0; pass < 2; ++pass) {
     for (uint64_t v = 1; v <= 20; ++v) {
@@ -187,6 +188,8 @@ TEST_F(CheckpointStoreTest, KeyframeEveryBoundsTheChain) {
 TEST_F(CheckpointStoreTest, PushWithAColdCacheDecodesTheReferenceAndStoresDeltas) {
   DriftingModel model(18, 3000);
   std::vector<std::string> bodies;
+  ASSERT_TRUE(
+      store_->SetPolicy("m", LossyPolicy(R"({"mode":"lossless","keyframe_every":16})")).ok());
   ASSERT_NO_FATAL_FAILURE(PushVersions(model, 1, 3, &bodies));
   Reopen();
   bodies.push_back(model.Next());
@@ -280,7 +283,8 @@ TEST_F(CheckpointStoreTest, TensorsChangingDtypeShapeOrPresenceRestore) {
       {{"w", DType::kF32, {3000}, floats(3000)}, {"s", DType::kF32, {3000}, stable}},
   };
   for (const char* policy :
-       {R"({"mode":"lossless"})", R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[]})",
+       {R"({"mode":"lossless","keyframe_every":16})",
+        R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[]})",
         R"({"mode":"lossy","max_abs_error":1e-3,"reclaimable":false,"lossless_tensors":[]})"}) {
     SCOPED_TRACE(policy);
     (void)store_->DeleteModel("m");  // NotFound on the first pass

@@ -16,6 +16,7 @@ namespace {
 
 using testing::CheckpointStoreTest;
 using testing::DriftingModel;
+using testing::LossyPolicy;
 using testing::Sha256Hex;
 
 class GarbageCollectionTest : public CheckpointStoreTest {
@@ -76,6 +77,9 @@ class GarbageCollectionTest : public CheckpointStoreTest {
 };
 
 TEST_F(GarbageCollectionTest, DeletingNinetyPercentFreesAtLeastEightyPercentOfTheirBytes) {
+  // Chains long enough that kept versions run through deleted ones.
+  ASSERT_TRUE(
+      store_->SetPolicy("m", LossyPolicy(R"({"mode":"lossless","keyframe_every":16})")).ok());
   DriftingModel drift(31, 6000);
   auto sha = PushAll(drift, 40);
   const uint64_t before = StoredBytes();

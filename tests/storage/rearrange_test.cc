@@ -20,6 +20,8 @@ using testing::Sha256Hex;
 
 class RearrangeTest : public CheckpointStoreTest {
  protected:
+  static constexpr std::string_view kLongChains = R"({"mode":"lossless","keyframe_every":16})";
+
   void SetCodecPolicy(std::string_view model, std::string_view json) {
     auto policy = CodecPolicy::FromJson(json, CodecPolicy{});
     ASSERT_TRUE(policy.ok()) << policy.status().ToString();
@@ -73,6 +75,9 @@ TEST_F(RearrangeTest, LosslessLatestIsOneDecodeAwayAndEveryVersionRestoresExactl
   DriftingModel drift(7, 6000);
   const uint64_t chunks = ChunksPerVersion(drift);
   ASSERT_GT(chunks, 4u);
+  // Chains longer than the pushes: one forward chain, one reverse chain.
+  SetCodecPolicy("m", kLongChains);
+  SetCodecPolicy("forward", kLongChains);
   DriftingModel forward_drift = drift;
   auto sha = PushAll("m", drift, 10, /*rearrange=*/true);
   auto forward_sha = PushAll("forward", forward_drift, 10, /*rearrange=*/false);
@@ -111,6 +116,7 @@ TEST_F(RearrangeTest, LosslessLatestIsOneDecodeAwayAndEveryVersionRestoresExactl
 TEST_F(RearrangeTest, OldestFirstSweepOfAReverseChainDecodesOneLinkPerChunk) {
   DriftingModel drift(5, 6000);
   const uint64_t chunks = ChunksPerVersion(drift);
+  SetCodecPolicy("m", kLongChains);
   auto sha = PushAll("m", drift, 8, /*rearrange=*/true);
   // Version 1 is at the far end of the reverse chain: a walk from the keyframe of version 8.
   EXPECT_GE(LinksToRestore("m", 1), 7 * chunks);

@@ -113,7 +113,7 @@ struct TensorCoding {
 };
 
 struct CodecPolicy {
-  static constexpr uint32_t kLosslessKeyframeEvery = 16;
+  static constexpr uint32_t kLosslessKeyframeEvery = 4;
   static constexpr uint32_t kLossyKeyframeEvery = 32;
   static constexpr uint32_t kMaxKeyframeEvery = 1024;
   static constexpr size_t kMaxPatterns = 64;
