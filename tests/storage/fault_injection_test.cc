@@ -25,6 +25,69 @@ namespace {
 using Op = FaultyFileSystem::Op;
 using State = StoreHealthReport::State;
 
+// What the failing call reports.
+enum class FaultKind {
+  kNoSpace,  // ENOSPC: writes resume once space is back
+  kFatal,    // EIO: the store turns read-only until it is reopened (a restart)
+};
+
+// One place a fault is injected.
+struct FaultPoint {
+  Op op;
+  uint64_t after_calls;
+  FaultKind kind;
+  const char* file_contains = "";
+};
+
+std::string PointName(const FaultPoint& p) {
+  const char* op = p.op == Op::kWrite  ? "Write"
+                   : p.op == Op::kSync ? "Sync"
+                   : p.op == Op::kRead ? "Read"
+                                       : "Rename";
+  std::string file = p.file_contains;
+  for (char& c : file) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  const char* kind = p.kind == FaultKind::kNoSpace ? "NoSpace" : "Eio";
+  return std::string(op) + std::to_string(p.after_calls) + kind + file;
+}
+
+void PrintTo(const FaultPoint& p, std::ostream* os) { *os << PointName(p); }
+
+FaultyFileSystem::Fault FaultAt(const FaultPoint& p) {
+  FaultyFileSystem::Fault f;
+  f.op = p.op;
+  f.after_calls = p.after_calls;
+  f.no_space = p.kind == FaultKind::kNoSpace;
+  f.file_contains = p.file_contains;
+  return f;
+}
+
+// The status a write that met the fault returns: 507's NoSpace for a full volume, an I/O
+// error or "suspended" (503) for a failed write.
+void ExpectFaultStatus(const Status& s, const FaultPoint& p) {
+  if (p.kind == FaultKind::kNoSpace) {
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToLogString();
+    EXPECT_EQ(s.subcode(), StatusSubcode::kNoSpace) << s.ToLogString();
+  } else {
+    EXPECT_TRUE(s.code() == StatusCode::kIoError || s.code() == StatusCode::kUnavailable)
+        << s.ToLogString();
+  }
+}
+
+std::vector<FaultPoint> Points(std::initializer_list<Op> ops, uint64_t calls,
+                               const char* file = "") {
+  std::vector<FaultPoint> points;
+  for (Op op : ops) {
+    for (uint64_t n = 0; n < calls; ++n) {
+      for (FaultKind kind : {FaultKind::kNoSpace, FaultKind::kFatal}) {
+        points.push_back({op, n, kind, file});
+      }
+    }
+  }
+  return points;
+}
+
 class FaultInjectionTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -142,6 +205,23 @@ class FaultInjectionTest : public ::testing::Test {
                                 << scrub->orphaned_manifests;
   }
 
+  // What a pass armed with the fault at `point` returned: the fault's status, naming no file.
+  // Points in the log (".log") count the pass's commits: one past its last commit finds the
+  // pass done, which must then have succeeded.
+  template <typename T>
+  void ExpectPassOutcome(const Result<T>& result, const FaultPoint& point) {
+    if (*point.file_contains == '\0') {
+      ASSERT_GT(fs_->failed(), 0u) << "the fault never fired";
+    }
+    if (fs_->failed() == 0) {
+      ASSERT_TRUE(result.ok()) << result.status().ToLogString();
+    }
+    if (!result.ok()) {
+      ExpectFaultStatus(result.status(), point);
+      ExpectNoServerPaths(result.status());
+    }
+  }
+
   // As things stand, without reopening (which removes leftovers): no manifest that no version
   // needs, no chunk that no manifest owns.
   void ExpectNothingOrphaned() {
@@ -159,69 +239,6 @@ class FaultInjectionTest : public ::testing::Test {
   std::map<uint64_t, std::string> acknowledged_;
   uint64_t next_version_ = 100;
 };
-
-// What the failing call reports.
-enum class FaultKind {
-  kNoSpace,  // ENOSPC: writes resume once space is back
-  kFatal,    // EIO: the store turns read-only until it is reopened (a restart)
-};
-
-// One place a fault is injected.
-struct FaultPoint {
-  Op op;
-  uint64_t after_calls;
-  FaultKind kind;
-  const char* file_contains = "";
-};
-
-std::string PointName(const FaultPoint& p) {
-  const char* op = p.op == Op::kWrite  ? "Write"
-                   : p.op == Op::kSync ? "Sync"
-                   : p.op == Op::kRead ? "Read"
-                                       : "Rename";
-  std::string file = p.file_contains;
-  for (char& c : file) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  const char* kind = p.kind == FaultKind::kNoSpace ? "NoSpace" : "Eio";
-  return std::string(op) + std::to_string(p.after_calls) + kind + file;
-}
-
-void PrintTo(const FaultPoint& p, std::ostream* os) { *os << PointName(p); }
-
-FaultyFileSystem::Fault FaultAt(const FaultPoint& p) {
-  FaultyFileSystem::Fault f;
-  f.op = p.op;
-  f.after_calls = p.after_calls;
-  f.no_space = p.kind == FaultKind::kNoSpace;
-  f.file_contains = p.file_contains;
-  return f;
-}
-
-// The status a write that met the fault returns: 507's NoSpace for a full volume, an I/O
-// error or "suspended" (503) for a failed write.
-void ExpectFaultStatus(const Status& s, const FaultPoint& p) {
-  if (p.kind == FaultKind::kNoSpace) {
-    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToLogString();
-    EXPECT_EQ(s.subcode(), StatusSubcode::kNoSpace) << s.ToLogString();
-  } else {
-    EXPECT_TRUE(s.code() == StatusCode::kIoError || s.code() == StatusCode::kUnavailable)
-        << s.ToLogString();
-  }
-}
-
-std::vector<FaultPoint> Points(std::initializer_list<Op> ops, uint64_t calls,
-                               const char* file = "") {
-  std::vector<FaultPoint> points;
-  for (Op op : ops) {
-    for (uint64_t n = 0; n < calls; ++n) {
-      for (FaultKind kind : {FaultKind::kNoSpace, FaultKind::kFatal}) {
-        points.push_back({op, n, kind, file});
-      }
-    }
-  }
-  return points;
-}
 
 class PushFaultTest : public FaultInjectionTest,
                       public ::testing::WithParamInterface<FaultPoint> {};
@@ -294,18 +311,7 @@ TEST_P(GcFaultTest, KeepsTheKeptVersionsAndFreesOnceRecovered) {
   full.compaction = GcOptions::Compaction::kFull;
   fs_->Arm(FaultAt(point));
   auto gc = store_->CollectGarbage("m", full);
-  // The pass's commits are counted by the log's syncs: a point past its last commit finds it
-  // done, and it must then have succeeded.
-  if (*point.file_contains == '\0') {
-    ASSERT_GT(fs_->failed(), 0u) << "the fault never fired";
-  }
-  if (fs_->failed() == 0) {
-    ASSERT_TRUE(gc.ok()) << gc.status().ToLogString();
-  }
-  if (!gc.ok()) {
-    ExpectFaultStatus(gc.status(), point);
-    ExpectNoServerPaths(gc.status());
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectPassOutcome(gc, point));
   ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
   ASSERT_NO_FATAL_FAILURE(ExpectNothingOrphaned());
   ASSERT_NO_FATAL_FAILURE(ExpectRecovery({}, {}, point.kind == FaultKind::kFatal));
@@ -339,18 +345,7 @@ TEST_P(RearrangeFaultTest, SwitchesWhollyOrNotAtAllAndLeavesNothingOrphaned) {
   const FaultPoint& point = GetParam();
   fs_->Arm(FaultAt(point));
   auto report = store_->RearrangeLatest("m", nullptr);
-  // The pass's commits are counted by the log's syncs: a point past its last commit finds it
-  // done, and it must then have succeeded.
-  if (*point.file_contains == '\0') {
-    ASSERT_GT(fs_->failed(), 0u) << "the fault never fired";
-  }
-  if (fs_->failed() == 0) {
-    ASSERT_TRUE(report.ok()) << report.status().ToLogString();
-  }
-  if (!report.ok()) {
-    ExpectFaultStatus(report.status(), point);
-    ExpectNoServerPaths(report.status());
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectPassOutcome(report, point));
   ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
   ASSERT_NO_FATAL_FAILURE(ExpectNothingOrphaned());
   ASSERT_NO_FATAL_FAILURE(ExpectRecovery({}, {}, point.kind == FaultKind::kFatal));
