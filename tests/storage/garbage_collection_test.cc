@@ -346,6 +346,27 @@ TEST_F(GarbageCollectionTest, NegativeThresholdOnlyRemovesWhatNothingNeeds) {
   ExpectRestores(sha);
 }
 
+// The latest version deleted: its manifest stays as the reference, and goes with the commit of
+// the next push that no longer needs it (a push that starts new chains), so a scrub right after
+// finds nothing orphaned and the store holds no more than its versions need.
+TEST_F(GarbageCollectionTest, AReferenceWithoutItsVersionGoesWithThePushThatEndsItsUse) {
+  DriftingModel drift(41, 6000);
+  auto sha = PushAll(drift, 3);
+  ASSERT_TRUE(store_->DeleteVersion("m", 3).ok());
+  sha.erase(3);
+  const uint64_t with_reference = StoredBytes();
+  SetCodecPolicy("m", R"({"mode":"lossless","keyframe_every":1})");
+  auto pushed = Push("m", 4, drift.Next());
+  ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+  EXPECT_EQ(pushed->kind, "keyframe");
+  sha[4] = pushed->sha256;
+  auto scrub = store_->Scrub("m");
+  ASSERT_TRUE(scrub.ok()) << scrub.status().ToString();
+  EXPECT_TRUE(scrub->clean()) << "orphaned manifests " << scrub->orphaned_manifests;
+  EXPECT_LT(StoredBytes(), with_reference + pushed->stored_bytes);
+  ExpectRestores(sha);
+}
+
 TEST_F(GarbageCollectionTest, BusyModelIsAborted) {
   DriftingModel drift(35, 1000);
   PushAll(drift, 2);

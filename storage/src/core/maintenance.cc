@@ -203,11 +203,10 @@ Status StoreMaintenance::CompactModelChunks(const std::string& model, bool force
                    "compacting chunks of model '" + model + "'");
 }
 
-// Recovery, second part: manifests no version needs. Rebases and rearrangements remove those
-// they make unneeded in their own batch; a push does not (it would have to walk every chain),
-// so a deleted version's manifest that stopped being the reference when a push started a new
-// chain waits for the next collection, or for this sweep. A model whose records cannot be read
-// is left alone for the scrub to report.
+// Recovery, second part: manifests no version needs. Every commit removes those it makes
+// unneeded (pushes, deletions, rebases, rearrangements), so this finds some only in a store
+// whose writer did not; they are removed. A model whose records cannot be read is left alone
+// for the scrub to report.
 Status StoreMaintenance::RemoveOrphanedManifests() {
   std::vector<std::string> models;
   {

@@ -16,6 +16,7 @@
 #include "ckpt/codec/safetensors.h"
 #include "core/catalog.h"
 #include "core/chain_reader.h"
+#include "core/model_chains.h"
 #include "core/push_encoder.h"
 #include "records/keys.h"
 
@@ -142,6 +143,9 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
 
     ModelChange change;
     change.refers_to_new_chunks = true;
+    CKPT_ASSIGN_OR_RETURN(const uint64_t removed_bytes,
+                          RemoveReferenceIfUnneeded(vr, state, &change));
+    model.stored_bytes -= std::min(model.stored_bytes, removed_bytes);
     rocksdb::WriteBatch& batch = change.batch;
     batch.Put(ctx_.manifests, keys::ManifestKey(model_, seq_), manifest_bytes);
     batch.Put(ctx_.versions, keys::VersionKey(model_, version_), Encoded(vr));
@@ -172,6 +176,28 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   }
 
  private:
+  // A reference whose version was deleted is kept while a chain needs it. When this version,
+  // the new reference (`state`, described by `vr`), ends that (it started new chains) and no
+  // older chain runs through it, its removal, and that of what only it needed, joins `change`:
+  // the commit leaves nothing that no version needs. Returns the stored bytes removed.
+  Result<uint64_t> RemoveReferenceIfUnneeded(const VersionRecord& vr, const CodecStateRecord& state,
+                                             ModelChange* change) {
+    if (!state_) return uint64_t{0};
+    CKPT_ASSIGN_OR_RETURN(const std::optional<VersionRecord> owner,
+                          ctx_.GetRecord<VersionRecord>(
+                              rocksdb::ReadOptions(), ctx_.versions,
+                              keys::VersionKey(model_, reference_version_), "version record"));
+    if (owner && owner->seq == state_->reference_seq) return uint64_t{0};
+    CKPT_ASSIGN_OR_RETURN(ModelChains chains,
+                          ModelChains::Load(ctx_, rocksdb::ReadOptions(), model_));
+    chains.manifests[seq_] = manifest_;
+    chains.versions[version_] = vr;
+    chains.codec_state = state;
+    CKPT_ASSIGN_OR_RETURN(const ModelChains::Removal removal,
+                          chains.RemoveNoLongerNeeded(ctx_, change));
+    return removal.bytes;
+  }
+
   Status OnHeader(const SafetensorsHeader& header, std::string_view raw_header) override {
     raw_header_ = std::string(raw_header);
     ReadMetadataMetrics(header.metadata, &push_options_.metrics, &push_options_.labels);
@@ -180,6 +206,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     std::unordered_map<std::string_view, uint32_t> reference_index;
     if (state_) {
       CKPT_ASSIGN_OR_RETURN(reference, reader_.Manifest(state_->reference_seq));
+      reference_version_ = reference->version;
       for (uint32_t i = 0; i < reference->tensors.size(); ++i) {
         reference_index.emplace(reference->tensors[i].name, i);
       }
@@ -285,6 +312,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
   const std::optional<ModelRecord> model_record_;
   const std::optional<CodecStateRecord> state_;
   const uint64_t seq_;
+  uint64_t reference_version_ = 0;  // the version state_'s reference manifest was pushed as
   SafetensorsStreamParser parser_;
   ChainReader reader_;
   Sha256 sha_;  // of the pushed body
