@@ -188,8 +188,7 @@ TEST_F(CheckpointStoreTest, KeyframeEveryBoundsTheChain) {
 TEST_F(CheckpointStoreTest, PushWithAColdCacheDecodesTheReferenceAndStoresDeltas) {
   DriftingModel model(18, 3000);
   std::vector<std::string> bodies;
-  ASSERT_TRUE(
-      store_->SetPolicy("m", LossyPolicy(R"({"mode":"lossless","keyframe_every":16})")).ok());
+  ASSERT_NO_FATAL_FAILURE(SetCodecPolicy("m", testing::kLongLosslessChains));
   ASSERT_NO_FATAL_FAILURE(PushVersions(model, 1, 3, &bodies));
   Reopen();
   bodies.push_back(model.Next());
@@ -283,7 +282,7 @@ TEST_F(CheckpointStoreTest, TensorsChangingDtypeShapeOrPresenceRestore) {
       {{"w", DType::kF32, {3000}, floats(3000)}, {"s", DType::kF32, {3000}, stable}},
   };
   for (const char* policy :
-       {R"({"mode":"lossless","keyframe_every":16})",
+       {testing::kLongLosslessChains,
         R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[]})",
         R"({"mode":"lossy","max_abs_error":1e-3,"reclaimable":false,"lossless_tensors":[]})"}) {
     SCOPED_TRACE(policy);

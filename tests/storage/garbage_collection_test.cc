@@ -16,7 +16,6 @@ namespace {
 
 using testing::CheckpointStoreTest;
 using testing::DriftingModel;
-using testing::LossyPolicy;
 using testing::Sha256Hex;
 
 class GarbageCollectionTest : public CheckpointStoreTest {
@@ -42,13 +41,6 @@ class GarbageCollectionTest : public CheckpointStoreTest {
   }
 
   uint64_t StoredBytes() { return store_->GetModel("m")->stored_bytes; }
-
-  // Sets the codec policy of `model` from its JSON form.
-  void SetCodecPolicy(std::string_view model, std::string_view json) {
-    auto policy = CodecPolicy::FromJson(json, CodecPolicy{});
-    ASSERT_TRUE(policy.ok()) << policy.status().ToString();
-    ASSERT_TRUE(store_->SetPolicy(model, *policy).ok());
-  }
 
   // After a collection: every kept version restores as before, also after reopening the store
   // (with `chunk_bytes`), and the next push (version `next`) is still a delta.
@@ -78,8 +70,7 @@ class GarbageCollectionTest : public CheckpointStoreTest {
 
 TEST_F(GarbageCollectionTest, DeletingNinetyPercentFreesAtLeastEightyPercentOfTheirBytes) {
   // Chains long enough that kept versions run through deleted ones.
-  ASSERT_TRUE(
-      store_->SetPolicy("m", LossyPolicy(R"({"mode":"lossless","keyframe_every":16})")).ok());
+  ASSERT_NO_FATAL_FAILURE(SetCodecPolicy("m", testing::kLongLosslessChains));
   DriftingModel drift(31, 6000);
   auto sha = PushAll(drift, 40);
   const uint64_t before = StoredBytes();
@@ -355,7 +346,7 @@ TEST_F(GarbageCollectionTest, AReferenceWithoutItsVersionGoesWithThePushThatEnds
   ASSERT_TRUE(store_->DeleteVersion("m", 3).ok());
   sha.erase(3);
   const uint64_t with_reference = StoredBytes();
-  SetCodecPolicy("m", R"({"mode":"lossless","keyframe_every":1})");
+  ASSERT_NO_FATAL_FAILURE(SetCodecPolicy("m", R"({"mode":"lossless","keyframe_every":1})"));
   auto pushed = Push("m", 4, drift.Next());
   ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
   EXPECT_EQ(pushed->kind, "keyframe");

@@ -20,14 +20,6 @@ using testing::Sha256Hex;
 
 class RearrangeTest : public CheckpointStoreTest {
  protected:
-  static constexpr std::string_view kLongChains = R"({"mode":"lossless","keyframe_every":16})";
-
-  void SetCodecPolicy(std::string_view model, std::string_view json) {
-    auto policy = CodecPolicy::FromJson(json, CodecPolicy{});
-    ASSERT_TRUE(policy.ok()) << policy.status().ToString();
-    ASSERT_TRUE(store_->SetPolicy(model, *policy).ok());
-  }
-
   // Pushes `count` versions of `drift` to `model`, rearranging after each push when `rearrange`;
   // returns version -> SHA-256 of the body a restore sends.
   std::map<uint64_t, std::string> PushAll(std::string_view model, DriftingModel& drift,
@@ -76,8 +68,8 @@ TEST_F(RearrangeTest, LosslessLatestIsOneDecodeAwayAndEveryVersionRestoresExactl
   const uint64_t chunks = ChunksPerVersion(drift);
   ASSERT_GT(chunks, 4u);
   // Chains longer than the pushes: one forward chain, one reverse chain.
-  SetCodecPolicy("m", kLongChains);
-  SetCodecPolicy("forward", kLongChains);
+  ASSERT_NO_FATAL_FAILURE(SetCodecPolicy("m", testing::kLongLosslessChains));
+  ASSERT_NO_FATAL_FAILURE(SetCodecPolicy("forward", testing::kLongLosslessChains));
   DriftingModel forward_drift = drift;
   auto sha = PushAll("m", drift, 10, /*rearrange=*/true);
   auto forward_sha = PushAll("forward", forward_drift, 10, /*rearrange=*/false);
@@ -116,7 +108,7 @@ TEST_F(RearrangeTest, LosslessLatestIsOneDecodeAwayAndEveryVersionRestoresExactl
 TEST_F(RearrangeTest, OldestFirstSweepOfAReverseChainDecodesOneLinkPerChunk) {
   DriftingModel drift(5, 6000);
   const uint64_t chunks = ChunksPerVersion(drift);
-  SetCodecPolicy("m", kLongChains);
+  ASSERT_NO_FATAL_FAILURE(SetCodecPolicy("m", testing::kLongLosslessChains));
   auto sha = PushAll("m", drift, 8, /*rearrange=*/true);
   // Version 1 is at the far end of the reverse chain: a walk from the keyframe of version 8.
   EXPECT_GE(LinksToRestore("m", 1), 7 * chunks);

@@ -261,7 +261,7 @@ TEST_F(CheckpointStoreTest, AVersionThatDoesNotRestoreKeepsItsTensorsAndThePassG
 
 INSTANTIATE_TEST_SUITE_P(
     Policies, TensorRetentionTest,
-    ::testing::Values(R"({"mode":"lossless","keyframe_every":16})",
+    ::testing::Values(testing::kLongLosslessChains,
                       R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[],
             "overrides":[{"tensors":"*.exp_avg","max_pointwise_rel_error":0.25,"zero_below_mean":2},
                          {"tensors":"*.exp_avg_sq","max_pointwise_rel_error":0.1}]})"));

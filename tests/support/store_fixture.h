@@ -28,9 +28,20 @@ inline CodecPolicy LossyPolicy(std::string_view json) {
   return *policy;
 }
 
+// A lossless policy whose chains outlast a test's pushes (the default restarts them every
+// CodecPolicy::kLosslessKeyframeEvery versions), for tests of what long chains do.
+inline constexpr const char* kLongLosslessChains = R"({"mode":"lossless","keyframe_every":16})";
+
 class CheckpointStoreTest : public ::testing::Test {
  protected:
   void SetUp() override { Reopen(); }
+
+  // Sets the codec policy of `model` from its JSON form.
+  void SetCodecPolicy(std::string_view model, std::string_view json) {
+    auto policy = CodecPolicy::FromJson(json, CodecPolicy{});
+    ASSERT_TRUE(policy.ok()) << policy.status().ToString();
+    ASSERT_TRUE(store_->SetPolicy(model, *policy).ok());
+  }
 
   void Reopen(uint64_t chunk_bytes = 4096,
               uint64_t reference_cache_bytes = StoreOptions{}.reference_cache_bytes) {
