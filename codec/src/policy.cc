@@ -244,8 +244,13 @@ Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPoli
       if (!it->is_boolean()) return Bad("low_rank", "must be true or false");
       policy.low_rank = it->get<bool>();
     } else if (key == "fast_latest") {
-      if (!it->is_boolean()) return Bad("fast_latest", "must be true or false");
-      policy.fast_latest = it->get<bool>();
+      if (it->is_string() && it->get<std::string>() == "auto") {
+        policy.fast_latest.reset();
+      } else if (it->is_boolean()) {
+        policy.fast_latest = it->get<bool>();
+      } else {
+        return Bad("fast_latest", "must be true, false or \"auto\"");
+      }
     } else if (key == "quantizer") {
       CKPT_RETURN_IF_ERROR(ParseQuantizer(*it, "quantizer", &policy.quantizer));
     } else if (key == "float_format") {
@@ -294,7 +299,7 @@ Result<CodecPolicy> CodecPolicy::FromJson(std::string_view text, const CodecPoli
                "'max_pointwise_rel_error'");
   }
   CKPT_RETURN_IF_ERROR(CheckQuantizerFitsBound(policy.bound, policy.quantizer, ""));
-  if (policy.fast_latest && !policy.reclaimable) {
+  if (policy.fast_latest.value_or(false) && !policy.reclaimable) {
     return Bad("fast_latest",
                "needs \"reclaimable\": true (an additive chain cannot be stored backwards)");
   }
@@ -326,7 +331,7 @@ std::string CodecPolicy::ToJson() const {
       {"keyframe_budget", keyframe_budget},
       {"reclaimable", reclaimable},
       {"low_rank", low_rank},
-      {"fast_latest", fast_latest},
+      {"fast_latest", fast_latest ? json(*fast_latest) : json("auto")},
       {"quantizer", std::string(QuantizerName(quantizer))},
       {"float_format", float_exponent_bits == 0 ? std::string("auto") : std::string(format)}};
   if (bound) BoundJson(*bound, doc);
@@ -345,8 +350,11 @@ std::string CodecPolicy::ToJson() const {
 }
 
 TensorCoding CodecPolicy::ForTensor(std::string_view name, DType dtype,
-                                    const std::vector<uint64_t>& shape) const {
+                                    const std::vector<uint64_t>& shape,
+                                    bool larger_than_cache) const {
   TensorCoding lossless;
+  // "auto" on an additive model (reclaimable false) keeps its coding: only the lattice reverses.
+  const bool plain_lattice = fast_latest.value_or(larger_than_cache && reclaimable);
   if (!LossyCodecSupports(dtype)) return lossless;
   auto lossy = [&](const std::optional<ErrorBound>& b, const std::optional<Quantizer>& q,
                    double zero_below_mean) {
@@ -364,8 +372,8 @@ TensorCoding CodecPolicy::ForTensor(std::string_view name, DType dtype,
     c.lossy_options.reclaimable = reclaimable;
     // The plain lattice: a reconstruction that depends on the pushed value alone, which is what
     // lets storage reverse a chain exactly.
-    if (fast_latest) c.lossy_options.history = false;
-    if (low_rank && !fast_latest && reclaimable && shape.size() == 2 && shape[1] > 0 &&
+    if (plain_lattice) c.lossy_options.history = false;
+    if (low_rank && !plain_lattice && reclaimable && shape.size() == 2 && shape[1] > 0 &&
         shape[1] <= std::numeric_limits<uint32_t>::max()) {
       c.lossy_options.low_rank_columns = static_cast<uint32_t>(shape[1]);
     }

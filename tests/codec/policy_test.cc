@@ -61,19 +61,25 @@ TEST(CodecPolicy, LowRankGivesMatricesTheirColumns) {
   EXPECT_EQ(additive->ForTensor("w", DType::kF32, {64, 48}).lossy_options.low_rank_columns, 0u);
 }
 
-// fast_latest codes on the plain lattice: no element history, no low-rank shift (whatever
-// low_rank says), in overrides too; off by default; it round-trips through the JSON form.
+// fast_latest true codes on the plain lattice: no element history, no low-rank shift (whatever
+// low_rank says), in overrides too; "auto" (the default) does so for a checkpoint larger than
+// the reference cache keeps; every value round-trips through the JSON form.
 TEST(CodecPolicy, FastLatestCodesOnThePlainLattice) {
   auto by_default = CodecPolicy::FromJson(R"({"mode":"lossy","max_abs_error":1e-3})", {});
   ASSERT_TRUE(by_default.ok());
-  EXPECT_FALSE(by_default->fast_latest);
+  EXPECT_FALSE(by_default->fast_latest.has_value());
   EXPECT_TRUE(by_default->ForTensor("w", DType::kF32, {64, 48}).lossy_options.history);
+  EXPECT_EQ(by_default->ForTensor("w", DType::kF32, {64, 48}).lossy_options.low_rank_columns, 48u);
+  const TensorCoding large =
+      by_default->ForTensor("w", DType::kF32, {64, 48}, /*larger_than_cache=*/true);
+  EXPECT_FALSE(large.lossy_options.history);
+  EXPECT_EQ(large.lossy_options.low_rank_columns, 0u);
   auto p = CodecPolicy::FromJson(
       R"({"mode":"lossy","max_abs_error":1e-3,"fast_latest":true,"lossless_tensors":[],
           "overrides":[{"tensors":"optim.*","max_abs_error":1e-2}]})",
       CodecPolicy{});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
-  EXPECT_TRUE(p->fast_latest);
+  EXPECT_EQ(p->fast_latest, true);
   EXPECT_TRUE(p->low_rank);
   for (const char* name : {"w", "optim.w"}) {
     const TensorCoding coding = p->ForTensor(name, DType::kF32, {64, 48});
@@ -82,9 +88,22 @@ TEST(CodecPolicy, FastLatestCodesOnThePlainLattice) {
     EXPECT_EQ(coding.lossy_options.low_rank_columns, 0u) << name;
     EXPECT_TRUE(coding.lossy_options.reclaimable) << name;
   }
-  auto again = CodecPolicy::FromJson(p->ToJson(), CodecPolicy{});
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(*again, *p);
+  auto off = CodecPolicy::FromJson(R"({"fast_latest":false})", *by_default);
+  ASSERT_TRUE(off.ok());
+  EXPECT_TRUE(off->ForTensor("w", DType::kF32, {64, 48}, true).lossy_options.history);
+  // An additive model has no lattice to reverse: "auto" leaves its coding alone.
+  auto additive = CodecPolicy::FromJson(R"({"reclaimable":false})", *by_default);
+  ASSERT_TRUE(additive.ok());
+  EXPECT_EQ(additive->ForTensor("w", DType::kF32, {64, 48}, true),
+            additive->ForTensor("w", DType::kF32, {64, 48}, false));
+  for (const CodecPolicy& policy : {*by_default, *p, *off}) {
+    auto again = CodecPolicy::FromJson(policy.ToJson(), CodecPolicy{});
+    ASSERT_TRUE(again.ok()) << policy.ToJson();
+    EXPECT_EQ(*again, policy) << policy.ToJson();
+  }
+  auto set_auto = CodecPolicy::FromJson(R"({"fast_latest":"auto"})", *p);
+  ASSERT_TRUE(set_auto.ok());
+  EXPECT_FALSE(set_auto->fast_latest.has_value());
 }
 
 TEST(CodecPolicy, MissingFieldsKeepBaseValues) {

@@ -238,6 +238,36 @@ TEST_F(RearrangeTest, FastLatestMakesALossyLatestOneDecodeAway) {
   ExpectRestores("default", by_default);
 }
 
+// "fast_latest" defaults to "auto": the default lattice for a checkpoint the reference cache
+// keeps, the plain lattice (rearranged, its latest one decode away) for one it does not, whose
+// latest and next reference would otherwise be decoded from storage through a forward chain.
+TEST_F(RearrangeTest, ALossyCheckpointLargerThanTheCacheGetsItsLatestOneDecodeAway) {
+  constexpr uint64_t kChunkBytes = 1 << 16;
+  DriftingModel drift(31, 20000);
+  const uint64_t checkpoint_bytes = DriftingModel(drift).Next().size();
+  ASSERT_NO_FATAL_FAILURE(Reopen(kChunkBytes, /*reference_cache_bytes=*/checkpoint_bytes));
+  ASSERT_TRUE(Push("chunks", 1, DriftingModel(drift).Next()).ok());
+  DriftingModel forward_drift = drift;
+  SetCodecPolicy("auto", R"({"mode":"lossy","max_abs_error":1e-3})");
+  SetCodecPolicy("forward", R"({"mode":"lossy","max_abs_error":1e-3,"fast_latest":false})");
+  auto by_default = PushAll("auto", drift, 6, /*rearrange=*/true);
+  auto forward = PushAll("forward", forward_drift, 6, /*rearrange=*/true);
+  const uint64_t chunks = LinksToRestore("chunks", 1);
+  EXPECT_EQ(LinksToRestore("auto", std::nullopt), chunks);
+  EXPECT_GT(LinksToRestore("forward", std::nullopt), chunks);
+  ExpectRestores("auto", by_default);
+  ExpectRestores("forward", forward);
+
+  // The same checkpoints where the cache keeps them (exactly half its budget, the most it keeps
+  // of one version): the default lattice, chains forward.
+  SetCodecPolicy("kept", R"({"mode":"lossy","max_abs_error":1e-3})");
+  ASSERT_NO_FATAL_FAILURE(Reopen(kChunkBytes, /*reference_cache_bytes=*/2 * checkpoint_bytes));
+  DriftingModel kept_drift(31, 20000);
+  auto kept = PushAll("kept", kept_drift, 6, /*rearrange=*/true);
+  EXPECT_GT(LinksToRestore("kept", std::nullopt), chunks);
+  ExpectRestores("kept", kept);
+}
+
 // Each pass deletes the keyframes the pass before wrote and the push's forward deltas; the
 // records that live on (reverse deltas) went to blob files of their own, so the dead ones leave
 // the disk with whole files, at once: what the blob files hold stays what the model stores.

@@ -219,8 +219,14 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     }
     manifest_.floor_seq = seq_;
     const uint32_t keyframe_every = policy_.EffectiveKeyframeEvery();
+    // A checkpoint that the reference cache does not keep has its latest, and the next push's
+    // reference after a restart, decoded from storage: "fast_latest": "auto" then puts it on
+    // the lattice that the rearrangement stores newest-first.
+    uint64_t checkpoint_bytes = raw_header.size();  // with its length prefix
+    for (const auto& t : header.tensors) checkpoint_bytes += t.byte_size();
+    const bool larger_than_cache = !ctx_.cache->KeepsVersionOf(checkpoint_bytes);
     for (const auto& t : header.tensors) {
-      TensorCoding coding = policy_.ForTensor(t.name, t.dtype, t.shape);
+      TensorCoding coding = policy_.ForTensor(t.name, t.dtype, t.shape, larger_than_cache);
       // Lattice versions with element history cost more to re-encode exactly (their states go
       // along): a model whose retention deletes versions is coded without it.
       if (coding.lossy && coding.lossy_options.reclaimable && retention_deletes_) {

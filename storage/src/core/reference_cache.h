@@ -73,6 +73,9 @@ class ReferenceCache {
   uint64_t size_bytes() const;
   uint64_t size_bytes(Kind kind) const;
   uint64_t budget_bytes() const { return budget_bytes_; }
+  // Whether a whole version of `raw_bytes` is kept once restored: up to half the budget, so
+  // that one large restore does not flush every other model's references.
+  bool KeepsVersionOf(uint64_t raw_bytes) const { return raw_bytes <= budget_bytes_ / 2; }
 
  private:
   struct Entry {

@@ -45,12 +45,11 @@ class RestoreStreamImpl final : public RestoreStream {
     // restore of it and the next push then need no chain replay. Any other version is kept as
     // restored chunks, evicted before references: restoring the versions of a chain in turn (an
     // evaluation sweep) then replays one link per version instead of the whole chain. Only for
-    // versions that fit in half the cache, so one large restore does not flush every other
-    // model's references.
+    // versions the cache keeps whole (ReferenceCache::KeepsVersionOf).
     CKPT_ASSIGN_OR_RETURN(auto state,
                           ctx_.GetRecord<CodecStateRecord>(snapshot_.reads(), ctx_.codec_state,
                                                            info_.model, "codec state"));
-    if (use_cache_ && record_.raw_bytes <= ctx_.cache->budget_bytes() / 2) {
+    if (use_cache_ && ctx_.cache->KeepsVersionOf(record_.raw_bytes)) {
       cache_as_ = state && state->reference_seq == record_.seq ? ReferenceCache::Kind::kReference
                                                                : ReferenceCache::Kind::kRestored;
     }

@@ -46,7 +46,7 @@
 //                     in every version (no deltas). For Adam's exp_avg (docs/api.md).
 //   keyframe_every    a tensor is stored as a keyframe at least every N versions; restoring any
 //                     version decodes at most one keyframe and N-1 deltas per tensor. 1 disables
-//                     deltas. Range 1..1024, or 0 for the mode's default: 16 lossless, 32 lossy.
+//                     deltas. Range 1..1024, or 0 for the mode's default: 4 lossless, 32 lossy.
 //   keyframe_budget   lossy mode: a tensor also starts a new keyframe once the deltas stored
 //                     since its keyframe total more than this many times the keyframe's bytes,
 //                     which bounds the bytes a restore reads and a chain keeps alive. 1 is the
@@ -68,12 +68,16 @@
 //                     history); deleting versions of such chains frees little (exact
 //                     re-encodings on the fine lattice cost more than they free, so collection
 //                     keeps them). false: the plain lattice. Default: true.
-//   fast_latest       lossy, reclaimable: code on the plain lattice (no element history, no
-//                     low-rank shift, whatever "low_rank" says), whose versions storage can
+//   fast_latest       lossy, reclaimable: true codes on the plain lattice (no element history,
+//                     no low-rank shift, whatever "low_rank" says), whose versions storage can
 //                     re-encode exactly as reverse deltas, so that restoring the latest decodes
 //                     one payload per chunk as in lossless mode. Costs ratio (the coding
 //                     context and the shift are what make the default's deltas small:
-//                     docs/benchmarks.md, "Through the daemon"). Default: false.
+//                     docs/benchmarks.md, "Through the daemon"). false: the default lattice,
+//                     whose latest decodes its forward chain. "auto" (default): true for a
+//                     checkpoint the reference cache does not keep (storage decides: larger
+//                     than half of it), whose latest and next reference would otherwise be a
+//                     chain replay from storage after every restart; false otherwise.
 #pragma once
 
 #include <cstdint>
@@ -125,7 +129,7 @@ struct CodecPolicy {
   double keyframe_budget = kDefaultKeyframeBudget;
   bool reclaimable = true;
   bool low_rank = true;
-  bool fast_latest = false;
+  std::optional<bool> fast_latest;  // nullopt: "auto"
   std::optional<ErrorBound> bound;
   Quantizer quantizer = Quantizer::kAuto;
   uint8_t float_exponent_bits = 0;  // 0: auto
@@ -151,9 +155,10 @@ struct CodecPolicy {
            static_cast<double>(chain_bytes) > keyframe_budget * static_cast<double>(keyframe_bytes);
   }
 
-  // Decides how the tensor `name` of `dtype` and `shape` is coded under this policy.
-  TensorCoding ForTensor(std::string_view name, DType dtype,
-                         const std::vector<uint64_t>& shape) const;
+  // Decides how the tensor `name` of `dtype` and `shape` is coded under this policy, in a
+  // checkpoint that the reference cache keeps or, `larger_than_cache`, does not ("fast_latest").
+  TensorCoding ForTensor(std::string_view name, DType dtype, const std::vector<uint64_t>& shape,
+                         bool larger_than_cache = false) const;
 
   friend bool operator==(const CodecPolicy&, const CodecPolicy&) = default;
 };
