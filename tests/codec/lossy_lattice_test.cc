@@ -56,6 +56,55 @@ TEST(LossyCodecLattice, ReconstructionsDoNotDependOnTheChain) {
   }
 }
 
+// The lattice's deltas, with and without element history, decode with this CPU's vector kernels
+// (AVX2 where it has them, eight elements at a time) and with the portable ones to the encoder's
+// reconstruction: adversarial values, large moves and a length that is no multiple of eight
+// take the per-element path inside the vector loops.
+TEST(LossyCodecLattice, EveryKernelDecodesTheLatticesDeltas) {
+  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
+  ASSERT_TRUE(decoder.ok());
+  const double inf = std::numeric_limits<double>::infinity();
+  for (bool history : {false, true}) {
+    SCOPED_TRACE(history ? "with history" : "plain lattice");
+    LossyCodecOptions options;
+    options.quantizer = Quantizer::kUniform;
+    options.reclaimable = true;
+    options.history = history;
+    options.bound = {ErrorBound::Kind::kAbsolute, 1e-3};
+    auto codec = NewLossyCodec(options);
+    std::mt19937_64 rng(43);
+    std::normal_distribution<double> normal(0, 1);
+    std::vector<double> x(kLargeChunk + 13);
+    for (double& e : x) e = 0.1 * normal(rng);
+    std::vector<uint8_t> previous;
+    for (size_t t = 0; t < 5; ++t) {
+      for (double& e : x) e += 2e-3 * normal(rng);
+      std::vector<double> pushed_values = x;
+      for (size_t i = 5 * t; i < x.size(); i += 1013) {
+        pushed_values[i] =
+            std::vector<double>{inf, -inf, std::nan(""), -0.0, 1e-40, 0.0, 0.5}[(i + t) % 7];
+      }
+      const auto pushed = Pack(DType::kF32, pushed_values);
+      std::optional<std::span<const uint8_t>> ref;
+      if (t) ref = std::span<const uint8_t>(previous);
+      auto encoded = codec->Encode(DType::kF32, pushed, ref);
+      ASSERT_TRUE(encoded.ok()) << encoded.status().ToString();
+      for (bool portable : {false, true}) {
+        std::vector<uint8_t> decoded(pushed.size());
+        lossy::UsePortableLowRankKernelsForTesting(portable);
+        const Status s = (*decoder)->Decode(DType::kF32, AsBytes(encoded->payload), ref, decoded);
+        lossy::UsePortableLowRankKernelsForTesting(false);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        ASSERT_EQ(decoded, encoded->reconstruction)
+            << "version " << t << (portable ? ", portable kernels" : ", the CPU's kernels");
+      }
+      ExpectWithinBound(DType::kF32, pushed, encoded->reconstruction, 1e-3,
+                        "version " + std::to_string(t));
+      previous = encoded->reconstruction;
+    }
+  }
+}
+
 // Garbage collection's exact re-encoding: a version of a lattice chain re-encoded against an
 // older version (or as a keyframe) decodes to exactly its reconstruction, for every dtype and
 // with adversarial values, and costs about one delta over the gap, not a full-precision copy.

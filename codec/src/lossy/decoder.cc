@@ -330,6 +330,38 @@ __attribute__((target("avx2"))) Status DecodeLowRankF32Avx2(const uint8_t* sym, 
 }
 #endif
 
+#ifdef CKPT_LOSSY_AVX2
+// The plain lattice's deltas (F32, direct symbols, with or without history) eight elements at
+// a time; a group that the kernel cannot take goes to `general` four by four. Advances *done
+// past what it decoded.
+template <bool kHistory, typename General>
+__attribute__((target("avx2"))) Status DecodeLatticeF32Avx2(const uint8_t* sym, size_t n,
+                                                            double step, double inverse_step,
+                                                            const uint8_t* ref, uint8_t* out,
+                                                            size_t* done, General&& general) {
+  size_t i = *done;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t eight;
+    std::memcpy(&eight, sym + i, 8);
+    if (!(eight & 0xe0e0e0e0e0e0e0e0ull) &&
+        DecodeEightLatticeF32<kHistory>(eight, step, inverse_step, ref + 4 * i, out + 4 * i)) {
+      continue;
+    }
+    for (size_t four = i; four < i + 8; four += 4) {
+      uint32_t symbols;
+      std::memcpy(&symbols, sym + four, 4);
+      if ((symbols & 0xe0e0e0e0u) ||
+          !DecodeFourLatticeF32<kHistory>(symbols, step, inverse_step, ref + 4 * four,
+                                          out + 4 * four)) {
+        CKPT_RETURN_IF_ERROR(general(four, four + 4));
+      }
+    }
+  }
+  *done = i;
+  return Status::Ok();
+}
+#endif
+
 // The vector paths of the second pass for deltas (F32 only): groups of four (eight) elements
 // with direct symbols from *done on, where the payload's coding has a kernel; a group that a
 // kernel cannot take goes to `general`. Advances *done past what it decoded.
@@ -360,6 +392,13 @@ Status DecodeVectorPaths(const PayloadHeader& h, const Q& quantizer, const uint8
         }
       }
     }
+#ifdef CKPT_LOSSY_AVX2
+    if (!explicit_states && !h.low_rank && CpuHasAvx2()) {
+      CKPT_RETURN_IF_ERROR(DecodeLatticeF32Avx2<kHistory != HistoryUse::kNone>(
+          sym, n, quantizer.step, quantizer.inverse_step, ref, o, done,
+          [&](size_t begin, size_t end) { return general.Decode(begin, end); }));
+    }
+#endif
     for (; *done + 4 <= n && !explicit_states && !h.low_rank; *done += 4) {
       uint32_t four;
       std::memcpy(&four, sym + *done, 4);

@@ -1,5 +1,5 @@
-// AVX2 kernels of the lossy codec's low-rank lattice: eight F32 elements at a time, four double
-// lanes per register, with exactly the arithmetic of the SSE2 kernels (kernels_sse2.h) and so of
+// AVX2 kernels of the lossy codec's lattices (plain and low-rank): eight F32 elements at a time,
+// four double lanes per register, with exactly the arithmetic of the SSE2 kernels (kernels_sse2.h) and so of
 // their portable twins. Compiled for every x86-64 build and used only where the CPU has AVX2
 // (CpuHasAvx2).
 #pragma once
@@ -169,6 +169,44 @@ __attribute__((target("avx2"), always_inline)) inline bool DecodeEightLowRankF32
       _mm256_castps_si256(_mm256_insertf128_ps(_mm256_castps128_ps256(lattice[0]), lattice[1], 1));
   const __m256i next = NextHistoryEight(LatticeStateEight(ref_bits), q);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), WithHistoryEight(bits, next));
+  return true;
+}
+
+// DecodeFourLatticeF32 for eight elements, all with direct symbols (`eight`, one per byte):
+// (kp + q) * step rounded once to float, with the next history state when kHistory. Returns
+// false, having written nothing, when a reference has no index.
+template <bool kHistory>
+__attribute__((target("avx2"), always_inline)) inline bool DecodeEightLatticeF32(
+    uint64_t eight, double step, double inverse_step, const uint8_t* ref, uint8_t* out) {
+  const __m256i ref_bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ref));
+  const __m256 p = _mm256_castsi256_ps(ref_bits);
+  const __m256d inv = _mm256_set1_pd(inverse_step), max_index = _mm256_set1_pd(0x1p50);
+  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffff));
+  __m256d kp[2];
+  for (int h = 0; h < 2; ++h) {
+    const __m256d pt = _mm256_mul_pd(
+        _mm256_cvtps_pd(h ? _mm256_extractf128_ps(p, 1) : _mm256_castps256_ps128(p)), inv);
+    const __m256d indexed = _mm256_cmp_pd(_mm256_and_pd(pt, abs_mask), max_index, _CMP_LE_OQ);
+    if (_mm256_movemask_pd(indexed) != 0xf) return false;
+    kp[h] = RoundToIntegerFour(pt);
+  }
+  const __m256i z = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(eight)));
+  const __m256i q = _mm256_xor_si256(
+      _mm256_srli_epi32(z, 1),
+      _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_and_si256(z, _mm256_set1_epi32(1))));
+  const __m256d step4 = _mm256_set1_pd(step);
+  __m128 lattice[2];
+  for (int h = 0; h < 2; ++h) {
+    const __m128i q_half = h ? _mm256_extracti128_si256(q, 1) : _mm256_castsi256_si128(q);
+    lattice[h] =
+        _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_add_pd(kp[h], _mm256_cvtepi32_pd(q_half)), step4));
+  }
+  __m256i bits =
+      _mm256_castps_si256(_mm256_insertf128_ps(_mm256_castps128_ps256(lattice[0]), lattice[1], 1));
+  if constexpr (kHistory) {
+    bits = WithHistoryEight(bits, NextHistoryEight(LatticeStateEight(ref_bits), q));
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), bits);
   return true;
 }
 
