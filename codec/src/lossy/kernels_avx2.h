@@ -133,6 +133,31 @@ __attribute__((target("avx2"), always_inline)) inline bool QuantizeEightLowRankF
   StoreLowBytesEight(state, history);
   return true;
 }
+// LatticeIndex of eight F32 lanes into kp[0] (lanes 0-3) and kp[1] (lanes 4-7); false, with
+// kp unspecified, when one has no index.
+__attribute__((target("avx2"), always_inline)) inline bool LatticeIndicesEight(__m256 p,
+                                                                               double inverse,
+                                                                               __m256d kp[2]) {
+  const __m256d inv = _mm256_set1_pd(inverse), max_index = _mm256_set1_pd(0x1p50);
+  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffff));
+  for (int h = 0; h < 2; ++h) {
+    const __m256d pt = _mm256_mul_pd(
+        _mm256_cvtps_pd(h ? _mm256_extractf128_ps(p, 1) : _mm256_castps256_ps128(p)), inv);
+    const __m256d indexed = _mm256_cmp_pd(_mm256_and_pd(pt, abs_mask), max_index, _CMP_LE_OQ);
+    if (_mm256_movemask_pd(indexed) != 0xf) return false;
+    kp[h] = RoundToIntegerFour(pt);
+  }
+  return true;
+}
+
+// The eight direct symbols of `eight` (one per byte) as 32-bit lanes q = unzigzag(z).
+__attribute__((target("avx2"), always_inline)) inline __m256i UnzigzagEight(uint64_t eight) {
+  const __m256i z = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(eight)));
+  return _mm256_xor_si256(
+      _mm256_srli_epi32(z, 1),
+      _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_and_si256(z, _mm256_set1_epi32(1))));
+}
+
 // DecodeFourLowRankF32 for eight elements, all with direct symbols (`eight`, one per byte):
 // (kp + shift + 64 q) * fine rounded once to float, with the next history state. Returns false,
 // having written nothing, when a reference has no index.
@@ -141,20 +166,9 @@ __attribute__((target("avx2"), always_inline)) inline bool DecodeEightLowRankF32
     uint8_t* out) {
   const __m256i ref_bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ref));
   const __m256 p = _mm256_castsi256_ps(ref_bits);
-  const __m256d inv = _mm256_set1_pd(inverse_fine), max_index = _mm256_set1_pd(0x1p50);
-  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffff));
   __m256d kp[2];
-  for (int h = 0; h < 2; ++h) {
-    const __m256d pt = _mm256_mul_pd(
-        _mm256_cvtps_pd(h ? _mm256_extractf128_ps(p, 1) : _mm256_castps256_ps128(p)), inv);
-    const __m256d indexed = _mm256_cmp_pd(_mm256_and_pd(pt, abs_mask), max_index, _CMP_LE_OQ);
-    if (_mm256_movemask_pd(indexed) != 0xf) return false;
-    kp[h] = RoundToIntegerFour(pt);
-  }
-  const __m256i z = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(eight)));
-  const __m256i q = _mm256_xor_si256(
-      _mm256_srli_epi32(z, 1),
-      _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_and_si256(z, _mm256_set1_epi32(1))));
+  if (!LatticeIndicesEight(p, inverse_fine, kp)) return false;
+  const __m256i q = UnzigzagEight(eight);
   const __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(shift));
   const __m256d move = _mm256_set1_pd(64), fine4 = _mm256_set1_pd(fine);
   __m128 lattice[2];
@@ -180,20 +194,9 @@ __attribute__((target("avx2"), always_inline)) inline bool DecodeEightLatticeF32
     uint64_t eight, double step, double inverse_step, const uint8_t* ref, uint8_t* out) {
   const __m256i ref_bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ref));
   const __m256 p = _mm256_castsi256_ps(ref_bits);
-  const __m256d inv = _mm256_set1_pd(inverse_step), max_index = _mm256_set1_pd(0x1p50);
-  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffff));
   __m256d kp[2];
-  for (int h = 0; h < 2; ++h) {
-    const __m256d pt = _mm256_mul_pd(
-        _mm256_cvtps_pd(h ? _mm256_extractf128_ps(p, 1) : _mm256_castps256_ps128(p)), inv);
-    const __m256d indexed = _mm256_cmp_pd(_mm256_and_pd(pt, abs_mask), max_index, _CMP_LE_OQ);
-    if (_mm256_movemask_pd(indexed) != 0xf) return false;
-    kp[h] = RoundToIntegerFour(pt);
-  }
-  const __m256i z = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(eight)));
-  const __m256i q = _mm256_xor_si256(
-      _mm256_srli_epi32(z, 1),
-      _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_and_si256(z, _mm256_set1_epi32(1))));
+  if (!LatticeIndicesEight(p, inverse_step, kp)) return false;
+  const __m256i q = UnzigzagEight(eight);
   const __m256d step4 = _mm256_set1_pd(step);
   __m128 lattice[2];
   for (int h = 0; h < 2; ++h) {
