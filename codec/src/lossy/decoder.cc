@@ -331,9 +331,9 @@ __attribute__((target("avx2"))) Status DecodeLowRankF32Avx2(const uint8_t* sym, 
 #endif
 
 #ifdef CKPT_LOSSY_AVX2
-// The plain lattice's deltas (F32, direct symbols, with or without history) eight elements at
-// a time; a group that the kernel cannot take goes to `general` four by four. Advances *done
-// past what it decoded.
+// The lattice's deltas without a low-rank shift (F32, with or without element history), eight
+// elements with direct symbols at a time; a group that the kernel cannot take goes four by four
+// (DecodeFourLatticeF32) or to `general`, as without AVX2. Advances *done past what it decoded.
 template <bool kHistory, typename General>
 __attribute__((target("avx2"))) Status DecodeLatticeF32Avx2(const uint8_t* sym, size_t n,
                                                             double step, double inverse_step,
