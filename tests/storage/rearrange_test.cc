@@ -247,9 +247,10 @@ TEST_F(RearrangeTest, ALossyCheckpointLargerThanTheCacheGetsItsLatestOneDecodeAw
   const uint64_t checkpoint_bytes = DriftingModel(drift).Next().size();
   ASSERT_NO_FATAL_FAILURE(Reopen(kChunkBytes, /*reference_cache_bytes=*/checkpoint_bytes));
   ASSERT_TRUE(Push("chunks", 1, DriftingModel(drift).Next()).ok());
-  DriftingModel forward_drift = drift;
-  SetCodecPolicy("auto", R"({"mode":"lossy","max_abs_error":1e-3})");
-  SetCodecPolicy("forward", R"({"mode":"lossy","max_abs_error":1e-3,"fast_latest":false})");
+  DriftingModel forward_drift = drift, kept_drift = drift;
+  ASSERT_NO_FATAL_FAILURE(SetCodecPolicy("auto", R"({"mode":"lossy","max_abs_error":1e-3})"));
+  ASSERT_NO_FATAL_FAILURE(SetCodecPolicy(
+      "forward", R"({"mode":"lossy","max_abs_error":1e-3,"fast_latest":false})"));
   auto by_default = PushAll("auto", drift, 6, /*rearrange=*/true);
   auto forward = PushAll("forward", forward_drift, 6, /*rearrange=*/true);
   const uint64_t chunks = LinksToRestore("chunks", 1);
@@ -260,9 +261,8 @@ TEST_F(RearrangeTest, ALossyCheckpointLargerThanTheCacheGetsItsLatestOneDecodeAw
 
   // The same checkpoints where the cache keeps them (exactly half its budget, the most it keeps
   // of one version): the default lattice, chains forward.
-  SetCodecPolicy("kept", R"({"mode":"lossy","max_abs_error":1e-3})");
+  ASSERT_NO_FATAL_FAILURE(SetCodecPolicy("kept", R"({"mode":"lossy","max_abs_error":1e-3})"));
   ASSERT_NO_FATAL_FAILURE(Reopen(kChunkBytes, /*reference_cache_bytes=*/2 * checkpoint_bytes));
-  DriftingModel kept_drift(31, 20000);
   auto kept = PushAll("kept", kept_drift, 6, /*rearrange=*/true);
   EXPECT_GT(LinksToRestore("kept", std::nullopt), chunks);
   ExpectRestores("kept", kept);
