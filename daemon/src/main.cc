@@ -152,8 +152,8 @@ int main(int argc, char** argv) {
   // The daemon's large buffers (chunks, decoded references, the reference cache's entries) are
   // allocated on one thread and freed on another: a push encodes on its own thread, restores
   // decode ahead on theirs. With glibc's default of 8 arenas per core, memory freed into one
-  // arena is not reused by threads of the others. Peak RSS of bench/e2e_bench.sh on a 20 x
-  // 13 MB run: 364-372 MiB with the default, 246-253 MiB with two arenas, same throughput.
+  // arena is not reused by threads of the others; two arenas keep the peak well lower at the
+  // same throughput (docs/design.md, "Concurrency").
   mallopt(M_ARENA_MAX, 2);
 #endif
   CLI::App app{"ckptd — storage daemon for versioned deep-learning checkpoints"};
