@@ -5,7 +5,9 @@
 #     work after the last push (the rearrangement of the latest version) awaited and its CPU
 #     time reported; the daemon restarted without the start-up cache warm-up, then `latest`
 #     restored cold (from storage alone) and again warm, then every version in turn, oldest
-#     first (the first version's own figure too: the far end of a reverse chain);
+#     first (the first version's own figure too: the far end of a reverse chain); then
+#     restarted once more with the warm-up (the default): seconds until it reports ready (the
+#     ready file is written once the warm-up has finished) and `latest` right after that;
 #     wall-clock MB/s and the daemon's CPU per byte (utime + stime from /proc/PID/stat around
 #     each phase); the data directory's size after a clean shutdown (du ratio) and the stored
 #     bytes the daemon reports for the model (ratio); the daemon's peak resident memory over the
@@ -65,20 +67,25 @@ ticks_per_s=$(getconf CLK_TCK)
 # MB per daemon CPU-second.
 mb_per_cpu() { awk -v b="$1" -v t="$2" -v h="$ticks_per_s" 'BEGIN { printf "%.0f", (t > 0 ? b / 1e6 / (t / h) : 0) }'; }
 
-cat > "$work/ckptd.toml" <<EOF
+for warm in false true; do
+  cat > "$work/ckptd-warm-$warm.toml" <<EOF
 [storage]
-warm_cache_on_start = false
+warm_cache_on_start = $warm
 [retention]
 interval_seconds = 0
 after_push = false
 EOF
+done
 
-start_daemon() {  # BUILD
+start_daemon() {  # BUILD [WARM_UP]: sets ready_s, the seconds from the start to the ready file
   rm -f "$work/ready"
-  "$1/daemon/ckptd" --config "$work/ckptd.toml" --listen 127.0.0.1:0 --data-dir "$work/data" \
-    --ready-file "$work/ready" --log-level warn > "$work/ckptd.log" 2>&1 &
+  local t0
+  t0=$(now)
+  "$1/daemon/ckptd" --config "$work/ckptd-warm-${2:-false}.toml" --listen 127.0.0.1:0 \
+    --data-dir "$work/data" --ready-file "$work/ready" --log-level warn > "$work/ckptd.log" 2>&1 &
   daemon_pid=$!
-  for _ in $(seq 3000); do [[ -s "$work/ready" ]] && break; sleep 0.01; done
+  for _ in $(seq 6000); do [[ -s "$work/ready" ]] && break; sleep 0.005; done
+  ready_s=$(elapsed "$t0" "$(now)")
   url="http://127.0.0.1:$(cat "$work/ready")/v1/models/bench"
 }
 # Waits until the daemon has used no CPU for 1.5 s: its background passes, which start
@@ -156,7 +163,15 @@ ckptd_round() {
   done
   t5=$(now); c5=$(cpu_ticks "$daemon_pid")
   stop_daemon
-  echo "$(elapsed "$t0" "$t1") $((c1 - c0)) $(elapsed "$t2" "$t3") $(elapsed "$t3" "$t4") $(elapsed "$t4" "$t5") $((c5 - c4)) $stored $c_idle $logical $t_first $peak_kib" >> "$work/results.$2"
+  start_daemon "$1" true
+  local t6
+  t6=$(now)
+  curl -sS --fail-with-body "$url/versions/latest" -o "${SINK:-$work/latest}" ||
+    fail "latest (after the warm-up)"
+  local warmed_latest_s
+  warmed_latest_s=$(elapsed "$t6" "$(now)")
+  stop_daemon
+  echo "$(elapsed "$t0" "$t1") $((c1 - c0)) $(elapsed "$t2" "$t3") $(elapsed "$t3" "$t4") $(elapsed "$t4" "$t5") $((c5 - c4)) $stored $c_idle $logical $t_first $peak_kib $ready_s $warmed_latest_s" >> "$work/results.$2"
 }
 
 # nginx with WebDAV PUT (start_nginx).
@@ -193,17 +208,18 @@ done
 
 col() { awk -v c="$2" '{ print $c }' "$1" | median; }
 echo "files: ${#files[@]} in $dir, $raw bytes; policy: ${policy:-default (lossless)}${RETENTION_JSON:+; retention: $RETENTION_JSON}${PACED:+; paced}; rounds: $rounds"
-printf '%-34s %10s %10s %10s %12s %12s %10s %10s %12s %8s %8s %9s\n' "" "push MB/s" "MB/cpu-s" "after cpu-s" "latest cold" "latest warm" "first MB/s" "every MB/s" "every MB/cpu-s" "du ratio" "ratio" "peak MiB"
+printf '%-34s %10s %10s %10s %12s %12s %10s %10s %12s %8s %8s %9s %9s %12s\n' "" "push MB/s" "MB/cpu-s" "after cpu-s" "latest cold" "latest warm" "first MB/s" "every MB/s" "every MB/cpu-s" "du ratio" "ratio" "peak MiB" "ready s" "latest ready"
 for i in "${!builds[@]}"; do
   r="$work/results.$i"
-  printf '%-34s %10s %10s %10s %12s %12s %10s %10s %12s %8s %8s %9s\n' "ckptd ($(basename "$(dirname "${builds[$i]}")")/$(basename "${builds[$i]}"))" \
+  printf '%-34s %10s %10s %10s %12s %12s %10s %10s %12s %8s %8s %9s %9s %12s\n' "ckptd ($(basename "$(dirname "${builds[$i]}")")/$(basename "${builds[$i]}"))" \
     "$(mbps "$raw" "$(col "$r" 1)")" "$(mb_per_cpu "$raw" "$(col "$r" 2)")" \
     "$(awk -v t="$(col "$r" 8)" -v h="$ticks_per_s" 'BEGIN { printf "%.2f", t / h }')" \
     "$(mbps "$latest_bytes" "$(col "$r" 3)")" "$(mbps "$latest_bytes" "$(col "$r" 4)")" \
     "$(mbps "$first_bytes" "$(col "$r" 10)")" "$(mbps "$raw" "$(col "$r" 5)")" "$(mb_per_cpu "$raw" "$(col "$r" 6)")" \
     "$(awk -v r="$raw" -v s="$(col "$r" 7)" 'BEGIN { printf "%.2fx", r / s }')" \
     "$(awk -v r="$raw" -v s="$(col "$r" 9)" 'BEGIN { printf "%.2fx", r / s }')" \
-    "$(awk -v k="$(col "$r" 11)" 'BEGIN { printf "%.0f", k / 1024 }')"
+    "$(awk -v k="$(col "$r" 11)" 'BEGIN { printf "%.0f", k / 1024 }')" \
+    "$(awk -v s="$(col "$r" 12)" 'BEGIN { printf "%.2f", s }')" "$(mbps "$latest_bytes" "$(col "$r" 13)")"
 done
 p="$work/results.peers"
 echo "cp + sync:                 $(mbps "$raw" "$(col "$p" 1)") MB/s"
