@@ -40,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from delta_entropy import entropy_bits, load_f32, next_history  # noqa: E402
-from lowrank_study import column_bits, shifted_step  # noqa: E402
+from lowrank_study import column_bits, fit_directions, shifted_step  # noqa: E402
 
 MIN_MATRIX = 30000
 ACTIVITY = (0.25, 0.5, 1.0, 2.0, 4.0)
@@ -93,10 +93,7 @@ def soft_bits(mats, bound, rank):
     for t in range(1, len(mats)):
         s = ks[t] - ks[t - 1]
         e = mats[t] - ks[t - 1] * step
-        n = e.shape[1]
-        _, _, vt = np.linalg.svd(e, full_matrices=False)
-        vq = np.round(vt[:rank].T * np.sqrt(n))
-        vd = vq / np.sqrt(n)
+        vq, vd = fit_directions(e, rank, 1.0)
         aq = np.round(e @ vd @ np.linalg.pinv(vd.T @ vd) / (2 * bound))
         factors = column_bits(aq) + column_bits(vq)
         prediction = (aq * 2 * bound) @ vd.T / step
