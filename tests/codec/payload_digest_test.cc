@@ -23,6 +23,7 @@
 #include "ckpt/codec/hashing.h"
 #include "ckpt/codec/lossy_codec.h"
 #include "ckpt/codec/tensor_codec.h"
+#include "lossy/format.h"    // internal: the payload versions
 #include "lossy/low_rank.h"  // internal: UsePortableLowRankKernelsForTesting
 #include "lossy_test_support.h"
 
@@ -403,17 +404,21 @@ TEST(PayloadDigests, ThePortableKernelsWriteTheSameBytes) {
 // The cases cover what they are named for: each payload version is written somewhere, and the
 // lossless fallback really falls back.
 TEST(PayloadDigests, TheCasesReachEveryPayloadVersion) {
-  bool version[5] = {};
+  constexpr int kNewest = lossy::kPayloadVersionLogOffset;
+  bool version[kNewest + 1] = {};
   bool fell_back = false;
   for (const Case& c : Cases()) {
     const Coded coded = Code(c);
-    for (int v : coded.payload_versions) version[v] = true;
+    for (int v : coded.payload_versions) {
+      ASSERT_TRUE(v >= 0 && v <= kNewest) << c.name << " wrote payload version " << v;
+      version[v] = true;
+    }
     if (std::string(c.name).starts_with("fallback/")) fell_back |= Wrote(coded, 0);
     if (std::string(c.name) == "low-rank/f32" || std::string(c.name) == "low-rank/f64") {
       EXPECT_TRUE(Wrote(coded, 4)) << c.name << " never took the low-rank shift";
     }
   }
-  for (int v = 1; v <= 4; ++v) EXPECT_TRUE(version[v]) << "no payload of version " << v;
+  for (int v = 1; v <= kNewest; ++v) EXPECT_TRUE(version[v]) << "no payload of version " << v;
   EXPECT_TRUE(fell_back) << "no lossy chunk fell back to the lossless codec";
 }
 
