@@ -1,7 +1,7 @@
 // AVX2 kernels of the lossy codec's lattices (plain and low-rank): eight F32 elements at a time,
-// four double lanes per register, with exactly the arithmetic of the SSE2 kernels (kernels_sse2.h) and so of
-// their portable twins. Compiled for every x86-64 build and used only where the CPU has AVX2
-// (CpuHasAvx2).
+// four double lanes per register, with exactly the arithmetic of the SSE2 kernels (kernels_sse2.h)
+// and so of their portable twins. Compiled for every x86-64 build and used only where the CPU has
+// AVX2 (CpuHasAvx2).
 #pragma once
 
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -164,8 +164,7 @@ void SolveRows(std::vector<double> g, size_t r, std::vector<double>& y, size_t m
 // CPU has it). The shift's sums are exact integers in float, so every clone computes the same
 // bits; the fit need not be reproducible. Not under ThreadSanitizer: GCC instruments the clones'
 // resolver, which the dynamic loader runs before the sanitizer's runtime is set up.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_THREAD__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define CKPT_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define CKPT_VECTOR_CLONES
