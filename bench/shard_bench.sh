@@ -6,7 +6,7 @@
 #   - ckptd, sharded: every version pushed as RANKS shards at once (RANKS curl -T in parallel,
 #     .../versions/V/shards/R?of=RANKS), into a fresh data directory as the whole pushes; the
 #     version commits when the last one is in
-#   - ckptd, one file split by the client: every whole file pushed with `ckpt push --shards
+#   - ckptd, one file split by the client: every whole file pushed with `ckpt push --connections
 #     RANKS` (the CLI cuts it into RANKS shards sent at once), into a fresh data directory
 #   - restores of the latest sharded version after a restart without warm-up: the whole
 #     version; one rank's part (?rank=0&of=RANKS); the resharded view for 2 ranks (both at
@@ -119,7 +119,7 @@ ckptd_round() {
   t2b=$(now); c2b=$(cpu_ticks "$daemon_pid")
   for v in $(seq "$versions"); do
     CKPT_SERVER="${base%/v1/models}" "$build/client-lib/ckpt" push cli "$v" \
-      "${wholes[$((v - 1))]}" --shards "$ranks" > /dev/null
+      "${wholes[$((v - 1))]}" --connections "$ranks" > /dev/null
   done
   t2c=$(now); c2c=$(cpu_ticks "$daemon_pid")
   stop_daemon
@@ -193,7 +193,7 @@ part=$((last_bytes / ranks))
 echo "files: $versions versions of $((last_bytes / 1000000)) MB, $ranks shards each; $rounds rounds (medians)"
 echo "ckptd push, whole (1 curl -T):         $(mbps "$raw" "$(col "$r" 1)") MB/s, $(mb_per_cpu "$raw" "$(col "$r" 2)") MB per daemon CPU-s"
 echo "ckptd push, $ranks shards at once:          $(mbps "$raw" "$(col "$r" 3)") MB/s, $(mb_per_cpu "$raw" "$(col "$r" 4)") MB per daemon CPU-s"
-echo "ckptd push, ckpt push --shards $ranks:     $(mbps "$raw" "$(col "$r" 13)") MB/s, $(mb_per_cpu "$raw" "$(col "$r" 14)") MB per daemon CPU-s"
+echo "ckptd push, ckpt push --connections $ranks:     $(mbps "$raw" "$(col "$r" 13)") MB/s, $(mb_per_cpu "$raw" "$(col "$r" 14)") MB per daemon CPU-s"
 echo "ckptd restore, whole (cold):           $(mbps "$last_bytes" "$(col "$r" 5)") MB/s, $(mb_per_cpu "$last_bytes" "$(col "$r" 6)") MB per daemon CPU-s"
 echo "ckptd restore, rank 0 of $ranks:            $(col "$r" 7) s, $(mbps "$part" "$(col "$r" 7)") MB/s of its part, $(mb_per_cpu "$part" "$(col "$r" 8)") MB per daemon CPU-s"
 echo "ckptd restore, resharded 2 (both):     $(mbps "$last_bytes" "$(col "$r" 9)") MB/s, $(mb_per_cpu "$last_bytes" "$(col "$r" 10)") MB per daemon CPU-s"

@@ -356,7 +356,9 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
         if (!policy.ok()) return ErrorResponse(policy.status());
         Status s = store_->SetPolicy(route.model, *policy);
         if (!s.ok()) return ErrorResponse(s);
-        return JsonResponse(200, json::parse(policy->ToJson()));
+        json answer = json::parse(policy->ToJson());
+        if (auto warnings = policy->Warnings(); !warnings.empty()) answer["warnings"] = warnings;
+        return JsonResponse(200, answer);
       }
       return MethodNotAllowed(method, "GET, PUT");
     }

@@ -1,5 +1,6 @@
 #include "ckpt/client/client.h"
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/beast/core.hpp>
@@ -271,10 +272,24 @@ Result<PushResult> StreamPush(const std::vector<ServerEndpoint>& servers,
 
 using WriteFn = std::function<Status(const char* data, size_t n)>;
 
+// Where a pull resumes: the bytes already received of the body whose ETag is `etag`, and their
+// SHA-256 so far.
+struct ResumePoint {
+  uint64_t bytes = 0;
+  std::string etag;
+  std::unique_ptr<Sha256> hash;
+};
+
+// Called once the answer's header is in, before the first byte is written: `start` is where the
+// body sent begins (0, or the resume point's bytes when the server sends the rest) and `etag`
+// the whole body's ETag (empty if none).
+using BeginFn = std::function<Status(uint64_t start, const std::string& etag)>;
+
 Result<PullResult> StreamPull(const std::vector<ServerEndpoint>& endpoints,
                               const ClientOptions& options, TlsContext* tls, std::string_view model,
                               std::string_view version, const WriteFn& write,
-                              const PullOptions& part = {}) {
+                              const PullOptions& part = {}, ResumePoint* resume = nullptr,
+                              const BeginFn& begin = nullptr) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   Connection c;
   CKPT_RETURN_IF_ERROR(c.Connect(endpoints, tls));
@@ -284,6 +299,11 @@ Result<PullResult> StreamPull(const std::vector<ServerEndpoint>& endpoints,
                                  "?max_shard_bytes=" + std::to_string(part.hf_max_file_bytes);
   http::request<http::empty_body> req{http::verb::get, target, 11};
   SetCommonHeaders(req, c.host(), options);
+  if (resume != nullptr) {
+    // The rest of the body, if it is still the one whose start we hold; else the whole body.
+    req.set(http::field::range, "bytes=" + std::to_string(resume->bytes) + "-");
+    req.set(http::field::if_range, resume->etag);
+  }
   beast::error_code ec;
   http::write(c.stream(), req, ec);
   if (ec) return NetworkError(ec, "sending request");
@@ -294,7 +314,8 @@ Result<PullResult> StreamPull(const std::vector<ServerEndpoint>& endpoints,
   http::read_header(c.stream(), c.buffer(), parser, ec);
   if (ec) return NetworkError(ec, "reading response header");
   std::vector<char> buffer(options.io_buffer_bytes);
-  if (parser.get().result() != http::status::ok) {
+  const unsigned status = parser.get().result_int();
+  if (status != 200 && !(status == 206 && resume != nullptr)) {
     std::string body;
     while (!parser.is_done()) {
       parser.get().body().data = buffer.data();
@@ -304,36 +325,73 @@ Result<PullResult> StreamPull(const std::vector<ServerEndpoint>& endpoints,
       if (ec) break;
       body.append(buffer.data(), buffer.size() - parser.get().body().size);
     }
-    return ErrorFromResponse(parser.get().result_int(), body);
+    return ErrorFromResponse(status, body);
   }
   PullResult result;
+  std::unique_ptr<Sha256> sha = std::make_unique<Sha256>();
+  if (status == 206) {
+    const std::string range(parser.get()[http::field::content_range]);
+    const std::string expected = "bytes " + std::to_string(resume->bytes) + "-";
+    if (range.compare(0, expected.size(), expected) != 0) {
+      return Status::DataLoss("the server resumed at '" + range + "', not at byte " +
+                              std::to_string(resume->bytes));
+    }
+    sha = std::move(resume->hash);
+    result.resumed_bytes = resume->bytes;
+    result.bytes = resume->bytes;
+  }
   const std::string expected_sha(parser.get()["X-Ckpt-Sha256"]);
   const std::string version_header(parser.get()["X-Ckpt-Version"]);
   result.version = version_header.empty() ? 0 : std::stoull(version_header);
-  const uint64_t total = parser.content_length().value_or(0);
-  Sha256 sha;
+  const uint64_t total = result.bytes + parser.content_length().value_or(0);
+  if (begin)
+    CKPT_RETURN_IF_ERROR(begin(result.bytes, std::string(parser.get()[http::field::etag])));
   while (!parser.is_done()) {
     parser.get().body().data = buffer.data();
     parser.get().body().size = buffer.size();
     http::read(c.stream(), c.buffer(), parser, ec);
     if (ec == http::error::need_buffer) ec = {};
+    // Bytes that arrived before an error are kept too: a resumed pull continues after them.
+    const size_t n = buffer.size() - parser.get().body().size;
+    sha->Update(std::string_view(buffer.data(), n));
+    CKPT_RETURN_IF_ERROR(write(buffer.data(), n));
+    result.bytes += n;
     if (ec) {
       return Status::Unavailable("download interrupted after " + std::to_string(result.bytes) +
                                  " of " + std::to_string(total) + " bytes: " + ec.message());
     }
-    const size_t n = buffer.size() - parser.get().body().size;
-    sha.Update(std::string_view(buffer.data(), n));
-    CKPT_RETURN_IF_ERROR(write(buffer.data(), n));
-    result.bytes += n;
     if (options.progress) options.progress(result.bytes, total);
   }
-  result.sha256 = sha.FinishHex();
+  result.sha256 = sha->FinishHex();
   if (!expected_sha.empty() && expected_sha != result.sha256) {
     return Status::DataLoss("downloaded body SHA-256 " + result.sha256 +
                             " differs from the server's " + expected_sha);
   }
   result.verified = !expected_sha.empty();
   return result;
+}
+
+// The resume point of an earlier pull into `partial` whose body's ETag is in `etag_file`; null
+// if there is none (or it cannot be read: the pull then starts over).
+std::unique_ptr<ResumePoint> ReadResumePoint(const std::string& partial,
+                                             const std::string& etag_file) {
+  std::ifstream etag_in(etag_file);
+  std::string etag;
+  if (!etag_in || !std::getline(etag_in, etag) || etag.empty()) return nullptr;
+  std::ifstream in(partial, std::ios::binary);
+  if (!in) return nullptr;
+  auto point = std::make_unique<ResumePoint>();
+  point->etag = etag;
+  point->hash = std::make_unique<Sha256>();
+  std::vector<char> buffer(1 << 20);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const auto n = static_cast<size_t>(in.gcount());
+    point->hash->Update(std::string_view(buffer.data(), n));
+    point->bytes += n;
+  }
+  if (!in.eof() || point->bytes == 0) return nullptr;
+  return point;
 }
 
 }  // namespace
@@ -471,9 +529,19 @@ Result<PullResult> Client::PullToFile(std::string_view model, std::string_view v
         part);
   }
   const std::string partial = path + ".partial";
+  const std::string etag_file = partial + ".etag";
+  const bool whole = part.tensors.empty() && part.ranks == 0 && part.hf_file.empty();
+  std::unique_ptr<ResumePoint> resume = whole ? ReadResumePoint(partial, etag_file) : nullptr;
+  std::ofstream out;
+  const auto begin = [&](uint64_t start, const std::string& etag) -> Status {
+    out.open(partial, std::ios::binary | (start > 0 ? std::ios::app : std::ios::trunc));
+    if (!out) return Status::IoError("cannot write '" + partial + "'");
+    if (!whole || etag.empty()) return Status::Ok();
+    std::ofstream etag_out(etag_file, std::ios::trunc);
+    etag_out << etag << "\n";
+    return etag_out ? Status::Ok() : Status::IoError("cannot write '" + etag_file + "'");
+  };
   Result<PullResult> result = [&]() -> Result<PullResult> {
-    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::IoError("cannot create '" + partial + "'");
     CKPT_ASSIGN_OR_RETURN(auto r,
                           StreamPull(
                               endpoints_, options_, tls_.get(), model, version,
@@ -482,16 +550,25 @@ Result<PullResult> Client::PullToFile(std::string_view model, std::string_view v
                                 return out ? Status::Ok()
                                            : Status::IoError("writing '" + partial + "' failed");
                               },
-                              part));
+                              part, resume.get(), begin));
     out.close();
     if (!out) return Status::IoError("closing '" + partial + "' failed");
     return r;
   }();
   std::error_code ec;
   if (!result.ok()) {
+    out.close();
+    const bool resumable = whole && result.status().code() == StatusCode::kUnavailable &&
+                           std::filesystem::exists(etag_file, ec);
+    if (resumable) {
+      return Status::Unavailable(result.status().message() + "; kept '" + partial +
+                                 "': the same pull resumes it");
+    }
     std::filesystem::remove(partial, ec);
+    std::filesystem::remove(etag_file, ec);
     return result;
   }
+  std::filesystem::remove(etag_file, ec);
   std::filesystem::rename(partial, path, ec);
   if (ec) return Status::IoError("renaming '" + partial + "': " + ec.message());
   return result;
@@ -549,6 +626,32 @@ Result<std::vector<std::string>> Client::PullHfDir(std::string_view model, std::
   return written;
 }
 
+Result<uint64_t> Client::ResolveVersion(std::string_view model, std::string_view version) {
+  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+  if (version == "latest") {
+    CKPT_ASSIGN_OR_RETURN(ModelSummary summary, GetModel(model));
+    if (!summary.latest_version) {
+      return Status::NotFound("model '" + std::string(model) + "' has no versions");
+    }
+    return *summary.latest_version;
+  }
+  if (version.starts_with("tag:")) {
+    const std::string_view tag = version.substr(4);
+    CKPT_ASSIGN_OR_RETURN(std::vector<VersionSummary> versions, ListVersions(model));
+    for (const VersionSummary& v : versions) {
+      if (std::find(v.tags.begin(), v.tags.end(), tag) != v.tags.end()) return v.version;
+    }
+    return Status::NotFound("model '" + std::string(model) + "' has no version tagged '" +
+                            std::string(tag) + "'");
+  }
+  if (version.empty() || version.size() > 20 ||
+      version.find_first_not_of("0123456789") != std::string_view::npos) {
+    return Status::InvalidArgument("version '" + std::string(version.substr(0, 40)) +
+                                   "' must be a decimal number, 'latest' or 'tag:NAME'");
+  }
+  return std::stoull(std::string(version));
+}
+
 Result<std::vector<ModelSummary>> Client::ListModels() {
   CKPT_ASSIGN_OR_RETURN(
       json doc, JsonRequest(endpoints_, options_, tls_.get(), http::verb::get, "/v1/models"));
@@ -575,6 +678,8 @@ Result<std::vector<VersionSummary>> Client::ListVersions(std::string_view model)
     s.stored_bytes = v.value("stored_bytes", uint64_t{0});
     s.created_at = v.value("created_at", "");
     s.sha256 = v.value("sha256", "");
+    s.lossy = v.value("lossy", false);
+    s.dropped_tensors = v.value("dropped_tensors", uint32_t{0});
     const json tags = v.value("tags", json::array());
     for (const auto& tag : tags) {
       if (tag.is_string()) s.tags.push_back(tag.get<std::string>());

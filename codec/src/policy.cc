@@ -349,6 +349,21 @@ std::string CodecPolicy::ToJson() const {
   return doc.dump();
 }
 
+std::vector<std::string> CodecPolicy::Warnings() const {
+  std::vector<std::string> out;
+  if (mode != CodecMode::kLossless || !bound) return out;
+  for (const TensorOverride& o : overrides) {
+    if (!o.lossless.value_or(false) && !o.bound) return out;  // this override quantizes with it
+  }
+  json named;
+  BoundJson(*bound, named);
+  const std::string field = named.begin().key();
+  out.push_back("'" + field + "' (" + named.begin().value().dump() +
+                ") does nothing while 'mode' is \"lossless\": no tensor is quantized with it; "
+                "set \"mode\":\"lossy\" to quantize float tensors within it");
+  return out;
+}
+
 TensorCoding CodecPolicy::ForTensor(std::string_view name, DType dtype,
                                     const std::vector<uint64_t>& shape,
                                     bool larger_than_cache) const {

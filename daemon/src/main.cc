@@ -74,10 +74,15 @@ ckpt::Status WriteReadyFile(const std::string& path, uint16_t port) {
   return ckpt::Status::Ok();
 }
 
-// Opens the store for an offline command; the daemon holds RocksDB's lock while it runs.
+// Opens the existing store for an offline command: a data directory without one is an error
+// (a mistyped --data-dir must not check, and report on, an empty store made there). The daemon
+// holds RocksDB's lock while it runs.
 ckpt::Result<std::unique_ptr<ckpt::CheckpointStore>> OpenOffline(const DaemonConfig& config) {
-  auto store = ckpt::CheckpointStore::Open(config.store);
+  ckpt::StoreOptions options = config.store;
+  options.create_if_missing = false;
+  auto store = ckpt::CheckpointStore::Open(options);
   if (!store.ok()) {
+    if (store.status().code() != ckpt::StatusCode::kIoError) return store.status();
     return store.status().WithContext(
         "opening the store (is ckptd running on it? then use the /v1/admin endpoints)");
   }
@@ -167,27 +172,40 @@ int main(int argc, char** argv) {
                  "write the bound port to this file once accepting connections and the cache "
                  "warm-up (storage.warm_cache_on_start) has finished");
   app.add_flag("--version", show_version, "print the version and exit");
+  // The offline commands work on an existing store, which the daemon must not be serving (it
+  // holds the database's lock). Each lists --data-dir and --config in its own help; the main
+  // options (--log-level) apply to them too.
+  const auto add_store_options = [&](CLI::App* command, const std::string& data_dir_help) {
+    command->add_option("--data-dir", data_dir, data_dir_help);
+    command->add_option("--config", config_path,
+                        "TOML config file whose storage.data_dir is used without --data-dir");
+    command->fallthrough();
+  };
+  const std::string existing_store =
+      "data directory of an existing store (overrides storage.data_dir; a directory without a "
+      "store is an error, exit 2)";
   CLI::App* gc = app.add_subcommand(
       "gc",
-      "offline: apply every model's retention policy and reclaim space, then exit (the "
-      "daemon must not be running on the data directory)");
-  gc->fallthrough();  // `ckptd gc --data-dir DIR`: the main options apply to it
+      "offline: apply every model's retention policy and reclaim space, then exit; deletes the "
+      "versions the stored policies do not keep. Prints one JSON report per model");
+  add_store_options(gc, existing_store);
   CLI::App* scrub = app.add_subcommand(
       "scrub",
       "offline: read and verify every stored chunk, restore every version, report per "
-      "model; exit 1 if anything is damaged (the daemon must not be running)");
-  scrub->fallthrough();
+      "model (one JSON line each); exit 1 if anything is damaged");
+  add_store_options(scrub, existing_store);
   std::string backup_to, backup_from;
   CLI::App* backup = app.add_subcommand(
       "backup",
-      "offline: a consistent backup of the store into DIR (while the daemon runs, use "
+      "offline: a consistent backup of the store into --to (while the daemon runs, use "
       "POST /v1/admin/backup)");
-  backup->add_option("--to", backup_to, "backup directory (created if missing)")->required();
-  backup->fallthrough();
+  backup->add_option("--to", backup_to, "backup directory (created with its parents if missing)")
+      ->required();
+  add_store_options(backup, existing_store);
   CLI::App* restore_backup = app.add_subcommand(
       "restore-backup", "restore the newest backup in --from into --data-dir (new or empty)");
-  restore_backup->add_option("--from", backup_from, "backup directory")->required();
-  restore_backup->fallthrough();
+  restore_backup->add_option("--from", backup_from, "backup directory (must exist)")->required();
+  add_store_options(restore_backup, "the new data directory to restore into (required)");
   CLI11_PARSE(app, argc, argv);
   if (show_version) {
     std::cout << "ckptd " << ckpt::kVersionString << "\n";

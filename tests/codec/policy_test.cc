@@ -106,6 +106,30 @@ TEST(CodecPolicy, FastLatestCodesOnThePlainLattice) {
   EXPECT_FALSE(set_auto->fast_latest.has_value());
 }
 
+// A bound on a lossless policy is stored (switching back to lossy uses it) but told, unless an
+// override quantizes with it.
+TEST(CodecPolicy, WarnsOfABoundThatNothingUses) {
+  auto lossless = CodecPolicy::FromJson(R"({"max_abs_error":5e-3})", CodecPolicy{});
+  ASSERT_TRUE(lossless.ok()) << lossless.status().ToString();
+  ASSERT_EQ(lossless->Warnings().size(), 1u);
+  EXPECT_NE(lossless->Warnings()[0].find("'max_abs_error' (0.005) does nothing"),
+            std::string::npos)
+      << lossless->Warnings()[0];
+  auto used = CodecPolicy::FromJson(R"({"overrides":[{"tensors":"w*","lossless":false}]})",
+                                    *lossless);
+  ASSERT_TRUE(used.ok()) << used.status().ToString();
+  EXPECT_TRUE(used->Warnings().empty());
+  auto own_bound = CodecPolicy::FromJson(
+      R"({"max_rel_error":1e-3,"overrides":[{"tensors":"w*","max_abs_error":1e-2}]})",
+      CodecPolicy{});
+  ASSERT_TRUE(own_bound.ok()) << own_bound.status().ToString();
+  EXPECT_EQ(own_bound->Warnings().size(), 1u);
+  auto lossy = CodecPolicy::FromJson(R"({"mode":"lossy"})", *lossless);
+  ASSERT_TRUE(lossy.ok());
+  EXPECT_TRUE(lossy->Warnings().empty());
+  EXPECT_TRUE(CodecPolicy{}.Warnings().empty());
+}
+
 TEST(CodecPolicy, MissingFieldsKeepBaseValues) {
   CodecPolicy base;
   base.keyframe_every = 9;

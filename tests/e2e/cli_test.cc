@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "ckpt/codec/safetensors.h"
 #include "daemon_process.h"
@@ -14,6 +16,7 @@
 namespace ckpt {
 namespace {
 
+using nlohmann::json;
 using testing::DaemonProcess;
 using testing::DriftingModel;
 using testing::Sha256Hex;
@@ -29,6 +32,21 @@ class CliTest : public ::testing::Test {
   void SetUp() override {
     daemon_ = std::make_unique<DaemonProcess>(CKPTD_BINARY, dir_.path());
     ASSERT_TRUE(daemon_->Start()) << daemon_->log();
+  }
+
+  // The JSON a command prints with --json (stdout only); fails the test if it is not JSON.
+  json RunJson(const std::string& args) {
+    const std::string cmd = "CKPT_SERVER=" + daemon_->url() + " " + CKPT_CLI_BINARY + " --json " +
+                            args + " 2>/dev/null";
+    std::string out;
+    FILE* pipe = popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+    pclose(pipe);
+    json doc = json::parse(out, nullptr, false);
+    EXPECT_FALSE(doc.is_discarded()) << args << ": " << out;
+    return doc;
   }
 
   CommandResult Run(const std::string& args, const std::string& server = "") {
@@ -86,13 +104,13 @@ TEST_F(CliTest, PushListPullRemoveAndPolicy) {
 
   auto policy = Run("policy resnet '{\"keyframe_every\":3}'");
   ASSERT_EQ(policy.exit_code, 0) << policy.output;
-  EXPECT_NE(Run("policy resnet").output.find("\"keyframe_every\":3"), std::string::npos);
+  EXPECT_EQ(RunJson("policy resnet")["keyframe_every"], 3);
 
   ASSERT_EQ(Run("rm resnet 10").exit_code, 0);
   EXPECT_EQ(Run("pull resnet 10 -o " + out).exit_code, 1);
   ASSERT_EQ(Run("pull resnet 20 -o " + out).exit_code, 0);
   EXPECT_EQ(Sha256Hex(ReadFile(out)), Sha256Hex(ReadFile(files[1])));
-  ASSERT_EQ(Run("rm resnet").exit_code, 0);
+  ASSERT_EQ(Run("rm resnet --yes").exit_code, 0);
   EXPECT_EQ(Run("ls resnet").exit_code, 1);
 }
 
@@ -143,22 +161,26 @@ TEST_F(CliTest, TagsMetricsRetentionGcScrubAndBackup) {
   EXPECT_EQ(Run("tag run 4 candidate --remove").exit_code, 0);
   EXPECT_NE(Run("tag run 4 candidate --remove").exit_code, 0);
 
-  auto set = Run("retention run '{\"keep_last\":2}'");
+  auto set = Run("retention run '{\"keep_last\":2}' --yes");
   ASSERT_EQ(set.exit_code, 0) << set.output;
   auto preview = Run("retention run --preview");
   ASSERT_EQ(preview.exit_code, 0) << preview.output;
-  EXPECT_NE(preview.output.find("\"deleted\":[1,3]"), std::string::npos) << preview.output;
+  EXPECT_NE(preview.output.find("would delete"), std::string::npos) << preview.output;
+  EXPECT_EQ(RunJson("retention run --preview")["deleted"], json::parse("[1,3]"));
   auto gc = Run("gc");
   ASSERT_EQ(gc.exit_code, 0) << gc.output;
-  EXPECT_NE(gc.output.find("\"deleted_versions\":2"), std::string::npos) << gc.output;
+  EXPECT_NE(gc.output.find("2 version(s) deleted"), std::string::npos) << gc.output;
+  std::set<uint64_t> kept;
+  for (const auto& v : RunJson("ls run")) kept.insert(v["version"].get<uint64_t>());
+  EXPECT_EQ(kept, (std::set<uint64_t>{2, 4, 5}));
   auto ls = Run("ls run");
-  EXPECT_EQ(ls.output.find("\n1 "), std::string::npos) << ls.output;
   EXPECT_NE(ls.output.find("release loss=8"), std::string::npos) << ls.output;
   auto scrub = Run("scrub");
   EXPECT_EQ(scrub.exit_code, 0) << scrub.output;
-  auto backup = Run("backup " + (dir_.path() / "backups").string());
-  EXPECT_EQ(backup.exit_code, 0) << backup.output;
-  EXPECT_NE(backup.output.find("\"backup_id\":1"), std::string::npos) << backup.output;
+  EXPECT_NE(scrub.output.find("clean"), std::string::npos) << scrub.output;
+  EXPECT_EQ(RunJson("scrub")["clean"], true);
+  auto backup = RunJson("backup " + (dir_.path() / "backups").string());
+  EXPECT_EQ(backup["backup_id"], 1) << backup.dump();
   EXPECT_NE(Run("push run 9 " + WriteFile("x", model.Next()) + " --metric loss").exit_code, 0);
 }
 
@@ -239,11 +261,12 @@ TEST_F(CliTest, PullsSomeTensorsOrARanksPart) {
   EXPECT_NE(part.find("\"w\""), std::string::npos);
   EXPECT_EQ(part.find("\"b\""), std::string::npos);
   EXPECT_EQ(part.substr(part.size() - 32), testing::FloatBytes({1, 2, 3, 4, 5, 6, 7, 8}));
-  ASSERT_EQ(Run("pull m 1 -o " + out + " --rank 1 --of 2").exit_code, 0);
+  ASSERT_EQ(Run("pull m 1 -o " + out + " --rank 1 --world-size 2").exit_code, 0);
   EXPECT_EQ(ReadFile(out).size(), body.size());
   auto alone = Run("pull m 1 -o " + out + " --rank 1");
   EXPECT_NE(alone.exit_code, 0);
-  EXPECT_NE(alone.output.find("--rank and --of go together"), std::string::npos) << alone.output;
+  EXPECT_NE(alone.output.find("--rank and --world-size go together"), std::string::npos)
+      << alone.output;
   auto whole = Run("pull m 1 -o " + out);
   EXPECT_NE(whole.output.find("(verified)"), std::string::npos) << whole.output;
 
@@ -272,14 +295,14 @@ std::map<std::string, std::pair<std::vector<uint64_t>, std::string>> TensorsOf(
   return out;
 }
 
-// `ckpt push --shards N`: one file sent as N shards at once; the version holds the file's tensors
-// as if pushed whole, and is a delta against the version before.
+// `ckpt push --connections N`: one file sent as N shards at once; the version holds the file's
+// tensors as if pushed whole, and is a delta against the version before.
 TEST_F(CliTest, PushesAFileAsParallelShards) {
   DriftingModel model(3, 100000);
   const std::string v1 = WriteFile("v1.safetensors", model.Next());
   const std::string v2 = WriteFile("v2.safetensors", model.Next());
   ASSERT_EQ(Run("push m 1 " + v1).exit_code, 0);
-  auto r = Run("push m 2 " + v2 + " --shards 3 --metric loss=0.5");
+  auto r = Run("push m 2 " + v2 + " --connections 3 --metric loss=0.5");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("pushed m@2  delta"), std::string::npos) << r.output;
   const std::string out = (dir_.path() / "restored.safetensors").string();
@@ -291,10 +314,10 @@ TEST_F(CliTest, PushesAFileAsParallelShards) {
   EXPECT_NE(layout.body.find("\"shards\":3"), std::string::npos) << layout.body;
   EXPECT_NE(Run("ls m").output.find("loss=0.5"), std::string::npos);
 
-  EXPECT_NE(Run("push m 3 " + v2 + " --shards 0").exit_code, 0);
+  EXPECT_NE(Run("push m 3 " + v2 + " --connections 0").exit_code, 0);
   auto lonely = Run("push m 3 " + v2 + " --retries 2");
   EXPECT_NE(lonely.exit_code, 0);
-  EXPECT_NE(lonely.output.find("--retries goes with --shards"), std::string::npos);
+  EXPECT_NE(lonely.output.find("--retries goes with --connections"), std::string::npos);
 }
 
 // A shard whose connection breaks mid-body is sent again by itself; without retries the push
@@ -305,7 +328,7 @@ TEST_F(CliTest, ParallelShardsRetryBrokenConnections) {
   {
     testing::FlakyProxy proxy(daemon_->port(), /*cuts=*/2, /*cut_after=*/64 << 10);
     const std::string via = "http://127.0.0.1:" + std::to_string(proxy.port());
-    auto r = Run("push m 1 " + v1 + " --shards 3 --retries 3", via);
+    auto r = Run("push m 1 " + v1 + " --connections 3 --retries 3", via);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_EQ(proxy.cut(), 2);
   }
@@ -317,16 +340,194 @@ TEST_F(CliTest, ParallelShardsRetryBrokenConnections) {
   {
     testing::FlakyProxy proxy(daemon_->port(), /*cuts=*/1, /*cut_after=*/64 << 10);
     const std::string via = "http://127.0.0.1:" + std::to_string(proxy.port());
-    auto r = Run("push m 2 " + v2 + " --shards 3 --retries 0", via);
+    auto r = Run("push m 2 " + v2 + " --connections 3 --retries 0", via);
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_NE(r.output.find("sharded push failed: shard "), std::string::npos) << r.output;
   }
   EXPECT_EQ(Run("pull m 2 -o " + out).exit_code, 1);
   // Sending it again completes the upload.
-  auto again = Run("push m 2 " + v2 + " --shards 3");
+  auto again = Run("push m 2 " + v2 + " --connections 3");
   ASSERT_EQ(again.exit_code, 0) << again.output;
   ASSERT_EQ(Run("pull m 2 -o " + out).exit_code, 0);
   EXPECT_EQ(TensorsOf(ReadFile(out)), TensorsOf(ReadFile(v2)));
+}
+
+// Retention from the CLI never deletes what its help does not say: --apply applies the stored
+// policy only (a one-off policy is refused, nothing deleted), --preview and --apply exclude
+// each other, and replacing the policy with one whose next pass would delete versions the
+// stored one keeps needs --yes.
+TEST_F(CliTest, RetentionDeletesOnlyWhatTheStoredPolicySays) {
+  DriftingModel model(5, 5000);
+  for (int v = 1; v <= 6; ++v) {
+    const std::string file = WriteFile("v" + std::to_string(v), model.Next());
+    ASSERT_EQ(
+        Run("push run " + std::to_string(v) + " " + file + " --metric loss=" + std::to_string(v))
+            .exit_code,
+        0);
+  }
+  auto versions = [&] {
+    std::set<uint64_t> out;
+    for (const auto& v : RunJson("ls run")) out.insert(v["version"].get<uint64_t>());
+    return out;
+  };
+  const std::set<uint64_t> all = {1, 2, 3, 4, 5, 6};
+  auto one_off = Run("retention run --apply '{\"keep_last\":1}'");
+  EXPECT_EQ(one_off.exit_code, 1) << one_off.output;
+  EXPECT_NE(one_off.output.find("--apply applies the stored policy"), std::string::npos)
+      << one_off.output;
+  EXPECT_EQ(versions(), all);
+  auto both = Run("retention run --preview --apply");
+  EXPECT_NE(both.exit_code, 0) << both.output;
+  EXPECT_EQ(versions(), all);
+
+  // {} keeps everything; keep_last 4 would delete 1 and 2: refused without --yes.
+  auto refused = Run("retention run '{\"keep_last\":4}'");
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("would delete what the stored policy keeps (1, 2"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_EQ(RunJson("retention run"), json::object());
+  ASSERT_EQ(Run("retention run '{\"keep_last\":4}' --yes").exit_code, 0);
+  // Replacing keep_last with keep_best alone would drop keep_last's versions: refused, and the
+  // stored policy stays as it was; keeping both rules deletes nothing more: stored at once.
+  auto narrower = Run("retention run '{\"keep_best\":{\"count\":1,\"metric\":\"loss\"}}'");
+  EXPECT_EQ(narrower.exit_code, 1) << narrower.output;
+  EXPECT_EQ(RunJson("retention run")["keep_last"], 4);
+  auto wider =
+      Run("retention run '{\"keep_last\":4,\"keep_best\":{\"count\":1,\"metric\":\"loss\"}}'");
+  ASSERT_EQ(wider.exit_code, 0) << wider.output;
+  EXPECT_EQ(versions(), all);  // nothing deleted until a pass runs
+  auto applied = Run("retention run --apply");
+  ASSERT_EQ(applied.exit_code, 0) << applied.output;
+  EXPECT_EQ(versions(), (std::set<uint64_t>{1, 3, 4, 5, 6}));  // keep_best: loss 1 at v1
+}
+
+// Versions are named the same way everywhere: a number, latest or tag:NAME; deleting a whole
+// model needs --yes.
+TEST_F(CliTest, VersionsAreNamedAlikeAndAWholeModelNeedsYes) {
+  DriftingModel model(6, 5000);
+  for (int v = 1; v <= 3; ++v) {
+    ASSERT_EQ(Run("push m " + std::to_string(v) + " " + WriteFile("f", model.Next())).exit_code, 0);
+  }
+  ASSERT_EQ(Run("tag m latest best").exit_code, 0);
+  EXPECT_EQ(RunJson("ls m")[2]["tags"], json::parse(R"(["best"])"));
+  auto pinned = Run("rm m tag:best");
+  EXPECT_EQ(pinned.exit_code, 1) << pinned.output;  // tagged: pinned
+  ASSERT_EQ(Run("tag m tag:best best --remove").exit_code, 0);
+  ASSERT_EQ(Run("rm m latest").exit_code, 0);
+  EXPECT_EQ(RunJson("ls m").size(), 2u);
+  auto whole = Run("rm m");
+  EXPECT_EQ(whole.exit_code, 1) << whole.output;
+  EXPECT_NE(whole.output.find("--yes"), std::string::npos) << whole.output;
+  EXPECT_EQ(RunJson("ls m").size(), 2u);
+  EXPECT_NE(Run("rm m tag:nosuch").exit_code, 0);
+}
+
+// Output for people: `ls MODEL` fits 100 columns with a short hash and marks lossy versions
+// with their bound; every command prints JSON with --json.
+TEST_F(CliTest, ListingsFitAndMarkLossyVersions) {
+  ASSERT_EQ(Run("policy llm '{\"mode\":\"lossy\",\"max_abs_error\":5e-3}'").exit_code, 0);
+  DriftingModel model(7, 20000);
+  for (int v = 1; v <= 3; ++v) {
+    ASSERT_EQ(Run("push llm " + std::to_string(v * 1000) + " " + WriteFile("f", model.Next()) +
+                  " --metric loss=1.25 --tag t" + std::to_string(v))
+                  .exit_code,
+              0);
+  }
+  auto ls = Run("ls llm");
+  ASSERT_EQ(ls.exit_code, 0) << ls.output;
+  size_t start = 0;
+  while (start < ls.output.size()) {
+    const size_t end = ls.output.find('\n', start);
+    const std::string line = ls.output.substr(start, end - start);
+    size_t width = 0;
+    for (char c : line) width += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    EXPECT_LE(width, 100u) << line;
+    start = end == std::string::npos ? ls.output.size() : end + 1;
+  }
+  EXPECT_NE(ls.output.find("lossy ±0.005"), std::string::npos) << ls.output;
+  const json listing = RunJson("ls llm");
+  ASSERT_EQ(listing.size(), 3u);
+  EXPECT_EQ(listing[0]["lossy"], true);
+  const std::string sha = listing[0]["sha256"];
+  EXPECT_NE(ls.output.find(sha.substr(0, 12)), std::string::npos);
+  EXPECT_EQ(ls.output.find(sha.substr(0, 13)), std::string::npos) << ls.output;
+  EXPECT_EQ(RunJson("policy llm")["mode"], "lossy");
+  EXPECT_TRUE(RunJson("ls").is_array());
+  EXPECT_TRUE(RunJson("retention llm --preview")["kept"].is_array());
+}
+
+// A policy field that changes nothing is told, not silently stored: the server's answer carries
+// a warning, which the CLI prints on stderr.
+TEST_F(CliTest, PolicyTellsOfAFieldThatDoesNothing) {
+  auto set = Run("policy m '{\"max_abs_error\":5e-3}'");
+  ASSERT_EQ(set.exit_code, 0) << set.output;
+  EXPECT_NE(set.output.find("ckpt: warning: 'max_abs_error' (0.005) does nothing while 'mode' is "
+                            "\"lossless\""),
+            std::string::npos)
+      << set.output;
+  auto lossy = Run("policy m '{\"mode\":\"lossy\"}'");
+  ASSERT_EQ(lossy.exit_code, 0) << lossy.output;
+  EXPECT_EQ(lossy.output.find("warning"), std::string::npos) << lossy.output;
+}
+
+// An interrupted pull keeps FILE.partial; the same command resumes it with Range + If-Range and
+// the result is verified whole. If the version behind "latest" changed meanwhile, it starts over.
+TEST_F(CliTest, PullResumesItsPartialFile) {
+  DriftingModel model(8, 400000);
+  const std::string v1 = model.Next();
+  ASSERT_EQ(Run("push m 1 " + WriteFile("v1", v1)).exit_code, 0);
+  const std::string out = (dir_.path() / "out.safetensors").string();
+  {
+    testing::FlakyProxy proxy(daemon_->port(), 1, 600000, testing::FlakyProxy::Cut::kResponse);
+    auto cut = Run("pull m latest -o " + out, "http://127.0.0.1:" + std::to_string(proxy.port()));
+    EXPECT_EQ(cut.exit_code, 1) << cut.output;
+    EXPECT_NE(cut.output.find("the same pull resumes it"), std::string::npos) << cut.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(out));
+  const auto partial_size = std::filesystem::file_size(out + ".partial");
+  EXPECT_GT(partial_size, 0u);
+  auto resumed = Run("pull m latest -o " + out);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed after"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("(verified)"), std::string::npos) << resumed.output;
+  EXPECT_EQ(Sha256Hex(ReadFile(out)), Sha256Hex(v1));
+  EXPECT_FALSE(std::filesystem::exists(out + ".partial"));
+  EXPECT_FALSE(std::filesystem::exists(out + ".partial.etag"));
+
+  // latest moves on between the cut and the resume: the whole new version comes instead.
+  std::filesystem::remove(out);
+  {
+    testing::FlakyProxy proxy(daemon_->port(), 1, 600000, testing::FlakyProxy::Cut::kResponse);
+    EXPECT_EQ(Run("pull m latest -o " + out, "http://127.0.0.1:" + std::to_string(proxy.port()))
+                  .exit_code,
+              1);
+  }
+  const std::string v2 = model.Next();
+  ASSERT_EQ(Run("push m 2 " + WriteFile("v2", v2)).exit_code, 0);
+  auto fresh = Run("pull m latest -o " + out);
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
+  EXPECT_EQ(fresh.output.find("resumed after"), std::string::npos) << fresh.output;
+  EXPECT_EQ(Sha256Hex(ReadFile(out)), Sha256Hex(v2));
+}
+
+// On a terminal the progress bar's last frame is erased, so the command's own line starts
+// clean (run under script(1), which gives the CLI a terminal).
+TEST_F(CliTest, ProgressBarIsErasedWhenDone) {
+  DriftingModel model(9, 2000000);
+  const std::string file = WriteFile("big", model.Next());
+  const std::string cmd = "CKPT_SERVER=" + daemon_->url() + " script -qec '" +
+                          std::string(CKPT_CLI_BINARY) + " push m 1 " + file + "' /dev/null";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string output;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) output.append(buf, n);
+  ASSERT_EQ(pclose(pipe), 0) << output;
+  const size_t pushed = output.find("pushed m@1");
+  ASSERT_NE(pushed, std::string::npos) << output;
+  EXPECT_NE(output.find("%"), std::string::npos) << "no progress frame was drawn";
+  EXPECT_EQ(output.rfind("\r\033[K", pushed), pushed - 4) << output;
 }
 
 }  // namespace

@@ -344,5 +344,58 @@ TEST_F(LifecycleDaemonTest, OnlineBackupWhilePushingRestoresEveryVersionIdentica
   EXPECT_EQ(scrub_code, 0) << scrub_output;
 }
 
+// The offline tools work on an existing store only: a mistyped or missing --data-dir, or a
+// directory holding something else, is an error naming it, and nothing is created there (a
+// scheduled scrub with a typo must not report "clean" forever).
+TEST(OfflineToolsTest, RefuseADirectoryWithoutAStore) {
+  TempDir dir;
+  const std::string missing = (dir.path() / "typo").string();
+  for (const std::string& command :
+       std::vector<std::string>{"scrub", "gc", "backup --to " + (dir.path() / "b").string()}) {
+    auto [code, output] = RunCkptd(command + " --data-dir " + missing);
+    EXPECT_EQ(code, 2) << command << ": " << output;
+    EXPECT_NE(output.find("no ckptd store in '" + missing + "'"), std::string::npos) << output;
+    EXPECT_FALSE(std::filesystem::exists(missing)) << command;
+  }
+  std::filesystem::create_directories(dir.path() / "empty");
+  auto [code, output] = RunCkptd("scrub --data-dir " + (dir.path() / "empty").string());
+  EXPECT_EQ(code, 2) << output;
+  EXPECT_NE(output.find("holds no database"), std::string::npos) << output;
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path() / "empty"));
+  auto [from_code, from_output] =
+      RunCkptd("restore-backup --from " + missing + " --data-dir " + (dir.path() / "new").string());
+  EXPECT_EQ(from_code, 2) << from_output;
+  EXPECT_NE(from_output.find("does not exist"), std::string::npos) << from_output;
+  // Each command's help shows where the store is read from.
+  for (const std::string command : {"scrub", "gc", "backup", "restore-backup"}) {
+    auto [help_code, help] = RunCkptd(command + " --help");
+    EXPECT_EQ(help_code, 0);
+    EXPECT_NE(help.find("--data-dir"), std::string::npos) << command << ": " << help;
+  }
+}
+
+// A backup into a directory whose parents do not exist creates them, online and offline; a
+// path that cannot be made is a 400 naming it, never a 500.
+TEST_F(LifecycleDaemonTest, BackupCreatesTheParentsOfItsDirectory) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  DriftingModel drift(56, 20000);
+  PushVersions("run", drift, 1, 2);
+  const std::string nested = (dir_.path() / "backups" / "ckptd" / "online").string();
+  auto online = CallJson("POST", "/v1/admin/backup", R"({"to":")" + nested + R"("})");
+  EXPECT_EQ(online["backup_id"], 1) << online.dump();
+  std::ofstream(dir_.path() / "a-file") << "x";
+  const std::string blocked = (dir_.path() / "a-file" / "backup").string();
+  auto refused = Call("POST", "/v1/admin/backup", R"({"to":")" + blocked + R"("})");
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_NE(refused.body.find("cannot create the backup directory"), std::string::npos)
+      << refused.body;
+  EXPECT_EQ(daemon_->Stop(), 0);
+  const std::string offline_dir = (dir_.path() / "deep" / "er" / "offline").string();
+  auto [code, output] =
+      RunCkptd("backup --to " + offline_dir + " --data-dir " + (dir_.path() / "data").string());
+  EXPECT_EQ(code, 0) << output;
+  EXPECT_TRUE(std::filesystem::is_directory(offline_dir));
+}
+
 }  // namespace
 }  // namespace ckpt

@@ -344,7 +344,7 @@ class ClientTest(unittest.TestCase):
         nobody = ckptd.Client(f"http://127.0.0.1:{dead},http://127.0.0.1:{dead}", progress=False)
         with self.assertRaises(ConnectionError) as error:
             nobody.list_models()
-        self.assertIn("no server reachable", str(error.exception))
+        self.assertIn("cannot reach ckptd at http://127.0.0.1:", str(error.exception))
 
     def test_a_full_volume_is_a_507_with_reason_no_space(self):
         work = os.path.join(self.tmp.name, "full")

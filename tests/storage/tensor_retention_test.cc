@@ -138,10 +138,17 @@ TEST_P(TensorRetentionTest, OptimizerStateIsDroppedFromOlderVersionsOnly) {
       auto part = Restore("m", v, range);
       ASSERT_TRUE(part.ok()) << part.status().ToString();
       EXPECT_EQ(*part, body->substr(5, body->size() - 7)) << v;
-      // A selection that names a dropped tensor finds nothing.
+      // A selection of dropped tensors only is NotFound, saying why.
       RestoreSelection only;
       only.tensors = {"optim.*"};
-      EXPECT_FALSE(Restore("m", v, only).ok());
+      auto none = Restore("m", v, only);
+      EXPECT_EQ(none.status().code(), StatusCode::kNotFound) << none.status().ToString();
+      EXPECT_NE(none.status().message().find("retention's tensor rules dropped them"),
+                std::string::npos)
+          << none.status().ToString();
+      RestoreSelection unknown;
+      unknown.tensors = {"no-such-*"};
+      EXPECT_EQ(Restore("m", v, unknown).status().code(), StatusCode::kInvalidArgument);
     }
   };
   check();

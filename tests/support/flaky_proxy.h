@@ -1,6 +1,6 @@
 // FlakyProxy: a loopback TCP proxy in front of a daemon that cuts its first connections in the
-// middle of a request body, so that a client's retries are tested against a real network
-// failure rather than hoped for.
+// middle of a request or response body, so that a client's retries and resumes are tested
+// against a real network failure rather than hoped for.
 #pragma once
 
 #include <arpa/inet.h>
@@ -21,10 +21,14 @@ namespace ckpt::testing {
 // destructor stops them all. Thread-safe.
 class FlakyProxy {
  public:
+  // Which direction's bytes are counted against the cut.
+  enum class Cut { kRequest, kResponse };
+
   // Forwards to 127.0.0.1:`target_port`; the first `cuts` connections are closed (both ways)
-  // once more than `cut_after` bytes came from the client.
-  FlakyProxy(uint16_t target_port, int cuts, uint64_t cut_after)
-      : target_port_(target_port), cuts_left_(cuts), cut_after_(cut_after) {
+  // once more than `cut_after` bytes came from the client (kRequest) or the daemon (kResponse;
+  // the first `cut_after` bytes are forwarded).
+  FlakyProxy(uint16_t target_port, int cuts, uint64_t cut_after, Cut which = Cut::kRequest)
+      : target_port_(target_port), cuts_left_(cuts), cut_after_(cut_after), which_(which) {
     listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -71,7 +75,7 @@ class FlakyProxy {
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     addr.sin_port = htons(target_port_);
     if (connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-      uint64_t from_client = 0;
+      uint64_t counted = 0;
       std::vector<char> buffer(64 << 10);
       bool open = true;
       while (open && !stopping_) {
@@ -84,17 +88,18 @@ class FlakyProxy {
             open = false;
             break;
           }
-          if (i == 0) {
-            from_client += static_cast<uint64_t>(n);
-            if (cut && from_client > cut_after_) {
+          ssize_t forward = n;
+          if (cut && (i == 0) == (which_ == Cut::kRequest)) {
+            if (counted + static_cast<uint64_t>(n) > cut_after_) {
+              forward = which_ == Cut::kResponse ? static_cast<ssize_t>(cut_after_ - counted) : 0;
               ++cut_;
               open = false;
-              break;
             }
+            counted += static_cast<uint64_t>(n);
           }
           const int to = i == 0 ? server : client;
-          for (ssize_t done = 0; done < n;) {
-            const ssize_t w = write(to, buffer.data() + done, static_cast<size_t>(n - done));
+          for (ssize_t done = 0; done < forward;) {
+            const ssize_t w = write(to, buffer.data() + done, static_cast<size_t>(forward - done));
             if (w <= 0) {
               open = false;
               break;
@@ -111,6 +116,7 @@ class FlakyProxy {
   const uint16_t target_port_;
   std::atomic<int> cuts_left_;
   const uint64_t cut_after_;
+  const Cut which_;
   int listener_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};

@@ -9,13 +9,15 @@ Without holding training up: `with ckpt.background() as pusher: future = pusher.
 returns once the tensors are copied to host memory; `ckpt.push_parallel(...)` sends a large
 checkpoint as shards over several connections (background.py).
 
-With the optimizer (training.py): training_state(model, opt, step) -> (tensors, metadata) to
-push, load_training_state(model, opt, tensors, metadata) -> step after a pull_with_metadata.
+With the optimizer (training.py): training_state(model, opt, step, scheduler) -> (tensors,
+metadata) to push, load_training_state(model, opt, tensors, metadata, scheduler) -> step after a
+pull_with_metadata. save_file(tensors, path) writes a safetensors file, load_file(path) reads one.
 """
 from .background import BackgroundPusher, push_parallel, split_into_shards
 from .client import Client, CkptdError
-from .safetensors import read_safetensors, safetensors_layout
-from .training import load_training_state, training_state
+from .safetensors import load_file, read_safetensors, safetensors_layout, save_file
+from .training import MissingOptimizerState, load_training_state, training_state
 
-__all__ = ["BackgroundPusher", "Client", "CkptdError", "load_training_state", "push_parallel",
-           "read_safetensors", "safetensors_layout", "split_into_shards", "training_state"]
+__all__ = ["BackgroundPusher", "Client", "CkptdError", "MissingOptimizerState", "load_file",
+           "load_training_state", "push_parallel", "read_safetensors", "safetensors_layout",
+           "save_file", "split_into_shards", "training_state"]

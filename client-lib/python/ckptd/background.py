@@ -11,7 +11,6 @@ the others whole) and sends them at once over several connections, each shard re
 connection errors and on answers that say "try again" (5xx, 409 ABORTED)."""
 import concurrent.futures
 import threading
-import time
 
 try:
     import numpy as np
@@ -34,23 +33,6 @@ def _host_copy(value):
     if torch is not None and isinstance(value, torch.Tensor):
         return value.detach().to("cpu", copy=True).contiguous()
     return np.ascontiguousarray(value).copy()
-
-
-def _retrying(call, retries, backoff):
-    """call(); again on connection errors and retryable answers, up to `retries` more times."""
-    from .client import CkptdError
-    for attempt in range(retries + 1):
-        try:
-            return call()
-        except (ConnectionError, OSError) as error:  # the daemon restarting, a reset
-            last = error
-        except CkptdError as error:
-            if error.status < 500 and error.code != "ABORTED":
-                raise
-            last = error
-        if attempt < retries:
-            time.sleep(backoff * (2 ** attempt))
-    raise last
 
 
 class BackgroundPusher:
@@ -85,10 +67,10 @@ class BackgroundPusher:
         """Client.push in the background: returns a Future of its answer."""
         return self._submit(lambda c, t: c.push(model, step, t, **kwargs), tensors)
 
-    def push_shard(self, model, step, shard, num_shards, tensors, **kwargs):
+    def push_shard(self, model, step, rank, world_size, tensors, **kwargs):
         """Client.push_shard in the background: returns a Future of its answer."""
         return self._submit(
-            lambda c, t: c.push_shard(model, step, shard, num_shards, t, **kwargs), tensors)
+            lambda c, t: c.push_shard(model, step, rank, world_size, t, **kwargs), tensors)
 
     def _submit(self, send, tensors):
         size = sum(_nbytes(v) for v in tensors.values())
@@ -155,10 +137,9 @@ def push_parallel(make_client, model, step, tensors, connections=4, retries=3, b
     shards, slices = split_into_shards(tensors, connections)
 
     def send(i):
-        client = make_client()
-        return _retrying(lambda: client.push_shard(model, step, i, connections, shards[i],
-                                                   slices=slices[i], metrics=metrics, tags=tags),
-                         retries, backoff)
+        return make_client().push_shard(model, step, i, connections, shards[i], slices=slices[i],
+                                        metrics=metrics, tags=tags, retries=retries,
+                                        backoff=backoff)
 
     with concurrent.futures.ThreadPoolExecutor(connections, "ckptd-shard") as pool:
         answers = list(pool.map(send, range(connections)))

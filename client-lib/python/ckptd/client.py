@@ -7,10 +7,12 @@ import ssl
 import sys
 import time
 import urllib.parse
+import warnings
 
 from .safetensors import read_safetensors, safetensors_layout
 
 _PIECE = 1 << 20
+_DEFAULT_SERVER = "http://127.0.0.1:8420"
 
 
 class CkptdError(Exception):
@@ -21,6 +23,26 @@ class CkptdError(Exception):
     def __init__(self, status, code, message, reason=None):
         super().__init__(f"{status} {code}: {message}")
         self.status, self.code, self.message, self.reason = status, code, message, reason
+
+
+def _retryable(error):
+    """Whether a failed request may pass if sent again: the daemon unreachable or restarting
+    (connection errors, 5xx) or the model busy (409 ABORTED). docs/failure-recovery.md."""
+    if isinstance(error, CkptdError):
+        return error.status >= 500 or error.code == "ABORTED"
+    return isinstance(error, OSError)
+
+
+def _retrying(call, retries, backoff):
+    """call(); again on retryable errors, up to `retries` more times, waiting `backoff` seconds
+    before the first retry and twice as long before each next one."""
+    for attempt in range(retries + 1):
+        try:
+            return call()
+        except (OSError, CkptdError) as error:
+            if attempt == retries or not _retryable(error):
+                raise
+        time.sleep(backoff * (2 ** attempt))
 
 
 class _Progress:
@@ -45,16 +67,59 @@ class _Progress:
             sys.stderr.flush()
 
 
+class _Body:
+    """A safetensors body to send, as often as a push is attempted: a dict of tensors (written
+    on the fly from the tensors' memory) or a file (read again for each attempt)."""
+
+    def __init__(self, state_dict_or_path, metadata=None):
+        if isinstance(state_dict_or_path, (str, os.PathLike)):
+            self._file = state_dict_or_path
+            self.total = os.stat(self._file).st_size
+        else:
+            self._file = None
+            self._prefix, self._views, self.total = safetensors_layout(state_dict_or_path,
+                                                                       metadata)
+        self._sha256 = None
+
+    def pieces(self):
+        if self._file is not None:
+            with open(self._file, "rb") as file:
+                while True:
+                    chunk = file.read(_PIECE)
+                    if not chunk:
+                        return
+                    yield chunk
+        else:
+            yield self._prefix
+            for view in self._views:
+                for start in range(0, len(view), _PIECE):
+                    yield view[start:start + _PIECE]
+
+    def sha256(self):
+        if self._sha256 is None:
+            digest = hashlib.sha256()
+            for piece in self.pieces():
+                digest.update(piece)
+            self._sha256 = digest.hexdigest()
+        return self._sha256
+
+
 class Client:
     """A connection profile for ckptd: one daemon, or several daemons of one deployment
     ("http://a:8420,http://b:8420"). Writes follow redirects to the daemon that writes the model.
     Thread-compatible (one request at a time per call; make one Client per thread for parallel
     transfers)."""
 
-    def __init__(self, url="http://127.0.0.1:8420", token=None, ca_file=None, timeout=600,
-                 progress=None):
+    def __init__(self, url=None, token=None, ca_file=None, timeout=600, progress=None):
+        """`url`: the daemon ("http://HOST:PORT"; several separated by commas), default
+        $CKPT_SERVER, else http://127.0.0.1:8420. `token`: bearer token, default $CKPT_TOKEN.
+        `ca_file`: PEM file of the CAs an https:// server's certificate must chain to, default
+        $CKPT_CACERT, else the system's. The same variables as the ckpt CLI."""
+        url = url or os.environ.get("CKPT_SERVER") or _DEFAULT_SERVER
+        ca_file = ca_file or os.environ.get("CKPT_CACERT") or None
         self._settings = dict(url=url, token=token, ca_file=ca_file, timeout=timeout,
                               progress=progress)
+        self.url = url
         # Several daemons of one deployment (one Ceph pool) may be listed, separated by commas:
         # each request goes to the first that accepts a connection.
         self._endpoints = []
@@ -96,10 +161,12 @@ class Client:
                 return conn
             except OSError as error:
                 conn.close()
-                if len(candidates) == 1:
-                    raise
-                errors.append(f"{host}:{port}: {error}")
-        raise ConnectionError("no server reachable: " + "; ".join(errors))
+                if isinstance(error, ssl.SSLError) and len(candidates) == 1:
+                    raise  # reached, but not trusted: the certificate is the problem
+                errors.append(f"{'https' if self._https else 'http'}://{host}:{port}: {error}")
+        raise ConnectionError("cannot reach ckptd at " + "; ".join(errors) +
+                              " (is it running? the URL comes from Client(url=...), "
+                              "else $CKPT_SERVER)")
 
     def _redirect(self, model, response, path):
         """The endpoint a 307/308 answer for a write of `model` points to (remembered for the
@@ -184,39 +251,71 @@ class Client:
         return urllib.parse.quote(str(name), safe="")
 
     # -- checkpoints --------------------------------------------------------------------------
-    def push(self, model, step, state_dict_or_path, metadata=None, metrics=None, tags=()):
+    def push(self, model, step, state_dict_or_path, metadata=None, metrics=None, tags=(),
+             retries=3, backoff=0.5):
         """Pushes a checkpoint as `model` at version `step`: a dict of tensors (torch or numpy,
         written as safetensors on the fly, never copied whole) or the path of a safetensors
         file. `metadata` goes into `__metadata__` (strings); `metrics` ({"loss": 1.2}) and
-        `tags` are attached to the version. Returns the server's answer (dict)."""
+        `tags` are attached to the version. Returns the server's answer (dict).
+
+        A push that fails in a way that may pass (the daemon unreachable or restarting, 5xx, the
+        model busy) is sent again up to `retries` times, `backoff` seconds before the first
+        retry and twice as long before each next one. If an earlier attempt committed although
+        its answer was lost, the version's record is returned when it holds this very body
+        (same SHA-256); a different body at that version stays an error (409)."""
         query = [(f"metric.{k}", repr(float(v))) for k, v in (metrics or {}).items()]
         query += [("tag", t) for t in tags]
         path = f"/v1/models/{self._quote(model)}/versions/{int(step)}"
         if query:
             path += "?" + urllib.parse.urlencode(query)
-        return self._put_body(model, path, state_dict_or_path, metadata, f"push {model}@{step}")
+        body = _Body(state_dict_or_path, metadata)
+        attempts = []
 
-    def push_shard(self, model, step, shard, num_shards, tensors, slices=None, metadata=None,
-                   metrics=None, tags=()):
-        """Pushes shard `shard` of `num_shards` of version `step` (one per rank, in parallel):
-        `tensors` is a dict of whole tensors or of slices of global tensors, `slices` maps the
-        name of each slice to {"global_shape": [...], "offsets": [...]} (where it lies in its
-        global tensor; the tensor's own shape is its extent). Tensors held whole by several
-        shards must be equal. The version becomes visible when its last shard is stored; the
-        answer's "version" is set then. Sending a shard again replaces the earlier attempt.
-        `metrics` and `tags` apply when this shard completes the version."""
+        def once():
+            attempts.append(1)
+            try:
+                return self._put_body(model, path, body, f"push {model}@{step}")
+            except CkptdError as error:
+                if len(attempts) > 1 and error.status == 409 \
+                        and error.code == "FAILED_PRECONDITION":
+                    stored = self._version_record(model, int(step))
+                    if stored and stored.get("pushed_sha256") == body.sha256():
+                        return stored
+                raise
+
+        return _retrying(once, retries, backoff)
+
+    def push_shard(self, model, step, rank, world_size, tensors, slices=None, metadata=None,
+                   metrics=None, tags=(), retries=3, backoff=0.5):
+        """Pushes the shard of rank `rank` of `world_size` of version `step` (every rank its
+        own, in parallel): `tensors` is a dict of whole tensors or of slices of global tensors,
+        `slices` maps the name of each slice to {"global_shape": [...], "offsets": [...]}
+        (where it lies in its global tensor; the tensor's own shape is its extent). Tensors held
+        whole by several ranks must be equal. The version becomes visible when its last shard
+        is stored; the answer's "version" is set then. Sending a shard again replaces the
+        earlier attempt, so failures are retried as push() does. `metrics` and `tags` apply
+        when this shard completes the version."""
         metadata = dict(metadata or {})
         if slices:
             metadata["ckptd.slices"] = json.dumps(
                 {name: {"global_shape": [int(d) for d in s["global_shape"]],
                         "offsets": [int(d) for d in s["offsets"]]} for name, s in slices.items()})
-        query = [("of", str(int(num_shards)))]
+        query = [("of", str(int(world_size)))]
         query += [(f"metric.{k}", repr(float(v))) for k, v in (metrics or {}).items()]
         query += [("tag", t) for t in tags]
-        path = (f"/v1/models/{self._quote(model)}/versions/{int(step)}/shards/{int(shard)}?"
+        path = (f"/v1/models/{self._quote(model)}/versions/{int(step)}/shards/{int(rank)}?"
                 + urllib.parse.urlencode(query))
-        return self._put_body(model, path, tensors, metadata,
-                              f"push {model}@{step} shard {shard}")
+        body = _Body(tensors, metadata)
+        return _retrying(
+            lambda: self._put_body(model, path, body, f"push {model}@{step} rank {rank}"),
+            retries, backoff)
+
+    def _version_record(self, model, version):
+        """The listing entry of `version` of `model`, or None."""
+        for record in self.versions(model):
+            if record.get("version") == version:
+                return record
+        return None
 
     def twin(self):
         """A new Client with the same settings (Clients are not shared between threads)."""
@@ -266,37 +365,18 @@ class Client:
                                                 rank=rank, world_size=world_size)
         return out, json.loads(metadata.get("ckptd.slices", "{}"))
 
-    def _put_body(self, model, path, state_dict_or_path, metadata, label):
-        """PUTs a safetensors body (a dict of tensors or a file's path) to `path`."""
-        if isinstance(state_dict_or_path, (str, os.PathLike)):
-            file_path = state_dict_or_path
-            total = os.stat(file_path).st_size
-
-            def pieces():  # opened per attempt: a redirected push sends the file again
-                with open(file_path, "rb") as file:
-                    while True:
-                        chunk = file.read(_PIECE)
-                        if not chunk:
-                            return
-                        yield chunk
-        else:
-            prefix, views, total = safetensors_layout(state_dict_or_path, metadata)
-
-            def pieces():
-                yield prefix
-                for view in views:
-                    for start in range(0, len(view), _PIECE):
-                        yield view[start:start + _PIECE]
-        progress = _Progress(label, total, self._progress)
+    def _put_body(self, model, path, body, label):
+        """PUTs a safetensors `body` (_Body) to `path`."""
+        progress = _Progress(label, body.total, self._progress)
 
         def send(conn):
             conn.putrequest("PUT", path)
             for key, value in self._headers({"Content-Type": "application/octet-stream",
-                                             "Content-Length": str(total)}).items():
+                                             "Content-Length": str(body.total)}).items():
                 conn.putheader(key, value)
             conn.endheaders()
             try:
-                for piece in pieces():
+                for piece in body.pieces():
                     conn.send(piece)
                     progress.add(len(piece))
             except (BrokenPipeError, ConnectionResetError):
@@ -380,22 +460,139 @@ class Client:
 
     # -- models, versions, policies -----------------------------------------------------------
     def list_models(self):
+        """Every model: a list of {"name", "latest_version", "version_count", "raw_bytes",
+        "stored_bytes", ...}."""
         return self._json("GET", "/v1/models")["models"]
 
+    def model(self, model):
+        """One model's summary (as list_models); CkptdError 404 if there is no such model."""
+        return self._json("GET", f"/v1/models/{self._quote(model)}")
+
+    def latest_version(self, model):
+        """The model's newest version number, or None when it has none yet (no such model, or
+        a model that got its policy before its first push): where a job starts or resumes."""
+        try:
+            return self.model(model).get("latest_version")
+        except CkptdError as error:
+            if error.status == 404:
+                return None
+            raise
+
     def versions(self, model):
+        """The model's versions, oldest first: a list of {"version", "kind", "lossy",
+        "raw_bytes", "stored_bytes", "sha256", "tags", "metrics", "dropped_tensors", ...}."""
         return self._json("GET", f"/v1/models/{self._quote(model)}/versions")["versions"]
 
+    def resolve_version(self, model, version):
+        """The number `version` names: an int, "latest" or "tag:NAME"."""
+        if isinstance(version, int):
+            return version
+        if version == "latest":
+            latest = self.latest_version(model)
+            if latest is None:
+                raise CkptdError(404, "NOT_FOUND", f"model {model!r} has no versions")
+            return latest
+        if isinstance(version, str) and version.startswith("tag:"):
+            for record in self.versions(model):
+                if version[4:] in record.get("tags", []):
+                    return record["version"]
+            raise CkptdError(404, "NOT_FOUND",
+                             f"model {model!r} has no version tagged {version[4:]!r}")
+        return int(version)
+
     def delete_version(self, model, version):
-        self._json("DELETE", f"/v1/models/{self._quote(model)}/versions/{int(version)}",
-                   model=model)
+        """Deletes one version (an int, "latest" or "tag:NAME"); every other version restores
+        exactly as before. A tagged version is refused (409) until untagged."""
+        number = self.resolve_version(model, version)
+        self._json("DELETE", f"/v1/models/{self._quote(model)}/versions/{number}", model=model)
+
+    def delete_model(self, model):
+        """Deletes the model with every version, its policies and tags."""
+        self._json("DELETE", f"/v1/models/{self._quote(model)}", model=model)
+
+    def get_policy(self, model):
+        """The model's codec policy (dict; the server's default if none was set)."""
+        return self._json("GET", f"/v1/models/{self._quote(model)}/policy")
 
     def set_policy(self, model, policy):
-        return self._json("PUT", f"/v1/models/{self._quote(model)}/policy", policy, model=model)
+        """Merges `policy` (dict of the fields to change) into the model's codec policy, as
+        `ckpt policy MODEL JSON` does; returns the policy stored. Fields stored that change
+        nothing (a bound on a lossless policy) are told with warnings.warn."""
+        answer = self._json("PUT", f"/v1/models/{self._quote(model)}/policy", policy, model=model)
+        for text in answer.pop("warnings", []):
+            warnings.warn(f"ckptd policy of {model!r}: {text}", stacklevel=2)
+        return answer
 
-    def set_retention(self, model, retention):
+    def get_retention(self, model):
+        """The model's retention policy (dict; {} keeps everything)."""
+        return self._json("GET", f"/v1/models/{self._quote(model)}/retention")
+
+    def set_retention(self, model, retention, allow_deletes=False):
+        """Replaces the model's retention policy with `retention` (rules not given are removed),
+        as `ckpt retention MODEL JSON` does. Retention runs after every push and periodically,
+        so a policy whose next pass would delete versions or tensors the stored one keeps is
+        refused with ValueError listing them, unless `allow_deletes`. Returns the policy."""
+        if not allow_deletes:
+            try:
+                before = _removals(self.preview_retention(model))
+            except CkptdError as error:
+                if error.status != 404:
+                    raise
+                before = set()
+            more = sorted(_removals(self.preview_retention(model, retention)) - before)
+            if more:
+                raise ValueError(f"the new retention policy of {model!r} would delete what the "
+                                 f"stored one keeps ({', '.join(more[:8])}"
+                                 f"{', ...' if len(more) > 8 else ''}; VERSION:TENSOR for "
+                                 "dropped tensors): pass allow_deletes=True to store it")
         return self._json("PUT", f"/v1/models/{self._quote(model)}/retention", retention,
                           model=model)
 
+    def preview_retention(self, model, retention=None):
+        """What the stored retention policy (or `retention`, not stored) would delete now:
+        {"deleted": [...], "kept": [{"version", "kept_by"}], "tensors_dropped": [...]}."""
+        return self._json("POST", f"/v1/models/{self._quote(model)}/retention:preview",
+                          retention)
+
+    def apply_retention(self, model):
+        """Applies the stored retention policy now (deletes what it does not keep) and reclaims
+        the space; the report of preview_retention with "gc"."""
+        return self._json("POST", f"/v1/models/{self._quote(model)}/retention:apply",
+                          model=model)
+
     def tag(self, model, version, tag):
-        self._json("PUT", f"/v1/models/{self._quote(model)}/versions/{int(version)}"
+        """Tags `version` (an int, "latest" or "tag:NAME") as `tag`: retention keeps it; a tag
+        another version holds moves."""
+        number = self.resolve_version(model, version)
+        self._json("PUT", f"/v1/models/{self._quote(model)}/versions/{number}"
                           f"/tags/{self._quote(tag)}", model=model)
+
+    def untag(self, model, version, tag):
+        """Removes `tag` from `version` (an int, "latest" or "tag:NAME")."""
+        number = self.resolve_version(model, version)
+        self._json("DELETE", f"/v1/models/{self._quote(model)}/versions/{number}"
+                             f"/tags/{self._quote(tag)}", model=model)
+
+    # -- administration (admin scope) ---------------------------------------------------------
+    def gc(self):
+        """Applies every model's stored retention policy now and reclaims the space:
+        {"models": [...], "deleted_versions", "bytes_freed"}."""
+        return self._json("POST", "/v1/admin/gc")
+
+    def scrub(self):
+        """Reads and verifies every stored byte and restores every version:
+        {"clean": bool, "models": [...]} naming damaged versions."""
+        return self._json("POST", "/v1/admin/scrub")
+
+    def backup(self, directory):
+        """A consistent online backup of the whole store into `directory` on the server (an
+        absolute path; created with its parents if missing)."""
+        return self._json("POST", "/v1/admin/backup", {"to": str(directory)})
+
+
+def _removals(report):
+    """The versions a retention report deletes and its dropped tensors ("VERSION:TENSOR")."""
+    out = {str(v) for v in report.get("deleted", [])}
+    for item in report.get("tensors_dropped", []):
+        out.update(f"{item['version']}:{t}" for t in item.get("tensors", []))
+    return out

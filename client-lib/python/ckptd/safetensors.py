@@ -3,6 +3,7 @@ header length, a JSON header {name: {dtype, shape, data_offsets}, "__metadata__"
 then the tensors' bytes back to back). Tensors are torch tensors or numpy arrays; writing hands
 out views of their memory (no copy), reading fills one buffer per tensor (no second copy)."""
 import json
+import os
 import struct
 
 try:
@@ -124,3 +125,22 @@ def read_safetensors(readinto, as_torch=True, on_bytes=None):
             numpy_name = _NUMPY.get(dtype, "uint16")
             out[name] = np.frombuffer(buffer, dtype=numpy_name).reshape(shape)
     return out, metadata
+
+
+def save_file(tensors, path, metadata=None):
+    """Writes `tensors` (a dict of torch tensors or numpy arrays) as the safetensors file `path`
+    (through a temporary file renamed into place), with `metadata` (strings) in __metadata__:
+    a checkpoint `ckpt push` and curl can send."""
+    prefix, views, _ = safetensors_layout(tensors, metadata)
+    temporary = f"{path}.tmp"
+    with open(temporary, "wb") as out:
+        out.write(prefix)
+        for view in views:
+            out.write(view)
+    os.replace(temporary, path)
+
+
+def load_file(path, as_torch=True):
+    """(tensors, metadata) of the safetensors file `path`, as read_safetensors returns them."""
+    with open(path, "rb") as file:
+        return read_safetensors(file.readinto, as_torch)

@@ -106,6 +106,14 @@ Result<BackupResult> StoreMaintenance::Backup(const std::string& backup_dir) {
         "backup: the data is in the Ceph cluster (the data directory is only a cache); back up "
         "the pool with Ceph's tools");
   }
+  // The backup directory and its parents are created as needed; a path that cannot be made is
+  // the caller's mistake (a file in the way, no permission), named as given.
+  std::error_code ec;
+  std::filesystem::create_directories(backup_dir, ec);
+  if (ec || !std::filesystem::is_directory(backup_dir, ec)) {
+    return Status::InvalidArgument("backup: cannot create the backup directory '" + backup_dir +
+                                   "'" + (ec ? ": " + ec.message() : ": a file is in the way"));
+  }
   rocksdb::BackupEngine* raw = nullptr;
   CKPT_RETURN_IF_ERROR(
       FromRocks(rocksdb::BackupEngine::Open(rocksdb::BackupEngineOptions(backup_dir),
@@ -134,6 +142,9 @@ Status StoreMaintenance::RestoreBackup(const std::string& backup_dir, const std:
     return Status::InvalidArgument("restore-backup: backup and data directories are required");
   }
   std::error_code ec;
+  if (!std::filesystem::is_directory(backup_dir, ec)) {
+    return Status::NotFound("restore-backup: backup directory '" + backup_dir + "' does not exist");
+  }
   if (std::filesystem::exists(data_dir, ec) && !std::filesystem::is_empty(data_dir, ec)) {
     return Status::FailedPrecondition("restore-backup: data directory '" + data_dir +
                                       "' is not empty; restore into a new directory");

@@ -103,9 +103,15 @@ class RestoreViewImpl final : public RestoreStream {
     }
     std::map<std::string, SliceDeclaration> slices;
     std::vector<TensorSpec> specs;
+    size_t dropped_matches = 0;  // tensors the selection names that retention dropped
     for (uint32_t i = 0; i < manifest_->tensors.size(); ++i) {
       const ManifestTensor& t = manifest_->tensors[i];
-      if (record_.Dropped(i)) continue;  // not in the version any more
+      if (record_.Dropped(i)) {  // not in the version any more
+        const bool named =
+            selection.box ? selection.box->first == t.name : Selected(selection, t.name);
+        if (named) ++dropped_matches;
+        continue;
+      }
       ViewTensor v;
       v.tensor = i;
       v.box.offsets.assign(t.shape.size(), 0);
@@ -129,6 +135,16 @@ class RestoreViewImpl final : public RestoreStream {
       specs.push_back(TensorSpec{t.name, t.dtype, v.box.shape, {}});
       size_ += v.box.element_count() * DTypeSize(t.dtype);
       view_.push_back(std::move(v));
+    }
+    if (view_.empty() && dropped_matches > 0) {
+      return Status::NotFound(
+          "version " + std::to_string(info_.version) + " no longer holds " +
+          (selection.box
+               ? "tensor '" + selection.box->first + "'"
+               : "the " + std::to_string(dropped_matches) + " tensor(s) the selection names") +
+          ": retention's tensor rules dropped them (the latest and tagged versions keep every "
+          "tensor; GET .../versions/" +
+          std::to_string(info_.version) + "?detail=1 marks what was dropped)");
     }
     if (view_.empty()) {
       return selection.box

@@ -5,6 +5,7 @@
 #include <rocksdb/db.h>
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -67,8 +68,9 @@ class RocksCheckpointStore final : public CheckpointStore {
   }
 
   Status OpenDb() {
-    CKPT_RETURN_IF_ERROR(OpenStoreDatabase(options_.data_dir, env_.get(), health_.NewListener(),
-                                           options_.engine_log, &db_, &families_));
+    CKPT_RETURN_IF_ERROR(OpenStoreDatabase(options_.data_dir, options_.create_if_missing,
+                                           env_.get(), health_.NewListener(), options_.engine_log,
+                                           &db_, &families_));
     health_.Attach(db_.get(), families_.chunks);
     ctx_.db = db_.get();
     ctx_.health = &health_;
@@ -449,6 +451,18 @@ Result<std::unique_ptr<CheckpointStore>> OpenStoreOn(const StoreOptions& options
   if (options.data_dir.empty()) return Status::InvalidArgument("store: data_dir is empty");
   if (options.chunk_bytes < 1024) {
     return Status::InvalidArgument("store: chunk_bytes must be at least 1024");
+  }
+  if (!options.create_if_missing) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(options.data_dir, ec)) {
+      return Status::NotFound("no ckptd store in '" + options.data_dir +
+                              "': the directory does not exist");
+    }
+    // Every RocksDB database has this file; a directory without it holds no store.
+    if (!std::filesystem::exists(std::filesystem::path(options.data_dir) / "CURRENT", ec)) {
+      return Status::NotFound("no ckptd store in '" + options.data_dir +
+                              "': the directory holds no database");
+    }
   }
   auto store = std::make_unique<RocksCheckpointStore>(options, std::move(env));
   CKPT_RETURN_IF_ERROR(store->OpenDb());

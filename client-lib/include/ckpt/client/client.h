@@ -79,11 +79,13 @@ struct PushResult {
 
 struct PullResult {
   uint64_t version = 0;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;  // of the whole body, resumed bytes included
   std::string sha256;
   // The server announced the body's SHA-256 and it matched (a part of a version, selected by
   // PullOptions, has none to check).
   bool verified = false;
+  // Bytes taken from an earlier, interrupted pull's .partial file (PullToFile), 0 if none.
+  uint64_t resumed_bytes = 0;
 };
 
 // Which part of a version to pull (docs/api.md, "restore"); empty: the whole version.
@@ -112,6 +114,8 @@ struct VersionSummary {
   uint64_t stored_bytes = 0;
   std::string created_at;
   std::string sha256;
+  bool lossy = false;            // some tensor was quantized: restores are within the bound
+  uint32_t dropped_tensors = 0;  // tensors retention's tensor rules dropped from it
   std::vector<std::string> tags;
   std::map<std::string, double> metrics;
 };
@@ -137,6 +141,11 @@ class Client {
                                      const PushMetadata& metadata = {});
 
   // `version` is a decimal number, "latest" or "tag:<name>". `path` "-" writes to stdout.
+  // A whole version is written to `path`.partial and renamed into place once verified. A pull
+  // the network cut off keeps `path`.partial (and the body's ETag beside it, `path`.partial.etag)
+  // and fails with Unavailable; the next pull to `path` resumes it with Range + If-Range, or
+  // starts over if the version's body is no longer the same ("latest" moved on). Any other
+  // failure removes both.
   Result<PullResult> PullToFile(std::string_view model, std::string_view version,
                                 const std::string& path, const PullOptions& part = {});
   Result<std::string> PullToBuffer(std::string_view model, std::string_view version);
@@ -145,6 +154,10 @@ class Client {
   // Returns the files written, the index first.
   Result<std::vector<std::string>> PullHfDir(std::string_view model, std::string_view version,
                                              const std::string& dir, uint64_t max_file_bytes);
+
+  // The number of the version `version` names: a decimal number (checked to exist), "latest" or
+  // "tag:<name>". NotFound if there is none.
+  Result<uint64_t> ResolveVersion(std::string_view model, std::string_view version);
 
   Result<std::vector<ModelSummary>> ListModels();
   Result<ModelSummary> GetModel(std::string_view model);

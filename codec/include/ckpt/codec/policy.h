@@ -143,6 +143,12 @@ struct CodecPolicy {
   static Result<CodecPolicy> FromJson(std::string_view json, const CodecPolicy& base);
   std::string ToJson() const;
 
+  // Fields that are stored but change nothing about how tensors are coded (a bound on a
+  // lossless policy that no override uses), one sentence each naming the field; empty if none.
+  // A valid policy may have them (switching a model back to lossless keeps its bound for later),
+  // so they are told, not refused.
+  std::vector<std::string> Warnings() const;
+
   uint32_t EffectiveKeyframeEvery() const {
     if (keyframe_every != 0) return keyframe_every;
     return mode == CodecMode::kLossy ? kLossyKeyframeEvery : kLosslessKeyframeEvery;

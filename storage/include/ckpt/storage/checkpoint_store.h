@@ -56,6 +56,11 @@ struct StoreOptions {
   // Directory holding the RocksDB database; created if missing. Default: none (required).
   std::string data_dir;
 
+  // Whether Open may create a new, empty store. Tools that work on an existing store (offline
+  // scrub, gc and backup) turn it off, so that a mistyped data_dir fails with NotFound naming
+  // it instead of checking, and reporting on, an empty store made there. Default: true.
+  bool create_if_missing = true;
+
   // Tensors larger than this are cut into chunks of this many bytes (rounded down to whole
   // elements). Bounds the memory a push or restore needs per tensor and the size of any single
   // RocksDB value. Changing it affects new versions only; deltas need equal chunk sizes, so the
@@ -425,8 +430,10 @@ class ShardSession {
 
 class CheckpointStore {
  public:
-  // Opens (creating if needed) the store in options.data_dir and runs recovery: data of pushes
-  // interrupted by a crash is removed.
+  // Opens (creating if needed, and options.create_if_missing allows) the store in
+  // options.data_dir and runs recovery: data of pushes interrupted by a crash is removed. Fails
+  // with NotFound when there is no store to open and none may be created, InvalidArgument when
+  // the directory holds a database that is not a ckptd store.
   static Result<std::unique_ptr<CheckpointStore>> Open(const StoreOptions& options);
 
   virtual ~CheckpointStore() = default;

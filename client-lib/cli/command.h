@@ -1,0 +1,86 @@
+// The ckpt CLI's subcommands: each registers its arguments on the parser and runs once parsed,
+// against a Session that holds what every command shares.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "ckpt/client/client.h"
+#include "progress_bar.h"
+
+namespace ckpt::cli {
+
+// Exit codes of every command.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;  // the server or the input refused; a scrub found damage
+inline constexpr int kExitUsage = 2;   // the command line is wrong (CLI11's own code too)
+
+// What the commands share: the client (made from the global options on first use), whether
+// output is JSON, and the progress bar. Thread-compatible.
+class Session {
+ public:
+  // `draw_progress`: transfers draw the progress bar (on a terminal).
+  Session(ClientOptions options, bool json, bool draw_progress)
+      : options_(std::move(options)), json_(json) {
+    if (draw_progress) {
+      options_.progress = [this](uint64_t done, uint64_t total) { progress_.Update(done, total); };
+    }
+  }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // The client of the global options; the error if they do not make one.
+  Result<Client*> client();
+  bool json() const { return json_; }
+  ProgressBar& progress() { return progress_; }
+
+ private:
+  ClientOptions options_;
+  bool json_;
+  ProgressBar progress_;
+  std::optional<Client> client_;
+};
+
+class Command {
+ public:
+  virtual ~Command() = default;
+  // Runs the parsed command; returns the process's exit code.
+  virtual int Run(Session& session) = 0;
+  // Whether the command line named this command.
+  bool parsed() const { return subcommand_ != nullptr && subcommand_->parsed(); }
+
+ protected:
+  // Adds the command's subcommand to `app` (once, from the constructor). Options after the
+  // command's own, such as --json, go to the main parser.
+  CLI::App* Define(CLI::App& app, const std::string& name, const std::string& description) {
+    subcommand_ = app.add_subcommand(name, description);
+    subcommand_->fallthrough();
+    return subcommand_;
+  }
+
+ private:
+  CLI::App* subcommand_ = nullptr;
+};
+
+// Prints "ckpt: <message> (<CODE>)" on stderr and returns kExitFailed.
+int Fail(const Status& status);
+
+// The JSON document of a Client call that answers JSON text (its error as it is).
+Result<nlohmann::json> ParseJsonAnswer(const Result<std::string>& text);
+
+// Each adds its subcommand to `app`; the command runs if that subcommand is the one parsed.
+std::unique_ptr<Command> AddPushCommand(CLI::App& app);
+std::unique_ptr<Command> AddPullCommand(CLI::App& app);
+std::unique_ptr<Command> AddListCommand(CLI::App& app);
+std::unique_ptr<Command> AddRemoveCommand(CLI::App& app);
+std::unique_ptr<Command> AddTagCommand(CLI::App& app);
+std::unique_ptr<Command> AddPolicyCommand(CLI::App& app);
+std::unique_ptr<Command> AddRetentionCommand(CLI::App& app);
+std::unique_ptr<Command> AddGcCommand(CLI::App& app);
+std::unique_ptr<Command> AddScrubCommand(CLI::App& app);
+std::unique_ptr<Command> AddBackupCommand(CLI::App& app);
+
+}  // namespace ckpt::cli

@@ -1,0 +1,168 @@
+// ckpt push and ckpt pull.
+#include <cstdio>
+
+#include "command.h"
+#include "output.h"
+
+namespace ckpt::cli {
+namespace {
+
+using nlohmann::json;
+
+class PushCommand final : public Command {
+ public:
+  explicit PushCommand(CLI::App& app) {
+    auto* c = Define(app, "push", "push a safetensors file as MODEL at VERSION");
+    c->add_option("MODEL", model_, "model name")->required();
+    c->add_option("VERSION", version_, "version number, above the model's latest")->required();
+    c->add_option("FILE", file_, "safetensors file")->required()->check(CLI::ExistingFile);
+    c->add_option("--metric", metrics_, "NAME=NUMBER, a metric of this version (repeatable)");
+    c->add_option("--label", labels_, "NAME=TEXT, a label of this version (repeatable)");
+    c->add_option("--tag", tags_, "tag this version (repeatable; a tag moves if held)");
+    sharded_.shards = 0;
+    c->add_option("--connections", sharded_.shards,
+                  "send the file over N connections at once, as N shards (large tensors cut by "
+                  "rows); the version appears when the last is stored")
+        ->check(CLI::Range(1, 65536));
+    retries_ = c->add_option("--retries", sharded_.retries,
+                             "with --connections: attempts after the first per shard, for "
+                             "network errors, 5xx and a busy model (default 3)")
+                   ->check(CLI::Range(0, 100));
+  }
+
+  int Run(Session& session) override {
+    PushMetadata metadata;
+    for (const std::string& item : metrics_) {
+      const size_t eq = item.find('=');
+      char* end = nullptr;
+      const double value = eq == std::string::npos ? 0 : std::strtod(item.c_str() + eq + 1, &end);
+      if (eq == std::string::npos || end == item.c_str() + eq + 1 || *end != '\0') {
+        return Fail(Status::InvalidArgument("--metric '" + item + "' must be NAME=NUMBER"));
+      }
+      metadata.metrics[item.substr(0, eq)] = value;
+    }
+    for (const std::string& item : labels_) {
+      const size_t eq = item.find('=');
+      if (eq == std::string::npos) {
+        return Fail(Status::InvalidArgument("--label '" + item + "' must be NAME=TEXT"));
+      }
+      metadata.labels[item.substr(0, eq)] = item.substr(eq + 1);
+    }
+    metadata.tags = tags_;
+    if (retries_->count() > 0 && sharded_.shards == 0) {
+      return Fail(Status::InvalidArgument("--retries goes with --connections"));
+    }
+    auto client = session.client();
+    if (!client.ok()) return Fail(client.status());
+    auto r = sharded_.shards > 0
+                 ? (*client)->PushFileSharded(model_, version_, file_, sharded_, metadata)
+                 : (*client)->PushFile(model_, version_, file_, metadata);
+    session.progress().Clear();
+    if (!r.ok()) return Fail(r.status());
+    if (session.json()) {
+      PrintJson({{"model", r->model},
+                 {"version", r->version},
+                 {"kind", r->kind},
+                 {"raw_bytes", r->raw_bytes},
+                 {"stored_bytes", r->stored_bytes},
+                 {"sha256", r->sha256}});
+      return kExitOk;
+    }
+    std::printf("pushed %s@%llu  %s  raw %s  stored %s (%s)  sha256 %s\n", r->model.c_str(),
+                static_cast<unsigned long long>(r->version), r->kind.c_str(),
+                HumanBytes(r->raw_bytes).c_str(), HumanBytes(r->stored_bytes).c_str(),
+                Ratio(r->raw_bytes, r->stored_bytes).c_str(), ShortHash(r->sha256).c_str());
+    return kExitOk;
+  }
+
+ private:
+  std::string model_, file_;
+  uint64_t version_ = 0;
+  std::vector<std::string> metrics_, labels_, tags_;
+  ShardedPushOptions sharded_;
+  CLI::Option* retries_ = nullptr;
+};
+
+class PullCommand final : public Command {
+ public:
+  explicit PullCommand(CLI::App& app) {
+    auto* c = Define(app, "pull",
+                     "restore a version to a file, verified by SHA-256; an interrupted pull keeps "
+                     "FILE.partial and the same command resumes it");
+    c->add_option("MODEL", model_, "model name")->required();
+    c->add_option("VERSION", version_, "version number, 'latest' or 'tag:NAME'")->required();
+    auto* output = c->add_option("-o,--output", file_, "output file ('-' for stdout)");
+    auto* hf = c->add_option("--hf-dir", hf_dir_,
+                             "write the Hugging Face view instead: DIR/model.safetensors."
+                             "index.json and the files it lists");
+    output->excludes(hf);
+    c->add_option("--max-shard-bytes", hf_max_bytes_,
+                  "with --hf-dir: the largest file (default 5000000000)");
+    c->add_option("--tensors", part_.tensors,
+                  "only tensors matching these patterns ('*', '?'; comma-separated or repeated)")
+        ->delimiter(',');
+    rank_ = c->add_option("--rank", part_.rank,
+                          "with --world-size: the part rank RANK holds of a resharded view");
+    world_size_ = c->add_option("--world-size", part_.ranks,
+                                "with --rank: the number of ranks to reshard for");
+  }
+
+  int Run(Session& session) override {
+    auto client = session.client();
+    if (!client.ok()) return Fail(client.status());
+    if (!hf_dir_.empty()) {
+      auto files = (*client)->PullHfDir(model_, version_, hf_dir_, hf_max_bytes_);
+      session.progress().Clear();
+      if (!files.ok()) return Fail(files.status());
+      if (session.json()) {
+        PrintJson({{"files", *files}});
+      } else {
+        for (const std::string& f : *files) std::printf("wrote %s\n", f.c_str());
+      }
+      return kExitOk;
+    }
+    if (file_.empty()) return Fail(Status::InvalidArgument("pull needs -o FILE or --hf-dir DIR"));
+    if ((rank_->count() > 0) != (world_size_->count() > 0)) {
+      return Fail(Status::InvalidArgument("--rank and --world-size go together"));
+    }
+    auto r = (*client)->PullToFile(model_, version_, file_, part_);
+    session.progress().Clear();
+    if (!r.ok()) return Fail(r.status());
+    if (file_ == "-") return kExitOk;  // stdout holds the body
+    if (session.json()) {
+      PrintJson({{"model", model_},
+                 {"version", r->version},
+                 {"file", file_},
+                 {"bytes", r->bytes},
+                 {"sha256", r->sha256},
+                 {"verified", r->verified},
+                 {"resumed_bytes", r->resumed_bytes}});
+      return kExitOk;
+    }
+    std::string resumed;
+    if (r->resumed_bytes > 0) resumed = "  resumed after " + HumanBytes(r->resumed_bytes);
+    std::printf("pulled %s@%llu to %s  %s  sha256 %s%s%s\n", model_.c_str(),
+                static_cast<unsigned long long>(r->version), file_.c_str(),
+                HumanBytes(r->bytes).c_str(), ShortHash(r->sha256).c_str(),
+                r->verified ? " (verified)" : "", resumed.c_str());
+    return kExitOk;
+  }
+
+ private:
+  std::string model_, version_, file_, hf_dir_;
+  uint64_t hf_max_bytes_ = 5'000'000'000;
+  PullOptions part_;
+  CLI::Option* rank_ = nullptr;
+  CLI::Option* world_size_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> AddPushCommand(CLI::App& app) {
+  return std::make_unique<PushCommand>(app);
+}
+std::unique_ptr<Command> AddPullCommand(CLI::App& app) {
+  return std::make_unique<PullCommand>(app);
+}
+
+}  // namespace ckpt::cli
