@@ -1,13 +1,18 @@
 # The two commands (see README.md):
 #   make run   install missing dependencies, build Release, start ckptd on 127.0.0.1:8420 (./data)
 #   make test  install missing dependencies, build with -Werror, run every test through ctest
+# and for a quick start:
+#   make install         ckpt and ckptd into $(PREFIX)/bin (default ~/.local/bin)
+#   make python-client   the Python client in $(VENV) (default build/venv)
 BUILD_DIR    ?= build
 RELEASE_DIR  ?= build-release
 CONFIG       ?= config/ckptd.toml
 JOBS         ?= $(shell nproc)
+PREFIX       ?= $(HOME)/.local
+VENV         ?= $(BUILD_DIR)/venv
 
-.PHONY: deps run test test-asan test-tsan build release bench clean format recovery-walkthrough \
-	fuzz fuzz-seeds
+.PHONY: deps run test test-asan test-tsan build release install python-client bench clean format \
+	recovery-walkthrough fuzz fuzz-seeds
 
 deps:
 	@./scripts/install-deps.sh
@@ -64,6 +69,15 @@ release: deps
 
 run: release
 	./$(RELEASE_DIR)/daemon/ckptd --config $(CONFIG)
+
+# The Release binaries ckpt and ckptd into $(PREFIX)/bin.
+install: release
+	cmake --install $(RELEASE_DIR) --prefix $(PREFIX)
+	@echo "ckpt and ckptd are in $(PREFIX)/bin (add it to PATH if it is not there)"
+
+# The Python client in a virtual environment that also sees Debian's PyTorch and numpy.
+python-client: deps
+	./scripts/install-python-client.sh $(VENV)
 
 # docs/failure-recovery.md: a PyTorch trainer and ckptd killed and restarted; the final model
 # must equal an uninterrupted run's.

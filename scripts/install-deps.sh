@@ -12,8 +12,11 @@ PACKAGES=(
   openssl
   # the failure-recovery walkthrough (a real PyTorch training loop; docs/failure-recovery.md)
   python3-torch python3-sklearn libopenblas0-pthread
-  # the Python client's tests (client-lib/python installs offline with Debian's pip)
-  python3-pip python3-setuptools
+  # the Python client and its tests (make python-client: a venv that sees Debian's torch,
+  # installed offline with Debian's pip, setuptools and wheel)
+  python3-pip python3-setuptools python3-wheel python3-venv
+  # script(1), which gives the CLI's progress-bar test a terminal
+  bsdutils
   # a one-node Ceph cluster for the RADOS tests (scripts/ceph-one-node.sh)
   ceph-mon ceph-osd librados-dev libradospp-dev
 )

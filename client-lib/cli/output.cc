@@ -69,6 +69,7 @@ void Table::Print(std::FILE* out) const {
       const bool last = i + 1 == columns_.size();
       line += columns_[i].numeric ? pad + cell : last ? cell : cell + pad;
     }
+    line.erase(line.find_last_not_of(' ') + 1);  // an empty last cell leaves no trailing blanks
     std::fprintf(out, "%s\n", line.c_str());
   };
   std::vector<std::string> titles;

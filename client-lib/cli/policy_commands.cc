@@ -175,13 +175,17 @@ class RetentionCommand final : public Command {
   // --yes is not given (the model may have no versions yet: then nothing is at stake).
   int Replace(Session& session, Client& c) {
     auto now = ParseJsonAnswer(c.ApplyRetention(model_, true, {}));
-    auto next = ParseJsonAnswer(c.ApplyRetention(model_, true, json_text_));
-    if (!next.ok()) return Fail(next.status());
     if (!now.ok() && now.status().code() != StatusCode::kNotFound) return Fail(now.status());
-    const std::set<std::string> before = now.ok() ? Removals(*now) : std::set<std::string>{};
+    // A model not created yet has nothing to delete; the policy is checked when it is stored.
+    Result<json> next = json::object();
     std::vector<std::string> more;
-    for (const std::string& r : Removals(*next)) {
-      if (!before.contains(r)) more.push_back(r);
+    if (now.ok()) {
+      next = ParseJsonAnswer(c.ApplyRetention(model_, true, json_text_));
+      if (!next.ok()) return Fail(next.status());
+      const std::set<std::string> before = Removals(*now);
+      for (const std::string& r : Removals(*next)) {
+        if (!before.contains(r)) more.push_back(r);
+      }
     }
     if (!more.empty() && !yes_) {
       std::string list;

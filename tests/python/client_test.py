@@ -66,6 +66,57 @@ class Daemon:
         self.log.close()
 
 
+class AnswerLosingProxy:
+    """A loopback proxy in front of the daemon that forwards the first `lose` requests whole but
+    closes their connections when the answer starts, unsent: a push that committed while its
+    client saw the connection break."""
+
+    def __init__(self, port, lose=1):
+        import threading
+        self.port_to, self.lose = port, lose
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.lost = 0
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        import threading
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            drop = self.lost < self.lose
+            if drop:
+                self.lost += 1
+            threading.Thread(target=self._pump, args=(client, drop), daemon=True).start()
+
+    def _pump(self, client, drop):
+        import selectors
+        server = socket.create_connection(("127.0.0.1", self.port_to))
+        sel = selectors.DefaultSelector()
+        sel.register(client, selectors.EVENT_READ, server)
+        sel.register(server, selectors.EVENT_READ, client)
+        try:
+            while True:
+                for key, _ in sel.select(timeout=30):
+                    data = key.fileobj.recv(1 << 16)
+                    if not data or (drop and key.fileobj is server):
+                        return
+                    key.data.sendall(data)
+        except OSError:
+            pass
+        finally:
+            client.close()
+            server.close()
+
+    def close(self):
+        self.listener.close()
+
+
 class ClientTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -377,6 +428,172 @@ class ClientTest(unittest.TestCase):
             capture_output=True, text=True, env=dict(os.environ, TMPDIR=build))
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         self.assertTrue(os.path.exists(os.path.join(target, "ckptd", "client.py")))
+
+
+class NewUserTest(unittest.TestCase):
+    """What a new user meets first: the environment the CLI reads, a job's first start, failed
+    pushes, resuming from what retention left, and every operation of the CLI."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.daemon = Daemon(self.tmp.name)
+        self.url = f"http://127.0.0.1:{self.daemon.port}"
+        self.client = ckptd.Client(self.url, progress=False)
+
+    def tearDown(self):
+        self.daemon.stop()
+        self.tmp.cleanup()
+
+    def test_reads_the_same_environment_as_the_cli(self):
+        saved = dict(os.environ)
+        try:
+            os.environ["CKPT_SERVER"] = self.url
+            os.environ["CKPT_CACERT"] = os.path.join(self.tmp.name, "no-such-ca.pem")
+            client = ckptd.Client(progress=False)
+            self.assertEqual(client.url, self.url)
+            self.assertEqual(client.list_models(), [])  # http://: the CA file is not read
+            with self.assertRaises(FileNotFoundError):
+                ckptd.Client("https://127.0.0.1:1")  # https://: $CKPT_CACERT is used
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            dead = s.getsockname()[1]
+        with self.assertRaises(ConnectionError) as error:
+            ckptd.Client(f"http://127.0.0.1:{dead}", progress=False).list_models()
+        self.assertIn(f"cannot reach ckptd at http://127.0.0.1:{dead}", str(error.exception))
+
+    def test_readme_resume_snippet_on_a_model_with_a_policy_and_no_versions(self):
+        self.client.set_retention("mnist", {"keep_last": 3})  # policy before the first push
+        self.assertIn("mnist", [m["name"] for m in self.client.list_models()])
+        self.assertIsNone(self.client.latest_version("mnist"))
+        self.assertIsNone(self.client.latest_version("never-seen"))
+        model, opt = ClientTest.model_and_adam(0)
+        start = 0
+        if self.client.latest_version("mnist") is not None:
+            tensors, metadata = self.client.pull_with_metadata("mnist")
+            start = ckptd.load_training_state(model, opt, tensors, metadata) + 1
+        self.assertEqual(start, 0)
+        ClientTest.train(model, opt, 1, seed=1)
+        tensors, metadata = ckptd.training_state(model, opt, 0)
+        self.client.push("mnist", 0, tensors, metadata=metadata)
+        self.assertEqual(self.client.latest_version("mnist"), 0)
+
+    def test_push_is_retried_and_an_earlier_commit_is_recognised(self):
+        weights = {"w": torch.randn(256, 64)}
+        proxy = AnswerLosingProxy(self.daemon.port, lose=1)
+        try:
+            via = ckptd.Client(f"http://127.0.0.1:{proxy.port}", progress=False)
+            answer = via.push("lost", 1, weights, backoff=0.01)
+            self.assertEqual(proxy.lost, 1)
+            self.assertEqual(answer["version"], 1)
+            self.assertTrue(torch.equal(self.client.pull("lost")["w"], weights["w"]))
+            # The same version with another body is not taken for an earlier attempt.
+            proxy.lose, proxy.lost = 2, 1
+            with self.assertRaises(ckptd.CkptdError) as other:
+                via.push("lost", 1, {"w": torch.zeros(256, 64)}, backoff=0.01)
+            self.assertEqual(other.exception.status, 409)
+        finally:
+            proxy.close()
+        # Without retries the lost answer is the caller's to handle.
+        proxy = AnswerLosingProxy(self.daemon.port, lose=1)
+        try:
+            via = ckptd.Client(f"http://127.0.0.1:{proxy.port}", progress=False)
+            with self.assertRaises(OSError):
+                via.push("lost", 2, weights, retries=0)
+        finally:
+            proxy.close()
+
+    def test_resuming_from_a_version_without_its_optimizer_state_is_refused(self):
+        model, adam = ClientTest.model_and_adam(0)
+        for step in (1, 2, 3):
+            ClientTest.train(model, adam, 1, seed=step)
+            tensors, metadata = ckptd.training_state(model, adam, step)
+            self.client.push("run", step, tensors, metadata=metadata)
+        rules = {"tensor_rules": [{"tensors": ["optim.*"], "keep_last": 1}]}
+        with self.assertRaisesRegex(ValueError, "allow_deletes"):
+            self.client.set_retention("run", rules)
+        self.client.set_retention("run", rules, allow_deletes=True)
+        report = self.client.apply_retention("run")
+        self.assertEqual([d["version"] for d in report["tensors_dropped"]], [1, 2])
+        with self.assertRaises(ckptd.CkptdError) as dropped:
+            self.client.pull("run", 1, tensors=["optim.*"])
+        self.assertEqual(dropped.exception.status, 404)
+        self.assertIn("retention's tensor rules dropped them", dropped.exception.message)
+        tensors, metadata = self.client.pull_with_metadata("run", 1)
+        fresh, fresh_adam = ClientTest.model_and_adam(1)
+        before = {k: v.clone() for k, v in fresh.state_dict().items()}
+        with self.assertRaises(ckptd.MissingOptimizerState) as missing:
+            ckptd.load_training_state(fresh, fresh_adam, tensors, metadata)
+        self.assertIn("optimizer state of 12 tensor(s)", str(missing.exception))
+        self.assertIn("'optim.0.weight.", str(missing.exception))
+        for key, value in fresh.state_dict().items():  # nothing was loaded
+            self.assertTrue(torch.equal(value, before[key]), key)
+        with self.assertWarns(UserWarning):
+            step = ckptd.load_training_state(fresh, fresh_adam, tensors, metadata,
+                                             allow_missing_optimizer_state=True)
+        self.assertEqual(step, 1)
+        tensors, metadata = self.client.pull_with_metadata("run")  # latest keeps everything
+        self.assertEqual(ckptd.load_training_state(fresh, fresh_adam, tensors, metadata), 3)
+
+    def test_a_resumed_run_with_a_scheduler_is_bit_identical(self):
+        def setup(seed):
+            model, adam = ClientTest.model_and_adam(seed)
+            return model, adam, torch.optim.lr_scheduler.OneCycleLR(adam, max_lr=0.05,
+                                                                    total_steps=20)
+
+        def train(model, adam, scheduler, steps, seed):
+            for i in range(steps):
+                ClientTest.train(model, adam, 1, seed=seed + i)
+                scheduler.step()
+
+        model, adam, scheduler = setup(0)
+        train(model, adam, scheduler, 6, seed=10)
+        tensors, metadata = ckptd.training_state(model, adam, 6, scheduler)
+        self.client.push("sched", 6, tensors, metadata=metadata)
+        restored, restored_adam, restored_scheduler = setup(1)
+        tensors, metadata = self.client.pull_with_metadata("sched")
+        self.assertEqual(ckptd.load_training_state(restored, restored_adam, tensors, metadata,
+                                                   restored_scheduler), 6)
+        self.assertEqual(restored_scheduler.last_epoch, 6)
+        train(model, adam, scheduler, 5, seed=100)
+        train(restored, restored_adam, restored_scheduler, 5, seed=100)
+        self.assertEqual(adam.param_groups[0]["lr"], restored_adam.param_groups[0]["lr"])
+        for (name, a), b in zip(model.state_dict().items(), restored.state_dict().values()):
+            self.assertTrue(torch.equal(a, b), name)
+        without, _ = ckptd.training_state(model, adam, 7)
+        with self.assertRaisesRegex(ValueError, "no LR scheduler state"):
+            ckptd.load_training_state(restored, restored_adam, without, {}, restored_scheduler)
+
+    def test_every_cli_operation_from_python(self):
+        path = os.path.join(self.tmp.name, "step-1.safetensors")
+        ckptd.save_file({"w": np.arange(12, dtype=np.float32).reshape(3, 4)}, path,
+                        metadata={"origin": "test"})
+        tensors, metadata = ckptd.load_file(path, as_torch=False)
+        np.testing.assert_array_equal(tensors["w"], np.arange(12, dtype=np.float32).reshape(3, 4))
+        self.assertEqual(metadata, {"origin": "test"})
+        for step in (1, 2, 3):
+            self.client.push("ops", step, path)
+        self.client.tag("ops", "latest", "best")
+        self.assertEqual(self.client.resolve_version("ops", "tag:best"), 3)
+        self.client.untag("ops", "tag:best", "best")
+        self.assertEqual(self.client.versions("ops")[-1]["tags"], [])
+        with self.assertWarns(UserWarning):
+            self.client.set_policy("ops", {"max_abs_error": 1e-3})
+        self.assertEqual(self.client.get_policy("ops")["mode"], "lossless")
+        self.client.set_retention("ops", {"keep_last": 1}, allow_deletes=True)
+        self.assertEqual(self.client.get_retention("ops"), {"keep_last": 1})
+        self.assertEqual(self.client.preview_retention("ops")["deleted"], [1, 2])
+        self.assertEqual(self.client.preview_retention("ops", {"keep_last": 2})["deleted"], [1])
+        self.assertEqual(self.client.apply_retention("ops")["deleted"], [1, 2])
+        self.assertEqual(self.client.gc()["deleted_versions"], 0)
+        self.assertTrue(self.client.scrub()["clean"])
+        backup = os.path.join(self.tmp.name, "no", "such", "parents")
+        self.assertEqual(self.client.backup(backup)["backup_id"], 1)
+        self.client.delete_version("ops", "latest")
+        self.client.delete_model("ops")
+        self.assertEqual(self.client.list_models(), [])
 
 
 class HttpsAndTokenTest(unittest.TestCase):

@@ -538,8 +538,9 @@ class Client:
             except CkptdError as error:
                 if error.status != 404:
                     raise
-                before = set()
-            more = sorted(_removals(self.preview_retention(model, retention)) - before)
+                before = None  # no such model yet: nothing to delete
+            more = [] if before is None else \
+                sorted(_removals(self.preview_retention(model, retention)) - before)
             if more:
                 raise ValueError(f"the new retention policy of {model!r} would delete what the "
                                  f"stored one keeps ({', '.join(more[:8])}"
