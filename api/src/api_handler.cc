@@ -220,10 +220,16 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
     case RouteKind::kStatusPage: {
       if (method != "GET" && method != "HEAD") return MethodNotAllowed(method, "GET, HEAD");
       auto page = RenderStatusPage(*store_, {route.model, route.model_prefix});
-      if (!page.ok()) return ErrorResponse(page.status());
       ApiResponse r;
+      if (!page.ok() && page.status().code() == StatusCode::kNotFound) {
+        r.status = 404;  // a browser shows a page, not a JSON error
+        r.body = RenderNotFoundPage(page.status().message());
+      } else if (!page.ok()) {
+        return ErrorResponse(page.status());
+      } else {
+        r.body = std::move(*page);
+      }
       r.content_type = "text/html; charset=utf-8";
-      r.body = std::move(*page);
       // The page is self-contained: the browser may fetch nothing, run nothing.
       r.headers.emplace_back("Content-Security-Policy",
                              "default-src 'none'; style-src 'unsafe-inline'");

@@ -6,6 +6,8 @@
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <vector>
 
@@ -32,6 +34,9 @@ code{font:12px ui-monospace,monospace;background:#f2f4f7;padding:1px 4px;border-
 .keyframe{background:#d9822b}.delta{background:#3b7dd8}.mixed{background:#8e6bbf}
 .tag{display:inline-block;padding:0 6px;border-radius:9px;font-size:12px;background:#e8f0fe;color:#1a56db;margin-right:3px}
 .charts{display:flex;gap:18px;flex-wrap:wrap}.chart{flex:1;min-width:360px}
+.fields{display:flex;flex-wrap:wrap;gap:2px 14px;margin:2px 0 6px;padding:0;list-style:none;white-space:normal}
+.fields li{font-size:12px;overflow-wrap:anywhere}.fields b{color:#475467;font-weight:600;margin-right:4px}
+td .fields{margin:0;max-width:340px}
 .note{color:#667085;font-size:12px}.warning{background:#fdecea;border:1px solid #f5c2c7;color:#842029;padding:10px 14px;border-radius:6px;margin:0 0 16px}a{color:#1a56db;text-decoration:none}
 svg text{font:11px system-ui,sans-serif;fill:#475467}
 )css";
@@ -223,16 +228,55 @@ std::string PolicySummary(CheckpointStore& store, const std::string& model) {
   return "lossy, " + std::string(what) + Format("%.3g", b.value);
 }
 
-std::string PolicyText(CheckpointStore& store, const std::string& model) {
-  auto policy = store.GetPolicy(model);
-  return policy.ok() ? policy->ToJson() : policy.status().ToString();
+// A policy document as a list of "field value" items that wraps to the width it is given; each
+// entry of a list of objects (overrides, tensor_rules) an item of its own, its fields inline.
+std::string FieldsHtml(const std::string& json_text) {
+  const nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, false);
+  if (!doc.is_object()) return "<code>" + EscapeHtml(json_text) + "</code>";
+  const auto text = [](const nlohmann::json& value) {
+    if (value.is_string()) return value.get<std::string>();
+    if (!value.is_object()) return value.dump();
+    std::string out;
+    for (const auto& [key, item] : value.items()) {
+      out += (out.empty() ? "" : ", ") + key + " " +
+             (item.is_string() ? item.get<std::string>() : item.dump());
+    }
+    return out;
+  };
+  std::string items;
+  for (const auto& [field, value] : doc.items()) {
+    if (value.is_array() && !value.empty() && value[0].is_object()) {
+      for (size_t i = 0; i < value.size(); ++i) {
+        items += "<li><b>" + EscapeHtml(field) + "[" + std::to_string(i) + "]</b>" +
+                 EscapeHtml(text(value[i])) + "</li>";
+      }
+    } else {
+      items += "<li><b>" + EscapeHtml(field) + "</b>" + EscapeHtml(text(value)) + "</li>";
+    }
+  }
+  return "<ul class=\"fields\">" + items + "</ul>";
 }
 
-std::string RetentionText(CheckpointStore& store, const std::string& model) {
+std::string PolicyHtml(CheckpointStore& store, const std::string& model) {
+  auto policy = store.GetPolicy(model);
+  return policy.ok() ? FieldsHtml(policy->ToJson()) : EscapeHtml(policy.status().ToString());
+}
+
+std::string RetentionHtml(CheckpointStore& store, const std::string& model) {
   auto retention = store.GetRetentionPolicy(model);
-  if (!retention.ok()) return retention.status().ToString();
+  if (!retention.ok()) return EscapeHtml(retention.status().ToString());
   const std::string json = retention->ToJson();
-  return json == "{}" ? "{} (keep every version)" : json;
+  return json == "{}" ? "<span class=\"note\">keep every version</span>" : FieldsHtml(json);
+}
+
+// When the model last changed: its newest version's push, else its creation.
+int64_t LastActivityMs(CheckpointStore& store, const ModelInfo& model) {
+  if (model.latest_version) {
+    if (auto latest = store.GetVersion(model.name, *model.latest_version); latest.ok()) {
+      return latest->created_at_ms;
+    }
+  }
+  return model.created_at_ms;
 }
 
 Result<std::string> ModelSection(CheckpointStore& store, const ModelInfo& model,
@@ -242,9 +286,8 @@ Result<std::string> ModelSection(CheckpointStore& store, const ModelInfo& model,
   const std::span<const VersionInfo> versions(all.data() + all.size() - shown, shown);
   std::string html = "<section id=\"model-" + EscapeHtml(model.name) + "\" data-model=\"" +
                      EscapeHtml(model.name) + "\"><h2>" + ModelLink(model.name) + "</h2>";
-  html += "<div>policy <code>" + EscapeHtml(PolicyText(store, model.name)) +
-          "</code></div><div>retention <code>" + EscapeHtml(RetentionText(store, model.name)) +
-          "</code></div>";
+  html += "<h3>Codec policy</h3>" + PolicyHtml(store, model.name) + "<h3>Retention</h3>" +
+          RetentionHtml(store, model.name);
   std::string tags;
   for (const VersionInfo& v : all) {
     for (const std::string& tag : v.tags) {
@@ -252,8 +295,8 @@ Result<std::string> ModelSection(CheckpointStore& store, const ModelInfo& model,
           "<span class=\"tag\">" + EscapeHtml(tag) + " → v" + std::to_string(v.version) + "</span>";
     }
   }
-  html += "<div>tags " + (tags.empty() ? std::string("<span class=\"note\">none</span>") : tags) +
-          "</div>";
+  html += "<h3>Tags</h3><div>" +
+          (tags.empty() ? std::string("<span class=\"note\">none</span>") : tags) + "</div>";
   if (versions.empty()) return html + "<p class=\"note\">No versions.</p></section>";
   if (shown < all.size()) {
     html += "<p class=\"note\">The newest " + std::to_string(shown) + " of " +
@@ -316,6 +359,16 @@ std::string EscapeHtml(std::string_view text) {
   return out;
 }
 
+std::string RenderNotFoundPage(std::string_view message) {
+  return "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+         "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+         "<title>ckptd: not found</title><link rel=\"icon\" href=\"data:,\"><style>" +
+         std::string(kStyle) + "</style></head><body><header><h1>ckptd</h1><span class=\"sub\">" +
+         std::string(kVersionString) + "</span></header><main><section id=\"not-found\"><h2>" +
+         "Not found</h2><p>" + EscapeHtml(message) +
+         "</p><p><a href=\"/\">All models</a></p></section></main></body></html>\n";
+}
+
 Result<std::string> RenderStatusPage(CheckpointStore& store, const StatusPageOptions& options) {
   CKPT_ASSIGN_OR_RETURN(std::vector<ModelInfo> all, store.ListModels());
   std::vector<ModelInfo> models;
@@ -327,6 +380,13 @@ Result<std::string> RenderStatusPage(CheckpointStore& store, const StatusPageOpt
   if (!options.model.empty() && models.empty()) {
     return Status::NotFound("no model '" + options.model + "'");
   }
+  // The models in use first: the newest push (or creation) leads, so the overview's charts are
+  // of the models being trained now.
+  std::map<std::string, int64_t> activity;
+  for (const ModelInfo& m : models) activity[m.name] = LastActivityMs(store, m);
+  std::stable_sort(models.begin(), models.end(), [&](const ModelInfo& a, const ModelInfo& b) {
+    return activity[a.name] > activity[b.name];
+  });
   const int64_t now_ms = options.now_ms != 0
                              ? options.now_ms
                              : std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -369,7 +429,7 @@ Result<std::string> RenderStatusPage(CheckpointStore& store, const StatusPageOpt
   html +=
       "<section><h2>Models</h2><table class=\"models\"><tr><th>model</th><th class=\"n\">"
       "versions</th><th class=\"n\">latest</th><th class=\"n\">raw</th><th class=\"n\">stored"
-      "</th><th class=\"n\">ratio</th><th>codec</th><th>retention</th><th>created</th></tr>";
+      "</th><th class=\"n\">ratio</th><th>codec</th><th>retention</th><th>last push</th></tr>";
   for (const ModelInfo& m : models) {
     html += "<tr class=\"model\" data-model=\"" + EscapeHtml(m.name) + "\"><td>" +
             ModelLink(m.name) + "</td><td class=\"n\">" + std::to_string(m.version_count) +
@@ -377,15 +437,15 @@ Result<std::string> RenderStatusPage(CheckpointStore& store, const StatusPageOpt
             (m.latest_version ? std::to_string(*m.latest_version) : std::string("–")) + "</td>" +
             BytesCell(m.raw_bytes) + BytesCell(m.stored_bytes) + "<td class=\"n\">" +
             Ratio(m.raw_bytes, m.stored_bytes) + "</td><td>" +
-            EscapeHtml(PolicySummary(store, m.name)) + "</td><td><code>" +
-            EscapeHtml(RetentionText(store, m.name)) + "</code></td><td>" +
-            TimeText(m.created_at_ms) + "</td></tr>";
+            EscapeHtml(PolicySummary(store, m.name)) + "</td><td>" + RetentionHtml(store, m.name) +
+            "</td><td>" + TimeText(activity[m.name]) + "</td></tr>";
   }
   if (models.empty()) html += "<tr><td colspan=\"9\" class=\"note\">No models yet.</td></tr>";
   html += "</table>";
   if (options.model.empty() && models.size() > kMaxModelSections) {
-    html += "<p class=\"note\">Charts for the first " + std::to_string(kMaxModelSections) +
-            " models; follow a model's link for the others.</p>";
+    html += "<p class=\"note\">Charts below for the " + std::to_string(kMaxModelSections) +
+            " most recently pushed models; each model's link opens its own page with its "
+            "charts and versions.</p>";
   }
   html += "</section>";
 

@@ -2,10 +2,11 @@
 // nothing fetched from elsewhere — rendered from the store on each request. Internal to api/;
 // ApiHandler serves it.
 //
-// It shows every model the caller may see (name prefix) with versions, raw and stored bytes and
-// ratio, policy, retention and tags; for each model (at most kMaxModelSections on the overview,
-// or the one named by ?model=) a chart of stored bytes per version, a chart of cumulative raw
-// against stored bytes (the savings), and the newest versions with kind, error bound and tags.
+// It shows every model the caller may see (name prefix), most recently pushed first, with
+// versions, raw and stored bytes and ratio, policy, retention and tags; for each model (the
+// kMaxModelSections most recent on the overview, or the one named by ?model=, which every
+// model's name links to) a chart of stored bytes per version, a chart of cumulative raw against
+// stored bytes (the savings), and the newest versions with kind, error bound and tags.
 #pragma once
 
 #include <cstddef>
@@ -31,6 +32,10 @@ inline constexpr size_t kSingleModelVersions = 1000;
 
 // NotFound when options.model names no model the caller may see.
 Result<std::string> RenderStatusPage(CheckpointStore& store, const StatusPageOptions& options);
+
+// The page answered with 404 for a ?model= that names no model the caller may see: `message`
+// and a link to the overview.
+std::string RenderNotFoundPage(std::string_view message);
 
 // `text` with &, <, >, " and ' replaced by entities: safe in element content and attributes.
 std::string EscapeHtml(std::string_view text);

@@ -102,7 +102,12 @@ TEST_F(StatusPageTest, RendersModelsVersionsChartsAndTagsInChromium) {
   EXPECT_NE(dom.find("data-model=\"lm-lossy\""), std::string::npos);
   EXPECT_NE(dom.find("id=\"total-versions\"><div class=\"v\">24<"), std::string::npos);
   EXPECT_NE(dom.find("lossy, |err| ≤ 0.001"), std::string::npos);
-  EXPECT_NE(dom.find("{\"keep_every\":50,\"keep_last\":20}"), std::string::npos);
+  // Policies as lists that wrap, not raw JSON; the model pushed last comes first.
+  EXPECT_NE(dom.find("<li><b>keep_every</b>50</li><li><b>keep_last</b>20</li>"), std::string::npos);
+  EXPECT_NE(dom.find("<li><b>max_abs_error</b>0.001</li>"), std::string::npos);
+  EXPECT_EQ(dom.find("{\"fast_latest\""), std::string::npos) << "policy shown as raw JSON";
+  EXPECT_LT(dom.find("<tr class=\"model\" data-model=\"lm-lossy\""),
+            dom.find("<tr class=\"model\" data-model=\"lm-exact\""));
   // Per model: two charts, twelve version rows with kind, bound and tags.
   EXPECT_EQ(Count(dom, "<svg"), 4u);
   EXPECT_EQ(Count(dom, "class=\"bar\""), 24u);
@@ -153,11 +158,42 @@ TEST_F(StatusPageTest, IsSelfContainedAndFiltersByModel) {
   EXPECT_EQ(page.body.find("http://"), std::string::npos);
   EXPECT_EQ(page.body.find("https://"), std::string::npos);
 
-  EXPECT_EQ(Get("/?model=nope").status, 404);
+  const RawResponse missing = Get("/?model=nope");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(missing.content_type, "text/html; charset=utf-8");
+  EXPECT_NE(missing.body.find("no model &#39;nope&#39;"), std::string::npos) << missing.body;
+  EXPECT_NE(missing.body.find("<a href=\"/\">All models</a>"), std::string::npos);
   const RawResponse one = Get("/?model=lm-exact");
   ASSERT_EQ(one.status, 200);
   EXPECT_EQ(Count(one.body, "<tr class=\"model\""), 1u);
   EXPECT_NE(one.body.find("data-model=\"lm-exact\""), std::string::npos);
+}
+
+// With more models than the overview charts, the ones pushed to most recently are charted,
+// whatever their names; the others are a link away.
+TEST_F(StatusPageTest, ChartsTheModelsInUse) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  ClientOptions options;
+  options.server = daemon_->url();
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok());
+  DriftingModel drift(4, 1000);
+  constexpr size_t kOverviewCharts = 12;  // api/src/status_page.h, kMaxModelSections
+  const size_t count = kOverviewCharts + 2;
+  for (size_t i = 0; i < count; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof name, "m%02zu", i);
+    ASSERT_TRUE(client->PushBuffer(name, 1, drift.Next()).ok());
+  }
+  ASSERT_TRUE(client->PushBuffer("m00", 2, drift.Next()).ok());  // the one in use
+  const RawResponse page = Get("/");
+  ASSERT_EQ(page.status, 200);
+  EXPECT_EQ(Count(page.body, "<tr class=\"model\""), count);
+  EXPECT_EQ(Count(page.body, "<section id=\"model-"), kOverviewCharts);
+  EXPECT_NE(page.body.find("<section id=\"model-m00\""), std::string::npos);
+  EXPECT_EQ(page.body.find("<section id=\"model-m01\""), std::string::npos);
+  EXPECT_NE(page.body.find("<a href=\"/?model=m01\">"), std::string::npos);
+  EXPECT_NE(Get("/?model=m01").body.find("<section id=\"model-m01\""), std::string::npos);
 }
 
 TEST_F(StatusPageTest, BrowsersAuthenticateWithBasicAndSeeOnlyTheirPrefix) {
