@@ -32,6 +32,10 @@ import tempfile
 import time
 
 
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows the description as written and every option's default."""
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -262,12 +266,16 @@ class Trainer:
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "trainer":
         return trainer(sys.argv[2:])
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--ckptd", default="build/daemon/ckptd")
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--every", type=int, default=25)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--tolerance", type=float, default=1e-6)
+    parser = argparse.ArgumentParser(description=__doc__.split("\nUsage:")[0],
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--ckptd", default="build/daemon/ckptd", help="the ckptd binary")
+    parser.add_argument("--steps", type=int, default=600, help="training steps of every run")
+    parser.add_argument("--every", type=int, default=25, help="steps between two checkpoints")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="seed of the model, the data and the moments of the kills")
+    parser.add_argument("--tolerance", type=float, default=1e-6,
+                        help="largest absolute difference of a scenario's final held-out "
+                             "loss from the uninterrupted run's")
     args = parser.parse_args()
     missing = [m for m in ("torch", "sklearn") if importlib.util.find_spec(m) is None]
     if missing:

@@ -46,6 +46,10 @@ LR = 3e-3
 LOSSY_POLICY = {"preset": "full-state", "max_abs_error": 1e-3}
 
 
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows the description as written and every option's default."""
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -387,16 +391,23 @@ def check_lossy_bounds(torch, client, work):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ckptd", default=os.path.join(HERE, "..", "build", "daemon", "ckptd"))
-    parser.add_argument("--ranks", type=int, default=4)
-    parser.add_argument("--resume-ranks", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=160)
-    parser.add_argument("--every", type=int, default=20)
-    parser.add_argument("--kill-at", type=int, default=90)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--tolerance", type=float, default=0.003)
-    parser.add_argument("--timeout", type=float, default=300)
+    parser = argparse.ArgumentParser(description=__doc__.split("\nUsage:")[0],
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--ckptd", default=os.path.join(HERE, "..", "build", "daemon", "ckptd"),
+                        help="the ckptd binary")
+    parser.add_argument("--ranks", type=int, default=4, help="ranks of the first job")
+    parser.add_argument("--resume-ranks", type=int, default=2,
+                        help="ranks of the restarted jobs")
+    parser.add_argument("--steps", type=int, default=160, help="training steps in all")
+    parser.add_argument("--every", type=int, default=20, help="steps between two checkpoints")
+    parser.add_argument("--kill-at", type=int, default=90,
+                        help="the step at which the first job is killed")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the model and the data")
+    parser.add_argument("--tolerance", type=float, default=0.003,
+                        help="largest relative difference of the lossy restart's final held-out "
+                             "loss from the reference restart's")
+    parser.add_argument("--timeout", type=float, default=300,
+                        help="seconds the whole walkthrough may take")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
     try:
