@@ -20,7 +20,8 @@ json GcJson(const GcReport& gc) {
           {"bytes_retained", gc.bytes_retained},
           {"compacted", gc.compacted},
           {"dropped_tensors_removed", gc.dropped_tensors_removed},
-          {"orphan_chunks_removed", gc.orphan_chunks_removed}};
+          {"orphan_chunks_removed", gc.orphan_chunks_removed},
+          {"bytes_reclaimed", gc.bytes_reclaimed}};
 }
 
 json RetentionJson(const RetentionReport& report) {
@@ -340,7 +341,9 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
       auto version = ParseVersionNumber(route.version);
       if (!version.ok()) return ErrorResponse(version.status());
       Status s = store_->DeleteVersion(route.model, *version);
-      return s.ok() ? NoContent() : ErrorResponse(s);
+      if (!s.ok()) return ErrorResponse(s);
+      if (on_latest_changed_) on_latest_changed_(route.model);  // what it held is reclaimed
+      return NoContent();
     }
     case RouteKind::kPolicy: {
       if (method == "GET") {
@@ -479,7 +482,8 @@ ApiResponse ApiHandler::HandleAdminGc() {
   }
   return JsonResponse(200, {{"models", reports},
                             {"deleted_versions", pass->deleted_versions},
-                            {"bytes_freed", pass->bytes_freed}});
+                            {"bytes_freed", pass->bytes_freed},
+                            {"bytes_reclaimed", pass->bytes_reclaimed}});
 }
 
 Result<std::unique_ptr<RestoreStream>> ApiHandler::OpenRestore(const Route& route) {

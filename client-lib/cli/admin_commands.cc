@@ -26,18 +26,25 @@ class GcCommand final : public Command {
       PrintJson(*report);
       return kExitOk;
     }
-    Table table({{"MODEL"}, {"DELETED", true}, {"FREED", true}, {"RE-ENCODED", true}, {"NOTE"}});
+    Table table({{"MODEL"},
+                 {"DELETED", true},
+                 {"FREED", true},
+                 {"RECLAIMED", true},
+                 {"RE-ENCODED", true},
+                 {"NOTE"}});
     for (const auto& m : report->value("models", json::array())) {
       const json gc = m.value("gc", json::object());
       table.AddRow({m.value("model", ""), std::to_string(m.value("deleted", json::array()).size()),
                     HumanBytes(gc.value("bytes_freed", uint64_t{0})),
+                    HumanBytes(gc.value("bytes_reclaimed", uint64_t{0})),
                     std::to_string(gc.value("versions_rebased", uint64_t{0})),
                     m.contains("error") ? CellText(m["error"]) : ""});
     }
     table.Print();
-    std::printf("%llu version(s) deleted, %s freed\n",
+    std::printf("%llu version(s) deleted, %s freed; %s that earlier passes freed left the disk\n",
                 static_cast<unsigned long long>(report->value("deleted_versions", uint64_t{0})),
-                HumanBytes(report->value("bytes_freed", uint64_t{0})).c_str());
+                HumanBytes(report->value("bytes_freed", uint64_t{0})).c_str(),
+                HumanBytes(report->value("bytes_reclaimed", uint64_t{0})).c_str());
     return kExitOk;
   }
 };

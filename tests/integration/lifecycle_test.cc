@@ -179,6 +179,31 @@ TEST_F(LifecycleDaemonTest, RetentionRunsAfterEachPushAndLatestIsNeverDeleted) {
   EXPECT_EQ(CallJson("GET", "/v1/models/job")["latest_version"], 10);
 }
 
+// What admin/gc reports is what left the disk in that call: the versions a background pass
+// deleted (its data removed, the space still in blob files) are reclaimed by the call's
+// compaction, and counted as such. Deleting the latest version leaves the model with no more
+// stored than raw bytes.
+TEST_F(LifecycleDaemonTest, GcReportsTheSpaceItReclaimsAfterABackgroundPass) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  CallJson("PUT", "/v1/models/job/retention", R"({"keep_last":2})");
+  DriftingModel drift(57, 200000);
+  PushVersions("job", drift, 1, 8);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (Versions("job").size() > 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(Versions("job"), (std::set<uint64_t>{7, 8}));
+  const json gc = CallJson("POST", "/v1/admin/gc");
+  EXPECT_EQ(gc["deleted_versions"], 0) << gc.dump();
+  EXPECT_EQ(gc["bytes_freed"], 0) << gc.dump();
+  EXPECT_GT(gc["bytes_reclaimed"].get<uint64_t>(), 4u * 200000) << gc.dump();
+  EXPECT_EQ(gc["models"][0]["gc"]["bytes_reclaimed"], gc["bytes_reclaimed"]) << gc.dump();
+  ASSERT_EQ(Call("DELETE", "/v1/models/job/versions/8").status, 204);
+  const json model = CallJson("GET", "/v1/models/job");
+  EXPECT_LE(model["stored_bytes"].get<uint64_t>(), model["raw_bytes"].get<uint64_t>())
+      << model.dump();
+}
+
 // Tensor rules through the daemon: after each push the background pass drops the optimizer
 // state of all but the newest two versions; those versions restore their weights as a body of
 // their own, say so in the listing and the detail, and the newest restore whole.

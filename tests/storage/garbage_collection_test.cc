@@ -340,22 +340,37 @@ TEST_F(GarbageCollectionTest, NegativeThresholdOnlyRemovesWhatNothingNeeds) {
 // The latest version deleted: its manifest stays as the reference, and goes with the commit of
 // the next push that no longer needs it (a push that starts new chains), so a scrub right after
 // finds nothing orphaned and the store holds no more than its versions need.
-TEST_F(GarbageCollectionTest, AReferenceWithoutItsVersionGoesWithThePushThatEndsItsUse) {
-  DriftingModel drift(41, 6000);
-  auto sha = PushAll(drift, 3);
-  ASSERT_TRUE(store_->DeleteVersion("m", 3).ok());
-  sha.erase(3);
-  const uint64_t with_reference = StoredBytes();
-  ASSERT_NO_FATAL_FAILURE(SetCodecPolicy("m", R"({"mode":"lossless","keyframe_every":1})"));
-  auto pushed = Push("m", 4, drift.Next());
-  ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
-  EXPECT_EQ(pushed->kind, "keyframe");
-  sha[4] = pushed->sha256;
-  auto scrub = store_->Scrub("m");
-  ASSERT_TRUE(scrub.ok()) << scrub.status().ToString();
-  EXPECT_TRUE(scrub->clean()) << "orphaned manifests " << scrub->orphaned_manifests;
-  EXPECT_LT(StoredBytes(), with_reference + pushed->stored_bytes);
-  ExpectRestores(sha);
+// Deleting the latest version hands the reference to the newest version that stays and frees
+// the deleted one's data at once, also when the versions before it were re-encoded against it
+// (RearrangeLatest): the model never reports more stored than raw bytes, and the next push is
+// a delta against the new latest.
+TEST_F(GarbageCollectionTest, DeletingTheLatestVersionFreesItsDataAtOnce) {
+  for (const bool rearranged : {false, true}) {
+    SCOPED_TRACE(rearranged ? "rearranged" : "forward chain");
+    ASSERT_TRUE(store_->DeleteModel("m").ok() ||
+                store_->GetModel("m").status().code() == StatusCode::kNotFound);
+    DriftingModel drift(41, 6000);
+    auto sha = PushAll(drift, 3);
+    if (rearranged) {
+      auto report = store_->RearrangeLatest("m", nullptr);
+      ASSERT_TRUE(report.ok()) << report.status().ToString();
+      ASSERT_GT(report->tensors_keyframed, 0u);
+    }
+    ASSERT_TRUE(store_->DeleteVersion("m", 3).ok());
+    sha.erase(3);
+    auto model = store_->GetModel("m");
+    ASSERT_TRUE(model.ok());
+    EXPECT_LE(model->stored_bytes, model->raw_bytes);
+    uint64_t versions_stored = 0;
+    auto versions = store_->ListVersions("m");
+    ASSERT_TRUE(versions.ok());
+    for (const VersionInfo& v : *versions) versions_stored += v.stored_bytes;
+    EXPECT_EQ(model->stored_bytes, versions_stored) << "nothing kept beyond the versions";
+    auto scrub = store_->Scrub("m");
+    ASSERT_TRUE(scrub.ok()) << scrub.status().ToString();
+    EXPECT_TRUE(scrub->clean()) << "orphaned manifests " << scrub->orphaned_manifests;
+    ASSERT_NO_FATAL_FAILURE(ExpectRebasedChainsHold(drift, &sha, 4));
+  }
 }
 
 TEST_F(GarbageCollectionTest, BusyModelIsAborted) {

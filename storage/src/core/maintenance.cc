@@ -176,19 +176,20 @@ Result<uint64_t> StoreMaintenance::RemoveOrphanChunks(const std::string& model) 
 
 // Records `freed` bytes of the model as awaiting compaction and, per `compaction`, compacts
 
-Result<bool> StoreMaintenance::MaybeCompact(const std::string& model, uint64_t freed,
-                                            GcOptions::Compaction compaction) {
+Result<uint64_t> StoreMaintenance::MaybeCompact(const std::string& model, uint64_t freed,
+                                                GcOptions::Compaction compaction) {
+  uint64_t compacted = 0;
   {
     std::lock_guard lock(freed_mu_);
     uint64_t& pending = freed_since_compaction_[model];
     pending += freed;
     if (compaction == GcOptions::Compaction::kNone || pending == 0 || !ctx_.backend->IsLocal()) {
-      return false;
+      return uint64_t{0};
     }
-    pending = 0;
+    std::swap(compacted, pending);
   }
   CKPT_RETURN_IF_ERROR(CompactModelChunks(model, compaction == GcOptions::Compaction::kFull));
-  return true;
+  return compacted;
 }
 
 // Rewrites the model's chunk key range, dropping deleted entries (blob files left holding only

@@ -37,10 +37,11 @@ class StoreMaintenance {
   Result<uint64_t> RemoveOrphanChunks(const std::string& model);
 
   // Records `freed` bytes of the model as awaiting compaction and, per `compaction`, compacts
-  // when any await it. Outside the model lock: pushes proceed meanwhile. Returns whether it
-  // compacted.
-  Result<bool> MaybeCompact(const std::string& model, uint64_t freed,
-                            GcOptions::Compaction compaction);
+  // when any await it. Outside the model lock: pushes proceed meanwhile. Returns the bytes the
+  // compaction took off the volume — `freed` and what earlier passes freed since the last
+  // compaction — or 0 if it did not compact.
+  Result<uint64_t> MaybeCompact(const std::string& model, uint64_t freed,
+                                GcOptions::Compaction compaction);
 
  private:
   Result<ScrubReport> ScrubAt(const rocksdb::ReadOptions& ro, const std::string& name);

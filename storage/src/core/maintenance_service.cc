@@ -29,6 +29,7 @@ Result<GcPassReport> MaintenanceService::CollectAll(std::chrono::milliseconds lo
     }
     pass.deleted_versions += report->deleted.size();
     pass.bytes_freed += report->gc.bytes_freed;
+    pass.bytes_reclaimed += report->gc.bytes_reclaimed;
     entry.report = std::move(*report);
   }
   return pass;

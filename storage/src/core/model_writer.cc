@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "core/catalog.h"
@@ -63,7 +64,7 @@ Result<RetentionPolicy> ModelWriter::RetentionOf(const ModelRecord& record) cons
 Status ModelWriter::DeleteVersion(std::string_view model, uint64_t version) {
   CKPT_ASSIGN_OR_RETURN(const ModelLocks::Guard guard, LockForWrite(model));
   const std::string name(model);
-  std::lock_guard tags_lock(*ctx_.tags_mu);
+  std::unique_lock tags_lock(*ctx_.tags_mu);
   CKPT_ASSIGN_OR_RETURN(ModelChains chains, ModelChains::Load(ctx_, rocksdb::ReadOptions(), name));
   auto victim = chains.versions.find(version);
   if (victim == chains.versions.end()) {
@@ -75,10 +76,27 @@ Status ModelWriter::DeleteVersion(std::string_view model, uint64_t version) {
                                       " is tagged '" + t->second.front() +
                                       "' (pinned): remove its tags first");
   }
+  ModelChange change;
+  // The latest version goes: the next push deltas against the new latest instead (its
+  // reconstruction is what a restore of it gives, so the closed loop holds), and the deleted
+  // version's data is needed only as long as the remaining chains run through it.
+  // A new latest that retention's tensor rules trimmed cannot be a reference (the next push
+  // deltas against every tensor); the deleted one then stays the reference until the next push.
+  std::optional<uint64_t> new_reference;
+  if (chains.codec_state && chains.codec_state->reference_seq == victim->second.seq) {
+    for (auto it = chains.versions.rbegin(); it != chains.versions.rend(); ++it) {
+      if (it->first == version) continue;
+      if (it->second.dropped_tensors.empty()) new_reference = it->second.seq;
+      break;  // the newest version that stays
+    }
+  }
+  if (new_reference) {
+    chains.codec_state->reference_seq = *new_reference;
+    change.batch.Put(ctx_.codec_state, name, Encoded(*chains.codec_state));
+  }
   // Manifests still needed: those of the remaining versions and of the codec state's reference
   // (the next push deltas against it), with every link of their chains.
   CKPT_ASSIGN_OR_RETURN(auto needed, chains.NeededSeqs(chains.LiveSeqs(version)));
-  ModelChange change;
   change.batch.Delete(ctx_.versions, keys::VersionKey(name, version));
   const ModelChains::Removal removal = chains.RemoveUnneeded(ctx_, needed, &change);
   ModelRecord& record = chains.record;
@@ -91,6 +109,22 @@ Status ModelWriter::DeleteVersion(std::string_view model, uint64_t version) {
   change.batch.Put(ctx_.models, name, Encoded(record));
   CKPT_RETURN_IF_ERROR(ctx_.backend->Commit(name, change, "deleting version"));
   ctx_.counters->versions_deleted.fetch_add(1, std::memory_order_relaxed);
+  if (!new_reference) return Status::Ok();
+  // The old reference's reconstruction is no longer what the next push deltas against.
+  ctx_.cache->DropModelExcept(name, *new_reference);
+  // The deleted latest is usually the base the versions before it were re-encoded against
+  // (RearrangeLatest): they are re-encoded (rebased) now, so that its data leaves at once and the
+  // model never holds more than its versions need. The delete is committed whatever happens
+  // here; what a failure leaves, the next retention pass collects.
+  tags_lock.unlock();
+  auto reloaded = ModelChains::Load(ctx_, rocksdb::ReadOptions(), name);
+  if (!reloaded.ok()) return Status::Ok();
+  GcOptions reclaim;
+  reclaim.rebase_min_dead_fraction = 0;
+  reclaim.compaction = GcOptions::Compaction::kNone;
+  if (auto gc = CollectModelGarbage(ctx_, *reloaded, reclaim); gc.ok()) {
+    (void)maintenance_->MaybeCompact(name, gc->bytes_freed, reclaim.compaction);
+  }
   return Status::Ok();
 }
 
@@ -235,8 +269,10 @@ Result<RetentionReport> ModelWriter::ApplyRetention(std::string_view model,
     CKPT_ASSIGN_OR_RETURN(report.gc, CollectModelGarbage(ctx_, chains, run.gc));
     CKPT_ASSIGN_OR_RETURN(report.gc.orphan_chunks_removed, maintenance_->RemoveOrphanChunks(name));
   }
-  CKPT_ASSIGN_OR_RETURN(report.gc.compacted,
+  CKPT_ASSIGN_OR_RETURN(const uint64_t compacted,
                         maintenance_->MaybeCompact(name, report.gc.bytes_freed, run.gc.compaction));
+  report.gc.compacted = compacted > 0;
+  report.gc.bytes_reclaimed = compacted - std::min(compacted, report.gc.bytes_freed);
   return report;
 }
 
@@ -311,8 +347,10 @@ Result<GcReport> ModelWriter::CollectGarbage(std::string_view model, const GcOpt
     CKPT_ASSIGN_OR_RETURN(report.orphan_chunks_removed, maintenance_->RemoveOrphanChunks(name));
   }
   // Outside the lock: pushes may proceed while the freed range is compacted.
-  CKPT_ASSIGN_OR_RETURN(report.compacted,
+  CKPT_ASSIGN_OR_RETURN(const uint64_t compacted,
                         maintenance_->MaybeCompact(name, report.bytes_freed, options.compaction));
+  report.compacted = compacted > 0;
+  report.bytes_reclaimed = compacted - std::min(compacted, report.bytes_freed);
   return report;
 }
 

@@ -52,9 +52,9 @@ struct HttpServerOptions {
   size_t max_connections = 1024;
   // Size of the per-connection buffer body bytes are read into. Default: 1 MiB.
   size_t io_buffer_bytes = 1 << 20;
-  // Called after each committed push with the model's name (on a network thread: must not
-  // block). Default: none.
-  PushCommittedHook on_push_committed;
+  // Called with the model's name after each committed push and each deleted version (on a
+  // network thread: must not block). Default: none.
+  LatestChangedHook on_latest_changed;
   // HTTPS: PEM certificate chain and private key files (TLS 1.2 or later); both empty: plain
   // HTTP. Default: none.
   std::string tls_cert_file;

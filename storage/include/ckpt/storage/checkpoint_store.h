@@ -159,6 +159,10 @@ struct GcReport {
                                          // tensor rules) whose chunks were removed
   uint64_t orphan_chunks_removed = 0;    // RADOS: chunk objects of interrupted pushes removed
   bool compacted = false;
+  // Bytes that earlier passes removed (background retention, rearrangement, DELETE) and that
+  // this pass's compaction took off the volume, beside its own bytes_freed: what a user sees
+  // the data directory shrink by.
+  uint64_t bytes_reclaimed = 0;
 };
 
 // Monitoring figures of an open store: counters since it opened and the storage engine's sizes.

@@ -24,7 +24,8 @@ struct GcPassReport {
   };
   std::vector<Model> models;  // in the store's model order
   uint64_t deleted_versions = 0;
-  uint64_t bytes_freed = 0;
+  uint64_t bytes_freed = 0;      // stored bytes of the data this pass removed
+  uint64_t bytes_reclaimed = 0;  // of data earlier passes removed, taken off the volume now
 
   size_t failures() const;
 };
