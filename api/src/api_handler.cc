@@ -342,7 +342,7 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
       if (!version.ok()) return ErrorResponse(version.status());
       Status s = store_->DeleteVersion(route.model, *version);
       if (!s.ok()) return ErrorResponse(s);
-      if (on_latest_changed_) on_latest_changed_(route.model);  // what it held is reclaimed
+      if (on_versions_changed_) on_versions_changed_(route.model);  // what it held is reclaimed
       return NoContent();
     }
     case RouteKind::kPolicy: {

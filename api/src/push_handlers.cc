@@ -18,7 +18,7 @@ class VersionBody final : public PushBody {
     auto info = session_->Commit();
     session_.reset();  // releases the model before the hook and the answer
     if (!info.ok()) return ApiHandler::ErrorResponse(info.status());
-    if (handler_->on_latest_changed_) handler_->on_latest_changed_(info->model);
+    if (handler_->on_versions_changed_) handler_->on_versions_changed_(info->model);
     json body = VersionJson(*info);
     body["model"] = info->model;
     ApiResponse r = JsonResponse(201, body);
@@ -59,7 +59,7 @@ ApiResponse ApiHandler::ShardResponse(const ShardResult& result) {
   body["version"] = std::move(version);
   // A shard sent again after the commit changes nothing: 200, the version as it is.
   if (result.sent_again) return JsonResponse(200, body);
-  if (on_latest_changed_) on_latest_changed_(info.model);
+  if (on_versions_changed_) on_versions_changed_(info.model);
   ApiResponse r = JsonResponse(201, body);
   r.headers.emplace_back("Location",
                          "/v1/models/" + info.model + "/versions/" + std::to_string(info.version));

@@ -5,11 +5,10 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 
 #include "ckpt/client/client.h"
-#include "progress_bar.h"
+#include "session.h"
 
 namespace ckpt::cli {
 
@@ -17,32 +16,6 @@ namespace ckpt::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;  // the server or the input refused; a scrub found damage
 inline constexpr int kExitUsage = 2;   // the command line is wrong (CLI11's own code too)
-
-// What the commands share: the client (made from the global options on first use), whether
-// output is JSON, and the progress bar. Thread-compatible.
-class Session {
- public:
-  // `draw_progress`: transfers draw the progress bar (on a terminal).
-  Session(ClientOptions options, bool json, bool draw_progress)
-      : options_(std::move(options)), json_(json) {
-    if (draw_progress) {
-      options_.progress = [this](uint64_t done, uint64_t total) { progress_.Update(done, total); };
-    }
-  }
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
-
-  // The client of the global options; the error if they do not make one.
-  Result<Client*> client();
-  bool json() const { return json_; }
-  ProgressBar& progress() { return progress_; }
-
- private:
-  ClientOptions options_;
-  bool json_;
-  ProgressBar progress_;
-  std::optional<Client> client_;
-};
 
 class Command {
  public:
@@ -67,6 +40,8 @@ class Command {
 
 // Prints "ckpt: <message> (<CODE>)" on stderr and returns kExitFailed.
 int Fail(const Status& status);
+// Prints "ckpt: <message>" on stderr and returns kExitUsage: arguments that do not go together.
+int Usage(const std::string& message);
 
 // The JSON document of a Client call that answers JSON text (its error as it is).
 Result<nlohmann::json> ParseJsonAnswer(const Result<std::string>& text);

@@ -1,5 +1,7 @@
 // ckpt ls: the models, or the versions of one.
+#include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "command.h"
 #include "output.h"
@@ -9,23 +11,35 @@ namespace {
 
 using nlohmann::json;
 
-// How a lossy version is coded, in a few characters, from the model's policy now: "lossy ±5e-3"
-// (absolute bound), "lossy rel 1e-3" (relative to the range), "lossy pw 0.3" (pointwise), with
-// a "+" when overrides give some tensors other rules.
-std::string LossyCoding(const json& policy) {
-  std::string text = "lossy";
-  char value[32];
-  if (policy.contains("max_abs_error")) {
-    std::snprintf(value, sizeof value, " ±%g", policy["max_abs_error"].get<double>());
-  } else if (policy.contains("max_rel_error")) {
-    std::snprintf(value, sizeof value, " rel %g", policy["max_rel_error"].get<double>());
-  } else if (policy.contains("max_pointwise_rel_error")) {
-    std::snprintf(value, sizeof value, " pw %g", policy["max_pointwise_rel_error"].get<double>());
-  } else {
-    value[0] = '\0';
+// The bounds a lossy version's tensors were stored with, from its detail: the largest absolute
+// bound and the largest pointwise-relative one (0 where no tensor has one).
+struct Bounds {
+  double absolute = 0;
+  double pointwise = 0;
+};
+
+Bounds BoundsOf(const json& detail) {
+  Bounds b;
+  for (const auto& t : detail.value("tensors", json::array())) {
+    if (t.value("codec", "") != "lossy") continue;
+    b.absolute = std::max(b.absolute, t.value("max_abs_error", 0.0));
+    b.pointwise = std::max(b.pointwise, t.value("max_pointwise_rel_error", 0.0));
   }
-  text += value;
-  if (policy.contains("overrides") && !policy["overrides"].empty()) text += "+";
+  return b;
+}
+
+// "±0.005", "±50%" (pointwise), both, or "lossy" when the detail names no bound.
+std::string BoundsText(const Bounds& b) {
+  char text[64] = "";
+  if (b.absolute > 0 && b.pointwise > 0) {
+    std::snprintf(text, sizeof text, "±%g ±%g%%", b.absolute, b.pointwise * 100);
+  } else if (b.absolute > 0) {
+    std::snprintf(text, sizeof text, "±%g", b.absolute);
+  } else if (b.pointwise > 0) {
+    std::snprintf(text, sizeof text, "±%g%%", b.pointwise * 100);
+  } else {
+    return "lossy";
+  }
   return text;
 }
 
@@ -77,30 +91,35 @@ class ListCommand final : public Command {
   int ListVersions(Session& session, Client& client) {
     auto versions = client.ListVersions(model_);
     if (!versions.ok()) return Fail(versions.status());
+    // Each lossy version's own bounds (the policy may have changed since it was pushed).
+    std::map<uint64_t, Bounds> bounds;
+    for (const auto& v : *versions) {
+      if (!v.lossy) continue;
+      auto detail = ParseJsonAnswer(client.VersionDetail(model_, v.version));
+      if (!detail.ok()) return Fail(detail.status());
+      bounds[v.version] = BoundsOf(*detail);
+    }
     if (session.json()) {
       json out = json::array();
       for (const auto& v : *versions) {
-        out.push_back({{"version", v.version},
-                       {"kind", v.kind},
-                       {"lossy", v.lossy},
-                       {"raw_bytes", v.raw_bytes},
-                       {"stored_bytes", v.stored_bytes},
-                       {"created_at", v.created_at},
-                       {"sha256", v.sha256},
-                       {"dropped_tensors", v.dropped_tensors},
-                       {"tags", v.tags},
-                       {"metrics", v.metrics}});
+        json item = {{"version", v.version},
+                     {"kind", v.kind},
+                     {"lossy", v.lossy},
+                     {"raw_bytes", v.raw_bytes},
+                     {"stored_bytes", v.stored_bytes},
+                     {"created_at", v.created_at},
+                     {"sha256", v.sha256},
+                     {"dropped_tensors", v.dropped_tensors},
+                     {"tags", v.tags},
+                     {"metrics", v.metrics}};
+        if (auto b = bounds.find(v.version); b != bounds.end()) {
+          if (b->second.absolute > 0) item["max_abs_error"] = b->second.absolute;
+          if (b->second.pointwise > 0) item["max_pointwise_rel_error"] = b->second.pointwise;
+        }
+        out.push_back(std::move(item));
       }
       PrintJson(out);
       return kExitOk;
-    }
-    std::string lossy = "lossy";
-    bool any_lossy = false;
-    for (const auto& v : *versions) any_lossy |= v.lossy;
-    if (any_lossy) {
-      if (auto policy = client.GetPolicy(model_); policy.ok()) {
-        lossy = LossyCoding(json::parse(*policy, nullptr, false));
-      }
     }
     Table table({{"VERSION", true},
                  {"KIND"},
@@ -124,14 +143,15 @@ class ListCommand final : public Command {
         kind += "*";
         any_dropped = true;
       }
-      table.AddRow({std::to_string(v.version), kind, v.lossy ? lossy : "exact",
-                    HumanBytes(v.raw_bytes), HumanBytes(v.stored_bytes), ShortTime(v.created_at),
-                    ShortHash(v.sha256), extra});
+      table.AddRow({std::to_string(v.version), kind,
+                    v.lossy ? BoundsText(bounds[v.version]) : "exact", HumanBytes(v.raw_bytes),
+                    HumanBytes(v.stored_bytes), ShortTime(v.created_at), ShortHash(v.sha256),
+                    extra});
     }
     table.Print();
-    if (any_lossy) {
-      std::printf("lossy: every element within the bound of the model's policy (ckpt policy %s)\n",
-                  model_.c_str());
+    if (!bounds.empty()) {
+      std::printf(
+          "±x: lossy, every element within x of what was pushed; ±p%%: within p%% of its value\n");
     }
     if (any_dropped) {
       std::printf("*: retention's tensor rules dropped some tensors (ckpt ls %s --json)\n",

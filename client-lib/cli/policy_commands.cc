@@ -143,9 +143,10 @@ class RetentionCommand final : public Command {
     if (!client.ok()) return Fail(client.status());
     Client& c = **client;
     if (apply_ && !json_text_.empty()) {
-      return Fail(Status::InvalidArgument(
-          "--apply applies the stored policy; to apply another, store it first (ckpt retention " +
-          model_ + " JSON), or see what it would delete with --preview JSON"));
+      return Usage(
+          "--apply applies the stored policy; to apply another, store it first (ckpt "
+          "retention " +
+          model_ + " JSON), or see what it would delete with --preview JSON");
     }
     if (preview_ || apply_) {
       auto report = ParseJsonAnswer(c.ApplyRetention(model_, preview_, json_text_));

@@ -1,6 +1,4 @@
-#include <iostream>
-
-#include "command.h"
+#include "session.h"
 
 namespace ckpt::cli {
 
@@ -11,22 +9,6 @@ Result<Client*> Session::client() {
     client_.emplace(std::move(made).value());
   }
   return &*client_;
-}
-
-int Fail(const Status& status) {
-  std::cerr << "ckpt: " << status.message() << " (" << StatusCodeName(status.code()) << ")\n";
-  return kExitFailed;
-}
-
-}  // namespace ckpt::cli
-
-namespace ckpt::cli {
-
-Result<nlohmann::json> ParseJsonAnswer(const Result<std::string>& text) {
-  if (!text.ok()) return text.status();
-  nlohmann::json doc = nlohmann::json::parse(*text, nullptr, false);
-  if (doc.is_discarded()) return Status::DataLoss("the server's answer is not JSON");
-  return doc;
 }
 
 }  // namespace ckpt::cli

@@ -37,20 +37,20 @@ class PushCommand final : public Command {
       char* end = nullptr;
       const double value = eq == std::string::npos ? 0 : std::strtod(item.c_str() + eq + 1, &end);
       if (eq == std::string::npos || end == item.c_str() + eq + 1 || *end != '\0') {
-        return Fail(Status::InvalidArgument("--metric '" + item + "' must be NAME=NUMBER"));
+        return Usage("--metric '" + item + "' must be NAME=NUMBER");
       }
       metadata.metrics[item.substr(0, eq)] = value;
     }
     for (const std::string& item : labels_) {
       const size_t eq = item.find('=');
       if (eq == std::string::npos) {
-        return Fail(Status::InvalidArgument("--label '" + item + "' must be NAME=TEXT"));
+        return Usage("--label '" + item + "' must be NAME=TEXT");
       }
       metadata.labels[item.substr(0, eq)] = item.substr(eq + 1);
     }
     metadata.tags = tags_;
     if (retries_->count() > 0 && sharded_.shards == 0) {
-      return Fail(Status::InvalidArgument("--retries goes with --connections"));
+      return Usage("--retries goes with --connections");
     }
     auto client = session.client();
     if (!client.ok()) return Fail(client.status());
@@ -121,9 +121,9 @@ class PullCommand final : public Command {
       }
       return kExitOk;
     }
-    if (file_.empty()) return Fail(Status::InvalidArgument("pull needs -o FILE or --hf-dir DIR"));
+    if (file_.empty()) return Usage("pull needs -o FILE or --hf-dir DIR");
     if ((rank_->count() > 0) != (world_size_->count() > 0)) {
-      return Fail(Status::InvalidArgument("--rank and --world-size go together"));
+      return Usage("--rank and --world-size go together");
     }
     auto r = (*client)->PullToFile(model_, version_, file_, part_);
     session.progress().Clear();

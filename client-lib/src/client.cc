@@ -273,11 +273,13 @@ Result<PushResult> StreamPush(const std::vector<ServerEndpoint>& servers,
 using WriteFn = std::function<Status(const char* data, size_t n)>;
 
 // Where a pull resumes: the bytes already received of the body whose ETag is `etag`, and their
-// SHA-256 so far.
+// SHA-256 so far. `past_end` is set when the server refused the range as past the body's end
+// (the earlier pull received every byte but stopped before renaming).
 struct ResumePoint {
   uint64_t bytes = 0;
   std::string etag;
   std::unique_ptr<Sha256> hash;
+  bool past_end = false;
 };
 
 // Called once the answer's header is in, before the first byte is written: `start` is where the
@@ -315,6 +317,7 @@ Result<PullResult> StreamPull(const std::vector<ServerEndpoint>& endpoints,
   if (ec) return NetworkError(ec, "reading response header");
   std::vector<char> buffer(options.io_buffer_bytes);
   const unsigned status = parser.get().result_int();
+  if (status == 416 && resume != nullptr) resume->past_end = true;
   if (status != 200 && !(status == 206 && resume != nullptr)) {
     std::string body;
     while (!parser.is_done()) {
@@ -344,8 +347,9 @@ Result<PullResult> StreamPull(const std::vector<ServerEndpoint>& endpoints,
   const std::string version_header(parser.get()["X-Ckpt-Version"]);
   result.version = version_header.empty() ? 0 : std::stoull(version_header);
   const uint64_t total = result.bytes + parser.content_length().value_or(0);
-  if (begin)
+  if (begin) {
     CKPT_RETURN_IF_ERROR(begin(result.bytes, std::string(parser.get()[http::field::etag])));
+  }
   while (!parser.is_done()) {
     parser.get().body().data = buffer.data();
     parser.get().body().size = buffer.size();
@@ -541,7 +545,7 @@ Result<PullResult> Client::PullToFile(std::string_view model, std::string_view v
     etag_out << etag << "\n";
     return etag_out ? Status::Ok() : Status::IoError("cannot write '" + etag_file + "'");
   };
-  Result<PullResult> result = [&]() -> Result<PullResult> {
+  const auto attempt = [&]() -> Result<PullResult> {
     CKPT_ASSIGN_OR_RETURN(auto r,
                           StreamPull(
                               endpoints_, options_, tls_.get(), model, version,
@@ -554,7 +558,12 @@ Result<PullResult> Client::PullToFile(std::string_view model, std::string_view v
     out.close();
     if (!out) return Status::IoError("closing '" + partial + "' failed");
     return r;
-  }();
+  };
+  Result<PullResult> result = attempt();
+  if (!result.ok() && resume && resume->past_end) {
+    resume.reset();  // nothing is left to resume: the whole body again, verified as a whole
+    result = attempt();
+  }
   std::error_code ec;
   if (!result.ok()) {
     out.close();
@@ -691,6 +700,14 @@ Result<std::vector<VersionSummary>> Client::ListVersions(std::string_view model)
     out.push_back(std::move(s));
   }
   return out;
+}
+
+Result<std::string> Client::VersionDetail(std::string_view model, uint64_t version) {
+  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+  CKPT_ASSIGN_OR_RETURN(json doc,
+                        JsonRequest(endpoints_, options_, tls_.get(), http::verb::get,
+                                    VersionTarget(model, std::to_string(version)) + "?detail=1"));
+  return doc.dump();
 }
 
 Status Client::DeleteVersion(std::string_view model, uint64_t version) {

@@ -40,7 +40,7 @@ BackgroundRunner::~BackgroundRunner() {
   thread_.join();
 }
 
-void BackgroundRunner::LatestChanged(const std::string& model) {
+void BackgroundRunner::VersionsChanged(const std::string& model) {
   if (!options_.after_push && !rearrange_latest_) return;
   {
     std::lock_guard lock(mu_);

@@ -4,12 +4,12 @@
 // every push and every `interval` for all models — and logs what it did.
 //
 // At start it queues every model, which catches up on passes a shutdown or crash cut short.
-// Owns one worker thread. LatestChanged() only queues the model and returns at once, so it can be
+// Owns one worker thread. VersionsChanged() only queues the model and returns at once, so it can be
 // called from a network thread. A model busy with a push is retried a second later (a
 // rearrangement steps aside when a push asks for the model). Passes after a push leave
 // compaction to RocksDB (GcOptions::Compaction::kNone); the periodic pass compacts the tables
 // of models that freed space since (kTables), which drops blob files holding only deleted data.
-// Thread safety: LatestChanged and the destructor may be called from any thread.
+// Thread safety: VersionsChanged and the destructor may be called from any thread.
 #pragma once
 
 #include <chrono>
@@ -34,10 +34,10 @@ class BackgroundRunner {
                    std::chrono::milliseconds after_push_delay);
   ~BackgroundRunner();  // stops and joins the worker
 
-  // Queues the passes that follow a change of `model`'s latest version (a push, or a deleted
-  // version): the rearrangement of the latest, then retention, which collects what the change
-  // left unneeded.
-  void LatestChanged(const std::string& model);
+  // Queues the passes that follow a change of `model`'s versions (a push, or a deleted version):
+  // the rearrangement of the latest, then retention, which collects what the change left
+  // unneeded.
+  void VersionsChanged(const std::string& model);
 
  private:
   void Run();

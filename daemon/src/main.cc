@@ -277,8 +277,8 @@ int main(int argc, char** argv) {
       std::make_unique<ckpt::daemon::UploadExpirer>(store->get(), config.store.upload_expiry);
   auto background_runner = std::make_unique<ckpt::daemon::BackgroundRunner>(
       store->get(), config.retention, config.rearrange_latest, config.rearrange_delay);
-  config.server.on_latest_changed = [runner = background_runner.get()](const std::string& model) {
-    runner->LatestChanged(model);
+  config.server.on_versions_changed = [runner = background_runner.get()](const std::string& model) {
+    runner->VersionsChanged(model);
   };
   auto server = ckpt::api::HttpServer::Start(config.server, store->get());
   if (!server.ok()) return Fail(server.status());

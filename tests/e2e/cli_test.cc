@@ -372,7 +372,7 @@ TEST_F(CliTest, RetentionDeletesOnlyWhatTheStoredPolicySays) {
   };
   const std::set<uint64_t> all = {1, 2, 3, 4, 5, 6};
   auto one_off = Run("retention run --apply '{\"keep_last\":1}'");
-  EXPECT_EQ(one_off.exit_code, 1) << one_off.output;
+  EXPECT_EQ(one_off.exit_code, 2) << one_off.output;
   EXPECT_NE(one_off.output.find("--apply applies the stored policy"), std::string::npos)
       << one_off.output;
   EXPECT_EQ(versions(), all);
@@ -445,10 +445,17 @@ TEST_F(CliTest, ListingsFitAndMarkLossyVersions) {
     EXPECT_LE(width, 100u) << line;
     start = end == std::string::npos ? ls.output.size() : end + 1;
   }
-  EXPECT_NE(ls.output.find("lossy ±0.005"), std::string::npos) << ls.output;
+  EXPECT_NE(ls.output.find("  ±0.005  "), std::string::npos) << ls.output;
   const json listing = RunJson("ls llm");
   ASSERT_EQ(listing.size(), 3u);
   EXPECT_EQ(listing[0]["lossy"], true);
+  EXPECT_EQ(listing[0]["max_abs_error"], 5e-3);
+  // Each version shows the bound it was stored with, not the policy's now.
+  ASSERT_EQ(Run("policy llm '{\"max_abs_error\":2e-2}'").exit_code, 0);
+  ASSERT_EQ(Run("push llm 4000 " + WriteFile("f", model.Next())).exit_code, 0);
+  const json after = RunJson("ls llm");
+  EXPECT_EQ(after[0]["max_abs_error"], 5e-3);
+  EXPECT_EQ(after[3]["max_abs_error"], 2e-2);
   const std::string sha = listing[0]["sha256"];
   EXPECT_NE(ls.output.find(sha.substr(0, 12)), std::string::npos);
   EXPECT_EQ(ls.output.find(sha.substr(0, 13)), std::string::npos) << ls.output;
@@ -509,6 +516,16 @@ TEST_F(CliTest, PullResumesItsPartialFile) {
   ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
   EXPECT_EQ(fresh.output.find("resumed after"), std::string::npos) << fresh.output;
   EXPECT_EQ(Sha256Hex(ReadFile(out)), Sha256Hex(v2));
+
+  // A pull stopped after its last byte but before the rename: the server refuses a range past
+  // the end (416), and the pull takes the whole body again.
+  std::filesystem::remove(out);
+  WriteFile("out.safetensors.partial", v2);
+  WriteFile("out.safetensors.partial.etag", "\"" + Sha256Hex(v2) + "\"\n");
+  auto complete = Run("pull m latest -o " + out);
+  ASSERT_EQ(complete.exit_code, 0) << complete.output;
+  EXPECT_EQ(Sha256Hex(ReadFile(out)), Sha256Hex(v2));
+  EXPECT_FALSE(std::filesystem::exists(out + ".partial"));
 }
 
 // On a terminal the progress bar's last frame is erased, so the command's own line starts

@@ -488,6 +488,8 @@ class NewUserTest(unittest.TestCase):
             answer = via.push("lost", 1, weights, backoff=0.01)
             self.assertEqual(proxy.lost, 1)
             self.assertEqual(answer["version"], 1)
+            self.assertEqual(answer["model"], "lost")
+            self.assertEqual(answer["sha256"], self.client.versions("lost")[0]["sha256"])
             self.assertTrue(torch.equal(self.client.pull("lost")["w"], weights["w"]))
             # The same version with another body is not taken for an earlier attempt.
             proxy.lose, proxy.lost = 2, 1
@@ -534,8 +536,22 @@ class NewUserTest(unittest.TestCase):
             step = ckptd.load_training_state(fresh, fresh_adam, tensors, metadata,
                                              allow_missing_optimizer_state=True)
         self.assertEqual(step, 1)
+        # A checkpoint written before the client recorded the state's keys is refused too.
+        legacy = {k: v for k, v in metadata.items() if k != "optim.state_keys"}
+        with self.assertRaises(ckptd.MissingOptimizerState):
+            ckptd.load_training_state(fresh, fresh_adam, tensors, legacy)
         tensors, metadata = self.client.pull_with_metadata("run")  # latest keeps everything
         self.assertEqual(ckptd.load_training_state(fresh, fresh_adam, tensors, metadata), 3)
+        # Part of a parameter's state missing: that parameter starts afresh as a whole, and
+        # training goes on.
+        partial = {k: v for k, v in tensors.items() if k != "optim.0.weight.exp_avg_sq"}
+        again, again_adam = ClientTest.model_and_adam(2)
+        with self.assertWarns(UserWarning):
+            ckptd.load_training_state(again, again_adam, partial, metadata,
+                                      allow_missing_optimizer_state=True)
+        self.assertNotIn(again[0].weight, again_adam.state)
+        self.assertIn(again[0].bias, again_adam.state)
+        ClientTest.train(again, again_adam, 1, seed=9)
 
     def test_a_resumed_run_with_a_scheduler_is_bit_identical(self):
         def setup(seed):

@@ -373,6 +373,27 @@ TEST_F(GarbageCollectionTest, DeletingTheLatestVersionFreesItsDataAtOnce) {
   }
 }
 
+// Lossy: after the latest is deleted, the next push deltas against the new latest's
+// reconstruction and every element stays within the bound (the closed loop goes on from it).
+TEST_F(GarbageCollectionTest, ALossyModelGoesOnFromTheNewLatestAfterADelete) {
+  ASSERT_NO_FATAL_FAILURE(SetCodecPolicy("m", R"({"mode":"lossy","max_abs_error":1e-3})"));
+  DriftingModel drift(43, 6000);
+  auto sha = PushAll(drift, 3);
+  ASSERT_TRUE(store_->DeleteVersion("m", 3).ok());
+  sha.erase(3);
+  const std::string next = drift.Next();
+  auto pushed = Push("m", 4, next);
+  ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+  EXPECT_EQ(pushed->kind, "delta");
+  sha[4] = pushed->sha256;
+  auto restored = Restore("m", 4);
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  EXPECT_EQ(testing::CheckWithinBound(next, *restored, 1e-3).error, "");
+  ExpectRestores(sha);
+  Reopen();
+  ExpectRestores(sha);
+}
+
 TEST_F(GarbageCollectionTest, BusyModelIsAborted) {
   DriftingModel drift(35, 1000);
   PushAll(drift, 2);

@@ -26,11 +26,15 @@ class CkptdError(Exception):
 
 
 def _retryable(error):
-    """Whether a failed request may pass if sent again: the daemon unreachable or restarting
-    (connection errors, 5xx) or the model busy (409 ABORTED). docs/failure-recovery.md."""
+    """Whether a failed request may pass if sent again: the daemon unreachable, restarting or
+    cutting the connection (connection errors, timeouts, a cut answer, 5xx) or the model busy
+    (409 ABORTED). Not: a certificate the client does not trust, a file it cannot read, any
+    other answer. docs/failure-recovery.md."""
     if isinstance(error, CkptdError):
         return error.status >= 500 or error.code == "ABORTED"
-    return isinstance(error, OSError)
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return False
+    return isinstance(error, (ConnectionError, TimeoutError, http.client.HTTPException))
 
 
 def _retrying(call, retries, backoff):
@@ -39,7 +43,7 @@ def _retrying(call, retries, backoff):
     for attempt in range(retries + 1):
         try:
             return call()
-        except (OSError, CkptdError) as error:
+        except (OSError, http.client.HTTPException, CkptdError) as error:
             if attempt == retries or not _retryable(error):
                 raise
         time.sleep(backoff * (2 ** attempt))
@@ -280,7 +284,7 @@ class Client:
                         and error.code == "FAILED_PRECONDITION":
                     stored = self._version_record(model, int(step))
                     if stored and stored.get("pushed_sha256") == body.sha256():
-                        return stored
+                        return dict(stored, model=model)  # as the push's own answer
                 raise
 
         return _retrying(once, retries, backoff)

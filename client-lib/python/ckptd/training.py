@@ -131,6 +131,15 @@ def load_training_state(model, optimizer, tensors, metadata=None, scheduler=None
                          "training_state(..., scheduler=...)")
     if optimizer is not None:
         missing = _missing_optimizer_state(tensors, metadata)
+        if missing and allow_missing_optimizer_state:
+            # A parameter with part of its state would fail the optimizer's next step: each one
+            # missing anything starts afresh as a whole.
+            gone = {name.rpartition(".")[0] for name in missing}
+            tensors = {k: v for k, v in tensors.items() if k.rpartition(".")[0] not in gone}
+            numbers = json.loads(metadata.get(_NUMBERS, "{}"))
+            metadata = dict(metadata)
+            metadata[_NUMBERS] = json.dumps({k: v for k, v in numbers.items()
+                                              if f"{_OPTIM}{k}" not in gone})
         if missing and not allow_missing_optimizer_state:
             raise MissingOptimizerState(
                 f"the checkpoint lacks the optimizer state of {len(missing)} tensor(s) it was "
@@ -189,9 +198,15 @@ def load_training_state(model, optimizer, tensors, metadata=None, scheduler=None
 
 def _missing_optimizer_state(tensors, metadata):
     """The names ("optim.<parameter>.<key>") of the optimizer state the checkpoint was saved
-    with and does not hold."""
-    saved = json.loads(metadata.get(_STATE_KEYS, "{}"))
+    with and does not hold. A checkpoint written before the state's keys were recorded counts as
+    missing all of it when it has an optimizer's hyperparameters and no optimizer state at all
+    (what retention leaves of one; an optimizer saved before its first step looks the same, and
+    allow_missing_optimizer_state loads it)."""
     numbers_by_name = json.loads(metadata.get(_NUMBERS, "{}"))
+    if _STATE_KEYS not in metadata:
+        has_state = numbers_by_name or any(k.startswith(_OPTIM) for k in tensors)
+        return ["optim.*"] if _GROUPS in metadata and not has_state else []
+    saved = json.loads(metadata[_STATE_KEYS])
     missing = []
     for name, keys in saved.items():
         for key in keys:

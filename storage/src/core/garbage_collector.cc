@@ -101,6 +101,7 @@ class Collector {
         if (!plan[t].rebase) plan[t].base.reset();
       }
       if (crossed.empty()) continue;
+      if (options_.rebase_only_through && !crossed.count(*options_.rebase_only_through)) continue;
       CKPT_ASSIGN_OR_RETURN(const std::optional<uint64_t> new_seq,
                             Rebase(seq, plan, chains_.StoredBytes(crossed)));
       if (!new_seq) continue;

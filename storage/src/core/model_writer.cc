@@ -82,8 +82,9 @@ Status ModelWriter::DeleteVersion(std::string_view model, uint64_t version) {
   // version's data is needed only as long as the remaining chains run through it.
   // A new latest that retention's tensor rules trimmed cannot be a reference (the next push
   // deltas against every tensor); the deleted one then stays the reference until the next push.
+  const uint64_t victim_seq = victim->second.seq;
   std::optional<uint64_t> new_reference;
-  if (chains.codec_state && chains.codec_state->reference_seq == victim->second.seq) {
+  if (chains.codec_state && chains.codec_state->reference_seq == victim_seq) {
     for (auto it = chains.versions.rbegin(); it != chains.versions.rend(); ++it) {
       if (it->first == version) continue;
       if (it->second.dropped_tensors.empty()) new_reference = it->second.seq;
@@ -109,18 +110,23 @@ Status ModelWriter::DeleteVersion(std::string_view model, uint64_t version) {
   change.batch.Put(ctx_.models, name, Encoded(record));
   CKPT_RETURN_IF_ERROR(ctx_.backend->Commit(name, change, "deleting version"));
   ctx_.counters->versions_deleted.fetch_add(1, std::memory_order_relaxed);
+  // Its bytes leave the volume at the model's next compaction (gc reports them reclaimed).
+  (void)maintenance_->MaybeCompact(name, removal.bytes, GcOptions::Compaction::kNone);
   if (!new_reference) return Status::Ok();
   // The old reference's reconstruction is no longer what the next push deltas against.
   ctx_.cache->DropModelExcept(name, *new_reference);
   // The deleted latest is usually the base the versions before it were re-encoded against
-  // (RearrangeLatest): they are re-encoded (rebased) now, so that its data leaves at once and the
-  // model never holds more than its versions need. The delete is committed whatever happens
-  // here; what a failure leaves, the next retention pass collects.
+  // (RearrangeLatest): those are re-encoded now — usually one version, a push's worth of work —
+  // so that its data leaves at once and the model holds no more than its versions need. Only
+  // chains through the deleted version are touched. The delete is committed whatever happens
+  // here: a reclaim that fails or is declined (a lossy re-encoding that would grow the store)
+  // is left to the background pass that follows every delete, which reports its errors.
   tags_lock.unlock();
   auto reloaded = ModelChains::Load(ctx_, rocksdb::ReadOptions(), name);
   if (!reloaded.ok()) return Status::Ok();
   GcOptions reclaim;
   reclaim.rebase_min_dead_fraction = 0;
+  reclaim.rebase_only_through = victim_seq;
   reclaim.compaction = GcOptions::Compaction::kNone;
   if (auto gc = CollectModelGarbage(ctx_, *reloaded, reclaim); gc.ok()) {
     (void)maintenance_->MaybeCompact(name, gc->bytes_freed, reclaim.compaction);

@@ -68,9 +68,8 @@ class RocksCheckpointStore final : public CheckpointStore {
   }
 
   Status OpenDb() {
-    CKPT_RETURN_IF_ERROR(OpenStoreDatabase(options_.data_dir, options_.create_if_missing,
-                                           env_.get(), health_.NewListener(), options_.engine_log,
-                                           &db_, &families_));
+    CKPT_RETURN_IF_ERROR(OpenStoreDatabase(options_.data_dir, env_.get(), health_.NewListener(),
+                                           options_.engine_log, &db_, &families_));
     health_.Attach(db_.get(), families_.chunks);
     ctx_.db = db_.get();
     ctx_.health = &health_;

@@ -29,15 +29,15 @@ constexpr size_t kChunkBlockBytes = 16 << 10;
 
 }  // namespace
 
-Status OpenStoreDatabase(const std::string& data_dir, bool create_if_missing, rocksdb::Env* env,
+Status OpenStoreDatabase(const std::string& data_dir, rocksdb::Env* env,
                          std::shared_ptr<rocksdb::EventListener> listener,
                          std::function<void(std::string_view)> engine_log,
                          std::unique_ptr<rocksdb::DB>* db, StoreFamilies* families) {
   rocksdb::DBOptions db_options;
   if (env != nullptr) db_options.env = env;
   if (listener) db_options.listeners.push_back(std::move(listener));
-  db_options.create_if_missing = create_if_missing;
-  db_options.create_missing_column_families = create_if_missing;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
   db_options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   db_options.info_log = NewEngineLogger(db_options.info_log_level, std::move(engine_log));
   db_options.max_background_jobs = 2;
@@ -96,14 +96,9 @@ Status OpenStoreDatabase(const std::string& data_dir, bool create_if_missing, ro
   };
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  const rocksdb::Status opened =
-      rocksdb::DB::Open(db_options, data_dir, descriptors, &handles, &raw);
-  if (!create_if_missing && opened.IsInvalidArgument()) {
-    // RocksDB's word for a database without the store's column families.
-    return Status::InvalidArgument("data directory '" + data_dir +
-                                   "' holds a database that is not a ckptd store");
-  }
-  CKPT_RETURN_IF_ERROR(FromRocks(opened, "opening the database"));
+  CKPT_RETURN_IF_ERROR(
+      FromRocks(rocksdb::DB::Open(db_options, data_dir, descriptors, &handles, &raw),
+                "opening the database"));
   db->reset(raw);
   families->all = handles;
   families->models = handles[1];

@@ -24,11 +24,10 @@ struct StoreFamilies : MetadataFamilies {
   std::vector<rocksdb::ColumnFamilyHandle*> all;  // the default family's included
 };
 
-// Opens the store's database in `data_dir` with every family (creating the database and its
-// families if `create_if_missing`; otherwise a database without them is InvalidArgument), through
+// Opens (creating if needed) the store's database in `data_dir` with every family, through
 // `env` (null: the default), telling `listener` (if set) of the engine's events and passing its
 // log lines to `engine_log` (null: standard error; never a file in `data_dir`).
-Status OpenStoreDatabase(const std::string& data_dir, bool create_if_missing, rocksdb::Env* env,
+Status OpenStoreDatabase(const std::string& data_dir, rocksdb::Env* env,
                          std::shared_ptr<rocksdb::EventListener> listener,
                          std::function<void(std::string_view)> engine_log,
                          std::unique_ptr<rocksdb::DB>* db, StoreFamilies* families);

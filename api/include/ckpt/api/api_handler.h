@@ -86,10 +86,10 @@ enum class RequestPlan {
   kRestore,  // GET/HEAD of a version: OpenRestore(), stream it out
 };
 
-// Called with the model's name whenever its latest version changed: after every committed push,
-// and after a DELETE of a version (the daemon schedules the passes that follow: the new latest's
-// rearrangement, retention and the reclaim of what the deleted version held).
-using LatestChangedHook = std::function<void(const std::string& model)>;
+// Called with the model's name whenever its versions changed: after every committed push and
+// every DELETE of a version (the daemon schedules the passes that follow: the latest's
+// rearrangement, retention and the reclaim of what a deleted version held).
+using VersionsChangedHook = std::function<void(const std::string& model)>;
 
 // A request body streamed into the store (RequestPlan::kPush): a whole version, or one shard
 // of a sharded version. Thread-compatible; destroying it unfinished aborts the body.
@@ -105,8 +105,8 @@ class PushBody {
 
 class ApiHandler {
  public:
-  explicit ApiHandler(CheckpointStore* store, LatestChangedHook on_latest_changed = nullptr)
-      : store_(store), maintenance_(store), on_latest_changed_(std::move(on_latest_changed)) {}
+  explicit ApiHandler(CheckpointStore* store, VersionsChangedHook on_versions_changed = nullptr)
+      : store_(store), maintenance_(store), on_versions_changed_(std::move(on_versions_changed)) {}
 
   // The metrics GET /metrics reports; the server records each finished request here.
   ServerMetrics& metrics() { return metrics_; }
@@ -174,7 +174,7 @@ class ApiHandler {
 
   CheckpointStore* store_;
   MaintenanceService maintenance_;  // the admin passes
-  LatestChangedHook on_latest_changed_;
+  VersionsChangedHook on_versions_changed_;
   ServerMetrics metrics_;
 };
 

@@ -54,7 +54,7 @@ struct HttpServerOptions {
   size_t io_buffer_bytes = 1 << 20;
   // Called with the model's name after each committed push and each deleted version (on a
   // network thread: must not block). Default: none.
-  LatestChangedHook on_latest_changed;
+  VersionsChangedHook on_versions_changed;
   // HTTPS: PEM certificate chain and private key files (TLS 1.2 or later); both empty: plain
   // HTTP. Default: none.
   std::string tls_cert_file;

@@ -162,6 +162,9 @@ class Client {
   Result<std::vector<ModelSummary>> ListModels();
   Result<ModelSummary> GetModel(std::string_view model);
   Result<std::vector<VersionSummary>> ListVersions(std::string_view model);
+  // GET .../versions/{version}?detail=1 as JSON text: the version with each tensor's codec,
+  // bound and stored bytes.
+  Result<std::string> VersionDetail(std::string_view model, uint64_t version);
   Status DeleteVersion(std::string_view model, uint64_t version);
   Status DeleteModel(std::string_view model);
   // The policy as JSON text.

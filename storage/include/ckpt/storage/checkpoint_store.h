@@ -144,6 +144,10 @@ struct GcOptions {
   // freed anything.
   enum class Compaction { kNone, kTables, kFull };
   Compaction compaction = Compaction::kFull;
+  // Rebase only the kept versions whose chains run through this stored push (the seq of a
+  // deleted latest version), leaving other deleted data to a later pass. Default: none (every
+  // chain through deleted data, per rebase_min_dead_fraction).
+  std::optional<uint64_t> rebase_only_through;
 };
 
 // What a garbage collection did for one model.
@@ -436,8 +440,7 @@ class CheckpointStore {
  public:
   // Opens (creating if needed, and options.create_if_missing allows) the store in
   // options.data_dir and runs recovery: data of pushes interrupted by a crash is removed. Fails
-  // with NotFound when there is no store to open and none may be created, InvalidArgument when
-  // the directory holds a database that is not a ckptd store.
+  // with NotFound when there is no store to open and none may be created.
   static Result<std::unique_ptr<CheckpointStore>> Open(const StoreOptions& options);
 
   virtual ~CheckpointStore() = default;
