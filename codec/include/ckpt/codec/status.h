@@ -2,7 +2,7 @@
 //
 // Modeled on absl::Status / rocksdb::Status. Expected failures (bad input, missing
 // version, I/O errors) are values, never exceptions. Codes are canonical and map to HTTP
-// status codes in exactly one place (api/src/http_errors.cc).
+// status codes in exactly one place (ApiHandler::HttpStatusFor, api/src/api_handler.cc).
 //
 // Thread safety: Status and Result are values; distinct objects may be used concurrently,
 // a single object needs external synchronization like any other value type.
