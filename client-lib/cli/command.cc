@@ -11,7 +11,7 @@ int Fail(const Status& status) {
 }
 
 int Usage(const std::string& message) {
-  std::cerr << "ckpt: " << message << "\nRun with --help for more information.\n";
+  std::cerr << "ckpt: " << message << " (--help says more)\n";
   return kExitUsage;
 }
 

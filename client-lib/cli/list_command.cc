@@ -109,9 +109,12 @@ class ListCommand final : public Command {
                      {"stored_bytes", v.stored_bytes},
                      {"created_at", v.created_at},
                      {"sha256", v.sha256},
+                     {"pushed_sha256", v.pushed_sha256},
+                     {"tensor_count", v.tensor_count},
                      {"dropped_tensors", v.dropped_tensors},
                      {"tags", v.tags},
-                     {"metrics", v.metrics}};
+                     {"metrics", v.metrics},
+                     {"labels", v.labels}};
         if (auto b = bounds.find(v.version); b != bounds.end()) {
           if (b->second.absolute > 0) item["max_abs_error"] = b->second.absolute;
           if (b->second.pointwise > 0) item["max_pointwise_rel_error"] = b->second.pointwise;

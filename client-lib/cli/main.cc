@@ -24,14 +24,20 @@ int main(int argc, char** argv) {
   using namespace ckpt::cli;
   CLI::App app{"ckpt — client for the ckptd checkpoint store"};
   app.require_subcommand(1);
-  std::string server = "http://127.0.0.1:8420";
-  if (const char* env = std::getenv("CKPT_SERVER")) server = env;
-  app.add_option(
-      "--server", server,
-      "ckptd base URL, or several separated by commas (default $CKPT_SERVER or " + server + ")");
+  // The environment's values count when set and not empty.
+  const auto env = [](const char* name) -> std::string {
+    const char* value = std::getenv(name);
+    return value != nullptr ? value : "";
+  };
+  std::string server = env("CKPT_SERVER");
+  if (server.empty()) server = "http://127.0.0.1:8420";
+  app.add_option("--server", server,
+                 "ckptd base URL, or several of one deployment separated by commas (default: "
+                 "$CKPT_SERVER, else http://127.0.0.1:8420)");
   std::string token_file;
   app.add_option("--token-file", token_file,
-                 "file holding the bearer token (default: $CKPT_TOKEN, if set)");
+                 "file holding the bearer token (without it: the token held in $CKPT_TOKEN, if "
+                 "set)");
   std::string ca_file, client_cert, client_key;
   app.add_option("--cacert", ca_file,
                  "https://: PEM file of the CAs the server certificate must chain to "
@@ -48,13 +54,16 @@ int main(int argc, char** argv) {
         AddPolicyCommand, AddRetentionCommand, AddGcCommand, AddScrubCommand, AddBackupCommand}) {
     commands.push_back(add(app));
   }
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    return Usage(e.what());  // one line, exit 2, whatever CLI11 found wrong
+  }
 
   ckpt::ClientOptions options;
   options.server = server;
-  if (ca_file.empty()) {
-    if (const char* env = std::getenv("CKPT_CACERT")) ca_file = env;
-  }
+  if (ca_file.empty()) ca_file = env("CKPT_CACERT");
   options.ca_file = ca_file;
   options.client_cert_file = client_cert;
   options.client_key_file = client_key;
@@ -64,8 +73,8 @@ int main(int argc, char** argv) {
       std::cerr << "ckpt: cannot read a token from '" << token_file << "'\n";
       return kExitUsage;
     }
-  } else if (const char* env = std::getenv("CKPT_TOKEN")) {
-    options.token = env;
+  } else {
+    options.token = env("CKPT_TOKEN");
   }
   Session session(std::move(options), json, isatty(STDERR_FILENO) != 0);
   for (auto& command : commands) {

@@ -163,6 +163,8 @@ class RetentionCommand final : public Command {
       if (!policy.ok()) return Fail(policy.status());
       if (session.json()) {
         PrintJson(*policy);
+      } else if (policy->empty()) {
+        std::printf("no rules: every version is kept\n");
       } else {
         PrintPolicy(*policy);
       }
@@ -192,9 +194,13 @@ class RetentionCommand final : public Command {
       std::string list;
       for (size_t i = 0; i < more.size() && i < 8; ++i) list += (i ? ", " : "") + more[i];
       if (more.size() > 8) list += ", … (" + std::to_string(more.size()) + " in all)";
+      const bool tensors = std::any_of(more.begin(), more.end(), [](const std::string& r) {
+        return r.find(':') != std::string::npos;
+      });
       return Fail(Status::FailedPrecondition(
           "the new policy's next pass would delete what the stored policy keeps (" + list +
-          "; VERSION:TENSOR for dropped tensors): add --yes to store it, or --preview it"));
+          (tensors ? "; VERSION:TENSOR for dropped tensors" : "") +
+          "): add --yes to store it, or --preview it"));
     }
     auto stored = ParseJsonAnswer(c.SetRetention(model_, json_text_));
     if (!stored.ok()) return Fail(stored.status());

@@ -22,7 +22,7 @@ class PushCommand final : public Command {
     sharded_.shards = 0;
     c->add_option("--connections", sharded_.shards,
                   "send the file over N connections at once, as N shards (large tensors cut by "
-                  "rows); the version appears when the last is stored")
+                  "rows); the version appears when the last is stored (default: one connection)")
         ->check(CLI::Range(1, 65536));
     retries_ = c->add_option("--retries", sharded_.retries,
                              "with --connections: attempts after the first per shard, for "
@@ -63,15 +63,19 @@ class PushCommand final : public Command {
       PrintJson({{"model", r->model},
                  {"version", r->version},
                  {"kind", r->kind},
+                 {"lossy", r->lossy},
                  {"raw_bytes", r->raw_bytes},
                  {"stored_bytes", r->stored_bytes},
-                 {"sha256", r->sha256}});
+                 {"sha256", r->sha256},
+                 {"pushed_sha256", r->pushed_sha256}});
       return kExitOk;
     }
-    std::printf("pushed %s@%llu  %s  raw %s  stored %s (%s)  sha256 %s\n", r->model.c_str(),
+    // The file's own hash (what sha256sum prints); a lossy version restores to other bytes.
+    std::printf("pushed %s@%llu  %s%s  raw %s  stored %s (%s)  sha256 %s\n", r->model.c_str(),
                 static_cast<unsigned long long>(r->version), r->kind.c_str(),
-                HumanBytes(r->raw_bytes).c_str(), HumanBytes(r->stored_bytes).c_str(),
-                Ratio(r->raw_bytes, r->stored_bytes).c_str(), ShortHash(r->sha256).c_str());
+                r->lossy ? " lossy" : "", HumanBytes(r->raw_bytes).c_str(),
+                HumanBytes(r->stored_bytes).c_str(), Ratio(r->raw_bytes, r->stored_bytes).c_str(),
+                ShortHash(r->pushed_sha256.empty() ? r->sha256 : r->pushed_sha256).c_str());
     return kExitOk;
   }
 
@@ -91,7 +95,8 @@ class PullCommand final : public Command {
                      "FILE.partial and the same command resumes it");
     c->add_option("MODEL", model_, "model name")->required();
     c->add_option("VERSION", version_, "version number, 'latest' or 'tag:NAME'")->required();
-    auto* output = c->add_option("-o,--output", file_, "output file ('-' for stdout)");
+    auto* output = c->add_option("-o,--output", file_,
+                                 "output file ('-' for stdout); this or --hf-dir is required");
     auto* hf = c->add_option("--hf-dir", hf_dir_,
                              "write the Hugging Face view instead: DIR/model.safetensors."
                              "index.json and the files it lists");

@@ -30,13 +30,21 @@ class RemoveCommand final : public Command {
             "' deletes the whole model and every version: add --yes to do it, or give a VERSION"));
       }
       if (auto s = (*client)->DeleteModel(model_); !s.ok()) return Fail(s);
-      std::printf("deleted model %s\n", model_.c_str());
+      if (session.json()) {
+        PrintJson({{"deleted_model", model_}});
+      } else {
+        std::printf("deleted model %s\n", model_.c_str());
+      }
       return kExitOk;
     }
     auto number = (*client)->ResolveVersion(model_, version_);
     if (!number.ok()) return Fail(number.status());
     if (auto s = (*client)->DeleteVersion(model_, *number); !s.ok()) return Fail(s);
-    std::printf("deleted %s@%llu\n", model_.c_str(), static_cast<unsigned long long>(*number));
+    if (session.json()) {
+      PrintJson({{"model", model_}, {"deleted_version", *number}});
+    } else {
+      std::printf("deleted %s@%llu\n", model_.c_str(), static_cast<unsigned long long>(*number));
+    }
     return kExitOk;
   }
 
@@ -66,8 +74,12 @@ class TagCommand final : public Command {
     auto s = remove_ ? (*client)->RemoveTag(model_, *number, tag_)
                      : (*client)->SetTag(model_, *number, tag_);
     if (!s.ok()) return Fail(s);
-    std::printf("%s %s@%llu %s\n", remove_ ? "untagged" : "tagged", model_.c_str(),
-                static_cast<unsigned long long>(*number), tag_.c_str());
+    if (session.json()) {
+      PrintJson({{"model", model_}, {"version", *number}, {"tag", tag_}, {"removed", remove_}});
+    } else {
+      std::printf("%s %s@%llu %s\n", remove_ ? "untagged" : "tagged", model_.c_str(),
+                  static_cast<unsigned long long>(*number), tag_.c_str());
+    }
     return kExitOk;
   }
 

@@ -443,6 +443,8 @@ PushResult PushResultFromJson(const json& doc) {
   r.raw_bytes = doc.value("raw_bytes", uint64_t{0});
   r.stored_bytes = doc.value("stored_bytes", uint64_t{0});
   r.sha256 = doc.value("sha256", "");
+  r.pushed_sha256 = doc.value("pushed_sha256", "");
+  r.lossy = doc.value("lossy", false);
   return r;
 }
 
@@ -689,6 +691,12 @@ Result<std::vector<VersionSummary>> Client::ListVersions(std::string_view model)
     s.sha256 = v.value("sha256", "");
     s.lossy = v.value("lossy", false);
     s.dropped_tensors = v.value("dropped_tensors", uint32_t{0});
+    s.pushed_sha256 = v.value("pushed_sha256", "");
+    s.tensor_count = v.value("tensor_count", uint32_t{0});
+    const json labels = v.value("labels", json::object());
+    for (const auto& [name, value] : labels.items()) {
+      if (value.is_string()) s.labels[name] = value.get<std::string>();
+    }
     const json tags = v.value("tags", json::array());
     for (const auto& tag : tags) {
       if (tag.is_string()) s.tags.push_back(tag.get<std::string>());

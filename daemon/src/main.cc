@@ -165,9 +165,13 @@ int main(int argc, char** argv) {
   std::string config_path, listen, data_dir, log_level, ready_file;
   bool show_version = false;
   app.add_option("--config", config_path, "TOML config file (see config/ckptd.toml)");
-  app.add_option("--listen", listen, "HOST:PORT to listen on (overrides server.listen)");
-  app.add_option("--data-dir", data_dir, "data directory (overrides storage.data_dir)");
-  app.add_option("--log-level", log_level, "trace|debug|info|warn|error (overrides log.level)");
+  app.add_option("--listen", listen,
+                 "HOST:PORT to listen on (overrides server.listen; default 127.0.0.1:8420)");
+  app.add_option("--data-dir", data_dir,
+                 "data directory (overrides storage.data_dir; default ./data, relative to the "
+                 "working directory)");
+  app.add_option("--log-level", log_level,
+                 "trace|debug|info|warn|error (overrides log.level; default info)");
   app.add_option("--ready-file", ready_file,
                  "write the bound port to this file once accepting connections and the cache "
                  "warm-up (storage.warm_cache_on_start) has finished");
@@ -182,8 +186,8 @@ int main(int argc, char** argv) {
     command->fallthrough();
   };
   const std::string existing_store =
-      "data directory of an existing store (overrides storage.data_dir; a directory without a "
-      "store is an error, exit 2)";
+      "data directory of an existing store (overrides storage.data_dir; default ./data; a "
+      "directory without a store is an error, exit 2)";
   CLI::App* gc = app.add_subcommand(
       "gc",
       "offline: apply every model's retention policy and reclaim space, then exit; deletes the "
@@ -205,7 +209,9 @@ int main(int argc, char** argv) {
   CLI::App* restore_backup = app.add_subcommand(
       "restore-backup", "restore the newest backup in --from into --data-dir (new or empty)");
   restore_backup->add_option("--from", backup_from, "backup directory (must exist)")->required();
-  add_store_options(restore_backup, "the new data directory to restore into (required)");
+  add_store_options(restore_backup,
+                    "the new (or empty) data directory to restore into; this or --config's "
+                    "storage.data_dir is required");
   CLI11_PARSE(app, argc, argv);
   if (show_version) {
     std::cout << "ckptd " << ckpt::kVersionString << "\n";
@@ -240,9 +246,9 @@ int main(int argc, char** argv) {
   if (scrub->parsed()) return RunOfflineScrub(config);
   if (backup->parsed()) return RunOfflineBackup(config, backup_to);
   if (restore_backup->parsed()) {
-    if (data_dir.empty()) {
-      return Fail(
-          ckpt::Status::InvalidArgument("restore-backup needs --data-dir (a new directory)"));
+    if (data_dir.empty() && config_path.empty()) {
+      return Fail(ckpt::Status::InvalidArgument(
+          "restore-backup needs --data-dir (a new directory), or --config naming one"));
     }
     return RunRestoreBackup(config, backup_from);
   }

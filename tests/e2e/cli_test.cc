@@ -128,6 +128,10 @@ TEST_F(CliTest, LossyPolicyPushAndVerifiedPull) {
     const std::string file = WriteFile("l" + std::to_string(v) + ".safetensors", bodies.back());
     auto r = Run("push llm " + std::to_string(v) + " " + file);
     ASSERT_EQ(r.exit_code, 0) << r.output;
+    // Said lossy, with the file's own hash (what sha256sum prints).
+    EXPECT_NE(r.output.find(" lossy  raw"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("sha256 " + Sha256Hex(bodies.back()).substr(0, 12)), std::string::npos)
+        << r.output;
   }
   const std::string out = (dir_.path() / "lossy.safetensors").string();
   for (int v = 1; v <= 3; ++v) {
@@ -204,6 +208,19 @@ TEST_F(CliTest, ErrorsAreOneLineAndNonZero) {
   expect_error(Run("push bad/name 7 " + good), "invalid model name");
   expect_error(Run("ls", "http://127.0.0.1:1"), "connecting");
   expect_error(Run("ls", "ftp://nowhere"), "must start with http://");
+  // A wrong command line is one line too, exit 2.
+  const auto usage = Run("push m 8 " + (dir_.path() / "no-such-file").string());
+  expect_error(usage, "File does not exist");
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_EQ(Run("pull m latest").exit_code, 2);
+  // An empty $CKPT_SERVER is no setting: the default server is asked.
+  const std::string cmd = "CKPT_SERVER= " + std::string(CKPT_CLI_BINARY) + " ls 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[512];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  pclose(pipe);
+  EXPECT_EQ(out.find("no server URL"), std::string::npos) << out;
 }
 
 // Against a daemon with tokens: the CLI sends $CKPT_TOKEN or the --token-file's token.
@@ -410,11 +427,12 @@ TEST_F(CliTest, VersionsAreNamedAlikeAndAWholeModelNeedsYes) {
     ASSERT_EQ(Run("push m " + std::to_string(v) + " " + WriteFile("f", model.Next())).exit_code, 0);
   }
   ASSERT_EQ(Run("tag m latest best").exit_code, 0);
+  EXPECT_EQ(RunJson("tag m latest best")["version"], 3);
   EXPECT_EQ(RunJson("ls m")[2]["tags"], json::parse(R"(["best"])"));
   auto pinned = Run("rm m tag:best");
   EXPECT_EQ(pinned.exit_code, 1) << pinned.output;  // tagged: pinned
   ASSERT_EQ(Run("tag m tag:best best --remove").exit_code, 0);
-  ASSERT_EQ(Run("rm m latest").exit_code, 0);
+  EXPECT_EQ(RunJson("rm m latest")["deleted_version"], 3);
   EXPECT_EQ(RunJson("ls m").size(), 2u);
   auto whole = Run("rm m");
   EXPECT_EQ(whole.exit_code, 1) << whole.output;

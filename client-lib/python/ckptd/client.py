@@ -256,7 +256,7 @@ class Client:
 
     # -- checkpoints --------------------------------------------------------------------------
     def push(self, model, step, state_dict_or_path, metadata=None, metrics=None, tags=(),
-             retries=3, backoff=0.5):
+             retries=5, backoff=0.5):
         """Pushes a checkpoint as `model` at version `step`: a dict of tensors (torch or numpy,
         written as safetensors on the fly, never copied whole) or the path of a safetensors
         file. `metadata` goes into `__metadata__` (strings); `metrics` ({"loss": 1.2}) and
@@ -264,7 +264,8 @@ class Client:
 
         A push that fails in a way that may pass (the daemon unreachable or restarting, 5xx, the
         model busy) is sent again up to `retries` times, `backoff` seconds before the first
-        retry and twice as long before each next one. If an earlier attempt committed although
+        retry and twice as long before each next one (by default for about 15 s; raise
+        `retries` to wait out a longer restart). If an earlier attempt committed although
         its answer was lost, the version's record is returned when it holds this very body
         (same SHA-256); a different body at that version stays an error (409)."""
         query = [(f"metric.{k}", repr(float(v))) for k, v in (metrics or {}).items()]
@@ -290,7 +291,7 @@ class Client:
         return _retrying(once, retries, backoff)
 
     def push_shard(self, model, step, rank, world_size, tensors, slices=None, metadata=None,
-                   metrics=None, tags=(), retries=3, backoff=0.5):
+                   metrics=None, tags=(), retries=5, backoff=0.5):
         """Pushes the shard of rank `rank` of `world_size` of version `step` (every rank its
         own, in parallel): `tensors` is a dict of whole tensors or of slices of global tensors,
         `slices` maps the name of each slice to {"global_shape": [...], "offsets": [...]}
@@ -546,10 +547,12 @@ class Client:
             more = [] if before is None else \
                 sorted(_removals(self.preview_retention(model, retention)) - before)
             if more:
+                legend = "; VERSION:TENSOR for dropped tensors" \
+                    if any(":" in item for item in more) else ""
                 raise ValueError(f"the new retention policy of {model!r} would delete what the "
                                  f"stored one keeps ({', '.join(more[:8])}"
-                                 f"{', ...' if len(more) > 8 else ''}; VERSION:TENSOR for "
-                                 "dropped tensors): pass allow_deletes=True to store it")
+                                 f"{', ...' if len(more) > 8 else ''}{legend}): pass "
+                                 "allow_deletes=True to store it")
         return self._json("PUT", f"/v1/models/{self._quote(model)}/retention", retention,
                           model=model)
 
@@ -567,10 +570,10 @@ class Client:
 
     def tag(self, model, version, tag):
         """Tags `version` (an int, "latest" or "tag:NAME") as `tag`: retention keeps it; a tag
-        another version holds moves."""
+        another version holds moves. Returns the version's record."""
         number = self.resolve_version(model, version)
-        self._json("PUT", f"/v1/models/{self._quote(model)}/versions/{number}"
-                          f"/tags/{self._quote(tag)}", model=model)
+        return self._json("PUT", f"/v1/models/{self._quote(model)}/versions/{number}"
+                                 f"/tags/{self._quote(tag)}", model=model)
 
     def untag(self, model, version, tag):
         """Removes `tag` from `version` (an int, "latest" or "tag:NAME")."""

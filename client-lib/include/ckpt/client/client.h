@@ -74,7 +74,9 @@ struct PushResult {
   std::string kind;
   uint64_t raw_bytes = 0;
   uint64_t stored_bytes = 0;
-  std::string sha256;
+  std::string sha256;         // of the body a restore sends
+  std::string pushed_sha256;  // of the body pushed (differs from sha256 when lossy)
+  bool lossy = false;         // some tensor was quantized: restores are within the bound
 };
 
 struct PullResult {
@@ -116,8 +118,11 @@ struct VersionSummary {
   std::string sha256;
   bool lossy = false;            // some tensor was quantized: restores are within the bound
   uint32_t dropped_tensors = 0;  // tensors retention's tensor rules dropped from it
+  std::string pushed_sha256;     // of the body pushed (sha256: of the body a restore sends)
+  uint32_t tensor_count = 0;
   std::vector<std::string> tags;
   std::map<std::string, double> metrics;
+  std::map<std::string, std::string> labels;
 };
 
 class Client {
