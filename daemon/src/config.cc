@@ -41,7 +41,6 @@ struct KeySpec {
   int64_t min = 0;
   uint64_t max = 0;
   Status (*apply)(const toml::node& value, const std::string& name, ParseTarget&) = nullptr;
-  bool needs_restart = true;
 };
 
 Status ApplyListenKey(const toml::node& value, const std::string& name, ParseTarget& t) {
@@ -126,7 +125,7 @@ Status ApplyLogFormat(const toml::node& value, const std::string& name, ParseTar
   return Status::Ok();
 }
 
-// Every key of the file: config/ckptd.toml documents each (ConfigKeys; tests/api/config_test.cc
+// Every key of the file: config/ckptd.toml documents each (ConfigKeys; tests/daemon/config_test.cc
 // checks that the example lists exactly these).
 #define CKPT_MEMBER(expr) [](ParseTarget& t) -> Member { return &t.expr; }
 constexpr uint64_t kMaxU64 = std::numeric_limits<uint64_t>::max();
@@ -279,7 +278,7 @@ Status CheckCombinations(ParseTarget& t) {
 
 std::vector<ConfigKey> ConfigKeys() {
   std::vector<ConfigKey> out;
-  for (const KeySpec& k : kKeys) out.push_back({k.section, k.key, k.needs_restart});
+  for (const KeySpec& k : kKeys) out.push_back({k.section, k.key});
   return out;
 }
 

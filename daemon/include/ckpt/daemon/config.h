@@ -53,12 +53,11 @@ struct DaemonConfig {
   DaemonConfig() { store.data_dir = "./data"; }
 };
 
-// A key of the configuration file, as the one table of keys in config.cc lists it.
+// A key of the configuration file, as the one table of keys in config.cc lists it. Every key
+// takes effect when ckptd starts; none changes while it runs (config/ckptd.toml says "Restart").
 struct ConfigKey {
   std::string_view section;
   std::string_view key;
-  // Whether a change takes effect only when ckptd starts (every key: none changes while it runs).
-  bool needs_restart = true;
 };
 // Every key ApplyToml accepts, section by section.
 std::vector<ConfigKey> ConfigKeys();
