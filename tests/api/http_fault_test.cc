@@ -12,9 +12,9 @@
 
 #include "ckpt/api/http_server.h"
 #include "ckpt/storage/checkpoint_store.h"
-#include "core/store_open.h"
 #include "faulty_file_system.h"
 #include "raw_http.h"
+#include "store_open.h"
 #include "test_support.h"
 
 namespace ckpt::testing {

@@ -1,6 +1,6 @@
 // The rANS coder (codec/src/rans.h) on its own: histograms count what Add counts, and streams
 // of skewed, uniform and single-symbol data round-trip with one and with four states.
-#include "rans.h"
+#include "entropy/rans.h"
 
 #include <gtest/gtest.h>
 

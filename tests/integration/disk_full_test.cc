@@ -34,7 +34,7 @@ using testing::Sha256Hex;
 using testing::TempDir;
 
 constexpr uint64_t kVolumeBytes = 384ull << 20;
-// Above the WAL a push passes through (storage/src/core/store_schema.cc) and its preallocation.
+// Above the WAL a push passes through (storage/src/engine/store_schema.cc) and its preallocation.
 constexpr uint64_t kReserveBytes = 128ull << 20;
 constexpr uint64_t kCheckpointBytes = 12ull << 20;  // incompressible: stored whole
 

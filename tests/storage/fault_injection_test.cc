@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "ckpt/storage/checkpoint_store.h"
-#include "core/store_open.h"
 #include "faulty_file_system.h"
 #include "store_fixture.h"
+#include "store_open.h"
 #include "test_support.h"
 
 namespace ckpt::testing {

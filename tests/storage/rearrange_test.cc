@@ -7,9 +7,9 @@
 #include <string>
 
 #include "ckpt/storage/retention.h"
-#include "core/model_locks.h"
 #include "store_fixture.h"
 #include "test_support.h"
+#include "write/model_locks.h"
 
 namespace ckpt {
 namespace {
@@ -255,8 +255,8 @@ TEST_F(RearrangeTest, ALossyCheckpointLargerThanTheCacheGetsItsLatestOneDecodeAw
   ASSERT_TRUE(Push("chunks", 1, DriftingModel(drift).Next()).ok());
   DriftingModel forward_drift = drift, kept_drift = drift;
   ASSERT_NO_FATAL_FAILURE(SetCodecPolicy("auto", R"({"mode":"lossy","max_abs_error":1e-3})"));
-  ASSERT_NO_FATAL_FAILURE(SetCodecPolicy(
-      "forward", R"({"mode":"lossy","max_abs_error":1e-3,"fast_latest":false})"));
+  ASSERT_NO_FATAL_FAILURE(
+      SetCodecPolicy("forward", R"({"mode":"lossy","max_abs_error":1e-3,"fast_latest":false})"));
   auto by_default = PushAll("auto", drift, 6, /*rearrange=*/true);
   auto forward = PushAll("forward", forward_drift, 6, /*rearrange=*/true);
   const uint64_t chunks = LinksToRestore("chunks", 1);

@@ -7,7 +7,7 @@
 
 #include "ckpt/codec/binary.h"
 #include "ckpt/codec/hashing.h"
-#include "core/reference_cache.h"
+#include "context/reference_cache.h"
 
 namespace ckpt {
 namespace {

@@ -1,7 +1,7 @@
 // WorkerPool: with one thread, jobs run in order, each on its own copy of the bytes; the queue
 // stays within its byte bound; a failed job stops the ones after it. With more threads, jobs
 // run at the same time and Drain waits for all of them.
-#include "core/worker_pool.h"
+#include "write/worker_pool.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // FaultyFileSystem: RocksDB's file system with failures injected where a test asks for them —
 // writes, syncs, reads or renames, after a number of calls or of bytes, as "no space left" or
 // as an I/O error — and a free-space figure the test sets. Test support only: the store takes
-// it through OpenStoreOn (storage/src/core/store_open.h).
+// it through OpenStoreOn (storage/src/store_open.h).
 //
 // Thread safety: safe for concurrent use (RocksDB's background threads call it too).
 #pragma once

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ckpt/codec/binary.h"
+#include "entropy/rans.h"
 #include "lossy/bit_stream.h"
 #include "lossy/chunk_codec.h"
 #include "lossy/element.h"
@@ -24,7 +25,6 @@
 #include "lossy/kernels_sse2.h"
 #include "lossy/low_rank.h"
 #include "lossy/quantize.h"
-#include "rans.h"
 
 namespace ckpt::lossy {
 namespace {

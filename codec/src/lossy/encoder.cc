@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "ckpt/codec/binary.h"
+#include "entropy/rans.h"
 #include "lossy/chunk_codec.h"
 #include "lossy/element.h"
 #include "lossy/format.h"
 #include "lossy/plan.h"
 #include "lossy/quantize.h"
-#include "rans.h"
 
 namespace ckpt::lossy {
 namespace {

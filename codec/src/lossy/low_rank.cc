@@ -11,8 +11,8 @@
 #include <immintrin.h>
 #endif
 
+#include "entropy/rans.h"
 #include "lossy/quantizers.h"
-#include "rans.h"
 
 namespace ckpt::lossy {
 namespace {

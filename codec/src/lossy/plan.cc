@@ -10,10 +10,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "entropy/rans.h"
 #include "lossy/element.h"
 #include "lossy/history.h"
 #include "lossy/kernels_sse2.h"
-#include "rans.h"
 
 namespace ckpt::lossy {
 namespace {

@@ -9,7 +9,7 @@
 #include <bit>
 #include <cstdint>
 
-#include "rans.h"
+#include "entropy/rans.h"
 
 namespace ckpt::lossy {
 

@@ -30,6 +30,7 @@
 
 #include "ckpt/codec/status.h"
 #include "ckpt/storage/checkpoint_store.h"
+#include "engine/store_schema.h"
 #include "records/records.h"
 
 namespace ckpt {
@@ -54,15 +55,6 @@ struct ModelChange {
   // The change refers to chunk records the caller just wrote (a push, a rebase): the commit
   // waits until they are durable. Only the holder of the model's lock writes chunks.
   bool refers_to_new_chunks = false;
-};
-
-// The RocksDB column families of the metadata, as the store opened them.
-struct MetadataFamilies {
-  rocksdb::ColumnFamilyHandle* models = nullptr;
-  rocksdb::ColumnFamilyHandle* versions = nullptr;
-  rocksdb::ColumnFamilyHandle* manifests = nullptr;
-  rocksdb::ColumnFamilyHandle* codec_state = nullptr;
-  rocksdb::ColumnFamilyHandle* tags = nullptr;
 };
 
 class StoreBackend {

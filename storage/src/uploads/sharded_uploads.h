@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "ckpt/storage/checkpoint_store.h"
-#include "core/store_health.h"
+#include "engine/store_health.h"
 #include "uploads/shard_assembly.h"
 #include "uploads/upload_spool.h"
 
@@ -42,8 +42,8 @@ class ShardedUploads {
   // Whether a version is committed.
   using VersionExistsFn = std::function<Result<bool>(const std::string& model, uint64_t version)>;
   // The committed version's shards, if it is committed.
-  using CommittedFn = std::function<Result<std::optional<CommittedShards>>(
-      const std::string& model, uint64_t version)>;
+  using CommittedFn = std::function<Result<std::optional<CommittedShards>>(const std::string& model,
+                                                                           uint64_t version)>;
 
   // `options` and `health` must outlive the uploads.
   ShardedUploads(const StoreOptions* options, StoreHealth* health, BeginPushFn begin_push,

@@ -1,18 +1,11 @@
 // The single-node backend: chunk records in RocksDB's chunks family, beside the metadata.
 #include "backends/store_backend.h"
-#include "core/chain_reader.h"
+#include "engine/rocks_status.h"
 #include "records/keys.h"
 
 namespace ckpt {
 
 namespace keys = storage_keys;
-
-ChunkSet ChunkSet::Of(uint64_t seq, const ManifestRecord& manifest) {
-  ChunkSet set;
-  set.seq = seq;
-  for (const ManifestTensor& t : manifest.tensors) set.chunk_counts.push_back(t.chunk_count);
-  return set;
-}
 
 namespace {
 

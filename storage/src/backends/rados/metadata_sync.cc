@@ -9,7 +9,7 @@
 #include <mutex>
 
 #include "backends/rados/rados_status.h"
-#include "core/rocks_status.h"
+#include "engine/rocks_status.h"
 
 namespace ckpt {
 

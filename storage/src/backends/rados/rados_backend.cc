@@ -36,7 +36,7 @@
 #include "backends/rados/rados_chunk_store.h"
 #include "backends/rados/rados_layout.h"
 #include "backends/rados/rados_status.h"
-#include "core/rocks_status.h"
+#include "engine/rocks_status.h"
 
 namespace ckpt {
 namespace {

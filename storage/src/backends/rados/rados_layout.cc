@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "core/rocks_status.h"
+#include "engine/rocks_status.h"
 #include "records/keys.h"
 
 namespace ckpt::rados_layout {

@@ -1,0 +1,32 @@
+// Exact re-encoding of stored chunks: what garbage collection's rebases and the rearrangement
+// of a model's newest versions write in place of a chunk, restoring to the same bytes.
+//
+// Thread-compatible: called by the holder of the model's lock.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "ckpt/codec/status.h"
+#include "ckpt/codec/tensor_codec.h"
+#include "context/store_context.h"
+#include "records/records.h"
+
+namespace ckpt {
+
+// An encoding of `target` — the reconstruction of chunk `chunk` of tensor `tensor` of manifest
+// `seq`, described by `entry` — that decodes against `reference` (none: a keyframe) to exactly
+// `target`: on the lattice of its stored payload when it has one (a lossy tensor coded on the
+// lattice re-encodes at about the cost of one delta), otherwise losslessly.
+Result<EncodedChunk> ReencodeExactly(const StoreContext& ctx, const std::string& model,
+                                     uint64_t seq, uint32_t tensor, uint32_t chunk,
+                                     const ManifestTensor& entry, std::span<const uint8_t> target,
+                                     std::optional<std::span<const uint8_t>> reference);
+
+// Copies tensor `tensor`'s chunk records from manifest `from` to manifest `to` unchanged.
+Status CopyTensorChunks(const StoreContext& ctx, const std::string& model, uint64_t from,
+                        uint64_t to, uint32_t tensor, uint32_t chunk_count);
+
+}  // namespace ckpt

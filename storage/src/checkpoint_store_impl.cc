@@ -1,0 +1,471 @@
+// CheckpointStoreImpl, the store's front for every backend (local RocksDB or RADOS): opens the
+// database and the backend, and answers each call with the part that owns it — the catalog (reads),
+// the push session, the restore stream, the model writer (every other change) and maintenance.
+// Schema and commit protocol: docs/design.md.
+#include <rocksdb/db.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "backends/store_backend.h"
+#include "ckpt/storage/checkpoint_store.h"
+#include "context/reference_cache.h"
+#include "context/store_context.h"
+#include "engine/scoped_snapshot.h"
+#include "engine/store_schema.h"
+#include "maintenance/maintenance.h"
+#include "read/catalog.h"
+#include "read/restore_stream.h"
+#include "read/restore_view.h"
+#include "records/keys.h"
+#include "store_open.h"
+#include "uploads/sharded_uploads.h"
+#include "write/model_writer.h"
+#include "write/push_session.h"
+#ifdef CKPT_WITH_RADOS
+#include "backends/rados/rados_backend.h"
+#endif
+
+namespace ckpt {
+namespace {
+
+// How long the commit of a sharded version waits for its model's turn (a push or a pass of
+// the background work holding it).
+constexpr auto kCommitLockWait = std::chrono::seconds(60);
+constexpr auto kCommitLockRetry = std::chrono::milliseconds(20);
+
+// Thread safety: safe for concurrent use (CheckpointStore's contract).
+class CheckpointStoreImpl final : public CheckpointStore {
+ public:
+  CheckpointStoreImpl(const StoreOptions& options, std::shared_ptr<rocksdb::Env> env)
+      : options_(options),
+        env_(std::move(env)),
+        cache_(options.reference_cache_bytes),
+        codec_(NewLosslessCodec(LosslessCodecOptions{options.zstd_level})),
+        health_(env_ ? env_.get() : rocksdb::Env::Default(), options.data_dir,
+                options.min_free_bytes),
+        maintenance_(ctx_),
+        writer_(ctx_, &maintenance_),
+        uploads_(
+            &options_, &health_,
+            [this](const std::string& model, uint64_t version, uint64_t body_size,
+                   const PushOptions& push_options) {
+              return BeginAssembledPush(model, version, body_size, push_options);
+            },
+            [this](const std::string& model, uint64_t version) {
+              return CommittedShardsOf(model, version);
+            }) {}
+
+  ~CheckpointStoreImpl() override {
+    if (!db_) return;
+    for (auto* h : families_.all) db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+    db_->Close().PermitUncheckedError();
+  }
+
+  Status OpenDb() {
+    CKPT_RETURN_IF_ERROR(OpenStoreDatabase(options_.data_dir, env_.get(), health_.NewListener(),
+                                           options_.engine_log, &db_, &families_));
+    health_.Attach(db_.get(), families_.chunks);
+    ctx_.db = db_.get();
+    ctx_.health = &health_;
+    static_cast<MetadataFamilies&>(ctx_) = families_;
+    ctx_.chunks = families_.chunks;
+    ctx_.tags_mu = &tags_mu_;
+    if (options_.cluster) {
+#ifdef CKPT_WITH_RADOS
+      CKPT_ASSIGN_OR_RETURN(backend_, NewRadosBackend(db_.get(), families_, *options_.cluster));
+#else
+      return Status::InvalidArgument(
+          "store: a cluster is configured but this build has no RADOS support (CKPT_WITH_RADOS)");
+#endif
+    } else {
+      backend_ = NewLocalBackend(db_.get(), families_.chunks, options_.sync_commits);
+    }
+    ctx_.backend = backend_.get();
+    ctx_.cache = &cache_;
+    ctx_.codec = codec_.get();
+    ctx_.options = &options_;
+    ctx_.counters = &counters_;
+    // With a cluster, recovery is the owner's business: interrupted pushes leave orphan chunks
+    // that its garbage collection removes.
+    if (backend_->IsLocal()) CKPT_RETURN_IF_ERROR(maintenance_.Recover());
+    return uploads_.Open(options_.data_dir + "/uploads",
+                         [this](const std::string& model, uint64_t version) -> Result<bool> {
+                           std::string value;
+                           rocksdb::Status s =
+                               db_->Get(rocksdb::ReadOptions(), ctx_.versions,
+                                        storage_keys::VersionKey(model, version), &value);
+                           if (s.IsNotFound()) return false;
+                           CKPT_RETURN_IF_ERROR(FromRocks(s, "reading a version"));
+                           return true;
+                         });
+  }
+
+  // A committed version as a shard sent again is compared with (nullopt: not committed).
+  Result<std::optional<CommittedShards>> CommittedShardsOf(const std::string& model,
+                                                           uint64_t version) {
+    CKPT_ASSIGN_OR_RETURN(
+        auto stored,
+        ctx_.GetRecord<VersionRecord>(rocksdb::ReadOptions(), ctx_.versions,
+                                      storage_keys::VersionKey(model, version), "version record"));
+    if (!stored) return std::optional<CommittedShards>();
+    CKPT_ASSIGN_OR_RETURN(const std::string layout_text, ShardLayoutOf(*stored));
+    const auto layout = nlohmann::json::parse(layout_text, nullptr, false);
+    CommittedShards c;
+    c.info = MakeVersionInfo(model, version, *stored);
+    c.shard_count = layout.is_object() ? layout.value("shards", 0u) : 0;
+    if (layout.is_object() && layout.contains("shard_sha256")) {
+      c.shard_sha256 = layout["shard_sha256"].get<std::vector<std::string>>();
+    }
+    return std::optional<CommittedShards>(std::move(c));
+  }
+
+  // The push of a sharded version's assembled body, once its model is free.
+  Result<std::unique_ptr<PushSession>> BeginAssembledPush(const std::string& model,
+                                                          uint64_t version, uint64_t body_size,
+                                                          const PushOptions& options) {
+    const auto deadline = std::chrono::steady_clock::now() + kCommitLockWait;
+    while (true) {
+      auto session = BeginPush(model, version, body_size, options);
+      if (session.ok() || session.status().code() != StatusCode::kAborted ||
+          std::chrono::steady_clock::now() >= deadline) {
+        return session;
+      }
+      std::this_thread::sleep_for(kCommitLockRetry);
+    }
+  }
+
+  Result<std::unique_ptr<PushSession>> BeginPush(std::string_view model, uint64_t version,
+                                                 std::optional<uint64_t> body_size,
+                                                 const PushOptions& options) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
+    CKPT_RETURN_IF_ERROR(health_.CheckPush(body_size.value_or(0)));
+    CKPT_ASSIGN_OR_RETURN(ModelLocks::Guard guard, writer_.LockForWrite(model));
+    PushTarget target;
+    target.model = std::string(model);
+    target.version = version;
+    const std::string& name = target.model;
+    rocksdb::ReadOptions ro;
+    CKPT_ASSIGN_OR_RETURN(target.model_record,
+                          ctx_.GetRecord<ModelRecord>(ro, ctx_.models, name, "model record"));
+    const std::optional<ModelRecord>& record = target.model_record;
+    if (record && record->has_versions && version <= record->latest_version) {
+      return Status::FailedPrecondition(
+          "version " + std::to_string(version) + " must be greater than the latest version " +
+          std::to_string(record->latest_version) + " of model '" + name + "'");
+    }
+    if (!record) CKPT_RETURN_IF_ERROR(writer_.CheckModelLimit());
+    CKPT_ASSIGN_OR_RETURN(
+        target.state, ctx_.GetRecord<CodecStateRecord>(ro, ctx_.codec_state, name, "codec state"));
+    target.policy = options_.default_policy;
+    if (record && !record->policy_json.empty()) {
+      CKPT_ASSIGN_OR_RETURN(target.policy,
+                            CodecPolicy::FromJson(record->policy_json, options_.default_policy));
+    }
+    CKPT_ASSIGN_OR_RETURN(const RetentionPolicy retention,
+                          record ? writer_.RetentionOf(*record)
+                                 : Result<RetentionPolicy>(options_.default_retention));
+    target.retention_deletes = !retention.KeepsEverything();
+    target.retention = retention;
+    target.seq = std::max(target.state ? target.state->next_seq : 1, backend_->SeqFloor(name));
+    return NewPushSession(ctx_, std::move(guard), std::move(target), body_size, options);
+  }
+
+  Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,
+                                                     std::optional<uint64_t> version) override {
+    return OpenRestore(model, version, RestoreSelection{});
+  }
+
+  Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,
+                                                     std::optional<uint64_t> version,
+                                                     const RestoreSelection& selection) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
+    const uint64_t cache_generation = cache_.generation();  // before the snapshot
+    ScopedSnapshot snapshot(db_.get());
+    CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(ctx_, snapshot.reads(), model, version));
+    auto& [number, record] = found;
+    VersionInfo info = MakeVersionInfo(model, number, record);
+    if (selection.whole()) {
+      return OpenRestoreStream(ctx_, std::move(snapshot), std::string(model), std::move(info),
+                               std::move(record), cache_generation, /*use_cache=*/true);
+    }
+    return OpenRestoreView(ctx_, std::move(snapshot), std::string(model), std::move(info),
+                           std::move(record), cache_generation, selection);
+  }
+
+  Result<std::string> GetShardLayout(std::string_view model,
+                                     std::optional<uint64_t> version) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
+    CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(ctx_, rocksdb::ReadOptions(), model, version));
+    return ShardLayoutOf(found.second);
+  }
+
+  Result<std::unique_ptr<ShardSession>> BeginShard(std::string_view model, uint64_t version,
+                                                   uint32_t shard, uint32_t shard_count,
+                                                   std::optional<uint64_t> body_size,
+                                                   const PushOptions& options) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
+    if (shard_count == 0 || shard_count > options_.max_shards_per_version) {
+      return Status::InvalidArgument(
+          "a version has 1 to " + std::to_string(options_.max_shards_per_version) +
+          " shards (storage.max_shards_per_version), not " + std::to_string(shard_count));
+    }
+    if (shard >= shard_count) {
+      return Status::InvalidArgument("shard " + std::to_string(shard) +
+                                     " is out of range: a version of " +
+                                     std::to_string(shard_count) + " shards has shards 0 to " +
+                                     std::to_string(shard_count - 1));
+    }
+    const std::string name(model);
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(name));
+    rocksdb::ReadOptions ro;
+    CKPT_ASSIGN_OR_RETURN(auto record,
+                          ctx_.GetRecord<ModelRecord>(ro, ctx_.models, name, "model record"));
+    CKPT_ASSIGN_OR_RETURN(std::optional<CommittedShards> committed,
+                          CommittedShardsOf(name, version));
+    if (committed) {
+      // Sent again after the commit: compared with the shard the version was committed with.
+    } else if (record && record->has_versions && version <= record->latest_version) {
+      return Status::FailedPrecondition(
+          "version " + std::to_string(version) + " must be greater than the latest version " +
+          std::to_string(record->latest_version) + " of model '" + name + "'");
+    } else {
+      CKPT_RETURN_IF_ERROR(health_.CheckPush(body_size.value_or(0)));
+    }
+    return uploads_.Begin(name, version, shard, shard_count, body_size, options,
+                          std::move(committed));
+  }
+
+  Result<ShardUploadInfo> GetUpload(std::string_view model, uint64_t version) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    return uploads_.Get(std::string(model), version);
+  }
+
+  Result<std::vector<ShardUploadInfo>> ListUploads() override { return uploads_.List(); }
+
+  Result<ShardResult> CommitUpload(std::string_view model, uint64_t version,
+                                   const PushOptions& options) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
+    return uploads_.Commit(std::string(model), version, options);
+  }
+
+  Status AbortUpload(std::string_view model, uint64_t version) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    return uploads_.Abort(std::string(model), version);
+  }
+
+  Result<std::vector<ShardUploadInfo>> ExpireUploads() override { return uploads_.Expire(NowMs()); }
+
+  Result<std::vector<ModelInfo>> ListModels() override { return ListAllModels(ctx_); }
+
+  Result<ModelInfo> GetModel(std::string_view model) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
+    CKPT_ASSIGN_OR_RETURN(auto record, RequireModel(ctx_, rocksdb::ReadOptions(), model));
+    return MakeModelInfo(model, record);
+  }
+
+  Result<std::vector<VersionInfo>> ListVersions(std::string_view model) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
+    const ScopedSnapshot snapshot(db_.get());
+    return ListVersionsAt(ctx_, snapshot.reads(), model);
+  }
+
+  Result<VersionInfo> GetVersion(std::string_view model, std::optional<uint64_t> version) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
+    const ScopedSnapshot snapshot(db_.get());
+    const rocksdb::ReadOptions ro = snapshot.reads();
+    CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(ctx_, ro, model, version));
+    CKPT_ASSIGN_OR_RETURN(auto tags, TagsByVersion(ctx_, ro, model));
+    VersionInfo info = MakeVersionInfo(model, found.first, found.second);
+    info.tags = std::move(tags[found.first]);
+    return info;
+  }
+
+  Result<VersionDetail> GetVersionDetail(std::string_view model,
+                                         std::optional<uint64_t> version) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
+    const ScopedSnapshot snapshot(db_.get());
+    return VersionDetailAt(ctx_, snapshot.reads(), model, version);
+  }
+
+  Status DeleteVersion(std::string_view model, uint64_t version) override {
+    return writer_.DeleteVersion(model, version);
+  }
+
+  Status DeleteModel(std::string_view model) override {
+    CKPT_RETURN_IF_ERROR(writer_.DeleteModel(model));
+    return uploads_.RemoveModel(std::string(model));
+  }
+
+  Result<CodecPolicy> GetPolicy(std::string_view model) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
+    CKPT_ASSIGN_OR_RETURN(ModelRecord record, RequireModel(ctx_, rocksdb::ReadOptions(), model));
+    if (record.policy_json.empty()) return options_.default_policy;
+    return CodecPolicy::FromJson(record.policy_json, options_.default_policy);
+  }
+
+  Status SetPolicy(std::string_view model, const CodecPolicy& policy) override {
+    return writer_.UpdateModelRecord(model, "setting policy",
+                                     [&](ModelRecord& r) { r.policy_json = policy.ToJson(); });
+  }
+
+  Status SetTag(std::string_view model, std::string_view tag, uint64_t version) override {
+    return writer_.SetTag(model, tag, version);
+  }
+
+  Status RemoveTag(std::string_view model, std::string_view tag) override {
+    return writer_.RemoveTag(model, tag);
+  }
+
+  Result<uint64_t> ResolveTag(std::string_view model, std::string_view tag) override {
+    return writer_.ResolveTag(model, tag);
+  }
+
+  Result<RetentionPolicy> GetRetentionPolicy(std::string_view model) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
+    CKPT_ASSIGN_OR_RETURN(ModelRecord record, RequireModel(ctx_, rocksdb::ReadOptions(), model));
+    return writer_.RetentionOf(record);
+  }
+
+  Status SetRetentionPolicy(std::string_view model, const RetentionPolicy& policy) override {
+    return writer_.UpdateModelRecord(model, "setting retention policy",
+                                     [&](ModelRecord& r) { r.retention_json = policy.ToJson(); });
+  }
+
+  Result<RetentionReport> ApplyRetention(std::string_view model, const RetentionRun& run) override {
+    return writer_.ApplyRetention(model, run);
+  }
+
+  Result<ScrubReport> Scrub(std::string_view model) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    return maintenance_.Scrub(std::string(model));
+  }
+
+  Result<BackupResult> Backup(const std::string& backup_dir) override {
+    return maintenance_.Backup(backup_dir);
+  }
+
+  Result<GcReport> CollectGarbage(std::string_view model, const GcOptions& options) override {
+    return writer_.CollectGarbage(model, options);
+  }
+
+  Result<RearrangeReport> RearrangeLatest(std::string_view model,
+                                          const std::function<bool()>& cancelled) override {
+    return writer_.RearrangeLatest(model, cancelled);
+  }
+
+  Result<std::optional<std::string>> WriteOwner(std::string_view model) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    return backend_->WriteOwner(std::string(model));
+  }
+
+  StoreStats Stats() override {
+    StoreStats s;
+    auto get = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    s.pushes = get(counters_.pushes);
+    s.push_raw_bytes = get(counters_.push_raw_bytes);
+    s.push_stored_bytes = get(counters_.push_stored_bytes);
+    s.encode_seconds = static_cast<double>(get(counters_.encode_ns)) * 1e-9;
+    s.versions_deleted = get(counters_.versions_deleted);
+    s.retention_versions_deleted = get(counters_.retention_versions_deleted);
+    s.retention_tensors_dropped = get(counters_.retention_tensors_dropped);
+    s.gc_bytes_freed = get(counters_.gc_bytes_freed);
+    s.gc_versions_rebased = get(counters_.gc_versions_rebased);
+    s.rearrangements = get(counters_.rearrangements);
+    s.restores = get(counters_.restores);
+    s.restore_links_decoded = get(counters_.restore_links_decoded);
+    auto sum = [this](const std::string& property) {
+      uint64_t total = 0;
+      for (rocksdb::ColumnFamilyHandle* cf : families_.all) {
+        uint64_t value = 0;
+        if (db_->GetIntProperty(cf, property, &value)) total += value;
+      }
+      return total;
+    };
+    s.sst_bytes = sum(rocksdb::DB::Properties::kTotalSstFilesSize);
+    s.blob_bytes = sum(rocksdb::DB::Properties::kTotalBlobFileSize);
+    s.pending_compaction_bytes = sum(rocksdb::DB::Properties::kEstimatePendingCompactionBytes);
+    uint64_t running = 0;
+    if (db_->GetIntProperty(rocksdb::DB::Properties::kNumRunningCompactions, &running)) {
+      s.running_compactions = running;
+    }
+    backend_->AddStats(&s);
+    return s;
+  }
+
+  StoreHealthReport Health() override { return health_.Report(); }
+
+  Status Flush() override {
+    rocksdb::FlushOptions fo;
+    fo.wait = true;
+    CKPT_RETURN_IF_ERROR(FromRocks(db_->Flush(fo, families_.all), "flushing memtables"));
+    return FromRocks(db_->FlushWAL(/*sync=*/true), "syncing WAL");
+  }
+
+ private:
+  StoreOptions options_;
+  const std::shared_ptr<rocksdb::Env> env_;  // null: the process's file system
+  ReferenceCache cache_;
+  std::unique_ptr<TensorCodec> codec_;
+  StoreHealth health_;  // the database's listener refers to it: declared before db_
+  std::unique_ptr<rocksdb::DB> db_;
+  StoreFamilies families_;
+  std::unique_ptr<StoreBackend> backend_;
+  StoreContext ctx_;  // refers to the members above
+  StoreCounters counters_;
+  std::mutex tags_mu_;  // see StoreContext::tags_mu
+  StoreMaintenance maintenance_;
+  ModelWriter writer_;
+  ShardedUploads uploads_;
+};
+
+}  // namespace
+
+Status CheckpointStore::RestoreBackup(const std::string& backup_dir, const std::string& data_dir) {
+  return StoreMaintenance::RestoreBackup(backup_dir, data_dir);
+}
+
+Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(const StoreOptions& options) {
+  return OpenStoreOn(options, nullptr);
+}
+
+Result<std::unique_ptr<CheckpointStore>> OpenStoreOn(const StoreOptions& options,
+                                                     std::shared_ptr<rocksdb::Env> env) {
+  if (options.data_dir.empty()) return Status::InvalidArgument("store: data_dir is empty");
+  if (options.chunk_bytes < 1024) {
+    return Status::InvalidArgument("store: chunk_bytes must be at least 1024");
+  }
+  if (!options.create_if_missing) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(options.data_dir, ec)) {
+      return Status::NotFound("no ckptd store in '" + options.data_dir +
+                              "': the directory does not exist");
+    }
+    // Every RocksDB database has this file; a directory without it holds no store.
+    if (!std::filesystem::exists(std::filesystem::path(options.data_dir) / "CURRENT", ec)) {
+      return Status::NotFound("no ckptd store in '" + options.data_dir +
+                              "': the directory holds no database");
+    }
+  }
+  auto store = std::make_unique<CheckpointStoreImpl>(options, std::move(env));
+  CKPT_RETURN_IF_ERROR(store->OpenDb());
+  return std::unique_ptr<CheckpointStore>(std::move(store));
+}
+
+}  // namespace ckpt

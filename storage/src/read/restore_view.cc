@@ -1,0 +1,355 @@
+// The restore of part of a version (restore_view.h).
+#include "read/restore_view.h"
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "ckpt/codec/safetensors.h"
+#include "ckpt/codec/tensor_patterns.h"
+#include "ckpt/codec/tensor_slices.h"
+#include "read/chain_reader.h"
+#include "uploads/shard_assembly.h"
+
+namespace ckpt {
+namespace {
+
+using nlohmann::json;
+
+// The most bytes of a box gathered into one piece of the body, and the part of a run within a
+// chunk that is sent from the chunk without a copy.
+constexpr size_t kGatherBytes = 1 << 20;
+constexpr size_t kDirectBytes = 64 << 10;
+
+// One tensor of the view: a box of a stored tensor.
+struct ViewTensor {
+  uint32_t tensor = 0;  // in the manifest
+  TensorBox box;
+  bool whole = false;
+};
+
+Result<SafetensorsHeader> HeaderOf(const VersionRecord& record) {
+  if (record.raw_header.size() < 8) return Status::DataLoss("stored header is too short");
+  return ParseSafetensorsHeader(std::string_view(record.raw_header).substr(8), std::nullopt);
+}
+
+// The dimension a tensor was pushed split along, per the version's layout: the one dimension
+// in which its slices differ (-1 when it was pushed whole or split in several dimensions).
+int SplitDimension(const json& layout, const std::string& name, size_t rank) {
+  if (!layout.is_object() || !layout.contains("tensors")) return -1;
+  const json& tensors = layout["tensors"];
+  auto it = tensors.find(name);
+  if (it == tensors.end() || !it->contains("slices")) return -1;
+  int dim = -1;
+  std::vector<std::vector<uint64_t>> seen;
+  for (const json& slice : (*it)["slices"]) {
+    const auto offsets = slice.value("offsets", std::vector<uint64_t>{});
+    if (offsets.size() != rank) return -1;
+    if (std::find(seen.begin(), seen.end(), offsets) != seen.end()) continue;  // a replica
+    seen.push_back(offsets);
+    for (size_t d = 0; d < rank; ++d) {
+      if (offsets[d] == 0) continue;
+      if (dim >= 0 && dim != static_cast<int>(d)) return -1;
+      dim = static_cast<int>(d);
+    }
+  }
+  return seen.size() > 1 ? dim : -1;
+}
+
+bool MatchesAny(const std::vector<std::string>& patterns, const std::string& name) {
+  if (patterns.empty()) return true;
+  return FirstMatchingPattern(patterns, name) >= 0;
+}
+
+// Whether `selection` (tensor patterns, exact names) admits tensor `name`.
+bool Selected(const RestoreSelection& selection, const std::string& name) {
+  if (selection.tensors.empty() && selection.names.empty()) return true;
+  if (std::find(selection.names.begin(), selection.names.end(), name) != selection.names.end()) {
+    return true;
+  }
+  return !selection.tensors.empty() && MatchesAny(selection.tensors, name);
+}
+
+class RestoreViewImpl final : public RestoreStream {
+ public:
+  RestoreViewImpl(const StoreContext& ctx, ScopedSnapshot snapshot, std::string model,
+                  VersionInfo info, VersionRecord record, uint64_t cache_generation)
+      : ctx_(ctx),
+        snapshot_(std::move(snapshot)),
+        info_(std::move(info)),
+        record_(std::move(record)),
+        reader_(ctx.db, ctx.manifests, ctx.backend, snapshot_.get(), std::move(model), ctx.cache,
+                cache_generation) {}
+
+  ~RestoreViewImpl() override {
+    ctx_.counters->restore_links_decoded.fetch_add(reader_.links_decoded(),
+                                                   std::memory_order_relaxed);
+  }
+
+  Status Init(const RestoreSelection& selection) {
+    if (selection.bytes) return InitRange(*selection.bytes);
+    if (selection.ranks > 0 && selection.rank >= selection.ranks) {
+      return Status::InvalidArgument("rank " + std::to_string(selection.rank) +
+                                     " is not below the rank count " +
+                                     std::to_string(selection.ranks));
+    }
+    ctx_.counters->restores.fetch_add(1, std::memory_order_relaxed);
+    CKPT_ASSIGN_OR_RETURN(manifest_, reader_.Manifest(record_.seq));
+    CKPT_ASSIGN_OR_RETURN(SafetensorsHeader header, HeaderOf(record_));
+    json layout;
+    if (auto it = header.metadata.find(std::string(kLayoutMetadataKey));
+        it != header.metadata.end()) {
+      layout = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+    }
+    std::map<std::string, SliceDeclaration> slices;
+    std::vector<TensorSpec> specs;
+    size_t dropped_matches = 0;  // tensors the selection names that retention dropped
+    for (uint32_t i = 0; i < manifest_->tensors.size(); ++i) {
+      const ManifestTensor& t = manifest_->tensors[i];
+      if (record_.Dropped(i)) {  // not in the version any more
+        const bool named =
+            selection.box ? selection.box->first == t.name : Selected(selection, t.name);
+        if (named) ++dropped_matches;
+        continue;
+      }
+      ViewTensor v;
+      v.tensor = i;
+      v.box.offsets.assign(t.shape.size(), 0);
+      v.box.shape = t.shape;
+      if (selection.box) {
+        if (selection.box->first != t.name) continue;
+        v.box = selection.box->second;
+        CKPT_RETURN_IF_ERROR(CheckBoxWithin(t.name, v.box, t.shape));
+      } else if (!Selected(selection, t.name)) {
+        continue;
+      } else if (selection.ranks > 0) {
+        const int dim = SplitDimension(layout, t.name, t.shape.size());
+        if (dim >= 0) {
+          auto [offset, length] = SplitExtent(t.shape[dim], selection.rank, selection.ranks);
+          v.box.offsets[dim] = offset;
+          v.box.shape[dim] = length;
+        }
+      }
+      v.whole = v.box.shape == t.shape;
+      if (!v.whole) slices[t.name] = SliceDeclaration{t.shape, v.box.offsets};
+      specs.push_back(TensorSpec{t.name, t.dtype, v.box.shape, {}});
+      size_ += v.box.element_count() * DTypeSize(t.dtype);
+      view_.push_back(std::move(v));
+    }
+    if (view_.empty() && dropped_matches > 0) {
+      return Status::NotFound(
+          "version " + std::to_string(info_.version) + " no longer holds " +
+          (selection.box
+               ? "tensor '" + selection.box->first + "'"
+               : "the " + std::to_string(dropped_matches) + " tensor(s) the selection names") +
+          ": retention's tensor rules dropped them (the latest and tagged versions keep every "
+          "tensor; GET .../versions/" +
+          std::to_string(info_.version) + "?detail=1 marks what was dropped)");
+    }
+    if (view_.empty()) {
+      return selection.box
+                 ? Status::NotFound("version " + std::to_string(info_.version) +
+                                    " has no tensor '" + selection.box->first + "'")
+                 : Status::InvalidArgument("no tensor of version " + std::to_string(info_.version) +
+                                           " matches the selection");
+    }
+    std::map<std::string, std::string> metadata = header.metadata;
+    metadata.erase(std::string(kLayoutMetadataKey));
+    if (!slices.empty()) {
+      metadata[std::string(kSlicesMetadataKey)] = SliceDeclarationsJson(slices);
+    }
+    CKPT_ASSIGN_OR_RETURN(header_bytes_, WriteSafetensorsHeader(specs, metadata));
+    size_ += header_bytes_.size();
+    info_.sha256.clear();  // of this body: not known before it is made
+    return Status::Ok();
+  }
+
+  const VersionInfo& info() const override { return info_; }
+  uint64_t size() const override { return size_; }
+
+  Result<std::span<const uint8_t>> Next() override {
+    if (range_) return NextInRange();
+    if (!header_sent_) {
+      header_sent_ = true;
+      return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(header_bytes_.data()),
+                                      header_bytes_.size());
+    }
+    while (next_view_ < view_.size()) {
+      const ViewTensor& v = view_[next_view_];
+      const ManifestTensor& t = manifest_->tensors[v.tensor];
+      if (v.whole) {
+        if (next_chunk_ < t.chunk_count) {
+          CKPT_RETURN_IF_ERROR(
+              reader_.DecodeSharedChunk(record_.seq, v.tensor, next_chunk_++, &piece_));
+          return std::span<const uint8_t>(*piece_);
+        }
+      } else {
+        CKPT_ASSIGN_OR_RETURN(const std::span<const uint8_t> piece, Gather(v, t));
+        if (!piece.empty()) return piece;
+      }
+      ++next_view_;
+      next_chunk_ = 0;
+      runs_.reset();
+    }
+    return std::span<const uint8_t>();
+  }
+
+ private:
+  // A byte range of the whole body: the stored header, then every tensor whole.
+  Status InitRange(std::pair<uint64_t, uint64_t> bytes) {
+    if (bytes.first >= record_.raw_bytes || bytes.first > bytes.second) {
+      return Status::InvalidArgument("byte range " + std::to_string(bytes.first) + "-" +
+                                     std::to_string(bytes.second) + " is outside the body of " +
+                                     std::to_string(record_.raw_bytes) + " bytes");
+    }
+    ctx_.counters->restores.fetch_add(1, std::memory_order_relaxed);
+    CKPT_ASSIGN_OR_RETURN(manifest_, reader_.Manifest(record_.seq));
+    range_ = std::make_pair(bytes.first, std::min(bytes.second, record_.raw_bytes - 1));
+    size_ = range_->second - range_->first + 1;
+    position_ = 0;
+    return Status::Ok();
+  }
+
+  // The next piece of the range: the pieces of the whole body that overlap it, clipped; the
+  // chunks before it are skipped without being read.
+  Result<std::span<const uint8_t>> NextInRange() {
+    auto clip = [&](std::span<const uint8_t> piece) {
+      const uint64_t begin = position_, end = position_ + piece.size();
+      position_ = end;
+      const uint64_t from = std::max(begin, range_->first);
+      const uint64_t to = std::min(end, range_->second + 1);
+      return piece.subspan(from - begin, to - from);
+    };
+    if (!header_sent_) {
+      header_sent_ = true;
+      const std::span<const uint8_t> header(
+          reinterpret_cast<const uint8_t*>(record_.raw_header.data()), record_.raw_header.size());
+      if (header.size() > range_->first) return clip(header);
+      position_ = header.size();
+    }
+    while (next_view_ < manifest_->tensors.size() && position_ <= range_->second) {
+      const ManifestTensor& t = manifest_->tensors[next_view_];
+      if (next_chunk_ >= t.chunk_count || record_.Dropped(next_view_)) {
+        ++next_view_;
+        next_chunk_ = 0;
+        continue;
+      }
+      const uint64_t length = ChainReader::ChunkLength(t, next_chunk_);
+      if (position_ + length <= range_->first) {
+        position_ += length;
+        ++next_chunk_;
+        continue;
+      }
+      CKPT_RETURN_IF_ERROR(
+          reader_.DecodeSharedChunk(record_.seq, next_view_, next_chunk_++, &piece_));
+      if (piece_->size() != length) {
+        return Status::DataLoss("a decoded chunk differs in length from its record");
+      }
+      return clip(std::span<const uint8_t>(*piece_));
+    }
+    return std::span<const uint8_t>();
+  }
+
+  // The next bytes of box `v` of `t`, empty once the box is done: a run's part within one
+  // decoded chunk is sent from the chunk itself when it is large (a slice along dimension 0 is
+  // one run, so it is never copied); smaller parts (rows of a column slice) are gathered.
+  Result<std::span<const uint8_t>> Gather(const ViewTensor& v, const ManifestTensor& t) {
+    const uint64_t element = DTypeSize(t.dtype);
+    if (!runs_) {
+      runs_.emplace(t.shape, v.box);
+      run_begin_ = run_end_ = 0;
+    }
+    gathered_.clear();
+    while (gathered_.size() < kGatherBytes) {
+      if (run_begin_ == run_end_) {
+        uint64_t first = 0, count = 0;
+        if (!runs_->Next(&first, &count)) break;
+        run_begin_ = first * element;
+        run_end_ = (first + count) * element;
+      }
+      const uint32_t chunk = static_cast<uint32_t>(run_begin_ / t.chunk_bytes);
+      const uint64_t chunk_begin = uint64_t{chunk} * t.chunk_bytes;
+      const uint64_t in_chunk = std::min(run_end_, chunk_begin + t.chunk_bytes) - run_begin_;
+      // A large part goes out on its own; what was gathered before it goes first.
+      if (in_chunk >= kDirectBytes && !gathered_.empty()) break;
+      if (!chunk_ || chunk_index_ != chunk) {
+        CKPT_RETURN_IF_ERROR(reader_.DecodeSharedChunk(record_.seq, v.tensor, chunk, &chunk_));
+        chunk_index_ = chunk;
+      }
+      if (chunk_begin + chunk_->size() < run_begin_ + in_chunk) {
+        return Status::DataLoss("a decoded chunk is shorter than recorded");
+      }
+      const uint8_t* from = chunk_->data() + (run_begin_ - chunk_begin);
+      if (in_chunk >= kDirectBytes) {
+        run_begin_ += in_chunk;
+        return std::span<const uint8_t>(from, in_chunk);
+      }
+      const uint64_t take = std::min<uint64_t>(in_chunk, kGatherBytes - gathered_.size());
+      gathered_.insert(gathered_.end(), from, from + take);
+      run_begin_ += take;
+    }
+    if (gathered_.empty()) chunk_.reset();
+    return std::span<const uint8_t>(gathered_);
+  }
+
+  const StoreContext& ctx_;
+  const ScopedSnapshot snapshot_;  // first: released after everything reading through it
+  VersionInfo info_;
+  VersionRecord record_;
+  ChainReader reader_;
+  const ManifestRecord* manifest_ = nullptr;
+  std::vector<ViewTensor> view_;
+  std::string header_bytes_;
+  uint64_t size_ = 0;
+  bool header_sent_ = false;
+  size_t next_view_ = 0;
+  uint32_t next_chunk_ = 0;      // whole tensors: the next chunk to send
+  ReferenceCache::Chunk piece_;  // the chunk handed out last
+  // Boxes: the runs left, the current run's byte range, the chunk it reads.
+  std::optional<BoxRuns> runs_;
+  uint64_t run_begin_ = 0, run_end_ = 0;
+  ReferenceCache::Chunk chunk_;
+  uint32_t chunk_index_ = 0;
+  std::vector<uint8_t> gathered_;
+  // A byte range of the whole body: [first, last], and the body offset of the next piece.
+  std::optional<std::pair<uint64_t, uint64_t>> range_;
+  uint64_t position_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<RestoreStream>> OpenRestoreView(const StoreContext& ctx,
+                                                       ScopedSnapshot snapshot, std::string model,
+                                                       VersionInfo info, VersionRecord record,
+                                                       uint64_t cache_generation,
+                                                       const RestoreSelection& selection) {
+  auto view =
+      std::make_unique<RestoreViewImpl>(ctx, std::move(snapshot), std::move(model), std::move(info),
+                                        std::move(record), cache_generation);
+  CKPT_RETURN_IF_ERROR(view->Init(selection));
+  return std::unique_ptr<RestoreStream>(std::move(view));
+}
+
+Result<std::string> ShardLayoutOf(const VersionRecord& record) {
+  CKPT_ASSIGN_OR_RETURN(SafetensorsHeader header, HeaderOf(record));
+  if (auto it = header.metadata.find(std::string(kLayoutMetadataKey));
+      it != header.metadata.end()) {
+    return it->second;
+  }
+  json tensors = json::object();
+  for (const TensorInfo& t : header.tensors) {
+    tensors[t.name] = {
+        {"dtype", std::string(DTypeName(t.dtype))},
+        {"global_shape", t.shape},
+        {"slices", json::array({{{"shard", 0},
+                                 {"offsets", std::vector<uint64_t>(t.shape.size(), 0)},
+                                 {"shape", t.shape}}})}};
+  }
+  return json{{"format", 1},
+              {"shards", 1},
+              {"shard_sha256", json::array({record.sha256_hex})},
+              {"tensors", std::move(tensors)}}
+      .dump();
+}
+
+}  // namespace ckpt

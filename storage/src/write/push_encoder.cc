@@ -1,0 +1,144 @@
+// The encoding half of a push (push_encoder.h).
+#include "write/push_encoder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+namespace ckpt {
+
+PushEncoder::PushEncoder(const StoreContext& ctx, std::string model, uint64_t seq,
+                         ChainReader* reader, ManifestRecord* manifest)
+    : ctx_(ctx),
+      model_(std::move(model)),
+      seq_(seq),
+      reader_(reader),
+      manifest_(manifest),
+      // At most one chunk's bytes wait beyond those being encoded.
+      pool_(std::make_unique<WorkerPool>(
+          ctx.options->push_encoder_threads,
+          (ctx.options->push_encoder_threads + 1) * ctx.options->chunk_bytes, kInlineChunkBytes)) {}
+
+PushEncoder::~PushEncoder() { pool_.reset(); }
+
+void PushEncoder::AddHeader(std::string_view raw_header) {
+  restored_sha_.Update(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(raw_header.data()),
+                                                raw_header.size()));
+}
+
+void PushEncoder::AddTensor(const TensorCoding& coding, uint32_t chunk_count) {
+  tensor_codecs_.push_back(CodecFor(coding));
+  restored_is_pushed_ &= !coding.lossy;
+  chunk_entropy_bits_.emplace_back(chunk_count, 0.0);
+}
+
+Status PushEncoder::Submit(uint32_t tensor, uint32_t chunk, std::span<const uint8_t> data) {
+  HashRestoredChunks();
+  const uint64_t ordinal = body_chunks_++;
+  return pool_->Submit(data, [this, tensor, chunk, ordinal](std::span<const uint8_t> bytes) {
+    return EncodeChunk(tensor, chunk, ordinal, bytes);
+  });
+}
+
+Result<uint64_t> PushEncoder::Finish() {
+  CKPT_RETURN_IF_ERROR(pool_->Drain());
+  HashRestoredChunks();
+  for (size_t i = 0; i < manifest_->tensors.size(); ++i) {
+    // In chunk order, whatever order the encoders finished in: the same sum every time.
+    for (double bits : chunk_entropy_bits_[i]) manifest_->tensors[i].entropy_bits += bits;
+  }
+  return stored_bytes_;
+}
+
+// Encodes chunk `chunk` of tensor `tensor` (the body's chunk number `ordinal`) against its
+// reference, stores it and accounts for it. Runs on an encoder thread, concurrently with
+// other chunks of the body (storage.push_encoder_threads), or inline.
+Status PushEncoder::EncodeChunk(uint32_t tensor, uint32_t chunk, uint64_t ordinal,
+                                std::span<const uint8_t> data) {
+  const ManifestTensor& t = manifest_->tensors[tensor];
+  std::optional<std::span<const uint8_t>> reference;
+  ReferenceCache::Chunk cached;
+  std::vector<uint8_t> decoded;
+  if (t.kind == FrameKind::kDelta) {
+    cached = ctx_.cache->Get(model_, t.base_seq, t.base_tensor, chunk);
+    if (cached) {
+      reference = std::span<const uint8_t>(*cached);
+      // Consumed: the new version's chunk replaces it as the reference, and demoting it now
+      // keeps the LRU from evicting reference chunks this push still needs. (Evicted under a
+      // race, a reference is decoded from the chain below.)
+      ctx_.cache->Demote(model_, t.base_seq, t.base_tensor, chunk);
+    } else {
+      CKPT_RETURN_IF_ERROR(reader_->DecodeChunk(t.base_seq, t.base_tensor, chunk, &decoded));
+      reference = std::span<const uint8_t>(decoded);
+    }
+  }
+  const TensorCodec* codec = tensor_codecs_[tensor];
+  const auto encode_start = std::chrono::steady_clock::now();
+  CKPT_ASSIGN_OR_RETURN(EncodedChunk encoded, codec->Encode(t.dtype, data, reference));
+  ctx_.counters->encode_ns.fetch_add(
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now() - encode_start)
+                                .count()),
+      std::memory_order_relaxed);
+  // What a restore will produce: the input itself, or the lossy reconstruction.
+  const std::span<const uint8_t> restored =
+      encoded.reconstruction_is_input ? data : std::span<const uint8_t>(encoded.reconstruction);
+  const std::string value = ChunkRecord::EncodeChunk(encoded, t.kind, restored);
+  CKPT_RETURN_IF_ERROR(ctx_.backend->PutChunk(model_, seq_, tensor, chunk, value));
+  if (restored_is_pushed_ && !encoded.reconstruction_is_input) {
+    return Status::Internal("push: the lossless codec changed chunk " + std::to_string(chunk) +
+                            " of tensor '" + t.name + "'");
+  }
+  chunk_entropy_bits_[tensor][chunk] = encoded.info.model_entropy_bits;  // this chunk's slot
+  {
+    std::lock_guard lock(accounting_mu_);
+    stored_bytes_ += value.size();
+    ManifestTensor& entry = manifest_->tensors[tensor];
+    if (encoded.codec_id == CodecId::kLossyQuantized) {
+      entry.codec_id = static_cast<uint16_t>(encoded.codec_id);
+    }
+    entry.stored_bytes += value.size();
+    entry.quantizer = std::max(entry.quantizer, encoded.info.quantizer);
+    entry.bound = std::max(entry.bound, encoded.info.bound);
+    entry.exact_elements += encoded.info.exact_elements;
+  }
+  ReferenceCache::Chunk reconstruction =
+      encoded.reconstruction_is_input
+          ? std::make_shared<const std::vector<uint8_t>>(data.begin(), data.end())
+          : std::make_shared<const std::vector<uint8_t>>(std::move(encoded.reconstruction));
+  if (!restored_is_pushed_) {
+    std::lock_guard lock(unhashed_mu_);
+    unhashed_.emplace(ordinal, reconstruction);
+  }
+  ctx_.cache->Put(model_, seq_, tensor, chunk, std::move(reconstruction));
+  return Status::Ok();
+}
+
+// Adds to restored_sha_ the reconstructions the encoders have finished that continue the body
+// where the last call stopped (a chunk finished out of order waits for the ones before it). On
+// the owner's thread, which has time to spare while the encoders work.
+void PushEncoder::HashRestoredChunks() {
+  std::vector<ReferenceCache::Chunk> chunks;
+  {
+    std::lock_guard lock(unhashed_mu_);
+    for (auto it = unhashed_.begin(); it != unhashed_.end() && it->first == next_to_hash_;
+         it = unhashed_.erase(it), ++next_to_hash_) {
+      chunks.push_back(std::move(it->second));
+    }
+  }
+  for (const ReferenceCache::Chunk& chunk : chunks) restored_sha_.Update(*chunk);
+}
+
+// The store's lossless codec, or a lossy codec for the tensor's options.
+const TensorCodec* PushEncoder::CodecFor(const TensorCoding& coding) {
+  if (!coding.lossy) return ctx_.codec;
+  for (const auto& [options, codec] : lossy_codecs_) {
+    if (options == coding.lossy_options) {
+      return codec.get();
+    }
+  }
+  lossy_codecs_.emplace_back(coding.lossy_options, NewLossyCodec(coding.lossy_options));
+  return lossy_codecs_.back().second.get();
+}
+
+}  // namespace ckpt

@@ -1,0 +1,40 @@
+// The push session: a safetensors body streamed in, cut into chunks, handed to the encoder
+// (push_encoder.h) and committed as one version in one atomic change of the model's metadata.
+// Internal to storage/; the protocol is in docs/design.md ("Push").
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ckpt/codec/policy.h"
+#include "ckpt/storage/checkpoint_store.h"
+#include "ckpt/storage/retention.h"
+#include "context/store_context.h"
+#include "records/records.h"
+#include "write/model_locks.h"
+
+namespace ckpt {
+
+// Checks what a push carries besides its body (metric and label names and values, tags).
+Status ValidatePushOptions(const PushOptions& options);
+
+// Where a push goes and what it deltas against, read under the model's lock by BeginPush.
+struct PushTarget {
+  std::string model;
+  uint64_t version = 0;
+  uint64_t seq = 0;  // the manifest the push writes
+  CodecPolicy policy;
+  bool retention_deletes = false;           // the model's retention policy has rules
+  RetentionPolicy retention;                // the model's, for its tensor rules' chain limits
+  std::optional<ModelRecord> model_record;  // none: the push creates the model
+  std::optional<CodecStateRecord> state;    // none: no reference, every tensor a keyframe
+};
+
+// A push holding `guard` (the model's write lock) until it is committed or destroyed.
+std::unique_ptr<PushSession> NewPushSession(const StoreContext& ctx, ModelLocks::Guard guard,
+                                            PushTarget target, std::optional<uint64_t> body_size,
+                                            PushOptions options);
+
+}  // namespace ckpt
