@@ -21,6 +21,7 @@
 
 #include "ckpt/api/api_handler.h"
 #include "ckpt/version.h"
+#include "model_turns.h"
 #include "pooled_call.h"
 #include "request_log.h"
 #include "tls_context.h"
@@ -37,8 +38,6 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kUseAwaitable = net::use_awaitable;
 // Capacity of each connection's read buffer, and so the largest single socket read.
 constexpr size_t kReadBufferBytes = 256 << 10;
-// How often a push waiting for its model's turn tries again.
-constexpr auto kPushRetryInterval = std::chrono::milliseconds(20);
 
 class HttpServerImpl final : public HttpServer {
  public:
@@ -82,6 +81,7 @@ class HttpServerImpl final : public HttpServer {
       acceptor_.close(ignored);
     });
     CloseIdleSessions();
+    turns_.Stop();  // a request waiting for a busy model answers now
     {
       std::unique_lock lock(sessions_mu_);
       sessions_cv_.wait_for(lock, options_.shutdown_grace, [this] { return sessions_.empty(); });
@@ -349,10 +349,8 @@ class HttpServerImpl final : public HttpServer {
         // done): wait for its turn as pushes do, without holding a thread.
         ApiResponse r = co_await HandleSimple(log.method, route, body);
         const auto wait_until = Clock::now() + options_.push_wait;
-        while (r.model_busy && Clock::now() < wait_until && !stopping_) {
-          net::steady_timer timer(stream.get_executor(), kPushRetryInterval);
-          beast::error_code ec;
-          co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
+        for (int tries_when_free = 0; r.model_busy;) {
+          if (!TryAgain(co_await turns_.Await(handler_, route, wait_until), tries_when_free)) break;
           r = co_await HandleSimple(log.method, route, body);
         }
         ok = co_await WriteResponse(stream, r, version, keep_alive, log.method == "HEAD", log);
@@ -362,6 +360,22 @@ class HttpServerImpl final : public HttpServer {
     }
     Finish(log, remote);
     co_return ok;
+  }
+
+  // Whether a request refused as busy tries again after waiting for its model's turn. A model
+  // found free yet refusing is tried once more, not again: what refuses then is no writer a
+  // wait would outlast.
+  static bool TryAgain(ModelTurns::Outcome outcome, int& tries_when_free) {
+    switch (outcome) {
+      case ModelTurns::Outcome::kTurn:
+        return true;
+      case ModelTurns::Outcome::kWasFree:
+        return ++tries_when_free <= 1;
+      case ModelTurns::Outcome::kTimedOut:
+      case ModelTurns::Outcome::kStopped:
+        return false;
+    }
+    return false;
   }
 
   // Handler::Handle for a request with a small body. Administrative passes over whole models
@@ -441,15 +455,13 @@ class HttpServerImpl final : public HttpServer {
       if (!expect_continue) co_await DrainBeforeClose(stream, buffer, parser, chunk);
       co_return false;
     }
-    // Pushes to one model are serialized: wait for the model's turn on a timer (the body stays
-    // in the socket meanwhile, so TCP flow control holds the client back).
+    // Pushes to one model are serialized: wait for the model's turn (the body stays in the
+    // socket meanwhile, so TCP flow control holds the client back).
     auto session = handler_.BeginPush(route, content_length);
     const auto wait_until = Clock::now() + options_.push_wait;
-    while (!session.ok() && session.status().code() == StatusCode::kAborted &&
-           Clock::now() < wait_until && !stopping_) {
-      net::steady_timer timer(stream.get_executor(), kPushRetryInterval);
-      beast::error_code ec;
-      co_await timer.async_wait(net::redirect_error(kUseAwaitable, ec));
+    for (int tries_when_free = 0;
+         !session.ok() && session.status().code() == StatusCode::kAborted;) {
+      if (!TryAgain(co_await turns_.Await(handler_, route, wait_until), tries_when_free)) break;
       session = handler_.BeginPush(route, content_length);
     }
     if (!session.ok()) {
@@ -679,6 +691,7 @@ class HttpServerImpl final : public HttpServer {
   // another model's.
   net::thread_pool commit_pool_{2};
   std::atomic<bool> stopping_{false};
+  ModelTurns turns_;  // after ioc_: stopped before the strands it posts to go
   uint16_t port_ = 0;
   std::atomic<uint64_t> next_session_id_{0};
   std::mutex sessions_mu_;

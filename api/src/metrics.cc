@@ -95,6 +95,9 @@ std::string ServerMetrics::Render(CheckpointStore& store) const {
   auto add_counter = [&](const std::string& name, const std::string& help, double value) {
     counter(name, help).Add({}).Increment(value);
   };
+  set_gauge("ckptd_requests_waiting_for_model",
+            "Requests waiting for their model's turn (a push or change to it in progress)",
+            static_cast<double>(requests_waiting_.load(std::memory_order_relaxed)));
   add_counter("ckptd_pushes_total", "Committed pushes since start", static_cast<double>(s.pushes));
   add_counter("ckptd_push_raw_bytes_total", "Body bytes of committed pushes since start",
               static_cast<double>(s.push_raw_bytes));

@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "backends/store_backend.h"
 #include "ckpt/storage/checkpoint_store.h"
@@ -36,8 +35,7 @@ namespace {
 
 // How long the commit of a sharded version waits for its model's turn (a push or a pass of
 // the background work holding it).
-constexpr auto kCommitLockWait = std::chrono::seconds(60);
-constexpr auto kCommitLockRetry = std::chrono::milliseconds(20);
+constexpr auto kCommitLockWait = std::chrono::milliseconds(60'000);
 
 // Thread safety: safe for concurrent use (CheckpointStore's contract).
 class CheckpointStoreImpl final : public CheckpointStore {
@@ -129,52 +127,20 @@ class CheckpointStoreImpl final : public CheckpointStore {
   Result<std::unique_ptr<PushSession>> BeginAssembledPush(const std::string& model,
                                                           uint64_t version, uint64_t body_size,
                                                           const PushOptions& options) {
-    const auto deadline = std::chrono::steady_clock::now() + kCommitLockWait;
-    while (true) {
-      auto session = BeginPush(model, version, body_size, options);
-      if (session.ok() || session.status().code() != StatusCode::kAborted ||
-          std::chrono::steady_clock::now() >= deadline) {
-        return session;
-      }
-      std::this_thread::sleep_for(kCommitLockRetry);
-    }
+    return BeginPushSession(ctx_, writer_, model, version, body_size, options, kCommitLockWait);
   }
 
   Result<std::unique_ptr<PushSession>> BeginPush(std::string_view model, uint64_t version,
                                                  std::optional<uint64_t> body_size,
                                                  const PushOptions& options) override {
-    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
-    CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
-    CKPT_RETURN_IF_ERROR(health_.CheckPush(body_size.value_or(0)));
-    CKPT_ASSIGN_OR_RETURN(ModelLocks::Guard guard, writer_.LockForWrite(model));
-    PushTarget target;
-    target.model = std::string(model);
-    target.version = version;
-    const std::string& name = target.model;
-    rocksdb::ReadOptions ro;
-    CKPT_ASSIGN_OR_RETURN(target.model_record,
-                          ctx_.GetRecord<ModelRecord>(ro, ctx_.models, name, "model record"));
-    const std::optional<ModelRecord>& record = target.model_record;
-    if (record && record->has_versions && version <= record->latest_version) {
-      return Status::FailedPrecondition(
-          "version " + std::to_string(version) + " must be greater than the latest version " +
-          std::to_string(record->latest_version) + " of model '" + name + "'");
-    }
-    if (!record) CKPT_RETURN_IF_ERROR(writer_.CheckModelLimit());
-    CKPT_ASSIGN_OR_RETURN(
-        target.state, ctx_.GetRecord<CodecStateRecord>(ro, ctx_.codec_state, name, "codec state"));
-    target.policy = options_.default_policy;
-    if (record && !record->policy_json.empty()) {
-      CKPT_ASSIGN_OR_RETURN(target.policy,
-                            CodecPolicy::FromJson(record->policy_json, options_.default_policy));
-    }
-    CKPT_ASSIGN_OR_RETURN(const RetentionPolicy retention,
-                          record ? writer_.RetentionOf(*record)
-                                 : Result<RetentionPolicy>(options_.default_retention));
-    target.retention_deletes = !retention.KeepsEverything();
-    target.retention = retention;
-    target.seq = std::max(target.state ? target.state->next_seq : 1, backend_->SeqFloor(name));
-    return NewPushSession(ctx_, std::move(guard), std::move(target), body_size, options);
+    return BeginPushSession(ctx_, writer_, model, version, body_size, options);
+  }
+
+  bool CallWhenModelFree(std::string_view model, std::function<void()> on_free) override {
+    // A sharded version's commit is awaited as a whole: it takes the model's lock only once
+    // its shards are assembled.
+    if (uploads_.CallAfterCommit(std::string(model), on_free)) return true;
+    return writer_.CallOnRelease(model, std::move(on_free));
   }
 
   Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,

@@ -345,23 +345,44 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
         plan, file_ptrs, [&](std::span<const uint8_t> bytes) { return session->Write(bytes); }));
     return session->Commit();
   }();
-  std::lock_guard lock(mu_);
-  commit_ended_.notify_all();  // the waiters look once this lock is released
-  auto it = uploads_.find(Key(model, version));
-  if (!assembled.ok()) {
-    if (it != uploads_.end()) it->second.committing = false;
-    return assembled.status();
-  }
-  ShardResult result;
-  if (it != uploads_.end()) {
-    result.upload = InfoOf(it->second);
-    uploads_.erase(it);
-  }
-  result.upload.committed = true;
-  result.version = std::move(assembled).value();
-  // The version is committed: a spool directory left by a failed removal goes at the next open.
-  (void)spool_->Remove(model, version);
+  std::vector<std::function<void()>> after_commit;
+  Result<ShardResult> result = [&]() -> Result<ShardResult> {
+    std::lock_guard lock(mu_);
+    commit_ended_.notify_all();  // the waiters look once this lock is released
+    if (auto waiting = after_commit_.find(model); waiting != after_commit_.end()) {
+      after_commit = std::move(waiting->second);
+      after_commit_.erase(waiting);
+    }
+    auto it = uploads_.find(Key(model, version));
+    if (!assembled.ok()) {
+      if (it != uploads_.end()) it->second.committing = false;
+      return assembled.status();
+    }
+    ShardResult committed;
+    if (it != uploads_.end()) {
+      committed.upload = InfoOf(it->second);
+      uploads_.erase(it);
+    }
+    committed.upload.committed = true;
+    committed.version = std::move(assembled).value();
+    // The version is committed: a spool directory left by a failed removal goes at the next
+    // open.
+    (void)spool_->Remove(model, version);
+    return committed;
+  }();
+  for (auto& on_end : after_commit) on_end();
   return result;
+}
+
+bool ShardedUploads::CallAfterCommit(const std::string& model, std::function<void()> on_end) {
+  std::lock_guard lock(mu_);
+  for (auto it = uploads_.lower_bound(Key(model, 0));
+       it != uploads_.end() && it->first.first == model; ++it) {
+    if (!it->second.committing) continue;
+    after_commit_[model].push_back(std::move(on_end));
+    return true;
+  }
+  return false;
 }
 
 Status ShardedUploads::Abort(const std::string& model, uint64_t version) {

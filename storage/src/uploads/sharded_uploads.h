@@ -69,6 +69,10 @@ class ShardedUploads {
   Result<std::vector<ShardUploadInfo>> Expire(int64_t now_ms);
   // Removes every upload of `model` (it is being deleted).
   Status RemoveModel(const std::string& model);
+  // Calls `on_end` once the commit of an upload of `model` in progress ends (either way), on the
+  // committing thread, holding no lock of this class; returns false without keeping it if none
+  // is being committed. `on_end` must be quick: it only tells the waiter to try again.
+  bool CallAfterCommit(const std::string& model, std::function<void()> on_end);
 
  private:
   class Session;
@@ -107,6 +111,8 @@ class ShardedUploads {
   std::mutex mu_;
   std::condition_variable commit_ended_;  // notified when a commit ends, either way
   std::map<Key, Upload> uploads_;         // guarded by mu_
+  // CallAfterCommit's callbacks, by model; guarded by mu_.
+  std::map<std::string, std::vector<std::function<void()>>> after_commit_;
 };
 
 }  // namespace ckpt

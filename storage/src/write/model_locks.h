@@ -1,7 +1,9 @@
 // ModelLocks: one push/mutation lock per model name.
 //
 // Locks are taken with try-lock semantics: a second writer to a busy model fails fast instead of
-// blocking a network thread. A lock is a name in a set rather than a std::mutex because a push
+// blocking a network thread, and may ask to be called back when the lock is released
+// (CallOnRelease) to try again then; background work waits on a condition variable instead
+// (LockWithin). A lock is a name in a set rather than a std::mutex because a push
 // session is created on one thread and may end on another (HTTP sessions are coroutines that
 // resume on any thread of the pool), and a std::mutex must be unlocked by the thread that locked
 // it. A holder doing deferrable work (the rearrangement of a model's newest versions) asks
@@ -11,11 +13,13 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace ckpt {
 
@@ -65,6 +69,19 @@ class ModelLocks {
     return Guard(this, name);
   }
 
+  // Calls `on_release` once the model's lock is next released, on the releasing thread, holding
+  // no lock of this class; returns false without keeping it if the model is free now. Counts as
+  // asking for the lock (the holder's Contended() turns true). `on_release` must be quick and
+  // must not take a model lock: it only tells the waiter to try again.
+  bool CallOnRelease(std::string_view model, std::function<void()> on_release) {
+    std::lock_guard lock(mu_);
+    auto it = busy_.find(std::string(model));
+    if (it == busy_.end()) return false;
+    it->second = true;
+    waiters_[it->first].push_back(std::move(on_release));
+    return true;
+  }
+
  private:
   bool IsContended(const std::string& model) {
     std::lock_guard lock(mu_);
@@ -73,17 +90,25 @@ class ModelLocks {
   }
 
   void Unlock(const std::string& model) {
+    std::vector<std::function<void()>> waiters;
     {
       std::lock_guard lock(mu_);
       busy_.erase(model);
+      if (auto it = waiters_.find(model); it != waiters_.end()) {
+        waiters = std::move(it->second);
+        waiters_.erase(it);
+      }
     }
     free_.notify_all();
+    for (auto& on_release : waiters) on_release();
   }
 
   std::mutex mu_;
   std::condition_variable free_;
   // Held locks, and whether another writer has asked for each since; guarded by mu_.
   std::unordered_map<std::string, bool> busy_;
+  // Callbacks for the next release of each held lock; guarded by mu_.
+  std::unordered_map<std::string, std::vector<std::function<void()>>> waiters_;
 };
 
 }  // namespace ckpt

@@ -43,6 +43,15 @@ Result<ModelLocks::Guard> ModelWriter::LockForWrite(std::string_view model,
   return guard;
 }
 
+Result<ModelLocks::Guard> ModelWriter::LockForPush(std::string_view model, uint64_t incoming_bytes,
+                                                   std::chrono::milliseconds wait) {
+  CKPT_RETURN_IF_ERROR(ctx_.health->CheckPush(incoming_bytes));
+  ModelLocks::Guard guard = locks_.LockWithin(model, wait);
+  if (!guard) return BusyModel(model);
+  CKPT_RETURN_IF_ERROR(ctx_.backend->ClaimWrites(std::string(model)));
+  return guard;
+}
+
 Status ModelWriter::CheckModelLimit() {
   const uint64_t max_models = ctx_.options->max_models;
   if (max_models == 0) return Status::Ok();

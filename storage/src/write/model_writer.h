@@ -28,10 +28,19 @@ class ModelWriter {
   ModelWriter(const StoreContext& ctx, StoreMaintenance* maintenance)
       : ctx_(ctx), maintenance_(maintenance) {}
 
-  // The write preamble: a valid model name, the model's lock (Aborted while another writer holds
-  // it, after waiting up to `wait`) and, on a shared backend, the right to write the model.
+  // The write preamble: a valid model name, the engine taking writes, the model's lock (Aborted
+  // while another writer holds it, after waiting up to `wait`) and, on a shared backend, the
+  // right to write the model.
   Result<ModelLocks::Guard> LockForWrite(std::string_view model,
                                          std::chrono::milliseconds wait = {});
+  // LockForWrite for a push of `incoming_bytes`, which must also fit beside the volume's
+  // reserve. REQUIRES: a valid model name (the push checked it first).
+  Result<ModelLocks::Guard> LockForPush(std::string_view model, uint64_t incoming_bytes,
+                                        std::chrono::milliseconds wait);
+  // ModelLocks::CallOnRelease of the model's lock.
+  bool CallOnRelease(std::string_view model, std::function<void()> on_release) {
+    return locks_.CallOnRelease(model, std::move(on_release));
+  }
 
   // FailedPrecondition when the store already holds storage.max_models models.
   Status CheckModelLimit();

@@ -360,4 +360,44 @@ std::unique_ptr<PushSession> NewPushSession(const StoreContext& ctx, ModelLocks:
                                            std::move(options));
 }
 
+Result<std::unique_ptr<PushSession>> BeginPushSession(const StoreContext& ctx, ModelWriter& writer,
+                                                      std::string_view model, uint64_t version,
+                                                      std::optional<uint64_t> body_size,
+                                                      const PushOptions& options,
+                                                      std::chrono::milliseconds wait) {
+  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+  CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
+  CKPT_ASSIGN_OR_RETURN(ModelLocks::Guard guard,
+                        writer.LockForPush(model, body_size.value_or(0), wait));
+  PushTarget target;
+  target.model = std::string(model);
+  target.version = version;
+  const std::string& name = target.model;
+  rocksdb::ReadOptions ro;
+  CKPT_ASSIGN_OR_RETURN(target.model_record,
+                        ctx.GetRecord<ModelRecord>(ro, ctx.models, name, "model record"));
+  const std::optional<ModelRecord>& record = target.model_record;
+  if (record && record->has_versions && version <= record->latest_version) {
+    return Status::FailedPrecondition(
+        "version " + std::to_string(version) + " must be greater than the latest version " +
+        std::to_string(record->latest_version) + " of model '" + name + "'");
+  }
+  if (!record) CKPT_RETURN_IF_ERROR(writer.CheckModelLimit());
+  CKPT_ASSIGN_OR_RETURN(target.state,
+                        ctx.GetRecord<CodecStateRecord>(ro, ctx.codec_state, name, "codec state"));
+  const CodecPolicy& default_policy = ctx.options->default_policy;
+  target.policy = default_policy;
+  if (record && !record->policy_json.empty()) {
+    CKPT_ASSIGN_OR_RETURN(target.policy,
+                          CodecPolicy::FromJson(record->policy_json, default_policy));
+  }
+  CKPT_ASSIGN_OR_RETURN(const RetentionPolicy retention,
+                        record ? writer.RetentionOf(*record)
+                               : Result<RetentionPolicy>(ctx.options->default_retention));
+  target.retention_deletes = !retention.KeepsEverything();
+  target.retention = retention;
+  target.seq = std::max(target.state ? target.state->next_seq : 1, ctx.backend->SeqFloor(name));
+  return NewPushSession(ctx, std::move(guard), std::move(target), body_size, options);
+}
+
 }  // namespace ckpt

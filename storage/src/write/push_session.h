@@ -3,10 +3,12 @@
 // Internal to storage/; the protocol is in docs/design.md ("Push").
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "ckpt/codec/policy.h"
 #include "ckpt/storage/checkpoint_store.h"
@@ -14,13 +16,14 @@
 #include "context/store_context.h"
 #include "records/records.h"
 #include "write/model_locks.h"
+#include "write/model_writer.h"
 
 namespace ckpt {
 
 // Checks what a push carries besides its body (metric and label names and values, tags).
 Status ValidatePushOptions(const PushOptions& options);
 
-// Where a push goes and what it deltas against, read under the model's lock by BeginPush.
+// Where a push goes and what it deltas against, read under the model's lock by BeginPushSession.
 struct PushTarget {
   std::string model;
   uint64_t version = 0;
@@ -31,6 +34,16 @@ struct PushTarget {
   std::optional<ModelRecord> model_record;  // none: the push creates the model
   std::optional<CodecStateRecord> state;    // none: no reference, every tensor a keyframe
 };
+
+// Begins a push of `version` of `model`: checks the name, the options and the room for
+// `body_size` bytes, takes the model's write lock (Aborted if another writer still holds it
+// after `wait`), and reads where the push goes. The front's BeginPush, and the commit of a
+// sharded version.
+Result<std::unique_ptr<PushSession>> BeginPushSession(const StoreContext& ctx, ModelWriter& writer,
+                                                      std::string_view model, uint64_t version,
+                                                      std::optional<uint64_t> body_size,
+                                                      const PushOptions& options,
+                                                      std::chrono::milliseconds wait = {});
 
 // A push holding `guard` (the model's write lock) until it is committed or destroyed.
 std::unique_ptr<PushSession> NewPushSession(const StoreContext& ctx, ModelLocks::Guard guard,

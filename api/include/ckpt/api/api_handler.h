@@ -127,6 +127,11 @@ class ApiHandler {
   // .../versions/{version}/shards/{shard}?of=N.
   Result<std::unique_ptr<PushBody>> BeginPush(const Route& route,
                                               std::optional<uint64_t> content_length);
+  // CheckpointStore::CallWhenModelFree for the route's model: a request refused as busy
+  // (ApiResponse::model_busy, or a push's ABORTED) tries again once it is called.
+  bool CallWhenModelFree(const Route& route, std::function<void()> on_free) {
+    return store_->CallWhenModelFree(route.model, std::move(on_free));
+  }
   // Finishes a push and renders its response (or the error); runs the push hook when a
   // version was committed.
   ApiResponse FinishPush(PushBody& body) { return body.Finish(); }

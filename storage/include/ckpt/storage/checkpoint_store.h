@@ -452,6 +452,13 @@ class CheckpointStore {
                                                          std::optional<uint64_t> body_size,
                                                          const PushOptions& options = {}) = 0;
 
+  // Calls `on_free` once the writer now holding `model` (a push, another change of the model,
+  // the commit of a sharded version) is done, so that a writer refused as busy (Aborted) tries
+  // again then instead of polling; returns false, without keeping `on_free`, if none holds the
+  // model now. `on_free` runs on the finishing writer's thread: it must be quick and must not
+  // call the store.
+  virtual bool CallWhenModelFree(std::string_view model, std::function<void()> on_free) = 0;
+
   // Opens a restore of `version`, or of the latest version when nullopt. The stream reads a
   // consistent snapshot: concurrent pushes and deletes do not affect it. (With a cluster, data
   // that another daemon's deletion or garbage collection made unreachable stays readable for
