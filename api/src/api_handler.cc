@@ -171,23 +171,7 @@ ApiResponse ApiHandler::ErrorResponse(const Status& status) {
 
 std::optional<ApiResponse> ApiHandler::WriteRedirect(std::string_view method, const Route& route,
                                                      std::string_view target) {
-  if (method == "GET" || method == "HEAD" || route.model.empty()) return std::nullopt;
-  switch (route.kind) {
-    case RouteKind::kModel:
-    case RouteKind::kVersion:
-    case RouteKind::kPolicy:
-    case RouteKind::kVersionTag:
-    case RouteKind::kRetention:
-    case RouteKind::kShard:
-    case RouteKind::kUpload:
-    case RouteKind::kUploadCommit:
-      break;
-    case RouteKind::kRetentionRun:
-      if (route.dry_run) return std::nullopt;  // a preview reads
-      break;
-    default:
-      return std::nullopt;
-  }
+  if (!IsRedirectedWrite(method, route)) return std::nullopt;
   auto owner = store_->WriteOwner(route.model);
   if (!owner.ok() || !*owner) return std::nullopt;  // errors surface from the handler itself
   if ((*owner)->empty()) {
@@ -205,21 +189,23 @@ std::optional<ApiResponse> ApiHandler::WriteRedirect(std::string_view method, co
   return r;
 }
 
-ApiResponse ApiHandler::MethodNotAllowed(std::string_view method, std::string_view allowed) {
+ApiResponse ApiHandler::MethodNotAllowed(std::string_view method, const Route& route) {
+  const std::string allowed(SpecOf(route.kind).methods);
   ApiResponse r = JsonResponse(
-      405, {{"error", ErrorObject("METHOD_NOT_ALLOWED",
-                                  "method " + std::string(method) +
-                                      " is not allowed here; allowed: " + std::string(allowed))}});
-  r.headers.emplace_back("Allow", std::string(allowed));
+      405, {{"error",
+             ErrorObject("METHOD_NOT_ALLOWED", "method " + std::string(method) +
+                                                   " is not allowed here; allowed: " + allowed)}});
+  r.headers.emplace_back("Allow", allowed);
   return r;
 }
 
 ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std::string_view body) {
+  if (route.kind == RouteKind::kUnknown) return ErrorResponse(Status::NotFound("no such endpoint"));
+  if (!RouteAllows(route, method)) return MethodNotAllowed(method, route);
   switch (route.kind) {
     case RouteKind::kUnknown:
-      return ErrorResponse(Status::NotFound("no such endpoint"));
+      break;
     case RouteKind::kStatusPage: {
-      if (method != "GET" && method != "HEAD") return MethodNotAllowed(method, "GET, HEAD");
       auto page = RenderStatusPage(*store_, {route.model, route.model_prefix});
       ApiResponse r;
       if (!page.ok() && page.status().code() == StatusCode::kNotFound) {
@@ -238,7 +224,6 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
       return r;
     }
     case RouteKind::kHealth: {
-      if (method != "GET" && method != "HEAD") return MethodNotAllowed(method, "GET, HEAD");
       // Alive and serving reads whatever the write state: 200 always.
       json health = {{"status", "ok"}};
       if (route.detail) {
@@ -249,7 +234,6 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
       return JsonResponse(200, health);
     }
     case RouteKind::kStoreStatus: {
-      if (method != "GET" && method != "HEAD") return MethodNotAllowed(method, "GET, HEAD");
       const StoreHealthReport report = store_->Health();
       json status = {
           {"writes", StoreHealthStateName(report.state)},
@@ -264,14 +248,12 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
       return JsonResponse(200, status);
     }
     case RouteKind::kMetrics: {
-      if (method != "GET" && method != "HEAD") return MethodNotAllowed(method, "GET, HEAD");
       ApiResponse r;
       r.content_type = "text/plain; version=0.0.4; charset=utf-8";
       r.body = metrics_.Render(*store_);
       return r;
     }
     case RouteKind::kListModels: {
-      if (method != "GET") return MethodNotAllowed(method, "GET");
       auto models = store_->ListModels();
       if (!models.ok()) return ErrorResponse(models.status());
       json list = json::array();
@@ -290,25 +272,22 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
         Status s = store_->DeleteModel(route.model);
         return s.ok() ? NoContent() : ErrorResponse(s);
       }
-      return MethodNotAllowed(method, "GET, DELETE");
+      return MethodNotAllowed(method, route);
     }
     case RouteKind::kListVersions: {
-      if (method != "GET") return MethodNotAllowed(method, "GET");
       auto versions = store_->ListVersions(route.model);
       if (!versions.ok()) return ErrorResponse(versions.status());
       json list = json::array();
       for (const auto& v : *versions) list.push_back(VersionJson(v));
       return JsonResponse(200, {{"model", route.model}, {"versions", list}});
     }
-    case RouteKind::kShard:
-      return MethodNotAllowed(method, "PUT");
+    case RouteKind::kShard:  // its PUT streams (RequestPlan::kPush)
+      return MethodNotAllowed(method, route);
     case RouteKind::kUpload:
       return HandleUpload(method, route);
     case RouteKind::kUploadCommit:
-      if (method != "POST") return MethodNotAllowed(method, "POST");
       return HandleUploadCommit(route);
     case RouteKind::kHfFile: {
-      if (method != "GET" && method != "HEAD") return MethodNotAllowed(method, "GET, HEAD");
       if (route.file != kHfIndexName) {
         return ErrorResponse(Status::NotFound("no file '" + route.file.substr(0, 100) +
                                               "' in the Hugging Face view"));
@@ -337,7 +316,7 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
         if (!detail.ok()) return ErrorResponse(detail.status());
         return JsonResponse(200, DetailJson(*detail));
       }
-      if (method != "DELETE") return MethodNotAllowed(method, "PUT, GET, HEAD, DELETE");
+      if (method != "DELETE") return MethodNotAllowed(method, route);  // the others stream
       auto version = ParseVersionNumber(route.version);
       if (!version.ok()) return ErrorResponse(version.status());
       Status s = store_->DeleteVersion(route.model, *version);
@@ -369,10 +348,9 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
         if (auto warnings = policy->Warnings(); !warnings.empty()) answer["warnings"] = warnings;
         return JsonResponse(200, answer);
       }
-      return MethodNotAllowed(method, "GET, PUT");
+      return MethodNotAllowed(method, route);
     }
     case RouteKind::kVersionTag: {
-      if (method != "PUT" && method != "DELETE") return MethodNotAllowed(method, "PUT, DELETE");
       auto version = ParseVersionNumber(route.version);
       if (!version.ok()) return ErrorResponse(version.status());
       if (method == "PUT") {
@@ -406,19 +384,15 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
         if (!s.ok()) return ErrorResponse(s);
         return JsonResponse(200, json::parse(policy->ToJson()));
       }
-      return MethodNotAllowed(method, "GET, PUT");
+      return MethodNotAllowed(method, route);
     }
     case RouteKind::kRetentionRun:
-      if (method != "POST") return MethodNotAllowed(method, "POST");
       return HandleRetentionRun(route, body);
     case RouteKind::kAdminGc:
-      if (method != "POST") return MethodNotAllowed(method, "POST");
       return HandleAdminGc();
     case RouteKind::kAdminScrub:
-      if (method != "POST") return MethodNotAllowed(method, "POST");
       return HandleAdminScrub();
     case RouteKind::kAdminBackup:
-      if (method != "POST") return MethodNotAllowed(method, "POST");
       return HandleAdminBackup(body);
   }
   return ErrorResponse(Status::Internal("unhandled route"));

@@ -108,34 +108,17 @@ Result<Authorizer> Authorizer::Create(std::vector<TokenGrant> grants) {
 }
 
 std::optional<Requirement> Authorizer::RequirementFor(std::string_view method, const Route& route) {
-  const Scope read_or_write = IsReadMethod(method) ? Scope::kRead : Scope::kWrite;
-  switch (route.kind) {
-    case RouteKind::kHealth:
+  switch (SpecOf(route.kind).access) {
+    case RouteAccess::kOpen:
       return std::nullopt;
-    case RouteKind::kRetentionRun:
-      // A preview changes nothing.
+    case RouteAccess::kByMethod:
+      return Requirement{IsReadMethod(method) ? Scope::kRead : Scope::kWrite, false};
+    case RouteAccess::kWriteUnlessDryRun:
       return Requirement{route.dry_run ? Scope::kRead : Scope::kWrite, false};
-    case RouteKind::kAdminGc:
-    case RouteKind::kAdminScrub:
-    case RouteKind::kAdminBackup:
-      return Requirement{Scope::kAdmin, true};
-    case RouteKind::kMetrics:      // names every model
-    case RouteKind::kStoreStatus:  // the whole store's state
+    case RouteAccess::kReadEveryModel:
       return Requirement{Scope::kRead, true};
-    case RouteKind::kStatusPage:  // shows the models the token's prefix covers
-    case RouteKind::kListModels:
-    case RouteKind::kModel:
-    case RouteKind::kListVersions:
-    case RouteKind::kVersion:
-    case RouteKind::kPolicy:
-    case RouteKind::kVersionTag:
-    case RouteKind::kShard:
-    case RouteKind::kUpload:
-    case RouteKind::kUploadCommit:
-    case RouteKind::kHfFile:
-    case RouteKind::kRetention:
-    case RouteKind::kUnknown:
-      return Requirement{read_or_write, false};
+    case RouteAccess::kAdmin:
+      return Requirement{Scope::kAdmin, true};
   }
   return Requirement{Scope::kAdmin, true};
 }

@@ -382,11 +382,7 @@ class HttpServerImpl final : public HttpServer {
   // (garbage collection, scrub, backup, retention:apply) can take minutes: they run on the
   // admin thread, one at a time, so that they never hold a network thread.
   net::awaitable<ApiResponse> HandleSimple(std::string method, Route route, std::string body) {
-    const bool long_running = route.kind == RouteKind::kAdminGc ||
-                              route.kind == RouteKind::kAdminScrub ||
-                              route.kind == RouteKind::kAdminBackup ||
-                              (route.kind == RouteKind::kRetentionRun && !route.dry_run);
-    if (!long_running) co_return handler_.Handle(method, route, body);
+    if (!IsAdminPass(route)) co_return handler_.Handle(method, route, body);
     auto executor = co_await net::this_coro::executor;
     PooledCall call =
         PostToPool(admin_pool_, executor,

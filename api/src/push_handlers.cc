@@ -103,7 +103,7 @@ ApiResponse ApiHandler::HandleUpload(std::string_view method, const Route& route
     Status s = store_->AbortUpload(route.model, *version);
     return s.ok() ? NoContent() : ErrorResponse(s);
   }
-  return MethodNotAllowed(method, "GET, DELETE");
+  return MethodNotAllowed(method, route);
 }
 
 ApiResponse ApiHandler::HandleUploadCommit(const Route& route) {

@@ -1,79 +1,48 @@
-// Routing: a request target as a Route (ApiHandler::Classify), what a session does with it
-// (ApiHandler::Plan), route names for metrics and logs, and the parsing of query strings and
-// path segments.
-#include <cmath>
-#include <cstdlib>
-#include <functional>
-#include <optional>
+// The route table and what is derived from it (routes.h).
+#include "ckpt/api/routes.h"
+
+#include <array>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "ckpt/api/api_handler.h"
+#include "hf_view.h"
+#include "query_params.h"
 
 namespace ckpt::api {
 namespace {
 
-// Decodes %XX escapes and '+' (a space, as HTML forms and curl -G --data-urlencode send it).
-Result<std::string> PercentDecode(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '+') {
-      out.push_back(' ');
-    } else if (text[i] != '%') {
-      out.push_back(text[i]);
-    } else if (i + 2 < text.size() && hex(text[i + 1]) >= 0 && hex(text[i + 2]) >= 0) {
-      out.push_back(static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2])));
-      i += 2;
-    } else {
-      return Status::InvalidArgument("malformed percent-escape in '" +
-                                     std::string(text.substr(0, 200)) + "'");
-    }
-  }
-  return out;
-}
+using A = RouteAccess;
+using K = RouteKind;
 
-// Calls `fn(key, value)` for each key=value of a query string, percent-decoded.
-template <typename Fn>
-Status ForEachQueryParam(std::string_view query, Fn&& fn) {
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view item = query.substr(0, amp);
-    if (!item.empty()) {
-      const size_t eq = item.find('=');
-      CKPT_ASSIGN_OR_RETURN(std::string key, PercentDecode(item.substr(0, eq)));
-      CKPT_ASSIGN_OR_RETURN(std::string value,
-                            PercentDecode(eq == std::string_view::npos ? "" : item.substr(eq + 1)));
-      CKPT_RETURN_IF_ERROR(fn(key, value));
-    }
-    if (amp == std::string_view::npos) break;
-    query.remove_prefix(amp + 1);
-  }
-  return Status::Ok();
-}
+// clang-format off
+constexpr std::array<RouteSpec, 20> kRoutes = {{
+  // kind              name             pattern                                              methods                    access                admin  redir  in     out
+  {K::kVersion,      "version",       "/v1/models/{model}/versions/{version}",              "PUT, GET, HEAD, DELETE", A::kByMethod,          false, true,  true,  true},
+  {K::kShard,        "shard",         "/v1/models/{model}/versions/{version}/shards/{shard}", "PUT",                  A::kByMethod,          false, true,  true,  false},
+  {K::kUpload,       "upload",        "/v1/models/{model}/versions/{version}/shards",       "GET, DELETE",            A::kByMethod,          false, true,  false, false},
+  {K::kUploadCommit, "upload_commit", "/v1/models/{model}/versions/{version}/shards:commit", "POST",                 A::kByMethod,          false, true,  false, false},
+  {K::kHfFile,       "hf",            "/v1/models/{model}/versions/{version}/hf/{file}",    "GET, HEAD",              A::kByMethod,          false, false, false, true},
+  {K::kVersionTag,   "version_tag",   "/v1/models/{model}/versions/{version}/tags/{tag}",   "PUT, DELETE",            A::kByMethod,          false, true,  false, false},
+  {K::kRetention,    "retention",     "/v1/models/{model}/retention",                       "GET, PUT",               A::kByMethod,          false, true,  false, false},
+  {K::kRetentionRun, "retention_run", "/v1/models/{model}/retention:preview",               "POST",                   A::kWriteUnlessDryRun, true,  true,  false, false},
+  {K::kRetentionRun, "retention_run", "/v1/models/{model}/retention:apply",                 "POST",                   A::kWriteUnlessDryRun, true,  true,  false, false},
+  {K::kAdminGc,      "admin_gc",      "/v1/admin/gc",                                       "POST",                   A::kAdmin,             true,  false, false, false},
+  {K::kListModels,   "list_models",   "/v1/models",                                         "GET",                    A::kByMethod,          false, false, false, false},
+  {K::kModel,        "model",         "/v1/models/{model}",                                 "GET, DELETE",            A::kByMethod,          false, true,  false, false},
+  {K::kListVersions, "list_versions", "/v1/models/{model}/versions",                        "GET",                    A::kByMethod,          false, false, false, false},
+  {K::kPolicy,       "policy",        "/v1/models/{model}/policy",                          "GET, PUT",               A::kByMethod,          false, true,  false, false},
+  {K::kAdminScrub,   "admin_scrub",   "/v1/admin/scrub",                                    "POST",                   A::kAdmin,             true,  false, false, false},
+  {K::kAdminBackup,  "admin_backup",  "/v1/admin/backup",                                   "POST",                   A::kAdmin,             true,  false, false, false},
+  {K::kMetrics,      "metrics",       "/metrics",                                           "GET, HEAD",              A::kReadEveryModel,    false, false, false, false},
+  {K::kHealth,       "health",        "/healthz",                                           "GET, HEAD",              A::kOpen,              false, false, false, false},
+  {K::kStoreStatus,  "status",        "/v1/status",                                         "GET, HEAD",              A::kReadEveryModel,    false, false, false, false},
+  {K::kStatusPage,   "status_page",   "/",                                                  "GET, HEAD",              A::kByMethod,          false, false, false, false},
+}};
+// clang-format on
 
-// True when the query string (after '?') has `key` set to 1 or true.
-bool QueryFlag(std::string_view query, std::string_view key) {
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view item = query.substr(0, amp);
-    const size_t eq = item.find('=');
-    if (item.substr(0, eq) == key) {
-      const std::string_view value = eq == std::string_view::npos ? "" : item.substr(eq + 1);
-      return value == "1" || value == "true";
-    }
-    if (amp == std::string_view::npos) break;
-    query.remove_prefix(amp + 1);
-  }
-  return false;
-}
+constexpr RouteSpec kUnknownSpec = {K::kUnknown, "unknown", "",    "",   A::kByMethod,
+                                    false,       false,     false, false};
 
 std::vector<std::string_view> SplitPath(std::string_view path) {
   std::vector<std::string_view> parts;
@@ -88,322 +57,113 @@ std::vector<std::string_view> SplitPath(std::string_view path) {
   return parts;
 }
 
-}  // namespace
+// Whether `parts` match `pattern`'s segments, filling the route's captured segments.
+bool Match(std::string_view pattern, const std::vector<std::string_view>& parts, Route& route) {
+  const std::vector<std::string_view> want = SplitPath(pattern);
+  if (want.size() != parts.size()) return false;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!want[i].starts_with('{') && want[i] != parts[i]) return false;
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::string value(parts[i]);
+    if (want[i] == "{model}") route.model = value;
+    if (want[i] == "{version}") route.version = value;
+    if (want[i] == "{tag}") route.tag = value;
+    if (want[i] == "{shard}") route.shard = value;
+    if (want[i] == "{file}") route.file = value;
+  }
+  return true;
+}
 
-namespace {
-
-// ParsePushQuery, handing parameters it does not know to `extra` (which returns false for
-// those it does not know either).
-Result<PushOptions> ParsePushParams(
-    std::string_view query,
-    const std::function<Result<bool>(const std::string&, const std::string&)>& extra,
-    std::string_view allowed) {
-  PushOptions options;
-  CKPT_RETURN_IF_ERROR(
-      ForEachQueryParam(query, [&](const std::string& key, const std::string& value) -> Status {
-        if (key.starts_with("metric.")) {
-          char* end = nullptr;
-          const double number = std::strtod(value.c_str(), &end);
-          if (value.empty() || end != value.c_str() + value.size() || !std::isfinite(number)) {
-            return Status::InvalidArgument("query parameter '" + key +
-                                           "' must be a finite number, got '" + value + "'");
-          }
-          options.metrics[key.substr(7)] = number;
-        } else if (key.starts_with("label.")) {
-          options.labels[key.substr(6)] = value;
-        } else if (key == "tag") {
-          options.tags.push_back(value);
-        } else {
-          bool known = false;
-          if (extra) {
-            CKPT_ASSIGN_OR_RETURN(known, extra(key, value));
-          }
-          if (!known) {
-            return Status::InvalidArgument("unknown query parameter '" + key + "' on a push " +
-                                           "(allowed: " + std::string(allowed) + ")");
-          }
-        }
+// What a route reads from its query beyond the table's pattern.
+void ReadRouteQuery(const RouteSpec& spec, Route& route) {
+  switch (spec.kind) {
+    case K::kStatusPage:
+      // The model filter; a malformed query shows the overview (the page takes no other input).
+      (void)ForEachQueryParam(route.query, [&](const std::string& key, const std::string& value) {
+        if (key == "model") route.model = value;
         return Status::Ok();
-      }));
-  return options;
-}
-
-// A decimal u32 query value.
-Result<uint32_t> ParseU32Param(const std::string& key, const std::string& value) {
-  auto number = ParseVersionNumber(value);
-  if (!number.ok() || *number > UINT32_MAX) {
-    return Status::InvalidArgument("query parameter '" + key +
-                                   "' must be a decimal 32-bit unsigned integer, got '" + value +
-                                   "'");
-  }
-  return static_cast<uint32_t>(*number);
-}
-
-// Comma-separated decimal dimensions ("0,128"); empty text is a rank-0 list.
-Result<std::vector<uint64_t>> ParseDims(const std::string& key, const std::string& value) {
-  std::vector<uint64_t> dims;
-  std::string_view rest = value;
-  while (!rest.empty()) {
-    const size_t comma = rest.find(',');
-    auto number = ParseVersionNumber(rest.substr(0, comma));
-    if (!number.ok()) {
-      return Status::InvalidArgument("query parameter '" + key +
-                                     "' must be comma-separated decimal integers, got '" + value +
-                                     "'");
+      });
+      break;
+    case K::kHealth:
+      route.detail = QueryFlag(route.query, "detail");
+      break;
+    case K::kVersion: {
+      auto decoded = PercentDecode(route.version);  // "tag%3Abest" is "tag:best"
+      if (decoded.ok()) route.version = *decoded;
+      route.detail = QueryFlag(route.query, "detail");
+      route.layout = QueryFlag(route.query, "layout");
+      break;
     }
-    dims.push_back(*number);
-    if (comma == std::string_view::npos) break;
-    rest.remove_prefix(comma + 1);
-  }
-  return dims;
-}
-
-}  // namespace
-
-Result<PushOptions> ParsePushQuery(std::string_view query) {
-  return ParsePushParams(query, nullptr, "metric.<name>, label.<name>, tag");
-}
-
-Result<std::pair<uint32_t, PushOptions>> ParseShardQuery(std::string_view query) {
-  std::optional<uint32_t> of;
-  CKPT_ASSIGN_OR_RETURN(PushOptions options,
-                        ParsePushParams(
-                            query,
-                            [&](const std::string& key, const std::string& value) -> Result<bool> {
-                              if (key != "of") return false;
-                              CKPT_ASSIGN_OR_RETURN(of, ParseU32Param(key, value));
-                              return true;
-                            },
-                            "of, metric.<name>, label.<name>, tag"));
-  if (!of) {
-    return Status::InvalidArgument(
-        "a shard push needs the shard count: PUT .../shards/{shard}?of=<N>");
-  }
-  return std::make_pair(*of, std::move(options));
-}
-
-Result<uint64_t> ParseHfQuery(std::string_view query, uint64_t default_bytes) {
-  uint64_t max_file_bytes = default_bytes;
-  CKPT_RETURN_IF_ERROR(
-      ForEachQueryParam(query, [&](const std::string& key, const std::string& value) -> Status {
-        if (key != "max_shard_bytes") {
-          return Status::InvalidArgument("unknown query parameter '" + key +
-                                         "' on the Hugging Face view (allowed: max_shard_bytes)");
-        }
-        auto n = ParseVersionNumber(value);
-        if (!n.ok() || *n == 0) {
-          return Status::InvalidArgument("max_shard_bytes must be a positive decimal integer");
-        }
-        max_file_bytes = *n;
-        return Status::Ok();
-      }));
-  return max_file_bytes;
-}
-
-Result<RestoreSelection> ParseRestoreQuery(std::string_view query) {
-  RestoreSelection selection;
-  std::optional<uint32_t> rank, ranks;
-  std::optional<std::string> tensor;
-  std::optional<std::vector<uint64_t>> offsets, shape;
-  CKPT_RETURN_IF_ERROR(
-      ForEachQueryParam(query, [&](const std::string& key, const std::string& value) -> Status {
-        if (key == "tensors") {
-          std::string_view rest = value;
-          while (true) {
-            const size_t comma = rest.find(',');
-            if (comma != 0 && !rest.substr(0, comma).empty()) {
-              selection.tensors.emplace_back(rest.substr(0, comma));
-            }
-            if (comma == std::string_view::npos) break;
-            rest.remove_prefix(comma + 1);
-          }
-        } else if (key == "rank") {
-          CKPT_ASSIGN_OR_RETURN(rank, ParseU32Param(key, value));
-        } else if (key == "of") {
-          CKPT_ASSIGN_OR_RETURN(ranks, ParseU32Param(key, value));
-        } else if (key == "tensor") {
-          tensor = value;
-        } else if (key == "offsets") {
-          CKPT_ASSIGN_OR_RETURN(offsets, ParseDims(key, value));
-        } else if (key == "shape") {
-          CKPT_ASSIGN_OR_RETURN(shape, ParseDims(key, value));
-        } else if (key != "detail" && key != "layout") {
-          return Status::InvalidArgument(
-              "unknown query parameter '" + key +
-              "' on a restore (allowed: tensors, rank and of, tensor with offsets and shape, "
-              "detail, layout)");
-        }
-        return Status::Ok();
-      }));
-  if (rank.has_value() != ranks.has_value()) {
-    return Status::InvalidArgument("a resharded restore needs both rank=<i> and of=<M>");
-  }
-  if (ranks) {
-    if (*ranks == 0 || *rank >= *ranks) {
-      return Status::InvalidArgument("rank " + std::to_string(*rank) +
-                                     " is out of range for of=" + std::to_string(*ranks));
-    }
-    selection.rank = *rank;
-    selection.ranks = *ranks;
-  }
-  if (tensor || offsets || shape) {
-    if (!tensor || !offsets || !shape) {
-      return Status::InvalidArgument(
-          "a slice restore needs tensor=<name>, offsets=<a,b,...> and shape=<c,d,...>");
-    }
-    if (ranks || !selection.tensors.empty()) {
-      return Status::InvalidArgument(
-          "a slice restore (tensor=) cannot be combined with tensors= or rank=/of=");
-    }
-    selection.box = std::make_pair(*tensor, TensorBox{*offsets, *shape});
-  }
-  return selection;
-}
-
-Result<uint64_t> ParseVersionNumber(std::string_view text) {
-  if (text.empty() || text.size() > 20) {
-    return Status::InvalidArgument("version must be a decimal unsigned 64-bit integer");
-  }
-  uint64_t v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9' || __builtin_mul_overflow(v, 10, &v) ||
-        __builtin_add_overflow(v, c - '0', &v)) {
-      return Status::InvalidArgument("version '" + std::string(text) +
-                                     "' is not a decimal unsigned 64-bit integer");
-    }
-  }
-  return v;
-}
-
-std::string_view RouteName(RouteKind kind) {
-  switch (kind) {
-    case RouteKind::kStatusPage:
-      return "status_page";
-    case RouteKind::kHealth:
-      return "health";
-    case RouteKind::kStoreStatus:
-      return "status";
-    case RouteKind::kListModels:
-      return "list_models";
-    case RouteKind::kModel:
-      return "model";
-    case RouteKind::kListVersions:
-      return "list_versions";
-    case RouteKind::kVersion:
-      return "version";
-    case RouteKind::kPolicy:
-      return "policy";
-    case RouteKind::kVersionTag:
-      return "version_tag";
-    case RouteKind::kShard:
-      return "shard";
-    case RouteKind::kUpload:
-      return "upload";
-    case RouteKind::kUploadCommit:
-      return "upload_commit";
-    case RouteKind::kHfFile:
-      return "hf";
-    case RouteKind::kRetention:
-      return "retention";
-    case RouteKind::kRetentionRun:
-      return "retention_run";
-    case RouteKind::kAdminGc:
-      return "admin_gc";
-    case RouteKind::kAdminScrub:
-      return "admin_scrub";
-    case RouteKind::kAdminBackup:
-      return "admin_backup";
-    case RouteKind::kMetrics:
-      return "metrics";
-    case RouteKind::kUnknown:
+    case K::kRetentionRun:
+      route.dry_run = spec.pattern.ends_with(":preview") || QueryFlag(route.query, "dry_run");
+      break;
+    default:
       break;
   }
-  return "unknown";
 }
 
-Route ApiHandler::Classify(std::string_view target) {
+}  // namespace
+
+std::span<const RouteSpec> RouteTable() { return kRoutes; }
+
+const RouteSpec& SpecOf(RouteKind kind) {
+  for (const RouteSpec& spec : kRoutes) {
+    if (spec.kind == kind) return spec;
+  }
+  return kUnknownSpec;
+}
+
+Route ClassifyTarget(std::string_view target) {
   const size_t query = target.find('?');
   const auto parts = SplitPath(target.substr(0, query));
   Route route;
   if (query != std::string_view::npos) route.query = std::string(target.substr(query + 1));
-  if (parts.size() == 1 && parts[0].empty()) {
-    route.kind = RouteKind::kStatusPage;
-    // The model filter; a malformed query shows the overview (the page takes no other input).
-    (void)ForEachQueryParam(route.query, [&](const std::string& key, const std::string& value) {
-      if (key == "model") route.model = value;
-      return Status::Ok();
-    });
-  } else if (parts.size() == 1 && parts[0] == "healthz") {
-    route.kind = RouteKind::kHealth;
-    route.detail = QueryFlag(route.query, "detail");
-  } else if (parts.size() == 2 && parts[0] == "v1" && parts[1] == "status") {
-    route.kind = RouteKind::kStoreStatus;
-  } else if (parts.size() == 1 && parts[0] == "metrics") {
-    route.kind = RouteKind::kMetrics;
-  } else if (parts.size() == 3 && parts[0] == "v1" && parts[1] == "admin") {
-    if (parts[2] == "gc") route.kind = RouteKind::kAdminGc;
-    if (parts[2] == "scrub") route.kind = RouteKind::kAdminScrub;
-    if (parts[2] == "backup") route.kind = RouteKind::kAdminBackup;
-  } else if (parts.size() >= 2 && parts[0] == "v1" && parts[1] == "models") {
-    if (parts.size() == 2) {
-      route.kind = RouteKind::kListModels;
-    } else {
-      route.model = std::string(parts[2]);
-      if (parts.size() == 3) {
-        route.kind = RouteKind::kModel;
-      } else if (parts.size() == 4 && parts[3] == "versions") {
-        route.kind = RouteKind::kListVersions;
-      } else if (parts.size() == 4 && parts[3] == "policy") {
-        route.kind = RouteKind::kPolicy;
-      } else if (parts.size() == 4 && parts[3] == "retention") {
-        route.kind = RouteKind::kRetention;
-      } else if (parts.size() == 4 && parts[3] == "retention:preview") {
-        route.kind = RouteKind::kRetentionRun;
-        route.dry_run = true;
-      } else if (parts.size() == 4 && parts[3] == "retention:apply") {
-        route.kind = RouteKind::kRetentionRun;
-        route.dry_run = QueryFlag(route.query, "dry_run");
-      } else if (parts.size() == 5 && parts[3] == "versions") {
-        route.kind = RouteKind::kVersion;
-        auto decoded = PercentDecode(parts[4]);  // "tag%3Abest" is "tag:best"
-        route.version = decoded.ok() ? *decoded : std::string(parts[4]);
-        route.detail = QueryFlag(route.query, "detail");
-        route.layout = QueryFlag(route.query, "layout");
-      } else if (parts.size() == 6 && parts[3] == "versions" &&
-                 (parts[5] == "shards" || parts[5] == "shards:commit")) {
-        route.kind = parts[5] == "shards" ? RouteKind::kUpload : RouteKind::kUploadCommit;
-        route.version = std::string(parts[4]);
-      } else if (parts.size() == 7 && parts[3] == "versions" && parts[5] == "hf") {
-        route.kind = RouteKind::kHfFile;
-        route.version = std::string(parts[4]);
-        route.file = std::string(parts[6]);
-      } else if (parts.size() == 7 && parts[3] == "versions" && parts[5] == "shards") {
-        route.kind = RouteKind::kShard;
-        route.version = std::string(parts[4]);
-        route.shard = std::string(parts[6]);
-      } else if (parts.size() == 7 && parts[3] == "versions" && parts[5] == "tags") {
-        route.kind = RouteKind::kVersionTag;
-        route.version = std::string(parts[4]);
-        route.tag = std::string(parts[6]);
-      }
-    }
+  for (const RouteSpec& spec : kRoutes) {
+    if (!Match(spec.pattern, parts, route)) continue;
+    route.kind = spec.kind;
+    ReadRouteQuery(spec, route);
+    return route;
+  }
+  // An unknown path under a model still names it: a token limited to other models is refused
+  // (403) before the path is found missing (404).
+  if (parts.size() > 3 && parts[0] == "v1" && parts[1] == "models") {
+    route.model = std::string(parts[2]);
   }
   return route;
 }
 
-RequestPlan ApiHandler::Plan(std::string_view method, const Route& route) {
-  if (route.kind == RouteKind::kVersion) {
-    if (method == "PUT") return RequestPlan::kPush;
-    if ((method == "GET" && !route.detail && !route.layout) || method == "HEAD") {
-      return RequestPlan::kRestore;
-    }
+std::string_view RouteName(RouteKind kind) { return SpecOf(kind).name; }
+
+bool RouteAllows(const Route& route, std::string_view method) {
+  std::string_view methods = SpecOf(route.kind).methods;
+  while (!methods.empty()) {
+    const size_t comma = methods.find(", ");
+    if (methods.substr(0, comma) == method) return true;
+    if (comma == std::string_view::npos) break;
+    methods.remove_prefix(comma + 2);
   }
-  if (route.kind == RouteKind::kShard && method == "PUT") return RequestPlan::kPush;
-  if (route.kind == RouteKind::kHfFile && route.file != "model.safetensors.index.json" &&
-      (method == "GET" || method == "HEAD")) {
+  return false;
+}
+
+RequestPlan PlanOf(std::string_view method, const Route& route) {
+  const RouteSpec& spec = SpecOf(route.kind);
+  if (spec.put_streams_in && method == "PUT") return RequestPlan::kPush;
+  // JSON about the stored body instead of the body: a version's detail or layout (GET), the
+  // Hugging Face view's index.
+  const bool asks_json =
+      route.file == kHfIndexName || (method == "GET" && (route.detail || route.layout));
+  if (spec.get_streams_out && (method == "GET" || method == "HEAD") && !asks_json) {
     return RequestPlan::kRestore;
   }
   return RequestPlan::kSimple;
+}
+
+bool IsAdminPass(const Route& route) { return SpecOf(route.kind).admin_pass && !route.dry_run; }
+
+bool IsRedirectedWrite(std::string_view method, const Route& route) {
+  if (method == "GET" || method == "HEAD" || route.model.empty() || route.dry_run) return false;
+  return SpecOf(route.kind).writes_redirected;
 }
 
 }  // namespace ckpt::api

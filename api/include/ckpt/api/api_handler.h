@@ -20,53 +20,12 @@
 #include <vector>
 
 #include "ckpt/api/metrics.h"
+#include "ckpt/api/routes.h"
 #include "ckpt/codec/status.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "ckpt/storage/maintenance_service.h"
 
 namespace ckpt::api {
-
-enum class RouteKind {
-  kStatusPage,    // GET / (HTML; ?model=<name> for one model)
-  kHealth,        // GET /healthz (?detail=1: with the write state)
-  kStoreStatus,   // GET /v1/status: whether writes are taken, free and reserved bytes
-  kListModels,    // GET /v1/models
-  kModel,         // GET|DELETE /v1/models/{model}
-  kListVersions,  // GET /v1/models/{model}/versions
-  kVersion,       // PUT|GET|HEAD|DELETE /v1/models/{model}/versions/{version}
-  kPolicy,        // GET|PUT /v1/models/{model}/policy
-  kVersionTag,    // PUT|DELETE /v1/models/{model}/versions/{version}/tags/{tag}
-  kShard,         // PUT /v1/models/{model}/versions/{version}/shards/{shard}?of=N
-  kUpload,        // GET|DELETE /v1/models/{model}/versions/{version}/shards (upload state, abort)
-  kUploadCommit,  // POST /v1/models/{model}/versions/{version}/shards:commit
-  kHfFile,        // GET /v1/models/{model}/versions/{version}/hf/{file} (the HF view)
-  kRetention,     // GET|PUT /v1/models/{model}/retention
-  kRetentionRun,  // POST /v1/models/{model}/retention:preview | retention:apply
-  kAdminGc,       // POST /v1/admin/gc
-  kAdminScrub,    // POST /v1/admin/scrub
-  kAdminBackup,   // POST /v1/admin/backup
-  kMetrics,       // GET /metrics
-  kUnknown,       // no such path: 404
-};
-
-// A stable lowercase name of a route kind ("version", "list_models", …), for metrics and logs.
-std::string_view RouteName(RouteKind kind);
-
-struct Route {
-  RouteKind kind = RouteKind::kUnknown;
-  std::string model;     // kStatusPage: the ?model= filter (empty: every model)
-  std::string version;   // as written in the path: decimal, "latest" or "tag:<name>"
-  std::string tag;       // kVersionTag: the tag
-  std::string shard;     // kShard: the shard index as written in the path
-  std::string file;      // kHfFile: the file name
-  std::string query;     // the raw query string (after '?'), empty if none
-  bool detail = false;   // ?detail=1 on a version: its storage detail (JSON) instead of the body
-  bool layout = false;   // ?layout=1 on a version: how it was pushed (JSON) instead of the body
-  bool dry_run = false;  // kRetentionRun: retention:preview, or retention:apply?dry_run=1
-  // Set by the server after authorization: listings show only models whose names start with
-  // it (empty: all).
-  std::string model_prefix;
-};
 
 struct ApiResponse {
   int status = 200;
@@ -77,13 +36,6 @@ struct ApiResponse {
   bool model_busy = false;
   // An error's detail for the server's log (Status::detail), never sent.
   std::string error_detail;
-};
-
-// What a session should do with a request once its headers are known.
-enum class RequestPlan {
-  kSimple,   // read the (small) body, call Handle()
-  kPush,     // PUT of a version or a shard: BeginPush(), stream the body into it, FinishPush()
-  kRestore,  // GET/HEAD of a version: OpenRestore(), stream it out
 };
 
 // Called with the model's name whenever its versions changed: after every committed push and
@@ -111,8 +63,11 @@ class ApiHandler {
   // The metrics GET /metrics reports; the server records each finished request here.
   ServerMetrics& metrics() { return metrics_; }
 
-  static Route Classify(std::string_view target);
-  static RequestPlan Plan(std::string_view method, const Route& route);
+  // ClassifyTarget and PlanOf (routes.h).
+  static Route Classify(std::string_view target) { return ClassifyTarget(target); }
+  static RequestPlan Plan(std::string_view method, const Route& route) {
+    return PlanOf(method, route);
+  }
 
   // Handles a non-streaming request. `body` is the full request body.
   ApiResponse Handle(std::string_view method, const Route& route, std::string_view body);
@@ -160,8 +115,8 @@ class ApiHandler {
   static int HttpStatusFor(StatusCode code);
   // With the subcode: NO_SPACE is 507 Insufficient Storage.
   static int HttpStatusFor(const Status& status);
-  // 405 with an Allow header listing `allowed`.
-  static ApiResponse MethodNotAllowed(std::string_view method, std::string_view allowed);
+  // 405 with an Allow header listing what the route answers (its RouteSpec::methods).
+  static ApiResponse MethodNotAllowed(std::string_view method, const Route& route);
 
  private:
   // "latest" (nullopt), a number, or "tag:<name>" resolved to its version.
