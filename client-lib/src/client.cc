@@ -53,7 +53,7 @@ namespace {
 // (SyncReadStream and SyncWriteStream), so every request is written once for both.
 class Connection {
  public:
-  // The read buffer's spare capacity sizes each socket read (see api/src/http_server.cc).
+  // The read buffer's spare capacity sizes each socket read (see api/src/server/session.cc).
   Connection() { buffer_.reserve(256 << 10); }
 
   // Connects to the first of `endpoints` that accepts (and, with TLS, completes a verified

@@ -5,9 +5,9 @@ Parts depend one way (base <- codec <- storage <- api <- daemon; client-lib uses
 only): a part includes the public headers (`ckpt/<part>/...`) of the parts below it and of
 itself. Inside a part's `src/`, the folders are layers, listed lowest first in LAYERS; a file
 includes headers of its own folder and of folders below it, never above, and never a sibling
-folder at the same level (backends/local and backends/rados). Files directly in `src/` are the
-part's front, the top layer. A folder missing from LAYERS is an error: a new folder gets a
-named place in the order.
+folder at the same level (backends/local and backends/rados). Where the files directly in
+`src/` sit is part of each order (storage's front on top, api's handler below its server). A
+folder missing from LAYERS is an error: a new folder gets a named place in the order.
 
 Usage: include_layers_test.py [REPO_ROOT]  (exit 0: every include points down or sideways
 within its folder; 1: the offending lines are listed).
@@ -29,12 +29,14 @@ ALLOWED_PARTS = {
 # The public include directory of each part (ckpt/<name>/...).
 PUBLIC_NAME = {"client-lib": "client"}
 
-# Folder layers inside each part's private sources, lowest first; "" is the part's front (files
-# directly in the folder). Parts not listed here are flat.
+# Folder layers inside each part's private sources, lowest first; "" stands for the files
+# directly in src/. Parts not listed here are flat.
 LAYERS = {
     "codec/src": ["entropy", "lossy", ""],
     "storage/src": ["engine", "records", "backends", "uploads", "context", "read", "chains",
                     "maintenance", "write", ""],
+    # The request handler and what it uses; the HTTP server around it.
+    "api/src": ["", "server"],
 }
 # Headers every part may include: generated at build time, below every part.
 SHARED = {"ckpt/version.h"}
@@ -47,7 +49,7 @@ def part_of(rel):
 
 
 def layer_of(src_root, rel):
-    """The folder path (under src_root) a file sits in, as a tuple; () for the front."""
+    """The folder path (under src_root) a file sits in, as a tuple; () for src/ itself."""
     return tuple(rel.relative_to(src_root).parts[:-1])
 
 
@@ -83,8 +85,8 @@ def check_file(root, path, problems):
                             f"LAYERS of {__file__}")
             continue
         if order.index(target_top) > order.index(own_top):
-            problems.append(f"{where}\n    {own_top or 'the front'} includes upward "
-                            f"({target_top or 'the front'}); order: {' -> '.join(o or 'front' for o in order)}")
+            problems.append(f"{where}\n    {own_top or 'src/'} includes upward "
+                            f"({target_top or 'src/'}); order: {' -> '.join(o or 'src/' for o in order)}")
         elif (own_top == target_top and own[1:2] and target_folder[1:2]
               and own[1:2] != target_folder[1:2]):
             problems.append(f"{where}\n    {'/'.join(own)} includes its sibling "

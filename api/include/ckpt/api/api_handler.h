@@ -1,6 +1,6 @@
 // ApiHandler: the HTTP API of ckptd as a pure function of the request, independent of sockets.
 //
-// The HTTP session (http_server.cc) parses the request line and headers, asks the handler to
+// The HTTP session (src/server/session.cc) parses the request line and headers, asks the handler to
 // classify the route, and then either passes a small body to Handle() or — for the two
 // streaming routes — drives a PushSession / RestoreStream obtained from the handler. Every
 // Status is turned into an HTTP response in exactly one place, ErrorResponse().
