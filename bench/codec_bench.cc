@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/codec/safetensors.h"
+#include "ckpt/base/safetensors.h"
 #include "ckpt/codec/tensor_codec.h"
 
 namespace {

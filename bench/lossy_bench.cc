@@ -40,9 +40,9 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/base/safetensors.h"
 #include "ckpt/codec/lossy_codec.h"
 #include "ckpt/codec/policy.h"
-#include "ckpt/codec/safetensors.h"
 #include "ckpt/codec/tensor_codec.h"
 
 namespace {

@@ -5,7 +5,7 @@
 
 #include <set>
 
-#include "ckpt/codec/hashing.h"
+#include "ckpt/base/hashing.h"
 
 namespace ckpt::api {
 namespace {

@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt::api {
 

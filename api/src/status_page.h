@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 #include "ckpt/storage/checkpoint_store.h"
 
 namespace ckpt::api {

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "ckpt/api/http_server.h"
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt::api {
 

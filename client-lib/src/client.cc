@@ -17,9 +17,9 @@
 #include <optional>
 #include <set>
 
-#include "ckpt/codec/hashing.h"
-#include "ckpt/codec/model_name.h"
-#include "ckpt/codec/safetensors.h"
+#include "ckpt/base/hashing.h"
+#include "ckpt/base/model_name.h"
+#include "ckpt/base/safetensors.h"
 #include "ckpt/version.h"
 #include "error_response.h"
 #include "put_stream.h"

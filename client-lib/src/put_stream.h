@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ckpt/base/safetensors.h"
 #include "ckpt/client/client.h"
-#include "ckpt/codec/safetensors.h"
 
 namespace ckpt {
 

@@ -11,9 +11,9 @@
 #include <mutex>
 #include <thread>
 
+#include "ckpt/base/model_name.h"
+#include "ckpt/base/shard_split.h"
 #include "ckpt/client/client.h"
-#include "ckpt/codec/model_name.h"
-#include "ckpt/codec/shard_split.h"
 #include "put_stream.h"
 #include "query_strings.h"
 

@@ -13,7 +13,7 @@
 #include <functional>
 #include <mutex>
 
-#include "ckpt/codec/binary.h"
+#include "ckpt/base/binary.h"
 #include "ckpt/codec/tensor_codec.h"
 
 namespace ckpt {

@@ -17,7 +17,7 @@
 // Payload layout and the exact decoding arithmetic: docs/format.md.
 #include "ckpt/codec/lossy_codec.h"
 
-#include "ckpt/codec/binary.h"
+#include "ckpt/base/binary.h"
 #include "lossy/chunk_codec.h"
 #include "lossy/format.h"
 

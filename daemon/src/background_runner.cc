@@ -5,7 +5,7 @@
 #include <set>
 #include <vector>
 
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt::daemon {
 

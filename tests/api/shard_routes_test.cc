@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/api/api_handler.h"
-#include "ckpt/codec/tensor_slices.h"
+#include "ckpt/base/tensor_slices.h"
 #include "test_support.h"
 
 namespace ckpt::api {

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "ceph_cluster.h"
+#include "ckpt/base/tensor_slices.h"
 #include "ckpt/client/client.h"
-#include "ckpt/codec/tensor_slices.h"
 #include "daemon_process.h"
 #include "raw_http.h"
 #include "test_support.h"

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/codec/dtype.h"
+#include "ckpt/base/dtype.h"
 #include "ckpt/codec/lossy_codec.h"
 #include "ckpt/codec/tensor_codec.h"
 #include "test_support.h"

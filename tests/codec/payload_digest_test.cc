@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/codec/hashing.h"
+#include "ckpt/base/hashing.h"
 #include "ckpt/codec/lossy_codec.h"
 #include "ckpt/codec/tensor_codec.h"
 #include "lossy/format.h"    // internal: the payload versions

@@ -1,13 +1,13 @@
 // Splitting one body into the shards of a parallel push: every shard is a valid safetensors
 // body, and its tensors and slices put back together give the source tensors exactly.
-#include "ckpt/codec/shard_split.h"
+#include "ckpt/base/shard_split.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
 #include <random>
 
-#include "ckpt/codec/tensor_slices.h"
+#include "ckpt/base/tensor_slices.h"
 #include "test_support.h"
 
 namespace ckpt {

@@ -1,5 +1,5 @@
 // Box arithmetic of sharded versions: runs of boxes, tilings, declarations, the rank split.
-#include "ckpt/codec/tensor_slices.h"
+#include "ckpt/base/tensor_slices.h"
 
 #include <gtest/gtest.h>
 

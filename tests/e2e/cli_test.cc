@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "ckpt/codec/safetensors.h"
+#include "ckpt/base/safetensors.h"
 #include "daemon_process.h"
 #include "flaky_proxy.h"
 #include "raw_http.h"

@@ -16,7 +16,7 @@
 
 #include "ckpt/api/api_handler.h"
 #include "ckpt/api/auth.h"
-#include "ckpt/codec/safetensors.h"
+#include "ckpt/base/safetensors.h"
 #include "fuzz_support.h"
 
 using namespace ckpt;

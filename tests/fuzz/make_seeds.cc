@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/base/safetensors.h"
 #include "ckpt/codec/lossy_codec.h"
-#include "ckpt/codec/safetensors.h"
 #include "ckpt/codec/tensor_codec.h"
 
 using namespace ckpt;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/codec/safetensors.h"
+#include "ckpt/base/safetensors.h"
 #include "fuzz_support.h"
 
 using namespace ckpt;

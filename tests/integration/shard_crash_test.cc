@@ -12,7 +12,7 @@
 #include <random>
 #include <thread>
 
-#include "ckpt/codec/tensor_slices.h"
+#include "ckpt/base/tensor_slices.h"
 #include "daemon_process.h"
 #include "raw_http.h"
 #include "test_support.h"

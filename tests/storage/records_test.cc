@@ -5,8 +5,8 @@
 
 #include <bit>
 
-#include "ckpt/codec/binary.h"
-#include "ckpt/codec/hashing.h"
+#include "ckpt/base/binary.h"
+#include "ckpt/base/hashing.h"
 #include "context/reference_cache.h"
 
 namespace ckpt {

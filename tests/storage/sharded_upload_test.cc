@@ -9,7 +9,7 @@
 #include <map>
 #include <random>
 
-#include "ckpt/codec/tensor_slices.h"
+#include "ckpt/base/tensor_slices.h"
 #include "store_fixture.h"
 
 namespace ckpt::testing {

@@ -7,7 +7,7 @@
 #include <map>
 #include <random>
 
-#include "ckpt/codec/safetensors.h"
+#include "ckpt/base/safetensors.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "records/keys.h"
 #include "store_fixture.h"

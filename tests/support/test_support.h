@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/codec/dtype.h"
-#include "ckpt/codec/hashing.h"
-#include "ckpt/codec/safetensors.h"
+#include "ckpt/base/dtype.h"
+#include "ckpt/base/hashing.h"
+#include "ckpt/base/safetensors.h"
 
 namespace ckpt::testing {
 

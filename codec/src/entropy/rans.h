@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt::rans {
 

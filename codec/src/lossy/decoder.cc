@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "ckpt/codec/binary.h"
+#include "ckpt/base/binary.h"
 #include "entropy/rans.h"
 #include "lossy/bit_stream.h"
 #include "lossy/chunk_codec.h"

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "ckpt/codec/dtype.h"
+#include "ckpt/base/dtype.h"
 
 namespace ckpt::lossy {
 

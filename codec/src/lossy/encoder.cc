@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/codec/binary.h"
+#include "ckpt/base/binary.h"
 #include "entropy/rans.h"
 #include "lossy/chunk_codec.h"
 #include "lossy/element.h"

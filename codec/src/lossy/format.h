@@ -18,9 +18,9 @@
 #include <span>
 #include <string>
 
-#include "ckpt/codec/binary.h"
+#include "ckpt/base/binary.h"
+#include "ckpt/base/status.h"
 #include "ckpt/codec/lossy_codec.h"
-#include "ckpt/codec/status.h"
 #include "lossy/history.h"
 #include "lossy/low_rank.h"
 #include "lossy/quantizers.h"

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "ckpt/codec/dtype.h"
+#include "ckpt/base/dtype.h"
 
 namespace ckpt::lossy {
 

@@ -7,9 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "ckpt/codec/dtype.h"
+#include "ckpt/base/dtype.h"
+#include "ckpt/base/status.h"
 #include "ckpt/codec/lossy_codec.h"
-#include "ckpt/codec/status.h"
 #include "lossy/format.h"
 #include "lossy/low_rank.h"
 #include "lossy/quantize.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/codec/dtype.h"
+#include "ckpt/base/dtype.h"
 #include "lossy/bit_stream.h"
 #include "lossy/format.h"
 #include "lossy/symbols.h"

@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "engine/store_schema.h"
 #include "records/records.h"

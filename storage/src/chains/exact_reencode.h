@@ -9,7 +9,7 @@
 #include <span>
 #include <string>
 
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 #include "ckpt/codec/tensor_codec.h"
 #include "context/store_context.h"
 #include "records/records.h"

@@ -16,7 +16,7 @@
 #include <set>
 #include <string>
 
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 #include "context/store_context.h"
 #include "records/records.h"
 

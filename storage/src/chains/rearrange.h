@@ -18,7 +18,7 @@
 #include <functional>
 
 #include "chains/model_chains.h"
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "context/store_context.h"
 

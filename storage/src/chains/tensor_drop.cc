@@ -5,7 +5,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "ckpt/codec/hashing.h"
+#include "ckpt/base/hashing.h"
 #include "engine/scoped_snapshot.h"
 #include "read/catalog.h"
 #include "read/restore_stream.h"

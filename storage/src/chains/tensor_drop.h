@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 #include "context/store_context.h"
 #include "records/records.h"
 

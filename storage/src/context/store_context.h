@@ -16,7 +16,7 @@
 #include <string_view>
 
 #include "backends/store_backend.h"
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 #include "ckpt/codec/tensor_codec.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "context/reference_cache.h"

@@ -21,7 +21,7 @@
 #include <mutex>
 #include <string>
 
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 #include "ckpt/storage/checkpoint_store.h"
 
 namespace ckpt {

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "context/store_context.h"
 #include "records/records.h"

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "ckpt/codec/hashing.h"
+#include "ckpt/base/hashing.h"
 #include "ckpt/codec/tensor_codec.h"
 #include "records/keys.h"
 

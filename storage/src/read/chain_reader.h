@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "backends/store_backend.h"
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 #include "context/reference_cache.h"
 #include "engine/rocks_status.h"
 #include "records/records.h"

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "ckpt/codec/hashing.h"
+#include "ckpt/base/hashing.h"
 #include "context/reference_cache.h"
 #include "read/catalog.h"
 #include "read/chain_reader.h"

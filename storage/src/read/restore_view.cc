@@ -5,9 +5,9 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "ckpt/codec/safetensors.h"
+#include "ckpt/base/safetensors.h"
+#include "ckpt/base/tensor_slices.h"
 #include "ckpt/codec/tensor_patterns.h"
-#include "ckpt/codec/tensor_slices.h"
 #include "read/chain_reader.h"
 #include "uploads/shard_assembly.h"
 

@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "ckpt/codec/binary.h"
-#include "ckpt/codec/hashing.h"
+#include "ckpt/base/binary.h"
+#include "ckpt/base/hashing.h"
 #include "records/keys.h"
 
 namespace ckpt {

@@ -11,9 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "ckpt/codec/dtype.h"
+#include "ckpt/base/dtype.h"
+#include "ckpt/base/status.h"
 #include "ckpt/codec/policy.h"
-#include "ckpt/codec/status.h"
 #include "ckpt/codec/tensor_codec.h"
 
 namespace ckpt {

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/codec/dtype.h"
-#include "ckpt/codec/safetensors.h"
-#include "ckpt/codec/status.h"
-#include "ckpt/codec/tensor_slices.h"
+#include "ckpt/base/dtype.h"
+#include "ckpt/base/safetensors.h"
+#include "ckpt/base/status.h"
+#include "ckpt/base/tensor_slices.h"
 #include "uploads/upload_spool.h"
 
 namespace ckpt {

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "ckpt/codec/hashing.h"
-#include "ckpt/codec/safetensors.h"
+#include "ckpt/base/hashing.h"
+#include "ckpt/base/safetensors.h"
 
 namespace ckpt {
 namespace {

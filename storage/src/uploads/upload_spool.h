@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt {
 

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "ckpt/codec/hashing.h"
+#include "ckpt/base/hashing.h"
 #include "ckpt/codec/lossy_codec.h"
 #include "ckpt/codec/policy.h"
 #include "ckpt/codec/tensor_codec.h"

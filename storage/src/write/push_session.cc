@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "chains/model_chains.h"
-#include "ckpt/codec/hashing.h"
-#include "ckpt/codec/safetensors.h"
+#include "ckpt/base/hashing.h"
+#include "ckpt/base/safetensors.h"
 #include "read/catalog.h"
 #include "read/chain_reader.h"
 #include "records/keys.h"

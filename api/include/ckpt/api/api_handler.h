@@ -21,7 +21,7 @@
 
 #include "ckpt/api/metrics.h"
 #include "ckpt/api/routes.h"
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "ckpt/storage/maintenance_service.h"
 

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "ckpt/api/api_handler.h"
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt::api {
 

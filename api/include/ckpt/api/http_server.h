@@ -16,7 +16,7 @@
 
 #include "ckpt/api/api_handler.h"
 #include "ckpt/api/auth.h"
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 #include "ckpt/storage/checkpoint_store.h"
 
 namespace ckpt::api {

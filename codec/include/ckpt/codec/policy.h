@@ -86,9 +86,9 @@
 #include <string_view>
 #include <vector>
 
-#include "ckpt/codec/dtype.h"
+#include "ckpt/base/dtype.h"
+#include "ckpt/base/status.h"
 #include "ckpt/codec/lossy_codec.h"
-#include "ckpt/codec/status.h"
 
 namespace ckpt {
 

@@ -11,7 +11,7 @@
 
 #include "ckpt/api/auth.h"
 #include "ckpt/api/http_server.h"
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 #include "ckpt/storage/checkpoint_store.h"
 
 namespace ckpt::daemon {

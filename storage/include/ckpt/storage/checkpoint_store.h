@@ -27,10 +27,10 @@
 #include <string_view>
 #include <vector>
 
-#include "ckpt/codec/model_name.h"
+#include "ckpt/base/model_name.h"
+#include "ckpt/base/status.h"
+#include "ckpt/base/tensor_slices.h"
 #include "ckpt/codec/policy.h"
-#include "ckpt/codec/status.h"
-#include "ckpt/codec/tensor_slices.h"
 #include "ckpt/storage/retention.h"
 
 namespace ckpt {

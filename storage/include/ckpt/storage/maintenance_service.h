@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 #include "ckpt/storage/checkpoint_store.h"
 
 namespace ckpt {

@@ -13,7 +13,7 @@
 
 #include "backends/rados/model_leases.h"
 #include "backends/rados/rados_layout.h"
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt {
 

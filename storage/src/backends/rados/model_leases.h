@@ -16,7 +16,7 @@
 #include <unordered_map>
 
 #include "backends/chunk_store.h"
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt {
 

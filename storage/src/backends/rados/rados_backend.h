@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "backends/store_backend.h"
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 #include "ckpt/storage/checkpoint_store.h"
 
 namespace ckpt {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "backends/store_backend.h"
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt::rados_layout {
 

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <system_error>
 
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt {
 

@@ -1,4 +1,4 @@
-#include "ckpt/codec/hashing.h"
+#include "ckpt/base/hashing.h"
 
 #include <openssl/evp.h>
 #include <xxhash.h>

@@ -17,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "ckpt/codec/dtype.h"
-#include "ckpt/codec/status.h"
+#include "ckpt/base/dtype.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt {
 

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt {
 

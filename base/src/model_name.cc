@@ -1,4 +1,4 @@
-#include "ckpt/codec/model_name.h"
+#include "ckpt/base/model_name.h"
 
 #include <string>
 

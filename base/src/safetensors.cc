@@ -1,4 +1,4 @@
-#include "ckpt/codec/safetensors.h"
+#include "ckpt/base/safetensors.h"
 
 #include <algorithm>
 #include <cstring>

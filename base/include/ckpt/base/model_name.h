@@ -3,7 +3,7 @@
 
 #include <string_view>
 
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt {
 

@@ -1,4 +1,4 @@
-#include "ckpt/codec/status.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt {
 

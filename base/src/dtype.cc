@@ -1,4 +1,4 @@
-#include "ckpt/codec/dtype.h"
+#include "ckpt/base/dtype.h"
 
 #include <array>
 #include <utility>

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/codec/safetensors.h"
-#include "ckpt/codec/status.h"
+#include "ckpt/base/safetensors.h"
+#include "ckpt/base/status.h"
 
 namespace ckpt {
 

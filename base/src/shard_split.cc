@@ -1,10 +1,10 @@
-#include "ckpt/codec/shard_split.h"
+#include "ckpt/base/shard_split.h"
 
 #include <algorithm>
 #include <map>
 #include <numeric>
 
-#include "ckpt/codec/tensor_slices.h"
+#include "ckpt/base/tensor_slices.h"
 
 namespace ckpt {
 namespace {

@@ -1,4 +1,4 @@
-#include "ckpt/codec/tensor_slices.h"
+#include "ckpt/base/tensor_slices.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
