@@ -201,7 +201,10 @@ ApiResponse ApiHandler::MethodNotAllowed(std::string_view method, const Route& r
 
 ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std::string_view body) {
   if (route.kind == RouteKind::kUnknown) return ErrorResponse(Status::NotFound("no such endpoint"));
-  if (!RouteAllows(route, method)) return MethodNotAllowed(method, route);
+  // An upload's version is checked before its method (HandleUpload).
+  if (route.kind != RouteKind::kUpload && !RouteAllows(route, method)) {
+    return MethodNotAllowed(method, route);
+  }
   switch (route.kind) {
     case RouteKind::kUnknown:
       break;

@@ -71,6 +71,20 @@ net::awaitable<ModelTurns::Outcome> ModelTurns::Await(ApiHandler& handler, const
   co_return state_->stopped ? Outcome::kStopped : outcome;
 }
 
+bool ModelTurns::TryAgain(Outcome outcome, int& free_in_a_row) {
+  switch (outcome) {
+    case Outcome::kTurn:
+      free_in_a_row = 0;
+      return true;
+    case Outcome::kWasFree:
+      return ++free_in_a_row <= 1;
+    case Outcome::kTimedOut:
+    case Outcome::kStopped:
+      return false;
+  }
+  return false;
+}
+
 void ModelTurns::Stop() {
   std::lock_guard lock(state_->mu);
   if (state_->stopped) return;

@@ -43,6 +43,11 @@ class ModelTurns {
   // Ends every wait (kStopped) and every later one at once.
   void Stop();
 
+  // Whether a request refused as busy tries again after a wait that ended with `outcome`. A
+  // model found free twice in a row, yet refusing, is not tried again: what refuses then is no
+  // writer a wait would outlast. `free_in_a_row` counts those, per request.
+  static bool TryAgain(Outcome outcome, int& free_in_a_row);
+
   struct State;  // shared with the release callbacks (model_turns.cc)
 
  private:

@@ -137,10 +137,11 @@ class CheckpointStoreImpl final : public CheckpointStore {
   }
 
   bool CallWhenModelFree(std::string_view model, std::function<void()> on_free) override {
-    // A sharded version's commit is awaited as a whole: it takes the model's lock only once
-    // its shards are assembled.
-    if (uploads_.CallAfterCommit(std::string(model), on_free)) return true;
-    return writer_.CallOnRelease(model, std::move(on_free));
+    // A sharded version's commit takes the model's lock only once its shards are assembled:
+    // its end is awaited too, beside the lock's release (a waiter woken twice tries twice).
+    const bool committing = uploads_.CallAfterCommit(std::string(model), on_free);
+    const bool locked = writer_.CallOnRelease(model, std::move(on_free));
+    return committing || locked;
   }
 
   Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,

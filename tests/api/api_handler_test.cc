@@ -14,47 +14,47 @@ using testing::DriftingModel;
 using testing::TempDir;
 
 TEST(ApiRouting, ClassifiesEveryRoute) {
-  EXPECT_EQ(ApiHandler::Classify("/healthz").kind, RouteKind::kHealth);
-  EXPECT_EQ(ApiHandler::Classify("/v1/models").kind, RouteKind::kListModels);
-  EXPECT_EQ(ApiHandler::Classify("/v1/models?x=1").kind, RouteKind::kListModels);
-  Route m = ApiHandler::Classify("/v1/models/resnet");
+  EXPECT_EQ(ClassifyTarget("/healthz").kind, RouteKind::kHealth);
+  EXPECT_EQ(ClassifyTarget("/v1/models").kind, RouteKind::kListModels);
+  EXPECT_EQ(ClassifyTarget("/v1/models?x=1").kind, RouteKind::kListModels);
+  Route m = ClassifyTarget("/v1/models/resnet");
   EXPECT_EQ(m.kind, RouteKind::kModel);
   EXPECT_EQ(m.model, "resnet");
-  EXPECT_EQ(ApiHandler::Classify("/v1/models/r/versions").kind, RouteKind::kListVersions);
-  EXPECT_EQ(ApiHandler::Classify("/v1/models/r/policy").kind, RouteKind::kPolicy);
-  Route v = ApiHandler::Classify("/v1/models/r/versions/latest");
+  EXPECT_EQ(ClassifyTarget("/v1/models/r/versions").kind, RouteKind::kListVersions);
+  EXPECT_EQ(ClassifyTarget("/v1/models/r/policy").kind, RouteKind::kPolicy);
+  Route v = ClassifyTarget("/v1/models/r/versions/latest");
   EXPECT_EQ(v.kind, RouteKind::kVersion);
   EXPECT_EQ(v.version, "latest");
   for (const char* unknown :
        {"/v2/models", "/v1/models/r/versions/1/x", "v1/models", "/v1/models/r/blobs", "//"}) {
-    EXPECT_EQ(ApiHandler::Classify(unknown).kind, RouteKind::kUnknown) << unknown;
+    EXPECT_EQ(ClassifyTarget(unknown).kind, RouteKind::kUnknown) << unknown;
   }
 }
 
 TEST(ApiRouting, ClassifiesTheStatusPage) {
-  EXPECT_EQ(ApiHandler::Classify("/").kind, RouteKind::kStatusPage);
-  EXPECT_EQ(ApiHandler::Classify("/").model, "");
-  const Route one = ApiHandler::Classify("/?model=run%2Da.1&x=y");
+  EXPECT_EQ(ClassifyTarget("/").kind, RouteKind::kStatusPage);
+  EXPECT_EQ(ClassifyTarget("/").model, "");
+  const Route one = ClassifyTarget("/?model=run%2Da.1&x=y");
   EXPECT_EQ(one.kind, RouteKind::kStatusPage);
   EXPECT_EQ(one.model, "run-a.1");
-  EXPECT_EQ(ApiHandler::Classify("/?model=%zz").model, "");  // malformed: the overview
+  EXPECT_EQ(ClassifyTarget("/?model=%zz").model, "");  // malformed: the overview
 }
 
 TEST(ApiRouting, ClassifiesLifecycleRoutes) {
-  Route tag = ApiHandler::Classify("/v1/models/r/versions/7/tags/best");
+  Route tag = ClassifyTarget("/v1/models/r/versions/7/tags/best");
   EXPECT_EQ(tag.kind, RouteKind::kVersionTag);
   EXPECT_EQ(tag.version, "7");
   EXPECT_EQ(tag.tag, "best");
-  EXPECT_EQ(ApiHandler::Classify("/v1/models/r/retention").kind, RouteKind::kRetention);
-  Route preview = ApiHandler::Classify("/v1/models/r/retention:preview");
+  EXPECT_EQ(ClassifyTarget("/v1/models/r/retention").kind, RouteKind::kRetention);
+  Route preview = ClassifyTarget("/v1/models/r/retention:preview");
   EXPECT_EQ(preview.kind, RouteKind::kRetentionRun);
   EXPECT_TRUE(preview.dry_run);
-  EXPECT_FALSE(ApiHandler::Classify("/v1/models/r/retention:apply").dry_run);
-  EXPECT_TRUE(ApiHandler::Classify("/v1/models/r/retention:apply?dry_run=1").dry_run);
-  EXPECT_EQ(ApiHandler::Classify("/v1/admin/gc").kind, RouteKind::kAdminGc);
-  EXPECT_EQ(ApiHandler::Classify("/v1/models/r/versions/tag%3Abest").version, "tag:best");
-  EXPECT_EQ(ApiHandler::Classify("/v1/models/r/versions/9?metric.loss=1").query, "metric.loss=1");
-  EXPECT_EQ(ApiHandler::Classify("/v1/models/r/retention:delete").kind, RouteKind::kUnknown);
+  EXPECT_FALSE(ClassifyTarget("/v1/models/r/retention:apply").dry_run);
+  EXPECT_TRUE(ClassifyTarget("/v1/models/r/retention:apply?dry_run=1").dry_run);
+  EXPECT_EQ(ClassifyTarget("/v1/admin/gc").kind, RouteKind::kAdminGc);
+  EXPECT_EQ(ClassifyTarget("/v1/models/r/versions/tag%3Abest").version, "tag:best");
+  EXPECT_EQ(ClassifyTarget("/v1/models/r/versions/9?metric.loss=1").query, "metric.loss=1");
+  EXPECT_EQ(ClassifyTarget("/v1/models/r/retention:delete").kind, RouteKind::kUnknown);
 }
 
 TEST(ApiRouting, PushQueryCarriesMetricsLabelsAndTags) {
@@ -71,13 +71,12 @@ TEST(ApiRouting, PushQueryCarriesMetricsLabelsAndTags) {
 }
 
 TEST(ApiRouting, PlansStreamingOnlyForVersionTransfers) {
-  Route v = ApiHandler::Classify("/v1/models/r/versions/3");
-  EXPECT_EQ(ApiHandler::Plan("PUT", v), RequestPlan::kPush);
-  EXPECT_EQ(ApiHandler::Plan("GET", v), RequestPlan::kRestore);
-  EXPECT_EQ(ApiHandler::Plan("HEAD", v), RequestPlan::kRestore);
-  EXPECT_EQ(ApiHandler::Plan("DELETE", v), RequestPlan::kSimple);
-  EXPECT_EQ(ApiHandler::Plan("PUT", ApiHandler::Classify("/v1/models/r/policy")),
-            RequestPlan::kSimple);
+  Route v = ClassifyTarget("/v1/models/r/versions/3");
+  EXPECT_EQ(PlanOf("PUT", v), RequestPlan::kPush);
+  EXPECT_EQ(PlanOf("GET", v), RequestPlan::kRestore);
+  EXPECT_EQ(PlanOf("HEAD", v), RequestPlan::kRestore);
+  EXPECT_EQ(PlanOf("DELETE", v), RequestPlan::kSimple);
+  EXPECT_EQ(PlanOf("PUT", ClassifyTarget("/v1/models/r/policy")), RequestPlan::kSimple);
 }
 
 TEST(ApiErrors, StatusCodesMapToHttp) {
@@ -117,11 +116,11 @@ TEST(ApiErrors, AFullVolumeIs507AndTheDetailStaysInTheLog) {
 }
 
 TEST(ApiRouting, ClassifiesTheStatusRoutes) {
-  EXPECT_EQ(ApiHandler::Classify("/v1/status").kind, RouteKind::kStoreStatus);
-  const Route health = ApiHandler::Classify("/healthz?detail=1");
+  EXPECT_EQ(ClassifyTarget("/v1/status").kind, RouteKind::kStoreStatus);
+  const Route health = ClassifyTarget("/healthz?detail=1");
   EXPECT_EQ(health.kind, RouteKind::kHealth);
   EXPECT_TRUE(health.detail);
-  EXPECT_FALSE(ApiHandler::Classify("/healthz").detail);
+  EXPECT_FALSE(ClassifyTarget("/healthz").detail);
 }
 
 TEST(ApiVersions, ParsesOnlyDecimalU64) {
@@ -142,12 +141,12 @@ class ApiHandlerTest : public ::testing::Test {
   }
 
   ApiResponse Call(std::string_view method, std::string_view target, std::string_view body = {}) {
-    return handler_->Handle(method, ApiHandler::Classify(target), body);
+    return handler_->Handle(method, ClassifyTarget(target), body);
   }
 
   void Push(std::string_view model, uint64_t version, const std::string& body) {
-    Route route = ApiHandler::Classify("/v1/models/" + std::string(model) + "/versions/" +
-                                       std::to_string(version));
+    Route route =
+        ClassifyTarget("/v1/models/" + std::string(model) + "/versions/" + std::to_string(version));
     auto session = handler_->BeginPush(route, body.size());
     ASSERT_TRUE(session.ok()) << session.status().ToString();
     ASSERT_TRUE((*session)
@@ -199,8 +198,8 @@ TEST_F(ApiHandlerTest, InvalidUtf8InEchoedTextIsReplacedNotFatal) {
   EXPECT_NE(bad.body.find("lades\xEF\xBF\xBDt"), std::string::npos) << bad.body;  // U+FFFD
 
   const std::string body = drift.Next();
-  auto session = handler_->BeginPush(ApiHandler::Classify("/v1/models/m/versions/2?label.host=%FF"),
-                                     body.size());
+  auto session =
+      handler_->BeginPush(ClassifyTarget("/v1/models/m/versions/2?label.host=%FF"), body.size());
   ASSERT_TRUE(session.ok()) << session.status().ToString();
   ASSERT_TRUE((*session)->Write({reinterpret_cast<const uint8_t*>(body.data()), body.size()}).ok());
   EXPECT_EQ(handler_->FinishPush(**session).status, 201);
@@ -233,12 +232,12 @@ TEST_F(ApiHandlerTest, ListsModelsAndVersionsWithContractFields) {
 TEST_F(ApiHandlerTest, PushConflictsAndBadInputsGetPreciseErrors) {
   DriftingModel model(2, 100);
   Push("a", 10, model.Next());
-  auto stale = handler_->BeginPush(ApiHandler::Classify("/v1/models/a/versions/10"), 100);
+  auto stale = handler_->BeginPush(ClassifyTarget("/v1/models/a/versions/10"), 100);
   EXPECT_EQ(ApiHandler::ErrorResponse(stale.status()).status, 409);
   EXPECT_NE(stale.status().message().find("latest version 10"), std::string::npos);
-  auto latest = handler_->BeginPush(ApiHandler::Classify("/v1/models/a/versions/latest"), 100);
+  auto latest = handler_->BeginPush(ClassifyTarget("/v1/models/a/versions/latest"), 100);
   EXPECT_EQ(latest.status().code(), StatusCode::kInvalidArgument);
-  auto bad_name = handler_->BeginPush(ApiHandler::Classify("/v1/models/-a/versions/1"), 100);
+  auto bad_name = handler_->BeginPush(ClassifyTarget("/v1/models/-a/versions/1"), 100);
   EXPECT_EQ(bad_name.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Call("GET", "/v1/models/nope").status, 404);
   EXPECT_EQ(Call("GET", "/v1/models/nope/versions").status, 404);
@@ -285,7 +284,7 @@ TEST_F(ApiHandlerTest, RestoreHeadersCarrySha256) {
   DriftingModel model(4, 100);
   std::string body = model.Next();
   Push("a", 1, body);
-  auto stream = handler_->OpenRestore(ApiHandler::Classify("/v1/models/a/versions/latest"));
+  auto stream = handler_->OpenRestore(ClassifyTarget("/v1/models/a/versions/latest"));
   ASSERT_TRUE(stream.ok());
   EXPECT_EQ((*stream)->size(), body.size());
   bool found = false;

@@ -22,7 +22,7 @@ Authorizer MakeAuthorizer() {
 StatusCode CodeFor(const Authorizer& a, std::string_view token, std::string_view method,
                    std::string_view target) {
   const std::string header = token.empty() ? "" : "Bearer " + std::string(token);
-  return a.Authorize(header, method, ApiHandler::Classify(target)).status().code();
+  return a.Authorize(header, method, ClassifyTarget(target)).status().code();
 }
 
 TEST(Authorizer, EveryScopeAndPrefixAgainstEveryRouteKind) {
@@ -91,30 +91,29 @@ TEST(Authorizer, EveryScopeAndPrefixAgainstEveryRouteKind) {
 
 TEST(Authorizer, ThePrincipalCarriesTheNameAndPrefix) {
   const Authorizer a = MakeAuthorizer();
-  auto p = a.Authorize("Bearer tw-token", "GET", ApiHandler::Classify("/v1/models"));
+  auto p = a.Authorize("Bearer tw-token", "GET", ClassifyTarget("/v1/models"));
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->name, "team-writer");
   EXPECT_EQ(p->model_prefix, "team-");
   // The scheme is case-insensitive. Basic carries the token as its password (any user name), as
   // browsers send it for the status page; anything else is refused.
-  EXPECT_TRUE(a.Authorize("bearer a-token", "POST", ApiHandler::Classify("/v1/admin/gc")).ok());
-  EXPECT_TRUE(a.Authorize("Basic dTpyLXRva2Vu", "GET", ApiHandler::Classify("/")).ok());
-  auto basic = a.Authorize("basic OnR3LXRva2Vu", "GET", ApiHandler::Classify("/"));  // ":tw-token"
+  EXPECT_TRUE(a.Authorize("bearer a-token", "POST", ClassifyTarget("/v1/admin/gc")).ok());
+  EXPECT_TRUE(a.Authorize("Basic dTpyLXRva2Vu", "GET", ClassifyTarget("/")).ok());
+  auto basic = a.Authorize("basic OnR3LXRva2Vu", "GET", ClassifyTarget("/"));  // ":tw-token"
   ASSERT_TRUE(basic.ok());
   EXPECT_EQ(basic->name, "team-writer");
   for (const char* bad : {"Basic YTpi", "Basic ci10b2tlbg==", "Basic dTpyLXRva2Vu=", "Basic !!!!",
                           "Basic ", "Token r-token"}) {
-    EXPECT_EQ(a.Authorize(bad, "GET", ApiHandler::Classify("/")).status().code(),
+    EXPECT_EQ(a.Authorize(bad, "GET", ClassifyTarget("/")).status().code(),
               StatusCode::kUnauthenticated)
         << bad;
   }
-  EXPECT_EQ(Authorizer::Challenge(ApiHandler::Classify("/")),
-            "Basic realm=\"ckptd\", charset=\"UTF-8\"");
-  EXPECT_EQ(Authorizer::Challenge(ApiHandler::Classify("/v1/models")), "Bearer realm=\"ckptd\"");
-  EXPECT_EQ(a.Authorize("Bearer ", "GET", ApiHandler::Classify("/v1/models")).status().code(),
+  EXPECT_EQ(Authorizer::Challenge(ClassifyTarget("/")), "Basic realm=\"ckptd\", charset=\"UTF-8\"");
+  EXPECT_EQ(Authorizer::Challenge(ClassifyTarget("/v1/models")), "Bearer realm=\"ckptd\"");
+  EXPECT_EQ(a.Authorize("Bearer ", "GET", ClassifyTarget("/v1/models")).status().code(),
             StatusCode::kUnauthenticated);
   // The error names the token and what was missing, never the token itself.
-  auto denied = a.Authorize("Bearer r-token", "PUT", ApiHandler::Classify("/v1/models/m/policy"));
+  auto denied = a.Authorize("Bearer r-token", "PUT", ClassifyTarget("/v1/models/m/policy"));
   EXPECT_NE(denied.status().message().find("'reader' has scope read"), std::string::npos);
   EXPECT_EQ(denied.status().message().find("r-token"), std::string::npos);
 }
@@ -123,7 +122,7 @@ TEST(Authorizer, WithoutTokensEverythingIsAllowed) {
   auto a = Authorizer::Create({});
   ASSERT_TRUE(a.ok());
   EXPECT_FALSE(a->enabled());
-  EXPECT_TRUE(a->Authorize("", "POST", ApiHandler::Classify("/v1/admin/gc")).ok());
+  EXPECT_TRUE(a->Authorize("", "POST", ClassifyTarget("/v1/admin/gc")).ok());
 }
 
 TEST(Authorizer, BadGrantsAreRefusedNamingThem) {

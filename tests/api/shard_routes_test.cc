@@ -17,18 +17,17 @@ using testing::Serialize;
 using testing::TempDir;
 
 TEST(ShardRouting, ClassifiesShardAndUploadRoutes) {
-  const Route shard = ApiHandler::Classify("/v1/models/r/versions/7/shards/3?of=4");
+  const Route shard = ClassifyTarget("/v1/models/r/versions/7/shards/3?of=4");
   EXPECT_EQ(shard.kind, RouteKind::kShard);
   EXPECT_EQ(shard.version, "7");
   EXPECT_EQ(shard.shard, "3");
-  EXPECT_EQ(ApiHandler::Plan("PUT", shard), RequestPlan::kPush);
-  EXPECT_EQ(ApiHandler::Classify("/v1/models/r/versions/7/shards").kind, RouteKind::kUpload);
-  EXPECT_EQ(ApiHandler::Classify("/v1/models/r/versions/7/shards:commit").kind,
-            RouteKind::kUploadCommit);
-  const Route layout = ApiHandler::Classify("/v1/models/r/versions/7?layout=1");
+  EXPECT_EQ(PlanOf("PUT", shard), RequestPlan::kPush);
+  EXPECT_EQ(ClassifyTarget("/v1/models/r/versions/7/shards").kind, RouteKind::kUpload);
+  EXPECT_EQ(ClassifyTarget("/v1/models/r/versions/7/shards:commit").kind, RouteKind::kUploadCommit);
+  const Route layout = ClassifyTarget("/v1/models/r/versions/7?layout=1");
   EXPECT_TRUE(layout.layout);
-  EXPECT_EQ(ApiHandler::Plan("GET", layout), RequestPlan::kSimple);
-  EXPECT_EQ(ApiHandler::Plan("GET", ApiHandler::Classify("/v1/models/r/versions/7?rank=0&of=2")),
+  EXPECT_EQ(PlanOf("GET", layout), RequestPlan::kSimple);
+  EXPECT_EQ(PlanOf("GET", ClassifyTarget("/v1/models/r/versions/7?rank=0&of=2")),
             RequestPlan::kRestore);
 }
 
@@ -86,11 +85,11 @@ class ShardRoutesTest : public ::testing::Test {
   }
 
   ApiResponse Call(std::string_view method, std::string_view target) {
-    return handler_->Handle(method, ApiHandler::Classify(target), {});
+    return handler_->Handle(method, ClassifyTarget(target), {});
   }
 
   ApiResponse PutShard(std::string_view target, const std::string& body) {
-    auto push = handler_->BeginPush(ApiHandler::Classify(target), body.size());
+    auto push = handler_->BeginPush(ClassifyTarget(target), body.size());
     if (!push.ok()) return ApiHandler::ErrorResponse(push.status());
     Status s = (*push)->Write(
         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(body.data()), body.size()));
@@ -182,23 +181,22 @@ TEST_F(ShardRoutesTest, BadShardRequestsAreClearErrors) {
 TEST_F(ShardRoutesTest, ARankRestoreHasNoDigestHeaders) {
   ASSERT_EQ(PutShard("/v1/models/m/versions/5/shards/0?of=2", Half(0)).status, 202);
   ASSERT_EQ(PutShard("/v1/models/m/versions/5/shards/1?of=2", Half(1)).status, 201);
-  auto whole = handler_->OpenRestore(ApiHandler::Classify("/v1/models/m/versions/5"));
+  auto whole = handler_->OpenRestore(ClassifyTarget("/v1/models/m/versions/5"));
   ASSERT_TRUE(whole.ok());
   bool has_digest = false;
   for (const auto& [k, v] : ApiHandler::RestoreHeaders((*whole)->info())) {
     has_digest |= k == "X-Ckpt-Sha256";
   }
   EXPECT_TRUE(has_digest);
-  auto part = handler_->OpenRestore(ApiHandler::Classify("/v1/models/m/versions/5?rank=1&of=2"));
+  auto part = handler_->OpenRestore(ClassifyTarget("/v1/models/m/versions/5?rank=1&of=2"));
   ASSERT_TRUE(part.ok()) << part.status().ToString();
   for (const auto& [k, v] : ApiHandler::RestoreHeaders((*part)->info())) {
     EXPECT_NE(k, "X-Ckpt-Sha256");
     EXPECT_NE(k, "ETag");
   }
-  EXPECT_EQ(handler_->OpenRestore(ApiHandler::Classify("/v1/models/m/versions/5?rank=2&of=2"))
-                .status()
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      handler_->OpenRestore(ClassifyTarget("/v1/models/m/versions/5?rank=2&of=2")).status().code(),
+      StatusCode::kInvalidArgument);
 }
 
 TEST_F(ShardRoutesTest, TheHuggingFaceViewListsFilesOfAtMostTheGivenSize) {
@@ -206,7 +204,7 @@ TEST_F(ShardRoutesTest, TheHuggingFaceViewListsFilesOfAtMostTheGivenSize) {
                     c = FloatBytes(std::vector<float>(60, 4));
   const std::string body = Serialize(
       {{"a", DType::kF32, {100}, a}, {"b", DType::kF32, {2}, b}, {"c", DType::kF32, {60}, c}});
-  auto push = handler_->BeginPush(ApiHandler::Classify("/v1/models/m/versions/3"), body.size());
+  auto push = handler_->BeginPush(ClassifyTarget("/v1/models/m/versions/3"), body.size());
   ASSERT_TRUE(push.ok());
   ASSERT_TRUE((*push)
                   ->Write(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(body.data()),
@@ -223,7 +221,7 @@ TEST_F(ShardRoutesTest, TheHuggingFaceViewListsFilesOfAtMostTheGivenSize) {
   EXPECT_EQ(doc["weight_map"]["b"], "model-00001-of-00002.safetensors");
   EXPECT_EQ(doc["weight_map"]["c"], "model-00002-of-00002.safetensors");
   auto read_all = [&](std::string_view target) -> std::string {
-    auto stream = handler_->OpenRestore(ApiHandler::Classify(target));
+    auto stream = handler_->OpenRestore(ClassifyTarget(target));
     EXPECT_TRUE(stream.ok()) << stream.status().ToString();
     if (!stream.ok()) return "";
     std::string out;
@@ -243,8 +241,8 @@ TEST_F(ShardRoutesTest, TheHuggingFaceViewListsFilesOfAtMostTheGivenSize) {
                             .body)["weight_map"]["c"],
             "model-00001-of-00001.safetensors");
   EXPECT_EQ(handler_
-                ->OpenRestore(ApiHandler::Classify(
-                    "/v1/models/m/versions/3/hf/model-00003-of-00002.safetensors"))
+                ->OpenRestore(
+                    ClassifyTarget("/v1/models/m/versions/3/hf/model-00003-of-00002.safetensors"))
                 .status()
                 .code(),
             StatusCode::kNotFound);
@@ -252,8 +250,7 @@ TEST_F(ShardRoutesTest, TheHuggingFaceViewListsFilesOfAtMostTheGivenSize) {
   EXPECT_EQ(Call("GET", "/v1/models/m/versions/3/hf/model.safetensors.index.json?max_shard_bytes=0")
                 .status,
             400);
-  EXPECT_EQ(ApiHandler::Plan("GET", ApiHandler::Classify("/v1/models/m/versions/3/hf/x")),
-            RequestPlan::kRestore);
+  EXPECT_EQ(PlanOf("GET", ClassifyTarget("/v1/models/m/versions/3/hf/x")), RequestPlan::kRestore);
 }
 
 }  // namespace

@@ -233,7 +233,7 @@ TEST(LossyCodecLattice, CostsWhatElementHistoryCosts) {
 // the decoder applies the deltas to the previous *reconstruction* drifts past the bound; the
 // closed loop never does.
 // Versions of a rows x cols matrix that drift along a few fresh directions each time (as
-// Adam's deltas do: docs/benchmarks.md, "Design choices, measured"), plus some noise.
+// Adam's deltas do: docs/decisions.md, the low-rank shift), plus some noise.
 std::vector<std::vector<double>> LowRankDrift(size_t rows, size_t cols, int versions, double drift,
                                               double noise, uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -112,7 +112,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const auto& req = parser.get();
   const std::string method(req.method_string());
-  Route route = ApiHandler::Classify(std::string_view(req.target().data(), req.target().size()));
+  Route route = ClassifyTarget(std::string_view(req.target().data(), req.target().size()));
   if (route.kind == RouteKind::kAdminBackup) return 0;
 
   const auto authorization = req[http::field::authorization];
@@ -127,7 +127,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   ApiResponse response;
   const std::string& body = req.body();
-  switch (ApiHandler::Plan(method, route)) {
+  switch (PlanOf(method, route)) {
     case RequestPlan::kPush: {
       std::optional<uint64_t> length;
       if (req.has_content_length()) length = body.size();

@@ -169,6 +169,11 @@ class HttpServerImpl final : public HttpServer {
   const HttpServerOptions options_;
   ApiHandler handler_;
   std::unique_ptr<net::ssl::context> tls_;  // null: plain HTTP
+  std::atomic<bool> stopping_{false};
+  ModelTurns turns_;
+  // Before ioc_: sessions still suspended at destruction deregister from it as ~io_context
+  // destroys them.
+  Connections connections_;
   net::io_context ioc_;
   tcp::acceptor acceptor_;
   std::vector<std::thread> threads_;
@@ -176,9 +181,6 @@ class HttpServerImpl final : public HttpServer {
   // Push commits: two, so that a sharded version's long commit leaves room for another
   // model's.
   net::thread_pool commit_pool_{2};
-  std::atomic<bool> stopping_{false};
-  ModelTurns turns_;  // after ioc_: stopped before the strands it posts to go
-  Connections connections_;
   const ServerContext context_{options_, handler_,     admin_pool_, commit_pool_,
                                turns_,   connections_, stopping_};
   uint16_t port_ = 0;

@@ -12,19 +12,6 @@
 
 namespace ckpt::api::server {
 
-bool TryAgain(ModelTurns::Outcome outcome, int& tries_when_free) {
-  switch (outcome) {
-    case ModelTurns::Outcome::kTurn:
-      return true;
-    case ModelTurns::Outcome::kWasFree:
-      return ++tries_when_free <= 1;
-    case ModelTurns::Outcome::kTimedOut:
-    case ModelTurns::Outcome::kStopped:
-      return false;
-  }
-  return false;
-}
-
 template <class Stream>
 net::awaitable<bool> TransferPush(const ServerContext& ctx, Stream& stream, Exchange& ex) {
   const HttpServerOptions& options = ctx.options;
@@ -44,17 +31,17 @@ net::awaitable<bool> TransferPush(const ServerContext& ctx, Stream& stream, Exch
   // socket meanwhile, so TCP flow control holds the client back).
   auto session = ctx.handler.BeginPush(ex.route, content_length);
   const auto wait_until = Clock::now() + options.push_wait;
-  for (int tries_when_free = 0; !session.ok() && session.status().code() == StatusCode::kAborted;) {
-    if (!TryAgain(co_await ctx.turns.Await(ctx.handler, ex.route, wait_until), tries_when_free)) {
-      break;
-    }
+  for (int free_in_a_row = 0; !session.ok() && session.status().code() == StatusCode::kAborted;) {
+    const ModelTurns::Outcome outcome = co_await ctx.turns.Await(ctx.handler, ex.route, wait_until);
+    if (!ModelTurns::TryAgain(outcome, free_in_a_row)) break;
     session = ctx.handler.BeginPush(ex.route, content_length);
   }
   if (!session.ok()) {
     co_await RefuseAndClose(ctx, stream, ex, ApiHandler::ErrorResponse(session.status()));
     co_return false;
   }
-  if (!co_await SendContinue(ctx, stream, ex)) co_return false;
+  const Status told = co_await SendContinue(ctx, stream, ex);
+  if (!told.ok()) co_return false;
   std::vector<uint8_t> chunk(options.io_buffer_bytes);
   while (!ex.parser.is_done()) {
     ex.parser.get().body().data = chunk.data();

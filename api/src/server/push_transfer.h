@@ -12,9 +12,4 @@ namespace ckpt::api::server {
 template <class Stream>
 net::awaitable<bool> TransferPush(const ServerContext& ctx, Stream& stream, Exchange& ex);
 
-// Whether a request refused as busy tries again after waiting for its model's turn. A model
-// found free yet refusing is tried once more, not again: what refuses then is no writer a wait
-// would outlast.
-bool TryAgain(ModelTurns::Outcome outcome, int& tries_when_free);
-
 }  // namespace ckpt::api::server

@@ -42,10 +42,9 @@ net::awaitable<bool> AnswerSimple(const ServerContext& ctx, Stream& stream, Exch
   }
   ApiResponse r = co_await HandleSimple(ctx, ex.log.method, ex.route, body);
   const auto wait_until = Clock::now() + ctx.options.push_wait;
-  for (int tries_when_free = 0; r.model_busy;) {
-    if (!TryAgain(co_await ctx.turns.Await(ctx.handler, ex.route, wait_until), tries_when_free)) {
-      break;
-    }
+  for (int free_in_a_row = 0; r.model_busy;) {
+    const ModelTurns::Outcome outcome = co_await ctx.turns.Await(ctx.handler, ex.route, wait_until);
+    if (!ModelTurns::TryAgain(outcome, free_in_a_row)) break;
     r = co_await HandleSimple(ctx, ex.log.method, ex.route, body);
   }
   const bool ok =

@@ -70,22 +70,24 @@ net::awaitable<bool> RefuseAndClose(const ServerContext& ctx, Stream& stream, Ex
 }
 
 template <class Stream>
-net::awaitable<bool> SendContinue(const ServerContext& ctx, Stream& stream, Exchange& ex) {
-  if (!ex.expect_continue || ex.continue_sent) co_return true;
+net::awaitable<Status> SendContinue(const ServerContext& ctx, Stream& stream, Exchange& ex) {
+  if (!ex.expect_continue || ex.continue_sent) co_return Status::Ok();
   http::response<http::empty_body> cont{http::status::continue_, ex.http_version};
   beast::error_code ec;
   beast::get_lowest_layer(stream).expires_after(ctx.options.io_timeout);
   co_await http::async_write(stream, cont, net::redirect_error(kUseAwaitable, ec));
-  ex.continue_sent = !ec;
-  co_return !ec;
+  if (ec) co_return Status::Unavailable("writing 100 Continue: " + ec.message());
+  ex.continue_sent = true;
+  co_return Status::Ok();
 }
 
 template <class Stream>
 net::awaitable<Status> ReadSmallBody(const ServerContext& ctx, Stream& stream, Exchange& ex,
                                      std::string& body) {
   char chunk[8192];
-  if (!ex.parser.is_done() && !co_await SendContinue(ctx, stream, ex)) {
-    co_return Status::Unavailable("writing 100 Continue: the client is gone");
+  if (!ex.parser.is_done()) {
+    Status told = co_await SendContinue(ctx, stream, ex);
+    if (!told.ok()) co_return told;
   }
   while (!ex.parser.is_done()) {
     ex.parser.get().body().data = chunk;
@@ -110,7 +112,7 @@ net::awaitable<Status> ReadSmallBody(const ServerContext& ctx, Stream& stream, E
                                               const ApiResponse&, bool, bool);            \
   template net::awaitable<bool> RefuseAndClose(const ServerContext&, Stream&, Exchange&,  \
                                                const ApiResponse&, bool);                 \
-  template net::awaitable<bool> SendContinue(const ServerContext&, Stream&, Exchange&);   \
+  template net::awaitable<Status> SendContinue(const ServerContext&, Stream&, Exchange&); \
   template net::awaitable<Status> ReadSmallBody(const ServerContext&, Stream&, Exchange&, \
                                                 std::string&);
 CKPT_WIRE_INSTANTIATE(PlainStream)

@@ -17,16 +17,18 @@ template <class Stream>
 net::awaitable<bool> WriteResponse(const ServerContext& ctx, Stream& stream, Exchange& ex,
                                    const ApiResponse& r, bool keep_alive, bool head = false);
 
-// Answers `r` and ends the exchange: a body the client is still sending is drained (bounded in
-// bytes and time) so that it reads the answer instead of a reset. The connection stays open
-// only when `keep_alive` and no body is left unread; returns whether it does.
+// Answers `r` before (or instead of) taking the body — a refusal, or a cluster's redirect — and
+// ends the exchange: a body the client is still sending is drained (bounded in bytes and time)
+// so that it reads the answer instead of a reset. The connection stays open only when
+// `keep_alive` and no body is left unread; returns whether it does.
 template <class Stream>
 net::awaitable<bool> RefuseAndClose(const ServerContext& ctx, Stream& stream, Exchange& ex,
                                     const ApiResponse& r, bool keep_alive = false);
 
-// Tells a client that sent Expect: 100-continue to send its body (once). False if it is gone.
+// Tells a client that sent Expect: 100-continue to send its body (once). Unavailable if it
+// cannot be told.
 template <class Stream>
-net::awaitable<bool> SendContinue(const ServerContext& ctx, Stream& stream, Exchange& ex);
+net::awaitable<Status> SendContinue(const ServerContext& ctx, Stream& stream, Exchange& ex);
 
 // The whole body of a non-streaming request into `body` (at most options.max_json_body_bytes).
 template <class Stream>

@@ -504,11 +504,10 @@ Status DecodeTyped(std::span<const uint8_t> payload,
                    std::optional<std::span<const uint8_t>> reference, std::span<uint8_t> out) {
   using E = Element<D>;
   ByteReader r(payload, "lossy payload");
-  PayloadHeader h;
-  CKPT_RETURN_IF_ERROR(h.DecodeFrom(&r));
-  QuantizerSet set;
-  set.kind = h.quantizer;
-  CKPT_RETURN_IF_ERROR(set.DecodeParamsFrom(&r, h));
+  PayloadPrologue prologue;
+  CKPT_RETURN_IF_ERROR(prologue.DecodeFrom(&r));
+  const PayloadHeader& h = prologue.header;
+  const QuantizerSet& set = prologue.quantizers;
   LowRankShift shift;
   if (h.low_rank) {
     CKPT_RETURN_IF_ERROR(DecodeLowRankShiftFrom(&r, h.elements, out.size() / E::kSize, &shift));
@@ -545,18 +544,12 @@ Status DecodeTyped(std::span<const uint8_t> payload,
 
 Status DecodeChunk(DType dtype, std::span<const uint8_t> payload,
                    std::optional<std::span<const uint8_t>> reference, std::span<uint8_t> out) {
-  switch (dtype) {
-    case DType::kF32:
-      return DecodeTyped<DType::kF32>(payload, reference, out);
-    case DType::kF64:
-      return DecodeTyped<DType::kF64>(payload, reference, out);
-    case DType::kF16:
-      return DecodeTyped<DType::kF16>(payload, reference, out);
-    case DType::kBF16:
-      return DecodeTyped<DType::kBF16>(payload, reference, out);
-    default:
-      return Status::DataLoss("lossy payload for non-float dtype " + std::string(DTypeName(dtype)));
+  auto decoded =
+      VisitFloatDType(dtype, [&]<DType D>() { return DecodeTyped<D>(payload, reference, out); });
+  if (!decoded) {
+    return Status::DataLoss("lossy payload for non-float dtype " + std::string(DTypeName(dtype)));
   }
+  return *decoded;
 }
 
 }  // namespace ckpt::lossy

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 #include "ckpt/base/dtype.h"
 
@@ -111,5 +112,25 @@ struct Element<DType::kBF16> {
     std::memcpy(p, &b, 2);
   }
 };
+
+// The float dtypes the lossy codec quantizes, listed once: X(D) for each (explicit
+// instantiations, VisitFloatDType).
+#define CKPT_LOSSY_DTYPES(X) X(DType::kF64) X(DType::kF32) X(DType::kF16) X(DType::kBF16)
+
+// fn.template operator()<D>() for `dtype` when it is one of CKPT_LOSSY_DTYPES; nullopt for the
+// others (the caller says why they are not quantized).
+template <typename Fn>
+auto VisitFloatDType(DType dtype, Fn&& fn)
+    -> std::optional<decltype(fn.template operator()<DType::kF32>())> {
+#define CKPT_VISIT_CASE(D) \
+  case D:                  \
+    return fn.template operator()<D>();
+  switch (dtype) {
+    CKPT_LOSSY_DTYPES(CKPT_VISIT_CASE)
+    default:
+      return std::nullopt;
+  }
+#undef CKPT_VISIT_CASE
+}
 
 }  // namespace ckpt::lossy

@@ -71,7 +71,7 @@ double CodedBytes(const rans::Histogram& histogram) {
 // The two previous symbols' contexts must save at least this share of the order-0 coding to be
 // used: they serialize the decoder on its nine tables, which no longer fit the L1 cache, so a
 // chunk of high entropy (a keyframe) decodes at well under half the order-0 speed
-// (docs/benchmarks.md, "Order-0 keyframes").
+// (docs/decisions.md, "Order-0 keyframes").
 constexpr double kMinPrevious2Saving = 1.0 / 32;
 
 SymbolContexts CountSymbols(const ChunkPlan& plan, const Quantized& q, size_t n) {
@@ -219,19 +219,13 @@ Result<EncodedChunk> EncodeDispatch(const LossyCodecOptions& options, DType dtyp
                                     std::span<const uint8_t> current,
                                     std::optional<std::span<const uint8_t>> reference,
                                     const ExactTarget* exact) {
-  switch (dtype) {
-    case DType::kF32:
-      return EncodeTyped<DType::kF32>(options, current, reference, exact);
-    case DType::kF64:
-      return EncodeTyped<DType::kF64>(options, current, reference, exact);
-    case DType::kF16:
-      return EncodeTyped<DType::kF16>(options, current, reference, exact);
-    case DType::kBF16:
-      return EncodeTyped<DType::kBF16>(options, current, reference, exact);
-    default:
-      return Status::InvalidArgument("lossy codec: dtype " + std::string(DTypeName(dtype)) +
-                                     " is not quantized (stored losslessly)");
+  auto encoded = VisitFloatDType(
+      dtype, [&]<DType D>() { return EncodeTyped<D>(options, current, reference, exact); });
+  if (!encoded) {
+    return Status::InvalidArgument("lossy codec: dtype " + std::string(DTypeName(dtype)) +
+                                   " is not quantized (stored losslessly)");
   }
+  return std::move(*encoded);
 }
 
 }  // namespace
@@ -255,11 +249,10 @@ Result<EncodedChunk> EncodeChunkExactly(DType dtype, std::span<const uint8_t> or
     return Status::InvalidArgument("lossy codec: reference length differs from chunk length");
   }
   ByteReader r(original, "lossy payload");
-  PayloadHeader header;
-  CKPT_RETURN_IF_ERROR(header.DecodeFrom(&r));
-  QuantizerSet set;
-  set.kind = header.quantizer;
-  CKPT_RETURN_IF_ERROR(set.DecodeParamsFrom(&r, header));
+  PayloadPrologue prologue;
+  CKPT_RETURN_IF_ERROR(prologue.DecodeFrom(&r));
+  const PayloadHeader& header = prologue.header;
+  const QuantizerSet& set = prologue.quantizers;
   if (header.quantizer != Quantizer::kUniform) {
     return Status::FailedPrecondition("lossy payload: quantizer " +
                                       std::string(QuantizerName(header.quantizer)) +

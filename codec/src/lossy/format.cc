@@ -46,6 +46,12 @@ void PayloadHeader::EncodeTo(ByteWriter* out) const {
   out->PutU32(extra_bytes);
 }
 
+Status PayloadPrologue::DecodeFrom(ByteReader* in) {
+  CKPT_RETURN_IF_ERROR(header.DecodeFrom(in));
+  quantizers.kind = header.quantizer;
+  return quantizers.DecodeParamsFrom(in, header);
+}
+
 Status PayloadHeader::DecodeFrom(ByteReader* in) {
   uint8_t version = 0, quantizer_tag = 0, dtype_tag = 0, flags = 0;
   CKPT_RETURN_IF_ERROR(in->GetU8(&version));

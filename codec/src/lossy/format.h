@@ -112,6 +112,16 @@ struct QuantizerSet {
   size_t ParamBytes() const;
 };
 
+// What every payload starts with: its header and its quantizer's parameters, read by the decoder
+// and by an exact re-encoding alike.
+struct PayloadPrologue {
+  PayloadHeader header;
+  QuantizerSet quantizers;
+
+  // Reads both; DataLoss when either is malformed or out of range.
+  Status DecodeFrom(ByteReader* in);
+};
+
 // The low-rank section: rows, columns and the length-prefixed factors. Returns the factors'
 // length in bytes.
 size_t EncodeLowRankShiftTo(const LowRankShift& shift, ByteWriter* out);

@@ -26,7 +26,7 @@ constexpr uint32_t kFactorContexts = kCoefficientContexts + 1;
 // A present symbol costs about two bytes of table (symbol and varint frequency).
 constexpr double kTableBitsPerSymbol = 16;
 // The fit's effort: sampled rows, power iterations and extra directions trade ratio against
-// encoding speed; these were chosen by measurement (docs/benchmarks.md, "Design choices, measured":
+// encoding speed; these were chosen by measurement (docs/decisions.md, the low-rank shift:
 // fewer rows or one iteration cost ratio, more cost speed for little ratio).
 constexpr size_t kSampleRows = 512;
 constexpr int kPowerIterations = 2;

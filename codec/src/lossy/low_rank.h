@@ -2,8 +2,8 @@
 //
 // The delta of a weight matrix between two checkpoints of an Adam run is far from independent
 // noise as a matrix: its top 16 singular values carry half or more of its energy
-// (docs/benchmarks.md, "Design choices, measured"). A low-rank shift moves every element's
-// lattice by a small matrix of rank r, sent as integer factors, so that fewer elements cross a
+// (docs/decisions.md, the low-rank shift). A low-rank shift moves every element's lattice by a
+// small matrix of rank r, sent as integer factors, so that fewer elements cross a
 // lattice line; what is left is coded element by element as before.
 //
 // A shift is computed from integers and one IEEE double product, so every build gets the same

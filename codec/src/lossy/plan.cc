@@ -458,8 +458,8 @@ Result<ChunkPlan> PlanChunk(const LossyCodecOptions& options, const uint8_t* in,
   plan.explicit_history = exact && carries_history;
   // Deltas with history code each symbol in the context of its element's state. Lattice and
   // log deltas without it code order-0: the two previous symbols gain little on training runs
-  // while serializing the decoder (docs/benchmarks.md, "The whole training state"). Elsewhere
-  // the two previous symbols are planned, and the encoder keeps them only where they pay
+  // while serializing the decoder (docs/decisions.md, "Order-0 keyframes"). Elsewhere the two
+  // previous symbols are planned, and the encoder keeps them only where they pay
   // (CountSymbols, encoder.cc).
   plan.context_model = !plan.contexts                                     ? kContextModelNone
                        : plan.history == HistoryUse::kDelta               ? kContextModelHistory
@@ -481,10 +481,7 @@ Result<ChunkPlan> PlanChunk(const LossyCodecOptions& options, const uint8_t* in,
 #define CKPT_INSTANTIATE(D)                                                         \
   template Result<ChunkPlan> PlanChunk<D>(const LossyCodecOptions&, const uint8_t*, \
                                           const uint8_t*, size_t, const ExactTarget*);
-CKPT_INSTANTIATE(DType::kF64)
-CKPT_INSTANTIATE(DType::kF32)
-CKPT_INSTANTIATE(DType::kF16)
-CKPT_INSTANTIATE(DType::kBF16)
+CKPT_LOSSY_DTYPES(CKPT_INSTANTIATE)
 #undef CKPT_INSTANTIATE
 
 }  // namespace ckpt::lossy

@@ -283,10 +283,7 @@ void QuantizeAdditive(const QuantizerSet& set, const uint8_t* in, const uint8_t*
 #define CKPT_INSTANTIATE(D)                                                                      \
   template void QuantizeAdditive<D>(const QuantizerSet&, const uint8_t*, const uint8_t*, size_t, \
                                     double, bool, HistoryUse, uint8_t*, Quantized*);
-CKPT_INSTANTIATE(DType::kF64)
-CKPT_INSTANTIATE(DType::kF32)
-CKPT_INSTANTIATE(DType::kF16)
-CKPT_INSTANTIATE(DType::kBF16)
+CKPT_LOSSY_DTYPES(CKPT_INSTANTIATE)
 #undef CKPT_INSTANTIATE
 
 }  // namespace ckpt::lossy

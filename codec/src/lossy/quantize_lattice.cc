@@ -284,10 +284,7 @@ void QuantizeLowRank(double step, const int32_t* shift, const uint8_t* in, const
                                         size_t, size_t, double, bool, uint8_t*, Quantized*);       \
   template void QuantizeLowRank<D>(double, const int32_t*, const uint8_t*, const uint8_t*, size_t, \
                                    double, bool, uint8_t*, Quantized*);
-CKPT_INSTANTIATE(DType::kF64)
-CKPT_INSTANTIATE(DType::kF32)
-CKPT_INSTANTIATE(DType::kF16)
-CKPT_INSTANTIATE(DType::kBF16)
+CKPT_LOSSY_DTYPES(CKPT_INSTANTIATE)
 #undef CKPT_INSTANTIATE
 
 }  // namespace ckpt::lossy

@@ -59,20 +59,28 @@ class ModelLocks {
   Guard TryLock(std::string_view model) { return LockWithin(model, std::chrono::milliseconds(0)); }
 
   // Like TryLock, but waits up to `timeout` for the model to become free. Blocks the calling
-  // thread: for background and administrative work only, never on a network thread's hot path.
+  // thread: for background work, administrative passes and the commit of a sharded version
+  // (which runs off the network threads, or on a `shards:commit` request's thread).
   Guard LockWithin(std::string_view model, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::unique_lock lock(mu_);
     const std::string name(model);
-    if (auto it = busy_.find(name); it != busy_.end()) it->second = true;
-    if (!free_.wait_for(lock, timeout, [&] { return !busy_.count(name); })) return Guard();
+    // Every holder met while waiting learns that a writer waits (Contended), including one
+    // that took the lock from another waiter meanwhile.
+    for (auto it = busy_.find(name); it != busy_.end(); it = busy_.find(name)) {
+      it->second = true;
+      if (free_.wait_until(lock, deadline) == std::cv_status::timeout && busy_.count(name)) {
+        return Guard();
+      }
+    }
     busy_.emplace(name, false);
     return Guard(this, name);
   }
 
   // Calls `on_release` once the model's lock is next released, on the releasing thread, holding
   // no lock of this class; returns false without keeping it if the model is free now. Counts as
-  // asking for the lock (the holder's Contended() turns true). `on_release` must be quick and
-  // must not take a model lock: it only tells the waiter to try again.
+  // asking for the lock (the holder's Contended() turns true). `on_release` must be quick, must
+  // not block and must not call the store: it only tells the waiter to try again.
   bool CallOnRelease(std::string_view model, std::function<void()> on_release) {
     std::lock_guard lock(mu_);
     auto it = busy_.find(std::string(model));

@@ -48,6 +48,8 @@ Result<ModelLocks::Guard> ModelWriter::LockForPush(std::string_view model, uint6
   CKPT_RETURN_IF_ERROR(ctx_.health->CheckPush(incoming_bytes));
   ModelLocks::Guard guard = locks_.LockWithin(model, wait);
   if (!guard) return BusyModel(model);
+  // After a wait, the writer it waited for may have filled the volume.
+  if (wait.count() > 0) CKPT_RETURN_IF_ERROR(ctx_.health->CheckPush(incoming_bytes));
   CKPT_RETURN_IF_ERROR(ctx_.backend->ClaimWrites(std::string(model)));
   return guard;
 }

@@ -1,7 +1,7 @@
 // ApiHandler: the HTTP API of ckptd as a pure function of the request, independent of sockets.
 //
-// The HTTP session (src/server/session.cc) parses the request line and headers, asks the handler to
-// classify the route, and then either passes a small body to Handle() or — for the two
+// The HTTP session (src/server/session.cc) parses the request line and headers, classifies the
+// route (routes.h), and then either passes a small body to Handle() or — for the two
 // streaming routes — drives a PushSession / RestoreStream obtained from the handler. Every
 // Status is turned into an HTTP response in exactly one place, ErrorResponse().
 //
@@ -62,12 +62,6 @@ class ApiHandler {
 
   // The metrics GET /metrics reports; the server records each finished request here.
   ServerMetrics& metrics() { return metrics_; }
-
-  // ClassifyTarget and PlanOf (routes.h).
-  static Route Classify(std::string_view target) { return ClassifyTarget(target); }
-  static RequestPlan Plan(std::string_view method, const Route& route) {
-    return PlanOf(method, route);
-  }
 
   // Handles a non-streaming request. `body` is the full request body.
   ApiResponse Handle(std::string_view method, const Route& route, std::string_view body);

@@ -71,7 +71,7 @@ struct LossyCodecOptions {
   // Element history (every quantizer but log): in F32/F64 chunks of at least 4096 elements, each
   // reconstruction carries in its lowest three mantissa bits how its element moved in earlier
   // versions, and a delta's symbols are coded in that context (smaller deltas on training runs:
-  // docs/benchmarks.md). false: deltas on the lattice code order-0, others in the context of the
+  // docs/decisions.md). false: deltas on the lattice code order-0, others in the context of the
   // two previous symbols. An exact re-encoding of a lattice version with history must carry every
   // element's state too (a few bits per element for a keyframe, less for a delta), so storage turns
   // history off on the lattice for models whose retention rules delete versions.

@@ -1,83 +1,16 @@
-// The per-model codec policy: how new versions of a model are encoded.
+// CodecPolicy: how new versions of a model are encoded — lossless, or lossy within an error
+// bound — with per-tensor overrides and keyframe spacing, and its JSON form. FromJson checks
+// every field (InvalidArgument naming it) and ToJson writes them all back; the field reference,
+// with defaults and ranges, is docs/api.md ("GET|PUT /v1/models/{model}/policy"). A chunk's
+// payload records the codec and parameters it was written with, so a policy decides how chunks
+// are encoded, never how stored ones decode.
 //
-// Set with PUT /v1/models/{model}/policy, applied from the next push. Every stored chunk
-// records the codec and parameters it was written with, so changing the policy never affects
-// stored data.
-//
-// JSON form (docs/api.md has the full reference):
-//   {"mode": "lossless", "keyframe_every": 16}
+// Example:
 //   {"mode": "lossy", "max_abs_error": 1e-4, "quantizer": "auto",
 //    "lossless_tensors": ["*.bias", "*norm*"],
 //    "overrides": [{"tensors": "optim.*", "max_pointwise_rel_error": 1e-2}]}
-// Fields:
-//   preset            "full-state": weights and moments together, as measured by resuming
-//                     training (docs/api.md): mode "lossy", max_abs_error 5e-3, every float
-//                     tensor quantized, and the overrides
-//                       {"tensors": "*exp_avg", "max_pointwise_rel_error": 0.5,
-//                        "zero_below_mean": 3},
-//                       {"tensors": "*exp_avg_sq", "max_pointwise_rel_error": 0.3}.
-//                     The document's other fields change it (its overrides go first). Not
-//                     stored: GET returns the fields it set.
-//   mode              "lossless" (bit-exact) or "lossy" (every float element restores within
-//                     the bound). Default: "lossless".
-//   max_abs_error     lossy bound: |pushed - restored| <= this, in the tensor's own dtype. > 0.
-//   max_rel_error     lossy bound relative to each tensor's value range (max - min of its finite
-//                     values) in the version being pushed. In (0, 1].
-//   max_pointwise_rel_error
-//                     lossy bound relative to each element: |pushed - restored| <= this *
-//                     |pushed| (zeros exact, signs kept). In (0, 0.5]. For values spanning many
-//                     orders of magnitude, such as Adam's moments. Give one of the three.
-//   quantizer         "auto" (default: per chunk, the quantizer with the smallest estimated
-//                     size), "uniform", "exponent", "float" or "cosine" (lossy_codec.h); with a
-//                     pointwise bound "auto" or "log" (the only one that codes it).
-//   float_format      the "float" quantizer's format, "E<e>M<m>" (e.g. "E4M3", "E5M10"), or
-//                     "auto" (default): E4 with the fewest mantissa bits that meet the bound.
-//   lossless_tensors  glob patterns (fnmatch: * ? [..]) of tensor names kept bit-exact. Default
-//                     (field absent or null): tensors of rank 0 or 1 (biases, norms, scalars).
-//                     [] quantizes every float tensor. Non-float tensors are always lossless.
-//   overrides         list of {"tensors": glob, and any of "max_abs_error" | "max_rel_error" |
-//                     "max_pointwise_rel_error", "quantizer", "lossless": bool,
-//                     "zero_below_mean"}; the first matching entry decides a tensor's coding
-//                     (also in lossless mode: a lossless model may quantize, say, its optimizer
-//                     moments). At most 64 entries.
-//                     "zero_below_mean": f (0 < f <= 100, with a pointwise bound), the drop
-//                     rule: elements with |x| <= f x the mean |x| of their chunk restore as 0,
-//                     the others within the pointwise bound, and the tensor is stored whole
-//                     in every version (no deltas). For Adam's exp_avg (docs/api.md).
-//   keyframe_every    a tensor is stored as a keyframe at least every N versions; restoring any
-//                     version decodes at most one keyframe and N-1 deltas per tensor. 1 disables
-//                     deltas. Range 1..1024, or 0 for the mode's default: 4 lossless, 32 lossy.
-//   keyframe_budget   lossy mode: a tensor also starts a new keyframe once the deltas stored
-//                     since its keyframe total more than this many times the keyframe's bytes,
-//                     which bounds the bytes a restore reads and a chain keeps alive. 1 is the
-//                     strictest useful value, 0 turns the rule off. Default: 8 (on training
-//                     runs a lossy keyframe costs several deltas, so 1 would re-key every few
-//                     versions and cost much of the ratio; see docs/benchmarks.md).
-//   reclaimable       lossy, uniform quantizer: code reconstructions on a fixed lattice
-//                     (LossyCodecOptions::reclaimable) so that garbage collection can re-encode
-//                     kept versions exactly and cheaply when versions between them are deleted.
-//                     (Storage adds element history on the lattice unless the model has
-//                     retention rules: smaller deltas, dearer rebases.) false: additive coding
-//                     (the reference plus a move; about the same size on training runs), but
-//                     deleted versions inside a kept version's chain stay stored. Default: true.
-//   low_rank          lossy, reclaimable: a delta of a weight matrix (a rank-2 tensor) may shift
-//                     the lattice by a low-rank matrix fitted to the delta (payload version 4,
-//                     docs/format.md), where that codes smaller (smaller deltas on Adam runs
-//                     at a lower encoding speed than the plain lattice: docs/benchmarks.md,
-//                     "Lossy codec"). Only for models without retention rules (it needs element
-//                     history); deleting versions of such chains frees little (exact
-//                     re-encodings on the fine lattice cost more than they free, so collection
-//                     keeps them). false: the plain lattice. Default: true.
-//   fast_latest       lossy, reclaimable: true codes on the plain lattice (no element history,
-//                     no low-rank shift, whatever "low_rank" says), whose versions storage can
-//                     re-encode exactly as reverse deltas, so that restoring the latest decodes
-//                     one payload per chunk as in lossless mode. Costs ratio (the coding
-//                     context and the shift are what make the default's deltas small:
-//                     docs/benchmarks.md, "Through the daemon"). false: the default lattice,
-//                     whose latest decodes its forward chain. "auto" (default): true for a
-//                     checkpoint the reference cache does not keep (storage decides: larger
-//                     than half of it), whose latest and next reference would otherwise be a
-//                     chain replay from storage after every restart; false otherwise.
+//
+// Thread safety: a value type.
 #pragma once
 
 #include <cstdint>

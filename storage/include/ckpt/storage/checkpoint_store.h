@@ -454,7 +454,7 @@ class CheckpointStore {
 
   // Calls `on_free` once the writer now holding `model` (a push, another change of the model,
   // the commit of a sharded version) is done, so that a writer refused as busy (Aborted) tries
-  // again then instead of polling; returns false, without keeping `on_free`, if none holds the
+  // again then; returns false, without keeping `on_free`, if none holds the
   // model now. `on_free` runs on the finishing writer's thread: it must be quick and must not
   // call the store.
   virtual bool CallWhenModelFree(std::string_view model, std::function<void()> on_free) = 0;
