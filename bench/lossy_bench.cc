@@ -42,7 +42,7 @@
 
 #include "ckpt/base/safetensors.h"
 #include "ckpt/codec/lossy_codec.h"
-#include "ckpt/codec/policy.h"
+#include "ckpt/storage/codec_policy.h"
 #include "ckpt/codec/tensor_codec.h"
 
 namespace {

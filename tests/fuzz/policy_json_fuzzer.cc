@@ -6,7 +6,7 @@
 // base, 2: retention policy; taken modulo 3), then the JSON document.
 #include <string>
 
-#include "ckpt/codec/policy.h"
+#include "ckpt/storage/codec_policy.h"
 #include "ckpt/storage/retention.h"
 #include "fuzz_support.h"
 

@@ -13,7 +13,7 @@
 
 #include "ckpt/base/dtype.h"
 #include "ckpt/base/status.h"
-#include "ckpt/codec/policy.h"
+#include "ckpt/storage/codec_policy.h"
 #include "ckpt/codec/tensor_codec.h"
 
 namespace ckpt {

@@ -19,7 +19,7 @@
 
 #include "ckpt/base/hashing.h"
 #include "ckpt/codec/lossy_codec.h"
-#include "ckpt/codec/policy.h"
+#include "ckpt/storage/codec_policy.h"
 #include "ckpt/codec/tensor_codec.h"
 #include "context/reference_cache.h"
 #include "context/store_context.h"

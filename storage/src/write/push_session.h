@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "ckpt/codec/policy.h"
+#include "ckpt/storage/codec_policy.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "ckpt/storage/retention.h"
 #include "context/store_context.h"

@@ -30,7 +30,7 @@
 #include "ckpt/base/model_name.h"
 #include "ckpt/base/status.h"
 #include "ckpt/base/tensor_slices.h"
-#include "ckpt/codec/policy.h"
+#include "ckpt/storage/codec_policy.h"
 #include "ckpt/storage/retention.h"
 
 namespace ckpt {

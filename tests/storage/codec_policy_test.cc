@@ -1,4 +1,4 @@
-#include "ckpt/codec/policy.h"
+#include "ckpt/storage/codec_policy.h"
 
 #include <gtest/gtest.h>
 
@@ -112,11 +112,10 @@ TEST(CodecPolicy, WarnsOfABoundThatNothingUses) {
   auto lossless = CodecPolicy::FromJson(R"({"max_abs_error":5e-3})", CodecPolicy{});
   ASSERT_TRUE(lossless.ok()) << lossless.status().ToString();
   ASSERT_EQ(lossless->Warnings().size(), 1u);
-  EXPECT_NE(lossless->Warnings()[0].find("'max_abs_error' (0.005) does nothing"),
-            std::string::npos)
+  EXPECT_NE(lossless->Warnings()[0].find("'max_abs_error' (0.005) does nothing"), std::string::npos)
       << lossless->Warnings()[0];
-  auto used = CodecPolicy::FromJson(R"({"overrides":[{"tensors":"w*","lossless":false}]})",
-                                    *lossless);
+  auto used =
+      CodecPolicy::FromJson(R"({"overrides":[{"tensors":"w*","lossless":false}]})", *lossless);
   ASSERT_TRUE(used.ok()) << used.status().ToString();
   EXPECT_TRUE(used->Warnings().empty());
   auto own_bound = CodecPolicy::FromJson(

@@ -1,4 +1,5 @@
-#include "ckpt/codec/policy.h"
+// The codec policy document: parsing, checking, rendering (codec_policy.h).
+#include "ckpt/storage/codec_policy.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,6 @@
-// CodecPolicy: how new versions of a model are encoded — lossless, or lossy within an error
-// bound — with per-tensor overrides and keyframe spacing, and its JSON form. FromJson checks
+// CodecPolicy: the per-model document, beside RetentionPolicy (retention.h), that says how new
+// versions of a model are encoded — lossless, or lossy within an error bound — with per-tensor
+// overrides and keyframe spacing, and its JSON form. FromJson checks
 // every field (InvalidArgument naming it) and ToJson writes them all back; the field reference,
 // with defaults and ranges, is docs/api.md ("GET|PUT /v1/models/{model}/policy"). A chunk's
 // payload records the codec and parameters it was written with, so a policy decides how chunks
