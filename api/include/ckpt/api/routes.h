@@ -63,7 +63,8 @@ struct RouteSpec {
 // Every route, in the order of docs/api.md's sections. kRetentionRun has two rows (preview
 // and apply); kUnknown has none.
 std::span<const RouteSpec> RouteTable();
-// The row of `kind` (the first, for kRetentionRun); kUnknown's answers every method with 404.
+// The row of `kind` (the first, for kRetentionRun); for kUnknown, a row without methods (every
+// method is answered 404).
 const RouteSpec& SpecOf(RouteKind kind);
 
 struct Route {
