@@ -11,6 +11,7 @@
 //   encoder.cc            plan, quantize, code the symbols, lay out the payload
 //   decoder.cc            parse, decode the symbols, reconstruct the elements
 //   kernels_sse2.h, kernels_avx2.h   vector kernels, each with a portable twin in the loops
+//   kernel_choice.{h,cc}  which of the two a call runs (LossyCodecOptions::kernels)
 //   low_rank.{h,cc}       the low-rank shift of the lattice: fit, factors, apply
 //   bit_stream.h          the extra-bits stream
 //
@@ -20,6 +21,7 @@
 #include "ckpt/base/binary.h"
 #include "lossy/chunk_codec.h"
 #include "lossy/format.h"
+#include "lossy/kernel_choice.h"
 
 namespace ckpt {
 namespace {
@@ -32,12 +34,14 @@ class LossyQuantizedCodec final : public TensorCodec {
 
   Result<EncodedChunk> Encode(DType dtype, std::span<const uint8_t> current,
                               std::optional<std::span<const uint8_t>> reference) const override {
+    const lossy::ScopedKernelChoice kernels(options_.kernels);
     return lossy::EncodeChunk(options_, dtype, current, reference);
   }
 
   Status Decode(DType dtype, std::span<const uint8_t> payload,
                 std::optional<std::span<const uint8_t>> reference,
                 std::span<uint8_t> out) const override {
+    const lossy::ScopedKernelChoice kernels(options_.kernels);
     return lossy::DecodeChunk(dtype, payload, reference, out);
   }
 
@@ -84,7 +88,9 @@ std::unique_ptr<TensorCodec> NewLossyCodec(const LossyCodecOptions& options) {
 
 Result<EncodedChunk> EncodeExactOnLattice(DType dtype, std::span<const uint8_t> original,
                                           std::span<const uint8_t> target,
-                                          std::optional<std::span<const uint8_t>> reference) {
+                                          std::optional<std::span<const uint8_t>> reference,
+                                          LossyKernels kernels) {
+  const lossy::ScopedKernelChoice choice(kernels);
   return lossy::EncodeChunkExactly(dtype, original, target, reference);
 }
 

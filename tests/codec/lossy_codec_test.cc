@@ -11,8 +11,7 @@
 #include <limits>
 #include <random>
 
-#include "lossy/element.h"   // internal: the software binary16 conversions
-#include "lossy/low_rank.h"  // internal: UsePortableLowRankKernelsForTesting
+#include "lossy/element.h"  // internal: the software binary16 conversions
 #include "lossy_test_support.h"
 #include "test_support.h"
 

@@ -9,7 +9,6 @@
 
 #include "ckpt/codec/lossy_codec.h"
 #include "ckpt/codec/tensor_codec.h"
-#include "lossy/low_rank.h"  // internal: UsePortableLowRankKernelsForTesting
 #include "lossy_test_support.h"
 #include "testdata/lossy_history_payloads.h"
 #include "testdata/lossy_lattice_history_payloads.h"
@@ -90,16 +89,17 @@ TEST(LossyCodec, PayloadsOfTheFirstReleaseStillDecode) {
 // output.
 std::vector<uint8_t> DecodeGoldenPair(const char* keyframe_hex, uint64_t keyframe_fnv,
                                       const char* delta_hex, uint64_t delta_fnv,
-                                      size_t elements = 8192) {
-  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
-  EXPECT_TRUE(decoder.ok());
+                                      size_t elements = 8192,
+                                      LossyKernels kernels = LossyKernels::kFastest) {
+  LossyCodecOptions options;
+  options.kernels = kernels;
+  const auto decoder = NewLossyCodec(options);
   const std::string keyframe = FromHex(keyframe_hex), delta = FromHex(delta_hex);
   std::vector<uint8_t> first(elements * 4), second(elements * 4);
-  EXPECT_TRUE((*decoder)->Decode(DType::kF32, AsBytes(keyframe), std::nullopt, first).ok());
+  EXPECT_TRUE(decoder->Decode(DType::kF32, AsBytes(keyframe), std::nullopt, first).ok());
   EXPECT_EQ(Fnv1a(first), keyframe_fnv);
-  EXPECT_TRUE((*decoder)
-                  ->Decode(DType::kF32, AsBytes(delta), std::span<const uint8_t>(first), second)
-                  .ok());
+  EXPECT_TRUE(
+      decoder->Decode(DType::kF32, AsBytes(delta), std::span<const uint8_t>(first), second).ok());
   EXPECT_EQ(Fnv1a(second), delta_fnv);
   return second;
 }
@@ -139,10 +139,9 @@ TEST(LossyCodecPointwise, RatioOffsetPayloadsStillDecode) {
 TEST(LossyCodec, LowRankPayloadsStillDecode) {
   ASSERT_EQ(FromHex(golden::kLowRankDeltaHex)[0], 4);
   // The same bytes from the portable kernels as from the ones this CPU chooses.
-  lossy::UsePortableLowRankKernelsForTesting(true);
   DecodeGoldenPair(golden::kLowRankKeyframeHex, golden::kLowRankKeyframeFnv,
-                   golden::kLowRankDeltaHex, golden::kLowRankDeltaFnv);
-  lossy::UsePortableLowRankKernelsForTesting(false);
+                   golden::kLowRankDeltaHex, golden::kLowRankDeltaFnv, 8192,
+                   LossyKernels::kPortable);
   const std::vector<uint8_t> second =
       DecodeGoldenPair(golden::kLowRankKeyframeHex, golden::kLowRankKeyframeFnv,
                        golden::kLowRankDeltaHex, golden::kLowRankDeltaFnv);

@@ -11,7 +11,6 @@
 
 #include "ckpt/codec/lossy_codec.h"
 #include "ckpt/codec/tensor_codec.h"
-#include "lossy/low_rank.h"  // internal: UsePortableLowRankKernelsForTesting
 #include "lossy_test_support.h"
 
 namespace ckpt {
@@ -56,13 +55,18 @@ TEST(LossyCodecLattice, ReconstructionsDoNotDependOnTheChain) {
   }
 }
 
+// A lossy decoder running the portable kernels (true) or the ones this CPU chooses (false).
+std::unique_ptr<TensorCodec> DecoderRunning(bool portable) {
+  LossyCodecOptions options;
+  options.kernels = portable ? LossyKernels::kPortable : LossyKernels::kFastest;
+  return NewLossyCodec(options);
+}
+
 // The lattice's deltas, with and without element history, decode with this CPU's vector kernels
 // (AVX2 where it has them, eight elements at a time) and with the portable ones to the encoder's
 // reconstruction: adversarial values, large moves and a length that is no multiple of eight
 // take the per-element path inside the vector loops.
 TEST(LossyCodecLattice, EveryKernelDecodesTheLatticesDeltas) {
-  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
-  ASSERT_TRUE(decoder.ok());
   const double inf = std::numeric_limits<double>::infinity();
   for (bool history : {false, true}) {
     SCOPED_TRACE(history ? "with history" : "plain lattice");
@@ -91,9 +95,8 @@ TEST(LossyCodecLattice, EveryKernelDecodesTheLatticesDeltas) {
       ASSERT_TRUE(encoded.ok()) << encoded.status().ToString();
       for (bool portable : {false, true}) {
         std::vector<uint8_t> decoded(pushed.size());
-        lossy::UsePortableLowRankKernelsForTesting(portable);
-        const Status s = (*decoder)->Decode(DType::kF32, AsBytes(encoded->payload), ref, decoded);
-        lossy::UsePortableLowRankKernelsForTesting(false);
+        const Status s =
+            DecoderRunning(portable)->Decode(DType::kF32, AsBytes(encoded->payload), ref, decoded);
         ASSERT_TRUE(s.ok()) << s.ToString();
         ASSERT_EQ(decoded, encoded->reconstruction)
             << "version " << t << (portable ? ", portable kernels" : ", the CPU's kernels");
@@ -350,8 +353,9 @@ TEST(LossyCodecLowRank, NoiseAdversarialValuesAndOddShapes) {
 TEST(LossyCodecLowRank, EveryKernelDecodesEveryOthersPayloads) {
   const size_t rows = 96, cols = 72;
   auto shifted = NewLossyCodec(LatticeOptions(5e-3, cols));
-  auto decoder = CodecForDecoding(static_cast<uint16_t>(CodecId::kLossyQuantized));
-  ASSERT_TRUE(decoder.ok());
+  LossyCodecOptions portable_options = LatticeOptions(5e-3, cols);
+  portable_options.kernels = LossyKernels::kPortable;
+  auto portable_shifted = NewLossyCodec(portable_options);
   const double inf = std::numeric_limits<double>::infinity();
   for (bool portable_encoder : {false, true}) {
     SCOPED_TRACE(portable_encoder ? "portable encoder" : "the CPU's encoder");
@@ -368,14 +372,13 @@ TEST(LossyCodecLowRank, EveryKernelDecodesEveryOthersPayloads) {
       const auto pushed = Pack(DType::kF32, x);
       std::optional<std::span<const uint8_t>> ref;
       if (t) ref = std::span<const uint8_t>(previous);
-      lossy::UsePortableLowRankKernelsForTesting(portable_encoder);
-      auto encoded = shifted->Encode(DType::kF32, pushed, ref);
+      auto encoded =
+          (portable_encoder ? portable_shifted : shifted)->Encode(DType::kF32, pushed, ref);
       ASSERT_TRUE(encoded.ok()) << encoded.status().ToString();
       low_rank_deltas += encoded->payload[0] == 4;
       std::vector<uint8_t> decoded(pushed.size());
-      lossy::UsePortableLowRankKernelsForTesting(!portable_encoder);
-      const Status s = (*decoder)->Decode(DType::kF32, AsBytes(encoded->payload), ref, decoded);
-      lossy::UsePortableLowRankKernelsForTesting(false);
+      const Status s = DecoderRunning(!portable_encoder)
+                           ->Decode(DType::kF32, AsBytes(encoded->payload), ref, decoded);
       ASSERT_TRUE(s.ok()) << s.ToString();
       ASSERT_EQ(decoded, encoded->reconstruction) << "version " << t;
       ExpectWithinBound(DType::kF32, pushed, decoded, 5e-3, "version " + std::to_string(t));

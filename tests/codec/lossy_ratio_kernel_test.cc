@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "lossy/format.h"    // internal: QuantizerSet
-#include "lossy/low_rank.h"  // internal: UsePortableLowRankKernelsForTesting
-#include "lossy/quantize.h"  // internal: QuantizeAdditive
+#include "lossy/format.h"         // internal: QuantizerSet
+#include "lossy/kernel_choice.h"  // internal: ScopedKernelChoice
+#include "lossy/quantize.h"       // internal: QuantizeAdditive
 
 namespace ckpt {
 namespace {
@@ -29,7 +29,8 @@ struct Outcome {
 
 Outcome Quantize(const lossy::QuantizerSet& set, const std::vector<float>& x,
                  const std::vector<float>& p, double eps, bool non_negative, bool portable) {
-  lossy::UsePortableLowRankKernelsForTesting(portable);
+  const lossy::ScopedKernelChoice kernels(portable ? LossyKernels::kPortable
+                                                   : LossyKernels::kFastest);
   lossy::Quantized q;
   Outcome out;
   out.recon.assign(x.size(), 0.0f);
@@ -37,7 +38,6 @@ Outcome Quantize(const lossy::QuantizerSet& set, const std::vector<float>& x,
                                        reinterpret_cast<const uint8_t*>(p.data()), x.size(), eps,
                                        non_negative, lossy::HistoryUse::kNone,
                                        reinterpret_cast<uint8_t*>(out.recon.data()), &q);
-  lossy::UsePortableLowRankKernelsForTesting(false);
   out.symbols = q.symbols;
   out.extra_bits = q.extra_bits;
   out.extra = q.extra.Finish();

@@ -8,6 +8,8 @@
 #include <random>
 #include <vector>
 
+#include "lossy/kernel_choice.h"
+
 namespace ckpt::lossy {
 namespace {
 
@@ -74,10 +76,9 @@ template <typename Body>
 void WithEachKernel(Body body) {
   for (bool portable : {false, true}) {
     SCOPED_TRACE(portable ? "portable kernels" : "the CPU's kernels");
-    UsePortableLowRankKernelsForTesting(portable);
+    const ScopedKernelChoice kernels(portable ? LossyKernels::kPortable : LossyKernels::kFastest);
     body();
   }
-  UsePortableLowRankKernelsForTesting(false);
 }
 
 TEST(LowRankShift, FitCapturesAPlantedLowRankDelta) {

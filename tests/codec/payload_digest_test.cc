@@ -23,8 +23,7 @@
 #include "ckpt/base/hashing.h"
 #include "ckpt/codec/lossy_codec.h"
 #include "ckpt/codec/tensor_codec.h"
-#include "lossy/format.h"    // internal: the payload versions
-#include "lossy/low_rank.h"  // internal: UsePortableLowRankKernelsForTesting
+#include "lossy/format.h"  // internal: the payload versions
 #include "lossy_test_support.h"
 
 namespace ckpt {
@@ -123,7 +122,7 @@ struct Case {
   Workload workload;
   size_t elements;
   int versions;
-  std::function<std::unique_ptr<TensorCodec>()> codec;
+  std::function<std::unique_ptr<TensorCodec>(LossyKernels)> codec;
   // When set, the coded chain is re-encoded exactly (EncodeExactOnLattice): version t against
   // version t - 2's reconstruction (a keyframe for t < 2).
   bool exact_reencoding = false;
@@ -136,8 +135,12 @@ LossyCodecOptions Lossy(Quantizer quantizer, ErrorBound::Kind kind, double bound
   return options;
 }
 
-std::function<std::unique_ptr<TensorCodec>()> With(LossyCodecOptions options) {
-  return [options] { return NewLossyCodec(options); };
+std::function<std::unique_ptr<TensorCodec>(LossyKernels)> With(LossyCodecOptions options) {
+  return [options](LossyKernels kernels) {
+    LossyCodecOptions with_kernels = options;
+    with_kernels.kernels = kernels;
+    return NewLossyCodec(with_kernels);
+  };
 }
 
 LossyCodecOptions Absolute(Quantizer quantizer, double bound = 5e-3) {
@@ -176,7 +179,7 @@ std::vector<Case> Cases() {
   constexpr size_t kLarge = 8192;  // contexts, four rANS states, element history
   constexpr size_t kSmall = 1000;  // one context, one state
   constexpr size_t kMatrix = kLowRankRows * kLowRankCols;
-  const auto lossless = [] { return NewLosslessCodec(); };
+  const auto lossless = [](LossyKernels) { return NewLosslessCodec(); };
   std::vector<Case> cases = {
       {"uniform/f32", DType::kF32, W::kWeights, kLarge, 4, With(Absolute(Q::kUniform))},
       {"uniform/f64", DType::kF64, W::kWeights, kLarge, 4, With(Absolute(Q::kUniform))},
@@ -326,9 +329,17 @@ struct Coded {
   std::vector<int> payload_versions;
 };
 
-Coded Code(const Case& c) {
+// A decoder of `id` that runs `kernels`.
+std::unique_ptr<TensorCodec> DecoderOf(CodecId id, LossyKernels kernels) {
+  if (id != CodecId::kLossyQuantized) return NewLosslessCodec();
+  LossyCodecOptions options;
+  options.kernels = kernels;
+  return NewLossyCodec(options);
+}
+
+Coded Code(const Case& c, LossyKernels kernels) {
   Coded coded;
-  const auto codec = c.codec();
+  const auto codec = c.codec(kernels);
   const auto chain = Chain(c.workload, c.elements, c.versions, c.elements * 31 + c.versions);
   std::vector<std::vector<uint8_t>> reconstructions;
   std::vector<std::string> payloads;
@@ -340,9 +351,8 @@ Coded Code(const Case& c) {
     EXPECT_TRUE(chunk.ok()) << c.name << " version " << t << ": " << chunk.status().ToString();
     if (!chunk.ok()) return coded;
     std::vector<uint8_t> decoded(pushed.size());
-    const auto decoder = CodecForDecoding(static_cast<uint16_t>(chunk->codec_id));
-    EXPECT_TRUE(decoder.ok());
-    EXPECT_TRUE((*decoder)->Decode(c.dtype, Bytes(chunk->payload), reference, decoded).ok())
+    const auto decoder = DecoderOf(chunk->codec_id, kernels);
+    EXPECT_TRUE(decoder->Decode(c.dtype, Bytes(chunk->payload), reference, decoded).ok())
         << c.name << " version " << t;
     if (!chunk->reconstruction_is_input) {
       EXPECT_EQ(decoded, chunk->reconstruction) << c.name;
@@ -357,12 +367,13 @@ Coded Code(const Case& c) {
   for (size_t t = 0; t < chain.size(); ++t) {
     std::optional<std::span<const uint8_t>> reference;
     if (t >= 2) reference = std::span<const uint8_t>(reconstructions[t - 2]);
-    auto chunk = EncodeExactOnLattice(c.dtype, Bytes(payloads[t]), reconstructions[t], reference);
+    auto chunk =
+        EncodeExactOnLattice(c.dtype, Bytes(payloads[t]), reconstructions[t], reference, kernels);
     EXPECT_TRUE(chunk.ok()) << c.name << " exact " << t << ": " << chunk.status().ToString();
     if (!chunk.ok()) return coded;
     std::vector<uint8_t> decoded(reconstructions[t].size());
-    const auto decoder = CodecForDecoding(static_cast<uint16_t>(chunk->codec_id));
-    EXPECT_TRUE((*decoder)->Decode(c.dtype, Bytes(chunk->payload), reference, decoded).ok());
+    const auto decoder = DecoderOf(chunk->codec_id, kernels);
+    EXPECT_TRUE(decoder->Decode(c.dtype, Bytes(chunk->payload), reference, decoded).ok());
     EXPECT_EQ(decoded, reconstructions[t]) << c.name << " exact " << t;
     coded.digest = Fold(coded.digest, *chunk, decoded);
   }
@@ -374,12 +385,12 @@ bool Wrote(const Coded& coded, int payload_version) {
          coded.payload_versions.end();
 }
 
-void ExpectRecordedDigests() {
+void ExpectRecordedDigests(LossyKernels kernels) {
   const std::vector<Case> cases = Cases();
   std::string table;
   bool all_match = cases.size() == std::size(kRecorded);
   for (size_t k = 0; k < cases.size(); ++k) {
-    const Coded coded = Code(cases[k]);
+    const Coded coded = Code(cases[k], kernels);
     char line[128];
     std::snprintf(line, sizeof(line), "    {\"%s\", 0x%016" PRIx64 "ull},\n", cases[k].name,
                   coded.digest);
@@ -392,13 +403,13 @@ void ExpectRecordedDigests() {
   if (!all_match) std::printf("The digests of this build:\n%s", table.c_str());
 }
 
-TEST(PayloadDigests, EveryCodingWritesTheRecordedBytes) { ExpectRecordedDigests(); }
+TEST(PayloadDigests, EveryCodingWritesTheRecordedBytes) {
+  ExpectRecordedDigests(LossyKernels::kFastest);
+}
 
 // The portable kernels write the same bytes as the CPU's (AVX2 where it has it).
 TEST(PayloadDigests, ThePortableKernelsWriteTheSameBytes) {
-  lossy::UsePortableLowRankKernelsForTesting(true);
-  ExpectRecordedDigests();
-  lossy::UsePortableLowRankKernelsForTesting(false);
+  ExpectRecordedDigests(LossyKernels::kPortable);
 }
 
 // The cases cover what they are named for: each payload version is written somewhere, and the
@@ -408,7 +419,7 @@ TEST(PayloadDigests, TheCasesReachEveryPayloadVersion) {
   bool version[kNewest + 1] = {};
   bool fell_back = false;
   for (const Case& c : Cases()) {
-    const Coded coded = Code(c);
+    const Coded coded = Code(c, LossyKernels::kFastest);
     for (int v : coded.payload_versions) {
       ASSERT_TRUE(v >= 0 && v <= kNewest) << c.name << " wrote payload version " << v;
       version[v] = true;

@@ -11,16 +11,17 @@
 #include <cstdint>
 
 #include "lossy/history.h"
+#include "lossy/kernel_choice.h"
 #include "lossy/low_rank.h"
 #include "lossy/symbols.h"
 
 namespace ckpt::lossy {
 
-// Whether the AVX2 kernels run: the CPU has AVX2 and the tests have not asked for the portable
-// kernels (UsePortableLowRankKernelsForTesting).
+// Whether the AVX2 kernels run: the CPU has AVX2 and the call did not choose the portable
+// kernels (kernel_choice.h).
 inline bool CpuHasAvx2() {
   static const bool has = __builtin_cpu_supports("avx2");
-  return has && !PortableLowRankKernelsForTesting();
+  return has && !PortableKernelsChosen();
 }
 
 // RoundToInteger(v) + 0.0 for four lanes.

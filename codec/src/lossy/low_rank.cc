@@ -1,7 +1,6 @@
 #include "lossy/low_rank.h"
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -12,6 +11,7 @@
 #endif
 
 #include "entropy/rans.h"
+#include "lossy/kernel_choice.h"
 #include "lossy/quantizers.h"
 
 namespace ckpt::lossy {
@@ -31,8 +31,6 @@ constexpr double kTableBitsPerSymbol = 16;
 constexpr size_t kSampleRows = 512;
 constexpr int kPowerIterations = 2;
 constexpr size_t kOversampling = 8;
-
-std::atomic<bool> portable_kernels_for_testing{false};
 
 uint32_t CoefficientContext(uint32_t k) { return std::bit_width(k + 1) - 1; }
 
@@ -188,7 +186,7 @@ void TransposeScalar(const float* in, size_t rows, size_t cols, size_t in_stride
 #define CKPT_FIT_AVX2 1
 bool CpuHasAvx2Fma() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has && !portable_kernels_for_testing.load(std::memory_order_relaxed);
+  return has && !PortableKernelsChosen();
 }
 
 // The same in 8 x 8 blocks of AVX registers.
@@ -436,14 +434,6 @@ int8_t QuantizeFactor(double v) {
 }
 
 }  // namespace
-
-void UsePortableLowRankKernelsForTesting(bool portable) {
-  portable_kernels_for_testing.store(portable, std::memory_order_relaxed);
-}
-
-bool PortableLowRankKernelsForTesting() {
-  return portable_kernels_for_testing.load(std::memory_order_relaxed);
-}
 
 void LowRankShift::Apply(int32_t* out) const { ApplyRows(rank, 0, 1, rows, out); }
 

@@ -91,13 +91,6 @@ class LowRankShiftRows {
   std::vector<float> column_t_;  // the column factor's first rank_ columns, rank_ x cols
 };
 
-// Tests only: true runs the portable kernels (of the fit, the shift and the low-rank lattice's
-// encoder, and the log quantizer's ratio loop: every user of CpuHasAvx2) even where the CPU has
-// AVX2 and FMA, false (the default) lets the CPU choose. The shift and the encoders give the
-// same bits either way; the fit need not.
-void UsePortableLowRankKernelsForTesting(bool portable);
-bool PortableLowRankKernelsForTesting();
-
 // Fits a shift of the given rank (at most kMaxLowRank and the smaller dimension) to a delta
 // (rows x cols, row-major: the new values minus the reference) given in units of
 // `coefficient_step` and as finite floats (the caller maps what is not to 0). Coefficients are

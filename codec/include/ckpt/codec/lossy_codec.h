@@ -54,6 +54,10 @@ struct ErrorBound {
   friend bool operator==(const ErrorBound&, const ErrorBound&) = default;
 };
 
+// The machine code a lossy codec runs: the vector kernels the CPU has (AVX2 and FMA where
+// present) or their portable twins, which write and read the same bytes and are slower.
+enum class LossyKernels : uint8_t { kFastest, kPortable };
+
 struct LossyCodecOptions {
   Quantizer quantizer = Quantizer::kAuto;
   ErrorBound bound;
@@ -90,6 +94,9 @@ struct LossyCodecOptions {
   // as Adam's first moment (ExCP drops momentum below 2 x its mean the same way). Deltas ignore
   // it (their symbol 0 is "unchanged"). 0: off.
   double zero_below_mean = 0;
+  // Which kernels Encode and Decode of this codec run; the bytes are the same either way (tests
+  // run both on one machine). Not part of a policy and never stored.
+  LossyKernels kernels = LossyKernels::kFastest;
 
   friend bool operator==(const LossyCodecOptions&, const LossyCodecOptions&) = default;
 };
@@ -110,10 +117,11 @@ std::unique_ptr<TensorCodec> NewLossyCodec(const LossyCodecOptions& options);
 // payload then holds the lattice moves between them (and, with element history, each element's
 // history state, mostly predictable). FailedPrecondition when `original` is not
 // a uniform-quantizer payload (there is no lattice to re-encode on); DataLoss when it cannot
-// be parsed.
+// be parsed. `kernels` as in LossyCodecOptions.
 Result<EncodedChunk> EncodeExactOnLattice(DType dtype, std::span<const uint8_t> original,
                                           std::span<const uint8_t> target,
-                                          std::optional<std::span<const uint8_t>> reference);
+                                          std::optional<std::span<const uint8_t>> reference,
+                                          LossyKernels kernels = LossyKernels::kFastest);
 
 // Whether a stored lossy payload's reconstruction is a point of its lattice and nothing more:
 // a uniform-quantizer lattice payload without element-history state or a low-rank shift. Such
