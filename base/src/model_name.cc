@@ -6,6 +6,11 @@ namespace ckpt {
 
 Status ValidateModelName(std::string_view model) { return ValidateName("model name", model); }
 
+Result<ModelName> ModelName::Parse(std::string_view name) {
+  CKPT_RETURN_IF_ERROR(ValidateModelName(name));
+  return ModelName(std::string(name));
+}
+
 Status ValidateName(std::string_view what, std::string_view model) {
   auto valid_char = [](char c, bool first) {
     const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');

@@ -123,17 +123,20 @@ class CheckpointStoreImpl final : public CheckpointStore {
     return std::optional<CommittedShards>(std::move(c));
   }
 
-  // The push of a sharded version's assembled body, once its model is free.
+  // The push of a sharded version's assembled body, once its model is free. The name is parsed
+  // again: uploads spooled before a restart come back with the names read from the spool.
   Result<std::unique_ptr<PushSession>> BeginAssembledPush(const std::string& model,
                                                           uint64_t version, uint64_t body_size,
                                                           const PushOptions& options) {
-    return BeginPushSession(ctx_, writer_, model, version, body_size, options, kCommitLockWait);
+    CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+    return BeginPushSession(ctx_, writer_, name, version, body_size, options, kCommitLockWait);
   }
 
   Result<std::unique_ptr<PushSession>> BeginPush(std::string_view model, uint64_t version,
                                                  std::optional<uint64_t> body_size,
                                                  const PushOptions& options) override {
-    return BeginPushSession(ctx_, writer_, model, version, body_size, options);
+    CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+    return BeginPushSession(ctx_, writer_, name, version, body_size, options);
   }
 
   bool CallWhenModelFree(std::string_view model, std::function<void()> on_free) override {
@@ -270,12 +273,14 @@ class CheckpointStoreImpl final : public CheckpointStore {
   }
 
   Status DeleteVersion(std::string_view model, uint64_t version) override {
-    return writer_.DeleteVersion(model, version);
+    CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+    return writer_.DeleteVersion(name, version);
   }
 
   Status DeleteModel(std::string_view model) override {
-    CKPT_RETURN_IF_ERROR(writer_.DeleteModel(model));
-    return uploads_.RemoveModel(std::string(model));
+    CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+    CKPT_RETURN_IF_ERROR(writer_.DeleteModel(name));
+    return uploads_.RemoveModel(name.str());
   }
 
   Result<CodecPolicy> GetPolicy(std::string_view model) override {
@@ -287,20 +292,24 @@ class CheckpointStoreImpl final : public CheckpointStore {
   }
 
   Status SetPolicy(std::string_view model, const CodecPolicy& policy) override {
-    return writer_.UpdateModelRecord(model, "setting policy",
+    CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+    return writer_.UpdateModelRecord(name, "setting policy",
                                      [&](ModelRecord& r) { r.policy_json = policy.ToJson(); });
   }
 
   Status SetTag(std::string_view model, std::string_view tag, uint64_t version) override {
-    return writer_.SetTag(model, tag, version);
+    CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+    return writer_.SetTag(name, tag, version);
   }
 
   Status RemoveTag(std::string_view model, std::string_view tag) override {
-    return writer_.RemoveTag(model, tag);
+    CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+    return writer_.RemoveTag(name, tag);
   }
 
   Result<uint64_t> ResolveTag(std::string_view model, std::string_view tag) override {
-    return writer_.ResolveTag(model, tag);
+    CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+    return writer_.ResolveTag(name, tag);
   }
 
   Result<RetentionPolicy> GetRetentionPolicy(std::string_view model) override {
@@ -311,12 +320,14 @@ class CheckpointStoreImpl final : public CheckpointStore {
   }
 
   Status SetRetentionPolicy(std::string_view model, const RetentionPolicy& policy) override {
-    return writer_.UpdateModelRecord(model, "setting retention policy",
+    CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+    return writer_.UpdateModelRecord(name, "setting retention policy",
                                      [&](ModelRecord& r) { r.retention_json = policy.ToJson(); });
   }
 
   Result<RetentionReport> ApplyRetention(std::string_view model, const RetentionRun& run) override {
-    return writer_.ApplyRetention(model, run);
+    CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+    return writer_.ApplyRetention(name, run);
   }
 
   Result<ScrubReport> Scrub(std::string_view model) override {
@@ -329,12 +340,14 @@ class CheckpointStoreImpl final : public CheckpointStore {
   }
 
   Result<GcReport> CollectGarbage(std::string_view model, const GcOptions& options) override {
-    return writer_.CollectGarbage(model, options);
+    CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+    return writer_.CollectGarbage(name, options);
   }
 
   Result<RearrangeReport> RearrangeLatest(std::string_view model,
                                           const std::function<bool()>& cancelled) override {
-    return writer_.RearrangeLatest(model, cancelled);
+    CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+    return writer_.RearrangeLatest(name, cancelled);
   }
 
   Result<std::optional<std::string>> WriteOwner(std::string_view model) override {

@@ -27,31 +27,31 @@ Status BusyModel(std::string_view model) {
 
 }  // namespace
 
-Result<ModelLocks::Guard> ModelWriter::Lock(std::string_view model,
+Result<ModelLocks::Guard> ModelWriter::Lock(const ModelName& model,
                                             std::chrono::milliseconds wait) {
-  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   ModelLocks::Guard guard = locks_.LockWithin(model, wait);
   if (!guard) return BusyModel(model);
   return guard;
 }
 
-Result<ModelLocks::Guard> ModelWriter::LockForWrite(std::string_view model,
-                                                    std::chrono::milliseconds wait) {
-  CKPT_RETURN_IF_ERROR(ctx_.health->CheckWrite());
+Result<ModelLocks::Guard> ModelWriter::LockChecked(const ModelName& model,
+                                                   std::chrono::milliseconds wait,
+                                                   const std::function<Status()>& check_health) {
+  CKPT_RETURN_IF_ERROR(check_health());
   CKPT_ASSIGN_OR_RETURN(ModelLocks::Guard guard, Lock(model, wait));
-  CKPT_RETURN_IF_ERROR(ctx_.backend->ClaimWrites(std::string(model)));
+  if (wait.count() > 0) CKPT_RETURN_IF_ERROR(check_health());
+  CKPT_RETURN_IF_ERROR(ctx_.backend->ClaimWrites(model.str()));
   return guard;
 }
 
-Result<ModelLocks::Guard> ModelWriter::LockForPush(std::string_view model, uint64_t incoming_bytes,
+Result<ModelLocks::Guard> ModelWriter::LockForWrite(const ModelName& model,
+                                                    std::chrono::milliseconds wait) {
+  return LockChecked(model, wait, [&] { return ctx_.health->CheckWrite(); });
+}
+
+Result<ModelLocks::Guard> ModelWriter::LockForPush(const ModelName& model, uint64_t incoming_bytes,
                                                    std::chrono::milliseconds wait) {
-  CKPT_RETURN_IF_ERROR(ctx_.health->CheckPush(incoming_bytes));
-  ModelLocks::Guard guard = locks_.LockWithin(model, wait);
-  if (!guard) return BusyModel(model);
-  // After a wait, the writer it waited for may have filled the volume.
-  if (wait.count() > 0) CKPT_RETURN_IF_ERROR(ctx_.health->CheckPush(incoming_bytes));
-  CKPT_RETURN_IF_ERROR(ctx_.backend->ClaimWrites(std::string(model)));
-  return guard;
+  return LockChecked(model, wait, [&] { return ctx_.health->CheckPush(incoming_bytes); });
 }
 
 Status ModelWriter::CheckModelLimit() {
@@ -72,7 +72,7 @@ Result<RetentionPolicy> ModelWriter::RetentionOf(const ModelRecord& record) cons
   return RetentionPolicy::FromJson(record.retention_json);
 }
 
-Status ModelWriter::DeleteVersion(std::string_view model, uint64_t version) {
+Status ModelWriter::DeleteVersion(const ModelName& model, uint64_t version) {
   CKPT_ASSIGN_OR_RETURN(const ModelLocks::Guard guard, LockForWrite(model));
   const std::string name(model);
   std::unique_lock tags_lock(*ctx_.tags_mu);
@@ -145,7 +145,7 @@ Status ModelWriter::DeleteVersion(std::string_view model, uint64_t version) {
   return Status::Ok();
 }
 
-Status ModelWriter::DeleteModel(std::string_view model) {
+Status ModelWriter::DeleteModel(const ModelName& model) {
   CKPT_ASSIGN_OR_RETURN(const ModelLocks::Guard guard, LockForWrite(model));
   const std::string name(model);
   std::lock_guard tags_lock(*ctx_.tags_mu);
@@ -171,8 +171,7 @@ Status ModelWriter::DeleteModel(std::string_view model) {
 
 // Tags take no model lock (a tag can be set while a push runs): tags_mu orders them with the
 // deletions and commits that must see them.
-Status ModelWriter::SetTag(std::string_view model, std::string_view tag, uint64_t version) {
-  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+Status ModelWriter::SetTag(const ModelName& model, std::string_view tag, uint64_t version) {
   CKPT_RETURN_IF_ERROR(ValidateName("tag", tag));
   const std::string name(model);
   CKPT_RETURN_IF_ERROR(ctx_.health->CheckWrite());
@@ -184,8 +183,7 @@ Status ModelWriter::SetTag(std::string_view model, std::string_view tag, uint64_
   return ctx_.backend->Commit(name, change, "setting tag");
 }
 
-Status ModelWriter::RemoveTag(std::string_view model, std::string_view tag) {
-  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+Status ModelWriter::RemoveTag(const ModelName& model, std::string_view tag) {
   CKPT_RETURN_IF_ERROR(ValidateName("tag", tag));
   const std::string name(model);
   CKPT_RETURN_IF_ERROR(ctx_.health->CheckWrite());
@@ -197,8 +195,7 @@ Status ModelWriter::RemoveTag(std::string_view model, std::string_view tag) {
   return ctx_.backend->Commit(name, change, "removing tag");
 }
 
-Result<uint64_t> ModelWriter::ResolveTag(std::string_view model, std::string_view tag) {
-  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+Result<uint64_t> ModelWriter::ResolveTag(const ModelName& model, std::string_view tag) {
   CKPT_RETURN_IF_ERROR(ValidateName("tag", tag));
   CKPT_RETURN_IF_ERROR(ctx_.backend->Refresh(std::string(model)));
   std::string value;
@@ -214,7 +211,7 @@ Result<uint64_t> ModelWriter::ResolveTag(std::string_view model, std::string_vie
   return record.version;
 }
 
-Status ModelWriter::UpdateModelRecord(std::string_view model, std::string_view what,
+Status ModelWriter::UpdateModelRecord(const ModelName& model, std::string_view what,
                                       const std::function<void(ModelRecord&)>& change) {
   CKPT_ASSIGN_OR_RETURN(const ModelLocks::Guard guard, LockForWrite(model));
   const std::string name(model);
@@ -230,9 +227,8 @@ Status ModelWriter::UpdateModelRecord(std::string_view model, std::string_view w
   return ctx_.backend->Commit(name, commit, what);
 }
 
-Result<RetentionReport> ModelWriter::ApplyRetention(std::string_view model,
+Result<RetentionReport> ModelWriter::ApplyRetention(const ModelName& model,
                                                     const RetentionRun& run) {
-  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   const std::string name(model);
   RetentionReport report;
   report.model = name;
@@ -353,7 +349,7 @@ Status ModelWriter::DropTensors(ModelChains& chains,
   return Status::Ok();
 }
 
-Result<GcReport> ModelWriter::CollectGarbage(std::string_view model, const GcOptions& options) {
+Result<GcReport> ModelWriter::CollectGarbage(const ModelName& model, const GcOptions& options) {
   const std::string name(model);
   GcReport report;
   {
@@ -371,7 +367,7 @@ Result<GcReport> ModelWriter::CollectGarbage(std::string_view model, const GcOpt
   return report;
 }
 
-Result<RearrangeReport> ModelWriter::RearrangeLatest(std::string_view model,
+Result<RearrangeReport> ModelWriter::RearrangeLatest(const ModelName& model,
                                                      const std::function<bool()>& cancelled) {
   const std::string name(model);
   // The pass writes the latest version anew before the old encoding goes: like a push, it

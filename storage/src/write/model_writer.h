@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "chains/model_chains.h"
+#include "ckpt/base/model_name.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "ckpt/storage/retention.h"
 #include "context/store_context.h"
@@ -28,14 +29,13 @@ class ModelWriter {
   ModelWriter(const StoreContext& ctx, StoreMaintenance* maintenance)
       : ctx_(ctx), maintenance_(maintenance) {}
 
-  // The write preamble: a valid model name, the engine taking writes, the model's lock (Aborted
-  // while another writer holds it, after waiting up to `wait`) and, on a shared backend, the
-  // right to write the model.
-  Result<ModelLocks::Guard> LockForWrite(std::string_view model,
+  // The write preamble: the engine taking writes, the model's lock (Aborted while another writer
+  // holds it, after waiting up to `wait`) and, on a shared backend, the right to write the model.
+  Result<ModelLocks::Guard> LockForWrite(const ModelName& model,
                                          std::chrono::milliseconds wait = {});
   // LockForWrite for a push of `incoming_bytes`, which must also fit beside the volume's
-  // reserve. REQUIRES: a valid model name (the push checked it first).
-  Result<ModelLocks::Guard> LockForPush(std::string_view model, uint64_t incoming_bytes,
+  // reserve.
+  Result<ModelLocks::Guard> LockForPush(const ModelName& model, uint64_t incoming_bytes,
                                         std::chrono::milliseconds wait);
   // ModelLocks::CallOnRelease of the model's lock.
   bool CallOnRelease(std::string_view model, std::function<void()> on_release) {
@@ -47,24 +47,28 @@ class ModelWriter {
   // The model's retention policy (the server default when it has none of its own).
   Result<RetentionPolicy> RetentionOf(const ModelRecord& record) const;
 
-  Status DeleteVersion(std::string_view model, uint64_t version);
-  Status DeleteModel(std::string_view model);
-  Status SetTag(std::string_view model, std::string_view tag, uint64_t version);
-  Status RemoveTag(std::string_view model, std::string_view tag);
-  Result<uint64_t> ResolveTag(std::string_view model, std::string_view tag);
+  Status DeleteVersion(const ModelName& model, uint64_t version);
+  Status DeleteModel(const ModelName& model);
+  Status SetTag(const ModelName& model, std::string_view tag, uint64_t version);
+  Status RemoveTag(const ModelName& model, std::string_view tag);
+  Result<uint64_t> ResolveTag(const ModelName& model, std::string_view tag);
   // Applies `change` to the model's record under its lock, creating the model (without
   // versions) if needed.
-  Status UpdateModelRecord(std::string_view model, std::string_view what,
+  Status UpdateModelRecord(const ModelName& model, std::string_view what,
                            const std::function<void(ModelRecord&)>& change);
-  Result<RetentionReport> ApplyRetention(std::string_view model, const RetentionRun& run);
-  Result<GcReport> CollectGarbage(std::string_view model, const GcOptions& options);
+  Result<RetentionReport> ApplyRetention(const ModelName& model, const RetentionRun& run);
+  Result<GcReport> CollectGarbage(const ModelName& model, const GcOptions& options);
   // CheckpointStore::RearrangeLatest, then the reclaiming of the space it freed.
-  Result<RearrangeReport> RearrangeLatest(std::string_view model,
+  Result<RearrangeReport> RearrangeLatest(const ModelName& model,
                                           const std::function<bool()>& cancelled);
 
  private:
-  // A valid model name and the model's lock, waiting up to `wait` for it.
-  Result<ModelLocks::Guard> Lock(std::string_view model, std::chrono::milliseconds wait);
+  // The model's lock, waiting up to `wait` for it.
+  Result<ModelLocks::Guard> Lock(const ModelName& model, std::chrono::milliseconds wait);
+  // The write preamble with `check_health` (run before the wait and again after one: the writer
+  // waited for may have failed or filled the volume).
+  Result<ModelLocks::Guard> LockChecked(const ModelName& model, std::chrono::milliseconds wait,
+                                        const std::function<Status()>& check_health);
   // The tensors (manifest indices) that `report`'s tensor rules drop from each kept version,
   // also listed by name in report.tensors_dropped.
   static Result<std::map<uint64_t, std::vector<uint32_t>>> TensorsToDrop(const ModelChains& chains,

@@ -361,11 +361,10 @@ std::unique_ptr<PushSession> NewPushSession(const StoreContext& ctx, ModelLocks:
 }
 
 Result<std::unique_ptr<PushSession>> BeginPushSession(const StoreContext& ctx, ModelWriter& writer,
-                                                      std::string_view model, uint64_t version,
+                                                      const ModelName& model, uint64_t version,
                                                       std::optional<uint64_t> body_size,
                                                       const PushOptions& options,
                                                       std::chrono::milliseconds wait) {
-  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
   CKPT_ASSIGN_OR_RETURN(ModelLocks::Guard guard,
                         writer.LockForPush(model, body_size.value_or(0), wait));

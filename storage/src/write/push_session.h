@@ -10,8 +10,8 @@
 #include <string>
 #include <string_view>
 
-#include "ckpt/storage/codec_policy.h"
 #include "ckpt/storage/checkpoint_store.h"
+#include "ckpt/storage/codec_policy.h"
 #include "ckpt/storage/retention.h"
 #include "context/store_context.h"
 #include "records/records.h"
@@ -35,12 +35,12 @@ struct PushTarget {
   std::optional<CodecStateRecord> state;    // none: no reference, every tensor a keyframe
 };
 
-// Begins a push of `version` of `model`: checks the name, the options and the room for
+// Begins a push of `version` of `model`: checks the options and the room for
 // `body_size` bytes, takes the model's write lock (Aborted if another writer still holds it
 // after `wait`), and reads where the push goes. The front's BeginPush, and the commit of a
 // sharded version.
 Result<std::unique_ptr<PushSession>> BeginPushSession(const StoreContext& ctx, ModelWriter& writer,
-                                                      std::string_view model, uint64_t version,
+                                                      const ModelName& model, uint64_t version,
                                                       std::optional<uint64_t> body_size,
                                                       const PushOptions& options,
                                                       std::chrono::milliseconds wait = {});
