@@ -347,4 +347,21 @@ Result<std::string> WriteSafetensors(const std::vector<TensorSpec>& tensors,
   return out;
 }
 
+Result<SafetensorsHeader> ParseRawSafetensorsHeader(std::string_view raw_header) {
+  if (raw_header.size() < 8) {
+    return Status::InvalidArgument("safetensors header: " + std::to_string(raw_header.size()) +
+                                   " bytes, shorter than its 8-byte length prefix");
+  }
+  uint64_t json_size = 0;
+  for (int i = 7; i >= 0; --i) {
+    json_size = (json_size << 8) | static_cast<uint8_t>(raw_header[static_cast<size_t>(i)]);
+  }
+  if (json_size != raw_header.size() - 8) {
+    return Status::InvalidArgument("safetensors header: its length prefix says " +
+                                   std::to_string(json_size) + " bytes of JSON, " +
+                                   std::to_string(raw_header.size() - 8) + " follow");
+  }
+  return ParseSafetensorsHeader(raw_header.substr(8), std::nullopt);
+}
+
 }  // namespace ckpt

@@ -139,6 +139,12 @@ class CheckpointStoreImpl final : public CheckpointStore {
     return BeginPushSession(ctx_, writer_, name, version, body_size, options);
   }
 
+  Result<CodingPlan> PlanPush(std::string_view model, uint64_t version,
+                              std::string_view raw_header) override {
+    CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+    return PlanPushOf(ctx_, writer_, name, version, raw_header);
+  }
+
   bool CallWhenModelFree(std::string_view model, std::function<void()> on_free) override {
     // A sharded version's commit takes the model's lock only once its shards are assembled:
     // its end is awaited too, beside the lock's release (a waiter woken twice tries twice).

@@ -13,8 +13,9 @@
 
 #include "ckpt/base/dtype.h"
 #include "ckpt/base/status.h"
-#include "ckpt/storage/codec_policy.h"
+#include "ckpt/codec/chunk_record.h"
 #include "ckpt/codec/tensor_codec.h"
+#include "ckpt/storage/codec_policy.h"
 
 namespace ckpt {
 
@@ -143,24 +144,8 @@ struct ManifestRecord {
   static Result<ManifestRecord> DecodeFrom(std::string_view bytes);
 };
 
-// chunks family, key "<model>\0" + u64 seq + u32 tensor + u32 chunk. Header then payload.
-struct ChunkRecord {
-  static constexpr uint8_t kFormatVersion = 1;
-  uint16_t codec_id = 0;
-  FrameKind kind = FrameKind::kKeyframe;
-  uint64_t raw_length = 0;
-  uint64_t raw_checksum = 0;      // XXH3-64 of the decoded chunk bytes
-  uint64_t payload_checksum = 0;  // XXH3-64 of the payload
-  std::string_view payload;       // points into the decoded buffer
-
-  void EncodeTo(std::string* out) const;  // appends
-  // The stored value of an encoded chunk of frame `kind` whose decoded bytes are `restored`
-  // (the input, or the lossy reconstruction): both checksums computed here.
-  static std::string EncodeChunk(const EncodedChunk& encoded, FrameKind kind,
-                                 std::span<const uint8_t> restored);
-  // Checks the payload checksum; `bytes` must outlive the record.
-  static Result<ChunkRecord> DecodeFrom(std::string_view bytes);
-};
+// chunks family, key "<model>\0" + u64 seq + u32 tensor + u32 chunk: a ChunkRecord
+// (ckpt/codec/chunk_record.h), the format encoded pushes carry too.
 
 // codec_state family, key "<model>". The per-model codec state: which committed manifest the
 // next push takes its deltas against. The reconstruction itself is implied by that manifest's

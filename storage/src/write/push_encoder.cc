@@ -6,14 +6,23 @@
 #include <optional>
 
 namespace ckpt {
+namespace {
+
+std::span<const uint8_t> AsBytesOf(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+}  // namespace
 
 PushEncoder::PushEncoder(const StoreContext& ctx, std::string model, uint64_t seq,
-                         ChainReader* reader, ManifestRecord* manifest)
+                         ChainReader* reader, ManifestRecord* manifest,
+                         bool hash_every_restored_chunk)
     : ctx_(ctx),
       model_(std::move(model)),
       seq_(seq),
       reader_(reader),
       manifest_(manifest),
+      hash_every_restored_chunk_(hash_every_restored_chunk),
       // At most one chunk's bytes wait beyond those being encoded.
       pool_(std::make_unique<WorkerPool>(
           ctx.options->push_encoder_threads,
@@ -50,6 +59,54 @@ Result<uint64_t> PushEncoder::Finish() {
   return stored_bytes_;
 }
 
+Status PushEncoder::SubmitEncoded(uint32_t tensor, uint32_t chunk, std::string_view record,
+                                  const ChunkCodingInfo& info, bool decode) {
+  HashRestoredChunks();
+  const uint64_t ordinal = body_chunks_++;
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(record.data()),
+                                       record.size());
+  return pool_->Submit(bytes,
+                       [this, tensor, chunk, ordinal, info, decode](std::span<const uint8_t> copy) {
+                         return StoreEncodedChunk(tensor, chunk, ordinal, copy, info, decode);
+                       });
+}
+
+Result<std::span<const uint8_t>> PushEncoder::ReferenceOf(const ManifestTensor& t, uint32_t chunk,
+                                                          ReferenceCache::Chunk* cached,
+                                                          std::vector<uint8_t>* decoded) {
+  *cached = ctx_.cache->Get(model_, t.base_seq, t.base_tensor, chunk);
+  if (*cached) {
+    // Consumed: the new version's chunk replaces it as the reference, and demoting it now
+    // keeps the LRU from evicting reference chunks this push still needs. (Evicted under a
+    // race, a reference is decoded from the chain below.)
+    ctx_.cache->Demote(model_, t.base_seq, t.base_tensor, chunk);
+    return std::span<const uint8_t>(**cached);
+  }
+  CKPT_RETURN_IF_ERROR(reader_->DecodeChunk(t.base_seq, t.base_tensor, chunk, decoded));
+  return std::span<const uint8_t>(*decoded);
+}
+
+void PushEncoder::Account(uint32_t tensor, CodecId codec_id, const ChunkCodingInfo& info,
+                          uint64_t stored_bytes) {
+  std::lock_guard lock(accounting_mu_);
+  stored_bytes_ += stored_bytes;
+  ManifestTensor& entry = manifest_->tensors[tensor];
+  if (codec_id == CodecId::kLossyQuantized) entry.codec_id = static_cast<uint16_t>(codec_id);
+  entry.stored_bytes += stored_bytes;
+  entry.quantizer = std::max(entry.quantizer, info.quantizer);
+  entry.bound = std::max(entry.bound, info.bound);
+  entry.exact_elements += info.exact_elements;
+}
+
+void PushEncoder::KeepRestored(uint32_t tensor, uint32_t chunk, uint64_t ordinal,
+                               ReferenceCache::Chunk restored) {
+  if (!restored_is_pushed_ || hash_every_restored_chunk_) {
+    std::lock_guard lock(unhashed_mu_);
+    unhashed_.emplace(ordinal, restored);
+  }
+  ctx_.cache->Put(model_, seq_, tensor, chunk, std::move(restored));
+}
+
 // Encodes chunk `chunk` of tensor `tensor` (the body's chunk number `ordinal`) against its
 // reference, stores it and accounts for it. Runs on an encoder thread, concurrently with
 // other chunks of the body (storage.push_encoder_threads), or inline.
@@ -60,17 +117,7 @@ Status PushEncoder::EncodeChunk(uint32_t tensor, uint32_t chunk, uint64_t ordina
   ReferenceCache::Chunk cached;
   std::vector<uint8_t> decoded;
   if (t.kind == FrameKind::kDelta) {
-    cached = ctx_.cache->Get(model_, t.base_seq, t.base_tensor, chunk);
-    if (cached) {
-      reference = std::span<const uint8_t>(*cached);
-      // Consumed: the new version's chunk replaces it as the reference, and demoting it now
-      // keeps the LRU from evicting reference chunks this push still needs. (Evicted under a
-      // race, a reference is decoded from the chain below.)
-      ctx_.cache->Demote(model_, t.base_seq, t.base_tensor, chunk);
-    } else {
-      CKPT_RETURN_IF_ERROR(reader_->DecodeChunk(t.base_seq, t.base_tensor, chunk, &decoded));
-      reference = std::span<const uint8_t>(decoded);
-    }
+    CKPT_ASSIGN_OR_RETURN(reference, ReferenceOf(t, chunk, &cached, &decoded));
   }
   const TensorCodec* codec = tensor_codecs_[tensor];
   const auto encode_start = std::chrono::steady_clock::now();
@@ -90,27 +137,51 @@ Status PushEncoder::EncodeChunk(uint32_t tensor, uint32_t chunk, uint64_t ordina
                             " of tensor '" + t.name + "'");
   }
   chunk_entropy_bits_[tensor][chunk] = encoded.info.model_entropy_bits;  // this chunk's slot
-  {
-    std::lock_guard lock(accounting_mu_);
-    stored_bytes_ += value.size();
-    ManifestTensor& entry = manifest_->tensors[tensor];
-    if (encoded.codec_id == CodecId::kLossyQuantized) {
-      entry.codec_id = static_cast<uint16_t>(encoded.codec_id);
-    }
-    entry.stored_bytes += value.size();
-    entry.quantizer = std::max(entry.quantizer, encoded.info.quantizer);
-    entry.bound = std::max(entry.bound, encoded.info.bound);
-    entry.exact_elements += encoded.info.exact_elements;
-  }
-  ReferenceCache::Chunk reconstruction =
+  Account(tensor, encoded.codec_id, encoded.info, value.size());
+  KeepRestored(
+      tensor, chunk, ordinal,
       encoded.reconstruction_is_input
           ? std::make_shared<const std::vector<uint8_t>>(data.begin(), data.end())
-          : std::make_shared<const std::vector<uint8_t>>(std::move(encoded.reconstruction));
-  if (!restored_is_pushed_) {
-    std::lock_guard lock(unhashed_mu_);
-    unhashed_.emplace(ordinal, reconstruction);
+          : std::make_shared<const std::vector<uint8_t>>(std::move(encoded.reconstruction)));
+  return Status::Ok();
+}
+
+// Checks, decodes (with `decode`), stores and accounts for one chunk a client encoded. Runs
+// where EncodeChunk does.
+Status PushEncoder::StoreEncodedChunk(uint32_t tensor, uint32_t chunk, uint64_t ordinal,
+                                      std::span<const uint8_t> record_bytes,
+                                      const ChunkCodingInfo& info, bool decode) {
+  const ManifestTensor& t = manifest_->tensors[tensor];
+  const std::string_view value(reinterpret_cast<const char*>(record_bytes.data()),
+                               record_bytes.size());
+  CKPT_ASSIGN_OR_RETURN(const ChunkRecord record, ChunkRecord::DecodeFrom(value));
+  std::shared_ptr<std::vector<uint8_t>> restored;
+  if (decode) {
+    std::optional<std::span<const uint8_t>> reference;
+    ReferenceCache::Chunk cached;
+    std::vector<uint8_t> decoded;
+    if (t.kind == FrameKind::kDelta) {
+      CKPT_ASSIGN_OR_RETURN(reference, ReferenceOf(t, chunk, &cached, &decoded));
+    }
+    CKPT_ASSIGN_OR_RETURN(const TensorCodec* codec, CodecForDecoding(record.codec_id));
+    restored = std::make_shared<std::vector<uint8_t>>(record.raw_length);
+    const Status s = codec->Decode(t.dtype, AsBytesOf(record.payload), reference, *restored);
+    const std::string where =
+        "encoded push: chunk " + std::to_string(chunk) + " of tensor '" + t.name + "'";
+    if (!s.ok()) return Status::InvalidArgument(where + " does not decode: " + s.message());
+    if (Xxh3Checksum(*restored) != record.raw_checksum) {
+      return Status::InvalidArgument(
+          where + " decodes to other bytes than the client reconstructed" +
+          (t.kind == FrameKind::kDelta
+               ? ": the client's reference is not the base's reconstruction; pull the base "
+                 "version and push again"
+               : ""));
+    }
   }
-  ctx_.cache->Put(model_, seq_, tensor, chunk, std::move(reconstruction));
+  CKPT_RETURN_IF_ERROR(ctx_.backend->PutChunk(model_, seq_, tensor, chunk, value));
+  chunk_entropy_bits_[tensor][chunk] = info.model_entropy_bits;  // this chunk's slot
+  Account(tensor, static_cast<CodecId>(record.codec_id), info, value.size());
+  if (restored) KeepRestored(tensor, chunk, ordinal, std::move(restored));
   return Status::Ok();
 }
 

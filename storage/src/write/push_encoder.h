@@ -19,8 +19,8 @@
 
 #include "ckpt/base/hashing.h"
 #include "ckpt/codec/lossy_codec.h"
-#include "ckpt/storage/codec_policy.h"
 #include "ckpt/codec/tensor_codec.h"
+#include "ckpt/storage/codec_policy.h"
 #include "context/reference_cache.h"
 #include "context/store_context.h"
 #include "read/chain_reader.h"
@@ -32,9 +32,10 @@ namespace ckpt {
 class PushEncoder {
  public:
   // Encodes into manifest `seq` of `model`; `manifest` (whose tensors AddTensor describes) and
-  // `reader` must outlive the encoder.
+  // `reader` must outlive the encoder. `hash_every_restored_chunk`: the restored body is hashed
+  // even when every tensor is lossless (an encoded push has no pushed body to hash instead).
   PushEncoder(const StoreContext& ctx, std::string model, uint64_t seq, ChainReader* reader,
-              ManifestRecord* manifest);
+              ManifestRecord* manifest, bool hash_every_restored_chunk = false);
   // Waits for the chunks being encoded; drops the queued ones.
   ~PushEncoder();
 
@@ -45,6 +46,12 @@ class PushEncoder {
 
   // Queues chunk `chunk` of tensor `tensor` (the next chunk of the body).
   Status Submit(uint32_t tensor, uint32_t chunk, std::span<const uint8_t> data);
+  // Queues the next chunk of an encoded push: `record`, a ChunkRecord the client encoded (its
+  // plan checked by the caller), stored as it is. With `decode`, it is first decoded against the
+  // store's reference and must restore to the bytes the record says (then the restored body is
+  // hashed and the reference cache keeps the chunk); `info` is what the client's encoder reported.
+  Status SubmitEncoded(uint32_t tensor, uint32_t chunk, std::string_view record,
+                       const ChunkCodingInfo& info, bool decode);
 
   // After the last chunk: waits for every job, then completes the manifest's per-tensor
   // figures. Returns the stored bytes of the chunks.
@@ -52,13 +59,29 @@ class PushEncoder {
 
   // Every tensor is coded losslessly: a restore sends the pushed body itself.
   bool restored_is_pushed() const { return restored_is_pushed_; }
-  // The SHA-256 of the body a restore sends (after Finish; only when !restored_is_pushed()).
+  // The SHA-256 of the body a restore sends (after Finish; only when !restored_is_pushed() or
+  // with hash_every_restored_chunk, and for encoded chunks only those decoded).
   std::string RestoredSha256Hex() { return restored_sha_.FinishHex(); }
 
  private:
   // Encodes, stores and accounts for one chunk; on an encoder thread or inline.
   Status EncodeChunk(uint32_t tensor, uint32_t chunk, uint64_t ordinal,
                      std::span<const uint8_t> data);
+  // SubmitEncoded's job.
+  Status StoreEncodedChunk(uint32_t tensor, uint32_t chunk, uint64_t ordinal,
+                           std::span<const uint8_t> record_bytes, const ChunkCodingInfo& info,
+                           bool decode);
+  // The reconstruction `chunk` of delta tensor `t` is coded against, into `cached` (the
+  // reference cache's copy) or `decoded`.
+  Result<std::span<const uint8_t>> ReferenceOf(const ManifestTensor& t, uint32_t chunk,
+                                               ReferenceCache::Chunk* cached,
+                                               std::vector<uint8_t>* decoded);
+  // Adds a stored chunk of `stored_bytes` to the manifest's figures.
+  void Account(uint32_t tensor, CodecId codec_id, const ChunkCodingInfo& info,
+               uint64_t stored_bytes);
+  // Keeps a restored chunk for hashing (when the restored body is hashed) and in the cache.
+  void KeepRestored(uint32_t tensor, uint32_t chunk, uint64_t ordinal,
+                    ReferenceCache::Chunk restored);
   // Hashes the finished reconstructions that continue the body where the last call stopped.
   void HashRestoredChunks();
   // The codec of a tensor (one lossy codec per distinct options in this push).
@@ -75,6 +98,7 @@ class PushEncoder {
   std::vector<std::pair<LossyCodecOptions, std::unique_ptr<TensorCodec>>> lossy_codecs_;
   std::vector<const TensorCodec*> tensor_codecs_;  // per tensor of the body
   bool restored_is_pushed_ = true;
+  const bool hash_every_restored_chunk_;
   // Of the body a restore will send: the header, then the chunks' reconstructions in body order.
   Sha256 restored_sha_;
   uint64_t body_chunks_ = 0;  // chunks submitted, over all tensors

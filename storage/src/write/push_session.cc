@@ -15,10 +15,12 @@
 #include "chains/model_chains.h"
 #include "ckpt/base/hashing.h"
 #include "ckpt/base/safetensors.h"
+#include "ckpt/codec/encoded_body.h"
 #include "read/catalog.h"
 #include "read/chain_reader.h"
 #include "records/keys.h"
 #include "write/push_encoder.h"
+#include "write/push_plan.h"
 
 namespace ckpt {
 namespace {
@@ -55,24 +57,29 @@ void ReadMetadataMetrics(const std::map<std::string, std::string>& metadata,
 // How much body a push receives between two checks of the free-space reserve.
 constexpr uint64_t kReserveCheckBytes = 8ull << 20;
 
-class PushSessionImpl final : public PushSession, private SafetensorsSink {
+// The longest chunk record an encoded body may carry: a chunk stored raw, with room to spare.
+uint64_t MaxEncodedRecordBytes(const StoreContext& ctx) {
+  return 2 * ctx.options->chunk_bytes + (1 << 20);
+}
+
+class PushSessionImpl final : public PushSession, private SafetensorsSink, private EncodedBodySink {
  public:
   PushSessionImpl(const StoreContext& ctx, ModelLocks::Guard guard, PushTarget target,
                   std::optional<uint64_t> body_size, PushOptions options)
       : ctx_(ctx),
         guard_(std::move(guard)),
-        model_(std::move(target.model)),
-        version_(target.version),
-        policy_(std::move(target.policy)),
-        retention_deletes_(target.retention_deletes),
-        retention_(std::move(target.retention)),
+        target_(std::move(target)),
+        model_(target_.model),
+        version_(target_.version),
         push_options_(std::move(options)),
-        model_record_(std::move(target.model_record)),
-        state_(std::move(target.state)),
-        seq_(target.seq),
+        state_(target_.state),
+        seq_(target_.seq),
+        encoded_(push_options_.body_format == PushBodyFormat::kEncoded),
         parser_(this, body_size),
+        encoded_parser_(this, kMaxSafetensorsHeaderBytes, MaxEncodedRecordBytes(ctx)),
         reader_(ctx.db, ctx.manifests, ctx.backend, nullptr, model_, ctx.cache),
-        encoder_(std::make_unique<PushEncoder>(ctx, model_, seq_, &reader_, &manifest_)) {}
+        encoder_(std::make_unique<PushEncoder>(ctx, model_, seq_, &reader_, &manifest_,
+                                               /*hash_every_restored_chunk=*/encoded_)) {}
 
   ~PushSessionImpl() override {
     encoder_.reset();  // waits for the chunks being encoded; drops the queued ones
@@ -92,24 +99,32 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
       unchecked_bytes_ = 0;
       CKPT_RETURN_IF_ERROR(ctx_.health->CheckPush(0));
     }
+    if (encoded_) return encoded_parser_.Feed(bytes);
     sha_.Update(bytes);
     return parser_.Feed(bytes);
   }
 
   Result<VersionInfo> Commit() override {
     if (committed_) return Status::FailedPrecondition("push already committed");
-    CKPT_RETURN_IF_ERROR(parser_.Finish());
+    CKPT_RETURN_IF_ERROR(encoded_ ? encoded_parser_.Finish() : parser_.Finish());
     CKPT_ASSIGN_OR_RETURN(const uint64_t stored_bytes, encoder_->Finish());
 
     VersionRecord vr;
     vr.seq = seq_;
     vr.floor_seq = manifest_.floor_seq;
     vr.created_at_ms = NowMs();
-    vr.raw_bytes = parser_.consumed();
     vr.tensor_count = static_cast<uint32_t>(manifest_.tensors.size());
-    vr.sha256_hex = sha_.FinishHex();
-    vr.restored_sha256_hex =
-        encoder_->restored_is_pushed() ? vr.sha256_hex : encoder_->RestoredSha256Hex();
+    if (encoded_) {
+      CKPT_RETURN_IF_ERROR(CheckEncodedDigests());
+      vr.raw_bytes = raw_header_.size() + data_size_;
+      vr.sha256_hex = claimed_.pushed_sha256;
+      vr.restored_sha256_hex = claimed_.restored_sha256;
+    } else {
+      vr.raw_bytes = parser_.consumed();
+      vr.sha256_hex = sha_.FinishHex();
+      vr.restored_sha256_hex =
+          encoder_->restored_is_pushed() ? vr.sha256_hex : encoder_->RestoredSha256Hex();
+    }
     vr.raw_header = std::move(raw_header_);
     vr.metrics = push_options_.metrics;
     vr.labels = push_options_.labels;
@@ -133,8 +148,8 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     vr.stored_bytes = manifest_.stored_bytes;
 
     CodecStateRecord state{seq_, manifest_.floor_seq, seq_ + 1};
-    ModelRecord model = model_record_.value_or(ModelRecord{});
-    if (!model_record_) model.created_at_ms = vr.created_at_ms;
+    ModelRecord model = target_.model_record.value_or(ModelRecord{});
+    if (!target_.model_record) model.created_at_ms = vr.created_at_ms;
     model.has_versions = true;
     model.latest_version = version_;
     model.version_count += 1;
@@ -202,73 +217,118 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
     raw_header_ = std::string(raw_header);
     ReadMetadataMetrics(header.metadata, &push_options_.metrics, &push_options_.labels);
     encoder_->AddHeader(raw_header);
-    const ManifestRecord* reference = nullptr;
-    std::unordered_map<std::string_view, uint32_t> reference_index;
-    if (state_) {
-      CKPT_ASSIGN_OR_RETURN(reference, reader_.Manifest(state_->reference_seq));
-      reference_version_ = reference->version;
-      for (uint32_t i = 0; i < reference->tensors.size(); ++i) {
-        reference_index.emplace(reference->tensors[i].name, i);
-      }
+    CKPT_ASSIGN_OR_RETURN(planned_, PlanPush(ctx_, target_, reader_, header, raw_header.size()));
+    reference_version_ = planned_.reference_version;
+    manifest_.floor_seq = planned_.floor_seq;
+    for (size_t i = 0; i < planned_.tensors.size(); ++i) {
+      encoder_->AddTensor(planned_.codings[i], planned_.tensors[i].chunk_count);
+      manifest_.tensors.push_back(planned_.tensors[i]);
     }
-    if (header.tensors.size() > ctx_.options->max_tensors_per_checkpoint) {
-      return Status::ResourceExhausted("checkpoint has " + std::to_string(header.tensors.size()) +
-                                       " tensors; the limit is " +
-                                       std::to_string(ctx_.options->max_tensors_per_checkpoint) +
-                                       " (storage.max_tensors_per_checkpoint)");
+    return Status::Ok();
+  }
+
+  // The encoded body's preamble: the checkpoint's header, and the reference and plan it was
+  // coded by, which must still be the model's.
+  Status OnPreamble(const EncodedBodyPreamble& preamble) override {
+    CKPT_ASSIGN_OR_RETURN(const SafetensorsHeader header,
+                          ParseRawSafetensorsHeader(preamble.raw_header));
+    const uint64_t reference = state_ ? state_->reference_seq : 0;
+    if (preamble.reference != reference) {
+      return Status::FailedPrecondition(
+          "the encoded push was coded against reference " + std::to_string(preamble.reference) +
+          ", and model '" + model_ + "' now deltas against " + std::to_string(reference) +
+          ": ask for a new plan (and pull its base) and encode again");
     }
-    manifest_.floor_seq = seq_;
-    const uint32_t keyframe_every = policy_.EffectiveKeyframeEvery();
-    // A checkpoint that the reference cache does not keep has its latest, and the next push's
-    // reference after a restart, decoded from storage: "fast_latest": "auto" then puts it on
-    // the lattice that the rearrangement stores newest-first.
-    uint64_t checkpoint_bytes = raw_header.size();  // with its length prefix
-    for (const auto& t : header.tensors) checkpoint_bytes += t.byte_size();
-    const bool larger_than_cache = !ctx_.cache->KeepsVersionOf(checkpoint_bytes);
-    for (const auto& t : header.tensors) {
-      TensorCoding coding = policy_.ForTensor(t.name, t.dtype, t.shape, larger_than_cache);
-      // Lattice versions with element history cost more to re-encode exactly (their states go
-      // along): a model whose retention deletes versions is coded without it.
-      if (coding.lossy && coding.lossy_options.reclaimable && retention_deletes_) {
-        coding.lossy_options.history = false;
+    CKPT_RETURN_IF_ERROR(OnHeader(header, preamble.raw_header));
+    for (const ManifestTensor& t : manifest_.tensors) data_size_ += t.byte_size;
+    if (ToCodingPlan(target_, planned_, "").Digest() != preamble.plan_digest) {
+      return Status::FailedPrecondition(
+          "the encoded push follows a plan that is no longer model '" + model_ +
+          "''s (its policy or chunk size changed since): ask for a new plan and encode again");
+    }
+    NextExpectedChunk();
+    return Status::Ok();
+  }
+
+  // One chunk of the encoded body: the next one of the plan, of the coding it names.
+  Status OnChunk(const EncodedChunkFrame& frame) override {
+    if (next_tensor_ >= manifest_.tensors.size()) {
+      return Status::InvalidArgument("encoded push: a chunk after the last one of the plan");
+    }
+    const ManifestTensor& t = manifest_.tensors[next_tensor_];
+    const std::string where = "encoded push: chunk " + std::to_string(frame.chunk) + " of tensor " +
+                              std::to_string(frame.tensor);
+    if (frame.tensor != next_tensor_ || frame.chunk != next_chunk_) {
+      return Status::InvalidArgument(where + " came where the plan has chunk " +
+                                     std::to_string(next_chunk_) + " of tensor " +
+                                     std::to_string(next_tensor_) + " ('" + t.name + "')");
+    }
+    auto record = ChunkRecord::DecodeFrom(frame.record);
+    if (!record.ok()) return Status::InvalidArgument(where + ": " + record.status().message());
+    const TensorCoding& coding = planned_.codings[next_tensor_];
+    const bool codec_ok =
+        record->codec_id == static_cast<uint16_t>(CodecId::kLosslessBytePlanes) ||
+        (coding.lossy && record->codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized));
+    if (!codec_ok) {
+      return Status::InvalidArgument(where + " ('" + t.name + "'): codec " +
+                                     std::to_string(record->codec_id) + " is not the plan's " +
+                                     (coding.lossy ? "lossy or lossless" : "lossless") + " codec");
+    }
+    if (record->kind != t.kind) {
+      return Status::InvalidArgument(where + " ('" + t.name + "'): a " +
+                                     (record->kind == FrameKind::kDelta ? "delta" : "keyframe") +
+                                     " where the plan has a " +
+                                     (t.kind == FrameKind::kDelta ? "delta" : "keyframe"));
+    }
+    const uint64_t length = ChainReader::ChunkLength(t, next_chunk_);
+    if (record->raw_length != length) {
+      return Status::InvalidArgument(where + " ('" + t.name + "'): decodes to " +
+                                     std::to_string(record->raw_length) +
+                                     " bytes where the plan's chunk has " + std::to_string(length));
+    }
+    CKPT_RETURN_IF_ERROR(encoder_->SubmitEncoded(next_tensor_, next_chunk_, frame.record,
+                                                 frame.info,
+                                                 push_options_.decode_encoded_payloads));
+    ++next_chunk_;
+    NextExpectedChunk();
+    return Status::Ok();
+  }
+
+  Status OnEnd(const EncodedBodyEnd& end) override {
+    if (next_tensor_ < manifest_.tensors.size()) {
+      return Status::InvalidArgument("encoded push: the body ended before chunk " +
+                                     std::to_string(next_chunk_) + " of tensor '" +
+                                     manifest_.tensors[next_tensor_].name + "'");
+    }
+    claimed_ = end;
+    return Status::Ok();
+  }
+
+  // Moves next_tensor_ and next_chunk_ past the tensors whose chunks all came (or that have
+  // none).
+  void NextExpectedChunk() {
+    while (next_tensor_ < manifest_.tensors.size() &&
+           next_chunk_ == manifest_.tensors[next_tensor_].chunk_count) {
+      ++next_tensor_;
+      next_chunk_ = 0;
+    }
+  }
+
+  // The digests an encoded body ends with: the restored body's is the one the store computed
+  // when it decoded the payloads; a body coded losslessly throughout restores to itself.
+  Status CheckEncodedDigests() {
+    if (encoder_->restored_is_pushed() && claimed_.restored_sha256 != claimed_.pushed_sha256) {
+      return Status::InvalidArgument(
+          "encoded push: every tensor is lossless, yet the restored body's digest is not the "
+          "pushed body's");
+    }
+    if (push_options_.decode_encoded_payloads) {
+      const std::string restored = encoder_->RestoredSha256Hex();
+      if (restored != claimed_.restored_sha256) {
+        return Status::InvalidArgument("encoded push: the payloads restore to a body of SHA-256 " +
+                                       restored + ", not the " + claimed_.restored_sha256 +
+                                       " the client computed");
       }
-      ManifestTensor mt;  // codec_id: lossless until a chunk is stored quantized
-      mt.name = t.name;
-      mt.dtype = t.dtype;
-      mt.shape = t.shape;
-      mt.byte_size = t.byte_size();
-      const uint64_t element = DTypeSize(t.dtype);
-      // A tensor that fits in one chunk records its own size, so its chunk geometry (and
-      // with it the ability to delta) survives a change of the configured chunk size.
-      mt.chunk_bytes = std::min(std::max(element, ctx_.options->chunk_bytes / element * element),
-                                std::max(element, mt.byte_size));
-      const uint64_t chunks = (mt.byte_size + mt.chunk_bytes - 1) / mt.chunk_bytes;
-      if (chunks > std::numeric_limits<uint32_t>::max()) {
-        return Status::InvalidArgument("tensor '" + t.name + "' is too large");
-      }
-      mt.chunk_count = static_cast<uint32_t>(chunks);
-      encoder_->AddTensor(coding, mt.chunk_count);
-      mt.kind = FrameKind::kKeyframe;
-      mt.keyframe_seq = seq_;
-      if (auto it = reference_index.find(t.name); it != reference_index.end()) {
-        const ManifestTensor& rt = reference->tensors[it->second];
-        // Lossy chains also restart once their deltas outweigh their keyframe by the policy's
-        // budget: that bounds what a restore reads and what a chain keeps alive.
-        const bool chain_outweighs_keyframe =
-            coding.lossy && policy_.KeyframeBudgetExceeded(rt.keyframe_bytes, rt.chain_bytes);
-        // A tensor that retention keeps for the newest K versions only restarts its chain at
-        // least every K versions: once dropped, its data is freed a chain later.
-        const uint64_t chain_limit = std::min<uint64_t>(
-            keyframe_every,
-            retention_.ChainLimitFor(t.name).value_or(std::numeric_limits<uint64_t>::max()));
-        if (!coding.standalone && rt.dtype == mt.dtype && rt.shape == mt.shape &&
-            rt.chunk_bytes == mt.chunk_bytes && mt.byte_size > 0 &&
-            rt.chain_length + 1 < chain_limit && !chain_outweighs_keyframe) {
-          mt.LinkTo(state_->reference_seq, it->second, rt);
-        }
-      }
-      manifest_.floor_seq = std::min(manifest_.floor_seq, mt.keyframe_seq);
-      manifest_.tensors.push_back(std::move(mt));
     }
     return Status::Ok();
   }
@@ -309,21 +369,26 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink {
 
   const StoreContext& ctx_;
   ModelLocks::Guard guard_;
-  const std::string model_;
+  const PushTarget target_;
+  const std::string& model_;  // target_'s
   const uint64_t version_;
-  const CodecPolicy policy_;
-  const bool retention_deletes_;  // the model's retention policy has rules (RetentionOf)
-  const RetentionPolicy retention_;
   PushOptions push_options_;
-  const std::optional<ModelRecord> model_record_;
-  const std::optional<CodecStateRecord> state_;
+  const std::optional<CodecStateRecord>& state_;  // target_'s
   const uint64_t seq_;
-  uint64_t reference_version_ = 0;  // the version state_'s reference manifest was pushed as
-  SafetensorsStreamParser parser_;
+  const bool encoded_;                // the body is an encoded push body
+  uint64_t reference_version_ = 0;    // the version state_'s reference manifest was pushed as
+  SafetensorsStreamParser parser_;    // of a safetensors body
+  EncodedBodyParser encoded_parser_;  // of an encoded body
   ChainReader reader_;
-  Sha256 sha_;  // of the pushed body
+  Sha256 sha_;  // of the pushed body (a safetensors body)
   std::string raw_header_;
+  PlannedPush planned_;
   ManifestRecord manifest_;
+  // Encoded bodies: the chunk expected next, the checkpoint's data bytes, the closing digests.
+  uint32_t next_tensor_ = 0;
+  uint32_t next_chunk_ = 0;
+  uint64_t data_size_ = 0;
+  EncodedBodyEnd claimed_;
   std::vector<uint8_t> pending_;
   uint32_t chunk_index_ = 0;      // within its tensor, of the next chunk EmitChunk receives
   uint64_t unchecked_bytes_ = 0;  // received since the last reserve check
@@ -360,16 +425,10 @@ std::unique_ptr<PushSession> NewPushSession(const StoreContext& ctx, ModelLocks:
                                            std::move(options));
 }
 
-Result<std::unique_ptr<PushSession>> BeginPushSession(const StoreContext& ctx, ModelWriter& writer,
-                                                      const ModelName& model, uint64_t version,
-                                                      std::optional<uint64_t> body_size,
-                                                      const PushOptions& options,
-                                                      std::chrono::milliseconds wait) {
-  CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
-  CKPT_ASSIGN_OR_RETURN(ModelLocks::Guard guard,
-                        writer.LockForPush(model, body_size.value_or(0), wait));
+Result<PushTarget> ReadPushTarget(const StoreContext& ctx, ModelWriter& writer,
+                                  const ModelName& model, uint64_t version) {
   PushTarget target;
-  target.model = std::string(model);
+  target.model = model.str();
   target.version = version;
   const std::string& name = target.model;
   rocksdb::ReadOptions ro;
@@ -396,7 +455,42 @@ Result<std::unique_ptr<PushSession>> BeginPushSession(const StoreContext& ctx, M
   target.retention_deletes = !retention.KeepsEverything();
   target.retention = retention;
   target.seq = std::max(target.state ? target.state->next_seq : 1, ctx.backend->SeqFloor(name));
+  return target;
+}
+
+Result<std::unique_ptr<PushSession>> BeginPushSession(const StoreContext& ctx, ModelWriter& writer,
+                                                      const ModelName& model, uint64_t version,
+                                                      std::optional<uint64_t> body_size,
+                                                      const PushOptions& options,
+                                                      std::chrono::milliseconds wait) {
+  CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
+  CKPT_ASSIGN_OR_RETURN(ModelLocks::Guard guard,
+                        writer.LockForPush(model, body_size.value_or(0), wait));
+  CKPT_ASSIGN_OR_RETURN(PushTarget target, ReadPushTarget(ctx, writer, model, version));
   return NewPushSession(ctx, std::move(guard), std::move(target), body_size, options);
+}
+
+Result<CodingPlan> PlanPushOf(const StoreContext& ctx, ModelWriter& writer, const ModelName& model,
+                              uint64_t version, std::string_view raw_header) {
+  CKPT_ASSIGN_OR_RETURN(const SafetensorsHeader header, ParseRawSafetensorsHeader(raw_header));
+  CKPT_RETURN_IF_ERROR(ctx.backend->Refresh(model.str()));
+  CKPT_ASSIGN_OR_RETURN(const PushTarget target, ReadPushTarget(ctx, writer, model, version));
+  ChainReader reader(ctx.db, ctx.manifests, ctx.backend, nullptr, target.model, ctx.cache);
+  CKPT_ASSIGN_OR_RETURN(const PlannedPush planned,
+                        PlanPush(ctx, target, reader, header, raw_header.size()));
+  std::string base_restored_sha256;
+  if (target.state) {
+    CKPT_ASSIGN_OR_RETURN(
+        const std::optional<VersionRecord> base,
+        ctx.GetRecord<VersionRecord>(rocksdb::ReadOptions(), ctx.versions,
+                                     keys::VersionKey(target.model, planned.reference_version),
+                                     "version record"));
+    // A base whose version was deleted (or rewritten) has no restored body to compare with.
+    if (base && base->seq == target.state->reference_seq && base->dropped_tensors.empty()) {
+      base_restored_sha256 = base->restored_sha256_hex;
+    }
+  }
+  return ToCodingPlan(target, planned, std::move(base_restored_sha256));
 }
 
 }  // namespace ckpt

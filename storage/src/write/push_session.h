@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "ckpt/codec/coding_plan.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "ckpt/storage/codec_policy.h"
 #include "ckpt/storage/retention.h"
@@ -17,23 +18,12 @@
 #include "records/records.h"
 #include "write/model_locks.h"
 #include "write/model_writer.h"
+#include "write/push_target.h"
 
 namespace ckpt {
 
 // Checks what a push carries besides its body (metric and label names and values, tags).
 Status ValidatePushOptions(const PushOptions& options);
-
-// Where a push goes and what it deltas against, read under the model's lock by BeginPushSession.
-struct PushTarget {
-  std::string model;
-  uint64_t version = 0;
-  uint64_t seq = 0;  // the manifest the push writes
-  CodecPolicy policy;
-  bool retention_deletes = false;           // the model's retention policy has rules
-  RetentionPolicy retention;                // the model's, for its tensor rules' chain limits
-  std::optional<ModelRecord> model_record;  // none: the push creates the model
-  std::optional<CodecStateRecord> state;    // none: no reference, every tensor a keyframe
-};
 
 // Begins a push of `version` of `model`: checks the options and the room for
 // `body_size` bytes, takes the model's write lock (Aborted if another writer still holds it
@@ -44,6 +34,15 @@ Result<std::unique_ptr<PushSession>> BeginPushSession(const StoreContext& ctx, M
                                                       std::optional<uint64_t> body_size,
                                                       const PushOptions& options,
                                                       std::chrono::milliseconds wait = {});
+
+// Where a push of `version` of `model` goes (PushTarget), read now: FailedPrecondition when the
+// version is not above the latest, or the model would exceed storage.max_models.
+Result<PushTarget> ReadPushTarget(const StoreContext& ctx, ModelWriter& writer,
+                                  const ModelName& model, uint64_t version);
+
+// CheckpointStore::PlanPush: the plan of a push of the checkpoint whose header is `raw_header`.
+Result<CodingPlan> PlanPushOf(const StoreContext& ctx, ModelWriter& writer, const ModelName& model,
+                              uint64_t version, std::string_view raw_header);
 
 // A push holding `guard` (the model's write lock) until it is committed or destroyed.
 std::unique_ptr<PushSession> NewPushSession(const StoreContext& ctx, ModelLocks::Guard guard,

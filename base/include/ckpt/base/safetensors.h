@@ -52,6 +52,9 @@ struct SafetensorsHeader {
 Result<SafetensorsHeader> ParseSafetensorsHeader(std::string_view json,
                                                  std::optional<uint64_t> body_size);
 
+// The same for a header in its raw form: the 8-byte length prefix and the JSON, nothing more.
+Result<SafetensorsHeader> ParseRawSafetensorsHeader(std::string_view raw_header);
+
 // Receives a safetensors body as the stream parser decodes it.
 class SafetensorsSink {
  public:

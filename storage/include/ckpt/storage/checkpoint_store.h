@@ -30,6 +30,7 @@
 #include "ckpt/base/model_name.h"
 #include "ckpt/base/status.h"
 #include "ckpt/base/tensor_slices.h"
+#include "ckpt/codec/coding_plan.h"
 #include "ckpt/storage/codec_policy.h"
 #include "ckpt/storage/retention.h"
 
@@ -247,10 +248,21 @@ struct VersionInfo {
 // What a push carries besides the body: metrics (for keep_best), labels and tags. Metrics and
 // labels are also read from the body's `__metadata__` entries named `metric.<name>` (a number)
 // and `label.<name>`; these fields take precedence over them.
+// What a push body is.
+enum class PushBodyFormat : uint8_t {
+  kSafetensors,  // the checkpoint itself: the store encodes it
+  kEncoded,      // an encoded push body (ckpt/codec/encoded_body.h) that follows PlanPush's plan
+};
+
 struct PushOptions {
   std::map<std::string, double> metrics;
   std::map<std::string, std::string> labels;
   std::vector<std::string> tags;  // each moves to the new version if another one holds it
+  PushBodyFormat body_format = PushBodyFormat::kSafetensors;
+  // kEncoded: each payload is decoded against the store's reference and must give the bytes the
+  // client says it reconstructed (a client whose reference drifted is refused). false: payloads
+  // are checked by their checksums and structure only, and the client's digests are taken.
+  bool decode_encoded_payloads = true;
 };
 
 // A sharded upload: a version pushed as shard_count shards (BeginShard), visible once every
@@ -451,6 +463,14 @@ class CheckpointStore {
   virtual Result<std::unique_ptr<PushSession>> BeginPush(std::string_view model, uint64_t version,
                                                          std::optional<uint64_t> body_size,
                                                          const PushOptions& options = {}) = 0;
+
+  // How a push of `version` of `model` whose safetensors header is `raw_header` (its 8-byte
+  // length prefix and JSON) would be coded now: what a client encoding at the edge follows
+  // (PushBodyFormat::kEncoded). Takes no lock; a push that commits meanwhile makes the plan
+  // stale, and the encoded push is then refused with FailedPrecondition. Fails as BeginPush
+  // does for the name and the version, InvalidArgument for a header that does not parse.
+  virtual Result<CodingPlan> PlanPush(std::string_view model, uint64_t version,
+                                      std::string_view raw_header) = 0;
 
   // Calls `on_free` once the writer now holding `model` (a push, another change of the model,
   // the commit of a sharded version) is done, so that a writer refused as busy (Aborted) tries

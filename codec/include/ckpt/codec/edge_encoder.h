@@ -1,0 +1,66 @@
+// The client's half of a push encoded at the edge: a checkpoint coded by the plan the daemon
+// handed out (coding_plan.h), with the same codecs, options and chunks a push the daemon
+// encodes would use, written as an encoded push body (encoded_body.h). Deltas are taken
+// against the reference the client holds: the restored body of the plan's base, which the
+// client kept from its previous push (the reconstruction this function returns) or pulled.
+//
+// Thread safety: the functions are reentrant; a CheckpointView must outlive its uses.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/base/safetensors.h"
+#include "ckpt/base/status.h"
+#include "ckpt/codec/coding_plan.h"
+
+namespace ckpt {
+
+// A complete safetensors body in memory (a checkpoint file, or a restored body), read in place.
+class CheckpointView {
+ public:
+  // InvalidArgument when `body` is not one complete safetensors body.
+  static Result<CheckpointView> Parse(std::span<const uint8_t> body);
+
+  const SafetensorsHeader& header() const { return header_; }
+  // The length prefix and the JSON header, as in the body.
+  std::string_view raw_header() const;
+  std::span<const uint8_t> body() const { return body_; }
+  // The bytes of tensor `index` (body order).
+  std::span<const uint8_t> TensorData(size_t index) const;
+  // The bytes of the tensor named `name`, if the body has one.
+  std::optional<std::span<const uint8_t>> TensorData(std::string_view name) const;
+
+ private:
+  CheckpointView(std::span<const uint8_t> body, SafetensorsHeader header)
+      : body_(body), header_(std::move(header)) {}
+
+  std::span<const uint8_t> body_;
+  SafetensorsHeader header_;
+};
+
+struct EdgeEncoding {
+  uint64_t raw_bytes = 0;       // of the checkpoint
+  uint64_t encoded_bytes = 0;   // of the encoded body written
+  std::string pushed_sha256;    // hex, of the checkpoint
+  std::string restored_sha256;  // hex, of what a restore of the pushed version sends
+};
+
+// Encodes `checkpoint` by `plan`, against `reference` (the restored body of plan.base; may be
+// null when the plan has no delta), on up to `threads` threads, handing the encoded body to
+// `write` in order, piece by piece. When `reconstruction` is given it receives the restored
+// body of the pushed version: the reference of the next push. Errors: InvalidArgument when the
+// plan does not describe the checkpoint; FailedPrecondition when a delta's reference is missing
+// or is not the base's reconstruction (its SHA-256 differs from the plan's); whatever `write`
+// returns.
+Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& checkpoint,
+                                  const CheckpointView* reference, int threads,
+                                  const std::function<Status(std::string_view)>& write,
+                                  std::vector<uint8_t>* reconstruction = nullptr);
+
+}  // namespace ckpt

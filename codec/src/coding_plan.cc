@@ -1,0 +1,169 @@
+#include "ckpt/codec/coding_plan.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <span>
+
+#include "ckpt/base/hashing.h"
+
+namespace ckpt {
+namespace {
+
+using nlohmann::json;
+
+std::string_view BoundKindName(ErrorBound::Kind kind) {
+  switch (kind) {
+    case ErrorBound::Kind::kAbsolute:
+      return "absolute";
+    case ErrorBound::Kind::kRelative:
+      return "relative";
+    case ErrorBound::Kind::kPointwise:
+      return "pointwise";
+  }
+  return "absolute";
+}
+
+std::optional<ErrorBound::Kind> BoundKindFromName(std::string_view name) {
+  for (ErrorBound::Kind kind :
+       {ErrorBound::Kind::kAbsolute, ErrorBound::Kind::kRelative, ErrorBound::Kind::kPointwise}) {
+    if (BoundKindName(kind) == name) return kind;
+  }
+  return std::nullopt;
+}
+
+json LossyToJson(const LossyCodecOptions& o) {
+  return {{"quantizer", QuantizerName(o.quantizer)},
+          {"bound", {{"kind", BoundKindName(o.bound.kind)}, {"value", o.bound.value}}},
+          {"float_exponent_bits", o.float_exponent_bits},
+          {"float_mantissa_bits", o.float_mantissa_bits},
+          {"reclaimable", o.reclaimable},
+          {"history", o.history},
+          {"low_rank_columns", o.low_rank_columns},
+          {"zero_below_mean", o.zero_below_mean}};
+}
+
+Status Invalid(std::string what) { return Status::InvalidArgument("coding plan: " + what); }
+
+Result<LossyCodecOptions> LossyFromJson(const json& j) {
+  LossyCodecOptions o;
+  const auto quantizer = QuantizerFromName(j.at("quantizer").get<std::string>());
+  if (!quantizer)
+    return Invalid("unknown quantizer '" + j.at("quantizer").get<std::string>() + "'");
+  o.quantizer = *quantizer;
+  const auto kind = BoundKindFromName(j.at("bound").at("kind").get<std::string>());
+  if (!kind) return Invalid("unknown bound kind");
+  o.bound.kind = *kind;
+  o.bound.value = j.at("bound").at("value").get<double>();
+  o.float_exponent_bits = j.at("float_exponent_bits").get<uint8_t>();
+  o.float_mantissa_bits = j.at("float_mantissa_bits").get<uint8_t>();
+  o.reclaimable = j.at("reclaimable").get<bool>();
+  o.history = j.at("history").get<bool>();
+  o.low_rank_columns = j.at("low_rank_columns").get<uint32_t>();
+  o.zero_below_mean = j.at("zero_below_mean").get<double>();
+  return o;
+}
+
+Result<PlannedTensor> TensorFromJson(const json& j) {
+  PlannedTensor t;
+  t.name = j.at("name").get<std::string>();
+  const auto dtype = DTypeFromName(j.at("dtype").get<std::string>());
+  if (!dtype) return Invalid("tensor '" + t.name + "': unknown dtype");
+  t.dtype = *dtype;
+  t.shape = j.at("shape").get<std::vector<uint64_t>>();
+  t.byte_size = j.at("byte_size").get<uint64_t>();
+  t.chunk_bytes = j.at("chunk_bytes").get<uint64_t>();
+  t.chunk_count = j.at("chunk_count").get<uint32_t>();
+  const std::string kind = j.at("kind").get<std::string>();
+  if (kind != "keyframe" && kind != "delta") {
+    return Invalid("tensor '" + t.name + "': kind must be keyframe or delta");
+  }
+  t.kind = kind == "delta" ? FrameKind::kDelta : FrameKind::kKeyframe;
+  const std::string codec = j.at("codec").get<std::string>();
+  if (codec != "lossless" && codec != "lossy") {
+    return Invalid("tensor '" + t.name + "': codec must be lossless or lossy");
+  }
+  t.lossy = codec == "lossy";
+  if (t.lossy) {
+    CKPT_ASSIGN_OR_RETURN(t.lossy_options, LossyFromJson(j.at("lossy")));
+  }
+  // The geometry must describe the tensor: a client cuts its chunks by it.
+  const uint64_t element = DTypeSize(t.dtype);
+  const bool geometry_ok =
+      t.byte_size == 0 ? t.chunk_count == 0
+                       : t.chunk_bytes > 0 && t.chunk_bytes % element == 0 &&
+                             t.chunk_count == (t.byte_size + t.chunk_bytes - 1) / t.chunk_bytes;
+  if (!geometry_ok) return Invalid("tensor '" + t.name + "': chunk geometry does not fit");
+  return t;
+}
+
+}  // namespace
+
+uint64_t PlannedTensor::ChunkLength(uint32_t chunk) const {
+  return std::min(chunk_bytes, byte_size - uint64_t{chunk} * chunk_bytes);
+}
+
+std::string CodingPlan::ToJson() const {
+  json tensors_json = json::array();
+  for (const PlannedTensor& t : tensors) {
+    json tj = {{"name", t.name},
+               {"dtype", DTypeName(t.dtype)},
+               {"shape", t.shape},
+               {"byte_size", t.byte_size},
+               {"chunk_bytes", t.chunk_bytes},
+               {"chunk_count", t.chunk_count},
+               {"kind", t.kind == FrameKind::kDelta ? "delta" : "keyframe"},
+               {"codec", t.lossy ? "lossy" : "lossless"}};
+    if (t.lossy) tj["lossy"] = LossyToJson(t.lossy_options);
+    tensors_json.push_back(std::move(tj));
+  }
+  json j = {{"format", kFormatVersion},
+            {"model", model},
+            {"version", version},
+            {"base", nullptr},
+            {"tensors", std::move(tensors_json)}};
+  if (base) {
+    j["base"] = {{"version", base->version},
+                 {"reference", base->reference},
+                 {"restored_sha256", base->restored_sha256}};
+  }
+  return j.dump();
+}
+
+Result<CodingPlan> CodingPlan::FromJson(std::string_view text) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Invalid("not a JSON object");
+  try {
+    if (j.at("format").get<uint32_t>() != kFormatVersion) {
+      return Invalid("format " + j.at("format").dump() + " is not " +
+                     std::to_string(kFormatVersion) + " (a newer ckptd?)");
+    }
+    CodingPlan plan;
+    plan.model = j.at("model").get<std::string>();
+    plan.version = j.at("version").get<uint64_t>();
+    if (!j.at("base").is_null()) {
+      const json& b = j.at("base");
+      plan.base = PlanBase{b.at("version").get<uint64_t>(), b.at("reference").get<uint64_t>(),
+                           b.at("restored_sha256").get<std::string>()};
+    }
+    for (const json& tj : j.at("tensors")) {
+      CKPT_ASSIGN_OR_RETURN(PlannedTensor t, TensorFromJson(tj));
+      if (t.kind == FrameKind::kDelta && !plan.base) {
+        return Invalid("tensor '" + t.name + "' is a delta in a plan without a base");
+      }
+      plan.tensors.push_back(std::move(t));
+    }
+    return plan;
+  } catch (const json::exception& e) {
+    return Invalid(e.what());
+  }
+}
+
+uint64_t CodingPlan::Digest() const {
+  CodingPlan decisions = *this;
+  if (decisions.base) decisions.base->restored_sha256.clear();
+  const std::string text = decisions.ToJson();
+  return Xxh3Checksum(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+}
+
+}  // namespace ckpt

@@ -1,0 +1,220 @@
+#include "ckpt/codec/edge_encoder.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <utility>
+
+#include "ckpt/base/binary.h"
+#include "ckpt/base/hashing.h"
+#include "ckpt/codec/chunk_record.h"
+#include "ckpt/codec/encoded_body.h"
+#include "ckpt/codec/lossy_codec.h"
+
+namespace ckpt {
+namespace {
+
+// The plan describes the checkpoint: the same tensors, in the same order, of the same type,
+// shape and size.
+Status CheckPlanDescribes(const CodingPlan& plan, const SafetensorsHeader& header) {
+  if (plan.tensors.size() != header.tensors.size()) {
+    return Status::InvalidArgument(
+        "the plan has " + std::to_string(plan.tensors.size()) + " tensors, the checkpoint " +
+        std::to_string(header.tensors.size()) + ": ask for a plan of this checkpoint");
+  }
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const PlannedTensor& p = plan.tensors[i];
+    const TensorInfo& t = header.tensors[i];
+    if (p.name != t.name || p.dtype != t.dtype || p.shape != t.shape ||
+        p.byte_size != t.byte_size()) {
+      return Status::InvalidArgument("tensor " + std::to_string(i) + " ('" + t.name +
+                                     "') is not the plan's ('" + p.name +
+                                     "'): ask for a plan of this checkpoint");
+    }
+  }
+  return Status::Ok();
+}
+
+// One chunk to encode and, once encoded, its frame and reconstruction.
+struct ChunkJob {
+  uint32_t tensor = 0;
+  uint32_t chunk = 0;
+  std::span<const uint8_t> data;
+  std::optional<std::span<const uint8_t>> reference;
+  Status status;
+  std::string frame;
+  std::vector<uint8_t> reconstruction;  // empty when it is the input
+};
+
+class CodecSet {
+ public:
+  const TensorCodec* For(const PlannedTensor& t) {
+    if (!t.lossy) return lossless_.get();
+    for (const auto& [options, codec] : lossy_) {
+      if (options == t.lossy_options) return codec.get();
+    }
+    lossy_.emplace_back(t.lossy_options, NewLossyCodec(t.lossy_options));
+    return lossy_.back().second.get();
+  }
+
+ private:
+  std::unique_ptr<TensorCodec> lossless_ = NewLosslessCodec();
+  std::vector<std::pair<LossyCodecOptions, std::unique_ptr<TensorCodec>>> lossy_;
+};
+
+void Encode(const PlannedTensor& t, const TensorCodec* codec, ChunkJob& job) {
+  auto encoded = codec->Encode(t.dtype, job.data, job.reference);
+  if (!encoded.ok()) {
+    job.status = encoded.status();
+    return;
+  }
+  const std::span<const uint8_t> restored = encoded->reconstruction_is_input
+                                                ? job.data
+                                                : std::span<const uint8_t>(encoded->reconstruction);
+  const std::string record = ChunkRecord::EncodeChunk(*encoded, t.kind, restored);
+  job.frame = EncodeChunkFrame({job.tensor, job.chunk, encoded->info, record});
+  if (!encoded->reconstruction_is_input) job.reconstruction = std::move(encoded->reconstruction);
+}
+
+}  // namespace
+
+Result<CheckpointView> CheckpointView::Parse(std::span<const uint8_t> body) {
+  ByteReader r(body, "checkpoint");
+  uint64_t json_size = 0;
+  CKPT_RETURN_IF_ERROR(r.GetU64(&json_size));
+  if (json_size > body.size() - 8) {
+    return Status::InvalidArgument("checkpoint: a header of " + std::to_string(json_size) +
+                                   " bytes does not fit in a body of " +
+                                   std::to_string(body.size()));
+  }
+  const std::string_view json(reinterpret_cast<const char*>(body.data()) + 8, json_size);
+  CKPT_ASSIGN_OR_RETURN(SafetensorsHeader header, ParseSafetensorsHeader(json, body.size()));
+  return CheckpointView(body, std::move(header));
+}
+
+std::string_view CheckpointView::raw_header() const {
+  return {reinterpret_cast<const char*>(body_.data()), 8 + header_.json_size};
+}
+
+std::span<const uint8_t> CheckpointView::TensorData(size_t index) const {
+  const TensorInfo& t = header_.tensors[index];
+  return body_.subspan(8 + header_.json_size + t.begin, t.byte_size());
+}
+
+std::optional<std::span<const uint8_t>> CheckpointView::TensorData(std::string_view name) const {
+  for (size_t i = 0; i < header_.tensors.size(); ++i) {
+    if (header_.tensors[i].name == name) return TensorData(i);
+  }
+  return std::nullopt;
+}
+
+Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& checkpoint,
+                                  const CheckpointView* reference, int threads,
+                                  const std::function<Status(std::string_view)>& write,
+                                  std::vector<uint8_t>* reconstruction) {
+  CKPT_RETURN_IF_ERROR(CheckPlanDescribes(plan, checkpoint.header()));
+  const bool has_deltas = std::any_of(
+      plan.tensors.begin(), plan.tensors.end(),
+      [](const PlannedTensor& t) { return t.kind == FrameKind::kDelta && t.byte_size > 0; });
+  if (has_deltas && reference == nullptr) {
+    return Status::FailedPrecondition("the plan codes deltas against version " +
+                                      std::to_string(plan.base->version) +
+                                      ", and no reference is held: pull that version first");
+  }
+  if (has_deltas && !plan.base->restored_sha256.empty()) {
+    Sha256 sha;
+    sha.Update(reference->body());
+    if (sha.FinishHex() != plan.base->restored_sha256) {
+      return Status::FailedPrecondition("the reference held is not the reconstruction of version " +
+                                        std::to_string(plan.base->version) +
+                                        ": pull that version again");
+    }
+  }
+
+  // Every chunk, in body order.
+  std::vector<ChunkJob> jobs;
+  for (uint32_t i = 0; i < plan.tensors.size(); ++i) {
+    const PlannedTensor& t = plan.tensors[i];
+    const std::span<const uint8_t> data = checkpoint.TensorData(i);
+    std::optional<std::span<const uint8_t>> base;
+    if (t.kind == FrameKind::kDelta && t.byte_size > 0) {
+      base = reference->TensorData(t.name);
+      if (!base || base->size() != t.byte_size) {
+        return Status::FailedPrecondition("the reference has no tensor '" + t.name + "' of " +
+                                          std::to_string(t.byte_size) +
+                                          " bytes to code its delta against");
+      }
+    }
+    for (uint32_t c = 0; c < t.chunk_count; ++c) {
+      ChunkJob job;
+      job.tensor = i;
+      job.chunk = c;
+      job.data = data.subspan(uint64_t{c} * t.chunk_bytes, t.ChunkLength(c));
+      if (base) job.reference = base->subspan(uint64_t{c} * t.chunk_bytes, t.ChunkLength(c));
+      jobs.push_back(job);
+    }
+  }
+
+  EdgeEncoding result;
+  result.raw_bytes = checkpoint.body().size();
+  {
+    Sha256 pushed;
+    pushed.Update(checkpoint.body());
+    result.pushed_sha256 = pushed.FinishHex();
+  }
+  Sha256 restored;
+  const std::string_view raw_header = checkpoint.raw_header();
+  restored.Update(raw_header);
+  if (reconstruction) {
+    reconstruction->assign(checkpoint.body().begin(), checkpoint.body().end());
+  }
+  const std::string preamble = EncodePreamble(
+      {plan.Digest(), plan.base ? plan.base->reference : 0, std::string(raw_header)});
+  CKPT_RETURN_IF_ERROR(write(preamble));
+  result.encoded_bytes += preamble.size();
+
+  // Windows of chunks encoded in parallel, written in order: at most a window's frames and
+  // reconstructions are held at once.
+  CodecSet codecs;
+  std::vector<const TensorCodec*> codec_of;
+  for (const PlannedTensor& t : plan.tensors) codec_of.push_back(codecs.For(t));
+  const size_t workers = static_cast<size_t>(std::max(1, threads));
+  const size_t window = workers * 2;
+  for (size_t start = 0; start < jobs.size(); start += window) {
+    const size_t end = std::min(jobs.size(), start + window);
+    std::atomic<size_t> next{start};
+    auto work = [&] {
+      for (size_t k; (k = next.fetch_add(1)) < end;) {
+        Encode(plan.tensors[jobs[k].tensor], codec_of[jobs[k].tensor], jobs[k]);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (size_t w = 1; w < std::min(workers, end - start); ++w) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+    for (size_t k = start; k < end; ++k) {
+      ChunkJob& job = jobs[k];
+      CKPT_RETURN_IF_ERROR(job.status);
+      const std::span<const uint8_t> restored_chunk =
+          job.reconstruction.empty() ? job.data : std::span<const uint8_t>(job.reconstruction);
+      restored.Update(restored_chunk);
+      if (reconstruction && !job.reconstruction.empty()) {
+        const uint64_t offset = static_cast<uint64_t>(job.data.data() - checkpoint.body().data());
+        std::memcpy(reconstruction->data() + offset, job.reconstruction.data(),
+                    job.reconstruction.size());
+      }
+      CKPT_RETURN_IF_ERROR(write(job.frame));
+      result.encoded_bytes += job.frame.size();
+      job = ChunkJob{};  // frees the frame and the reconstruction
+    }
+  }
+  result.restored_sha256 = restored.FinishHex();
+  const std::string end = EncodeEnd({result.pushed_sha256, result.restored_sha256});
+  CKPT_RETURN_IF_ERROR(write(end));
+  result.encoded_bytes += end.size();
+  return result;
+}
+
+}  // namespace ckpt

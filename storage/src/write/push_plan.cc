@@ -1,0 +1,114 @@
+// Push planning (push_plan.h).
+#include "write/push_plan.h"
+
+#include <algorithm>
+#include <limits>
+#include <string_view>
+#include <unordered_map>
+
+namespace ckpt {
+
+Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, ChainReader& reader,
+                             const SafetensorsHeader& header, uint64_t raw_header_bytes) {
+  PlannedPush planned;
+  const ManifestRecord* reference = nullptr;
+  std::unordered_map<std::string_view, uint32_t> reference_index;
+  if (target.state) {
+    CKPT_ASSIGN_OR_RETURN(reference, reader.Manifest(target.state->reference_seq));
+    planned.reference_version = reference->version;
+    for (uint32_t i = 0; i < reference->tensors.size(); ++i) {
+      reference_index.emplace(reference->tensors[i].name, i);
+    }
+  }
+  if (header.tensors.size() > ctx.options->max_tensors_per_checkpoint) {
+    return Status::ResourceExhausted("checkpoint has " + std::to_string(header.tensors.size()) +
+                                     " tensors; the limit is " +
+                                     std::to_string(ctx.options->max_tensors_per_checkpoint) +
+                                     " (storage.max_tensors_per_checkpoint)");
+  }
+  const uint64_t seq = target.seq;
+  const CodecPolicy& policy = target.policy;
+  planned.floor_seq = seq;
+  const uint32_t keyframe_every = policy.EffectiveKeyframeEvery();
+  // A checkpoint that the reference cache does not keep has its latest, and the next push's
+  // reference after a restart, decoded from storage: "fast_latest": "auto" then puts it on
+  // the lattice that the rearrangement stores newest-first.
+  uint64_t checkpoint_bytes = raw_header_bytes;
+  for (const auto& t : header.tensors) checkpoint_bytes += t.byte_size();
+  const bool larger_than_cache = !ctx.cache->KeepsVersionOf(checkpoint_bytes);
+  for (const auto& t : header.tensors) {
+    TensorCoding coding = policy.ForTensor(t.name, t.dtype, t.shape, larger_than_cache);
+    // Lattice versions with element history cost more to re-encode exactly (their states go
+    // along): a model whose retention deletes versions is coded without it.
+    if (coding.lossy && coding.lossy_options.reclaimable && target.retention_deletes) {
+      coding.lossy_options.history = false;
+    }
+    ManifestTensor mt;  // codec_id: lossless until a chunk is stored quantized
+    mt.name = t.name;
+    mt.dtype = t.dtype;
+    mt.shape = t.shape;
+    mt.byte_size = t.byte_size();
+    const uint64_t element = DTypeSize(t.dtype);
+    // A tensor that fits in one chunk records its own size, so its chunk geometry (and
+    // with it the ability to delta) survives a change of the configured chunk size.
+    mt.chunk_bytes = std::min(std::max(element, ctx.options->chunk_bytes / element * element),
+                              std::max(element, mt.byte_size));
+    const uint64_t chunks = (mt.byte_size + mt.chunk_bytes - 1) / mt.chunk_bytes;
+    if (chunks > std::numeric_limits<uint32_t>::max()) {
+      return Status::InvalidArgument("tensor '" + t.name + "' is too large");
+    }
+    mt.chunk_count = static_cast<uint32_t>(chunks);
+    mt.kind = FrameKind::kKeyframe;
+    mt.keyframe_seq = seq;
+    if (auto it = reference_index.find(t.name); it != reference_index.end()) {
+      const ManifestTensor& rt = reference->tensors[it->second];
+      // Lossy chains also restart once their deltas outweigh their keyframe by the policy's
+      // budget: that bounds what a restore reads and what a chain keeps alive.
+      const bool chain_outweighs_keyframe =
+          coding.lossy && policy.KeyframeBudgetExceeded(rt.keyframe_bytes, rt.chain_bytes);
+      // A tensor that retention keeps for the newest K versions only restarts its chain at
+      // least every K versions: once dropped, its data is freed a chain later.
+      const uint64_t chain_limit = std::min<uint64_t>(
+          keyframe_every,
+          target.retention.ChainLimitFor(t.name).value_or(std::numeric_limits<uint64_t>::max()));
+      if (!coding.standalone && rt.dtype == mt.dtype && rt.shape == mt.shape &&
+          rt.chunk_bytes == mt.chunk_bytes && mt.byte_size > 0 &&
+          rt.chain_length + 1 < chain_limit && !chain_outweighs_keyframe) {
+        mt.LinkTo(target.state->reference_seq, it->second, rt);
+      }
+    }
+    planned.floor_seq = std::min(planned.floor_seq, mt.keyframe_seq);
+    planned.tensors.push_back(std::move(mt));
+    planned.codings.push_back(std::move(coding));
+  }
+  return planned;
+}
+
+CodingPlan ToCodingPlan(const PushTarget& target, const PlannedPush& planned,
+                        std::string base_restored_sha256) {
+  CodingPlan plan;
+  plan.model = target.model;
+  plan.version = target.version;
+  if (target.state) {
+    plan.base = PlanBase{planned.reference_version, target.state->reference_seq,
+                         std::move(base_restored_sha256)};
+  }
+  for (size_t i = 0; i < planned.tensors.size(); ++i) {
+    const ManifestTensor& mt = planned.tensors[i];
+    const TensorCoding& coding = planned.codings[i];
+    PlannedTensor t;
+    t.name = mt.name;
+    t.dtype = mt.dtype;
+    t.shape = mt.shape;
+    t.byte_size = mt.byte_size;
+    t.chunk_bytes = mt.chunk_bytes;
+    t.chunk_count = mt.chunk_count;
+    t.kind = mt.kind;
+    t.lossy = coding.lossy;
+    if (coding.lossy) t.lossy_options = coding.lossy_options;
+    plan.tensors.push_back(std::move(t));
+  }
+  return plan;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,43 @@
+// Push planning: how each tensor of a checkpoint is cut into chunks and coded — keyframe or
+// delta against the model's reference, lossless or lossy with which options — by the model's
+// codec policy, keyframe cadence, chain budget and retention rules. The one place these
+// decisions are taken: a push the daemon encodes follows them, and so does a client encoding
+// at the edge, which receives them as a CodingPlan. Internal to storage/.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ckpt/base/safetensors.h"
+#include "ckpt/codec/coding_plan.h"
+#include "ckpt/storage/codec_policy.h"
+#include "context/store_context.h"
+#include "read/chain_reader.h"
+#include "records/records.h"
+#include "write/push_target.h"
+
+namespace ckpt {
+
+struct PlannedPush {
+  // The manifest's tensors (body order) with their chunk geometry and chain links; the
+  // per-tensor figures are filled in as chunks are stored.
+  std::vector<ManifestTensor> tensors;
+  std::vector<TensorCoding> codings;  // one per tensor
+  uint64_t floor_seq = 0;             // oldest manifest the new version's chains reach
+  // The version the reference manifest was pushed as (when the target has a reference).
+  uint64_t reference_version = 0;
+};
+
+// Plans the push of `header` (whose raw form, length prefix included, is `raw_header_bytes`
+// long) to `target`. ResourceExhausted beyond storage.max_tensors_per_checkpoint.
+Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, ChainReader& reader,
+                             const SafetensorsHeader& header, uint64_t raw_header_bytes);
+
+// The plan as a client receives it; `base_restored_sha256` is the restored body's SHA-256 of
+// the reference's version (empty when that version was deleted).
+CodingPlan ToCodingPlan(const PushTarget& target, const PlannedPush& planned,
+                        std::string base_restored_sha256);
+
+}  // namespace ckpt
