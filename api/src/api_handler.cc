@@ -284,6 +284,8 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
       for (const auto& v : *versions) list.push_back(VersionJson(v));
       return JsonResponse(200, {{"model", route.model}, {"versions", list}});
     }
+    case RouteKind::kPlan:
+      return HandlePlan(route, body);
     case RouteKind::kShard:  // its PUT streams (RequestPlan::kPush)
       return MethodNotAllowed(method, route);
     case RouteKind::kUpload:

@@ -74,6 +74,11 @@ Result<std::unique_ptr<PushBody>> ApiHandler::BeginPush(const Route& route,
   }
   CKPT_ASSIGN_OR_RETURN(uint64_t version, ParseVersionNumber(route.version));
   if (route.kind == RouteKind::kShard) {
+    if (route.encoded_body) {
+      return Status::InvalidArgument(
+          "shards are taken as safetensors bodies only; an encoded body is pushed whole to "
+          "/v1/models/{model}/versions/{version}");
+    }
     auto shard = ParseVersionNumber(route.shard);
     if (!shard.ok() || *shard > UINT32_MAX) {
       return Status::InvalidArgument("shard index '" + route.shard.substr(0, 40) +
@@ -86,9 +91,22 @@ Result<std::unique_ptr<PushBody>> ApiHandler::BeginPush(const Route& route,
     return std::unique_ptr<PushBody>(std::make_unique<ShardBody>(this, std::move(session)));
   }
   CKPT_ASSIGN_OR_RETURN(PushOptions options, ParsePushQuery(route.query));
+  if (route.encoded_body) options.body_format = PushBodyFormat::kEncoded;
   CKPT_ASSIGN_OR_RETURN(auto session,
                         store_->BeginPush(route.model, version, content_length, options));
   return std::unique_ptr<PushBody>(std::make_unique<VersionBody>(this, std::move(session)));
+}
+
+ApiResponse ApiHandler::HandlePlan(const Route& route, std::string_view raw_header) {
+  if (route.version == "latest") {
+    return ErrorResponse(
+        Status::InvalidArgument("'latest' cannot be pushed; a plan needs a version number"));
+  }
+  auto version = ParseVersionNumber(route.version);
+  if (!version.ok()) return ErrorResponse(version.status());
+  auto plan = store_->PlanPush(route.model, *version, raw_header);
+  if (!plan.ok()) return ErrorResponse(plan.status());
+  return JsonResponse(200, json::parse(plan->ToJson()));
 }
 
 ApiResponse ApiHandler::HandleUpload(std::string_view method, const Route& route) {

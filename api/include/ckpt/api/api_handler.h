@@ -117,6 +117,7 @@ class ApiHandler {
   Result<std::optional<uint64_t>> ResolveVersion(const Route& route);
   ApiResponse HandleRetentionRun(const Route& route, std::string_view body);
   ApiResponse HandleUpload(std::string_view method, const Route& route);
+  ApiResponse HandlePlan(const Route& route, std::string_view raw_header);
   ApiResponse HandleUploadCommit(const Route& route);
   // The response to a shard stored or a version committed by one; runs the push hook.
   ApiResponse ShardResponse(const ShardResult& result);

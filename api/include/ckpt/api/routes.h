@@ -24,6 +24,7 @@ enum class RouteKind {
   kVersion,       // one version: push, restore, delete, its detail or layout
   kPolicy,        // a model's codec policy
   kVersionTag,    // a tag on a version
+  kPlan,          // the coding plan of a push encoded at the edge
   kShard,         // one shard of a sharded version
   kUpload,        // the upload of a sharded version (its state, abort)
   kUploadCommit,  // the commit of a sharded version's upload
@@ -78,6 +79,9 @@ struct Route {
   bool detail = false;   // ?detail=1 on a version: its storage detail (JSON) instead of the body
   bool layout = false;   // ?layout=1 on a version: how it was pushed (JSON) instead of the body
   bool dry_run = false;  // kRetentionRun: retention:preview, or retention:apply?dry_run=1
+  // Set by the server from the headers: the body is an encoded push body (its Content-Type is
+  // kEncodedBodyMediaType), not a safetensors checkpoint.
+  bool encoded_body = false;
   // Set by the server after authorization: listings show only models whose names start with
   // it (empty: all).
   std::string model_prefix;
