@@ -1,5 +1,6 @@
 // ckpt push and ckpt pull.
 #include <cstdio>
+#include <cstdlib>
 
 #include "command.h"
 #include "output.h"
@@ -24,6 +25,16 @@ class PushCommand final : public Command {
                   "send the file over N connections at once, as N shards (large tensors cut by "
                   "rows); the version appears when the last is stored (default: one connection)")
         ->check(CLI::Range(1, 65536));
+    c->add_flag("--encoded", encoded_,
+                "code the file here, as the server would, and send only what is stored (its "
+                "deltas need the model's latest version: kept from this machine's last encoded "
+                "push, or pulled first)");
+    c->add_option("--reference-dir", encoded_options_.reference_dir,
+                  "with --encoded: where the restored body of each model's last push is kept "
+                  "(default: ~/.cache/ckpt/references/HOST-PORT)");
+    c->add_option("--threads", encoded_options_.threads,
+                  "with --encoded: encoder threads (default: the machine's cores)")
+        ->check(CLI::Range(1, 1024));
     retries_ = c->add_option("--retries", sharded_.retries,
                              "with --connections: attempts after the first per shard, for "
                              "network errors, 5xx and a busy model (default 3)")
@@ -52,9 +63,17 @@ class PushCommand final : public Command {
     if (retries_->count() > 0 && sharded_.shards == 0) {
       return Usage("--retries goes with --connections");
     }
+    if (encoded_ && sharded_.shards > 0) return Usage("--encoded pushes over one connection");
     auto client = session.client();
     if (!client.ok()) return Fail(client.status());
-    auto r = sharded_.shards > 0
+    if (encoded_ && encoded_options_.reference_dir.empty()) {
+      const ServerEndpoint& server = (*client)->endpoints().front();
+      encoded_options_.reference_dir =
+          CacheDir() + "/references/" + server.host + "-" + server.port;
+    }
+    auto r = encoded_
+                 ? (*client)->PushFileEncoded(model_, version_, file_, encoded_options_, metadata)
+             : sharded_.shards > 0
                  ? (*client)->PushFileSharded(model_, version_, file_, sharded_, metadata)
                  : (*client)->PushFile(model_, version_, file_, metadata);
     session.progress().Clear();
@@ -67,7 +86,10 @@ class PushCommand final : public Command {
                  {"raw_bytes", r->raw_bytes},
                  {"stored_bytes", r->stored_bytes},
                  {"sha256", r->sha256},
-                 {"pushed_sha256", r->pushed_sha256}});
+                 {"pushed_sha256", r->pushed_sha256},
+                 {"sent_bytes", r->sent_bytes},
+                 {"encoded", r->encoded},
+                 {"reference", r->reference}});
       return kExitOk;
     }
     // The file's own hash (what sha256sum prints); a lossy version restores to other bytes.
@@ -76,10 +98,27 @@ class PushCommand final : public Command {
                 r->lossy ? " lossy" : "", HumanBytes(r->raw_bytes).c_str(),
                 HumanBytes(r->stored_bytes).c_str(), Ratio(r->raw_bytes, r->stored_bytes).c_str(),
                 ShortHash(r->pushed_sha256.empty() ? r->sha256 : r->pushed_sha256).c_str());
+    if (r->encoded) {
+      std::printf("coded here: sent %s%s\n", HumanBytes(r->sent_bytes).c_str(),
+                  r->reference.empty() ? "" : (", reference " + r->reference).c_str());
+    } else if (encoded_) {
+      std::printf("coded by the server: %s\n", r->reference.c_str());
+    }
     return kExitOk;
   }
 
  private:
+  // $XDG_CACHE_HOME/ckpt, or ~/.cache/ckpt.
+  static std::string CacheDir() {
+    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+      return std::string(xdg) + "/ckpt";
+    }
+    const char* home = std::getenv("HOME");
+    return std::string(home != nullptr ? home : ".") + "/.cache/ckpt";
+  }
+
+  bool encoded_ = false;
+  EncodedPushOptions encoded_options_;
   std::string model_, file_;
   uint64_t version_ = 0;
   std::vector<std::string> metrics_, labels_, tags_;

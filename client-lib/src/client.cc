@@ -138,18 +138,17 @@ void SetCommonHeaders(Request& req, const std::string& host, const ClientOptions
   if (!options.token.empty()) req.set(http::field::authorization, "Bearer " + options.token);
 }
 
-Result<http::response<http::string_body>> SimpleRequest(const std::vector<ServerEndpoint>& servers,
-                                                        const ClientOptions& options,
-                                                        TlsContext* tls, http::verb verb,
-                                                        const std::string& target,
-                                                        std::string_view body) {
+Result<http::response<http::string_body>> SimpleRequest(
+    const std::vector<ServerEndpoint>& servers, const ClientOptions& options, TlsContext* tls,
+    http::verb verb, const std::string& target, std::string_view body,
+    std::string_view content_type = "application/json") {
   std::vector<ServerEndpoint> endpoints = servers;
   for (int hop = 0;; ++hop) {
     Connection c;
     CKPT_RETURN_IF_ERROR(c.Connect(endpoints, tls));
     http::request<http::string_body> req{verb, target, 11};
     SetCommonHeaders(req, c.host(), options);
-    if (!body.empty()) req.set(http::field::content_type, "application/json");
+    if (!body.empty()) req.set(http::field::content_type, std::string(content_type));
     req.body() = std::string(body);
     req.prepare_payload();
     beast::error_code ec;
@@ -195,15 +194,20 @@ ModelSummary ParseModel(const json& m) {
 // byte sent) sets `location`.
 Result<PutAnswer> StreamPutOnce(const std::vector<ServerEndpoint>& endpoints,
                                 const ClientOptions& options, TlsContext* tls,
-                                const std::string& target, uint64_t size, const ReadFn& read,
+                                const std::string& target, const PutBody& body,
                                 std::optional<std::string>* location) {
   Connection c;
   CKPT_RETURN_IF_ERROR(c.Connect(endpoints, tls));
   http::request<http::buffer_body> req{http::verb::put, target, 11};
   SetCommonHeaders(req, c.host(), options);
-  req.set(http::field::content_type, "application/octet-stream");
+  req.set(http::field::content_type, std::string(body.content_type));
   req.set(http::field::expect, "100-continue");
-  req.content_length(size);
+  if (body.size) {
+    req.content_length(*body.size);
+  } else {
+    req.chunked(true);
+  }
+  const ReadFn& read = body.read;
   req.body().data = nullptr;
   req.body().more = true;
   http::request_serializer<http::buffer_body> sr{req};
@@ -228,8 +232,9 @@ Result<PutAnswer> StreamPutOnce(const std::vector<ServerEndpoint>& endpoints,
 
   std::vector<char> buffer(options.io_buffer_bytes);
   uint64_t sent = 0;
-  while (sent < size) {
+  while (!body.size || sent < *body.size) {
     CKPT_ASSIGN_OR_RETURN(size_t n, read(buffer.data(), buffer.size()));
+    if (n == 0 && !body.size) break;  // the end of a body of unknown size
     if (n == 0) return Status::IoError("input ended after " + std::to_string(sent) + " bytes");
     req.body().data = buffer.data();
     req.body().size = n;
@@ -244,7 +249,7 @@ Result<PutAnswer> StreamPutOnce(const std::vector<ServerEndpoint>& endpoints,
       return NetworkError(ec, "sending body");
     }
     sent += n;
-    if (options.progress) options.progress(sent, size);
+    if (options.progress) options.progress(sent, body.size.value_or(0));
   }
   req.body().data = nullptr;
   req.body().size = 0;
@@ -265,9 +270,11 @@ Result<PushResult> StreamPush(const std::vector<ServerEndpoint>& servers,
                               const ReadFn& read) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(model));
   const std::string target = VersionTarget(model, std::to_string(version)) + PushQuery(metadata);
-  CKPT_ASSIGN_OR_RETURN(PutAnswer answer, StreamPut(servers, options, tls, target, size, read));
+  CKPT_ASSIGN_OR_RETURN(PutAnswer answer, StreamPut(servers, options, tls, target, {size, read}));
   if (answer.status != 201) return ErrorFromResponse(answer.status, answer.body.dump());
-  return PushResultFromJson(answer.body);
+  PushResult result = PushResultFromJson(answer.body);
+  result.sent_bytes = size;
+  return result;
 }
 
 using WriteFn = std::function<Status(const char* data, size_t n)>;
@@ -406,15 +413,26 @@ std::string VersionTarget(std::string_view model, std::string_view version) {
 
 Result<PutAnswer> StreamPut(const std::vector<ServerEndpoint>& servers,
                             const ClientOptions& options, TlsContext* tls,
-                            const std::string& target, uint64_t size, const ReadFn& read) {
+                            const std::string& target, const PutBody& body) {
   std::vector<ServerEndpoint> endpoints = servers;
   for (int hop = 0;; ++hop) {
     std::optional<std::string> location;
-    auto answer = StreamPutOnce(endpoints, options, tls, target, size, read, &location);
+    auto answer = StreamPutOnce(endpoints, options, tls, target, body, &location);
     if (!location || hop == kMaxRedirects) return answer;
     CKPT_ASSIGN_OR_RETURN(ServerUrl next, RedirectTarget(tls != nullptr, *location, target));
     endpoints = {{next.host, next.port}};
   }
+}
+
+Result<json> PostForJson(const std::vector<ServerEndpoint>& servers, const ClientOptions& options,
+                         TlsContext* tls, const std::string& target, std::string_view body,
+                         std::string_view content_type) {
+  CKPT_ASSIGN_OR_RETURN(
+      auto res, SimpleRequest(servers, options, tls, http::verb::post, target, body, content_type));
+  if (res.result_int() / 100 != 2) return ErrorFromResponse(res.result_int(), res.body());
+  json doc = json::parse(res.body(), nullptr, false);
+  if (doc.is_discarded()) return Status::DataLoss("server sent invalid JSON");
+  return doc;
 }
 
 Result<SafetensorsHeader> ReadSafetensorsFileHeader(std::istream& in, uint64_t size) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <istream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,12 +28,27 @@ struct PutAnswer {
 // "/v1/models/{model}/versions/{version}".
 std::string VersionTarget(std::string_view model, std::string_view version);
 
-// PUTs `size` bytes from `read` to `target` with Expect: 100-continue, following redirects the
-// server announces before the body (each daemon of a deployment sends writes to the model's
-// writer). Reports progress through options.progress. Non-2xx answers are their Status.
+// A request body streamed from `read`: `size` bytes (Content-Length), or, without a size,
+// chunked until `read` returns 0.
+struct PutBody {
+  std::optional<uint64_t> size;
+  ReadFn read;
+  std::string_view content_type = "application/octet-stream";
+};
+
+// PUTs `body` to `target` with Expect: 100-continue, following redirects the server announces
+// before the body (each daemon of a deployment sends writes to the model's writer). Reports
+// progress through options.progress. Non-2xx answers are their Status.
 Result<PutAnswer> StreamPut(const std::vector<ServerEndpoint>& servers,
                             const ClientOptions& options, TlsContext* tls,
-                            const std::string& target, uint64_t size, const ReadFn& read);
+                            const std::string& target, const PutBody& body);
+
+// POSTs a small `body` of `content_type` to `target` and returns the JSON answer; non-2xx
+// answers are their Status.
+Result<nlohmann::json> PostForJson(const std::vector<ServerEndpoint>& servers,
+                                   const ClientOptions& options, TlsContext* tls,
+                                   const std::string& target, std::string_view body,
+                                   std::string_view content_type);
 
 // The header of the safetensors file `in` (at its start) of `size` bytes, validated locally so that
 // a malformed file is reported precisely without uploading what the server would refuse.

@@ -133,8 +133,8 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
     for (int attempt = 0;; ++attempt) {
       progress.Restart(i);
       ShardReader reader(fd, path, plans[i]);
-      answers[i] = StreamPut(endpoints_, options, tls_.get(), target, plans[i].size,
-                             [&](char* b, size_t n) { return reader.Read(b, n); });
+      answers[i] = StreamPut(endpoints_, options, tls_.get(), target,
+                             {plans[i].size, [&](char* b, size_t n) { return reader.Read(b, n); }});
       if (answers[i].ok() || attempt >= sharded.retries || !WorthRetrying(answers[i].status())) {
         return;
       }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fails when a source file includes a layer above its own.
 
-Parts depend one way (base <- codec <- storage <- api <- daemon; client-lib uses base only): a part includes the public headers (`ckpt/<part>/...`) of the parts below it and of
+Parts depend one way (base <- codec <- storage <- api <- daemon; client-lib uses base and codec): a part includes the public headers (`ckpt/<part>/...`) of the parts below it and of
 itself. Inside a part's `src/`, the folders are layers, listed lowest first in LAYERS; a file
 includes headers of its own folder and of folders below it, never above, and never a sibling
 folder at the same level (backends/local and backends/rados). Where the files directly in
@@ -23,7 +23,7 @@ ALLOWED_PARTS = {
     "storage": {"base", "codec", "storage"},
     "api": {"base", "codec", "storage", "api"},
     "daemon": {"base", "codec", "storage", "api", "daemon"},
-    "client-lib": {"base", "client"},
+    "client-lib": {"base", "codec", "client"},
 }
 # The public include directory of each part (ckpt/<name>/...).
 PUBLIC_NAME = {"client-lib": "client"}
@@ -115,7 +115,7 @@ def self_test():
         "storage/src/backends/local/b.cc": '#include "backends/rados/rados_layout.h"',
         "storage/src/read/c.cc": '#include "store_open.h"',
         "codec/src/d.cc": '#include "ckpt/storage/checkpoint_store.h"',
-        "client-lib/src/e.cc": '#include "ckpt/codec/lossy_codec.h"',
+        "client-lib/src/e.cc": '#include "ckpt/storage/checkpoint_store.h"',
         "storage/src/attic/f.cc": '#include "records/records.h"',
     }
     fine = {

@@ -35,8 +35,8 @@ class CliTest : public ::testing::Test {
   void SetUp() override {
     const auto config = dir_.path() / "cli_test.toml";
     std::ofstream(config) << "[storage]\nrearrange_delay_ms = 3600000\n";
-    daemon_ = std::make_unique<DaemonProcess>(CKPTD_BINARY, dir_.path(),
-                                              std::vector<std::string>{"--config", config.string()});
+    daemon_ = std::make_unique<DaemonProcess>(
+        CKPTD_BINARY, dir_.path(), std::vector<std::string>{"--config", config.string()});
     ASSERT_TRUE(daemon_->Start()) << daemon_->log();
   }
 
@@ -148,6 +148,45 @@ TEST_F(CliTest, LossyPolicyPushAndVerifiedPull) {
     EXPECT_EQ(check.error, "") << v;
     EXPECT_GT(check.inexact_tensors, 0u);
   }
+}
+
+// push --encoded codes the file here: the wire carries what is stored, the version restores to
+// the reconstruction the client keeps, which is the next push's reference; a client without it
+// (another reference directory, or a version pushed meanwhile by someone else) pulls the base.
+TEST_F(CliTest, EncodedPushSendsWhatIsStoredAndKeepsItsReference) {
+  ASSERT_EQ(Run("policy enc '{\"mode\":\"lossy\",\"max_abs_error\":1e-3}'").exit_code, 0);
+  DriftingModel model(4, 60000);
+  const std::string refs = (dir_.path() / "refs").string();
+  std::vector<std::string> bodies;
+  auto push = [&](int v, const std::string& extra) {
+    bodies.push_back(model.Next());
+    const std::string file = WriteFile("e" + std::to_string(v) + ".safetensors", bodies.back());
+    return RunJson("push enc " + std::to_string(v) + " " + file + " " + extra);
+  };
+  for (int v = 1; v <= 3; ++v) {
+    const json r = push(v, "--encoded --reference-dir " + refs);
+    ASSERT_TRUE(r.is_object()) << r;
+    EXPECT_TRUE(r["encoded"].get<bool>());
+    EXPECT_EQ(r["reference"], v == 1 ? "" : "held") << r;
+    EXPECT_LT(r["sent_bytes"].get<uint64_t>(), r["stored_bytes"].get<uint64_t>() + 1024) << r;
+    EXPECT_LT(r["sent_bytes"].get<uint64_t>() * 3, r["raw_bytes"].get<uint64_t>()) << r;
+    EXPECT_EQ(r["pushed_sha256"], Sha256Hex(bodies.back()));
+  }
+  const std::string out = (dir_.path() / "e3.restored").string();
+  ASSERT_EQ(Run("pull enc 3 -o " + out).exit_code, 0);
+  EXPECT_EQ(ReadFile(out), ReadFile(refs + "/enc.safetensors"));
+  EXPECT_EQ(testing::CheckWithinBound(bodies[2], ReadFile(out), 1e-3).error, "");
+  // Version 4 pushed without --encoded: the reference kept is no longer the base.
+  ASSERT_EQ(push(4, "").value("encoded", true), false);
+  const json fifth = push(5, "--encoded --reference-dir " + refs);
+  EXPECT_EQ(fifth["reference"], "pulled") << fifth;
+  const json sixth = push(6, "--encoded --reference-dir " + (dir_.path() / "other").string());
+  EXPECT_EQ(sixth["reference"], "pulled") << sixth;
+  const std::string last = (dir_.path() / "e6.restored").string();
+  ASSERT_EQ(Run("pull enc 6 -o " + last).exit_code, 0);
+  EXPECT_EQ(testing::CheckWithinBound(bodies[5], ReadFile(last), 1e-3).error, "");
+  auto both = Run("push enc 7 " + WriteFile("e7", model.Next()) + " --encoded --connections 2");
+  EXPECT_EQ(both.exit_code, 2) << both.output;
 }
 
 TEST_F(CliTest, TagsMetricsRetentionGcScrubAndBackup) {

@@ -29,8 +29,8 @@ std::span<const uint8_t> Bytes(std::string_view s) {
 class EncodedPushDaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    daemon_ = std::make_unique<DaemonProcess>(CKPTD_BINARY, dir_.path(),
-                                              std::vector<std::string>{});
+    daemon_ =
+        std::make_unique<DaemonProcess>(CKPTD_BINARY, dir_.path(), std::vector<std::string>{});
     ASSERT_TRUE(daemon_->Start()) << daemon_->log();
   }
   void TearDown() override {
@@ -40,9 +40,9 @@ class EncodedPushDaemonTest : public ::testing::Test {
   RawResponse Send(std::string_view method, std::string_view target, std::string_view body,
                    std::string_view content_type = {}) {
     RawHttp http(daemon_->port());
-    std::string head = std::string(method) + " " + std::string(target) +
-                       " HTTP/1.1\r\nHost: localhost\r\nContent-Length: " +
-                       std::to_string(body.size()) + "\r\n";
+    std::string head =
+        std::string(method) + " " + std::string(target) +
+        " HTTP/1.1\r\nHost: localhost\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
     if (!content_type.empty()) head += "Content-Type: " + std::string(content_type) + "\r\n";
     head += "\r\n";
     RawResponse failed;

@@ -77,9 +77,8 @@ net::awaitable<bool> HandleRequest(const ServerContext& ctx, Stream& stream, Exc
   ex.expect_continue = beast::iequals(req[http::field::expect], "100-continue");
   ex.route = ClassifyTarget(ex.log.target);
   const auto content_type = req[http::field::content_type];
-  ex.route.encoded_body =
-      beast::iequals(content_type, beast::string_view(kEncodedBodyMediaType.data(),
-                                                      kEncodedBodyMediaType.size()));
+  ex.route.encoded_body = beast::iequals(
+      content_type, beast::string_view(kEncodedBodyMediaType.data(), kEncodedBodyMediaType.size()));
   ex.log.route = RouteName(ex.route.kind);
   if (ctx.options.authorizer) {
     const auto header = req[http::field::authorization];

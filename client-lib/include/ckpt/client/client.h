@@ -68,6 +68,16 @@ struct ShardedPushOptions {
   std::chrono::milliseconds backoff{500};  // before a shard's first retry; doubled each time
 };
 
+// How PushFileEncoded codes a checkpoint on the client (docs/api.md, "plan").
+struct EncodedPushOptions {
+  // Where the client keeps, per model, the restored body of its last encoded push or pull of
+  // it (<dir>/<model>.safetensors, with <model>.json naming its version and SHA-256): the
+  // reference its next push's deltas are coded against. Empty: nothing is kept, and a plan
+  // with deltas pulls its base first.
+  std::string reference_dir;
+  int threads = 0;  // encoder threads; 0: the machine's cores
+};
+
 struct PushResult {
   std::string model;
   uint64_t version = 0;
@@ -77,6 +87,12 @@ struct PushResult {
   std::string sha256;         // of the body a restore sends
   std::string pushed_sha256;  // of the body pushed (differs from sha256 when lossy)
   bool lossy = false;         // some tensor was quantized: restores are within the bound
+  uint64_t sent_bytes = 0;    // body bytes sent (the file's, unless encoded)
+  bool encoded = false;       // coded by the client (PushFileEncoded)
+  // PushFileEncoded: how it came by the reference of its deltas: "" (none needed), "held" (kept
+  // from the last push), "pulled" (the base version was pulled first); or why it fell back to
+  // a push the server codes.
+  std::string reference;
 };
 
 struct PullResult {
@@ -143,6 +159,17 @@ class Client {
   // them again and completes it (or the upload expires on the server).
   Result<PushResult> PushFileSharded(std::string_view model, uint64_t version,
                                      const std::string& path, const ShardedPushOptions& sharded,
+                                     const PushMetadata& metadata = {});
+
+  // Codes the file on this machine as the server would (its plan: POST .../plan), sending only
+  // the stored bytes, and keeps the restored body as the reference of the next push. Deltas
+  // need the restored body of the model's latest version: the one kept in
+  // options.reference_dir when it is that version, else it is pulled first (and kept). When the
+  // base can be had neither way (its version was deleted), the file is pushed for the server to
+  // code, and PushResult::reference says so. The plan may go stale while coding (another push
+  // committed): the push then fails with FailedPrecondition and may be retried.
+  Result<PushResult> PushFileEncoded(std::string_view model, uint64_t version,
+                                     const std::string& path, const EncodedPushOptions& encoded,
                                      const PushMetadata& metadata = {});
 
   // `version` is a decimal number, "latest" or "tag:<name>". `path` "-" writes to stdout.
