@@ -91,7 +91,10 @@ Result<std::unique_ptr<PushBody>> ApiHandler::BeginPush(const Route& route,
     return std::unique_ptr<PushBody>(std::make_unique<ShardBody>(this, std::move(session)));
   }
   CKPT_ASSIGN_OR_RETURN(PushOptions options, ParsePushQuery(route.query));
-  if (route.encoded_body) options.body_format = PushBodyFormat::kEncoded;
+  if (route.encoded_body) {
+    options.body_format = PushBodyFormat::kEncoded;
+    options.decode_encoded_payloads = decode_encoded_payloads_;
+  }
   CKPT_ASSIGN_OR_RETURN(auto session,
                         store_->BeginPush(route.model, version, content_length, options));
   return std::unique_ptr<PushBody>(std::make_unique<VersionBody>(this, std::move(session)));

@@ -146,6 +146,7 @@ const KeySpec kKeys[] = {
     {"server", "tls_cert_file", CKPT_MEMBER(config.server.tls_cert_file)},
     {"server", "tls_key_file", CKPT_MEMBER(config.server.tls_key_file)},
     {"server", "tls_client_ca_file", CKPT_MEMBER(config.server.tls_client_ca_file)},
+    {"server", "decode_encoded_payloads", CKPT_MEMBER(config.server.decode_encoded_payloads)},
     {"storage", "data_dir", CKPT_MEMBER(config.store.data_dir)},
     {"storage", "on_reference_miss", nullptr, 0, 0, ApplyReferenceMiss},
     {"storage", "chunk_bytes", CKPT_MEMBER(config.store.chunk_bytes), 4096, uint64_t{256} << 20},

@@ -31,6 +31,7 @@ TEST(DaemonConfig, ExampleConfigFileParsesToTheDefaults) {
   EXPECT_EQ(parsed.store.push_encoder_threads, defaults.store.push_encoder_threads);
   EXPECT_EQ(parsed.server.tls_cert_file, defaults.server.tls_cert_file);
   EXPECT_EQ(parsed.server.tls_client_ca_file, defaults.server.tls_client_ca_file);
+  EXPECT_EQ(parsed.server.decode_encoded_payloads, defaults.server.decode_encoded_payloads);
   EXPECT_EQ(parsed.tokens.size(), 0u);
   EXPECT_EQ(parsed.server.max_connections, defaults.server.max_connections);
   EXPECT_EQ(parsed.store.data_dir, defaults.store.data_dir);

@@ -2,6 +2,7 @@
 // version's PUT, and the refusals a client can meet (a stale plan, a damaged body).
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -28,9 +29,18 @@ std::span<const uint8_t> Bytes(std::string_view s) {
 
 class EncodedPushDaemonTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    daemon_ =
-        std::make_unique<DaemonProcess>(CKPTD_BINARY, dir_.path(), std::vector<std::string>{});
+  void SetUp() override { Start(); }
+
+  // Starts (or restarts) the daemon on the test's directory, with `config` as its file if given.
+  void Start(const std::string& config = "") {
+    std::vector<std::string> args;
+    if (!config.empty()) {
+      const auto path = dir_.path() / "encoded.toml";
+      std::ofstream(path) << config;
+      args = {"--config", path.string()};
+    }
+    daemon_.reset();
+    daemon_ = std::make_unique<DaemonProcess>(CKPTD_BINARY, dir_.path(), std::move(args));
     ASSERT_TRUE(daemon_->Start()) << daemon_->log();
   }
   void TearDown() override {
@@ -145,6 +155,30 @@ TEST_F(EncodedPushDaemonTest, StalePlansAndDamagedBodiesAreRefused) {
   auto fresh = Plan(2, v2);
   ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
   EXPECT_EQ(PushEncoded(2, Encode(*fresh, v2)).status, 201);
+}
+
+// server.decode_encoded_payloads: a daemon that decodes refuses a body coded against a drifted
+// reference; one that trusts its writers stores it (the client's digests, unchecked).
+TEST_F(EncodedPushDaemonTest, TrustedWritersPayloadsAreNotDecoded) {
+  ASSERT_EQ(Send("PUT", "/v1/models/m/policy", R"({"mode":"lossy","max_abs_error":5e-3})").status,
+            200);
+  DriftingModel drift(23, 20000);
+  const std::string v1 = drift.Next(), v2 = drift.Next();
+  auto first = Plan(1, v1);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(PushEncoded(1, Encode(*first, v1)).status, 201);
+  // The client holds the file it pushed instead of its reconstruction.
+  held_.assign(v1.begin(), v1.end());
+  auto second = Plan(2, v2);
+  ASSERT_TRUE(second.ok());
+  second->base->restored_sha256.clear();  // and skips its own check
+  const std::string drifted = Encode(*second, v2);
+  const RawResponse refused = PushEncoded(2, drifted);
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_NE(refused.body.find("pull the base version"), std::string::npos) << refused.body;
+
+  Start("[server]\ndecode_encoded_payloads = false\n");
+  EXPECT_EQ(PushEncoded(2, drifted).status, 201);
 }
 
 }  // namespace

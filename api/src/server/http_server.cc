@@ -27,7 +27,7 @@ class HttpServerImpl final : public HttpServer {
  public:
   HttpServerImpl(const HttpServerOptions& options, CheckpointStore* store)
       : options_(options),
-        handler_(store, options.on_versions_changed),
+        handler_(store, options.on_versions_changed, options.decode_encoded_payloads),
         acceptor_(net::make_strand(ioc_)) {}
 
   ~HttpServerImpl() override { Shutdown(); }

@@ -57,8 +57,13 @@ class PushBody {
 
 class ApiHandler {
  public:
-  explicit ApiHandler(CheckpointStore* store, VersionsChangedHook on_versions_changed = nullptr)
-      : store_(store), maintenance_(store), on_versions_changed_(std::move(on_versions_changed)) {}
+  // `decode_encoded_payloads`: PushOptions::decode_encoded_payloads of every encoded push.
+  explicit ApiHandler(CheckpointStore* store, VersionsChangedHook on_versions_changed = nullptr,
+                      bool decode_encoded_payloads = true)
+      : store_(store),
+        maintenance_(store),
+        on_versions_changed_(std::move(on_versions_changed)),
+        decode_encoded_payloads_(decode_encoded_payloads) {}
 
   // The metrics GET /metrics reports; the server records each finished request here.
   ServerMetrics& metrics() { return metrics_; }
@@ -130,6 +135,7 @@ class ApiHandler {
   CheckpointStore* store_;
   MaintenanceService maintenance_;  // the admin passes
   VersionsChangedHook on_versions_changed_;
+  const bool decode_encoded_payloads_;
   ServerMetrics metrics_;
 };
 

@@ -66,6 +66,12 @@ struct HttpServerOptions {
   // bytes_in, bytes_out, ms) instead of a text line; the daemon's JSON log formatter turns it
   // into the line's fields. Default: false.
   bool json_logs = false;
+  // Encoded pushes (docs/api.md, "plan"): each payload is decoded against the store's reference
+  // and must restore to the bytes its client reconstructed. false: writers are trusted, and
+  // payloads are checked by checksum and structure only (less CPU per pushed byte; a client
+  // whose reference drifted then stores versions that restore to other bytes than it holds).
+  // Default: true.
+  bool decode_encoded_payloads = true;
   // Bearer-token authorization of every request (auth.h); null or without tokens: every
   // request is allowed. Default: none.
   std::shared_ptr<const Authorizer> authorizer;
