@@ -16,6 +16,7 @@
 #include "ckpt/base/safetensors.h"
 #include "ckpt/codec/lossy_codec.h"
 #include "ckpt/codec/tensor_codec.h"
+#include "encoded_push_scenario.h"
 
 using namespace ckpt;
 namespace fs = std::filesystem;
@@ -436,6 +437,25 @@ void HttpSeeds() {
   for (const auto& seed : seeds) Write("http_request", seed.name, seed.bytes);
 }
 
+// Encoded pushes of version 2 of the scenario's model: the valid frames (after the preamble the
+// harness writes), the whole body, and a body of keyframes where the plan has deltas.
+void EncodedPushSeeds() {
+  std::string dir = (fs::temp_directory_path() / "ckpt-seeds-enc-XXXXXX").string();
+  if (mkdtemp(dir.data()) == nullptr) std::exit(1);
+  {
+    auto store = fuzz::OpenScenarioStore(dir);
+    const std::vector<uint8_t> reference = fuzz::SeedScenarioModel(*store, "m");
+    const std::string checkpoint = fuzz::ScenarioCheckpoint(2);
+    const std::string body = fuzz::EncodeForStore(*store, "m", 2, checkpoint, reference, nullptr);
+    const uint64_t preamble =
+        32 + Must(CheckpointView::Parse(fuzz::AsSpan(checkpoint))).raw_header().size();
+    Write("encoded_push", "frames", std::string(1, '\0') + body.substr(preamble));
+    Write("encoded_push", "whole", std::string(1, '\1') + body);
+    Write("encoded_push", "end_only", std::string(1, '\0') + body.substr(body.size() - 129));
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -449,5 +469,6 @@ int main(int argc, char** argv) {
   SafetensorsSeeds();
   PolicySeeds();
   HttpSeeds();
+  EncodedPushSeeds();
   return 0;
 }
