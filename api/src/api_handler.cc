@@ -3,7 +3,9 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "ckpt/codec/encoded_pull.h"
 #include "hf_view.h"
+#include "query_params.h"
 #include "responses.h"
 #include "status_page.h"
 
@@ -485,9 +487,38 @@ Result<std::unique_ptr<RestoreStream>> ApiHandler::OpenRestore(const Route& rout
   return store_->OpenRestore(route.model, version, selection);
 }
 
+Result<ApiHandler::RestoreAnswer> ApiHandler::BeginEncodedRestore(const Route& route) {
+  CKPT_RETURN_IF_ERROR(ValidateModelName(route.model));
+  std::optional<uint64_t> since;
+  CKPT_RETURN_IF_ERROR(
+      ForEachQueryParam(route.query, [&](const std::string& key, const std::string& value) {
+        if (key != "since") {
+          return Status::InvalidArgument(
+              "an encoded pull sends a whole version: 'since' is its "
+              "only query parameter, not '" +
+              key.substr(0, 40) + "'");
+        }
+        auto number = ParseVersionNumber(value);
+        if (!number.ok()) return number.status();
+        since = *number;
+        return Status::Ok();
+      }));
+  CKPT_ASSIGN_OR_RETURN(std::optional<uint64_t> version, ResolveVersion(route));
+  RestoreAnswer answer;
+  CKPT_ASSIGN_OR_RETURN(answer.stream, store_->OpenEncodedRestore(route.model, version, since));
+  const VersionInfo& info = answer.stream->info();
+  answer.headers = {{"X-Ckpt-Model", info.model},
+                    {"X-Ckpt-Version", std::to_string(info.version)},
+                    {"Content-Type", std::string(kEncodedPullMediaType)}};
+  return answer;
+}
+
 Result<ApiHandler::RestoreAnswer> ApiHandler::BeginRestore(const Route& route,
                                                            std::string_view range,
                                                            std::string_view if_range) {
+  if (route.encoded_pull && route.kind == RouteKind::kVersion && !route.detail && !route.layout) {
+    return BeginEncodedRestore(route);
+  }
   CKPT_ASSIGN_OR_RETURN(auto whole, OpenRestore(route));
   RestoreAnswer answer;
   answer.headers = RestoreHeaders(whole->info());

@@ -10,6 +10,20 @@ namespace {
 
 using nlohmann::json;
 
+// Where encoded pushes and pulls keep the references of `client`'s server:
+// $XDG_CACHE_HOME/ckpt/references/HOST-PORT, or ~/.cache/ckpt/references/HOST-PORT.
+std::string ReferenceDirFor(const Client& client) {
+  std::string cache;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    cache = std::string(xdg) + "/ckpt";
+  } else {
+    const char* home = std::getenv("HOME");
+    cache = std::string(home != nullptr ? home : ".") + "/.cache/ckpt";
+  }
+  const ServerEndpoint& server = client.endpoints().front();
+  return cache + "/references/" + server.host + "-" + server.port;
+}
+
 class PushCommand final : public Command {
  public:
   explicit PushCommand(CLI::App& app) {
@@ -67,9 +81,7 @@ class PushCommand final : public Command {
     auto client = session.client();
     if (!client.ok()) return Fail(client.status());
     if (encoded_ && encoded_options_.reference_dir.empty()) {
-      const ServerEndpoint& server = (*client)->endpoints().front();
-      encoded_options_.reference_dir =
-          CacheDir() + "/references/" + server.host + "-" + server.port;
+      encoded_options_.reference_dir = ReferenceDirFor(**client);
     }
     auto r = encoded_
                  ? (*client)->PushFileEncoded(model_, version_, file_, encoded_options_, metadata)
@@ -108,15 +120,6 @@ class PushCommand final : public Command {
   }
 
  private:
-  // $XDG_CACHE_HOME/ckpt, or ~/.cache/ckpt.
-  static std::string CacheDir() {
-    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
-      return std::string(xdg) + "/ckpt";
-    }
-    const char* home = std::getenv("HOME");
-    return std::string(home != nullptr ? home : ".") + "/.cache/ckpt";
-  }
-
   bool encoded_ = false;
   EncodedPushOptions encoded_options_;
   std::string model_, file_;
@@ -149,6 +152,13 @@ class PullCommand final : public Command {
                           "with --world-size: the part rank RANK holds of a resharded view");
     world_size_ = c->add_option("--world-size", part_.ranks,
                                 "with --rank: the number of ranks to reshard for");
+    c->add_flag("--encoded", encoded_,
+                "receive the stored records and decode them here (the wire carries the stored "
+                "bytes); with a reconstruction of an earlier version held, only the deltas "
+                "after it");
+    c->add_option("--reference-dir", encoded_options_.reference_dir,
+                  "with --encoded: where the restored body of each model's last version pushed "
+                  "or pulled is kept (default: ~/.cache/ckpt/references/HOST-PORT)");
   }
 
   int Run(Session& session) override {
@@ -169,7 +179,14 @@ class PullCommand final : public Command {
     if ((rank_->count() > 0) != (world_size_->count() > 0)) {
       return Usage("--rank and --world-size go together");
     }
-    auto r = (*client)->PullToFile(model_, version_, file_, part_);
+    if (encoded_ && (file_ == "-" || !part_.tensors.empty() || part_.ranks > 0)) {
+      return Usage("--encoded pulls a whole version into a file");
+    }
+    if (encoded_ && encoded_options_.reference_dir.empty()) {
+      encoded_options_.reference_dir = ReferenceDirFor(**client);
+    }
+    auto r = encoded_ ? (*client)->PullEncoded(model_, version_, file_, encoded_options_)
+                      : (*client)->PullToFile(model_, version_, file_, part_);
     session.progress().Clear();
     if (!r.ok()) return Fail(r.status());
     if (file_ == "-") return kExitOk;  // stdout holds the body
@@ -180,7 +197,10 @@ class PullCommand final : public Command {
                  {"bytes", r->bytes},
                  {"sha256", r->sha256},
                  {"verified", r->verified},
-                 {"resumed_bytes", r->resumed_bytes}});
+                 {"resumed_bytes", r->resumed_bytes},
+                 {"encoded", encoded_},
+                 {"received_bytes", encoded_ ? r->received_bytes : r->bytes - r->resumed_bytes},
+                 {"since_version", r->since_version}});
       return kExitOk;
     }
     std::string resumed;
@@ -189,10 +209,18 @@ class PullCommand final : public Command {
                 static_cast<unsigned long long>(r->version), file_.c_str(),
                 HumanBytes(r->bytes).c_str(), ShortHash(r->sha256).c_str(),
                 r->verified ? " (verified)" : "", resumed.c_str());
+    if (encoded_) {
+      std::printf("decoded here: received %s%s\n", HumanBytes(r->received_bytes).c_str(),
+                  r->since_version > 0
+                      ? (", the deltas since version " + std::to_string(r->since_version)).c_str()
+                      : "");
+    }
     return kExitOk;
   }
 
  private:
+  bool encoded_ = false;
+  EncodedPullOptions encoded_options_;
   std::string model_, version_, file_, hf_dir_;
   uint64_t hf_max_bytes_ = 5'000'000'000;
   PullOptions part_;

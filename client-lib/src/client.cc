@@ -294,20 +294,16 @@ struct ResumePoint {
 // the whole body's ETag (empty if none).
 using BeginFn = std::function<Status(uint64_t start, const std::string& etag)>;
 
-Result<PullResult> StreamPull(const std::vector<ServerEndpoint>& endpoints,
-                              const ClientOptions& options, TlsContext* tls, std::string_view model,
-                              std::string_view version, const WriteFn& write,
-                              const PullOptions& part = {}, ResumePoint* resume = nullptr,
-                              const BeginFn& begin = nullptr) {
-  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+Result<PullResult> StreamGetFrom(const std::vector<ServerEndpoint>& endpoints,
+                                 const ClientOptions& options, TlsContext* tls,
+                                 const std::string& target, std::string_view accept,
+                                 const WriteFn& write, ResumePoint* resume = nullptr,
+                                 const BeginFn& begin = nullptr) {
   Connection c;
   CKPT_RETURN_IF_ERROR(c.Connect(endpoints, tls));
-  const std::string target =
-      part.hf_file.empty() ? VersionTarget(model, version) + PullQuery(part)
-                           : VersionTarget(model, version) + "/hf/" + QueryEscape(part.hf_file) +
-                                 "?max_shard_bytes=" + std::to_string(part.hf_max_file_bytes);
   http::request<http::empty_body> req{http::verb::get, target, 11};
   SetCommonHeaders(req, c.host(), options);
+  if (!accept.empty()) req.set(http::field::accept, std::string(accept));
   if (resume != nullptr) {
     // The rest of the body, if it is still the one whose start we hold; else the whole body.
     req.set(http::field::range, "bytes=" + std::to_string(resume->bytes) + "-");
@@ -382,6 +378,19 @@ Result<PullResult> StreamPull(const std::vector<ServerEndpoint>& endpoints,
   return result;
 }
 
+Result<PullResult> StreamPull(const std::vector<ServerEndpoint>& endpoints,
+                              const ClientOptions& options, TlsContext* tls, std::string_view model,
+                              std::string_view version, const WriteFn& write,
+                              const PullOptions& part = {}, ResumePoint* resume = nullptr,
+                              const BeginFn& begin = nullptr) {
+  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+  const std::string target =
+      part.hf_file.empty() ? VersionTarget(model, version) + PullQuery(part)
+                           : VersionTarget(model, version) + "/hf/" + QueryEscape(part.hf_file) +
+                                 "?max_shard_bytes=" + std::to_string(part.hf_max_file_bytes);
+  return StreamGetFrom(endpoints, options, tls, target, {}, write, resume, begin);
+}
+
 // The resume point of an earlier pull into `partial` whose body's ETag is in `etag_file`; null
 // if there is none (or it cannot be read: the pull then starts over).
 std::unique_ptr<ResumePoint> ReadResumePoint(const std::string& partial,
@@ -422,6 +431,13 @@ Result<PutAnswer> StreamPut(const std::vector<ServerEndpoint>& servers,
     CKPT_ASSIGN_OR_RETURN(ServerUrl next, RedirectTarget(tls != nullptr, *location, target));
     endpoints = {{next.host, next.port}};
   }
+}
+
+Result<PullResult> StreamGet(const std::vector<ServerEndpoint>& servers,
+                             const ClientOptions& options, TlsContext* tls,
+                             const std::string& target, std::string_view accept,
+                             const std::function<Status(const char*, size_t)>& write) {
+  return StreamGetFrom(servers, options, tls, target, accept, write);
 }
 
 Result<json> PostForJson(const std::vector<ServerEndpoint>& servers, const ClientOptions& options,

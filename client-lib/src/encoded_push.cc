@@ -1,10 +1,5 @@
 // Client::PushFileEncoded: a checkpoint coded on the client by the server's plan and streamed
 // while it is coded (docs/api.md, "plan").
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
@@ -20,6 +15,7 @@
 #include "ckpt/codec/coding_plan.h"
 #include "ckpt/codec/edge_encoder.h"
 #include "ckpt/codec/encoded_body.h"
+#include "held_reference.h"
 #include "put_stream.h"
 #include "query_strings.h"
 
@@ -30,37 +26,6 @@ using nlohmann::json;
 
 // What the encoder is told once the connection gave up on the upload.
 constexpr std::string_view kUploadStopped = "the upload stopped";
-
-// A file mapped read-only for the lifetime of the object.
-class MappedFile {
- public:
-  static Result<MappedFile> Open(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::NotFound("cannot open '" + path + "': " + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      ::close(fd);
-      return Status::IoError("cannot stat '" + path + "'");
-    }
-    const size_t size = static_cast<size_t>(st.st_size);
-    void* data = size == 0 ? nullptr : ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (data == MAP_FAILED) return Status::IoError("cannot map '" + path + "'");
-    return MappedFile(static_cast<const uint8_t*>(data), size);
-  }
-  MappedFile(MappedFile&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-  MappedFile& operator=(MappedFile&&) = delete;
-  ~MappedFile() {
-    if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
-  }
-  std::span<const uint8_t> bytes() const { return {data_, size_}; }
-
- private:
-  MappedFile(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  const uint8_t* data_;
-  size_t size_;
-};
 
 // Pieces of the encoded body on their way from the encoding thread to the connection, at most
 // `capacity` bytes of them at once (the encoder waits beyond).
@@ -127,56 +92,6 @@ class PieceQueue {
   Status status_;                   // guarded by mu_
 };
 
-// The reference kept for `model` in `dir`: its file and what it restores.
-struct HeldReference {
-  std::string path;      // <dir>/<model>.safetensors
-  std::string sidecar;   // <dir>/<model>.json
-  uint64_t version = 0;  // from the sidecar, when there is one
-  std::string restored_sha256;
-};
-
-HeldReference HeldReferenceOf(const std::string& dir, std::string_view model) {
-  HeldReference held;
-  held.path = (std::filesystem::path(dir) / (std::string(model) + ".safetensors")).string();
-  held.sidecar = (std::filesystem::path(dir) / (std::string(model) + ".json")).string();
-  std::ifstream in(held.sidecar);
-  const json doc = json::parse(in, nullptr, false);
-  if (!doc.is_discarded() && doc.is_object() && std::filesystem::exists(held.path)) {
-    held.version = doc.value("version", uint64_t{0});
-    held.restored_sha256 = doc.value("restored_sha256", "");
-  }
-  return held;
-}
-
-// Records that `held.path` restores version `version`, whose restored body's SHA-256 is `sha`.
-Status WriteSidecar(const HeldReference& held, uint64_t version, const std::string& sha) {
-  const std::string tmp = held.sidecar + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << json{{"version", version}, {"restored_sha256", sha}}.dump() << "\n";
-    if (!out) return Status::IoError("cannot write '" + tmp + "'");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, held.sidecar, ec);
-  if (ec) return Status::IoError("cannot rename '" + tmp + "': " + ec.message());
-  return Status::Ok();
-}
-
-// Writes `bytes` to `path` through a temporary file renamed into place.
-Status WriteFileAtomically(const std::string& path, std::span<const uint8_t> bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(bytes.data()),
-              static_cast<std::streamsize>(bytes.size()));
-    if (!out) return Status::IoError("cannot write '" + tmp + "'");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status::IoError("cannot rename '" + tmp + "': " + ec.message());
-  return Status::Ok();
-}
-
 bool NeedsReference(const CodingPlan& plan) {
   return std::any_of(plan.tensors.begin(), plan.tensors.end(), [](const PlannedTensor& t) {
     return t.kind == FrameKind::kDelta && t.byte_size > 0;
@@ -219,7 +134,10 @@ Result<PushResult> Client::PushFileEncoded(std::string_view model, uint64_t vers
     if (held_is_base) {
       reference_source = "held";
     } else if (!base_sha.empty()) {
-      auto pulled = PullToFile(model, std::to_string(plan.base->version), held.path);
+      // Encoded, since what is held when that saves bytes; kept in `dir` as the reference.
+      EncodedPullOptions pull;
+      pull.reference_dir = dir;
+      auto pulled = PullEncoded(model, std::to_string(plan.base->version), held.path, pull);
       if (!pulled.ok()) return pulled.status().WithContext("pulling the base version");
       if (pulled->sha256 != base_sha) {
         return Status::FailedPrecondition("version " + std::to_string(plan.base->version) +

@@ -1,5 +1,6 @@
-// Streaming PUTs of request bodies, shared by whole and sharded pushes, and the local check of a
-// file before it is sent. Internal to client-lib.
+// Streaming transfers shared by the client's calls — PUTs of request bodies (whole, sharded and
+// encoded pushes), GETs of response bodies — and the local check of a file before it is sent.
+// Internal to client-lib.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,14 @@ struct PutBody {
 Result<PutAnswer> StreamPut(const std::vector<ServerEndpoint>& servers,
                             const ClientOptions& options, TlsContext* tls,
                             const std::string& target, const PutBody& body);
+
+// GETs `target` (with `accept` as the Accept header, when not empty) and hands the body to
+// `write` as it arrives; PullResult::verified when the server announced its SHA-256 and it
+// matched. Non-2xx answers are their Status.
+Result<PullResult> StreamGet(const std::vector<ServerEndpoint>& servers,
+                             const ClientOptions& options, TlsContext* tls,
+                             const std::string& target, std::string_view accept,
+                             const std::function<Status(const char*, size_t)>& write);
 
 // POSTs a small `body` of `content_type` to `target` and returns the JSON answer; non-2xx
 // answers are their Status.

@@ -19,6 +19,7 @@
 #include "engine/store_schema.h"
 #include "maintenance/maintenance.h"
 #include "read/catalog.h"
+#include "read/encoded_restore.h"
 #include "read/restore_stream.h"
 #include "read/restore_view.h"
 #include "records/keys.h"
@@ -174,6 +175,26 @@ class CheckpointStoreImpl final : public CheckpointStore {
     }
     return OpenRestoreView(ctx_, std::move(snapshot), std::string(model), std::move(info),
                            std::move(record), cache_generation, selection);
+  }
+
+  Result<std::unique_ptr<RestoreStream>> OpenEncodedRestore(
+      std::string_view model, std::optional<uint64_t> version,
+      std::optional<uint64_t> since) override {
+    CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
+    ScopedSnapshot snapshot(db_.get());
+    CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(ctx_, snapshot.reads(), model, version));
+    auto& [number, record] = found;
+    uint64_t since_seq = 0;
+    if (since) {
+      CKPT_ASSIGN_OR_RETURN(auto held, FindVersion(ctx_, snapshot.reads(), model, *since));
+      // A version that lost tensors restores to another body than its manifest's: the client's
+      // copy cannot serve as those chains' base.
+      if (held.second.dropped_tensors.empty()) since_seq = held.second.seq;
+    }
+    VersionInfo info = MakeVersionInfo(model, number, record);
+    return OpenEncodedRestoreStream(ctx_, std::move(snapshot), std::string(model), std::move(info),
+                                    std::move(record), since_seq, since.value_or(0));
   }
 
   Result<std::string> GetShardLayout(std::string_view model,

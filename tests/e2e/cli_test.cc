@@ -189,6 +189,41 @@ TEST_F(CliTest, EncodedPushSendsWhatIsStoredAndKeepsItsReference) {
   EXPECT_EQ(both.exit_code, 2) << both.output;
 }
 
+// Followers track a run by encoded pulls: each version's sync receives about what the version
+// stored, and every follower ends with the bytes a full restore sends.
+TEST_F(CliTest, FollowersSyncEachVersionByItsStoredDelta) {
+  ASSERT_EQ(Run("policy run '{\"mode\":\"lossy\",\"max_abs_error\":1e-3}'").exit_code, 0);
+  DriftingModel model(6, 60000);
+  const std::string writer = (dir_.path() / "writer").string();
+  constexpr int kFollowers = 4;
+  for (int v = 1; v <= 10; ++v) {
+    const std::string file = WriteFile("c" + std::to_string(v), model.Next());
+    const json pushed = RunJson("push run " + std::to_string(v) + " " + file +
+                                " --encoded --reference-dir " + writer);
+    ASSERT_TRUE(pushed.is_object()) << pushed;
+    const uint64_t stored = pushed["stored_bytes"].get<uint64_t>();
+    for (int f = 0; f < kFollowers; ++f) {
+      const std::string out =
+          (dir_.path() / ("follower" + std::to_string(f) + ".safetensors")).string();
+      const json pulled =
+          RunJson("pull run " + std::to_string(v) + " -o " + out + " --encoded --reference-dir " +
+                  (dir_.path() / ("f" + std::to_string(f))).string());
+      ASSERT_TRUE(pulled.is_object()) << pulled;
+      EXPECT_EQ(pulled["since_version"].get<uint64_t>(), static_cast<uint64_t>(v - 1));
+      // The version's records, its header and the framing.
+      EXPECT_LE(pulled["received_bytes"].get<uint64_t>(), stored * 11 / 10 + 1024)
+          << "version " << v << ", follower " << f;
+    }
+  }
+  const std::string full = (dir_.path() / "full.safetensors").string();
+  ASSERT_EQ(Run("pull run 10 -o " + full).exit_code, 0);
+  for (int f = 0; f < kFollowers; ++f) {
+    EXPECT_EQ(ReadFile((dir_.path() / ("follower" + std::to_string(f) + ".safetensors")).string()),
+              ReadFile(full))
+        << f;
+  }
+}
+
 TEST_F(CliTest, TagsMetricsRetentionGcScrubAndBackup) {
   DriftingModel model(3, 20000);
   std::vector<std::string> sha;

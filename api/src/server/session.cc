@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "ckpt/codec/encoded_body.h"
+#include "ckpt/codec/encoded_pull.h"
 #include "pooled_call.h"
 #include "server/connections.h"
 #include "server/push_transfer.h"
@@ -77,6 +78,10 @@ net::awaitable<bool> HandleRequest(const ServerContext& ctx, Stream& stream, Exc
   ex.expect_continue = beast::iequals(req[http::field::expect], "100-continue");
   ex.route = ClassifyTarget(ex.log.target);
   const auto content_type = req[http::field::content_type];
+  const auto accept = req[http::field::accept];
+  ex.route.encoded_pull =
+      std::string_view(accept.data(), accept.size()).find(kEncodedPullMediaType) !=
+      std::string_view::npos;
   ex.route.encoded_body = beast::iequals(
       content_type, beast::string_view(kEncodedBodyMediaType.data(), kEncodedBodyMediaType.size()));
   ex.log.route = RouteName(ex.route.kind);

@@ -82,6 +82,9 @@ struct Route {
   // Set by the server from the headers: the body is an encoded push body (its Content-Type is
   // kEncodedBodyMediaType), not a safetensors checkpoint.
   bool encoded_body = false;
+  // Set by the server from the headers: the client accepts an encoded pull body (its Accept
+  // header names kEncodedPullMediaType) instead of the restored safetensors body.
+  bool encoded_pull = false;
   // Set by the server after authorization: listings show only models whose names start with
   // it (empty: all).
   std::string model_prefix;

@@ -95,6 +95,15 @@ struct PushResult {
   std::string reference;
 };
 
+// How PullEncoded fetches a version (docs/api.md, "Encoded pull").
+struct EncodedPullOptions {
+  // As EncodedPushOptions::reference_dir: when the restored body of an earlier version of the
+  // model is held there, only what turns it into the version pulled is sent (the chains' deltas
+  // after it); the version pulled becomes the one held. Empty: nothing is kept, and each pull
+  // receives the chains from their keyframes.
+  std::string reference_dir;
+};
+
 struct PullResult {
   uint64_t version = 0;
   uint64_t bytes = 0;  // of the whole body, resumed bytes included
@@ -104,6 +113,10 @@ struct PullResult {
   bool verified = false;
   // Bytes taken from an earlier, interrupted pull's .partial file (PullToFile), 0 if none.
   uint64_t resumed_bytes = 0;
+  // PullEncoded: the bytes received (the stored records), and the version whose
+  // reconstruction they were sent against (0: none, the chains from their keyframes).
+  uint64_t received_bytes = 0;
+  uint64_t since_version = 0;
 };
 
 // Which part of a version to pull (docs/api.md, "restore"); empty: the whole version.
@@ -181,6 +194,11 @@ class Client {
   Result<PullResult> PullToFile(std::string_view model, std::string_view version,
                                 const std::string& path, const PullOptions& part = {});
   Result<std::string> PullToBuffer(std::string_view model, std::string_view version);
+  // Pulls the stored chunk records of a version and decodes them here into `path` (renamed into
+  // place once its SHA-256 matches the version's): the wire carries the stored bytes, not the
+  // restored ones. See EncodedPullOptions for what a held reconstruction saves.
+  Result<PullResult> PullEncoded(std::string_view model, std::string_view version,
+                                 const std::string& path, const EncodedPullOptions& encoded);
   // The Hugging Face view of a version into `dir` (created if needed):
   // model.safetensors.index.json and the files it lists, each at most `max_file_bytes`.
   // Returns the files written, the index first.

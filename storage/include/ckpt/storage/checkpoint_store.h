@@ -487,6 +487,14 @@ class CheckpointStore {
   virtual Result<std::unique_ptr<RestoreStream>> OpenRestore(std::string_view model,
                                                              std::optional<uint64_t> version) = 0;
 
+  // As OpenRestore, sending the stored chunk records that reconstruct the version (an encoded
+  // pull body, ckpt/codec/encoded_pull.h) for a client that decodes them. With `since`, a
+  // version the client holds the reconstruction of, chunks whose delta chains run through it are
+  // sent as the deltas after it, the others as their chains from the keyframe. NotFound for a
+  // `since` that is not a version of the model.
+  virtual Result<std::unique_ptr<RestoreStream>> OpenEncodedRestore(
+      std::string_view model, std::optional<uint64_t> version, std::optional<uint64_t> since) = 0;
+
   // As OpenRestore, sending the part `selection` names (see RestoreSelection) as a safetensors
   // body of its own. Every chunk read is verified; the body's SHA-256 is not known in advance
   // (info().sha256 is empty) unless the selection is whole. InvalidArgument for a selection that

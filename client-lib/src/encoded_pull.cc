@@ -1,0 +1,103 @@
+// Client::PullEncoded: a version received as its stored chunk records and decoded here
+// (docs/api.md, "Encoded pull").
+#include "ckpt/codec/encoded_pull.h"
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include "ckpt/base/model_name.h"
+#include "ckpt/client/client.h"
+#include "ckpt/codec/edge_encoder.h"
+#include "held_reference.h"
+#include "put_stream.h"
+
+namespace ckpt {
+namespace {
+
+// One attempt: the version since `since` (0: none) into `partial`.
+Result<PullResult> PullOnce(const std::vector<ServerEndpoint>& servers,
+                            const ClientOptions& options, TlsContext* tls,
+                            const std::string& target, const CheckpointView* since,
+                            const std::string& partial) {
+  std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+  if (!out) return Status::IoError("cannot write '" + partial + "'");
+  EncodedPullDecoder decoder(since, [&](std::string_view bytes) {
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return out ? Status::Ok() : Status::IoError("writing '" + partial + "' failed");
+  });
+  CKPT_ASSIGN_OR_RETURN(
+      PullResult received,
+      StreamGet(servers, options, tls, target, kEncodedPullMediaType,
+                [&](const char* data, size_t n) {
+                  return decoder.Feed({reinterpret_cast<const uint8_t*>(data), n});
+                }));
+  CKPT_RETURN_IF_ERROR(decoder.Finish());
+  out.close();
+  if (!out) return Status::IoError("writing '" + partial + "' failed");
+  PullResult result;
+  result.version = decoder.version();
+  result.bytes = decoder.restored_bytes();
+  result.sha256 = decoder.sha256();
+  result.verified = true;
+  result.received_bytes = received.bytes;
+  return result;
+}
+
+}  // namespace
+
+Result<PullResult> Client::PullEncoded(std::string_view model, std::string_view version,
+                                       const std::string& path, const EncodedPullOptions& encoded) {
+  CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+  const std::string& dir = encoded.reference_dir;
+  std::optional<HeldReference> held;
+  std::optional<MappedFile> held_file;
+  std::optional<CheckpointView> since;
+  if (!dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return Status::IoError("cannot create '" + dir + "': " + ec.message());
+    held = HeldReferenceOf(dir, model);
+    if (held->version > 0) {
+      auto mapped = MappedFile::Open(held->path);
+      if (mapped.ok()) {
+        held_file.emplace(std::move(mapped).value());
+        auto view = CheckpointView::Parse(held_file->bytes());
+        if (view.ok()) since.emplace(std::move(view).value());
+      }
+    }
+  }
+  const std::string partial = path + ".partial";
+  const std::string base = "/v1/models/" + std::string(model) + "/versions/" + std::string(version);
+  auto pulled = since ? PullOnce(endpoints_, options_, tls_.get(),
+                                 base + "?since=" + std::to_string(held->version), &*since, partial)
+                      : Result<PullResult>(Status::NotFound("no reconstruction held"));
+  if (since && pulled.ok()) pulled->since_version = held->version;
+  // Without a usable reconstruction (none, or one that is not what its sidecar says, or a
+  // version the server no longer has), the chains from their keyframes.
+  if (!pulled.ok() && (!since || pulled.status().code() == StatusCode::kNotFound ||
+                       pulled.status().code() == StatusCode::kDataLoss ||
+                       pulled.status().code() == StatusCode::kFailedPrecondition)) {
+    pulled = PullOnce(endpoints_, options_, tls_.get(), base, nullptr, partial);
+  }
+  if (!pulled.ok()) {
+    std::error_code ignored;
+    std::filesystem::remove(partial, ignored);
+    return pulled.status();
+  }
+  held_file.reset();
+  std::error_code ec;
+  std::filesystem::rename(partial, path, ec);
+  if (ec) return Status::IoError("cannot rename '" + partial + "': " + ec.message());
+  if (held) {
+    // The version pulled becomes the one held: the base of the next sync or push.
+    const std::string tmp = held->path + ".tmp";
+    std::filesystem::copy_file(path, tmp, std::filesystem::copy_options::overwrite_existing, ec);
+    if (!ec) std::filesystem::rename(tmp, held->path, ec);
+    if (ec) return Status::IoError("cannot keep '" + held->path + "': " + ec.message());
+    CKPT_RETURN_IF_ERROR(WriteSidecar(*held, pulled->version, pulled->sha256));
+  }
+  return pulled;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,80 @@
+// The references a client keeps (held_reference.h).
+#include "held_reference.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace ckpt {
+
+using nlohmann::json;
+
+Result<MappedFile> MappedFile::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::NotFound("cannot open '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return Status::IoError("cannot stat '" + path + "'");
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* data = size == 0 ? nullptr : ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (data == MAP_FAILED) return Status::IoError("cannot map '" + path + "'");
+  return MappedFile(static_cast<const uint8_t*>(data), size);
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+HeldReference HeldReferenceOf(const std::string& dir, std::string_view model) {
+  HeldReference held;
+  held.path = (std::filesystem::path(dir) / (std::string(model) + ".safetensors")).string();
+  held.sidecar = (std::filesystem::path(dir) / (std::string(model) + ".json")).string();
+  std::ifstream in(held.sidecar);
+  const json doc = json::parse(in, nullptr, false);
+  if (!doc.is_discarded() && doc.is_object() && std::filesystem::exists(held.path)) {
+    held.version = doc.value("version", uint64_t{0});
+    held.restored_sha256 = doc.value("restored_sha256", "");
+  }
+  return held;
+}
+
+// Records that `held.path` restores version `version`, whose restored body's SHA-256 is `sha`.
+Status WriteSidecar(const HeldReference& held, uint64_t version, const std::string& sha) {
+  const std::string tmp = held.sidecar + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << json{{"version", version}, {"restored_sha256", sha}}.dump() << "\n";
+    if (!out) return Status::IoError("cannot write '" + tmp + "'");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, held.sidecar, ec);
+  if (ec) return Status::IoError("cannot rename '" + tmp + "': " + ec.message());
+  return Status::Ok();
+}
+
+// Writes `bytes` to `path` through a temporary file renamed into place.
+Status WriteFileAtomically(const std::string& path, std::span<const uint8_t> bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+    if (!out) return Status::IoError("cannot write '" + tmp + "'");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return Status::IoError("cannot rename '" + tmp + "': " + ec.message());
+  return Status::Ok();
+}
+
+}  // namespace ckpt

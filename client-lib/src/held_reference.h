@@ -1,0 +1,47 @@
+// What the client keeps of models it pushes or pulls encoded: per model, the restored body of
+// the last version it pushed or pulled (the base of the next delta either way), read mapped.
+// Internal to client-lib.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "ckpt/base/status.h"
+
+namespace ckpt {
+
+// A file mapped read-only for the lifetime of the object. Move-only.
+class MappedFile {
+ public:
+  static Result<MappedFile> Open(const std::string& path);
+  MappedFile(MappedFile&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  MappedFile& operator=(MappedFile&&) = delete;
+  ~MappedFile();
+  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+
+ private:
+  MappedFile(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  const uint8_t* data_;
+  size_t size_;
+};
+
+// The reference kept for a model in a directory: <dir>/<model>.safetensors, and the sidecar
+// <dir>/<model>.json naming the version it restores and that body's SHA-256.
+struct HeldReference {
+  std::string path;
+  std::string sidecar;
+  uint64_t version = 0;         // 0: none held (no file, or no readable sidecar)
+  std::string restored_sha256;  // empty: none held
+};
+
+HeldReference HeldReferenceOf(const std::string& dir, std::string_view model);
+// Records that `held.path` restores version `version`, of restored SHA-256 `sha`.
+Status WriteSidecar(const HeldReference& held, uint64_t version, const std::string& sha);
+// Writes `bytes` to `path` through a temporary file renamed into place.
+Status WriteFileAtomically(const std::string& path, std::span<const uint8_t> bytes);
+
+}  // namespace ckpt

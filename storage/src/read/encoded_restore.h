@@ -1,0 +1,26 @@
+// The encoded restore: a stored version sent as the chunk records that reconstruct it (an
+// encoded pull body, ckpt/codec/encoded_pull.h), for a client that decodes them itself.
+// Internal to storage/.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ckpt/storage/checkpoint_store.h"
+#include "context/store_context.h"
+#include "engine/scoped_snapshot.h"
+#include "records/records.h"
+
+namespace ckpt {
+
+// The encoded pull body of version `info` (stored as `record`), read through `snapshot`. With
+// `since_seq` (the manifest of version `since_version`, which the client holds), a chunk whose
+// chain runs through that manifest is sent as the deltas after it; every other chunk as its
+// chain from the keyframe. The body's size is known when this returns (the records' sizes are
+// read once to learn it).
+Result<std::unique_ptr<RestoreStream>> OpenEncodedRestoreStream(
+    const StoreContext& ctx, ScopedSnapshot snapshot, std::string model, VersionInfo info,
+    VersionRecord record, uint64_t since_seq, uint64_t since_version);
+
+}  // namespace ckpt
