@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Coding at the edge against coding in the daemon, on the same files in the same run, over
+# loopback: each file pushed in order by `ckpt push` (the daemon codes), by `ckpt push --encoded`
+# (the client codes; the daemon decodes each payload to verify it) and by `ckpt push --encoded`
+# to a daemon that trusts its writers (server.decode_encoded_payloads = false); then the latest
+# version pulled by `ckpt pull` and `ckpt pull --encoded` (a client holding nothing), and every
+# version synced by a follower (`ckpt pull --encoded`, holding the version before). Peer: nginx
+# (WebDAV) taking and serving the same files (curl -T, curl GET).
+# Reported per way: wall seconds, MB/s of checkpoint (raw bytes ÷ seconds), bytes on the wire
+# (the request or response bodies), the daemon's CPU seconds per GB of checkpoint (utime + stime
+# from /proc/PID/stat) and the client's (from /usr/bin/time). One fresh data directory per way.
+#
+# Usage: bench/edge_bench.sh CHECKPOINT_DIR POLICY_JSON BUILD_DIR
+#   (POLICY_JSON "" keeps the default lossless policy)
+set -euo pipefail
+
+dir=$(realpath "$1")
+policy=${2:-}
+build=$(realpath "$3")
+ckpt="$build/client-lib/ckpt"
+ckptd="$build/daemon/ckptd"
+work=$(mktemp -d -p "${TMPDIR:-/tmp}" ckpt-edge-bench.XXXXXX)
+daemon_pid=""
+nginx_pid=""
+cleanup() {
+  [[ -n "$daemon_pid" ]] && kill -9 "$daemon_pid" 2>/dev/null || true
+  [[ -n "$nginx_pid" ]] && kill "$nginx_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+source "$(dirname "$0")/nginx_peer.sh"
+
+mapfile -t files < <(ls "$dir"/*.safetensors | sort)
+raw=0
+for f in "${files[@]}"; do raw=$((raw + $(stat -c %s "$f"))); done
+latest_bytes=$(stat -c %s "${files[-1]}")
+ticks=$(getconf CLK_TCK)
+
+now() { date +%s.%N; }
+daemon_cpu() { awk -v t="$ticks" '{ print ($14 + $15) / t }' "/proc/$daemon_pid/stat"; }
+
+start_daemon() {  # $1: extra config
+  rm -rf "$work/data" "$work/ready"
+  printf '%s\n' "[storage]" "rearrange_delay_ms = 3600000" "$1" > "$work/ckptd.toml"
+  "$ckptd" --config "$work/ckptd.toml" --listen 127.0.0.1:0 --data-dir "$work/data" \
+    --ready-file "$work/ready" > "$work/ckptd.log" 2>&1 &
+  daemon_pid=$!
+  for _ in $(seq 300); do [[ -s "$work/ready" ]] && break; sleep 0.05; done
+  export CKPT_SERVER="http://127.0.0.1:$(cat "$work/ready")"
+  if [[ -n "$policy" ]]; then "$ckpt" policy m "$policy" > /dev/null; fi
+}
+stop_daemon() { kill "$daemon_pid"; wait "$daemon_pid" 2>/dev/null || true; daemon_pid=""; }
+
+# Runs a ckpt command with --json, adding its CPU seconds to client_cpu and the JSON field
+# $1 (bytes on the wire) to wire.
+client_cpu=0
+wire=0
+run_ckpt() {
+  local field=$1
+  shift
+  /usr/bin/time -f "%U %S" -o "$work/time" "$ckpt" --json "$@" > "$work/out.json"
+  client_cpu=$(awk -v c="$client_cpu" '{ print c + $1 + $2 }' "$work/time")
+  wire=$((wire + $(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$work/out.json" "$field")))
+}
+
+row() {  # name seconds raw_bytes
+  awk -v n="$1" -v s="$2" -v b="$3" -v w="$wire" -v d="$4" -v c="$client_cpu" 'BEGIN {
+    printf "| %s | %.2f | %.0f | %.1f | %.2f | %.2f |\n", n, s, b / 1e6 / s, w / 1e6, d / (b / 1e9), c / (b / 1e9) }'
+}
+
+echo "checkpoints: ${#files[@]} files, $((raw / 1000000)) MB; policy: ${policy:-lossless default}; build: $build"
+echo
+echo "| way | seconds | MB/s | wire MB | daemon CPU-s/GB | client CPU-s/GB |"
+echo "|---|---|---|---|---|---|"
+
+push_all() {  # name extra-config push-args...
+  local name=$1 config=$2
+  shift 2
+  start_daemon "$config"
+  client_cpu=0
+  wire=0
+  local cpu0 t0 t1 cpu1 v=0
+  cpu0=$(daemon_cpu)
+  t0=$(now)
+  for f in "${files[@]}"; do
+    v=$((v + 1))
+    run_ckpt sent_bytes push m "$v" "$f" "$@"
+  done
+  t1=$(now)
+  cpu1=$(daemon_cpu)
+  row "$name" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$raw" \
+    "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')"
+}
+
+push_all "push: daemon codes" ""
+push_all "push --encoded (daemon decodes to verify)" "" --encoded --reference-dir "$work/refs1"
+push_all "push --encoded (trusted writer)" $'[server]\ndecode_encoded_payloads = false' \
+  --encoded --reference-dir "$work/refs2"
+
+# Pulls, from the store the trusted run left.
+pull_way() {  # name field pull-args...
+  local name=$1 field=$2
+  shift 2
+  client_cpu=0
+  wire=0
+  local cpu0 t0 t1 cpu1
+  cpu0=$(daemon_cpu)
+  t0=$(now)
+  run_ckpt "$field" pull m latest -o "$work/pulled.safetensors" "$@"
+  t1=$(now)
+  cpu1=$(daemon_cpu)
+  row "$name" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$latest_bytes" \
+    "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')"
+}
+pull_way "pull latest: daemon decodes" bytes
+pull_way "pull latest --encoded, holding nothing" received_bytes --encoded --reference-dir "$work/cold"
+
+client_cpu=0
+wire=0
+cpu0=$(daemon_cpu)
+t0=$(now)
+for v in $(seq 1 "${#files[@]}"); do
+  run_ckpt received_bytes pull m "$v" -o "$work/follower.safetensors" --encoded \
+    --reference-dir "$work/follower"
+done
+t1=$(now)
+cpu1=$(daemon_cpu)
+row "follower: every version --encoded, holding the one before" \
+  "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$raw" \
+  "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')"
+cmp -s "$work/follower.safetensors" "$work/pulled.safetensors" || echo "follower differs from the pull!"
+stop_daemon
+
+start_nginx
+client_cpu=0
+wire=$raw
+t0=$(now)
+for f in "${files[@]}"; do curl -sf -T "$f" "$nginx_url/$(basename "$f")" > /dev/null; done
+t1=$(now)
+row "nginx: curl -T each file" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$raw" 0
+wire=$latest_bytes
+t0=$(now)
+curl -sf "$nginx_url/$(basename "${files[-1]}")" -o "$work/nginx.safetensors"
+t1=$(now)
+row "nginx: curl GET the latest" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$latest_bytes" 0
