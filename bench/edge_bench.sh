@@ -11,7 +11,8 @@
 # from /proc/PID/stat) and the client's (from /usr/bin/time). One fresh data directory per way.
 #
 # Usage: bench/edge_bench.sh CHECKPOINT_DIR POLICY_JSON BUILD_DIR
-#   (POLICY_JSON "" keeps the default lossless policy)
+#   (POLICY_JSON "" keeps the default lossless policy; STORAGE_CONFIG in the environment adds
+#   lines to the daemon's [storage] section, e.g. "reference_cache_bytes = 1073741824")
 set -euo pipefail
 
 dir=$(realpath "$1")
@@ -41,7 +42,8 @@ daemon_cpu() { awk -v t="$ticks" '{ print ($14 + $15) / t }' "/proc/$daemon_pid/
 
 start_daemon() {  # $1: extra config
   rm -rf "$work/data" "$work/ready"
-  printf '%s\n' "[storage]" "rearrange_delay_ms = 3600000" "$1" > "$work/ckptd.toml"
+  printf '%s\n' "[storage]" "rearrange_delay_ms = 3600000" "${STORAGE_CONFIG:-}" "$1" \
+    > "$work/ckptd.toml"
   "$ckptd" --config "$work/ckptd.toml" --listen 127.0.0.1:0 --data-dir "$work/data" \
     --ready-file "$work/ready" > "$work/ckptd.log" 2>&1 &
   daemon_pid=$!
