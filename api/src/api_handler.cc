@@ -509,7 +509,8 @@ Result<ApiHandler::RestoreAnswer> ApiHandler::BeginEncodedRestore(const Route& r
   const VersionInfo& info = answer.stream->info();
   answer.headers = {{"X-Ckpt-Model", info.model},
                     {"X-Ckpt-Version", std::to_string(info.version)},
-                    {"Content-Type", std::string(kEncodedPullMediaType)}};
+                    {"Content-Type", std::string(kEncodedPullMediaType)},
+                    {"Vary", "Accept"}};
   return answer;
 }
 
@@ -583,8 +584,11 @@ std::optional<std::pair<uint64_t, uint64_t>> ParseByteRange(std::string_view hea
 
 std::vector<std::pair<std::string, std::string>> ApiHandler::RestoreHeaders(
     const VersionInfo& info) {
+  // The body depends on Accept (an encoded pull answers the stored records instead).
   std::vector<std::pair<std::string, std::string>> headers = {
-      {"X-Ckpt-Model", info.model}, {"X-Ckpt-Version", std::to_string(info.version)}};
+      {"X-Ckpt-Model", info.model},
+      {"X-Ckpt-Version", std::to_string(info.version)},
+      {"Vary", "Accept"}};
   // A part of a version (a selection) has no digest known before it is sent.
   if (!info.sha256.empty()) {
     headers.emplace_back("X-Ckpt-Sha256", info.sha256);

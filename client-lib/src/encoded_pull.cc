@@ -91,7 +91,7 @@ Result<PullResult> Client::PullEncoded(std::string_view model, std::string_view 
   if (ec) return Status::IoError("cannot rename '" + partial + "': " + ec.message());
   if (held) {
     // The version pulled becomes the one held: the base of the next sync or push.
-    const std::string tmp = held->path + ".tmp";
+    const std::string tmp = TemporaryNameFor(held->path);
     std::filesystem::copy_file(path, tmp, std::filesystem::copy_options::overwrite_existing, ec);
     if (!ec) std::filesystem::rename(tmp, held->path, ec);
     if (ec) return Status::IoError("cannot keep '" + held->path + "': " + ec.message());

@@ -125,9 +125,14 @@ Result<PushResult> Client::PushFileEncoded(std::string_view model, uint64_t vers
     std::filesystem::create_directories(dir, ec);
     if (ec) return Status::IoError("cannot create '" + dir + "': " + ec.message());
   }
-  const std::string scratch_dir =
-      dir.empty() ? std::filesystem::temp_directory_path().string() : dir;
-  HeldReference held = HeldReferenceOf(scratch_dir, model);
+  // Without a reference directory, a base that must be pulled goes to a private temporary one,
+  // removed when the push ends.
+  std::optional<ScratchDir> scratch;
+  if (dir.empty()) {
+    CKPT_ASSIGN_OR_RETURN(ScratchDir made, ScratchDir::Make());
+    scratch.emplace(std::move(made));
+  }
+  HeldReference held = HeldReferenceOf(scratch ? scratch->path() : dir, model);
   if (NeedsReference(plan)) {
     const std::string& base_sha = plan.base->restored_sha256;
     const bool held_is_base = !dir.empty() && !base_sha.empty() && held.restored_sha256 == base_sha;
@@ -178,6 +183,15 @@ Result<PushResult> Client::PushFileEncoded(std::string_view model, uint64_t vers
         dir.empty() ? nullptr : &reconstruction);
     queue.Close(coded.ok() ? Status::Ok() : coded.status());
   });
+  // However the upload ends (an exception included), the encoder stops and is joined.
+  struct StopEncoder {
+    PieceQueue& queue;
+    std::thread& thread;
+    ~StopEncoder() {
+      queue.Cancel();
+      if (thread.joinable()) thread.join();
+    }
+  } stop_encoder{queue, encoder};
   PutBody body;
   body.read = [&](char* buffer, size_t capacity) { return queue.Read(buffer, capacity); };
   body.content_type = kEncodedBodyMediaType;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
 namespace ckpt {
 
@@ -35,6 +36,26 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+Result<ScratchDir> ScratchDir::Make() {
+  std::string dir = (std::filesystem::temp_directory_path() / "ckpt-reference-XXXXXX").string();
+  if (::mkdtemp(dir.data()) == nullptr) {
+    return Status::IoError(std::string("cannot create a temporary directory: ") +
+                           std::strerror(errno));
+  }
+  return ScratchDir(std::move(dir));
+}
+
+ScratchDir::~ScratchDir() {
+  if (path_.empty()) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+std::string TemporaryNameFor(const std::string& path) {
+  std::random_device rd;
+  return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rd());
+}
+
 HeldReference HeldReferenceOf(const std::string& dir, std::string_view model) {
   HeldReference held;
   held.path = (std::filesystem::path(dir) / (std::string(model) + ".safetensors")).string();
@@ -50,7 +71,7 @@ HeldReference HeldReferenceOf(const std::string& dir, std::string_view model) {
 
 // Records that `held.path` restores version `version`, whose restored body's SHA-256 is `sha`.
 Status WriteSidecar(const HeldReference& held, uint64_t version, const std::string& sha) {
-  const std::string tmp = held.sidecar + ".tmp";
+  const std::string tmp = TemporaryNameFor(held.sidecar);
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << json{{"version", version}, {"restored_sha256", sha}}.dump() << "\n";
@@ -64,7 +85,7 @@ Status WriteSidecar(const HeldReference& held, uint64_t version, const std::stri
 
 // Writes `bytes` to `path` through a temporary file renamed into place.
 Status WriteFileAtomically(const std::string& path, std::span<const uint8_t> bytes) {
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = TemporaryNameFor(path);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(bytes.data()),

@@ -38,6 +38,23 @@ struct HeldReference {
   std::string restored_sha256;  // empty: none held
 };
 
+// A private temporary directory, removed with what it holds on destruction. Move-only.
+class ScratchDir {
+ public:
+  static Result<ScratchDir> Make();
+  ScratchDir(ScratchDir&& other) noexcept : path_(std::exchange(other.path_, {})) {}
+  ScratchDir& operator=(ScratchDir&&) = delete;
+  ~ScratchDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit ScratchDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
+// A name beside `path` no other writer uses: where a file is written before it is renamed.
+std::string TemporaryNameFor(const std::string& path);
+
 HeldReference HeldReferenceOf(const std::string& dir, std::string_view model);
 // Records that `held.path` restores version `version`, of restored SHA-256 `sha`.
 Status WriteSidecar(const HeldReference& held, uint64_t version, const std::string& sha);

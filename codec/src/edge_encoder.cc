@@ -157,18 +157,17 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
     }
   }
 
+  // The preamble goes out first (the server waits for the body); both digests are taken as the
+  // chunks are written, in body order, which covers the data buffer end to end.
   EdgeEncoding result;
   result.raw_bytes = checkpoint.body().size();
-  {
-    Sha256 pushed;
-    pushed.Update(checkpoint.body());
-    result.pushed_sha256 = pushed.FinishHex();
-  }
-  Sha256 restored;
+  Sha256 pushed, restored;
   const std::string_view raw_header = checkpoint.raw_header();
+  pushed.Update(raw_header);
   restored.Update(raw_header);
   if (reconstruction) {
-    reconstruction->assign(checkpoint.body().begin(), checkpoint.body().end());
+    reconstruction->resize(checkpoint.body().size());
+    std::memcpy(reconstruction->data(), raw_header.data(), raw_header.size());
   }
   const std::string preamble = EncodePreamble(
       {plan.Digest(), plan.base ? plan.base->reference : 0, std::string(raw_header)});
@@ -199,17 +198,18 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
       CKPT_RETURN_IF_ERROR(job.status);
       const std::span<const uint8_t> restored_chunk =
           job.reconstruction.empty() ? job.data : std::span<const uint8_t>(job.reconstruction);
+      pushed.Update(job.data);
       restored.Update(restored_chunk);
-      if (reconstruction && !job.reconstruction.empty()) {
+      if (reconstruction) {
         const uint64_t offset = static_cast<uint64_t>(job.data.data() - checkpoint.body().data());
-        std::memcpy(reconstruction->data() + offset, job.reconstruction.data(),
-                    job.reconstruction.size());
+        std::memcpy(reconstruction->data() + offset, restored_chunk.data(), restored_chunk.size());
       }
       CKPT_RETURN_IF_ERROR(write(job.frame));
       result.encoded_bytes += job.frame.size();
       job = ChunkJob{};  // frees the frame and the reconstruction
     }
   }
+  result.pushed_sha256 = pushed.FinishHex();
   result.restored_sha256 = restored.FinishHex();
   const std::string end = EncodeEnd({result.pushed_sha256, result.restored_sha256});
   CKPT_RETURN_IF_ERROR(write(end));

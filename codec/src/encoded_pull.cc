@@ -198,7 +198,7 @@ Status EncodedPullDecoder::OnLink(std::string_view bytes) {
     chunk_index_ = link_chunk_;
   }
   CKPT_ASSIGN_OR_RETURN(const ChunkRecord record, ChunkRecord::DecodeFrom(bytes));
-  if (next_offset_ + record.raw_length > t.end) return Malformed(where + " runs past its tensor");
+  if (record.raw_length > t.end - next_offset_) return Malformed(where + " runs past its tensor");
   std::optional<std::span<const uint8_t>> reference;
   std::vector<uint8_t> previous;
   if (link_base_ == LinkBase::kPrevious) {

@@ -150,11 +150,22 @@ TEST_F(EncodedPushDaemonTest, StalePlansAndDamagedBodiesAreRefused) {
   const RawResponse versions = Send("GET", "/v1/models/m/versions", "");
   ASSERT_EQ(versions.status, 200);
   EXPECT_EQ(nlohmann::json::parse(versions.body)["versions"].size(), 1u);
-  // And a fresh plan works.
+  // And a fresh plan works, its media type written with a parameter and in another case.
   held_.assign(v1.begin(), v1.end());  // lossless default: the reconstruction is the file
   auto fresh = Plan(2, v2);
   ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
-  EXPECT_EQ(PushEncoded(2, Encode(*fresh, v2)).status, 201);
+  EXPECT_EQ(Send("PUT", "/v1/models/m/versions/2", Encode(*fresh, v2),
+                 "Application/Vnd.Ckpt.Encoded-Push; charset=binary")
+                .status,
+            201);
+  // A restore answers by Accept: q=0 refuses the encoded body.
+  RawHttp http(daemon_->port());
+  ASSERT_TRUE(http.Send("GET /v1/models/m/versions/2 HTTP/1.1\r\nHost: x\r\nAccept: "
+                        "application/vnd.ckpt.encoded-pull;q=0, */*\r\n\r\n"));
+  const RawResponse plain = http.Read();
+  EXPECT_EQ(plain.status, 200);
+  EXPECT_EQ(plain.body, v2);
+  EXPECT_EQ(plain.headers.count("vary"), 1u);
 }
 
 // server.decode_encoded_payloads: a daemon that decodes refuses a body coded against a drifted

@@ -181,6 +181,9 @@ TEST_F(EncodedPushTest, BodiesThatDoNotFollowThePlanAreRefused) {
   body[record + 1] = 9;  // codec id
   damages.push_back({"codec", body, "codec 9 is not the plan's"});
   body = *good;
+  body[frame + 9] = 99;  // the quantizer the encoder reported
+  damages.push_back({"figures", body, "coding figures"});
+  body = *good;
   body[8] ^= 1;  // the plan digest
   damages.push_back({"plan", body, "no longer model 'm''s"});
   damages.push_back({"truncated", good->substr(0, good->size() - 10), "truncated"});

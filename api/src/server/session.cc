@@ -15,6 +15,31 @@
 namespace ckpt::api::server {
 namespace {
 
+// Whether `value` (a Content-Type, or one entry of an Accept list) names `type`, whatever its
+// parameters and case.
+bool MediaTypeIs(std::string_view value, std::string_view type) {
+  value = value.substr(0, value.find(';'));
+  while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+  while (!value.empty() && value.back() == ' ') value.remove_suffix(1);
+  return beast::iequals(beast::string_view(value.data(), value.size()),
+                        beast::string_view(type.data(), type.size()));
+}
+
+// Whether an Accept header lists `type` with a quality above zero.
+bool AcceptsMediaType(std::string_view accept, std::string_view type) {
+  while (!accept.empty()) {
+    const size_t comma = accept.find(',');
+    const std::string_view entry = accept.substr(0, comma);
+    const size_t q = entry.find("q=0");
+    const bool refused = q != std::string_view::npos &&
+                         entry.substr(q + 3).find_first_of("123456789") == std::string_view::npos;
+    if (MediaTypeIs(entry, type) && !refused) return true;
+    if (comma == std::string_view::npos) break;
+    accept.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
 // Capacity of each connection's read buffer, and so the largest single socket read.
 constexpr size_t kReadBufferBytes = 256 << 10;
 
@@ -77,13 +102,13 @@ net::awaitable<bool> HandleRequest(const ServerContext& ctx, Stream& stream, Exc
   ex.http_version = req.version();
   ex.expect_continue = beast::iequals(req[http::field::expect], "100-continue");
   ex.route = ClassifyTarget(ex.log.target);
+  // Media types are compared without their parameters ("; charset=...", "; q=...").
   const auto content_type = req[http::field::content_type];
   const auto accept = req[http::field::accept];
   ex.route.encoded_pull =
-      std::string_view(accept.data(), accept.size()).find(kEncodedPullMediaType) !=
-      std::string_view::npos;
-  ex.route.encoded_body = beast::iequals(
-      content_type, beast::string_view(kEncodedBodyMediaType.data(), kEncodedBodyMediaType.size()));
+      AcceptsMediaType(std::string_view(accept.data(), accept.size()), kEncodedPullMediaType);
+  ex.route.encoded_body = MediaTypeIs(std::string_view(content_type.data(), content_type.size()),
+                                      kEncodedBodyMediaType);
   ex.log.route = RouteName(ex.route.kind);
   if (ctx.options.authorizer) {
     const auto header = req[http::field::authorization];

@@ -1,8 +1,10 @@
 // Answers and small bodies on a session's stream (wire.h).
 #include "server/wire.h"
 
+#include <algorithm>
 #include <vector>
 
+#include "ckpt/base/safetensors.h"
 #include "ckpt/version.h"
 
 namespace ckpt::api::server {
@@ -99,9 +101,14 @@ net::awaitable<Status> ReadSmallBody(const ServerContext& ctx, Stream& stream, E
     if (ec) co_return Status::InvalidArgument("reading request body: " + ec.message());
     body.append(chunk, sizeof chunk - ex.parser.get().body().size);
     ex.log.bytes_in = body.size();
-    if (body.size() > ctx.options.max_json_body_bytes) {
-      co_return Status::ResourceExhausted(
-          "request body exceeds " + std::to_string(ctx.options.max_json_body_bytes) + " bytes");
+    // A plan's body is a checkpoint's header, which may be as long as a push's allows.
+    const uint64_t limit =
+        ex.route.kind == RouteKind::kPlan
+            ? std::max<uint64_t>(ctx.options.max_json_body_bytes, kMaxSafetensorsHeaderBytes + 8)
+            : ctx.options.max_json_body_bytes;
+    if (body.size() > limit) {
+      co_return Status::ResourceExhausted("request body exceeds " + std::to_string(limit) +
+                                          " bytes");
     }
   }
   co_return Status::Ok();

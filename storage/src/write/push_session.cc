@@ -286,6 +286,16 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink, priva
                                      std::to_string(record->raw_length) +
                                      " bytes where the plan's chunk has " + std::to_string(length));
     }
+    // What the client's encoder reported goes into the manifest: figures it could have written.
+    const ChunkCodingInfo& info = frame.info;
+    const uint64_t elements = length / DTypeSize(t.dtype);
+    if (info.quantizer > static_cast<uint8_t>(Quantizer::kLog) || !std::isfinite(info.bound) ||
+        info.bound < 0 || !std::isfinite(info.model_entropy_bits) || info.model_entropy_bits < 0 ||
+        info.model_entropy_bits > 64.0 * double(length) || info.exact_elements > elements) {
+      return Status::InvalidArgument(where + " ('" + t.name +
+                                     "'): its coding figures (quantizer, bound, exact elements, "
+                                     "entropy) are out of range");
+    }
     CKPT_RETURN_IF_ERROR(encoder_->SubmitEncoded(next_tensor_, next_chunk_, frame.record,
                                                  frame.info,
                                                  push_options_.decode_encoded_payloads));
