@@ -94,6 +94,38 @@ Result<EncodedChunk> EncodeExactOnLattice(DType dtype, std::span<const uint8_t> 
   return lossy::EncodeChunkExactly(dtype, original, target, reference);
 }
 
+Status CheckLossyPayloadFollows(const LossyCodecOptions& options, DType dtype, uint64_t elements,
+                                bool delta, std::span<const uint8_t> payload,
+                                ChunkCodingInfo* info) {
+  ByteReader in(payload, "lossy payload");
+  lossy::PayloadHeader header;
+  CKPT_RETURN_IF_ERROR(header.DecodeFrom(&in));
+  const auto differs = [](std::string what) {
+    return Status::InvalidArgument("the lossy payload's " + what);
+  };
+  if (header.dtype != dtype) return differs("dtype is not the tensor's");
+  if (header.elements != elements) return differs("element count is not the chunk's");
+  if (header.delta != delta) return differs("frame kind is not the plan's");
+  const Quantizer wanted =
+      options.bound.kind == ErrorBound::Kind::kPointwise ? Quantizer::kLog : options.quantizer;
+  if (header.quantizer == Quantizer::kAuto ||
+      (wanted != Quantizer::kAuto && header.quantizer != wanted)) {
+    return differs("quantizer " + std::string(QuantizerName(header.quantizer)) +
+                   " is not the plan's " + std::string(QuantizerName(wanted)));
+  }
+  if (options.bound.kind == ErrorBound::Kind::kAbsolute && !(header.bound <= options.bound.value)) {
+    return differs("bound is larger than the plan's");
+  }
+  if (header.history && !options.history) return differs("element history is not in the plan");
+  if (header.low_rank && options.low_rank_columns == 0) {
+    return differs("low-rank shift is not in the plan");
+  }
+  info->quantizer = static_cast<uint8_t>(header.quantizer);
+  info->bound = header.bound;
+  info->exact_elements = header.exact;
+  return Status::Ok();
+}
+
 Result<bool> LossyPayloadIsPlainLattice(std::span<const uint8_t> payload) {
   ByteReader in(payload, "lossy payload");
   lossy::PayloadHeader header;

@@ -160,8 +160,9 @@ TEST_F(EncodedPushDaemonTest, StalePlansAndDamagedBodiesAreRefused) {
             201);
   // A restore answers by Accept: q=0 refuses the encoded body.
   RawHttp http(daemon_->port());
-  ASSERT_TRUE(http.Send("GET /v1/models/m/versions/2 HTTP/1.1\r\nHost: x\r\nAccept: "
-                        "application/vnd.ckpt.encoded-pull;q=0, */*\r\n\r\n"));
+  ASSERT_TRUE(
+      http.Send("GET /v1/models/m/versions/2 HTTP/1.1\r\nHost: x\r\nAccept: "
+                "application/vnd.ckpt.encoded-pull;q=0, */*\r\n\r\n"));
   const RawResponse plain = http.Read();
   EXPECT_EQ(plain.status, 200);
   EXPECT_EQ(plain.body, v2);

@@ -95,6 +95,22 @@ TEST_F(EncodedPushTest, StoresWhatAPushTheStoreEncodesStores) {
         EXPECT_EQ(edge->sha256, server->sha256) << v;
         // The wire carries about what is stored, not the checkpoint.
         EXPECT_LT(encoded->size(), edge->stored_bytes + 4096) << v;
+        // The same figures per tensor as the store's own coding reports.
+        auto edge_detail = store_->GetVersionDetail(edge_model, v);
+        auto server_detail = store_->GetVersionDetail(server_model, v);
+        ASSERT_TRUE(edge_detail.ok() && server_detail.ok());
+        ASSERT_EQ(edge_detail->tensors.size(), server_detail->tensors.size());
+        for (size_t i = 0; i < edge_detail->tensors.size(); ++i) {
+          const TensorDetail& e = edge_detail->tensors[i];
+          const TensorDetail& d = server_detail->tensors[i];
+          EXPECT_EQ(e.kind, d.kind) << e.name;
+          EXPECT_EQ(e.codec, d.codec) << e.name;
+          EXPECT_EQ(e.quantizer, d.quantizer) << e.name;
+          EXPECT_EQ(e.bound, d.bound) << e.name;
+          EXPECT_EQ(e.exact_elements, d.exact_elements) << e.name;
+          EXPECT_EQ(e.stored_bytes, d.stored_bytes) << e.name;
+          EXPECT_DOUBLE_EQ(e.entropy_bits_per_element, d.entropy_bits_per_element) << e.name;
+        }
         auto restored = Restore(edge_model, v);
         ASSERT_TRUE(restored.ok()) << restored.status().ToString();
         EXPECT_EQ(*restored, *Restore(server_model, v)) << v;
@@ -181,12 +197,29 @@ TEST_F(EncodedPushTest, BodiesThatDoNotFollowThePlanAreRefused) {
   body[record + 1] = 9;  // codec id
   damages.push_back({"codec", body, "codec 9 is not the plan's"});
   body = *good;
-  body[frame + 9] = 99;  // the quantizer the encoder reported
+  for (size_t i = 26; i < 34; ++i) body[frame + i] = '\xff';  // the entropy reported: a NaN
   damages.push_back({"figures", body, "coding figures"});
   body = *good;
   body[8] ^= 1;  // the plan digest
   damages.push_back({"plan", body, "no longer model 'm''s"});
   damages.push_back({"truncated", good->substr(0, good->size() - 10), "truncated"});
+  {
+    // Coded with a bound twice the plan's.
+    auto plan = store_->PlanPush("m", 1, std::string(view->raw_header()));
+    ASSERT_TRUE(plan.ok());
+    CodingPlan looser = *plan;
+    for (PlannedTensor& t : looser.tensors) t.lossy_options.bound.value *= 2;
+    std::string loose;
+    ASSERT_TRUE(EncodeByPlan(looser, *view, nullptr, 1, [&](std::string_view p) {
+                  loose.append(p);
+                  return Status::Ok();
+                }).ok());
+    // Under the digest of the plan handed out, so that the payloads' own check is what refuses.
+    const std::string preamble =
+        EncodePreamble({plan->Digest(), 0, std::string(view->raw_header())});
+    damages.push_back({"looser bound", preamble + loose.substr(preamble.size()),
+                       "bound is larger than the plan's"});
+  }
   damages.push_back({"raw safetensors", v1, "does not start with CKPTENC"});
   for (const Damage& d : damages) {
     SCOPED_TRACE(d.name);

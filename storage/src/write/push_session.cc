@@ -286,8 +286,18 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink, priva
                                      std::to_string(record->raw_length) +
                                      " bytes where the plan's chunk has " + std::to_string(length));
     }
-    // What the client's encoder reported goes into the manifest: figures it could have written.
-    const ChunkCodingInfo& info = frame.info;
+    // A lossy payload follows the plan's options, by its header; the manifest's figures are the
+    // header's (the entropy, which no header carries, is what the client's encoder reported).
+    ChunkCodingInfo info = frame.info;
+    if (record->codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized)) {
+      const Status follows = CheckLossyPayloadFollows(
+          coding.lossy_options, t.dtype, length / DTypeSize(t.dtype), t.kind == FrameKind::kDelta,
+          {reinterpret_cast<const uint8_t*>(record->payload.data()), record->payload.size()},
+          &info);
+      if (!follows.ok()) {
+        return Status::InvalidArgument(where + " ('" + t.name + "'): " + follows.message());
+      }
+    }
     const uint64_t elements = length / DTypeSize(t.dtype);
     if (info.quantizer > static_cast<uint8_t>(Quantizer::kLog) || !std::isfinite(info.bound) ||
         info.bound < 0 || !std::isfinite(info.model_entropy_bits) || info.model_entropy_bits < 0 ||
@@ -296,8 +306,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink, priva
                                      "'): its coding figures (quantizer, bound, exact elements, "
                                      "entropy) are out of range");
     }
-    CKPT_RETURN_IF_ERROR(encoder_->SubmitEncoded(next_tensor_, next_chunk_, frame.record,
-                                                 frame.info,
+    CKPT_RETURN_IF_ERROR(encoder_->SubmitEncoded(next_tensor_, next_chunk_, frame.record, info,
                                                  push_options_.decode_encoded_payloads));
     ++next_chunk_;
     NextExpectedChunk();

@@ -123,6 +123,17 @@ Result<EncodedChunk> EncodeExactOnLattice(DType dtype, std::span<const uint8_t> 
                                           std::optional<std::span<const uint8_t>> reference,
                                           LossyKernels kernels = LossyKernels::kFastest);
 
+// Whether `payload` (a lossy payload coded elsewhere: a client's, in an encoded push) could have
+// been written by a lossy codec with `options` for a chunk of `elements` elements of `dtype`,
+// as a delta or a keyframe, by its header: the dtype, the element count and the frame kind, the
+// quantizer (the one the options name, kLog under a pointwise bound), an absolute bound no
+// larger than the options', and element history or a low-rank shift only where the options allow
+// them. Fills `info` with the header's quantizer, bound and exact elements. InvalidArgument naming
+// the difference; DataLoss when the header cannot be parsed.
+Status CheckLossyPayloadFollows(const LossyCodecOptions& options, DType dtype, uint64_t elements,
+                                bool delta, std::span<const uint8_t> payload,
+                                ChunkCodingInfo* info);
+
 // Whether a stored lossy payload's reconstruction is a point of its lattice and nothing more:
 // a uniform-quantizer lattice payload without element-history state or a low-rank shift. Such
 // a reconstruction does not depend on the chain that led to it, so EncodeExactOnLattice
