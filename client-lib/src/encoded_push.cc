@@ -174,13 +174,33 @@ Result<PushResult> Client::PushFileEncoded(std::string_view model, uint64_t vers
                           ? encoded.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   PieceQueue queue(64 << 20);
-  std::vector<uint8_t> reconstruction;
+  // The restored body goes to a file beside the reference as it is coded (not to memory), and
+  // replaces the reference once the version is committed.
+  const std::string restored_path = dir.empty() ? std::string() : TemporaryNameFor(held.path);
+  struct RemoveUnlessKept {
+    const std::string& path;
+    ~RemoveUnlessKept() {
+      std::error_code ignored;
+      if (!path.empty()) std::filesystem::remove(path, ignored);
+    }
+  } remove_restored{restored_path};
+  std::ofstream restored_out;
+  RestoredSink restored_sink;
+  if (!restored_path.empty()) {
+    restored_out.open(restored_path, std::ios::binary | std::ios::trunc);
+    if (!restored_out) return Status::IoError("cannot write '" + restored_path + "'");
+    restored_sink = [&](std::span<const uint8_t> piece) {
+      restored_out.write(reinterpret_cast<const char*>(piece.data()),
+                         static_cast<std::streamsize>(piece.size()));
+      return restored_out ? Status::Ok()
+                          : Status::IoError("writing '" + restored_path + "' failed");
+    };
+  }
   Result<EdgeEncoding> coded = Status::Internal("not coded");
   std::thread encoder([&] {
     coded = EncodeByPlan(
         plan, checkpoint, reference ? &*reference : nullptr, threads,
-        [&](std::string_view piece) { return queue.Put(piece); },
-        dir.empty() ? nullptr : &reconstruction);
+        [&](std::string_view piece) { return queue.Put(piece); }, restored_sink);
     queue.Close(coded.ok() ? Status::Ok() : coded.status());
   });
   // However the upload ends (an exception included), the encoder stops and is joined.
@@ -210,8 +230,12 @@ Result<PushResult> Client::PushFileEncoded(std::string_view model, uint64_t vers
   result.encoded = true;
   result.sent_bytes = coded->encoded_bytes;
   result.reference = reference_source;
-  if (!dir.empty()) {
-    CKPT_RETURN_IF_ERROR(WriteFileAtomically(held.path, reconstruction));
+  if (!restored_path.empty()) {
+    restored_out.close();
+    if (!restored_out) return Status::IoError("writing '" + restored_path + "' failed");
+    std::error_code ec;
+    std::filesystem::rename(restored_path, held.path, ec);
+    if (ec) return Status::IoError("cannot keep '" + held.path + "': " + ec.message());
     CKPT_RETURN_IF_ERROR(WriteSidecar(held, version, coded->restored_sha256));
   }
   return result;

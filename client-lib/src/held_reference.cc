@@ -83,19 +83,4 @@ Status WriteSidecar(const HeldReference& held, uint64_t version, const std::stri
   return Status::Ok();
 }
 
-// Writes `bytes` to `path` through a temporary file renamed into place.
-Status WriteFileAtomically(const std::string& path, std::span<const uint8_t> bytes) {
-  const std::string tmp = TemporaryNameFor(path);
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(bytes.data()),
-              static_cast<std::streamsize>(bytes.size()));
-    if (!out) return Status::IoError("cannot write '" + tmp + "'");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status::IoError("cannot rename '" + tmp + "': " + ec.message());
-  return Status::Ok();
-}
-
 }  // namespace ckpt

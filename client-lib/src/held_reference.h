@@ -58,7 +58,5 @@ std::string TemporaryNameFor(const std::string& path);
 HeldReference HeldReferenceOf(const std::string& dir, std::string_view model);
 // Records that `held.path` restores version `version`, of restored SHA-256 `sha`.
 Status WriteSidecar(const HeldReference& held, uint64_t version, const std::string& sha);
-// Writes `bytes` to `path` through a temporary file renamed into place.
-Status WriteFileAtomically(const std::string& path, std::span<const uint8_t> bytes);
 
 }  // namespace ckpt

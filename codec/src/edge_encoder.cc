@@ -80,6 +80,14 @@ void Encode(const PlannedTensor& t, const TensorCodec* codec, ChunkJob& job) {
 
 }  // namespace
 
+RestoredSink CollectInto(std::vector<uint8_t>* out) {
+  out->clear();
+  return [out](std::span<const uint8_t> piece) {
+    out->insert(out->end(), piece.begin(), piece.end());
+    return Status::Ok();
+  };
+}
+
 Result<CheckpointView> CheckpointView::Parse(std::span<const uint8_t> body) {
   ByteReader r(body, "checkpoint");
   uint64_t json_size = 0;
@@ -113,7 +121,7 @@ std::optional<std::span<const uint8_t>> CheckpointView::TensorData(std::string_v
 Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& checkpoint,
                                   const CheckpointView* reference, int threads,
                                   const std::function<Status(std::string_view)>& write,
-                                  std::vector<uint8_t>* reconstruction) {
+                                  const RestoredSink& restored_sink) {
   CKPT_RETURN_IF_ERROR(CheckPlanDescribes(plan, checkpoint.header()));
   const bool has_deltas = std::any_of(
       plan.tensors.begin(), plan.tensors.end(),
@@ -165,9 +173,9 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
   const std::string_view raw_header = checkpoint.raw_header();
   pushed.Update(raw_header);
   restored.Update(raw_header);
-  if (reconstruction) {
-    reconstruction->resize(checkpoint.body().size());
-    std::memcpy(reconstruction->data(), raw_header.data(), raw_header.size());
+  if (restored_sink) {
+    CKPT_RETURN_IF_ERROR(
+        restored_sink({reinterpret_cast<const uint8_t*>(raw_header.data()), raw_header.size()}));
   }
   const std::string preamble = EncodePreamble(
       {plan.Digest(), plan.base ? plan.base->reference : 0, std::string(raw_header)});
@@ -200,10 +208,7 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
           job.reconstruction.empty() ? job.data : std::span<const uint8_t>(job.reconstruction);
       pushed.Update(job.data);
       restored.Update(restored_chunk);
-      if (reconstruction) {
-        const uint64_t offset = static_cast<uint64_t>(job.data.data() - checkpoint.body().data());
-        std::memcpy(reconstruction->data() + offset, restored_chunk.data(), restored_chunk.size());
-      }
+      if (restored_sink) CKPT_RETURN_IF_ERROR(restored_sink(restored_chunk));
       CKPT_RETURN_IF_ERROR(write(job.frame));
       result.encoded_bytes += job.frame.size();
       job = ChunkJob{};  // frees the frame and the reconstruction

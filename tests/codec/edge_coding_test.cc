@@ -104,7 +104,7 @@ Encoded EncodeOrDie(const CodingPlan& plan, const CheckpointView& view,
         e.body.append(piece);
         return Status::Ok();
       },
-      &e.reconstruction);
+      CollectInto(&e.reconstruction));
   EXPECT_TRUE(result.ok()) << result.status().ToString();
   if (result.ok()) e.result = *result;
   return e;

@@ -69,7 +69,7 @@ inline std::string EncodeForStore(CheckpointStore& store, const std::string& mod
         body.append(piece);
         return Status::Ok();
       },
-      reconstruction);
+      reconstruction ? CollectInto(reconstruction) : RestoredSink());
   CheckStatusIn(coded.status(), {}, "encoding the scenario's push");
   return body;
 }

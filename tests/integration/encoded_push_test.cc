@@ -83,7 +83,7 @@ class EncodedPushDaemonTest : public ::testing::Test {
           encoded.append(piece);
           return Status::Ok();
         },
-        &next_held_);
+        CollectInto(&next_held_));
     EXPECT_TRUE(done.ok()) << done.status().ToString();
     return encoded;
   }

@@ -40,7 +40,7 @@ class EncodedPushTest : public CheckpointStoreTest {
                                encoded.append(piece);
                                return Status::Ok();
                              },
-                             &reconstruction)
+                             CollectInto(&reconstruction))
                              .status());
     next_reference_ = std::move(reconstruction);
     if (plan_out) *plan_out = plan;

@@ -51,16 +51,22 @@ struct EdgeEncoding {
   std::string restored_sha256;  // hex, of what a restore of the pushed version sends
 };
 
+// Receives the restored body of the pushed version, piece by piece in body order (its header
+// first): what a restore of it will send, and the reference of the next push.
+using RestoredSink = std::function<Status(std::span<const uint8_t>)>;
+
+// A RestoredSink that collects the body in `out` (cleared first).
+RestoredSink CollectInto(std::vector<uint8_t>* out);
+
 // Encodes `checkpoint` by `plan`, against `reference` (the restored body of plan.base; may be
 // null when the plan has no delta), on up to `threads` threads, handing the encoded body to
-// `write` in order, piece by piece. When `reconstruction` is given it receives the restored
-// body of the pushed version: the reference of the next push. Errors: InvalidArgument when the
-// plan does not describe the checkpoint; FailedPrecondition when a delta's reference is missing
-// or is not the base's reconstruction (its SHA-256 differs from the plan's); whatever `write`
-// returns.
+// `write` in order, piece by piece, and, when `restored` is given, the restored body to it.
+// Errors: InvalidArgument when the plan does not describe the checkpoint; FailedPrecondition
+// when a delta's reference is missing or is not the base's reconstruction (its SHA-256 differs
+// from the plan's); whatever `write` or `restored` returns.
 Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& checkpoint,
                                   const CheckpointView* reference, int threads,
                                   const std::function<Status(std::string_view)>& write,
-                                  std::vector<uint8_t>* reconstruction = nullptr);
+                                  const RestoredSink& restored = nullptr);
 
 }  // namespace ckpt
