@@ -16,7 +16,7 @@ constexpr uint64_t kLinkHeadBytes = 4 + 4 + 1 + 8;
 constexpr uint64_t kDigestBytes = 64;
 // A header longer than this is refused before it is buffered.
 constexpr uint64_t kMaxHeaderBytes = kMaxSafetensorsHeaderBytes + 8;
-// A record longer than this is refused before it is buffered (a chunk is a few MiB).
+// A record longer than this is refused before it is buffered (far beyond any chunk).
 constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 31;
 
 std::span<const uint8_t> AsBytes(std::string_view s) {

@@ -26,6 +26,7 @@
 #include "store_open.h"
 #include "uploads/sharded_uploads.h"
 #include "write/model_writer.h"
+#include "write/push_plan.h"
 #include "write/push_session.h"
 #ifdef CKPT_WITH_RADOS
 #include "backends/rados/rados_backend.h"

@@ -32,6 +32,18 @@ inline CodecPolicy LossyPolicy(std::string_view json) {
 // CodecPolicy::kLosslessKeyframeEvery versions), for tests of what long chains do.
 inline constexpr const char* kLongLosslessChains = R"({"mode":"lossless","keyframe_every":16})";
 
+// Everything `stream` sends, which must be the size it announced.
+inline Result<std::string> ReadAll(RestoreStream& stream) {
+  std::string out;
+  for (;;) {
+    CKPT_ASSIGN_OR_RETURN(auto piece, stream.Next());
+    if (piece.empty()) break;
+    out.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+  }
+  EXPECT_EQ(out.size(), stream.size());
+  return out;
+}
+
 class CheckpointStoreTest : public ::testing::Test {
  protected:
   void SetUp() override { Reopen(); }
@@ -79,14 +91,7 @@ class CheckpointStoreTest : public ::testing::Test {
   Result<std::string> Restore(std::string_view model, std::optional<uint64_t> version,
                               const RestoreSelection& selection = {}) {
     CKPT_ASSIGN_OR_RETURN(auto stream, store_->OpenRestore(model, version, selection));
-    std::string out;
-    for (;;) {
-      CKPT_ASSIGN_OR_RETURN(auto piece, stream->Next());
-      if (piece.empty()) break;
-      out.append(reinterpret_cast<const char*>(piece.data()), piece.size());
-    }
-    EXPECT_EQ(out.size(), stream->size());
-    return out;
+    return ReadAll(*stream);
   }
 
   // Number of chunk records stored, read directly from RocksDB (store closed first).

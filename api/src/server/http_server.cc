@@ -123,7 +123,7 @@ class HttpServerImpl final : public HttpServer {
         continue;
       }
       // Responses are written as a header followed by body pieces; without TCP_NODELAY, Nagle's
-      // algorithm meets the client's delayed ACK and stalls each response by ~40 ms.
+      // algorithm meets the client's delayed ACK and stalls each response until the ACK timer.
       socket.set_option(tcp::no_delay(true), ec);
       if (connections_.AtLimit(options_.max_connections)) {
         RefuseConnection(std::move(socket));

@@ -14,8 +14,8 @@ namespace ckpt::api::server {
 namespace {
 
 // Pieces smaller than this (the header, small tensors) are copied together and sent as one
-// write: a checkpoint of 65,536 scalar tensors otherwise costs a write (and a coroutine
-// resumption) per 4 bytes.
+// write: a checkpoint of many scalar tensors otherwise costs a write (and a coroutine
+// resumption) per tensor.
 constexpr size_t kGatherBytes = 64 << 10;
 
 // Sends `data` as the next piece of a streamed body (`more`: not the last). False, with the

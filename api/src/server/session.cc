@@ -157,7 +157,7 @@ net::awaitable<void> Serve(const ServerContext& ctx, Stream& stream, const std::
   Connections::Registration registration(ctx.connections, &beast::get_lowest_layer(stream));
   beast::flat_buffer buffer;
   // Beast sizes each socket read by the buffer's spare capacity; without a reserve a body
-  // arrives in ~1.5 KB reads, each a coroutine resumption.
+  // arrives in reads of a packet or so, each a coroutine resumption.
   buffer.reserve(kReadBufferBytes);
   for (;;) {
     if (ctx.stopping) break;

@@ -6,7 +6,11 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "records/keys.h"
+
 namespace ckpt {
+
+namespace keys = storage_keys;
 
 Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, ChainReader& reader,
                              const SafetensorsHeader& header, uint64_t raw_header_bytes) {
@@ -109,6 +113,29 @@ CodingPlan ToCodingPlan(const PushTarget& target, const PlannedPush& planned,
     plan.tensors.push_back(std::move(t));
   }
   return plan;
+}
+
+Result<CodingPlan> PlanPushOf(const StoreContext& ctx, ModelWriter& writer, const ModelName& model,
+                              uint64_t version, std::string_view raw_header) {
+  CKPT_ASSIGN_OR_RETURN(const SafetensorsHeader header, ParseRawSafetensorsHeader(raw_header));
+  CKPT_RETURN_IF_ERROR(ctx.backend->Refresh(model.str()));
+  CKPT_ASSIGN_OR_RETURN(const PushTarget target, ReadPushTarget(ctx, writer, model, version));
+  ChainReader reader(ctx.db, ctx.manifests, ctx.backend, nullptr, target.model, ctx.cache);
+  CKPT_ASSIGN_OR_RETURN(const PlannedPush planned,
+                        PlanPush(ctx, target, reader, header, raw_header.size()));
+  std::string base_restored_sha256;
+  if (target.state) {
+    CKPT_ASSIGN_OR_RETURN(
+        const std::optional<VersionRecord> base,
+        ctx.GetRecord<VersionRecord>(rocksdb::ReadOptions(), ctx.versions,
+                                     keys::VersionKey(target.model, planned.reference_version),
+                                     "version record"));
+    // A base whose version was deleted (or rewritten) has no restored body to compare with.
+    if (base && base->seq == target.state->reference_seq && base->dropped_tensors.empty()) {
+      base_restored_sha256 = base->restored_sha256_hex;
+    }
+  }
+  return ToCodingPlan(target, planned, std::move(base_restored_sha256));
 }
 
 }  // namespace ckpt

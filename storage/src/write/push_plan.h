@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ckpt/base/safetensors.h"
@@ -39,5 +40,10 @@ Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, 
 // the reference's version (empty when that version was deleted).
 CodingPlan ToCodingPlan(const PushTarget& target, const PlannedPush& planned,
                         std::string base_restored_sha256);
+
+// CheckpointStore::PlanPush: the plan of a push of the checkpoint whose header is `raw_header`,
+// read without the model's lock.
+Result<CodingPlan> PlanPushOf(const StoreContext& ctx, ModelWriter& writer, const ModelName& model,
+                              uint64_t version, std::string_view raw_header);
 
 }  // namespace ckpt

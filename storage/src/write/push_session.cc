@@ -289,16 +289,16 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink, priva
     // A lossy payload follows the plan's options, by its header; the manifest's figures are the
     // header's (the entropy, which no header carries, is what the client's encoder reported).
     ChunkCodingInfo info = frame.info;
+    const uint64_t elements = length / DTypeSize(t.dtype);
     if (record->codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized)) {
       const Status follows = CheckLossyPayloadFollows(
-          coding.lossy_options, t.dtype, length / DTypeSize(t.dtype), t.kind == FrameKind::kDelta,
+          coding.lossy_options, t.dtype, elements, t.kind == FrameKind::kDelta,
           {reinterpret_cast<const uint8_t*>(record->payload.data()), record->payload.size()},
           &info);
       if (!follows.ok()) {
         return Status::InvalidArgument(where + " ('" + t.name + "'): " + follows.message());
       }
     }
-    const uint64_t elements = length / DTypeSize(t.dtype);
     if (info.quantizer > static_cast<uint8_t>(Quantizer::kLog) || !std::isfinite(info.bound) ||
         info.bound < 0 || !std::isfinite(info.model_entropy_bits) || info.model_entropy_bits < 0 ||
         info.model_entropy_bits > 64.0 * double(length) || info.exact_elements > elements) {
@@ -444,39 +444,6 @@ std::unique_ptr<PushSession> NewPushSession(const StoreContext& ctx, ModelLocks:
                                            std::move(options));
 }
 
-Result<PushTarget> ReadPushTarget(const StoreContext& ctx, ModelWriter& writer,
-                                  const ModelName& model, uint64_t version) {
-  PushTarget target;
-  target.model = model.str();
-  target.version = version;
-  const std::string& name = target.model;
-  rocksdb::ReadOptions ro;
-  CKPT_ASSIGN_OR_RETURN(target.model_record,
-                        ctx.GetRecord<ModelRecord>(ro, ctx.models, name, "model record"));
-  const std::optional<ModelRecord>& record = target.model_record;
-  if (record && record->has_versions && version <= record->latest_version) {
-    return Status::FailedPrecondition(
-        "version " + std::to_string(version) + " must be greater than the latest version " +
-        std::to_string(record->latest_version) + " of model '" + name + "'");
-  }
-  if (!record) CKPT_RETURN_IF_ERROR(writer.CheckModelLimit());
-  CKPT_ASSIGN_OR_RETURN(target.state,
-                        ctx.GetRecord<CodecStateRecord>(ro, ctx.codec_state, name, "codec state"));
-  const CodecPolicy& default_policy = ctx.options->default_policy;
-  target.policy = default_policy;
-  if (record && !record->policy_json.empty()) {
-    CKPT_ASSIGN_OR_RETURN(target.policy,
-                          CodecPolicy::FromJson(record->policy_json, default_policy));
-  }
-  CKPT_ASSIGN_OR_RETURN(const RetentionPolicy retention,
-                        record ? writer.RetentionOf(*record)
-                               : Result<RetentionPolicy>(ctx.options->default_retention));
-  target.retention_deletes = !retention.KeepsEverything();
-  target.retention = retention;
-  target.seq = std::max(target.state ? target.state->next_seq : 1, ctx.backend->SeqFloor(name));
-  return target;
-}
-
 Result<std::unique_ptr<PushSession>> BeginPushSession(const StoreContext& ctx, ModelWriter& writer,
                                                       const ModelName& model, uint64_t version,
                                                       std::optional<uint64_t> body_size,
@@ -487,29 +454,6 @@ Result<std::unique_ptr<PushSession>> BeginPushSession(const StoreContext& ctx, M
                         writer.LockForPush(model, body_size.value_or(0), wait));
   CKPT_ASSIGN_OR_RETURN(PushTarget target, ReadPushTarget(ctx, writer, model, version));
   return NewPushSession(ctx, std::move(guard), std::move(target), body_size, options);
-}
-
-Result<CodingPlan> PlanPushOf(const StoreContext& ctx, ModelWriter& writer, const ModelName& model,
-                              uint64_t version, std::string_view raw_header) {
-  CKPT_ASSIGN_OR_RETURN(const SafetensorsHeader header, ParseRawSafetensorsHeader(raw_header));
-  CKPT_RETURN_IF_ERROR(ctx.backend->Refresh(model.str()));
-  CKPT_ASSIGN_OR_RETURN(const PushTarget target, ReadPushTarget(ctx, writer, model, version));
-  ChainReader reader(ctx.db, ctx.manifests, ctx.backend, nullptr, target.model, ctx.cache);
-  CKPT_ASSIGN_OR_RETURN(const PlannedPush planned,
-                        PlanPush(ctx, target, reader, header, raw_header.size()));
-  std::string base_restored_sha256;
-  if (target.state) {
-    CKPT_ASSIGN_OR_RETURN(
-        const std::optional<VersionRecord> base,
-        ctx.GetRecord<VersionRecord>(rocksdb::ReadOptions(), ctx.versions,
-                                     keys::VersionKey(target.model, planned.reference_version),
-                                     "version record"));
-    // A base whose version was deleted (or rewritten) has no restored body to compare with.
-    if (base && base->seq == target.state->reference_seq && base->dropped_tensors.empty()) {
-      base_restored_sha256 = base->restored_sha256_hex;
-    }
-  }
-  return ToCodingPlan(target, planned, std::move(base_restored_sha256));
 }
 
 }  // namespace ckpt

@@ -10,7 +10,6 @@
 #include <string>
 #include <string_view>
 
-#include "ckpt/codec/coding_plan.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "ckpt/storage/codec_policy.h"
 #include "ckpt/storage/retention.h"
@@ -34,15 +33,6 @@ Result<std::unique_ptr<PushSession>> BeginPushSession(const StoreContext& ctx, M
                                                       std::optional<uint64_t> body_size,
                                                       const PushOptions& options,
                                                       std::chrono::milliseconds wait = {});
-
-// Where a push of `version` of `model` goes (PushTarget), read now: FailedPrecondition when the
-// version is not above the latest, or the model would exceed storage.max_models.
-Result<PushTarget> ReadPushTarget(const StoreContext& ctx, ModelWriter& writer,
-                                  const ModelName& model, uint64_t version);
-
-// CheckpointStore::PlanPush: the plan of a push of the checkpoint whose header is `raw_header`.
-Result<CodingPlan> PlanPushOf(const StoreContext& ctx, ModelWriter& writer, const ModelName& model,
-                              uint64_t version, std::string_view raw_header);
 
 // A push holding `guard` (the model's write lock) until it is committed or destroyed.
 std::unique_ptr<PushSession> NewPushSession(const StoreContext& ctx, ModelLocks::Guard guard,
