@@ -152,6 +152,8 @@ const KeySpec kKeys[] = {
     {"storage", "chunk_bytes", CKPT_MEMBER(config.store.chunk_bytes), 4096, uint64_t{256} << 20},
     {"storage", "reference_cache_bytes", CKPT_MEMBER(config.store.reference_cache_bytes), 0,
      uint64_t{1} << 40},
+    {"storage", "since_delta_cache_bytes", CKPT_MEMBER(config.store.since_delta_cache_bytes), 0,
+     uint64_t{1} << 40},
     {"storage", "sync_commits", CKPT_MEMBER(config.store.sync_commits)},
     {"storage", "min_free_bytes", CKPT_MEMBER(config.store.min_free_bytes), 0, uint64_t{1} << 50},
     {"storage", "warm_cache_on_start", CKPT_MEMBER(config.warm_cache_on_start)},

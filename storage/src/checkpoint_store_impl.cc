@@ -46,6 +46,7 @@ class CheckpointStoreImpl final : public CheckpointStore {
       : options_(options),
         env_(std::move(env)),
         cache_(options.reference_cache_bytes),
+        since_deltas_(options.since_delta_cache_bytes),
         codec_(NewLosslessCodec(LosslessCodecOptions{options.zstd_level})),
         health_(env_ ? env_.get() : rocksdb::Env::Default(), options.data_dir,
                 options.min_free_bytes),
@@ -88,6 +89,7 @@ class CheckpointStoreImpl final : public CheckpointStore {
     }
     ctx_.backend = backend_.get();
     ctx_.cache = &cache_;
+    ctx_.since_deltas = &since_deltas_;
     ctx_.codec = codec_.get();
     ctx_.options = &options_;
     ctx_.counters = &counters_;
@@ -183,6 +185,7 @@ class CheckpointStoreImpl final : public CheckpointStore {
       std::optional<uint64_t> since) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
     CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
+    const uint64_t cache_generation = cache_.generation();  // before the snapshot
     ScopedSnapshot snapshot(db_.get());
     CKPT_ASSIGN_OR_RETURN(auto found, FindVersion(ctx_, snapshot.reads(), model, version));
     auto& [number, record] = found;
@@ -195,7 +198,8 @@ class CheckpointStoreImpl final : public CheckpointStore {
     }
     VersionInfo info = MakeVersionInfo(model, number, record);
     return OpenEncodedRestoreStream(ctx_, std::move(snapshot), std::string(model), std::move(info),
-                                    std::move(record), since_seq, since.value_or(0));
+                                    std::move(record), cache_generation, since_seq,
+                                    since.value_or(0));
   }
 
   Result<std::string> GetShardLayout(std::string_view model,
@@ -430,6 +434,7 @@ class CheckpointStoreImpl final : public CheckpointStore {
   StoreOptions options_;
   const std::shared_ptr<rocksdb::Env> env_;  // null: the process's file system
   ReferenceCache cache_;
+  SinceDeltaCache since_deltas_;
   std::unique_ptr<TensorCodec> codec_;
   StoreHealth health_;  // the database's listener refers to it: declared before db_
   std::unique_ptr<rocksdb::DB> db_;

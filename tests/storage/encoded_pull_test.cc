@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ckpt/codec/edge_encoder.h"
+#include "ckpt/storage/retention.h"
 #include "store_fixture.h"
 
 namespace ckpt {
@@ -33,10 +34,14 @@ class EncodedPullTest : public CheckpointStoreTest {
       CKPT_ASSIGN_OR_RETURN(since, CheckpointView::Parse(Bytes(held)));
     }
     std::string out;
-    EncodedPullDecoder decoder(since ? &*since : nullptr, [&](std::string_view bytes) {
-      out.append(bytes);
-      return Status::Ok();
-    });
+    // Several threads: chunks are decoded a window at a time, written in order.
+    EncodedPullDecoder decoder(
+        since ? &*since : nullptr,
+        [&](std::string_view bytes) {
+          out.append(bytes);
+          return Status::Ok();
+        },
+        3);
     CKPT_RETURN_IF_ERROR(decoder.Feed(Bytes(body)));
     CKPT_RETURN_IF_ERROR(decoder.Finish());
     return out;
@@ -52,6 +57,7 @@ TEST_F(EncodedPullTest, DecodesToTheRestoredBodyFromNothingOrSinceTheVersionBefo
     SetCodecPolicy("m", policy);
     DriftingModel drift(31, 40000);
     std::vector<std::string> restored;
+    size_t first_cold = 0;
     for (uint64_t v = 1; v <= 9; ++v) {
       auto pushed = Push("m", v, drift.Next());
       ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
@@ -63,6 +69,10 @@ TEST_F(EncodedPullTest, DecodesToTheRestoredBodyFromNothingOrSinceTheVersionBefo
       auto decoded = Decode(*cold, "");
       ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
       EXPECT_EQ(*decoded, *whole) << v;
+      // Holding nothing, a client receives about one keyframe whatever the chain's length (an
+      // exact keyframe is coded in place of a longer chain).
+      if (v == 1) first_cold = cold->size();
+      EXPECT_LT(cold->size(), first_cold * 11 / 10 + 1024) << v;
       if (v == 1) continue;
       auto sync = EncodedBody(v, v - 1);
       ASSERT_TRUE(sync.ok()) << sync.status().ToString();
@@ -74,6 +84,53 @@ TEST_F(EncodedPullTest, DecodesToTheRestoredBodyFromNothingOrSinceTheVersionBefo
         EXPECT_LT(sync->size(), pushed->stored_bytes * 11 / 10 + 1024) << v;
       }
       EXPECT_LE(sync->size(), cold->size()) << v;
+    }
+  }
+}
+
+// After the latest version was rearranged into keyframes (its chain no longer runs through the
+// version a follower holds), the follower is sent a delta the store codes from its version:
+// about the stored delta, bit-identical once decoded, and the same bytes for the next follower
+// (coded once, kept). Lossless, and lossy on a plain lattice (a model with retention rules).
+TEST_F(EncodedPullTest, AfterARearrangementFollowersAreSentADeltaCodedFromTheirVersion) {
+  struct Case {
+    const char* policy;
+    bool retention;
+  };
+  for (const Case& c : {Case{R"({"mode":"lossless","keyframe_every":16})", false},
+                        Case{R"({"mode":"lossy","max_abs_error":1e-3})", true}}) {
+    SCOPED_TRACE(c.policy);
+    ASSERT_TRUE(store_->DeleteModel("m").ok() ||
+                store_->DeleteModel("m").code() == StatusCode::kNotFound);
+    SetCodecPolicy("m", c.policy);
+    if (c.retention) {
+      ASSERT_TRUE(
+          store_->SetRetentionPolicy("m", *RetentionPolicy::FromJson(R"({"keep_last":100})")).ok());
+    }
+    DriftingModel drift(37, 40000);
+    std::string held;
+    for (uint64_t v = 1; v <= 5; ++v) {
+      auto pushed = Push("m", v, drift.Next());
+      ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+      auto rearranged = store_->RearrangeLatest("m", nullptr);
+      ASSERT_TRUE(rearranged.ok()) << rearranged.status().ToString();
+      auto whole = Restore("m", v);
+      ASSERT_TRUE(whole.ok());
+      if (v > 1) {
+        EXPECT_GT(rearranged->tensors_keyframed, 0u) << v;
+        auto cold = EncodedBody(v, std::nullopt);
+        auto sync = EncodedBody(v, v - 1);
+        ASSERT_TRUE(cold.ok() && sync.ok()) << sync.status().ToString();
+        auto synced = Decode(*sync, held);
+        ASSERT_TRUE(synced.ok()) << synced.status().ToString();
+        EXPECT_EQ(*synced, *whole) << v;
+        EXPECT_LT(sync->size(), pushed->stored_bytes * 11 / 10 + 1024) << v;
+        EXPECT_LT(sync->size(), cold->size()) << v;
+        auto again = EncodedBody(v, v - 1);
+        ASSERT_TRUE(again.ok());
+        EXPECT_EQ(*again, *sync) << v;
+      }
+      held = *whole;
     }
   }
 }

@@ -4,7 +4,8 @@
 #include <optional>
 #include <vector>
 
-#include "chains/exact_reencode.h"
+#include "chains/chunk_copy.h"
+#include "read/exact_reencode.h"
 #include "read/chain_reader.h"
 #include "records/keys.h"
 

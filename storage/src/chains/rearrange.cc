@@ -11,7 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "chains/exact_reencode.h"
+#include "chains/chunk_copy.h"
+#include "read/exact_reencode.h"
 #include "ckpt/codec/lossy_codec.h"
 #include "read/chain_reader.h"
 #include "records/keys.h"

@@ -20,6 +20,7 @@
 #include "ckpt/codec/tensor_codec.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "context/reference_cache.h"
+#include "context/since_delta_cache.h"
 #include "engine/rocks_status.h"
 #include "engine/store_health.h"
 
@@ -60,6 +61,8 @@ struct StoreContext : MetadataFamilies {
   // Where chunk records live and how metadata changes commit.
   StoreBackend* backend = nullptr;
   ReferenceCache* cache = nullptr;
+  // Deltas coded for followers (read/encoded_restore.cc).
+  SinceDeltaCache* since_deltas = nullptr;
   const TensorCodec* codec = nullptr;
   const StoreOptions* options = nullptr;
   StoreCounters* counters = nullptr;

@@ -3,40 +3,70 @@
 
 #include <rocksdb/slice.h>
 
+#include <algorithm>
+#include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include "ckpt/codec/chunk_record.h"
 #include "ckpt/codec/encoded_pull.h"
 #include "read/chain_reader.h"
+#include "read/exact_reencode.h"
 
 namespace ckpt {
 namespace {
 
-// One link frame of the body: which stored record, and what the client decodes it against.
+// One link frame of the body: which stored record (or a record coded for this pull), and what
+// the client decodes it against.
 struct Link {
   uint32_t body_tensor;  // index in the restored header
   uint32_t chunk;
   LinkBase base;
   StoreBackend::ChunkAddress address;
   uint64_t record_bytes = 0;
+  SinceDeltaCache::Record coded;  // when set: sent instead of a stored record
 };
+
+// The tensor of `since` a chunk of `target` can be coded against: the same name, dtype and
+// chunking (the client's copy of it is then that tensor's reconstruction, chunk for chunk).
+std::optional<uint32_t> SameLayout(const ManifestRecord& since, const ManifestTensor& target) {
+  for (uint32_t i = 0; i < since.tensors.size(); ++i) {
+    const ManifestTensor& t = since.tensors[i];
+    if (t.name != target.name) continue;
+    if (t.dtype == target.dtype && t.byte_size == target.byte_size &&
+        t.chunk_bytes == target.chunk_bytes && t.chunk_count == target.chunk_count) {
+      return i;
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
 
 class EncodedRestoreStream final : public RestoreStream {
  public:
   EncodedRestoreStream(const StoreContext& ctx, ScopedSnapshot snapshot, std::string model,
-                       VersionInfo info)
+                       VersionInfo info, uint64_t cache_generation)
       : ctx_(ctx),
         snapshot_(std::move(snapshot)),
         model_(std::move(model)),
-        info_(std::move(info)) {
+        info_(std::move(info)),
+        cache_generation_(cache_generation) {
     read_options_ = snapshot_.reads();
     read_options_.verify_checksums = false;  // each record carries its own checksums
   }
 
   // Lays out the body: every link of every chunk, in body order, with its record's size.
   Status Plan(const VersionRecord& record, uint64_t since_seq, uint64_t since_version) {
-    ChainReader reader(ctx_.db, ctx_.manifests, ctx_.backend, snapshot_.get(), model_, nullptr);
+    ChainReader reader(ctx_.db, ctx_.manifests, ctx_.backend, snapshot_.get(), model_, ctx_.cache,
+                       cache_generation_);
     CKPT_ASSIGN_OR_RETURN(const ManifestRecord* manifest, reader.Manifest(record.seq));
+    const ManifestRecord* since = nullptr;
+    if (since_seq != 0) {
+      CKPT_ASSIGN_OR_RETURN(since, reader.Manifest(since_seq));
+    }
+    // What this pull may code beyond the records it finds coded.
+    uint64_t coding_budget = ctx_.since_deltas != nullptr ? ctx_.since_deltas->budget_bytes() : 0;
     uint32_t body_tensor = 0;
     for (uint32_t mi = 0; mi < manifest->tensors.size(); ++mi) {
       if (record.Dropped(mi)) continue;
@@ -66,25 +96,53 @@ class EncodedRestoreStream final : public RestoreStream {
         s = e.base_seq;
         t = e.base_tensor;
       }
+      // A chain that does not run through the client's version (it was rearranged, or
+      // restarted at a keyframe) may be replaced by a delta from what the client holds, coded
+      // here; a chain of several links by an exact keyframe (what a client holding nothing
+      // would otherwise receive several times over), where either is smaller.
+      std::optional<uint32_t> since_tensor;
+      bool keyframe_instead = false;
+      if (!from_since && ctx_.since_deltas != nullptr && target.byte_size > 0) {
+        if (since != nullptr) since_tensor = SameLayout(*since, target);
+        keyframe_instead = !since_tensor && chain.size() > 1;
+      }
       for (uint32_t c = 0; c < target.chunk_count; ++c) {
+        const size_t first = links_.size();
+        uint64_t chain_bytes = 0;
         for (size_t k = chain.size(); k-- > 0;) {
           const bool oldest = k + 1 == chain.size();
           const LinkBase base =
               !oldest ? LinkBase::kPrevious : (from_since ? LinkBase::kSince : LinkBase::kNone);
-          links_.push_back({body_tensor, c, base, {chain[k].first, chain[k].second, c}, 0});
+          Link link{body_tensor, c, base, {chain[k].first, chain[k].second, c}, 0, nullptr};
+          CKPT_ASSIGN_OR_RETURN(link.record_bytes, RecordBytes(link.address));
+          chain_bytes += kLinkFrameOverhead + link.record_bytes;
+          links_.push_back(std::move(link));
         }
+        if (!since_tensor && !keyframe_instead) continue;
+        // A record that cannot be coded (a chunk of the client's version unreadable) leaves the
+        // chain to be sent: the pull is only larger.
+        Result<SinceDeltaCache::Record> coded =
+            since_tensor ? CodedLink(reader, record.seq, mi, target, since_seq, *since_tensor, c,
+                                     &coding_budget)
+                         : CodedLink(reader, record.seq, mi, target, 0, 0, c, &coding_budget);
+        if (!coded.ok() || *coded == nullptr ||
+            kLinkFrameOverhead + (*coded)->size() >= chain_bytes) {
+          continue;
+        }
+        links_.resize(first);
+        links_.push_back({body_tensor,
+                          c,
+                          since_tensor ? LinkBase::kSince : LinkBase::kNone,
+                          {},
+                          (*coded)->size(),
+                          std::move(coded).value()});
       }
       ++body_tensor;
     }
     preamble_ = EncodePullPreamble(info_.version, since_seq != 0 ? since_version : 0,
                                    record.raw_header, record.restored_sha256_hex);
     size_ = preamble_.size() + EncodePullEnd().size();
-    for (Link& link : links_) {
-      rocksdb::PinnableSlice value;
-      CKPT_RETURN_IF_ERROR(Read(link.address, &value));
-      link.record_bytes = value.size();
-      size_ += kLinkFrameOverhead + value.size();
-    }
+    for (const Link& link : links_) size_ += kLinkFrameOverhead + link.record_bytes;
     return Status::Ok();
   }
 
@@ -98,6 +156,12 @@ class EncodedRestoreStream final : public RestoreStream {
       piece_ = preamble_;
     } else if (next_link_ < links_.size()) {
       const Link& link = links_[next_link_++];
+      if (link.coded != nullptr) {
+        piece_ = EncodeLinkFrameHead(link.body_tensor, link.chunk, link.base, link.coded->size());
+        piece_.append(*link.coded);
+        return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(piece_.data()),
+                                        piece_.size());
+      }
       rocksdb::PinnableSlice value;
       CKPT_RETURN_IF_ERROR(Read(link.address, &value));
       if (value.size() != link.record_bytes) {
@@ -118,10 +182,50 @@ class EncodedRestoreStream final : public RestoreStream {
     return ctx_.backend->GetChunk(read_options_, model_, a.seq, a.tensor, a.chunk, value);
   }
 
+  Result<uint64_t> RecordBytes(const StoreBackend::ChunkAddress& a) {
+    rocksdb::PinnableSlice value;
+    CKPT_RETURN_IF_ERROR(Read(a, &value));
+    return uint64_t{value.size()};
+  }
+
+  // The record that turns chunk `chunk` of tensor `since_tensor` of manifest `since_seq` (the
+  // client's; 0: none, a keyframe) into the same chunk of tensor `tensor` of `target_seq`: from
+  // the cache, else coded exactly (on the stored payload's lattice where it has one) while
+  // `budget` lasts; nullptr when the budget is spent.
+  Result<SinceDeltaCache::Record> CodedLink(ChainReader& reader, uint64_t target_seq,
+                                            uint32_t tensor, const ManifestTensor& entry,
+                                            uint64_t since_seq, uint32_t since_tensor,
+                                            uint32_t chunk, uint64_t* budget) {
+    const SinceDeltaCache::Key key{cache_generation_, model_, target_seq, since_seq, tensor, chunk};
+    // A model dropped whole since this pull's snapshot may reuse its seqs: neither read nor
+    // keep records then.
+    const bool cacheable = ctx_.cache->generation() == cache_generation_;
+    if (cacheable) {
+      if (SinceDeltaCache::Record hit = ctx_.since_deltas->Get(key)) return hit;
+    }
+    if (*budget == 0) return SinceDeltaCache::Record();
+    std::vector<uint8_t> target, base;
+    CKPT_RETURN_IF_ERROR(reader.DecodeChunk(target_seq, tensor, chunk, &target));
+    std::optional<std::span<const uint8_t>> reference;
+    if (since_seq != 0) {
+      CKPT_RETURN_IF_ERROR(reader.DecodeChunk(since_seq, since_tensor, chunk, &base));
+      reference = base;
+    }
+    CKPT_ASSIGN_OR_RETURN(
+        const EncodedChunk encoded,
+        ReencodeExactly(ctx_, model_, target_seq, tensor, chunk, entry, target, reference));
+    auto record = std::make_shared<const std::string>(ChunkRecord::EncodeChunk(
+        encoded, since_seq != 0 ? FrameKind::kDelta : FrameKind::kKeyframe, target));
+    *budget -= std::min<uint64_t>(*budget, record->size());
+    if (cacheable) ctx_.since_deltas->Put(key, record);
+    return SinceDeltaCache::Record(std::move(record));
+  }
+
   const StoreContext& ctx_;
   ScopedSnapshot snapshot_;
   const std::string model_;
   const VersionInfo info_;
+  const uint64_t cache_generation_;
   rocksdb::ReadOptions read_options_;
   std::vector<Link> links_;
   std::string preamble_;
@@ -136,9 +240,9 @@ class EncodedRestoreStream final : public RestoreStream {
 
 Result<std::unique_ptr<RestoreStream>> OpenEncodedRestoreStream(
     const StoreContext& ctx, ScopedSnapshot snapshot, std::string model, VersionInfo info,
-    VersionRecord record, uint64_t since_seq, uint64_t since_version) {
+    VersionRecord record, uint64_t cache_generation, uint64_t since_seq, uint64_t since_version) {
   auto stream = std::make_unique<EncodedRestoreStream>(ctx, std::move(snapshot), std::move(model),
-                                                       std::move(info));
+                                                       std::move(info), cache_generation);
   CKPT_RETURN_IF_ERROR(stream->Plan(record, since_seq, since_version));
   return std::unique_ptr<RestoreStream>(std::move(stream));
 }

@@ -16,11 +16,15 @@ namespace ckpt {
 
 // The encoded pull body of version `info` (stored as `record`), read through `snapshot`. With
 // `since_seq` (the manifest of version `since_version`, which the client holds), a chunk whose
-// chain runs through that manifest is sent as the deltas after it; every other chunk as its
-// chain from the keyframe. The body's size is known when this returns (the records' sizes are
-// read once to learn it).
+// chain runs through that manifest is sent as the deltas after it; any other chunk whose tensor
+// the client holds in the same layout as a delta from it that the store codes (and keeps in
+// ctx.since_deltas for the next follower) when that is smaller than the chain from the
+// keyframe, which is sent otherwise; any other chain of several links as an exact keyframe
+// coded (and kept) the same way, when that is smaller. The body's size is known when this returns (the records'
+// sizes are read, and the deltas coded, to learn it). `cache_generation`: the reference cache's
+// generation read before the snapshot was taken.
 Result<std::unique_ptr<RestoreStream>> OpenEncodedRestoreStream(
     const StoreContext& ctx, ScopedSnapshot snapshot, std::string model, VersionInfo info,
-    VersionRecord record, uint64_t since_seq, uint64_t since_version);
+    VersionRecord record, uint64_t cache_generation, uint64_t since_seq, uint64_t since_version);
 
 }  // namespace ckpt

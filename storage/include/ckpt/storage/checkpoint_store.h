@@ -72,6 +72,12 @@ struct StoreOptions {
   // the next delta is taken against). Misses are decoded from the stored chain, so this trades
   // memory for push speed only. Default: 128 MiB.
   uint64_t reference_cache_bytes = 128 << 20;
+  // Memory for the chunk records the store codes for followers: an encoded pull since a version
+  // whose chains do not run to the one pulled (a rearranged latest, a new keyframe) is sent,
+  // per chunk, a delta from the follower's version, coded and kept here for the followers that
+  // ask the same after it. Also what one such pull may code beyond the records it finds here
+  // (past it, chunks are sent as their chains). 0: none are coded. Default: 64 MiB.
+  uint64_t since_delta_cache_bytes = 64 << 20;
 
   // Free space on the data directory's volume that pushes leave alone: a push whose size
   // (Content-Length) would cut into it is refused before its body is read, and one without a

@@ -1,4 +1,4 @@
-#include "chains/exact_reencode.h"
+#include "read/exact_reencode.h"
 
 #include <rocksdb/slice.h>
 
@@ -26,19 +26,6 @@ Result<EncodedChunk> ReencodeExactly(const StoreContext& ctx, const std::string&
     }
   }
   return ctx.codec->Encode(entry.dtype, target, reference);
-}
-
-Status CopyTensorChunks(const StoreContext& ctx, const std::string& model, uint64_t from,
-                        uint64_t to, uint32_t tensor, uint32_t chunk_count) {
-  for (uint32_t c = 0; c < chunk_count; ++c) {
-    rocksdb::PinnableSlice value;
-    CKPT_RETURN_IF_ERROR(
-        ctx.backend->GetChunk(rocksdb::ReadOptions(), model, from, tensor, c, &value)
-            .WithContext("model '" + model + "': reading chunk to copy"));
-    CKPT_RETURN_IF_ERROR(ctx.backend->PutChunk(model, to, tensor, c, value.ToStringView())
-                             .WithContext("copying chunk"));
-  }
-  return Status::Ok();
 }
 
 }  // namespace ckpt

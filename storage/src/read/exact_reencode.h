@@ -1,7 +1,8 @@
 // Exact re-encoding of stored chunks: what garbage collection's rebases and the rearrangement
-// of a model's newest versions write in place of a chunk, restoring to the same bytes.
+// of a model's newest versions write in place of a chunk, restoring to the same bytes, and the
+// deltas encoded pulls send followers whose version the chains do not run through.
 //
-// Thread-compatible: called by the holder of the model's lock.
+// Thread-safe: reads only (the chunk's stored payload, through the backend).
 #pragma once
 
 #include <cstdint>
@@ -24,9 +25,5 @@ Result<EncodedChunk> ReencodeExactly(const StoreContext& ctx, const std::string&
                                      uint64_t seq, uint32_t tensor, uint32_t chunk,
                                      const ManifestTensor& entry, std::span<const uint8_t> target,
                                      std::optional<std::span<const uint8_t>> reference);
-
-// Copies tensor `tensor`'s chunk records from manifest `from` to manifest `to` unchanged.
-Status CopyTensorChunks(const StoreContext& ctx, const std::string& model, uint64_t from,
-                        uint64_t to, uint32_t tensor, uint32_t chunk_count);
 
 }  // namespace ckpt
