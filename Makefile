@@ -75,9 +75,10 @@ install: release
 	cmake --install $(RELEASE_DIR) --prefix $(PREFIX)
 	@echo "ckpt and ckptd are in $(PREFIX)/bin (add it to PATH if it is not there)"
 
-# The Python client in a virtual environment that also sees Debian's PyTorch and numpy.
-python-client: deps
-	./scripts/install-python-client.sh $(VENV)
+# The Python client in a virtual environment that also sees Debian's PyTorch and numpy, with
+# its native codec module from the Release build.
+python-client: release
+	./scripts/install-python-client.sh $(VENV) $(wildcard $(RELEASE_DIR)/python/ckptd/_native*.so)
 
 # docs/failure-recovery.md: a PyTorch trainer and ckptd killed and restarted; the final model
 # must equal an uninterrupted run's.

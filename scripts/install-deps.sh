@@ -15,6 +15,8 @@ PACKAGES=(
   # the Python client and its tests (make python-client: a venv that sees Debian's torch,
   # installed offline with Debian's pip, setuptools and wheel)
   python3-pip python3-setuptools python3-wheel python3-venv
+  # the Python client's native codec module (ckptd._native)
+  pybind11-dev python3-dev
   # script(1), which gives the CLI's progress-bar test a terminal
   bsdutils
   # a one-node Ceph cluster for the RADOS tests (scripts/ceph-one-node.sh)

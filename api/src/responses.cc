@@ -69,6 +69,7 @@ json ErrorObject(std::string_view code, std::string_view message) {
 json ErrorObject(const Status& status) {
   json error = ErrorObject(StatusCodeName(status.code()), status.message());
   if (status.subcode() == StatusSubcode::kNoSpace) error["reason"] = "NO_SPACE";
+  if (status.subcode() == StatusSubcode::kStalePlan) error["reason"] = "STALE_PLAN";
   return error;
 }
 

@@ -2,9 +2,11 @@
 // (docs/api.md, "Encoded pull").
 #include "ckpt/codec/encoded_pull.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <thread>
 
 #include "ckpt/base/model_name.h"
 #include "ckpt/client/client.h"
@@ -19,13 +21,16 @@ namespace {
 Result<PullResult> PullOnce(const std::vector<ServerEndpoint>& servers,
                             const ClientOptions& options, TlsContext* tls,
                             const std::string& target, const CheckpointView* since,
-                            const std::string& partial) {
+                            const std::string& partial, int threads) {
   std::ofstream out(partial, std::ios::binary | std::ios::trunc);
   if (!out) return Status::IoError("cannot write '" + partial + "'");
-  EncodedPullDecoder decoder(since, [&](std::string_view bytes) {
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    return out ? Status::Ok() : Status::IoError("writing '" + partial + "' failed");
-  });
+  EncodedPullDecoder decoder(
+      since,
+      [&](std::string_view bytes) {
+        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        return out ? Status::Ok() : Status::IoError("writing '" + partial + "' failed");
+      },
+      threads);
   CKPT_ASSIGN_OR_RETURN(
       PullResult received,
       StreamGet(servers, options, tls, target, kEncodedPullMediaType,
@@ -49,14 +54,23 @@ Result<PullResult> PullOnce(const std::vector<ServerEndpoint>& servers,
 Result<PullResult> Client::PullEncoded(std::string_view model, std::string_view version,
                                        const std::string& path, const EncodedPullOptions& encoded) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+  if (encoded.reference_dir.empty()) return PullEncodedClaimed(model, version, path, encoded);
+  CKPT_ASSIGN_OR_RETURN(const ReferenceLock lock,
+                        ReferenceLock::Acquire(encoded.reference_dir, model));
+  return PullEncodedClaimed(model, version, path, encoded);
+}
+
+Result<PullResult> Client::PullEncodedClaimed(std::string_view model, std::string_view version,
+                                              const std::string& path,
+                                              const EncodedPullOptions& encoded) {
   const std::string& dir = encoded.reference_dir;
+  const int threads = encoded.threads > 0
+                          ? encoded.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::optional<HeldReference> held;
   std::optional<MappedFile> held_file;
   std::optional<CheckpointView> since;
   if (!dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) return Status::IoError("cannot create '" + dir + "': " + ec.message());
     held = HeldReferenceOf(dir, model);
     if (held->version > 0) {
       auto mapped = MappedFile::Open(held->path);
@@ -69,16 +83,17 @@ Result<PullResult> Client::PullEncoded(std::string_view model, std::string_view 
   }
   const std::string partial = path + ".partial";
   const std::string base = "/v1/models/" + std::string(model) + "/versions/" + std::string(version);
-  auto pulled = since ? PullOnce(endpoints_, options_, tls_.get(),
-                                 base + "?since=" + std::to_string(held->version), &*since, partial)
-                      : Result<PullResult>(Status::NotFound("no reconstruction held"));
+  auto pulled =
+      since ? PullOnce(endpoints_, options_, tls_.get(),
+                       base + "?since=" + std::to_string(held->version), &*since, partial, threads)
+            : Result<PullResult>(Status::NotFound("no reconstruction held"));
   if (since && pulled.ok()) pulled->since_version = held->version;
   // Without a usable reconstruction (none, or one that is not what its sidecar says, or a
   // version the server no longer has), the chains from their keyframes.
   if (!pulled.ok() && (!since || pulled.status().code() == StatusCode::kNotFound ||
                        pulled.status().code() == StatusCode::kDataLoss ||
                        pulled.status().code() == StatusCode::kFailedPrecondition)) {
-    pulled = PullOnce(endpoints_, options_, tls_.get(), base, nullptr, partial);
+    pulled = PullOnce(endpoints_, options_, tls_.get(), base, nullptr, partial, threads);
   }
   if (!pulled.ok()) {
     std::error_code ignored;

@@ -1,13 +1,9 @@
 // Client::PushFileEncoded: a checkpoint coded on the client by the server's plan and streamed
 // while it is coded (docs/api.md, "plan").
 #include <algorithm>
-#include <condition_variable>
-#include <cstring>
-#include <deque>
 #include <filesystem>
-#include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "ckpt/base/model_name.h"
@@ -15,6 +11,7 @@
 #include "ckpt/codec/coding_plan.h"
 #include "ckpt/codec/edge_encoder.h"
 #include "ckpt/codec/encoded_body.h"
+#include "encoding_stream.h"
 #include "held_reference.h"
 #include "put_stream.h"
 #include "query_strings.h"
@@ -23,74 +20,6 @@ namespace ckpt {
 namespace {
 
 using nlohmann::json;
-
-// What the encoder is told once the connection gave up on the upload.
-constexpr std::string_view kUploadStopped = "the upload stopped";
-
-// Pieces of the encoded body on their way from the encoding thread to the connection, at most
-// `capacity` bytes of them at once (the encoder waits beyond).
-class PieceQueue {
- public:
-  explicit PieceQueue(size_t capacity) : capacity_(capacity) {}
-
-  // The encoder's side: Aborted (kUploadStopped) once the connection gave up.
-  Status Put(std::string_view piece) {
-    std::unique_lock lock(mu_);
-    changed_.wait(lock, [&] { return cancelled_ || queued_ < capacity_; });
-    if (cancelled_) return Status::Aborted(std::string(kUploadStopped));
-    pieces_.emplace_back(piece);
-    queued_ += piece.size();
-    changed_.notify_all();
-    return Status::Ok();
-  }
-  void Close(Status status) {
-    std::lock_guard lock(mu_);
-    closed_ = true;
-    status_ = std::move(status);
-    changed_.notify_all();
-  }
-  void Cancel() {
-    std::lock_guard lock(mu_);
-    cancelled_ = true;
-    changed_.notify_all();
-  }
-
-  // The connection's side: up to `capacity` bytes; 0 at the end; the encoder's error if any.
-  Result<size_t> Read(char* buffer, size_t capacity) {
-    std::unique_lock lock(mu_);
-    changed_.wait(lock, [&] { return closed_ || !pieces_.empty(); });
-    if (pieces_.empty()) {
-      if (!status_.ok()) return status_;
-      return size_t{0};
-    }
-    size_t n = 0;
-    while (n < capacity && !pieces_.empty()) {
-      std::string& front = pieces_.front();
-      const size_t take = std::min(capacity - n, front.size() - offset_);
-      std::memcpy(buffer + n, front.data() + offset_, take);
-      n += take;
-      offset_ += take;
-      if (offset_ == front.size()) {
-        queued_ -= front.size();
-        pieces_.pop_front();
-        offset_ = 0;
-      }
-    }
-    changed_.notify_all();
-    return n;
-  }
-
- private:
-  const size_t capacity_;
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::deque<std::string> pieces_;  // guarded by mu_
-  size_t offset_ = 0;               // into pieces_.front(); guarded by mu_
-  size_t queued_ = 0;               // bytes in pieces_; guarded by mu_
-  bool closed_ = false;             // guarded by mu_
-  bool cancelled_ = false;          // guarded by mu_
-  Status status_;                   // guarded by mu_
-};
 
 bool NeedsReference(const CodingPlan& plan) {
   return std::any_of(plan.tensors.begin(), plan.tensors.end(), [](const PlannedTensor& t) {
@@ -108,7 +37,28 @@ Result<PushResult> Client::PushFileEncoded(std::string_view model, uint64_t vers
   CKPT_ASSIGN_OR_RETURN(const MappedFile file, MappedFile::Open(path));
   auto parsed = CheckpointView::Parse(file.bytes());
   if (!parsed.ok()) return parsed.status().WithContext("'" + path + "'");
-  const CheckpointView& checkpoint = *parsed;
+  std::optional<ReferenceLock> lock;
+  if (!encoded.reference_dir.empty()) {
+    CKPT_ASSIGN_OR_RETURN(ReferenceLock claimed,
+                          ReferenceLock::Acquire(encoded.reference_dir, model));
+    lock.emplace(std::move(claimed));
+  }
+  // A version pushed by another writer while this one was coded makes its plan stale: plan,
+  // pull the new base and code again.
+  for (int replans = 0;; ++replans) {
+    auto pushed = PushEncodedOnce(model, version, path, *parsed, encoded, metadata);
+    if (pushed.ok() || pushed.status().subcode() != StatusSubcode::kStalePlan ||
+        replans >= encoded.replans) {
+      return pushed;
+    }
+  }
+}
+
+Result<PushResult> Client::PushEncodedOnce(std::string_view model, uint64_t version,
+                                           const std::string& path,
+                                           const CheckpointView& checkpoint,
+                                           const EncodedPushOptions& encoded,
+                                           const PushMetadata& metadata) {
   const std::string version_target = VersionTarget(model, std::to_string(version));
   CKPT_ASSIGN_OR_RETURN(const json plan_json,
                         PostForJson(endpoints_, options_, tls_.get(), version_target + "/plan",
@@ -119,12 +69,7 @@ Result<PushResult> Client::PushFileEncoded(std::string_view model, uint64_t vers
   std::string reference_source;
   std::optional<MappedFile> reference_file;
   std::optional<CheckpointView> reference;
-  const std::string dir = encoded.reference_dir;
-  if (!dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) return Status::IoError("cannot create '" + dir + "': " + ec.message());
-  }
+  const std::string& dir = encoded.reference_dir;
   // Without a reference directory, a base that must be pulled goes to a private temporary one,
   // removed when the push ends.
   std::optional<ScratchDir> scratch;
@@ -142,11 +87,11 @@ Result<PushResult> Client::PushFileEncoded(std::string_view model, uint64_t vers
       // Encoded, since what is held when that saves bytes; kept in `dir` as the reference.
       EncodedPullOptions pull;
       pull.reference_dir = dir;
-      auto pulled = PullEncoded(model, std::to_string(plan.base->version), held.path, pull);
+      auto pulled = PullEncodedClaimed(model, std::to_string(plan.base->version), held.path, pull);
       if (!pulled.ok()) return pulled.status().WithContext("pulling the base version");
       if (pulled->sha256 != base_sha) {
-        return Status::FailedPrecondition("version " + std::to_string(plan.base->version) +
-                                          " changed while it was pulled: push again");
+        return Status::StalePlan("version " + std::to_string(plan.base->version) +
+                                 " changed while it was pulled: push again");
       }
       CKPT_RETURN_IF_ERROR(WriteSidecar(held, plan.base->version, base_sha));
       reference_source = "pulled";
@@ -169,59 +114,26 @@ Result<PushResult> Client::PushFileEncoded(std::string_view model, uint64_t vers
     plan.base->restored_sha256.clear();
   }
 
-  // Encode on one thread while the connection sends what is ready.
+  // Encode on a thread of its own while the connection sends what is ready. The restored body
+  // goes to a file beside the reference as it is coded (not to memory), and replaces the
+  // reference once the version is committed.
   const int threads = encoded.threads > 0
                           ? encoded.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  PieceQueue queue(64 << 20);
-  // The restored body goes to a file beside the reference as it is coded (not to memory), and
-  // replaces the reference once the version is committed.
-  const std::string restored_path = dir.empty() ? std::string() : TemporaryNameFor(held.path);
-  struct RemoveUnlessKept {
-    const std::string& path;
-    ~RemoveUnlessKept() {
-      std::error_code ignored;
-      if (!path.empty()) std::filesystem::remove(path, ignored);
-    }
-  } remove_restored{restored_path};
-  std::ofstream restored_out;
-  RestoredSink restored_sink;
-  if (!restored_path.empty()) {
-    restored_out.open(restored_path, std::ios::binary | std::ios::trunc);
-    if (!restored_out) return Status::IoError("cannot write '" + restored_path + "'");
-    restored_sink = [&](std::span<const uint8_t> piece) {
-      restored_out.write(reinterpret_cast<const char*>(piece.data()),
-                         static_cast<std::streamsize>(piece.size()));
-      return restored_out ? Status::Ok()
-                          : Status::IoError("writing '" + restored_path + "' failed");
-    };
-  }
-  Result<EdgeEncoding> coded = Status::Internal("not coded");
-  std::thread encoder([&] {
-    coded = EncodeByPlan(
-        plan, checkpoint, reference ? &*reference : nullptr, threads,
-        [&](std::string_view piece) { return queue.Put(piece); }, restored_sink);
-    queue.Close(coded.ok() ? Status::Ok() : coded.status());
-  });
-  // However the upload ends (an exception included), the encoder stops and is joined.
-  struct StopEncoder {
-    PieceQueue& queue;
-    std::thread& thread;
-    ~StopEncoder() {
-      queue.Cancel();
-      if (thread.joinable()) thread.join();
-    }
-  } stop_encoder{queue, encoder};
+  EncodingStream stream(plan, checkpoint, reference ? &*reference : nullptr, threads,
+                        dir.empty() ? std::string() : TemporaryNameFor(held.path));
+  CKPT_RETURN_IF_ERROR(stream.Start());
   PutBody body;
-  body.read = [&](char* buffer, size_t capacity) { return queue.Read(buffer, capacity); };
+  body.read = [&](char* buffer, size_t capacity) { return stream.Read(buffer, capacity); };
   body.content_type = kEncodedBodyMediaType;
   auto answer =
       StreamPut(endpoints_, options_, tls_.get(), version_target + PushQuery(metadata), body);
-  queue.Cancel();
-  encoder.join();
+  auto coded = stream.Finish();
   if (!answer.ok()) {
     // The encoder's own failure explains a body that ended early.
-    if (!coded.ok() && coded.status().message() != kUploadStopped) return coded.status();
+    if (!coded.ok() && coded.status().message() != EncodingStream::kUploadStopped) {
+      return coded.status();
+    }
     return answer.status();
   }
   if (!coded.ok()) return coded.status();
@@ -230,12 +142,10 @@ Result<PushResult> Client::PushFileEncoded(std::string_view model, uint64_t vers
   result.encoded = true;
   result.sent_bytes = coded->encoded_bytes;
   result.reference = reference_source;
-  if (!restored_path.empty()) {
-    restored_out.close();
-    if (!restored_out) return Status::IoError("writing '" + restored_path + "' failed");
-    std::error_code ec;
-    std::filesystem::rename(restored_path, held.path, ec);
-    if (ec) return Status::IoError("cannot keep '" + held.path + "': " + ec.message());
+  if (!dir.empty()) {
+    reference.reset();
+    reference_file.reset();
+    CKPT_RETURN_IF_ERROR(stream.KeepRestoredAs(held.path));
     CKPT_RETURN_IF_ERROR(WriteSidecar(held, version, coded->restored_sha256));
   }
   return result;

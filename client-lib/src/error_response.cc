@@ -37,6 +37,7 @@ StatusCode CodeForHttp(unsigned status) {
 Status ErrorFromResponse(unsigned http_status, std::string_view body) {
   std::string message = "HTTP " + std::to_string(http_status);
   StatusCode code = CodeForHttp(http_status);
+  std::string reason;
   const json doc = json::parse(body, nullptr, false);
   if (!doc.is_discarded() && doc.contains("error") && doc["error"].is_object()) {
     const json& error = doc["error"];
@@ -45,10 +46,17 @@ Status ErrorFromResponse(unsigned http_status, std::string_view body) {
       const auto named = StatusCodeFromName(error["code"].get<std::string>());
       if (named && *named != StatusCode::kOk) code = *named;
     }
+    if (error.contains("reason") && error["reason"].is_string()) {
+      reason = error["reason"].get<std::string>();
+    }
   }
   // 507: the daemon's data volume is full (RESOURCE_EXHAUSTED refined by NO_SPACE).
   if (http_status == 507 && code == StatusCode::kResourceExhausted) {
     return Status::NoSpace(std::move(message));
+  }
+  // 409 STALE_PLAN: an encoded push's plan is outdated; the client plans and encodes again.
+  if (code == StatusCode::kFailedPrecondition && reason == "STALE_PLAN") {
+    return Status::StalePlan(std::move(message));
   }
   return Status(code, std::move(message));
 }

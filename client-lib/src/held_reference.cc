@@ -2,6 +2,7 @@
 #include "held_reference.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -51,6 +52,28 @@ ScratchDir::~ScratchDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
+Result<ReferenceLock> ReferenceLock::Acquire(const std::string& dir, std::string_view model) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IoError("cannot create '" + dir + "': " + ec.message());
+  const HeldReference held = HeldReferenceOf(dir, model);
+  const int fd = ::open(held.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return Status::IoError("cannot open '" + held.lock + "': " + std::strerror(errno));
+  }
+  while (::flock(fd, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    const int error = errno;
+    ::close(fd);
+    return Status::IoError("cannot lock '" + held.lock + "': " + std::strerror(error));
+  }
+  return ReferenceLock(fd);
+}
+
+ReferenceLock::~ReferenceLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
 std::string TemporaryNameFor(const std::string& path) {
   std::random_device rd;
   return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rd());
@@ -60,6 +83,7 @@ HeldReference HeldReferenceOf(const std::string& dir, std::string_view model) {
   HeldReference held;
   held.path = (std::filesystem::path(dir) / (std::string(model) + ".safetensors")).string();
   held.sidecar = (std::filesystem::path(dir) / (std::string(model) + ".json")).string();
+  held.lock = (std::filesystem::path(dir) / (std::string(model) + ".lock")).string();
   std::ifstream in(held.sidecar);
   const json doc = json::parse(in, nullptr, false);
   if (!doc.is_discarded() && doc.is_object() && std::filesystem::exists(held.path)) {

@@ -30,10 +30,13 @@ class MappedFile {
 };
 
 // The reference kept for a model in a directory: <dir>/<model>.safetensors, and the sidecar
-// <dir>/<model>.json naming the version it restores and that body's SHA-256.
+// <dir>/<model>.json naming the version it restores and that body's SHA-256. Pushes and pulls
+// that use or replace them hold <dir>/<model>.lock (ReferenceLock), so that processes sharing a
+// directory never pair one's file with another's sidecar.
 struct HeldReference {
   std::string path;
   std::string sidecar;
+  std::string lock;
   uint64_t version = 0;         // 0: none held (no file, or no readable sidecar)
   std::string restored_sha256;  // empty: none held
 };
@@ -50,6 +53,21 @@ class ScratchDir {
  private:
   explicit ScratchDir(std::string path) : path_(std::move(path)) {}
   std::string path_;
+};
+
+// An exclusive claim (flock) on a model's reference in its directory, for one push or pull;
+// released on destruction. Waits for another holder. Move-only.
+class ReferenceLock {
+ public:
+  // Creates `dir` if it is missing, then claims `model`'s reference in it.
+  static Result<ReferenceLock> Acquire(const std::string& dir, std::string_view model);
+  ReferenceLock(ReferenceLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  ReferenceLock& operator=(ReferenceLock&&) = delete;
+  ~ReferenceLock();
+
+ private:
+  explicit ReferenceLock(int fd) : fd_(fd) {}
+  int fd_;
 };
 
 // A name beside `path` no other writer uses: where a file is written before it is renamed.

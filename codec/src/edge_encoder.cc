@@ -99,16 +99,42 @@ Result<CheckpointView> CheckpointView::Parse(std::span<const uint8_t> body) {
   }
   const std::string_view json(reinterpret_cast<const char*>(body.data()) + 8, json_size);
   CKPT_ASSIGN_OR_RETURN(SafetensorsHeader header, ParseSafetensorsHeader(json, body.size()));
-  return CheckpointView(body, std::move(header));
+  const std::span<const uint8_t> data = body.subspan(8 + json_size);
+  std::vector<std::span<const uint8_t>> tensor_data;
+  tensor_data.reserve(header.tensors.size());
+  for (const TensorInfo& t : header.tensors) {
+    tensor_data.push_back(data.subspan(t.begin, t.byte_size()));
+  }
+  return CheckpointView(body.first(8 + json_size), std::move(header), std::move(tensor_data));
 }
 
-std::string_view CheckpointView::raw_header() const {
-  return {reinterpret_cast<const char*>(body_.data()), 8 + header_.json_size};
+Result<CheckpointView> CheckpointView::FromParts(
+    std::span<const uint8_t> raw_header, std::vector<std::span<const uint8_t>> tensor_data) {
+  CKPT_ASSIGN_OR_RETURN(SafetensorsHeader header,
+                        ParseRawSafetensorsHeader(
+                            {reinterpret_cast<const char*>(raw_header.data()), raw_header.size()}));
+  if (tensor_data.size() != header.tensors.size()) {
+    return Status::InvalidArgument("checkpoint: the header names " +
+                                   std::to_string(header.tensors.size()) + " tensors, " +
+                                   std::to_string(tensor_data.size()) + " were given");
+  }
+  for (size_t i = 0; i < tensor_data.size(); ++i) {
+    const TensorInfo& t = header.tensors[i];
+    if (tensor_data[i].size() != t.byte_size()) {
+      return Status::InvalidArgument("checkpoint: tensor '" + t.name + "' has " +
+                                     std::to_string(t.byte_size()) + " bytes in the header, " +
+                                     std::to_string(tensor_data[i].size()) + " were given");
+    }
+  }
+  return CheckpointView(raw_header, std::move(header), std::move(tensor_data));
 }
 
-std::span<const uint8_t> CheckpointView::TensorData(size_t index) const {
-  const TensorInfo& t = header_.tensors[index];
-  return body_.subspan(8 + header_.json_size + t.begin, t.byte_size());
+std::string CheckpointView::Sha256Hex() const {
+  // The tensors tile the data buffer in body order: header then tensors is the body.
+  Sha256 sha;
+  sha.Update(raw_header());
+  for (const std::span<const uint8_t> data : tensor_data_) sha.Update(data);
+  return sha.FinishHex();
 }
 
 std::optional<std::span<const uint8_t>> CheckpointView::TensorData(std::string_view name) const {
@@ -132,9 +158,7 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
                                       ", and no reference is held: pull that version first");
   }
   if (has_deltas && !plan.base->restored_sha256.empty()) {
-    Sha256 sha;
-    sha.Update(reference->body());
-    if (sha.FinishHex() != plan.base->restored_sha256) {
+    if (reference->Sha256Hex() != plan.base->restored_sha256) {
       return Status::FailedPrecondition("the reference held is not the reconstruction of version " +
                                         std::to_string(plan.base->version) +
                                         ": pull that version again");
@@ -168,7 +192,7 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
   // The preamble goes out first (the server waits for the body); both digests are taken as the
   // chunks are written, in body order, which covers the data buffer end to end.
   EdgeEncoding result;
-  result.raw_bytes = checkpoint.body().size();
+  result.raw_bytes = checkpoint.byte_size();
   Sha256 pushed, restored;
   const std::string_view raw_header = checkpoint.raw_header();
   pushed.Update(raw_header);

@@ -1,6 +1,8 @@
 #include "ckpt/codec/encoded_pull.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 
 #include "ckpt/base/binary.h"
 #include "ckpt/codec/chunk_record.h"
@@ -56,8 +58,10 @@ std::string EncodeLinkFrameHead(uint32_t tensor, uint32_t chunk, LinkBase base,
 std::string EncodePullEnd() { return std::string(1, static_cast<char>(kEndTag)); }
 
 EncodedPullDecoder::EncodedPullDecoder(const CheckpointView* since,
-                                       std::function<Status(std::string_view)> write)
-    : since_(since), write_(std::move(write)) {}
+                                       std::function<Status(std::string_view)> write, int threads)
+    : since_(since),
+      write_(std::move(write)),
+      threads_(static_cast<size_t>(std::max(1, threads))) {}
 
 uint64_t EncodedPullDecoder::Wanted() const {
   switch (stage_) {
@@ -144,7 +148,8 @@ Status EncodedPullDecoder::Complete() {
       if (tag == kLinkTag) {
         stage_ = Stage::kLinkHead;
       } else if (tag == kEndTag) {
-        CKPT_RETURN_IF_ERROR(FlushChunk());
+        CKPT_RETURN_IF_ERROR(EndChunk());
+        CKPT_RETURN_IF_ERROR(DecodeWindow());
         stage_ = Stage::kDone;
       } else {
         return Malformed("unknown frame type " + std::to_string(tag));
@@ -164,7 +169,7 @@ Status EncodedPullDecoder::Complete() {
       break;
     }
     case Stage::kRecord:
-      CKPT_RETURN_IF_ERROR(OnLink(buffer_));
+      CKPT_RETURN_IF_ERROR(OnLink(std::move(buffer_)));
       stage_ = Stage::kTag;
       break;
     case Stage::kDone:
@@ -175,66 +180,99 @@ Status EncodedPullDecoder::Complete() {
   return Status::Ok();
 }
 
-Status EncodedPullDecoder::OnLink(std::string_view bytes) {
+Status EncodedPullDecoder::OnLink(std::string bytes) {
   if (link_tensor_ >= header_.tensors.size()) return Malformed("tensor index out of range");
   const TensorInfo& t = header_.tensors[link_tensor_];
   const std::string where = "tensor '" + t.name + "' chunk " + std::to_string(link_chunk_);
   const bool continues =
-      have_chunk_ && link_tensor_ == chunk_tensor_ && link_chunk_ == chunk_index_;
+      have_chunk_ && link_tensor_ == current_.tensor && link_chunk_ == current_.chunk;
   if (continues != (link_base_ == LinkBase::kPrevious)) {
     return Malformed(where + ": a link out of its chain");
   }
+  CKPT_ASSIGN_OR_RETURN(const ChunkRecord record, ChunkRecord::DecodeFrom(bytes));
   if (!continues) {
-    CKPT_RETURN_IF_ERROR(FlushChunk());
+    CKPT_RETURN_IF_ERROR(EndChunk());
     // Chunks come in body order: the next of the same tensor, or the first of a later one once
     // the tensors before it are complete.
     const bool next_of_same =
-        have_chunk_ && link_tensor_ == chunk_tensor_ && link_chunk_ == chunk_index_ + 1;
-    const bool first_of_next = link_chunk_ == 0 && (!have_chunk_ || link_tensor_ > chunk_tensor_) &&
+        have_chunk_ && link_tensor_ == current_.tensor && link_chunk_ == current_.chunk + 1;
+    const bool first_of_next = link_chunk_ == 0 &&
+                               (!have_chunk_ || link_tensor_ > current_.tensor) &&
                                next_offset_ == t.begin;
     if (!next_of_same && !first_of_next) return Malformed(where + " is out of body order");
+    if (record.raw_length > t.end - next_offset_) return Malformed(where + " runs past its tensor");
     have_chunk_ = true;
-    chunk_tensor_ = link_tensor_;
-    chunk_index_ = link_chunk_;
-  }
-  CKPT_ASSIGN_OR_RETURN(const ChunkRecord record, ChunkRecord::DecodeFrom(bytes));
-  if (record.raw_length > t.end - next_offset_) return Malformed(where + " runs past its tensor");
-  std::optional<std::span<const uint8_t>> reference;
-  std::vector<uint8_t> previous;
-  if (link_base_ == LinkBase::kPrevious) {
-    previous = std::move(current_);
-    reference = std::span<const uint8_t>(previous);
-  } else if (link_base_ == LinkBase::kSince) {
-    const auto held = since_ ? since_->TensorData(t.name) : std::nullopt;
-    const uint64_t at = next_offset_ - t.begin;
-    if (!held || held->size() != t.byte_size()) {
-      return Status::FailedPrecondition(where + " is sent as a delta against version " +
-                                        std::to_string(since_version_) +
-                                        ", and the reconstruction held has no such tensor");
+    current_ = PendingChunk{link_tensor_, link_chunk_, next_offset_, {}, Status::Ok(), {}};
+    current_length_ = record.raw_length;
+    if (link_base_ == LinkBase::kSince) {
+      const auto held = since_ ? since_->TensorData(t.name) : std::nullopt;
+      if (!held || held->size() != t.byte_size()) {
+        return Status::FailedPrecondition(where + " is sent as a delta against version " +
+                                          std::to_string(since_version_) +
+                                          ", and the reconstruction held has no such tensor");
+      }
     }
-    reference = held->subspan(at, record.raw_length);
-  }
-  if (reference && reference->size() != record.raw_length) {
+  } else if (record.raw_length != current_length_) {
     return Malformed(where + ": its base has another length");
   }
-  CKPT_ASSIGN_OR_RETURN(const TensorCodec* codec, CodecForDecoding(record.codec_id));
-  current_.assign(record.raw_length, 0);
-  CKPT_RETURN_IF_ERROR(codec->Decode(t.dtype, AsBytes(record.payload), reference, current_));
-  if (Xxh3Checksum(current_) != record.raw_checksum) {
-    return Status::DataLoss(
-        where + " does not decode to the bytes its record names" +
-        (link_base_ == LinkBase::kSince
-             ? ": the reconstruction held is not version " + std::to_string(since_version_) + "'s"
-             : ""));
+  current_.links.push_back({std::move(bytes), link_base_});
+  return Status::Ok();
+}
+
+Status EncodedPullDecoder::EndChunk() {
+  if (!have_chunk_ || current_.links.empty()) return Status::Ok();
+  next_offset_ += current_length_;
+  window_.push_back(std::move(current_));
+  current_.links.clear();
+  if (window_.size() >= 2 * threads_) return DecodeWindow();
+  return Status::Ok();
+}
+
+Status EncodedPullDecoder::DecodeChunk(PendingChunk& chunk) const {
+  const TensorInfo& t = header_.tensors[chunk.tensor];
+  const std::string where = "tensor '" + t.name + "' chunk " + std::to_string(chunk.chunk);
+  std::vector<uint8_t> previous;
+  for (const Link& link : chunk.links) {
+    CKPT_ASSIGN_OR_RETURN(const ChunkRecord record, ChunkRecord::DecodeFrom(link.bytes));
+    std::optional<std::span<const uint8_t>> reference;
+    if (link.base == LinkBase::kPrevious) {
+      previous = std::move(chunk.decoded);
+      reference = std::span<const uint8_t>(previous);
+    } else if (link.base == LinkBase::kSince) {
+      reference = since_->TensorData(t.name)->subspan(chunk.offset - t.begin, record.raw_length);
+    }
+    CKPT_ASSIGN_OR_RETURN(const TensorCodec* codec, CodecForDecoding(record.codec_id));
+    chunk.decoded.assign(record.raw_length, 0);
+    CKPT_RETURN_IF_ERROR(codec->Decode(t.dtype, AsBytes(record.payload), reference, chunk.decoded));
+    if (Xxh3Checksum(chunk.decoded) != record.raw_checksum) {
+      return Status::DataLoss(
+          where + " does not decode to the bytes its record names" +
+          (link.base == LinkBase::kSince
+               ? ": the reconstruction held is not version " + std::to_string(since_version_) + "'s"
+               : ""));
+    }
   }
   return Status::Ok();
 }
 
-Status EncodedPullDecoder::FlushChunk() {
-  if (!have_chunk_ || current_.empty()) return Status::Ok();
-  CKPT_RETURN_IF_ERROR(Write({reinterpret_cast<const char*>(current_.data()), current_.size()}));
-  next_offset_ += current_.size();
-  current_.clear();
+Status EncodedPullDecoder::DecodeWindow() {
+  if (window_.empty()) return Status::Ok();
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < window_.size();) {
+      window_[k].status = DecodeChunk(window_[k]);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t w = 1; w < std::min(threads_, window_.size()); ++w) pool.emplace_back(work);
+  work();
+  for (std::thread& thread : pool) thread.join();
+  for (PendingChunk& chunk : window_) {
+    CKPT_RETURN_IF_ERROR(chunk.status);
+    CKPT_RETURN_IF_ERROR(
+        Write({reinterpret_cast<const char*>(chunk.decoded.data()), chunk.decoded.size()}));
+  }
+  window_.clear();
   return Status::Ok();
 }
 

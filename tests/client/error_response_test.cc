@@ -21,12 +21,12 @@ TEST(ErrorFromResponse, EveryCodeComesBackFromTheBody) {
   };
   // Each code with the HTTP status the daemon sends it under.
   const Case cases[] = {
-      {StatusCode::kInvalidArgument, 400},    {StatusCode::kNotFound, 404},
-      {StatusCode::kAlreadyExists, 409},      {StatusCode::kFailedPrecondition, 409},
-      {StatusCode::kAborted, 409},            {StatusCode::kResourceExhausted, 413},
-      {StatusCode::kDataLoss, 500},           {StatusCode::kUnavailable, 503},
-      {StatusCode::kInternal, 500},           {StatusCode::kIoError, 500},
-      {StatusCode::kUnauthenticated, 401},    {StatusCode::kPermissionDenied, 403},
+      {StatusCode::kInvalidArgument, 400}, {StatusCode::kNotFound, 404},
+      {StatusCode::kAlreadyExists, 409},   {StatusCode::kFailedPrecondition, 409},
+      {StatusCode::kAborted, 409},         {StatusCode::kResourceExhausted, 413},
+      {StatusCode::kDataLoss, 500},        {StatusCode::kUnavailable, 503},
+      {StatusCode::kInternal, 500},        {StatusCode::kIoError, 500},
+      {StatusCode::kUnauthenticated, 401}, {StatusCode::kPermissionDenied, 403},
   };
   for (const Case& c : cases) {
     const Status s = ErrorFromResponse(c.http, Body(StatusCodeName(c.code), "what happened"));
@@ -55,6 +55,19 @@ TEST(ErrorFromResponse, A507IsNoSpace) {
   EXPECT_EQ(ErrorFromResponse(413, Body("RESOURCE_EXHAUSTED", "m")).subcode(),
             StatusSubcode::kNone);
   EXPECT_EQ(ErrorFromResponse(507, "").subcode(), StatusSubcode::kNoSpace);
+}
+
+// 409 STALE_PLAN: the encoded push's plan is outdated, which the client answers by planning and
+// coding again; any other 409 FAILED_PRECONDITION is not.
+TEST(ErrorFromResponse, AStalePlanIsToldApart) {
+  const Status s = ErrorFromResponse(
+      409,
+      R"({"error":{"code":"FAILED_PRECONDITION","message":"ask for a new plan","reason":"STALE_PLAN"}})");
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.subcode(), StatusSubcode::kStalePlan);
+  EXPECT_EQ(s.message(), "ask for a new plan");
+  EXPECT_EQ(ErrorFromResponse(409, Body("FAILED_PRECONDITION", "m")).subcode(),
+            StatusSubcode::kNone);
 }
 
 TEST(StatusCodeFromName, InvertsStatusCodeName) {

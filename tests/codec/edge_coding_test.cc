@@ -238,7 +238,7 @@ std::string Restore(const Encoded& e, const CodingPlan& plan, const CheckpointVi
   EXPECT_TRUE(parser.Feed(Bytes(e.body)).ok());
   EXPECT_TRUE(parser.Finish().ok());
   std::string out(pushed.raw_header());
-  out.resize(pushed.body().size());
+  out.resize(pushed.byte_size());
   for (size_t k = 0; k < got.frames.size(); ++k) {
     const auto record = ChunkRecord::DecodeFrom(got.records[k]);
     EXPECT_TRUE(record.ok());
@@ -321,6 +321,41 @@ TEST(EdgeEncoder, DeltasNeedTheBasesReconstruction) {
   other = plan;
   other.tensors.pop_back();
   EXPECT_EQ(refuse(&*reference, other), StatusCode::kInvalidArgument);
+}
+
+// A checkpoint given as its header and each tensor's bytes where they lie (a program's tensors)
+// codes to the same body as the same checkpoint in one piece; parts that do not make the body
+// its header describes are refused.
+TEST(EdgeEncoder, ACheckpointInPartsCodesAsInOnePiece) {
+  const std::string body = Checkpoint(0);
+  const auto whole = CheckpointView::Parse(Bytes(body));
+  ASSERT_TRUE(whole.ok());
+  // Each tensor copied apart, so that nothing of the parts lies where the body has it.
+  std::vector<std::string> copies;
+  std::vector<std::span<const uint8_t>> tensors;
+  for (size_t i = 0; i < whole->header().tensors.size(); ++i) {
+    const auto data = whole->TensorData(i);
+    copies.emplace_back(data.begin(), data.end());
+  }
+  for (const std::string& c : copies) tensors.push_back(Bytes(c));
+  const std::string header(whole->raw_header());
+  const auto parts = CheckpointView::FromParts(Bytes(header), tensors);
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  EXPECT_EQ(parts->byte_size(), body.size());
+  EXPECT_EQ(parts->Sha256Hex(), testing::Sha256Hex(body));
+  const CodingPlan plan = PlanFor(*whole, 4096, 5e-3, std::nullopt);
+  EXPECT_EQ(EncodeOrDie(plan, *parts, nullptr).body, EncodeOrDie(plan, *whole, nullptr).body);
+
+  auto missing = tensors;
+  missing.pop_back();
+  EXPECT_EQ(CheckpointView::FromParts(Bytes(header), missing).status().code(),
+            StatusCode::kInvalidArgument);
+  auto short_one = tensors;
+  short_one[0] = short_one[0].first(short_one[0].size() - 4);
+  EXPECT_EQ(CheckpointView::FromParts(Bytes(header), short_one).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckpointView::FromParts(Bytes(header.substr(0, 12)), tensors).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

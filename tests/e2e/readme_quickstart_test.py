@@ -11,6 +11,7 @@ and the next line waits for it to be ready (its output goes to a file: a backgro
 holding the pipe would keep the run from ending). Every other line runs verbatim, and each must
 succeed. Exits 77 (skipped) without Debian's python3-venv."""
 import argparse
+import glob
 import os
 import re
 import shutil
@@ -62,7 +63,9 @@ def main():
             script.append(f"cmake --install {build} --prefix {prefix} > /dev/null")
             script.append(f"export PATH={prefix}/bin:$PATH")
         elif command.startswith("make python-client"):
-            script.append(f"{ROOT}/scripts/install-python-client.sh {work}/build/venv")
+            # With the build's native codec module, as make passes the Release build's.
+            native = " ".join(glob.glob(os.path.join(build, "python", "ckptd", "_native*.so")))
+            script.append(f"{ROOT}/scripts/install-python-client.sh {work}/build/venv {native}")
         elif command.startswith("ckptd "):
             assert command.endswith("&"), line
             script.append(f"{command[:-1].strip()} --listen 127.0.0.1:{port} "

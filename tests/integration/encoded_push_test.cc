@@ -136,6 +136,7 @@ TEST_F(EncodedPushDaemonTest, StalePlansAndDamagedBodiesAreRefused) {
   auto late = PushEncoded(2, encoded);
   EXPECT_EQ(late.status, 409) << late.body;
   EXPECT_NE(late.body.find("ask for a new plan"), std::string::npos) << late.body;
+  EXPECT_NE(late.body.find(R"("reason":"STALE_PLAN")"), std::string::npos) << late.body;
 
   auto garbage = PushEncoded(2, std::string(100, 'x'));
   EXPECT_EQ(garbage.status, 400) << garbage.body;

@@ -5,6 +5,7 @@ Usage: client_test.py --ckptd PATH. Exits 77 (skipped) when torch is not importa
 CTest reports a skip with the reason instead of a failure."""
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -16,8 +17,11 @@ import time
 import unittest
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "client-lib", "python"))
+# The package as the build assembles it (its sources and the native codec module), else the
+# sources alone.
+SOURCE_PACKAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                              "client-lib", "python")
+sys.path.insert(0, os.environ.get("CKPT_PYTHON_PACKAGE_DIR") or SOURCE_PACKAGE)
 
 try:
     import torch
@@ -415,19 +419,202 @@ class ClientTest(unittest.TestCase):
             full.stop()
 
     def test_installs_offline_with_debians_pip(self):
-        target = os.path.join(self.tmp.name, "site")
-        # A copy: setuptools writes build/ and *.egg-info next to the sources.
-        source = os.path.join(self.tmp.name, "src")
-        shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                     "client-lib", "python"), source,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-        build = tempfile.mkdtemp(dir=self.tmp.name)
-        result = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-index",
-             "--no-deps", "--target", target, source],
-            capture_output=True, text=True, env=dict(os.environ, TMPDIR=build))
+        # As `make python-client` does: a venv seeing Debian's packages, the client built from
+        # a copy of its sources, with the build's native module when it has one.
+        venv = os.path.join(self.tmp.name, "venv")
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                              "install-python-client.sh")
+        package = os.environ.get("CKPT_PYTHON_PACKAGE_DIR")
+        native = [os.path.join(package, "ckptd", name)
+                  for name in os.listdir(os.path.join(package, "ckptd"))
+                  if name.startswith("_native")] if package else []
+        result = subprocess.run(["bash", script, venv, *native], capture_output=True, text=True)
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-        self.assertTrue(os.path.exists(os.path.join(target, "ckptd", "client.py")))
+        check = subprocess.run(
+            [os.path.join(venv, "bin", "python"), "-c",
+             "import ckptd, torch; print(ckptd.__file__, ckptd.edge.available())"],
+            capture_output=True, text=True, cwd=self.tmp.name)
+        self.assertEqual(check.returncode, 0, check.stderr)
+        where, available = check.stdout.split()
+        self.assertTrue(where.startswith(venv), where)
+        self.assertEqual(available, str(bool(native)))
+
+
+class EncodedTest(unittest.TestCase):
+    """Pushes coded by the client and pulls decoded by it (client.push(encoded=True),
+    pull_encoded): the wire carries about the stored bytes, and what is stored and restored is
+    what the daemon's own coding stores and restores."""
+
+    def setUp(self):
+        if not ckptd.edge.available():
+            if os.environ.get("CKPT_EXPECT_PYTHON_NATIVE") == "1":
+                self.fail("the build has ckptd._native, but it does not import")
+            self.skipTest("built without ckptd._native")
+        self.tmp = tempfile.TemporaryDirectory()
+        self.daemon = Daemon(self.tmp.name)
+        self.url = f"http://127.0.0.1:{self.daemon.port}"
+        self.plain = ckptd.Client(self.url, progress=False)
+
+    def tearDown(self):
+        self.daemon.stop()
+        self.tmp.cleanup()
+
+    def coder(self, name):
+        return ckptd.Client(self.url, progress=False, encoded=True,
+                            reference_dir=os.path.join(self.tmp.name, name))
+
+    def versions(self, count, seed=0):
+        """`count` checkpoints of a model drifting as training does, with tensors no codec
+        shrinks much (steps) and a lossless integer tensor."""
+        g = torch.Generator().manual_seed(seed)
+        weights = {"w": torch.randn(256, 512, generator=g), "b": torch.randn(512, generator=g),
+                   "h": torch.randn(64, 64, generator=g).half(),
+                   "steps": torch.tensor(0, dtype=torch.int64)}
+        out = []
+        for step in range(count):
+            weights = {k: (v + 0.002 * torch.randn(v.shape, generator=g).to(v.dtype)
+                           if v.is_floating_point() else v + 1) for k, v in weights.items()}
+            out.append(weights)
+        return out
+
+    def sha(self, model, version):
+        path = os.path.join(self.tmp.name, "plain.safetensors")
+        self.plain.pull_to_file(model, path, version)
+        return hashlib.sha256(read(path, "rb")).hexdigest()
+
+    def test_encoded_pushes_store_what_the_daemons_coding_stores(self):
+        for model in ("edge", "daemon"):
+            self.plain.set_policy(model, {"mode": "lossy", "max_abs_error": 5e-3})
+        edge = self.coder("edge")
+        for step, weights in enumerate(self.versions(4), start=1):
+            coded = edge.push("edge", step, weights)
+            server = self.plain.push("daemon", step, weights)
+            self.assertTrue(coded["encoded"])
+            self.assertEqual(coded["reference"], "" if step == 1 else "held")
+            self.assertEqual(coded["kind"], server["kind"])
+            self.assertEqual(coded["sha256"], server["sha256"])
+            self.assertEqual(coded["stored_bytes"], server["stored_bytes"])
+            # The wire carries the stored bytes and a small fixed framing.
+            self.assertLess(coded["sent_bytes"], 1.05 * coded["stored_bytes"] + 4096)
+            self.assertLess(coded["sent_bytes"], coded["raw_bytes"] / 2)
+            self.assertEqual(self.sha("edge", step), coded["sha256"])
+            back = edge.pull("edge", step, encoded=False)
+            for name, value in weights.items():
+                error = (back[name].double() - value.double()).abs().max().item()
+                self.assertLessEqual(error, 5e-3 if value.is_floating_point() else 0, name)
+
+    def test_a_file_pushed_by_a_client_without_the_base_pulls_it_first(self):
+        first, second = self.versions(2)
+        self.coder("a").push("m", 1, first)
+        path = os.path.join(self.tmp.name, "second.safetensors")
+        ckptd.save_file(second, path)
+        answer = self.coder("b").push("m", 2, path)
+        self.assertEqual(answer["kind"], "delta")
+        self.assertEqual(answer["reference"], "pulled")
+        self.assertEqual(self.sha("m", 2), answer["sha256"])
+        self.assertEqual(self.sha("m", 2), hashlib.sha256(read(path, "rb")).hexdigest())
+
+    def test_followers_sync_each_version_by_its_stored_delta(self):
+        leader = self.coder("leader")
+        follower = self.coder("follower")
+        out = os.path.join(self.tmp.name, "synced.safetensors")
+        for step, weights in enumerate(self.versions(5), start=1):
+            pushed = leader.push("m", step, weights)
+            got = follower.pull_encoded("m", out)
+            self.assertEqual(got["version"], step)
+            self.assertEqual(got["since_version"], step - 1)
+            self.assertEqual(got["sha256"], pushed["sha256"])
+            self.assertEqual(hashlib.sha256(read(out, "rb")).hexdigest(), pushed["sha256"])
+            self.assertLessEqual(got["received_bytes"], 1.1 * pushed["stored_bytes"] + 4096)
+        # Into memory: the same tensors as a restore.
+        mine = follower.pull("m")
+        theirs = self.plain.pull("m")
+        self.assertEqual(list(mine), list(theirs))
+        for name in mine:
+            self.assertTrue(torch.equal(mine[name], theirs[name]), name)
+
+    def test_followers_sharing_a_reference_directory_keep_it_consistent(self):
+        import threading
+        leader = self.coder("leader")
+        shared = os.path.join(self.tmp.name, "shared")
+        errors, results = [], []
+
+        def follow(index, step):
+            try:
+                follower = ckptd.Client(self.url, progress=False, encoded=True,
+                                        reference_dir=shared)
+                out = os.path.join(self.tmp.name, f"f{index}.safetensors")
+                got = follower.pull_encoded("m", out, step)
+                results.append((got["sha256"], hashlib.sha256(read(out, "rb")).hexdigest()))
+            except Exception as error:  # noqa: BLE001 - reported below
+                errors.append(error)
+
+        for step, weights in enumerate(self.versions(4), start=1):
+            leader.push("m", step, weights)
+            threads = [threading.Thread(target=follow, args=(i, step)) for i in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(len(results), 16)
+        for announced, actual in results:
+            self.assertEqual(announced, actual)
+        # The file held and its sidecar are one pair: the sidecar names the file's digest.
+        with open(os.path.join(shared, "m.json")) as f:
+            sidecar = json.load(f)
+        self.assertEqual(sidecar["version"], 4)
+        self.assertEqual(sidecar["restored_sha256"],
+                         hashlib.sha256(read(os.path.join(shared, "m.safetensors"), "rb"))
+                         .hexdigest())
+
+    def test_a_plan_made_stale_by_another_writer_is_planned_again(self):
+        first, second, third = self.versions(3)
+        edge = self.coder("edge")
+        edge.push("m", 1, first)
+        put_stream = edge._put_stream
+        calls = []
+
+        def interloper_first(*args):
+            calls.append(1)
+            if len(calls) == 1:
+                self.plain.push("m", 2, second)  # after the plan, before the body
+            return put_stream(*args)
+
+        edge._put_stream = interloper_first
+        answer = edge.push("m", 3, third)
+        self.assertEqual(len(calls), 2)
+        self.assertEqual(answer["reference"], "pulled")
+        self.assertEqual(self.sha("m", 3), answer["sha256"])
+
+    def test_a_version_taken_is_refused_by_the_plan_and_nothing_changes(self):
+        first, second = self.versions(2)
+        edge = self.coder("edge")
+        edge.push("m", 1, first)
+        with self.assertRaises(ckptd.CkptdError) as refused:
+            edge.push("m", 1, second)
+        self.assertEqual(refused.exception.status, 409)
+        self.assertIn("greater than the latest", refused.exception.message)
+        self.assertEqual([v["version"] for v in self.plain.versions("m")], [1])
+        self.assertEqual(edge.push("m", 2, second)["reference"], "held")
+
+    def test_without_the_module_pushes_are_coded_by_the_daemon_and_it_says_so_once(self):
+        script = f"""
+import sys, warnings
+sys.path.insert(0, {SOURCE_PACKAGE!r})
+import numpy as np, ckptd
+assert not ckptd.edge.available()
+client = ckptd.Client({self.url!r}, encoded=True, progress=False)
+for step in (1, 2):
+    answer = client.push("m", step, {{"w": np.ones(8, dtype=np.float32) * step}})
+    assert "encoded" not in answer, answer
+print(float(client.pull("m")["w"][0]))
+"""
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stdout.strip(), "2.0")
+        self.assertEqual(result.stderr.count("native codec module"), 1, result.stderr)
 
 
 class NewUserTest(unittest.TestCase):

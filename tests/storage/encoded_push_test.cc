@@ -201,7 +201,7 @@ TEST_F(EncodedPushTest, BodiesThatDoNotFollowThePlanAreRefused) {
   damages.push_back({"figures", body, "coding figures"});
   body = *good;
   body[8] ^= 1;  // the plan digest
-  damages.push_back({"plan", body, "no longer model 'm''s"});
+  damages.push_back({"plan", body, "model 'm' no longer codes by"});
   damages.push_back({"truncated", good->substr(0, good->size() - 10), "truncated"});
   {
     // Coded with a bound twice the plan's.

@@ -12,12 +12,17 @@ checkpoint as shards over several connections (background.py).
 With the optimizer (training.py): training_state(model, opt, step, scheduler) -> (tensors,
 metadata) to push, load_training_state(model, opt, tensors, metadata, scheduler) -> step after a
 pull_with_metadata. save_file(tensors, path) writes a safetensors file, load_file(path) reads one.
+
+Coded here, the wire carrying the stored bytes (edge.py): Client(url, encoded=True) pushes deltas
+against the last version it pushed or pulled and pulls "since" it; edge.available() says whether
+the native codec module is installed.
 """
+from . import edge
 from .background import BackgroundPusher, push_parallel, split_into_shards
 from .client import Client, CkptdError
 from .safetensors import load_file, read_safetensors, safetensors_layout, save_file
 from .training import MissingOptimizerState, load_training_state, training_state
 
-__all__ = ["BackgroundPusher", "Client", "CkptdError", "MissingOptimizerState", "load_file",
+__all__ = ["BackgroundPusher", "edge", "Client", "CkptdError", "MissingOptimizerState", "load_file",
            "load_training_state", "push_parallel", "read_safetensors", "safetensors_layout",
            "save_file", "split_into_shards", "training_state"]

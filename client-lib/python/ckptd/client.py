@@ -5,11 +5,13 @@ import json
 import os
 import ssl
 import sys
+import tempfile
 import time
 import urllib.parse
 import warnings
 
-from .safetensors import read_safetensors, safetensors_layout
+from . import edge
+from .safetensors import load_file, read_safetensors, safetensors_layout
 
 _PIECE = 1 << 20
 _DEFAULT_SERVER = "http://127.0.0.1:8420"
@@ -73,29 +75,29 @@ class _Progress:
 
 class _Body:
     """A safetensors body to send, as often as a push is attempted: a dict of tensors (written
-    on the fly from the tensors' memory) or a file (read again for each attempt)."""
+    on the fly from the tensors' memory: `prefix`, the length and header, then `views`, each
+    tensor's bytes) or a file at `path` (read again for each attempt)."""
 
     def __init__(self, state_dict_or_path, metadata=None):
         if isinstance(state_dict_or_path, (str, os.PathLike)):
-            self._file = state_dict_or_path
-            self.total = os.stat(self._file).st_size
+            self.path = os.fspath(state_dict_or_path)
+            self.total = os.stat(self.path).st_size
         else:
-            self._file = None
-            self._prefix, self._views, self.total = safetensors_layout(state_dict_or_path,
-                                                                       metadata)
+            self.path = None
+            self.prefix, self.views, self.total = safetensors_layout(state_dict_or_path, metadata)
         self._sha256 = None
 
     def pieces(self):
-        if self._file is not None:
-            with open(self._file, "rb") as file:
+        if self.path is not None:
+            with open(self.path, "rb") as file:
                 while True:
                     chunk = file.read(_PIECE)
                     if not chunk:
                         return
                     yield chunk
         else:
-            yield self._prefix
-            for view in self._views:
+            yield self.prefix
+            for view in self.views:
                 for start in range(0, len(view), _PIECE):
                     yield view[start:start + _PIECE]
 
@@ -114,15 +116,25 @@ class Client:
     Thread-compatible (one request at a time per call; make one Client per thread for parallel
     transfers)."""
 
-    def __init__(self, url=None, token=None, ca_file=None, timeout=600, progress=None):
+    def __init__(self, url=None, token=None, ca_file=None, timeout=600, progress=None,
+                 encoded=False, reference_dir=None, encode_threads=0):
         """`url`: the daemon ("http://HOST:PORT"; several separated by commas), default
         $CKPT_SERVER, else http://127.0.0.1:8420. `token`: bearer token, default $CKPT_TOKEN.
         `ca_file`: PEM file of the CAs an https:// server's certificate must chain to, default
-        $CKPT_CACERT, else the system's. The same variables as the ckpt CLI."""
+        $CKPT_CACERT, else the system's. The same variables as the ckpt CLI.
+
+        `encoded`: push and pull whole versions coded here (edge.py), the wire carrying the
+        stored bytes: pushes code their deltas against the restored body of the model's last
+        version pushed or pulled, kept in `reference_dir` (default: where `ckpt push --encoded`
+        keeps them, ~/.cache/ckpt/references/HOST-PORT: one restored checkpoint per model),
+        on `encode_threads` threads (0: the machine's cores). Each push and pull may override
+        it. Needs the native module (`make python-client`); without it, transfers are coded by
+        the daemon, and a warning says so once."""
         url = url or os.environ.get("CKPT_SERVER") or _DEFAULT_SERVER
         ca_file = ca_file or os.environ.get("CKPT_CACERT") or None
         self._settings = dict(url=url, token=token, ca_file=ca_file, timeout=timeout,
-                              progress=progress)
+                              progress=progress, encoded=encoded, reference_dir=reference_dir,
+                              encode_threads=encode_threads)
         self.url = url
         # Several daemons of one deployment (one Ceph pool) may be listed, separated by commas:
         # each request goes to the first that accepts a connection.
@@ -148,6 +160,9 @@ class Client:
         # With several daemons on one Ceph pool, a model's writes go through the daemon holding
         # its lease; the others answer 307. Where each model's writes were last redirected to.
         self._writer = {}
+        self._encoded = encoded
+        self.reference_dir = reference_dir or edge.default_reference_dir(*self._endpoints[0])
+        self._encode_threads = encode_threads
 
     # -- plumbing -----------------------------------------------------------------------------
     def _connect(self, endpoint=None):
@@ -185,9 +200,10 @@ class Client:
         self._writer[model] = endpoint
         return endpoint
 
-    def _write(self, model, send):
+    def _write(self, model, send, answer=None):
         """Runs `send(conn, ...)` -> response for a write of `model` against the daemon that
-        takes the model's writes, following up to 4 redirects."""
+        takes the model's writes, following up to 4 redirects; returns `answer(response)`
+        (default: its JSON)."""
         endpoint = self._writer.get(model)
         for _ in range(5):
             conn = self._connect(endpoint)
@@ -203,7 +219,7 @@ class Client:
                 if response.status in (307, 308):
                     endpoint = self._redirect(model, response, path)
                     continue
-                return self._json_answer(response)
+                return (answer or self._json_answer)(response)
             finally:
                 conn.close()
         raise CkptdError(508, "REDIRECT_LOOP", f"writes of model {model!r} redirect in a loop")
@@ -256,7 +272,7 @@ class Client:
 
     # -- checkpoints --------------------------------------------------------------------------
     def push(self, model, step, state_dict_or_path, metadata=None, metrics=None, tags=(),
-             retries=5, backoff=0.5):
+             retries=5, backoff=0.5, encoded=None):
         """Pushes a checkpoint as `model` at version `step`: a dict of tensors (torch or numpy,
         written as safetensors on the fly, never copied whole) or the path of a safetensors
         file. `metadata` goes into `__metadata__` (strings); `metrics` ({"loss": 1.2}) and
@@ -267,7 +283,12 @@ class Client:
         retry and twice as long before each next one (by default for about 15 s; raise
         `retries` to wait out a longer restart). If an earlier attempt committed although
         its answer was lost, the version's record is returned when it holds this very body
-        (same SHA-256); a different body at that version stays an error (409)."""
+        (same SHA-256); a different body at that version stays an error (409).
+
+        `encoded` (default: the Client's): the checkpoint is coded here by the daemon's plan and
+        the wire carries the stored bytes; the answer then has "encoded" (whether it was),
+        "sent_bytes" and "reference" (how its deltas' base was had: "held", "pulled", "" when
+        none was needed)."""
         query = [(f"metric.{k}", repr(float(v))) for k, v in (metrics or {}).items()]
         query += [("tag", t) for t in tags]
         path = f"/v1/models/{self._quote(model)}/versions/{int(step)}"
@@ -276,10 +297,16 @@ class Client:
         body = _Body(state_dict_or_path, metadata)
         attempts = []
 
+        label = f"push {model}@{step}"
+        encode = self._use_encoded(encoded)
+
         def once():
             attempts.append(1)
             try:
-                return self._put_body(model, path, body, f"push {model}@{step}")
+                if encode:
+                    return edge.push_encoded(self, model, step, body, path, self.reference_dir,
+                                             self._encode_threads, 3, label)
+                return self._put_body(model, path, body, label)
             except CkptdError as error:
                 if len(attempts) > 1 and error.status == 409 \
                         and error.code == "FAILED_PRECONDITION":
@@ -390,15 +417,83 @@ class Client:
 
         return self._write(model, send)
 
-    def pull(self, model, version="latest", as_torch=True, tensors=None):
+    def _put_stream(self, model, path, read, content_type):
+        """PUTs a body of unknown length, chunked, read through `read(size) -> bytes` (b"" at
+        its end). The body can be read once: when the model's writer moved (a redirect, the
+        remembered writer gone) after it was begun, the push must start again from its plan,
+        which a 503 makes push() do."""
+        attempts = []
+
+        def send(conn):
+            if attempts:
+                raise CkptdError(503, "UNAVAILABLE",
+                                 f"the writer of model {model!r} changed while an encoded push "
+                                 "was sent: it is planned and sent again")
+            attempts.append(1)
+            conn.putrequest("PUT", path)
+            for key, value in self._headers({"Content-Type": content_type,
+                                             "Transfer-Encoding": "chunked"}).items():
+                conn.putheader(key, value)
+            conn.endheaders()
+            try:
+                while True:
+                    piece = read(_PIECE)
+                    conn.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    if not piece:
+                        break
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the server answered early (an error or a redirect): read it below
+            return conn.getresponse(), path
+
+        return self._write(model, send)
+
+    def _post_bytes(self, model, path, payload):
+        """POSTs `payload` (octet-stream) as a write of `model`; the answer's body (text)."""
+
+        def send(conn):
+            conn.request("POST", path, body=payload,
+                         headers=self._headers({"Content-Type": "application/octet-stream"}))
+            return conn.getresponse(), path
+
+        def text(response):
+            if response.status >= 300:
+                self._raise_for(response)
+            return response.read().decode()
+
+        return self._write(model, send, text)
+
+    def _use_encoded(self, encoded):
+        """Whether a transfer is encoded: asked for (`encoded`, else the Client's setting) and
+        the codec installed."""
+        wanted = self._encoded if encoded is None else encoded
+        if wanted and not edge.available():
+            edge.warn_unavailable()
+            return False
+        return wanted
+
+    def pull(self, model, version="latest", as_torch=True, tensors=None, encoded=None):
         """Restores `version` (a step, "latest" or "tag:NAME") as a dict of tensors (torch, or
         numpy arrays when torch is missing or `as_torch` is False), streamed from the socket
         into one buffer per tensor. `tensors`: name patterns ("layers.*.weight") to restore
-        only those. The SHA-256 the server announces (for a whole version) is verified."""
-        out, _ = self.pull_with_metadata(model, version, as_torch, tensors=tensors)
+        only those. The SHA-256 the server announces (for a whole version) is verified.
+        `encoded` (default: the Client's): as pull_encoded, for a whole version."""
+        out, _ = self.pull_with_metadata(model, version, as_torch, tensors=tensors,
+                                         encoded=encoded)
         return out
 
-    def _open_restore(self, model, version, query=None):
+    def pull_encoded(self, model, path, version="latest"):
+        """Pulls `version` as its stored records into the safetensors file `path`, decoded here
+        (bit-identical to a restore; SHA-256 verified). When the restored body of an earlier
+        version of the model is held in `reference_dir`, only what turns it into `version` is
+        sent (the chains' deltas after it: a follower's sync); the version pulled becomes the
+        one held. Returns {"version", "sha256", "restored_bytes", "received_bytes",
+        "since_version" (0: none held)}. Needs the native module (edge.available())."""
+        if not edge.available():
+            raise RuntimeError("pull_encoded needs ckptd's native codec module (ckptd._native):"
+                               " `make python-client` installs the client with it")
+        return edge.pull_encoded(self, model, str(version), os.fspath(path), self.reference_dir)
+
+    def _open_restore(self, model, version, query=None, accept=None):
         """(connection, response) of GET version; raises CkptdError unless 200. The caller
         closes the connection."""
         conn = self._connect()
@@ -406,7 +501,7 @@ class Client:
         if query:
             path += "?" + urllib.parse.urlencode(query)
         try:
-            conn.request("GET", path, headers=self._headers())
+            conn.request("GET", path, headers=self._headers({"Accept": accept} if accept else None))
             response = conn.getresponse()
             if response.status != 200:
                 self._raise_for(response)
@@ -416,7 +511,14 @@ class Client:
             raise
 
     def pull_with_metadata(self, model, version="latest", as_torch=True, tensors=None, rank=None,
-                           world_size=None):
+                           world_size=None, encoded=None):
+        """(tensors, metadata) of `version`, as pull; `rank` of `world_size`: as pull_shard.
+        `encoded` (default: the Client's) applies to whole versions (no `tensors`, no `rank`)."""
+        if tensors is None and rank is None and self._use_encoded(encoded):
+            with tempfile.TemporaryDirectory(prefix="ckptd-pull-") as scratch:
+                path = os.path.join(scratch, "restored.safetensors")
+                self.pull_encoded(model, path, version)
+                return load_file(path, as_torch)
         query = [("tensors", ",".join(tensors))] if tensors else []
         if rank is not None:
             query += [("rank", str(int(rank))), ("of", str(int(world_size)))]
@@ -443,8 +545,11 @@ class Client:
         finally:
             conn.close()
 
-    def pull_to_file(self, model, path, version="latest"):
-        """Restores `version` into a safetensors file (SHA-256 verified). Returns its size."""
+    def pull_to_file(self, model, path, version="latest", encoded=None):
+        """Restores `version` into a safetensors file (SHA-256 verified). Returns its size.
+        `encoded` (default: the Client's): as pull_encoded."""
+        if self._use_encoded(encoded):
+            return self.pull_encoded(model, path, version)["restored_bytes"]
         conn, response = self._open_restore(model, version)
         try:
             expected = response.getheader("X-Ckpt-Sha256")

@@ -234,17 +234,17 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink, priva
                           ParseRawSafetensorsHeader(preamble.raw_header));
     const uint64_t reference = state_ ? state_->reference_seq : 0;
     if (preamble.reference != reference) {
-      return Status::FailedPrecondition(
-          "the encoded push was coded against reference " + std::to_string(preamble.reference) +
-          ", and model '" + model_ + "' now deltas against " + std::to_string(reference) +
-          ": ask for a new plan (and pull its base) and encode again");
+      return Status::StalePlan("the encoded push was coded against reference " +
+                               std::to_string(preamble.reference) + ", and model '" + model_ +
+                               "' now deltas against " + std::to_string(reference) +
+                               ": ask for a new plan (and pull its base) and encode again");
     }
     CKPT_RETURN_IF_ERROR(OnHeader(header, preamble.raw_header));
     for (const ManifestTensor& t : manifest_.tensors) data_size_ += t.byte_size;
     if (ToCodingPlan(target_, planned_, "").Digest() != preamble.plan_digest) {
-      return Status::FailedPrecondition(
-          "the encoded push follows a plan that is no longer model '" + model_ +
-          "''s (its policy or chunk size changed since): ask for a new plan and encode again");
+      return Status::StalePlan("the encoded push follows a plan that model '" + model_ +
+                               "' no longer codes by (its policy or chunk size changed since): "
+                               "ask for a new plan and encode again");
     }
     NextExpectedChunk();
     return Status::Ok();

@@ -42,6 +42,10 @@ enum class StatusSubcode {
   // rather than a configured size limit of the request (HTTP 413). Freeing space helps;
   // resending the same request unchanged does not, until then.
   kNoSpace,
+  // Refines kFailedPrecondition: an encoded push was coded by a plan that is no longer the
+  // model's (another version was pushed since, or its policy changed; HTTP 409). Asking for a
+  // new plan, pulling its base and encoding again helps; resending the same body does not.
+  kStalePlan,
 };
 
 // Returns a stable upper-snake name such as "INVALID_ARGUMENT", used in JSON error bodies.
@@ -83,6 +87,13 @@ class [[nodiscard]] Status {
   static Status NoSpace(std::string msg) {
     Status s(StatusCode::kResourceExhausted, std::move(msg));
     s.subcode_ = StatusSubcode::kNoSpace;
+    return s;
+  }
+
+  // kFailedPrecondition refined by kStalePlan.
+  static Status StalePlan(std::string msg) {
+    Status s(StatusCode::kFailedPrecondition, std::move(msg));
+    s.subcode_ = StatusSubcode::kStalePlan;
     return s;
   }
 

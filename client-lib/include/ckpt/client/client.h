@@ -42,7 +42,8 @@ struct ClientOptions {
   std::string client_key_file;
 };
 
-struct TlsContext;  // client.cc: the TLS settings of an https:// client
+struct TlsContext;     // client.cc: the TLS settings of an https:// client
+class CheckpointView;  // ckpt/codec/edge_encoder.h
 
 // One daemon a client may talk to.
 struct ServerEndpoint {
@@ -76,6 +77,9 @@ struct EncodedPushOptions {
   // with deltas pulls its base first.
   std::string reference_dir;
   int threads = 0;  // encoder threads; 0: the machine's cores
+  // New plans asked for when the model moved on while this push was coded (another writer
+  // pushed a version: 409 STALE_PLAN), each pulling the new base and coding again.
+  int replans = 3;
 };
 
 struct PushResult {
@@ -102,6 +106,7 @@ struct EncodedPullOptions {
   // after it); the version pulled becomes the one held. Empty: nothing is kept, and each pull
   // receives the chains from their keyframes.
   std::string reference_dir;
+  int threads = 0;  // decoder threads; 0: the machine's cores
 };
 
 struct PullResult {
@@ -243,6 +248,15 @@ class Client {
   const std::vector<ServerEndpoint>& endpoints() const { return endpoints_; }
 
  private:
+  // PullEncoded with the model's reference already claimed (ReferenceLock) by the caller.
+  Result<PullResult> PullEncodedClaimed(std::string_view model, std::string_view version,
+                                        const std::string& path, const EncodedPullOptions& encoded);
+  // One plan, coded and sent: StalePlan when the model moved on meanwhile.
+  Result<PushResult> PushEncodedOnce(std::string_view model, uint64_t version,
+                                     const std::string& path, const CheckpointView& checkpoint,
+                                     const EncodedPushOptions& encoded,
+                                     const PushMetadata& metadata);
+
   Client(ClientOptions options, std::vector<ServerEndpoint> endpoints,
          std::shared_ptr<TlsContext> tls)
       : options_(std::move(options)), endpoints_(std::move(endpoints)), tls_(std::move(tls)) {}

@@ -21,27 +21,40 @@
 
 namespace ckpt {
 
-// A complete safetensors body in memory (a checkpoint file, or a restored body), read in place.
+// A complete safetensors checkpoint in memory, read in place: one body (a checkpoint file, or a
+// restored body), or its header and each tensor's bytes where they lie (a program's tensors,
+// never copied into one body).
 class CheckpointView {
  public:
   // InvalidArgument when `body` is not one complete safetensors body.
   static Result<CheckpointView> Parse(std::span<const uint8_t> body);
+  // `raw_header`: the length prefix and the JSON header; `tensor_data`: the bytes of each of
+  // its tensors in body order. InvalidArgument when they do not make one complete body.
+  static Result<CheckpointView> FromParts(std::span<const uint8_t> raw_header,
+                                          std::vector<std::span<const uint8_t>> tensor_data);
 
   const SafetensorsHeader& header() const { return header_; }
   // The length prefix and the JSON header, as in the body.
-  std::string_view raw_header() const;
-  std::span<const uint8_t> body() const { return body_; }
+  std::string_view raw_header() const {
+    return {reinterpret_cast<const char*>(raw_header_.data()), raw_header_.size()};
+  }
+  // Bytes of the whole body.
+  uint64_t byte_size() const { return header_.total_size(); }
+  // SHA-256 (hex) of the whole body.
+  std::string Sha256Hex() const;
   // The bytes of tensor `index` (body order).
-  std::span<const uint8_t> TensorData(size_t index) const;
+  std::span<const uint8_t> TensorData(size_t index) const { return tensor_data_[index]; }
   // The bytes of the tensor named `name`, if the body has one.
   std::optional<std::span<const uint8_t>> TensorData(std::string_view name) const;
 
  private:
-  CheckpointView(std::span<const uint8_t> body, SafetensorsHeader header)
-      : body_(body), header_(std::move(header)) {}
+  CheckpointView(std::span<const uint8_t> raw_header, SafetensorsHeader header,
+                 std::vector<std::span<const uint8_t>> tensor_data)
+      : raw_header_(raw_header), header_(std::move(header)), tensor_data_(std::move(tensor_data)) {}
 
-  std::span<const uint8_t> body_;
+  std::span<const uint8_t> raw_header_;
   SafetensorsHeader header_;
+  std::vector<std::span<const uint8_t>> tensor_data_;
 };
 
 struct EdgeEncoding {

@@ -49,13 +49,15 @@ inline constexpr uint64_t kLinkFrameOverhead = 1 + 4 + 4 + 1 + 8;
 
 // Decodes an encoded pull body fed in pieces into the restored body, handed to `write` in order
 // (header first), and checks it against the SHA-256 the body announces. `since` is the
-// client's reconstruction of the version the body was asked since (null: none). Errors:
-// InvalidArgument for a malformed body, DataLoss for a link that does not decode to the bytes its
-// record names or a body whose digest differs, FailedPrecondition for a since-link the held
-// reconstruction cannot serve. Thread-compatible.
+// client's reconstruction of the version the body was asked since (null: none). Chunks are
+// decoded on up to `threads` threads, a window of complete chunks at a time (at most two per
+// thread held). Errors: InvalidArgument for a malformed body, DataLoss for a link that does not
+// decode to the bytes its record names or a body whose digest differs, FailedPrecondition for a
+// since-link the held reconstruction cannot serve. Thread-compatible.
 class EncodedPullDecoder {
  public:
-  EncodedPullDecoder(const CheckpointView* since, std::function<Status(std::string_view)> write);
+  EncodedPullDecoder(const CheckpointView* since, std::function<Status(std::string_view)> write,
+                     int threads = 1);
 
   Status Feed(std::span<const uint8_t> bytes);
   // The body ended: checks it was complete and its digest.
@@ -68,15 +70,34 @@ class EncodedPullDecoder {
  private:
   enum class Stage { kPreamble, kHeader, kDigest, kTag, kLinkHead, kRecord, kDone, kFailed };
 
+  // One link of a chunk: its record (parsed from `bytes`) and what it decodes against.
+  struct Link {
+    std::string bytes;
+    LinkBase base = LinkBase::kNone;
+  };
+  // A chunk whose links have all arrived, and, once decoded, its bytes.
+  struct PendingChunk {
+    uint32_t tensor = 0;
+    uint32_t chunk = 0;
+    uint64_t offset = 0;  // in the data buffer
+    std::vector<Link> links;
+    Status status;
+    std::vector<uint8_t> decoded;
+  };
+
   uint64_t Wanted() const;
   Status Complete();
-  Status OnLink(std::string_view record);
-  // Writes the finished chunk (if any) and checks that chunks come in body order.
-  Status FlushChunk();
+  Status OnLink(std::string record);
+  // Queues the chunk being received (if any); decodes and writes the window when it is full.
+  Status EndChunk();
+  // Decodes the queued chunks in parallel and writes them in body order.
+  Status DecodeWindow();
+  Status DecodeChunk(PendingChunk& chunk) const;
   Status Write(std::string_view bytes);
 
   const CheckpointView* const since_;
   const std::function<Status(std::string_view)> write_;
+  const size_t threads_;
   Stage stage_ = Stage::kPreamble;
   std::string buffer_;
   uint64_t wanted_ = 0;
@@ -87,13 +108,14 @@ class EncodedPullDecoder {
   std::string announced_sha256_;
   Sha256 sha_;
   uint64_t restored_bytes_ = 0;
-  // The link being read and the chunk being reconstructed.
+  // The link being read, the chunk being received and the chunks waiting to be decoded.
   uint32_t link_tensor_ = 0, link_chunk_ = 0;
   LinkBase link_base_ = LinkBase::kNone;
   bool have_chunk_ = false;
-  uint32_t chunk_tensor_ = 0, chunk_index_ = 0;
-  std::vector<uint8_t> current_;  // the chunk's reconstruction so far
-  uint64_t next_offset_ = 0;      // in the data buffer: where the next chunk must start
+  PendingChunk current_;
+  uint64_t current_length_ = 0;  // of the chunk being received (its first link's record)
+  std::vector<PendingChunk> window_;
+  uint64_t next_offset_ = 0;  // in the data buffer: where the next chunk must start
 };
 
 }  // namespace ckpt

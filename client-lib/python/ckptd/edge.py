@@ -1,0 +1,280 @@
+"""Coding at the edge: pushes coded here by the daemon's plan, and versions received as their
+stored records and decoded here, so the wire carries stored bytes, not raw ones (docs/api.md,
+"plan" and "Encoded pull"; docs/design.md, "Coding at the edge").
+
+The codec is ckptd's own, through the native module ckptd._native (built by `make`, installed by
+`make python-client`). Without it, Client(encoded=True) pushes and pulls as the daemon codes
+them, and says so once.
+
+References: per model, the restored body of the last version pushed or pulled encoded is kept
+in a directory (<dir>/<model>.safetensors and <model>.json naming its version and SHA-256),
+the same files the `ckpt` CLI keeps: the base of the next push's deltas, and what the next pull
+is sent "since". Without a directory, a push whose plan has deltas pulls its base first, and a
+pull receives the chains from their keyframes."""
+import contextlib
+import json
+import mmap
+import os
+import shutil
+import struct
+import tempfile
+import warnings
+
+try:
+    from . import _native
+except ImportError:  # built without the module (a sanitizer build) or installed without it
+    _native = None
+
+# What the codec raises: `code` names the failure as the daemon's errors do ("DATA_LOSS", ...).
+CodecError = _native.Error if _native else type("CodecError", (RuntimeError,), {})
+
+
+def _codec_error(code, message):
+    error = CodecError(message)
+    error.code = code
+    return error
+
+_PIECE = 1 << 20
+_warned_unavailable = False
+
+# Answers to a pull "since" a held version after which the chains from their keyframes are
+# asked for instead: the version is no longer stored, or what is held is not what its sidecar
+# says (or not a safetensors file at all).
+_SINCE_UNUSABLE = ("NOT_FOUND", "DATA_LOSS", "FAILED_PRECONDITION", "INVALID_ARGUMENT")
+
+
+def available():
+    """Whether this installation has the codec (ckptd._native)."""
+    return _native is not None
+
+
+def warn_unavailable():
+    """Says once per process that encoded transfers fall back to ones the daemon codes."""
+    global _warned_unavailable
+    if not _warned_unavailable:
+        _warned_unavailable = True
+        warnings.warn("ckptd: the native codec module (ckptd._native) is not installed, so "
+                      "encoded pushes and pulls are coded by the daemon (the wire carries raw "
+                      "bytes); `make python-client` installs the client with it",
+                      RuntimeWarning, stacklevel=3)
+
+
+def default_reference_dir(host, port):
+    """Where the `ckpt` CLI keeps the references of a server: $XDG_CACHE_HOME/ckpt/references/
+    HOST-PORT, else ~/.cache/ckpt/references/HOST-PORT."""
+    cache = os.environ.get("XDG_CACHE_HOME")
+    cache = os.path.join(cache, "ckpt") if cache else os.path.join(
+        os.path.expanduser("~"), ".cache", "ckpt")
+    return os.path.join(cache, "references", f"{host}-{port}")
+
+
+class _CheckpointParts:
+    """The checkpoint as the codec reads it, in place: a file mapped whole, or a state dict's
+    header and tensor memory (no copy). A context manager: the mapping ends with it."""
+
+    def __init__(self, body):
+        self._file = self._map = None
+        if body.path is not None:
+            self._file = open(body.path, "rb")
+            head = self._file.read(8)
+            if len(head) < 8:
+                raise ValueError(f"{body.path!r} is not a safetensors file (shorter than 8 bytes)")
+            (length,) = struct.unpack("<Q", head)
+            self.raw_header = head + self._file.read(length)
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            self.parts = [self._map]
+        else:
+            self.raw_header = body.prefix
+            self.parts = [body.prefix, *body.views]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.parts = None
+        if self._map is not None:
+            self._map.close()
+        if self._file is not None:
+            self._file.close()
+
+
+# Lock files this process holds open: closed in forked children (DataLoader workers forked
+# while a push runs), whose copies would otherwise hold the lock for their whole life.
+_held_locks = set()
+
+
+def _close_held_locks():
+    for fd in _held_locks:
+        os.close(fd)
+    _held_locks.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_held_locks)
+
+
+@contextlib.contextmanager
+def _claimed(reference_dir, model):
+    """Holds the model's reference lock in `reference_dir` (the one the `ckpt` CLI takes), so
+    that processes sharing the directory never pair one's reference with another's sidecar."""
+    import fcntl
+    _native.check_model_name(model)
+    if not reference_dir:
+        yield
+        return
+    os.makedirs(reference_dir, exist_ok=True)
+    fd = os.open(_native.held_reference(reference_dir, model)["lock"],
+                 os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    _held_locks.add(fd)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        _held_locks.discard(fd)
+        os.close(fd)
+
+
+def _needs_reference(plan):
+    return any(t["kind"] == "delta" and t["byte_size"] > 0 for t in plan["tensors"])
+
+
+def push_encoded(client, model, step, body, push_path, reference_dir, threads, replans, label):
+    """One encoded push of `body` (client._Body) as version `step`, planned again (up to
+    `replans` times) when another writer moved the model on meanwhile (409 STALE_PLAN).
+    Returns the push's answer, with "encoded", "sent_bytes" and "reference" added."""
+    from .client import CkptdError
+    with _claimed(reference_dir, model):
+        for attempt in range(replans + 1):
+            try:
+                return _push_once(client, model, step, body, push_path, reference_dir, threads,
+                                  label)
+            except CkptdError as error:
+                if error.reason != "STALE_PLAN" or attempt == replans:
+                    raise
+    raise AssertionError("unreachable")
+
+
+def _push_once(client, model, step, body, push_path, reference_dir, threads, label):
+    from .client import CkptdError
+    version_path = push_path.split("?", 1)[0]
+    scratch = None if reference_dir else tempfile.mkdtemp(prefix="ckptd-reference-")
+    try:
+        with _CheckpointParts(body) as checkpoint:
+            plan_text = client._post_bytes(model, version_path + "/plan", checkpoint.raw_header)
+            plan = json.loads(plan_text)
+            held = _native.held_reference(reference_dir or scratch, model)
+            source, reference_path = "", None
+            if _needs_reference(plan):
+                base = plan["base"]
+                base_sha = base["restored_sha256"]
+                if reference_dir and base_sha and held["sha256"] == base_sha:
+                    source = "held"
+                elif base_sha:
+                    pulled = _pull_claimed(client, model, str(base["version"]),
+                                           held["path"], reference_dir)
+                    if pulled["sha256"] != base_sha:
+                        raise CkptdError(409, "FAILED_PRECONDITION",
+                                         f"version {base['version']} changed while it was "
+                                         "pulled: push again", "STALE_PLAN")
+                    source = "pulled"
+                else:
+                    # The base version was deleted (its data is kept for the chains): nothing to
+                    # pull, so the daemon codes this push.
+                    answer = client._put_body(model, push_path, body, label)
+                    return dict(answer, encoded=False, sent_bytes=body.total,
+                                reference="the base version was deleted and cannot be pulled: "
+                                          "the server coded this push")
+                reference_path = held["path"]
+            restored_path = _native.temporary_name_for(held["path"]) if reference_dir else None
+            # The reference's digest was checked when it was kept (or just now, pulled); a
+            # daemon that does not trust its writers decodes every delta against its own
+            # reference and refuses a drifted one.
+            encoder = _native.Encoder(plan_text, checkpoint.parts, reference_path, False,
+                                      threads, restored_path)
+            try:
+                answer = client._put_stream(model, push_path, encoder.read,
+                                            _native.ENCODED_PUSH_MEDIA_TYPE)
+                coded = encoder.finish()
+                if reference_dir:
+                    encoder.keep_restored_as(held["path"])
+                    _native.write_sidecar(reference_dir, model, int(step),
+                                          coded["restored_sha256"])
+            finally:
+                encoder.close()
+        return dict(answer, encoded=True, sent_bytes=coded["encoded_bytes"], reference=source)
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def pull_encoded(client, model, version, out_path, reference_dir):
+    """Pulls `version` encoded into the safetensors file `out_path` (SHA-256 verified): since
+    the version held in `reference_dir` when there is one, which the version pulled then
+    replaces. Returns {"version", "sha256", "restored_bytes", "received_bytes",
+    "since_version"}."""
+    with _claimed(reference_dir, model):
+        return _pull_claimed(client, model, version, out_path, reference_dir)
+
+
+def _pull_claimed(client, model, version, out_path, reference_dir):
+    """pull_encoded, the model's reference lock held by the caller."""
+    from .client import CkptdError
+    held = None
+    if reference_dir:
+        held = _native.held_reference(reference_dir, model)
+        if held["version"] == 0:
+            held = None
+    partial = out_path + ".partial"
+    try:
+        result = None
+        if held is not None:
+            try:
+                result = _pull_once(client, model, version, held, partial)
+            except (CkptdError, CodecError) as error:
+                if error.code not in _SINCE_UNUSABLE:
+                    raise
+        if result is None:
+            result = _pull_once(client, model, version, None, partial)
+        os.replace(partial, out_path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    if reference_dir:
+        # The version pulled becomes the one held: the base of the next sync or push.
+        kept = _native.held_reference(reference_dir, model)
+        if os.path.abspath(kept["path"]) != os.path.abspath(out_path):
+            temporary = _native.temporary_name_for(kept["path"])
+            try:
+                shutil.copyfile(out_path, temporary)
+                os.replace(temporary, kept["path"])
+            finally:
+                if os.path.exists(temporary):
+                    os.remove(temporary)
+        _native.write_sidecar(reference_dir, model, result["version"], result["sha256"])
+    return result
+
+
+def _pull_once(client, model, version, since, partial):
+    query = [("since", str(since["version"]))] if since else []
+    conn, response = client._open_restore(model, version, query,
+                                          accept=_native.ENCODED_PULL_MEDIA_TYPE)
+    try:
+        media_type = (response.getheader("Content-Type") or "").split(";")[0].strip()
+        if media_type != _native.ENCODED_PULL_MEDIA_TYPE:
+            raise _codec_error("INVALID_ARGUMENT",
+                               f"the server answered an encoded pull with {media_type!r}: it "
+                               "does not serve encoded pulls (upgrade ckptd)")
+        decoder = _native.PullDecoder(since["path"] if since else None, partial,
+                                      client._encode_threads)
+        received = 0
+        while True:
+            piece = response.read(_PIECE)
+            if not piece:
+                break
+            received += len(piece)
+            decoder.feed(piece)
+        result = decoder.finish()
+    finally:
+        conn.close()
+    return dict(result, received_bytes=received,
+                since_version=since["version"] if since else 0)

@@ -1,0 +1,134 @@
+#include "encoding_stream.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <new>
+
+namespace ckpt {
+
+// How much encoded body may wait for the connection: enough to keep a fast link busy while the
+// encoder works on the next window of chunks.
+constexpr size_t kQueuedBytes = 64 << 20;
+
+Status PieceQueue::Put(std::string_view piece) {
+  std::unique_lock lock(mu_);
+  changed_.wait(lock, [&] { return cancelled_ || queued_ < capacity_; });
+  if (cancelled_) return Status::Aborted(std::string(EncodingStream::kUploadStopped));
+  pieces_.emplace_back(piece);
+  queued_ += piece.size();
+  changed_.notify_all();
+  return Status::Ok();
+}
+
+void PieceQueue::Close(Status status) {
+  std::lock_guard lock(mu_);
+  closed_ = true;
+  status_ = std::move(status);
+  changed_.notify_all();
+}
+
+void PieceQueue::Cancel() {
+  std::lock_guard lock(mu_);
+  cancelled_ = true;
+  changed_.notify_all();
+}
+
+Result<size_t> PieceQueue::Read(char* buffer, size_t capacity) {
+  std::unique_lock lock(mu_);
+  changed_.wait(lock, [&] { return closed_ || !pieces_.empty(); });
+  if (pieces_.empty()) {
+    if (!status_.ok()) return status_;
+    return size_t{0};
+  }
+  size_t n = 0;
+  while (n < capacity && !pieces_.empty()) {
+    std::string& front = pieces_.front();
+    const size_t take = std::min(capacity - n, front.size() - offset_);
+    std::memcpy(buffer + n, front.data() + offset_, take);
+    n += take;
+    offset_ += take;
+    if (offset_ == front.size()) {
+      queued_ -= front.size();
+      pieces_.pop_front();
+      offset_ = 0;
+    }
+  }
+  changed_.notify_all();
+  return n;
+}
+
+EncodingStream::EncodingStream(const CodingPlan& plan, const CheckpointView& checkpoint,
+                               const CheckpointView* reference, int threads,
+                               std::string restored_path)
+    : plan_(plan),
+      checkpoint_(checkpoint),
+      reference_(reference),
+      threads_(threads),
+      restored_path_(std::move(restored_path)),
+      queue_(kQueuedBytes),
+      coded_(Status::Internal("not coded")) {}
+
+EncodingStream::~EncodingStream() {
+  Stop();
+  if (!restored_path_.empty()) {
+    restored_out_.close();
+    std::error_code ignored;
+    std::filesystem::remove(restored_path_, ignored);
+  }
+}
+
+Status EncodingStream::Start() {
+  RestoredSink restored_sink;
+  if (!restored_path_.empty()) {
+    restored_out_.open(restored_path_, std::ios::binary | std::ios::trunc);
+    if (!restored_out_) return Status::IoError("cannot write '" + restored_path_ + "'");
+    restored_sink = [this](std::span<const uint8_t> piece) {
+      restored_out_.write(reinterpret_cast<const char*>(piece.data()),
+                          static_cast<std::streamsize>(piece.size()));
+      return restored_out_ ? Status::Ok()
+                           : Status::IoError("writing '" + restored_path_ + "' failed");
+    };
+  }
+  encoder_ = std::thread([this, restored_sink = std::move(restored_sink)] {
+    // Nothing thrown may leave the thread (it would end the process, a Python one included).
+    try {
+      coded_ = EncodeByPlan(
+          plan_, checkpoint_, reference_, threads_,
+          [this](std::string_view piece) { return queue_.Put(piece); }, restored_sink);
+    } catch (const std::bad_alloc&) {
+      coded_ = Status::ResourceExhausted("out of memory while coding the checkpoint");
+    } catch (const std::exception& e) {
+      coded_ = Status::Internal(std::string("coding the checkpoint failed: ") + e.what());
+    }
+    queue_.Close(coded_.ok() ? Status::Ok() : coded_.status());
+  });
+  return Status::Ok();
+}
+
+void EncodingStream::Stop() {
+  queue_.Cancel();
+  if (encoder_.joinable()) encoder_.join();
+}
+
+Result<EdgeEncoding> EncodingStream::Finish() {
+  Stop();
+  if (!coded_.ok()) return coded_.status();
+  if (restored_out_.is_open()) {
+    restored_out_.close();
+    if (!restored_out_) return Status::IoError("writing '" + restored_path_ + "' failed");
+  }
+  return coded_;
+}
+
+Status EncodingStream::KeepRestoredAs(const std::string& path) {
+  if (restored_path_.empty()) return Status::Internal("no restored body was written");
+  std::error_code ec;
+  std::filesystem::rename(restored_path_, path, ec);
+  if (ec) return Status::IoError("cannot keep '" + path + "': " + ec.message());
+  restored_path_.clear();
+  return Status::Ok();
+}
+
+}  // namespace ckpt
