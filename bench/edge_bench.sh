@@ -10,6 +10,10 @@
 # (the request or response bodies), the daemon's CPU seconds per GB of checkpoint (utime + stime
 # from /proc/PID/stat) and the client's (from /usr/bin/time). One fresh data directory per way.
 #
+# With LINK_RATE (bits/s: 100M, 1G) in the environment, every client (ckpt, curl) reaches the
+# daemon and nginx through bench/rate_limit_proxy.py, a loopback link of that rate shared by
+# both directions' connections; "link-bound seconds" is then the wire bytes ÷ the rate.
+#
 # Usage: bench/edge_bench.sh CHECKPOINT_DIR POLICY_JSON BUILD_DIR
 #   (POLICY_JSON "" keeps the default lossless policy; STORAGE_CONFIG in the environment adds
 #   lines to the daemon's [storage] section, e.g. "reference_cache_bytes = 1073741824")
@@ -23,9 +27,11 @@ ckptd="$build/daemon/ckptd"
 work=$(mktemp -d -p "${TMPDIR:-/tmp}" ckpt-edge-bench.XXXXXX)
 daemon_pid=""
 nginx_pid=""
+proxy_pid=""
 cleanup() {
   [[ -n "$daemon_pid" ]] && kill -9 "$daemon_pid" 2>/dev/null || true
   [[ -n "$nginx_pid" ]] && kill "$nginx_pid" 2>/dev/null || true
+  [[ -n "$proxy_pid" ]] && kill "$proxy_pid" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -38,9 +44,27 @@ latest_bytes=$(stat -c %s "${files[-1]}")
 ticks=$(getconf CLK_TCK)
 
 now() { date +%s.%N; }
+
+# Sets link_url to the URL clients use for the server at $1 (http://127.0.0.1:PORT): itself, or
+# with LINK_RATE a rate-limited proxy in front of it (one at a time).
+link_to() {
+  link_url=$1
+  [[ -z "${LINK_RATE:-}" ]] && return
+  if [[ -n "$proxy_pid" ]]; then
+    kill "$proxy_pid" 2>/dev/null || true
+    wait "$proxy_pid" 2>/dev/null || true
+  fi
+  rm -f "$work/proxy-ready"
+  /usr/bin/python3 "$(dirname "$0")/rate_limit_proxy.py" --rate "$LINK_RATE" \
+    --to "${1#http://}" --ready-file "$work/proxy-ready" > /dev/null 2>&1 &
+  proxy_pid=$!
+  for _ in $(seq 300); do [[ -s "$work/proxy-ready" ]] && break; sleep 0.02; done
+  link_url="http://127.0.0.1:$(cat "$work/proxy-ready")"
+}
 daemon_cpu() { awk -v t="$ticks" '{ print ($14 + $15) / t }' "/proc/$daemon_pid/stat"; }
 
-start_daemon() {  # $1: extra config
+start_daemon() {  # $1: extra config; stops the daemon of the previous way first
+  [[ -n "$daemon_pid" ]] && stop_daemon
   rm -rf "$work/data" "$work/ready"
   printf '%s\n' "[storage]" "rearrange_delay_ms = 3600000" "${STORAGE_CONFIG:-}" "$1" \
     > "$work/ckptd.toml"
@@ -48,7 +72,8 @@ start_daemon() {  # $1: extra config
     --ready-file "$work/ready" > "$work/ckptd.log" 2>&1 &
   daemon_pid=$!
   for _ in $(seq 300); do [[ -s "$work/ready" ]] && break; sleep 0.05; done
-  export CKPT_SERVER="http://127.0.0.1:$(cat "$work/ready")"
+  link_to "http://127.0.0.1:$(cat "$work/ready")"
+  export CKPT_SERVER=$link_url
   if [[ -n "$policy" ]]; then "$ckpt" policy m "$policy" > /dev/null; fi
 }
 stop_daemon() { kill "$daemon_pid"; wait "$daemon_pid" 2>/dev/null || true; daemon_pid=""; }
@@ -65,15 +90,21 @@ run_ckpt() {
   wire=$((wire + $(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$work/out.json" "$field")))
 }
 
-row() {  # name seconds raw_bytes
-  awk -v n="$1" -v s="$2" -v b="$3" -v w="$wire" -v d="$4" -v c="$client_cpu" 'BEGIN {
-    printf "| %s | %.2f | %.0f | %.1f | %.2f | %.2f |\n", n, s, b / 1e6 / s, w / 1e6, d / (b / 1e9), c / (b / 1e9) }'
+link_bytes_per_second=$(/usr/bin/python3 -c "
+import sys; t = sys.argv[1]; s = {'K': 1e3, 'M': 1e6, 'G': 1e9}
+print((float(t[:-1]) * s[t[-1].upper()] if t[-1].upper() in s else float(t)) / 8 if t else 0)" "${LINK_RATE:-}")
+row() {  # name seconds raw_bytes daemon_cpu_seconds
+  awk -v n="$1" -v s="$2" -v b="$3" -v w="$wire" -v d="$4" -v c="$client_cpu" \
+      -v l="$link_bytes_per_second" 'BEGIN {
+    printf "| %s | %.2f | %s | %.0f | %.1f | %.2f | %.2f |\n", n, s,
+      (l > 0 ? sprintf("%.2f", w / l) : "-"), b / 1e6 / s, w / 1e6, d / (b / 1e9), c / (b / 1e9) }'
 }
 
-echo "checkpoints: ${#files[@]} files, $((raw / 1000000)) MB; policy: ${policy:-lossless default}; build: $build"
+echo "checkpoints: ${#files[@]} files, $((raw / 1000000)) MB; policy: ${policy:-lossless default};" \
+     "link: ${LINK_RATE:-loopback}; build: $build"
 echo
-echo "| way | seconds | MB/s | wire MB | daemon CPU-s/GB | client CPU-s/GB |"
-echo "|---|---|---|---|---|---|"
+echo "| way | seconds | link-bound seconds | MB/s (time to durable) | wire MB | daemon CPU-s/GB | client CPU-s/GB |"
+echo "|---|---|---|---|---|---|---|"
 
 push_all() {  # name extra-config push-args...
   local name=$1 config=$2
@@ -134,6 +165,8 @@ cmp -s "$work/follower.safetensors" "$work/pulled.safetensors" || echo "follower
 stop_daemon
 
 start_nginx
+link_to "$nginx_url"
+nginx_url=$link_url
 client_cpu=0
 wire=$raw
 t0=$(now)
