@@ -490,22 +490,11 @@ Result<std::unique_ptr<RestoreStream>> ApiHandler::OpenRestore(const Route& rout
 Result<ApiHandler::RestoreAnswer> ApiHandler::BeginEncodedRestore(const Route& route) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(route.model));
   std::optional<uint64_t> since;
-  CKPT_RETURN_IF_ERROR(
-      ForEachQueryParam(route.query, [&](const std::string& key, const std::string& value) {
-        if (key != "since") {
-          return Status::InvalidArgument(
-              "an encoded pull sends a whole version: 'since' is its "
-              "only query parameter, not '" +
-              key.substr(0, 40) + "'");
-        }
-        auto number = ParseVersionNumber(value);
-        if (!number.ok()) return number.status();
-        since = *number;
-        return Status::Ok();
-      }));
+  CKPT_ASSIGN_OR_RETURN(const RestoreSelection selection, ParseRestoreQuery(route.query, &since));
   CKPT_ASSIGN_OR_RETURN(std::optional<uint64_t> version, ResolveVersion(route));
   RestoreAnswer answer;
-  CKPT_ASSIGN_OR_RETURN(answer.stream, store_->OpenEncodedRestore(route.model, version, since));
+  CKPT_ASSIGN_OR_RETURN(answer.stream,
+                        store_->OpenEncodedRestore(route.model, version, since, selection));
   const VersionInfo& info = answer.stream->info();
   answer.headers = {{"X-Ckpt-Model", info.model},
                     {"X-Ckpt-Version", std::to_string(info.version)},

@@ -164,7 +164,7 @@ Result<uint64_t> ParseHfQuery(std::string_view query, uint64_t default_bytes) {
   return max_file_bytes;
 }
 
-Result<RestoreSelection> ParseRestoreQuery(std::string_view query) {
+Result<RestoreSelection> ParseRestoreQuery(std::string_view query, std::optional<uint64_t>* since) {
   RestoreSelection selection;
   std::optional<uint32_t> rank, ranks;
   std::optional<std::string> tensor;
@@ -191,11 +191,13 @@ Result<RestoreSelection> ParseRestoreQuery(std::string_view query) {
           CKPT_ASSIGN_OR_RETURN(offsets, ParseDims(key, value));
         } else if (key == "shape") {
           CKPT_ASSIGN_OR_RETURN(shape, ParseDims(key, value));
+        } else if (key == "since" && since != nullptr) {
+          CKPT_ASSIGN_OR_RETURN(*since, ParseVersionNumber(value));
         } else if (key != "detail" && key != "layout") {
           return Status::InvalidArgument(
-              "unknown query parameter '" + key +
-              "' on a restore (allowed: tensors, rank and of, tensor with offsets and shape, "
-              "detail, layout)");
+              "unknown query parameter '" + key.substr(0, 40) +
+              "' on a restore (allowed: tensors, rank and of, tensor with offsets and shape, " +
+              (since != nullptr ? "since" : "detail, layout") + ")");
         }
         return Status::Ok();
       }));

@@ -163,6 +163,18 @@ Status CheckTiling(std::string_view tensor, std::span<const uint64_t> global_sha
   return Status::Ok();
 }
 
+std::pair<uint64_t, uint64_t> BoxElementSpan(std::span<const uint64_t> global_shape,
+                                             const TensorBox& box) {
+  if (box.element_count() == 0) return {0, 0};
+  uint64_t first = 0, last = 0, stride = 1;
+  for (size_t d = global_shape.size(); d-- > 0;) {
+    first += box.offsets[d] * stride;
+    last += (box.offsets[d] + box.shape[d] - 1) * stride;
+    stride *= global_shape[d];
+  }
+  return {first, last + 1};
+}
+
 std::pair<uint64_t, uint64_t> SplitExtent(uint64_t extent, uint32_t rank, uint32_t ranks) {
   const uint64_t base = extent / ranks;
   const uint64_t longer = extent % ranks;

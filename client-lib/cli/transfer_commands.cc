@@ -155,7 +155,8 @@ class PullCommand final : public Command {
     c->add_flag("--encoded", encoded_,
                 "receive the stored records and decode them here (the wire carries the stored "
                 "bytes); with a reconstruction of an earlier version held, only the deltas "
-                "after it");
+                "after it; with --tensors or --rank, the records of the chunks holding that "
+                "part (the reconstruction held is neither used nor replaced)");
     c->add_option("--reference-dir", encoded_options_.reference_dir,
                   "with --encoded: where the restored body of each model's last version pushed "
                   "or pulled is kept (default: ~/.cache/ckpt/references/HOST-PORT)");
@@ -179,13 +180,11 @@ class PullCommand final : public Command {
     if ((rank_->count() > 0) != (world_size_->count() > 0)) {
       return Usage("--rank and --world-size go together");
     }
-    if (encoded_ && (file_ == "-" || !part_.tensors.empty() || part_.ranks > 0)) {
-      return Usage("--encoded pulls a whole version into a file");
-    }
+    if (encoded_ && file_ == "-") return Usage("--encoded pulls into a file, not stdout");
     if (encoded_ && encoded_options_.reference_dir.empty()) {
       encoded_options_.reference_dir = ReferenceDirFor(**client);
     }
-    auto r = encoded_ ? (*client)->PullEncoded(model_, version_, file_, encoded_options_)
+    auto r = encoded_ ? (*client)->PullEncoded(model_, version_, file_, encoded_options_, part_)
                       : (*client)->PullToFile(model_, version_, file_, part_);
     session.progress().Clear();
     if (!r.ok()) return Fail(r.status());

@@ -13,6 +13,7 @@
 #include "ckpt/codec/edge_encoder.h"
 #include "held_reference.h"
 #include "put_stream.h"
+#include "query_strings.h"
 
 namespace ckpt {
 namespace {
@@ -44,16 +45,48 @@ Result<PullResult> PullOnce(const std::vector<ServerEndpoint>& servers,
   result.version = decoder.version();
   result.bytes = decoder.restored_bytes();
   result.sha256 = decoder.sha256();
-  result.verified = true;
+  result.verified = decoder.whole_version();
   result.received_bytes = received.bytes;
   return result;
+}
+
+// The threads a pull decodes on.
+int DecoderThreads(const EncodedPullOptions& encoded) {
+  return encoded.threads > 0 ? encoded.threads
+                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Writes `partial` from `target` and renames it to `path`; removes it on failure.
+Result<PullResult> PullInto(const std::vector<ServerEndpoint>& servers,
+                            const ClientOptions& options, TlsContext* tls,
+                            const std::string& target, const std::string& path, int threads) {
+  const std::string partial = path + ".partial";
+  auto pulled = PullOnce(servers, options, tls, target, nullptr, partial, threads);
+  std::error_code ec;
+  if (pulled.ok()) std::filesystem::rename(partial, path, ec);
+  if (!pulled.ok() || ec) {
+    std::error_code ignored;
+    std::filesystem::remove(partial, ignored);
+    if (ec) return Status::IoError("cannot rename '" + partial + "': " + ec.message());
+  }
+  return pulled;
 }
 
 }  // namespace
 
 Result<PullResult> Client::PullEncoded(std::string_view model, std::string_view version,
-                                       const std::string& path, const EncodedPullOptions& encoded) {
+                                       const std::string& path, const EncodedPullOptions& encoded,
+                                       const PullOptions& part) {
   CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+  if (!part.hf_file.empty()) {
+    return Status::InvalidArgument("an encoded pull does not send the Hugging Face view");
+  }
+  if (!part.tensors.empty() || part.ranks > 0) {
+    return PullInto(
+        endpoints_, options_, tls_.get(),
+        "/v1/models/" + std::string(model) + "/versions/" + std::string(version) + PullQuery(part),
+        path, DecoderThreads(encoded));
+  }
   if (encoded.reference_dir.empty()) return PullEncodedClaimed(model, version, path, encoded);
   CKPT_ASSIGN_OR_RETURN(const ReferenceLock lock,
                         ReferenceLock::Acquire(encoded.reference_dir, model));
@@ -64,9 +97,7 @@ Result<PullResult> Client::PullEncodedClaimed(std::string_view model, std::strin
                                               const std::string& path,
                                               const EncodedPullOptions& encoded) {
   const std::string& dir = encoded.reference_dir;
-  const int threads = encoded.threads > 0
-                          ? encoded.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = DecoderThreads(encoded);
   std::optional<HeldReference> held;
   std::optional<MappedFile> held_file;
   std::optional<CheckpointView> since;

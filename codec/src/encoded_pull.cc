@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <thread>
+#include <tuple>
 
 #include "ckpt/base/binary.h"
 #include "ckpt/codec/chunk_record.h"
@@ -13,13 +14,21 @@ namespace {
 
 constexpr uint8_t kLinkTag = 1;
 constexpr uint8_t kEndTag = 2;
+constexpr uint8_t kPartTag = 3;
 constexpr uint64_t kPreambleBytes = 7 + 1 + 8 + 8 + 8;
 constexpr uint64_t kLinkHeadBytes = 4 + 4 + 1 + 8;
+constexpr uint64_t kPartHeadBytes = 4 + 8 + 8 + 1;
+// Dimensions a part frame may declare (safetensors tensors have far fewer).
+constexpr uint64_t kMaxPartDims = 64;
 constexpr uint64_t kDigestBytes = 64;
 // A header longer than this is refused before it is buffered.
 constexpr uint64_t kMaxHeaderBytes = kMaxSafetensorsHeaderBytes + 8;
 // A record longer than this is refused before it is buffered (far beyond any chunk).
 constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 31;
+// A part's bytes are written in pieces of about this size: the runs of a box are gathered into
+// one piece, and a run at least kDirectBytes long is written from the decoded chunk itself.
+constexpr size_t kGatherBytes = 1 << 20;
+constexpr size_t kDirectBytes = 64 << 10;
 
 std::span<const uint8_t> AsBytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
@@ -42,6 +51,40 @@ std::string EncodePullPreamble(uint64_t version, uint64_t since, std::string_vie
   w.PutBytes(raw_header);
   w.PutBytes(restored_sha256);
   return w.Release();
+}
+
+std::string EncodePartPullPreamble(uint64_t version, std::string_view raw_header) {
+  ByteWriter w;
+  w.PutBytes(kEncodedPullMagic);
+  w.PutU8(kEncodedPullPartFormatVersion);
+  w.PutU64(version);
+  w.PutU64(0);
+  w.PutU64(raw_header.size());
+  w.PutBytes(raw_header);
+  return w.Release();
+}
+
+std::string EncodePartFrame(uint32_t tensor, uint64_t stored_bytes, uint64_t chunk_bytes,
+                            std::span<const uint64_t> stored_shape,
+                            std::span<const uint64_t> offsets) {
+  ByteWriter w;
+  w.PutU8(kPartTag);
+  w.PutU32(tensor);
+  w.PutU64(stored_bytes);
+  w.PutU64(chunk_bytes);
+  w.PutU8(static_cast<uint8_t>(stored_shape.size()));
+  for (uint64_t extent : stored_shape) w.PutU64(extent);
+  for (uint64_t offset : offsets) w.PutU64(offset);
+  return w.Release();
+}
+
+std::optional<std::pair<uint32_t, uint32_t>> ChunksHoldingBox(
+    std::span<const uint64_t> stored_shape, const TensorBox& box, uint64_t element,
+    uint64_t chunk_bytes) {
+  const auto [first, end] = BoxElementSpan(stored_shape, box);
+  if (first == end || chunk_bytes == 0) return std::nullopt;
+  return std::make_pair(static_cast<uint32_t>(first * element / chunk_bytes),
+                        static_cast<uint32_t>((end * element - 1) / chunk_bytes));
 }
 
 std::string EncodeLinkFrameHead(uint32_t tensor, uint32_t chunk, LinkBase base,
@@ -76,6 +119,10 @@ uint64_t EncodedPullDecoder::Wanted() const {
       return 1;
     case Stage::kLinkHead:
       return kLinkHeadBytes;
+    case Stage::kPartHead:
+      return kPartHeadBytes;
+    case Stage::kPartShape:
+      return wanted_;
     case Stage::kDone:
     case Stage::kFailed:
       return 0;
@@ -121,12 +168,17 @@ Status EncodedPullDecoder::Complete() {
       uint8_t format = 0;
       CKPT_RETURN_IF_ERROR(r.GetSpan(kEncodedPullMagic.size(), &magic));
       CKPT_RETURN_IF_ERROR(r.GetU8(&format));
-      if (format != kEncodedPullFormatVersion) {
-        return Malformed("format " + std::to_string(format) + " is not " +
-                         std::to_string(kEncodedPullFormatVersion) + " (a newer ckptd?)");
+      if (format != kEncodedPullFormatVersion && format != kEncodedPullPartFormatVersion) {
+        return Malformed("format " + std::to_string(format) + " is neither " +
+                         std::to_string(kEncodedPullFormatVersion) + " nor " +
+                         std::to_string(kEncodedPullPartFormatVersion) + " (a newer ckptd?)");
       }
+      format_ = format;
       CKPT_RETURN_IF_ERROR(r.GetU64(&version_));
       CKPT_RETURN_IF_ERROR(r.GetU64(&since_version_));
+      if (format_ == kEncodedPullPartFormatVersion && since_version_ != 0) {
+        return Malformed("a part of a version is never sent since another");
+      }
       CKPT_RETURN_IF_ERROR(r.GetU64(&wanted_));
       if (wanted_ < 8 || wanted_ > kMaxHeaderBytes) return Malformed("header length out of range");
       stage_ = Stage::kHeader;
@@ -136,6 +188,10 @@ Status EncodedPullDecoder::Complete() {
       raw_header_ = std::move(buffer_);
       CKPT_ASSIGN_OR_RETURN(header_, ParseRawSafetensorsHeader(raw_header_));
       stage_ = Stage::kDigest;
+      if (format_ == kEncodedPullPartFormatVersion) {  // no digest
+        CKPT_RETURN_IF_ERROR(Write(raw_header_));
+        stage_ = Stage::kTag;
+      }
       break;
     }
     case Stage::kDigest:
@@ -147,6 +203,8 @@ Status EncodedPullDecoder::Complete() {
       const uint8_t tag = static_cast<uint8_t>(buffer_[0]);
       if (tag == kLinkTag) {
         stage_ = Stage::kLinkHead;
+      } else if (tag == kPartTag && format_ == kEncodedPullPartFormatVersion) {
+        stage_ = Stage::kPartHead;
       } else if (tag == kEndTag) {
         CKPT_RETURN_IF_ERROR(EndChunk());
         CKPT_RETURN_IF_ERROR(DecodeWindow());
@@ -172,11 +230,72 @@ Status EncodedPullDecoder::Complete() {
       CKPT_RETURN_IF_ERROR(OnLink(std::move(buffer_)));
       stage_ = Stage::kTag;
       break;
+    case Stage::kPartHead: {
+      uint8_t dims = 0;
+      part_head_ = Part();
+      CKPT_RETURN_IF_ERROR(r.GetU32(&part_head_.tensor));
+      CKPT_RETURN_IF_ERROR(r.GetU64(&part_head_.stored_bytes));
+      CKPT_RETURN_IF_ERROR(r.GetU64(&part_head_.chunk_bytes));
+      CKPT_RETURN_IF_ERROR(r.GetU8(&dims));
+      if (dims > kMaxPartDims) return Malformed("a part frame declares too many dimensions");
+      wanted_ = uint64_t{dims} * 16;
+      stage_ = Stage::kPartShape;
+      if (dims == 0) {
+        CKPT_RETURN_IF_ERROR(OnPart(0));
+        stage_ = Stage::kTag;
+      }
+      break;
+    }
+    case Stage::kPartShape:
+      CKPT_RETURN_IF_ERROR(OnPart(wanted_ / 16));
+      stage_ = Stage::kTag;
+      break;
     case Stage::kDone:
     case Stage::kFailed:
       break;
   }
   buffer_.clear();
+  return Status::Ok();
+}
+
+Status EncodedPullDecoder::OnPart(uint64_t dims) {
+  ByteReader r(buffer_, "encoded pull body");
+  auto part = std::make_shared<Part>(std::move(part_head_));
+  part_head_ = Part();
+  part->stored_shape.resize(dims);
+  part->box.offsets.resize(dims);
+  for (uint64_t& extent : part->stored_shape) CKPT_RETURN_IF_ERROR(r.GetU64(&extent));
+  for (uint64_t& offset : part->box.offsets) CKPT_RETURN_IF_ERROR(r.GetU64(&offset));
+  if (part->tensor >= header_.tensors.size()) return Malformed("part: tensor index out of range");
+  const TensorInfo& t = header_.tensors[part->tensor];
+  const std::string where = "part of tensor '" + t.name + "'";
+  CKPT_RETURN_IF_ERROR(EndChunk());
+  // A part comes where its tensor's bytes begin, once the tensors before it are complete.
+  const uint32_t previous = part_ ? part_->tensor : 0;
+  const bool after =
+      (!have_chunk_ || part->tensor > current_.tensor) && (!part_ || part->tensor > previous);
+  if (!after || next_offset_ != t.begin) return Malformed(where + " is out of body order");
+  if (dims != t.shape.size()) return Malformed(where + ": its rank is not the tensor's");
+  part->box.shape = t.shape;
+  if (!CheckBoxWithin(t.name, part->box, part->stored_shape).ok()) {
+    return Malformed(where + ": its box does not lie within its stored tensor");
+  }
+  const uint64_t element = DTypeSize(t.dtype);
+  uint64_t stored = element;
+  for (uint64_t extent : part->stored_shape) {
+    if (__builtin_mul_overflow(stored, extent, &stored)) stored = UINT64_MAX;
+  }
+  if (stored != part->stored_bytes) {
+    return Malformed(where + ": its stored bytes do not match its stored shape");
+  }
+  if (part->chunk_bytes == 0 || part->chunk_bytes % element != 0 ||
+      (part->stored_bytes + part->chunk_bytes - 1) / part->chunk_bytes > UINT32_MAX) {
+    return Malformed(where + ": its chunk length is not a multiple of its element");
+  }
+  const auto chunks = ChunksHoldingBox(part->stored_shape, part->box, element, part->chunk_bytes);
+  part->empty = !chunks;
+  if (chunks) std::tie(part->first_chunk, part->last_chunk) = *chunks;
+  part_ = std::move(part);
   return Status::Ok();
 }
 
@@ -190,7 +309,24 @@ Status EncodedPullDecoder::OnLink(std::string bytes) {
     return Malformed(where + ": a link out of its chain");
   }
   CKPT_ASSIGN_OR_RETURN(const ChunkRecord record, ChunkRecord::DecodeFrom(bytes));
-  if (!continues) {
+  const bool in_part = part_ != nullptr && part_->tensor == link_tensor_;
+  if (!continues && in_part) {
+    CKPT_RETURN_IF_ERROR(EndChunk());
+    // A part's links are the chunks that hold its box, in order.
+    const bool first = !have_chunk_ || current_.tensor != link_tensor_;
+    const uint32_t expected = first ? part_->first_chunk : current_.chunk + 1;
+    if (part_->empty || link_chunk_ != expected || link_chunk_ > part_->last_chunk) {
+      return Malformed(where + " is not the next chunk holding its part");
+    }
+    const uint64_t begin = uint64_t{link_chunk_} * part_->chunk_bytes;
+    if (link_base_ == LinkBase::kSince) return Malformed(where + ": a part's link from 'since'");
+    if (record.raw_length != std::min(part_->chunk_bytes, part_->stored_bytes - begin)) {
+      return Malformed(where + ": its length is not its chunk's");
+    }
+    have_chunk_ = true;
+    current_ = PendingChunk{link_tensor_, link_chunk_, begin, part_, {}, Status::Ok(), {}};
+    current_length_ = record.raw_length;
+  } else if (!continues) {
     CKPT_RETURN_IF_ERROR(EndChunk());
     // Chunks come in body order: the next of the same tensor, or the first of a later one once
     // the tensors before it are complete.
@@ -202,7 +338,7 @@ Status EncodedPullDecoder::OnLink(std::string bytes) {
     if (!next_of_same && !first_of_next) return Malformed(where + " is out of body order");
     if (record.raw_length > t.end - next_offset_) return Malformed(where + " runs past its tensor");
     have_chunk_ = true;
-    current_ = PendingChunk{link_tensor_, link_chunk_, next_offset_, {}, Status::Ok(), {}};
+    current_ = PendingChunk{link_tensor_, link_chunk_, next_offset_, nullptr, {}, Status::Ok(), {}};
     current_length_ = record.raw_length;
     if (link_base_ == LinkBase::kSince) {
       const auto held = since_ ? since_->TensorData(t.name) : std::nullopt;
@@ -221,7 +357,11 @@ Status EncodedPullDecoder::OnLink(std::string bytes) {
 
 Status EncodedPullDecoder::EndChunk() {
   if (!have_chunk_ || current_.links.empty()) return Status::Ok();
-  next_offset_ += current_length_;
+  if (current_.part == nullptr) {
+    next_offset_ += current_length_;
+  } else if (current_.chunk == current_.part->last_chunk) {  // the part is complete
+    next_offset_ += header_.tensors[current_.tensor].byte_size();
+  }
   window_.push_back(std::move(current_));
   current_.links.clear();
   if (window_.size() >= 2 * threads_) return DecodeWindow();
@@ -269,10 +409,61 @@ Status EncodedPullDecoder::DecodeWindow() {
   for (std::thread& thread : pool) thread.join();
   for (PendingChunk& chunk : window_) {
     CKPT_RETURN_IF_ERROR(chunk.status);
+    if (chunk.part != nullptr) {
+      CKPT_RETURN_IF_ERROR(WritePart(*chunk.part, chunk));
+      continue;
+    }
     CKPT_RETURN_IF_ERROR(
         Write({reinterpret_cast<const char*>(chunk.decoded.data()), chunk.decoded.size()}));
   }
   window_.clear();
+  return Status::Ok();
+}
+
+Status EncodedPullDecoder::WritePart(Part& part, const PendingChunk& chunk) {
+  const uint64_t element = DTypeSize(header_.tensors[part.tensor].dtype);
+  const uint64_t chunk_begin = chunk.offset, chunk_end = chunk.offset + chunk.decoded.size();
+  const char* const bytes = reinterpret_cast<const char*>(chunk.decoded.data());
+  if (!part.runs) part.runs.emplace(part.stored_shape, part.box);
+  auto flush = [&]() -> Status {
+    if (part.gathered.empty()) return Status::Ok();
+    const Status s = Write(part.gathered);
+    part.gathered.clear();
+    return s;
+  };
+  bool runs_left = true;
+  for (;;) {
+    if (part.run_begin == part.run_end) {
+      uint64_t first = 0, count = 0;
+      if (!part.runs->Next(&first, &count)) {
+        runs_left = false;
+        break;
+      }
+      part.run_begin = first * element;
+      part.run_end = (first + count) * element;
+    }
+    if (part.run_begin >= chunk_end) break;
+    if (part.run_begin < chunk_begin) return Malformed("a part's chunk is missing");
+    const uint64_t take = std::min(part.run_end, chunk_end) - part.run_begin;
+    const std::string_view from(bytes + (part.run_begin - chunk_begin), take);
+    part.run_begin += take;
+    if (take >= kDirectBytes) {
+      CKPT_RETURN_IF_ERROR(flush());
+      CKPT_RETURN_IF_ERROR(Write(from));
+      continue;
+    }
+    part.gathered.append(from);
+    if (part.gathered.size() >= kGatherBytes) CKPT_RETURN_IF_ERROR(flush());
+  }
+  if (chunk.chunk != part.last_chunk) return Status::Ok();
+  CKPT_RETURN_IF_ERROR(flush());
+  if (runs_left && (part.run_begin != part.run_end || [&] {
+        uint64_t first = 0, count = 0;
+        return part.runs->Next(&first, &count);
+      }())) {
+    return Malformed("a part's chunks end before its box");
+  }
+  part.runs.reset();
   return Status::Ok();
 }
 
@@ -282,7 +473,8 @@ Status EncodedPullDecoder::Finish() {
     return Malformed("ended after " + std::to_string(next_offset_) + " of " +
                      std::to_string(header_.data_size) + " data bytes");
   }
-  if (sha_.FinishHex() != announced_sha256_) {
+  sha256_ = sha_.FinishHex();
+  if (whole_version() && sha256_ != announced_sha256_) {
     return Status::DataLoss(
         "encoded pull body: the restored body's SHA-256 is not the one "
         "announced");

@@ -181,9 +181,16 @@ class CheckpointStoreImpl final : public CheckpointStore {
   }
 
   Result<std::unique_ptr<RestoreStream>> OpenEncodedRestore(
-      std::string_view model, std::optional<uint64_t> version,
-      std::optional<uint64_t> since) override {
+      std::string_view model, std::optional<uint64_t> version, std::optional<uint64_t> since,
+      const RestoreSelection& selection) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
+    if (selection.bytes) {
+      return Status::InvalidArgument("an encoded pull sends whole chunks: it takes no byte range");
+    }
+    if (since && !selection.whole()) {
+      return Status::InvalidArgument(
+          "an encoded pull of a part of a version is sent whole: 'since' is for whole versions");
+    }
     CKPT_RETURN_IF_ERROR(backend_->Refresh(std::string(model)));
     const uint64_t cache_generation = cache_.generation();  // before the snapshot
     ScopedSnapshot snapshot(db_.get());
@@ -199,7 +206,7 @@ class CheckpointStoreImpl final : public CheckpointStore {
     VersionInfo info = MakeVersionInfo(model, number, record);
     return OpenEncodedRestoreStream(ctx_, std::move(snapshot), std::string(model), std::move(info),
                                     std::move(record), cache_generation, since_seq,
-                                    since.value_or(0));
+                                    since.value_or(0), selection);
   }
 
   Result<std::string> GetShardLayout(std::string_view model,

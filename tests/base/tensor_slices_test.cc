@@ -179,5 +179,18 @@ TEST(SplitExtent, GivesTheFirstPartsOneMoreLikeTensorSplit) {
   EXPECT_EQ(SplitExtent(1, 1, 2), (std::pair<uint64_t, uint64_t>{1, 0}));
 }
 
+TEST(BoxElementSpan, SpansFromTheFirstToThePastLastElementInRowMajorOrder) {
+  const std::vector<uint64_t> global{4, 6};
+  // Rows 1..2, whole: exactly that span.
+  EXPECT_EQ(BoxElementSpan(global, TensorBox{{1, 0}, {2, 6}}),
+            (std::pair<uint64_t, uint64_t>{6, 18}));
+  // Columns 2..3 of every row: from row 0's first to row 3's last.
+  EXPECT_EQ(BoxElementSpan(global, TensorBox{{0, 2}, {4, 2}}),
+            (std::pair<uint64_t, uint64_t>{2, 22}));
+  EXPECT_EQ(BoxElementSpan(global, TensorBox{{0, 2}, {4, 0}}),
+            (std::pair<uint64_t, uint64_t>{0, 0}));
+  EXPECT_EQ(BoxElementSpan({}, TensorBox{{}, {}}), (std::pair<uint64_t, uint64_t>{0, 1}));
+}
+
 }  // namespace
 }  // namespace ckpt

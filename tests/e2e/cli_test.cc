@@ -409,6 +409,20 @@ TEST_F(CliTest, PushesAFileAsParallelShards) {
   EXPECT_EQ(TensorsOf(ReadFile(out)), TensorsOf(ReadFile(v2)));
   auto layout = testing::Request(daemon_->port(), "GET", "/v1/models/m/versions/2?layout=1");
   EXPECT_NE(layout.body.find("\"shards\":3"), std::string::npos) << layout.body;
+  // Each rank's part, pulled encoded, is the part a pull of it writes, and carries fewer bytes
+  // than the whole version's records.
+  const json whole = RunJson("pull m 2 -o " + out + " --encoded --reference-dir " +
+                             (dir_.path() / "refs").string());
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string plain = out + ".plain", coded = out + ".coded";
+    const std::string part = " --rank " + std::to_string(rank) + " --world-size 2";
+    ASSERT_EQ(Run("pull m 2 -o " + plain + part).exit_code, 0);
+    const json pulled = RunJson("pull m 2 -o " + coded + part + " --encoded");
+    EXPECT_TRUE(pulled["encoded"].get<bool>());
+    EXPECT_FALSE(pulled["verified"].get<bool>());  // a part has no announced digest
+    EXPECT_LT(pulled["received_bytes"].get<uint64_t>(), whole["received_bytes"].get<uint64_t>());
+    EXPECT_EQ(ReadFile(coded), ReadFile(plain)) << rank;
+  }
   EXPECT_NE(Run("ls m").output.find("loss=0.5"), std::string::npos);
 
   EXPECT_NE(Run("push m 3 " + v2 + " --connections 0").exit_code, 0);

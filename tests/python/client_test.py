@@ -482,6 +482,31 @@ class EncodedTest(unittest.TestCase):
         self.plain.pull_to_file(model, path, version)
         return hashlib.sha256(read(path, "rb")).hexdigest()
 
+    def test_a_ranks_part_pulled_encoded_is_its_restored_part(self):
+        g = torch.Generator().manual_seed(5)
+        w, o = torch.randn(512, 256, generator=g), torch.randn(256, 512, generator=g)
+        bias = torch.randn(256, generator=g)
+        for rank in range(4):
+            rows, cols = slice(128 * rank, 128 * rank + 128), slice(128 * rank, 128 * rank + 128)
+            self.plain.push_shard(
+                "tp", 1, rank, 4,
+                {"w": w[rows].contiguous(), "o": o[:, cols].contiguous(), "bias": bias},
+                slices={"w": {"global_shape": [512, 256], "offsets": [128 * rank, 0]},
+                        "o": {"global_shape": [256, 512], "offsets": [0, 128 * rank]}})
+        reader = self.coder("reader")
+        for rank in range(2):
+            part, slices = reader.pull_shard("tp", rank, 2)
+            plain, plain_slices = self.plain.pull_shard("tp", rank, 2)
+            self.assertEqual(sorted(part), sorted(plain))
+            for name in plain:
+                self.assertTrue(torch.equal(part[name], plain[name]), name)
+            self.assertEqual(slices, plain_slices)
+        only = reader.pull("tp", tensors=["w"])
+        self.assertTrue(torch.equal(only["w"], w))
+        # A part leaves the reference alone: nothing was held, nothing is.
+        held = os.path.join(self.tmp.name, "reader", "tp.json")
+        self.assertFalse(os.path.exists(held))
+
     def test_encoded_pushes_store_what_the_daemons_coding_stores(self):
         for model in ("edge", "daemon"):
             self.plain.set_policy(model, {"mode": "lossy", "max_abs_error": 5e-3})

@@ -23,7 +23,7 @@ class EncodedPullTest : public CheckpointStoreTest {
  protected:
   // The encoded body of `version` of "m", since `since` when given.
   Result<std::string> EncodedBody(uint64_t version, std::optional<uint64_t> since) {
-    CKPT_ASSIGN_OR_RETURN(auto stream, store_->OpenEncodedRestore("m", version, since));
+    CKPT_ASSIGN_OR_RETURN(auto stream, store_->OpenEncodedRestore("m", version, since, {}));
     return testing::ReadAll(*stream);
   }
 
@@ -158,7 +158,7 @@ TEST_F(EncodedPullTest, DamagedBodiesAndWrongReferencesAreCaught) {
   std::string flipped = *body;
   flipped[flipped.size() - 20] ^= 1;  // inside the last record's payload
   EXPECT_FALSE(Decode(flipped, *held).ok());
-  EXPECT_EQ(store_->OpenEncodedRestore("m", 2, 7).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->OpenEncodedRestore("m", 2, 7, {}).status().code(), StatusCode::kNotFound);
 }
 
 }  // namespace

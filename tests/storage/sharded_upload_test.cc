@@ -1,5 +1,6 @@
 // Sharded versions: shards of global tensors pushed apart, assembled atomically, checked
-// against each other, kept across a reopen, expired and aborted; restores of parts of a version.
+// against each other, kept across a reopen, expired and aborted; restores of parts of a version,
+// decoded by the store or sent encoded and decoded by the client's decoder.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <random>
 
 #include "ckpt/base/tensor_slices.h"
+#include "ckpt/codec/encoded_pull.h"
 #include "store_fixture.h"
 
 namespace ckpt::testing {
@@ -491,6 +493,116 @@ TEST_F(ShardedUploadTest, AByteRangeDecodesOnlyTheChunksHoldingIt) {
   RestoreSelection past;
   past.bytes = std::make_pair(uint64_t{body.size()}, uint64_t{body.size() + 1});
   EXPECT_EQ(Restore("m", 3, past).status().code(), StatusCode::kInvalidArgument);
+}
+
+// An encoded pull of a part (chosen tensors, a rank's view, one box) decodes, on the client's
+// decoder, to the body a restore of that part sends, over chains of several links; a rank's view
+// of tensors split by rows receives only the chunks holding its rows.
+TEST_F(ShardedUploadTest, EncodedPullsOfAPartDecodeToWhatItsRestoreSends) {
+  Reopen(/*chunk_bytes=*/1024);  // every tensor spans several chunks
+  SetCodecPolicy("m", R"({"mode":"lossy","max_abs_error":1e-3,"keyframe_every":8})");
+  auto encoded_body = [&](const RestoreSelection& selection) -> Result<std::string> {
+    CKPT_ASSIGN_OR_RETURN(auto stream,
+                          store_->OpenEncodedRestore("m", std::nullopt, std::nullopt, selection));
+    EXPECT_EQ(stream->info().version, 3u);
+    return ReadAll(*stream);
+  };
+  auto decode = [](std::string_view body) -> Result<std::string> {
+    std::string out;
+    EncodedPullDecoder decoder(
+        nullptr,
+        [&](std::string_view bytes) {
+          out.append(bytes);
+          return Status::Ok();
+        },
+        2);
+    for (size_t off = 0; off < body.size(); off += 999) {
+      CKPT_RETURN_IF_ERROR(decoder.Feed(Bytes(body.substr(off, 999))));
+    }
+    CKPT_RETURN_IF_ERROR(decoder.Finish());
+    EXPECT_FALSE(decoder.whole_version());
+    return out;
+  };
+  OwnedTensor wq, wo, norm;
+  for (uint64_t version = 1; version <= 3; ++version) {
+    const float base = 0.01f * static_cast<float>(version);
+    wq = Global("wq", {64, 40}, base);  // 10 KiB: split by rows
+    wo = Global("wo", {40, 64}, base);  // split by columns
+    norm = Global("norm", {300}, base);
+    for (uint32_t shard = 0; shard < 4; ++shard) {
+      const auto pushed = PushShard("m", version, shard, 4,
+                                    ShardBody({{&wq, Rows(wq, shard * 16, 16)},
+                                               {&wo, Columns(wo, shard * 16, 16)},
+                                               {&norm, Whole(norm)}}));
+      ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+    }
+  }
+  auto whole = encoded_body(RestoreSelection{});
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+
+  std::vector<RestoreSelection> parts(7);
+  parts[0].tensors = {"w*"};
+  parts[1].rank = 0, parts[1].ranks = 2;
+  parts[2].rank = 1, parts[2].ranks = 2;
+  parts[3].rank = 2, parts[3].ranks = 3;  // cuts through chunks and rows unevenly
+  parts[4].tensors = {"wq"}, parts[4].rank = 3, parts[4].ranks = 4;
+  parts[5].box = std::make_pair(std::string("wo"), TensorBox{{5, 7}, {30, 9}});
+  parts[6].box = std::make_pair(std::string("wq"), TensorBox{{64, 0}, {0, 40}});  // empty
+  for (size_t i = 0; i < parts.size(); ++i) {
+    SCOPED_TRACE(i);
+    auto expected = Restore("m", 3, parts[i]);
+    ASSERT_TRUE(expected.ok()) << expected.status().ToString();
+    auto body = encoded_body(parts[i]);
+    ASSERT_TRUE(body.ok()) << body.status().ToString();
+    auto decoded = decode(*body);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_TRUE(*decoded == *expected);
+    EXPECT_LT(body->size(), whole->size());
+  }
+  // wq alone for the last of 4 ranks: its 16 rows (2.5 KiB), at most 4 of the 10 chunks.
+  auto quarter = encoded_body(parts[4]);
+  RestoreSelection all_wq;
+  all_wq.tensors = {"wq"};
+  auto full_wq = encoded_body(all_wq);
+  ASSERT_TRUE(quarter.ok() && full_wq.ok());
+  EXPECT_LT(quarter->size() * 2, full_wq->size());
+
+  // A damaged part body is refused: cut anywhere, or its part frame (wq's, the first tensor's,
+  // right after the preamble) altered.
+  auto part_body = encoded_body(parts[1]);
+  ASSERT_TRUE(part_body.ok());
+  for (size_t cut = 0; cut < part_body->size(); cut += 1 + cut / 5) {
+    EXPECT_FALSE(decode(part_body->substr(0, cut)).ok()) << cut;
+  }
+  uint64_t header_length = 0;
+  std::memcpy(&header_length, part_body->data() + 24, 8);  // little-endian, as the format
+  const size_t frame = 32 + header_length;
+  ASSERT_EQ((*part_body)[frame], 3);
+  for (const auto& [at, value] : std::vector<std::pair<size_t, char>>{
+           {frame + 1, 1},              // another tensor
+           {frame + 5, 7},              // stored bytes
+           {frame + 13, 3},             // chunk bytes: not a multiple of the element
+           {frame + 21, 3},             // dimensions
+           {frame + 22 + 2 * 8, 40},    // rows past the stored tensor
+           {frame + 22 + 3 * 8, 1},     // columns past the stored tensor
+           {frame + 22 + 2 * 8, 8}}) {  // another box: other chunks than those sent
+    std::string damaged = *part_body;
+    damaged[at] = value;
+    const Status status = decode(damaged).status();
+    EXPECT_FALSE(status.ok()) << at - frame;
+  }
+
+  // Parts are sent whole: never since a version, never a byte range.
+  EXPECT_EQ(store_->OpenEncodedRestore("m", 3, 2, parts[1]).status().code(),
+            StatusCode::kInvalidArgument);
+  RestoreSelection range;
+  range.bytes = std::make_pair(uint64_t{0}, uint64_t{99});
+  EXPECT_EQ(store_->OpenEncodedRestore("m", 3, std::nullopt, range).status().code(),
+            StatusCode::kInvalidArgument);
+  RestoreSelection none;
+  none.tensors = {"x*"};
+  EXPECT_EQ(store_->OpenEncodedRestore("m", 3, std::nullopt, none).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(ShardedUploadTest, LargeRunsOfABoxAreSentFromTheDecodedChunks) {

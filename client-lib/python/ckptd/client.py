@@ -387,14 +387,17 @@ class Client:
         return self._json("GET", f"/v1/models/{self._quote(model)}/versions/"
                                  f"{self._quote(version)}?layout=1")
 
-    def pull_shard(self, model, rank, world_size, version="latest", tensors=None, as_torch=True):
+    def pull_shard(self, model, rank, world_size, version="latest", tensors=None, as_torch=True,
+                   encoded=None):
         """The part of `version` that rank `rank` of `world_size` holds: each tensor pushed as
         slices along one dimension is split along it into `world_size` consecutive parts (the
         first `extent % world_size` one longer, as torch.tensor_split), every other tensor
         whole. Returns (tensors, slices): slices maps each cut tensor to its "global_shape" and
-        "offsets"."""
+        "offsets". `encoded` (default: the Client's): the records of the chunks holding the
+        part are received and decoded here."""
         out, metadata = self.pull_with_metadata(model, version, as_torch, tensors=tensors,
-                                                rank=rank, world_size=world_size)
+                                                rank=rank, world_size=world_size,
+                                                encoded=encoded)
         return out, json.loads(metadata.get("ckptd.slices", "{}"))
 
     def _put_body(self, model, path, body, label):
@@ -476,7 +479,7 @@ class Client:
         numpy arrays when torch is missing or `as_torch` is False), streamed from the socket
         into one buffer per tensor. `tensors`: name patterns ("layers.*.weight") to restore
         only those. The SHA-256 the server announces (for a whole version) is verified.
-        `encoded` (default: the Client's): as pull_encoded, for a whole version."""
+        `encoded` (default: the Client's): as pull_with_metadata."""
         out, _ = self.pull_with_metadata(model, version, as_torch, tensors=tensors,
                                          encoded=encoded)
         return out
@@ -513,15 +516,20 @@ class Client:
     def pull_with_metadata(self, model, version="latest", as_torch=True, tensors=None, rank=None,
                            world_size=None, encoded=None):
         """(tensors, metadata) of `version`, as pull; `rank` of `world_size`: as pull_shard.
-        `encoded` (default: the Client's) applies to whole versions (no `tensors`, no `rank`)."""
-        if tensors is None and rank is None and self._use_encoded(encoded):
-            with tempfile.TemporaryDirectory(prefix="ckptd-pull-") as scratch:
-                path = os.path.join(scratch, "restored.safetensors")
-                self.pull_encoded(model, path, version)
-                return load_file(path, as_torch)
+        `encoded` (default: the Client's): received as stored records and decoded here; a whole
+        version syncs the reference held (pull_encoded), a part (`tensors`, `rank`) receives
+        the records of the chunks holding it and leaves the reference alone."""
         query = [("tensors", ",".join(tensors))] if tensors else []
         if rank is not None:
             query += [("rank", str(int(rank))), ("of", str(int(world_size)))]
+        if self._use_encoded(encoded):
+            with tempfile.TemporaryDirectory(prefix="ckptd-pull-") as scratch:
+                path = os.path.join(scratch, "restored.safetensors")
+                if query:
+                    edge.pull_part_encoded(self, model, str(version), path, query)
+                else:
+                    self.pull_encoded(model, path, version)
+                return load_file(path, as_torch)
         conn, response = self._open_restore(model, version, query)
         try:
             expected = response.getheader("X-Ckpt-Sha256")

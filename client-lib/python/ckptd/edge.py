@@ -254,8 +254,23 @@ def _pull_claimed(client, model, version, out_path, reference_dir):
     return result
 
 
-def _pull_once(client, model, version, since, partial):
-    query = [("since", str(since["version"]))] if since else []
+def pull_part_encoded(client, model, version, out_path, query):
+    """Pulls the part of `version` that `query` names (tensors, rank and of) encoded into the
+    safetensors file `out_path`: the records of the chunks holding it, each checked by its
+    checksum (a part announces no SHA-256). The reference held is neither used nor replaced.
+    Returns as pull_encoded ("verified" false)."""
+    partial = out_path + ".partial"
+    try:
+        result = _pull_once(client, model, version, None, partial, query)
+        os.replace(partial, out_path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    return result
+
+
+def _pull_once(client, model, version, since, partial, query=()):
+    query = list(query) + ([("since", str(since["version"]))] if since else [])
     conn, response = client._open_restore(model, version, query,
                                           accept=_native.ENCODED_PULL_MEDIA_TYPE)
     try:

@@ -206,7 +206,9 @@ class PullDecoder {
     Check(status);
   }
 
-  // The body ended: checks it was whole and its digest. {version, sha256, restored_bytes}.
+  // The body ended: checks it was whole and its digest. {version, sha256, restored_bytes,
+  // verified}: verified is false for a part of a version, which announces no digest (its
+  // chunks were checked by their records' checksums).
   py::dict Finish() {
     Check(decoder_->Finish());
     out_.close();
@@ -215,6 +217,7 @@ class PullDecoder {
     out["version"] = decoder_->version();
     out["sha256"] = decoder_->sha256();
     out["restored_bytes"] = decoder_->restored_bytes();
+    out["verified"] = decoder_->whole_version();
     return out;
   }
 

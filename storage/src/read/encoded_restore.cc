@@ -13,6 +13,7 @@
 #include "ckpt/codec/encoded_pull.h"
 #include "read/chain_reader.h"
 #include "read/exact_reencode.h"
+#include "read/view_plan.h"
 
 namespace ckpt {
 namespace {
@@ -26,6 +27,10 @@ struct Link {
   StoreBackend::ChunkAddress address;
   uint64_t record_bytes = 0;
   SinceDeltaCache::Record coded;  // when set: sent instead of a stored record
+  // A part frame sent before the link (the first of a box's links); alone when `frame_only`
+  // (a box that holds no element).
+  std::string part_frame;
+  bool frame_only = false;
 };
 
 // The tensor of `since` a chunk of `target` can be coded against: the same name, dtype and
@@ -56,21 +61,47 @@ class EncodedRestoreStream final : public RestoreStream {
     read_options_.verify_checksums = false;  // each record carries its own checksums
   }
 
-  // Lays out the body: every link of every chunk, in body order, with its record's size.
-  Status Plan(const VersionRecord& record, uint64_t since_seq, uint64_t since_version) {
+  // Lays out the body: every link of every chunk, in body order, with its record's size; only
+  // the chunks that hold the part `selection` names unless it is whole.
+  Status Plan(const VersionRecord& record, uint64_t since_seq, uint64_t since_version,
+              const RestoreSelection& selection) {
     ChainReader reader(ctx_.db, ctx_.manifests, ctx_.backend, snapshot_.get(), model_, ctx_.cache,
                        cache_generation_);
     CKPT_ASSIGN_OR_RETURN(const ManifestRecord* manifest, reader.Manifest(record.seq));
+    ViewPlan view;
+    if (selection.whole()) {
+      for (uint32_t mi = 0; mi < manifest->tensors.size(); ++mi) {
+        if (!record.Dropped(mi)) view.tensors.push_back({mi, {}, true});
+      }
+    } else {
+      CKPT_ASSIGN_OR_RETURN(view, PlanView(*manifest, record, info_.version, selection));
+    }
     const ManifestRecord* since = nullptr;
     if (since_seq != 0) {
       CKPT_ASSIGN_OR_RETURN(since, reader.Manifest(since_seq));
     }
     // What this pull may code beyond the records it finds coded.
     uint64_t coding_budget = ctx_.since_deltas != nullptr ? ctx_.since_deltas->budget_bytes() : 0;
-    uint32_t body_tensor = 0;
-    for (uint32_t mi = 0; mi < manifest->tensors.size(); ++mi) {
-      if (record.Dropped(mi)) continue;
+    for (uint32_t body_tensor = 0; body_tensor < view.tensors.size(); ++body_tensor) {
+      const ViewTensor& part = view.tensors[body_tensor];
+      const uint32_t mi = part.tensor;
       const ManifestTensor& target = manifest->tensors[mi];
+      // The chunks sent: all, or those holding the box.
+      uint32_t first_chunk = 0, last_chunk = target.chunk_count;  // one past
+      std::string part_frame;
+      const size_t first_link = links_.size();
+      if (!part.whole) {
+        const auto chunks =
+            ChunksHoldingBox(target.shape, part.box, DTypeSize(target.dtype), target.chunk_bytes);
+        first_chunk = chunks ? chunks->first : 0;
+        last_chunk = chunks ? chunks->second + 1 : 0;
+        part_frame = EncodePartFrame(body_tensor, target.byte_size, target.chunk_bytes,
+                                     target.shape, part.box.offsets);
+        if (!chunks) {
+          links_.push_back({body_tensor, 0, LinkBase::kNone, {}, 0, nullptr, part_frame, true});
+          continue;
+        }
+      }
       // The tensor's chain, newest first, down to its keyframe or to the client's version.
       std::vector<std::pair<uint64_t, uint32_t>> chain;
       bool from_since = false;
@@ -106,14 +137,15 @@ class EncodedRestoreStream final : public RestoreStream {
         if (since != nullptr) since_tensor = SameLayout(*since, target);
         keyframe_instead = !since_tensor && chain.size() > 1;
       }
-      for (uint32_t c = 0; c < target.chunk_count; ++c) {
+      for (uint32_t c = first_chunk; c < last_chunk; ++c) {
         const size_t first = links_.size();
         uint64_t chain_bytes = 0;
         for (size_t k = chain.size(); k-- > 0;) {
           const bool oldest = k + 1 == chain.size();
           const LinkBase base =
               !oldest ? LinkBase::kPrevious : (from_since ? LinkBase::kSince : LinkBase::kNone);
-          Link link{body_tensor, c, base, {chain[k].first, chain[k].second, c}, 0, nullptr};
+          Link link{body_tensor, c,       base, {chain[k].first, chain[k].second, c},
+                    0,           nullptr, {},   false};
           CKPT_ASSIGN_OR_RETURN(link.record_bytes, RecordBytes(link.address));
           chain_bytes += kLinkFrameOverhead + link.record_bytes;
           links_.push_back(std::move(link));
@@ -135,14 +167,21 @@ class EncodedRestoreStream final : public RestoreStream {
                           since_tensor ? LinkBase::kSince : LinkBase::kNone,
                           {},
                           (*coded)->size(),
-                          std::move(coded).value()});
+                          std::move(coded).value(),
+                          {},
+                          false});
       }
-      ++body_tensor;
+      if (!part_frame.empty()) links_[first_link].part_frame = std::move(part_frame);
     }
-    preamble_ = EncodePullPreamble(info_.version, since_seq != 0 ? since_version : 0,
-                                   record.raw_header, record.restored_sha256_hex);
+    preamble_ = selection.whole()
+                    ? EncodePullPreamble(info_.version, since_seq != 0 ? since_version : 0,
+                                         record.raw_header, record.restored_sha256_hex)
+                    : EncodePartPullPreamble(info_.version, view.raw_header);
     size_ = preamble_.size() + EncodePullEnd().size();
-    for (const Link& link : links_) size_ += kLinkFrameOverhead + link.record_bytes;
+    for (const Link& link : links_) {
+      size_ += link.part_frame.size();
+      if (!link.frame_only) size_ += kLinkFrameOverhead + link.record_bytes;
+    }
     return Status::Ok();
   }
 
@@ -156,8 +195,13 @@ class EncodedRestoreStream final : public RestoreStream {
       piece_ = preamble_;
     } else if (next_link_ < links_.size()) {
       const Link& link = links_[next_link_++];
+      piece_ = link.part_frame;
+      if (link.frame_only) {
+        return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(piece_.data()),
+                                        piece_.size());
+      }
       if (link.coded != nullptr) {
-        piece_ = EncodeLinkFrameHead(link.body_tensor, link.chunk, link.base, link.coded->size());
+        piece_ += EncodeLinkFrameHead(link.body_tensor, link.chunk, link.base, link.coded->size());
         piece_.append(*link.coded);
         return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(piece_.data()),
                                         piece_.size());
@@ -168,7 +212,7 @@ class EncodedRestoreStream final : public RestoreStream {
         return Status::DataLoss("model '" + model_ + "' version " + std::to_string(info_.version) +
                                 ": a chunk record changed size while it was sent");
       }
-      piece_ = EncodeLinkFrameHead(link.body_tensor, link.chunk, link.base, value.size());
+      piece_ += EncodeLinkFrameHead(link.body_tensor, link.chunk, link.base, value.size());
       piece_.append(value.data(), value.size());
     } else if (!end_sent_) {
       end_sent_ = true;
@@ -240,10 +284,11 @@ class EncodedRestoreStream final : public RestoreStream {
 
 Result<std::unique_ptr<RestoreStream>> OpenEncodedRestoreStream(
     const StoreContext& ctx, ScopedSnapshot snapshot, std::string model, VersionInfo info,
-    VersionRecord record, uint64_t cache_generation, uint64_t since_seq, uint64_t since_version) {
+    VersionRecord record, uint64_t cache_generation, uint64_t since_seq, uint64_t since_version,
+    const RestoreSelection& selection) {
   auto stream = std::make_unique<EncodedRestoreStream>(ctx, std::move(snapshot), std::move(model),
                                                        std::move(info), cache_generation);
-  CKPT_RETURN_IF_ERROR(stream->Plan(record, since_seq, since_version));
+  CKPT_RETURN_IF_ERROR(stream->Plan(record, since_seq, since_version, selection));
   return std::unique_ptr<RestoreStream>(std::move(stream));
 }
 

@@ -20,11 +20,14 @@ namespace ckpt {
 // the client holds in the same layout as a delta from it that the store codes (and keeps in
 // ctx.since_deltas for the next follower) when that is smaller than the chain from the
 // keyframe, which is sent otherwise; any other chain of several links as an exact keyframe
-// coded (and kept) the same way, when that is smaller. The body's size is known when this returns (the records'
-// sizes are read, and the deltas coded, to learn it). `cache_generation`: the reference cache's
-// generation read before the snapshot was taken.
+// coded (and kept) the same way, when that is smaller. A `selection` that is not whole (and
+// then no `since_seq`) sends the part it names (a format 2 body): only the chunks that hold each
+// tensor's box. The body's size is known when this returns (the records' sizes are read, and
+// the deltas coded, to learn it). `cache_generation`: the reference cache's generation read
+// before the snapshot was taken.
 Result<std::unique_ptr<RestoreStream>> OpenEncodedRestoreStream(
     const StoreContext& ctx, ScopedSnapshot snapshot, std::string model, VersionInfo info,
-    VersionRecord record, uint64_t cache_generation, uint64_t since_seq, uint64_t since_version);
+    VersionRecord record, uint64_t cache_generation, uint64_t since_seq, uint64_t since_version,
+    const RestoreSelection& selection);
 
 }  // namespace ckpt

@@ -152,8 +152,9 @@ std::string BackupResultJson(const BackupResult& backup);
 
 // The query parameters of a restore: tensors=<glob>[,<glob>...] (repeatable), rank=<i>&of=<M>
 // (the resharded view), tensor=<name>&offsets=<a,b,...>&shape=<c,d,...> (one box). Unknown
-// parameters are InvalidArgument.
-Result<RestoreSelection> ParseRestoreQuery(std::string_view query);
+// parameters are InvalidArgument. With `since` (an encoded pull), since=<version> is taken too.
+Result<RestoreSelection> ParseRestoreQuery(std::string_view query,
+                                           std::optional<uint64_t>* since = nullptr);
 
 // The query of the Hugging Face view: max_shard_bytes=<N> (the largest file), else
 // `default_bytes`.

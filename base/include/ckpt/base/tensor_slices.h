@@ -78,6 +78,12 @@ class BoxRuns {
   bool done_ = false;
 };
 
+// The elements a non-empty `box` spans in the global tensor's row-major order: its first
+// element's index and one past its last (every element of the box lies between; a slice along
+// dimension 0 is exactly that span). {0, 0} for an empty box. REQUIRES: CheckBoxWithin.
+std::pair<uint64_t, uint64_t> BoxElementSpan(std::span<const uint64_t> global_shape,
+                                             const TensorBox& box);
+
 // Calls fn(box_index, count) over the global tensor in row-major order: its next `count`
 // elements are the next `count` of box `box_index` (each box read in its own row-major order).
 // Stops early when fn returns false. REQUIRES: `boxes` tile `global_shape` exactly

@@ -201,9 +201,13 @@ class Client {
   Result<std::string> PullToBuffer(std::string_view model, std::string_view version);
   // Pulls the stored chunk records of a version and decodes them here into `path` (renamed into
   // place once its SHA-256 matches the version's): the wire carries the stored bytes, not the
-  // restored ones. See EncodedPullOptions for what a held reconstruction saves.
+  // restored ones. See EncodedPullOptions for what a held reconstruction saves. A `part`
+  // (tensors, a rank's view) receives the records of the chunks that hold it and writes the
+  // body a pull of that part writes (each chunk checked by its record's checksum; no SHA-256 is
+  // announced for a part); it neither uses nor replaces the reconstruction held.
   Result<PullResult> PullEncoded(std::string_view model, std::string_view version,
-                                 const std::string& path, const EncodedPullOptions& encoded);
+                                 const std::string& path, const EncodedPullOptions& encoded,
+                                 const PullOptions& part = {});
   // The Hugging Face view of a version into `dir` (created if needed):
   // model.safetensors.index.json and the files it lists, each at most `max_file_bytes`.
   // Returns the files written, the index first.

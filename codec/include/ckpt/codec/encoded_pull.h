@@ -10,11 +10,21 @@
 // Links come chunk by chunk in body order; a chunk's links start with a keyframe (base 0) or a
 // delta against the client's reconstruction of version `since` (base 2: the same chunk of its
 // tensor of the same name), and continue with deltas against the link before (base 1).
+//
+// A part of a version (chosen tensors, one rank's slices, a box) is format 2: the preamble has
+// no `since` and no digest (not known before the part is restored: each chunk is checked by its
+// record's checksum), and a tensor that is a box of a stored tensor is announced before its
+// links by
+//   part      u8 3  u32 tensor  u64 stored bytes  u64 chunk bytes  u8 dims
+//             dims × u64 stored extent  dims × u64 offset of the box (its extent: the header's)
+// after which its links are the chunks of the stored tensor that hold the box, in order.
 // Written by the daemon; decoded by clients (EncodedPullDecoder).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -23,12 +33,14 @@
 #include "ckpt/base/hashing.h"
 #include "ckpt/base/safetensors.h"
 #include "ckpt/base/status.h"
+#include "ckpt/base/tensor_slices.h"
 #include "ckpt/codec/edge_encoder.h"
 
 namespace ckpt {
 
 inline constexpr std::string_view kEncodedPullMagic = "CKPTPUL";
 inline constexpr uint8_t kEncodedPullFormatVersion = 1;
+inline constexpr uint8_t kEncodedPullPartFormatVersion = 2;
 // The media type a client accepts to receive an encoded pull body.
 inline constexpr std::string_view kEncodedPullMediaType = "application/vnd.ckpt.encoded-pull";
 
@@ -40,6 +52,19 @@ enum class LinkBase : uint8_t {
 
 std::string EncodePullPreamble(uint64_t version, uint64_t since, std::string_view raw_header,
                                std::string_view restored_sha256);
+// The preamble of a part of a version (format 2).
+std::string EncodePartPullPreamble(uint64_t version, std::string_view raw_header);
+// The frame announcing that body tensor `tensor` is the box at `offsets` (its extent: the
+// header's) of a stored tensor of `stored_shape`, `stored_bytes` long and cut into chunks of
+// `chunk_bytes`.
+std::string EncodePartFrame(uint32_t tensor, uint64_t stored_bytes, uint64_t chunk_bytes,
+                            std::span<const uint64_t> stored_shape,
+                            std::span<const uint64_t> offsets);
+// The chunks of a stored tensor (`element` bytes per element, cut into chunks of
+// `chunk_bytes`) that hold `box`: [first, last]. None for an empty box.
+std::optional<std::pair<uint32_t, uint32_t>> ChunksHoldingBox(
+    std::span<const uint64_t> stored_shape, const TensorBox& box, uint64_t element,
+    uint64_t chunk_bytes);
 // The bytes of a link frame before its record (the record follows, of `record_length` bytes).
 std::string EncodeLinkFrameHead(uint32_t tensor, uint32_t chunk, LinkBase base,
                                 uint64_t record_length);
@@ -64,11 +89,42 @@ class EncodedPullDecoder {
   Status Finish();
 
   uint64_t version() const { return version_; }
-  const std::string& sha256() const { return announced_sha256_; }
+  // After Finish: the SHA-256 (hex) of the restored body, which for a whole version is the one
+  // the body announced (a part of a version announces none: each of its chunks is checked by
+  // its record's checksum).
+  const std::string& sha256() const { return sha256_; }
+  bool whole_version() const { return format_ == kEncodedPullFormatVersion; }
   uint64_t restored_bytes() const { return restored_bytes_; }
 
  private:
-  enum class Stage { kPreamble, kHeader, kDigest, kTag, kLinkHead, kRecord, kDone, kFailed };
+  enum class Stage {
+    kPreamble,
+    kHeader,
+    kDigest,
+    kTag,
+    kLinkHead,
+    kRecord,
+    kPartHead,
+    kPartShape,
+    kDone,
+    kFailed
+  };
+
+  // A body tensor that is a box of a stored tensor (a part frame), and how far its bytes were
+  // written: the decoded chunks are cut to the box's runs as they come.
+  struct Part {
+    uint32_t tensor = 0;
+    uint64_t stored_bytes = 0;
+    uint64_t chunk_bytes = 0;
+    std::vector<uint64_t> stored_shape;
+    TensorBox box;
+    uint32_t first_chunk = 0, last_chunk = 0;
+    bool empty = false;
+    // Writing: the runs left, the current run's bytes in the stored tensor, what was gathered.
+    std::optional<BoxRuns> runs;
+    uint64_t run_begin = 0, run_end = 0;
+    std::string gathered;
+  };
 
   // One link of a chunk: its record (parsed from `bytes`) and what it decodes against.
   struct Link {
@@ -79,7 +135,8 @@ class EncodedPullDecoder {
   struct PendingChunk {
     uint32_t tensor = 0;
     uint32_t chunk = 0;
-    uint64_t offset = 0;  // in the data buffer
+    uint64_t offset = 0;         // in the data buffer (a part's chunk: in its stored tensor)
+    std::shared_ptr<Part> part;  // set when the tensor is a box of its stored tensor
     std::vector<Link> links;
     Status status;
     std::vector<uint8_t> decoded;
@@ -93,12 +150,16 @@ class EncodedPullDecoder {
   // Decodes the queued chunks in parallel and writes them in body order.
   Status DecodeWindow();
   Status DecodeChunk(PendingChunk& chunk) const;
+  Status OnPart(uint64_t dims);
+  // Writes the part of a decoded chunk of a part that lies in its box.
+  Status WritePart(Part& part, const PendingChunk& chunk);
   Status Write(std::string_view bytes);
 
   const CheckpointView* const since_;
   const std::function<Status(std::string_view)> write_;
   const size_t threads_;
   Stage stage_ = Stage::kPreamble;
+  uint8_t format_ = 0;
   std::string buffer_;
   uint64_t wanted_ = 0;
   uint64_t version_ = 0;
@@ -106,6 +167,7 @@ class EncodedPullDecoder {
   std::string raw_header_;
   SafetensorsHeader header_;
   std::string announced_sha256_;
+  std::string sha256_;
   Sha256 sha_;
   uint64_t restored_bytes_ = 0;
   // The link being read, the chunk being received and the chunks waiting to be decoded.
@@ -115,6 +177,9 @@ class EncodedPullDecoder {
   PendingChunk current_;
   uint64_t current_length_ = 0;  // of the chunk being received (its first link's record)
   std::vector<PendingChunk> window_;
+  // The part frame read last (its tensor's chunks follow it), and its head before its shape.
+  std::shared_ptr<Part> part_;
+  Part part_head_;
   uint64_t next_offset_ = 0;  // in the data buffer: where the next chunk must start
 };
 

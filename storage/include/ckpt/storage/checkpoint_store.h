@@ -496,10 +496,15 @@ class CheckpointStore {
   // As OpenRestore, sending the stored chunk records that reconstruct the version (an encoded
   // pull body, ckpt/codec/encoded_pull.h) for a client that decodes them. With `since`, a
   // version the client holds the reconstruction of, chunks whose delta chains run through it are
-  // sent as the deltas after it, the others as their chains from the keyframe. NotFound for a
-  // `since` that is not a version of the model.
+  // sent as the deltas after it, the others as their chains from the keyframe. A `selection`
+  // that is not whole sends the part it names (as OpenRestore with a selection does): the
+  // records of the chunks that hold it, and the part's header (no SHA-256: each chunk is
+  // checked by its record's checksum). NotFound for a `since` that is not a version of the
+  // model; InvalidArgument for `since` with a part, a byte range, and as OpenRestore for the
+  // selection.
   virtual Result<std::unique_ptr<RestoreStream>> OpenEncodedRestore(
-      std::string_view model, std::optional<uint64_t> version, std::optional<uint64_t> since) = 0;
+      std::string_view model, std::optional<uint64_t> version, std::optional<uint64_t> since,
+      const RestoreSelection& selection) = 0;
 
   // As OpenRestore, sending the part `selection` names (see RestoreSelection) as a safetensors
   // body of its own. Every chunk read is verified; the body's SHA-256 is not known in advance
