@@ -456,6 +456,47 @@ void EncodedPushSeeds() {
   fs::remove_all(dir);
 }
 
+// Encoded pulls of the scenario's model, each after the harness's flags (and the held
+// reconstruction, for a sync): version 2 whole from its keyframes, since version 1, and a part
+// (a box of the matrix, and the bias alone).
+void EncodedPullSeeds() {
+  std::string dir = (fs::temp_directory_path() / "ckpt-seeds-pull-XXXXXX").string();
+  if (mkdtemp(dir.data()) == nullptr) std::exit(1);
+  {
+    auto store = fuzz::OpenScenarioStore(dir);
+    const std::vector<uint8_t> v1 = fuzz::SeedScenarioModel(*store, "m");
+    std::vector<uint8_t> v2;
+    const std::string body =
+        fuzz::EncodeForStore(*store, "m", 2, fuzz::ScenarioCheckpoint(2), v1, &v2);
+    PushOptions options;
+    options.body_format = PushBodyFormat::kEncoded;
+    auto push = Must(store->BeginPush("m", 2, body.size(), options));
+    if (!push->Write(fuzz::AsSpan(body)).ok() || !push->Commit().ok()) std::exit(1);
+    auto pull = [&](std::optional<uint64_t> since, const RestoreSelection& part) {
+      auto stream = Must(store->OpenEncodedRestore("m", 2, since, part));
+      std::string out;
+      for (;;) {
+        auto piece = Must(stream->Next());
+        if (piece.empty()) return out;
+        out.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+      }
+    };
+    Write("encoded_pull", "whole", std::string(1, '\x02') + pull(std::nullopt, {}));
+    std::string held(4, '\0');
+    const uint32_t length = static_cast<uint32_t>(v1.size());
+    std::memcpy(held.data(), &length, 4);
+    Write("encoded_pull", "since",
+          std::string(1, '\x01') + held + std::string(View(v1)) + pull(1, {}));
+    RestoreSelection box;
+    box.box = std::make_pair(std::string("layer.weight"), TensorBox{{20, 3}, {30, 5}});
+    Write("encoded_pull", "box", std::string(1, '\x06') + pull(std::nullopt, box));
+    RestoreSelection bias;
+    bias.tensors = {"*.bias"};
+    Write("encoded_pull", "tensors", std::string(1, '\x00') + pull(std::nullopt, bias));
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -470,5 +511,6 @@ int main(int argc, char** argv) {
   PolicySeeds();
   HttpSeeds();
   EncodedPushSeeds();
+  EncodedPullSeeds();
   return 0;
 }
