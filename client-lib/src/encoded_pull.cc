@@ -18,10 +18,10 @@
 namespace ckpt {
 namespace {
 
-// One attempt: the version since `since` (0: none) into `partial`.
+// One attempt: the version (a part of it unless `whole`) since `since` (0: none) into `partial`.
 Result<PullResult> PullOnce(const std::vector<ServerEndpoint>& servers,
                             const ClientOptions& options, TlsContext* tls,
-                            const std::string& target, const CheckpointView* since,
+                            const std::string& target, bool whole, const CheckpointView* since,
                             const std::string& partial, int threads) {
   std::ofstream out(partial, std::ios::binary | std::ios::trunc);
   if (!out) return Status::IoError("cannot write '" + partial + "'");
@@ -39,6 +39,10 @@ Result<PullResult> PullOnce(const std::vector<ServerEndpoint>& servers,
                   return decoder.Feed({reinterpret_cast<const uint8_t*>(data), n});
                 }));
   CKPT_RETURN_IF_ERROR(decoder.Finish());
+  if (decoder.whole_version() != whole) {
+    return Status::DataLoss(whole ? "the server sent a part of the version asked for whole"
+                                  : "the server sent the whole version where a part was asked");
+  }
   out.close();
   if (!out) return Status::IoError("writing '" + partial + "' failed");
   PullResult result;
@@ -56,12 +60,13 @@ int DecoderThreads(const EncodedPullOptions& encoded) {
                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-// Writes `partial` from `target` and renames it to `path`; removes it on failure.
+// Writes the part `target` names into `path`.partial and renames it to `path`; removes it on
+// failure.
 Result<PullResult> PullInto(const std::vector<ServerEndpoint>& servers,
                             const ClientOptions& options, TlsContext* tls,
                             const std::string& target, const std::string& path, int threads) {
   const std::string partial = path + ".partial";
-  auto pulled = PullOnce(servers, options, tls, target, nullptr, partial, threads);
+  auto pulled = PullOnce(servers, options, tls, target, /*whole=*/false, nullptr, partial, threads);
   std::error_code ec;
   if (pulled.ok()) std::filesystem::rename(partial, path, ec);
   if (!pulled.ok() || ec) {
@@ -114,17 +119,18 @@ Result<PullResult> Client::PullEncodedClaimed(std::string_view model, std::strin
   }
   const std::string partial = path + ".partial";
   const std::string base = "/v1/models/" + std::string(model) + "/versions/" + std::string(version);
-  auto pulled =
-      since ? PullOnce(endpoints_, options_, tls_.get(),
-                       base + "?since=" + std::to_string(held->version), &*since, partial, threads)
-            : Result<PullResult>(Status::NotFound("no reconstruction held"));
+  auto pulled = since ? PullOnce(endpoints_, options_, tls_.get(),
+                                 base + "?since=" + std::to_string(held->version), /*whole=*/true,
+                                 &*since, partial, threads)
+                      : Result<PullResult>(Status::NotFound("no reconstruction held"));
   if (since && pulled.ok()) pulled->since_version = held->version;
   // Without a usable reconstruction (none, or one that is not what its sidecar says, or a
   // version the server no longer has), the chains from their keyframes.
   if (!pulled.ok() && (!since || pulled.status().code() == StatusCode::kNotFound ||
                        pulled.status().code() == StatusCode::kDataLoss ||
                        pulled.status().code() == StatusCode::kFailedPrecondition)) {
-    pulled = PullOnce(endpoints_, options_, tls_.get(), base, nullptr, partial, threads);
+    pulled =
+        PullOnce(endpoints_, options_, tls_.get(), base, /*whole=*/true, nullptr, partial, threads);
   }
   if (!pulled.ok()) {
     std::error_code ignored;

@@ -25,6 +25,9 @@ constexpr uint64_t kDigestBytes = 64;
 constexpr uint64_t kMaxHeaderBytes = kMaxSafetensorsHeaderBytes + 8;
 // A record longer than this is refused before it is buffered (far beyond any chunk).
 constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 31;
+// A chunk that decodes to more than this is refused before it is allocated (the daemon's
+// chunks are at most storage.chunk_bytes, 256 MiB).
+constexpr uint64_t kMaxChunkBytes = uint64_t{1} << 30;
 // A part's bytes are written in pieces of about this size: the runs of a box are gathered into
 // one piece, and a run at least kDirectBytes long is written from the decoded chunk itself.
 constexpr size_t kGatherBytes = 1 << 20;
@@ -283,14 +286,21 @@ Status EncodedPullDecoder::OnPart(uint64_t dims) {
   const uint64_t element = DTypeSize(t.dtype);
   uint64_t stored = element;
   for (uint64_t extent : part->stored_shape) {
-    if (__builtin_mul_overflow(stored, extent, &stored)) stored = UINT64_MAX;
+    if (__builtin_mul_overflow(stored, extent, &stored)) {
+      return Malformed(where + ": its stored shape has more bytes than can be addressed");
+    }
   }
   if (stored != part->stored_bytes) {
     return Malformed(where + ": its stored bytes do not match its stored shape");
   }
-  if (part->chunk_bytes == 0 || part->chunk_bytes % element != 0 ||
-      (part->stored_bytes + part->chunk_bytes - 1) / part->chunk_bytes > UINT32_MAX) {
+  if (part->chunk_bytes == 0 || part->chunk_bytes > kMaxChunkBytes) {
+    return Malformed(where + ": its chunk length is out of range");
+  }
+  if (part->chunk_bytes % element != 0) {
     return Malformed(where + ": its chunk length is not a multiple of its element");
+  }
+  if (stored / part->chunk_bytes + (stored % part->chunk_bytes != 0) > UINT32_MAX) {
+    return Malformed(where + ": its stored tensor has too many chunks");
   }
   const auto chunks = ChunksHoldingBox(part->stored_shape, part->box, element, part->chunk_bytes);
   part->empty = !chunks;
@@ -303,12 +313,16 @@ Status EncodedPullDecoder::OnLink(std::string bytes) {
   if (link_tensor_ >= header_.tensors.size()) return Malformed("tensor index out of range");
   const TensorInfo& t = header_.tensors[link_tensor_];
   const std::string where = "tensor '" + t.name + "' chunk " + std::to_string(link_chunk_);
-  const bool continues =
-      have_chunk_ && link_tensor_ == current_.tensor && link_chunk_ == current_.chunk;
+  const bool continues = have_chunk_ && !current_.links.empty() &&
+                         link_tensor_ == current_.tensor && link_chunk_ == current_.chunk;
   if (continues != (link_base_ == LinkBase::kPrevious)) {
     return Malformed(where + ": a link out of its chain");
   }
   CKPT_ASSIGN_OR_RETURN(const ChunkRecord record, ChunkRecord::DecodeFrom(bytes));
+  if (record.raw_length > kMaxChunkBytes) return Malformed(where + " is longer than any chunk");
+  if (format_ == kEncodedPullPartFormatVersion && link_base_ == LinkBase::kSince) {
+    return Malformed(where + ": a link from 'since' in a part of a version");
+  }
   const bool in_part = part_ != nullptr && part_->tensor == link_tensor_;
   if (!continues && in_part) {
     CKPT_RETURN_IF_ERROR(EndChunk());
@@ -319,7 +333,6 @@ Status EncodedPullDecoder::OnLink(std::string bytes) {
       return Malformed(where + " is not the next chunk holding its part");
     }
     const uint64_t begin = uint64_t{link_chunk_} * part_->chunk_bytes;
-    if (link_base_ == LinkBase::kSince) return Malformed(where + ": a part's link from 'since'");
     if (record.raw_length != std::min(part_->chunk_bytes, part_->stored_bytes - begin)) {
       return Malformed(where + ": its length is not its chunk's");
     }
@@ -441,10 +454,17 @@ Status EncodedPullDecoder::WritePart(Part& part, const PendingChunk& chunk) {
       }
       part.run_begin = first * element;
       part.run_end = (first + count) * element;
+      // OnPart checked the stored tensor's bytes fit: runs lie within it.
+      if (part.run_end <= part.run_begin || part.run_end > part.stored_bytes) {
+        return Malformed("a part's box runs outside its stored tensor");
+      }
     }
     if (part.run_begin >= chunk_end) break;
     if (part.run_begin < chunk_begin) return Malformed("a part's chunk is missing");
     const uint64_t take = std::min(part.run_end, chunk_end) - part.run_begin;
+    if (part.run_begin - chunk_begin + take > chunk.decoded.size()) {
+      return Malformed("a part's box runs outside its chunk");
+    }
     const std::string_view from(bytes + (part.run_begin - chunk_begin), take);
     part.run_begin += take;
     if (take >= kDirectBytes) {

@@ -103,5 +103,36 @@ TEST(EncodedPullFormat2, WritesTheGoldenBodyAndDecodesItToTheBox) {
   EXPECT_EQ(std::memcmp(out.data() + header.size(), stored.data() + 6, 24), 0);
 }
 
+// Part frames whose sizes overflow or exceed any chunk are refused before anything is read or
+// allocated by them.
+TEST(EncodedPullFormat2, RefusesPartFramesOutOfRange) {
+  const std::string golden = Unhex(kGoldenHex);
+  const std::string header =
+      *WriteSafetensorsHeader({TensorSpec{"w", DType::kF32, {2, 3}, {}}}, {});
+  const size_t frame = 32 + header.size();
+  const size_t frame_end = frame + 22 + 4 * 8;
+  auto decode = [](const std::string& body) {
+    EncodedPullDecoder decoder(nullptr, [](std::string_view) { return Status::Ok(); });
+    Status s = decoder.Feed({reinterpret_cast<const uint8_t*>(body.data()), body.size()});
+    return s.ok() ? decoder.Finish() : s;
+  };
+  struct Case {
+    uint64_t stored_bytes, chunk_bytes;
+    std::vector<uint64_t> shape;
+  };
+  for (const Case& c : {Case{48, 16, {uint64_t{1} << 62, 3}},  // shape × element overflows
+                        Case{0, 16, {uint64_t{1} << 62, 0}},   // no bytes, and the box past it
+                        Case{48, uint64_t{1} << 40, {4, 3}},   // a chunk longer than any
+                        Case{48, 0, {4, 3}},                   // no chunk length
+                        Case{64, 16, {4, 3}}}) {               // bytes not the shape's
+    std::string body =
+        golden.substr(0, frame) +
+        EncodePartFrame(0, c.stored_bytes, c.chunk_bytes, c.shape, std::vector<uint64_t>{2, 0}) +
+        golden.substr(frame_end);
+    EXPECT_EQ(decode(body).code(), StatusCode::kInvalidArgument) << c.chunk_bytes;
+  }
+  EXPECT_TRUE(decode(golden).ok());
+}
+
 }  // namespace
 }  // namespace ckpt

@@ -5,8 +5,8 @@
 // a body accepted writes exactly the body its header describes.
 //
 // Input: flags (1 byte: bit 0 a held reconstruction follows, bit 1 decode on 2 threads, bits
-// 2-7 the size of the pieces fed, in KiB + 1), then when held a u32 length and the held
-// safetensors body, then the pull body (the rest).
+// 2-7 the size of the pieces fed: 0 one byte at a time, else that many times 512), then when held a
+// u32 length and the held safetensors body, then the pull body (the rest).
 #include <cstring>
 #include <optional>
 #include <string>
@@ -23,12 +23,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t flags = in.Byte();
   std::optional<CheckpointView> held;
   if (flags & 1) {
-    const uint32_t length = in.U16() | uint32_t{in.U16()} << 16;
+    const uint32_t low = in.U16();
+    const uint32_t length = low | uint32_t{in.U16()} << 16;
     const auto bytes = in.Take(length);
     auto parsed = CheckpointView::Parse(bytes);
     if (parsed.ok()) held.emplace(std::move(parsed).value());
   }
-  const size_t piece = ((flags >> 2) + 1) * 1024;
+  const size_t piece = (flags >> 2) == 0 ? 1 : (flags >> 2) * 512;
   const auto body = in.Rest();
 
   uint64_t written = 0;

@@ -25,7 +25,10 @@ class InputReader {
     rest_ = rest_.subspan(1);
     return b;
   }
-  uint16_t U16() { return static_cast<uint16_t>(Byte() | Byte() << 8); }
+  uint16_t U16() {
+    const uint8_t low = Byte();  // first: the operands of | are unsequenced
+    return static_cast<uint16_t>(low | Byte() << 8);
+  }
   // The next `n` bytes (fewer if the input ends first).
   std::span<const uint8_t> Take(size_t n) {
     n = std::min(n, rest_.size());

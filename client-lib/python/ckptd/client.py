@@ -525,11 +525,17 @@ class Client:
         if self._use_encoded(encoded):
             with tempfile.TemporaryDirectory(prefix="ckptd-pull-") as scratch:
                 path = os.path.join(scratch, "restored.safetensors")
-                if query:
-                    edge.pull_part_encoded(self, model, str(version), path, query)
-                else:
-                    self.pull_encoded(model, path, version)
-                return load_file(path, as_torch)
+                try:
+                    if query:
+                        edge.pull_part_encoded(self, model, str(version), path, query)
+                    else:
+                        self.pull_encoded(model, path, version)
+                    return load_file(path, as_torch)
+                except CkptdError as error:
+                    # A daemon that sends parts of versions only decoded refuses the request
+                    # (400); the plain restore below says what is wrong with one that is bad.
+                    if not query or error.status != 400:
+                        raise
         conn, response = self._open_restore(model, version, query)
         try:
             expected = response.getheader("X-Ckpt-Sha256")

@@ -235,6 +235,9 @@ def _pull_claimed(client, model, version, out_path, reference_dir):
                     raise
         if result is None:
             result = _pull_once(client, model, version, None, partial)
+        if not result["verified"]:
+            raise _codec_error("DATA_LOSS", "the server sent a part of the version asked for "
+                                            "whole")
         os.replace(partial, out_path)
     finally:
         if os.path.exists(partial):
@@ -262,6 +265,9 @@ def pull_part_encoded(client, model, version, out_path, query):
     partial = out_path + ".partial"
     try:
         result = _pull_once(client, model, version, None, partial, query)
+        if result["verified"]:
+            raise _codec_error("DATA_LOSS", "the server sent the whole version where a part "
+                                            "was asked")
         os.replace(partial, out_path)
     finally:
         if os.path.exists(partial):

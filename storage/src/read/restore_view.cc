@@ -39,9 +39,9 @@ class RestoreViewImpl final : public RestoreStream {
 
   Status Init(const RestoreSelection& selection) {
     if (selection.bytes) return InitRange(*selection.bytes);
-    ctx_.counters->restores.fetch_add(1, std::memory_order_relaxed);
     CKPT_ASSIGN_OR_RETURN(manifest_, reader_.Manifest(record_.seq));
     CKPT_ASSIGN_OR_RETURN(ViewPlan plan, PlanView(*manifest_, record_, info_.version, selection));
+    ctx_.counters->restores.fetch_add(1, std::memory_order_relaxed);  // a restore that can be sent
     view_ = std::move(plan.tensors);
     header_bytes_ = std::move(plan.raw_header);
     size_ = plan.body_bytes;
