@@ -235,9 +235,6 @@ def _pull_claimed(client, model, version, out_path, reference_dir):
                     raise
         if result is None:
             result = _pull_once(client, model, version, None, partial)
-        if not result["verified"]:
-            raise _codec_error("DATA_LOSS", "the server sent a part of the version asked for "
-                                            "whole")
         os.replace(partial, out_path)
     finally:
         if os.path.exists(partial):
@@ -265,9 +262,6 @@ def pull_part_encoded(client, model, version, out_path, query):
     partial = out_path + ".partial"
     try:
         result = _pull_once(client, model, version, None, partial, query)
-        if result["verified"]:
-            raise _codec_error("DATA_LOSS", "the server sent the whole version where a part "
-                                            "was asked")
         os.replace(partial, out_path)
     finally:
         if os.path.exists(partial):
@@ -276,6 +270,8 @@ def pull_part_encoded(client, model, version, out_path, query):
 
 
 def _pull_once(client, model, version, since, partial, query=()):
+    """One encoded pull of `version` (the part `query` names, else whole) into `partial`."""
+    whole = not query
     query = list(query) + ([("since", str(since["version"]))] if since else [])
     conn, response = client._open_restore(model, version, query,
                                           accept=_native.ENCODED_PULL_MEDIA_TYPE)
@@ -297,5 +293,8 @@ def _pull_once(client, model, version, since, partial, query=()):
         result = decoder.finish()
     finally:
         conn.close()
+    if result["verified"] != whole:
+        raise _codec_error("DATA_LOSS", "the server sent a part of the version asked for whole"
+                           if whole else "the server sent the whole version where a part was asked")
     return dict(result, received_bytes=received,
                 since_version=since["version"] if since else 0)
