@@ -33,18 +33,8 @@ class EncodedPullTest : public CheckpointStoreTest {
     if (!held.empty()) {
       CKPT_ASSIGN_OR_RETURN(since, CheckpointView::Parse(Bytes(held)));
     }
-    std::string out;
     // Several threads: chunks are decoded a window at a time, written in order.
-    EncodedPullDecoder decoder(
-        since ? &*since : nullptr,
-        [&](std::string_view bytes) {
-          out.append(bytes);
-          return Status::Ok();
-        },
-        3);
-    CKPT_RETURN_IF_ERROR(decoder.Feed(Bytes(body)));
-    CKPT_RETURN_IF_ERROR(decoder.Finish());
-    return out;
+    return testing::DecodeEncodedPull(body, since ? &*since : nullptr, 3, body.size() + 1);
   }
 };
 

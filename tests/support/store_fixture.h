@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ckpt/codec/encoded_pull.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "store_inspection.h"
 #include "test_support.h"
@@ -41,6 +42,28 @@ inline Result<std::string> ReadAll(RestoreStream& stream) {
     out.append(reinterpret_cast<const char*>(piece.data()), piece.size());
   }
   EXPECT_EQ(out.size(), stream.size());
+  return out;
+}
+
+// What a client decodes from an encoded pull `body` fed in pieces of `piece` bytes, on
+// `threads` threads, holding `held` (null: nothing); whether it was a whole version's body
+// into `whole_version` when given.
+inline Result<std::string> DecodeEncodedPull(std::string_view body, const CheckpointView* held,
+                                             int threads, size_t piece,
+                                             bool* whole_version = nullptr) {
+  std::string out;
+  EncodedPullDecoder decoder(
+      held,
+      [&](std::string_view bytes) {
+        out.append(bytes);
+        return Status::Ok();
+      },
+      threads);
+  for (size_t off = 0; off < body.size(); off += piece) {
+    CKPT_RETURN_IF_ERROR(decoder.Feed(Bytes(body.substr(off, piece))));
+  }
+  CKPT_RETURN_IF_ERROR(decoder.Finish());
+  if (whole_version != nullptr) *whole_version = decoder.whole_version();
   return out;
 }
 
