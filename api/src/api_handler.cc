@@ -288,6 +288,8 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
     }
     case RouteKind::kPlan:
       return HandlePlan(route, body);
+    case RouteKind::kShardPlan:
+      return HandleShardPlan(route, body);
     case RouteKind::kShard:  // its PUT streams (RequestPlan::kPush)
       return MethodNotAllowed(method, route);
     case RouteKind::kUpload:

@@ -2,11 +2,25 @@
 // (PUT .../versions/{v}/shards/{i}?of=N) streamed into the store, and the upload routes
 // (GET|DELETE .../shards, POST .../shards:commit).
 #include "ckpt/api/api_handler.h"
+#include "ckpt/codec/encoded_body.h"
 #include "responses.h"
 
 namespace ckpt::api {
 
 using nlohmann::json;
+
+namespace {
+
+Result<uint32_t> ParseShardIndex(const std::string& text) {
+  auto shard = ParseVersionNumber(text);
+  if (!shard.ok() || *shard > UINT32_MAX) {
+    return Status::InvalidArgument("shard index '" + text.substr(0, 40) +
+                                   "' is not a decimal 32-bit unsigned integer");
+  }
+  return static_cast<uint32_t>(*shard);
+}
+
+}  // namespace
 
 // A whole version: the store's push session.
 class VersionBody final : public PushBody {
@@ -75,20 +89,25 @@ Result<std::unique_ptr<PushBody>> ApiHandler::BeginPush(const Route& route,
   CKPT_ASSIGN_OR_RETURN(uint64_t version, ParseVersionNumber(route.version));
   if (route.kind == RouteKind::kShard) {
     if (route.encoded_body) {
-      return Status::InvalidArgument(
-          "shards are taken as safetensors bodies only; an encoded body is pushed whole to "
-          "/v1/models/{model}/versions/{version}");
+      return Status::InvalidArgument("a shard coded by its rank is sent as " +
+                                     std::string(kEncodedShardMediaType) +
+                                     ", by the plan of POST .../shards/{shard}/plan");
     }
-    auto shard = ParseVersionNumber(route.shard);
-    if (!shard.ok() || *shard > UINT32_MAX) {
-      return Status::InvalidArgument("shard index '" + route.shard.substr(0, 40) +
-                                     "' is not a decimal 32-bit unsigned integer");
-    }
+    CKPT_ASSIGN_OR_RETURN(const uint32_t shard, ParseShardIndex(route.shard));
     CKPT_ASSIGN_OR_RETURN(auto query, ParseShardQuery(route.query));
-    CKPT_ASSIGN_OR_RETURN(auto session,
-                          store_->BeginShard(route.model, version, static_cast<uint32_t>(*shard),
-                                             query.first, content_length, query.second));
+    if (route.encoded_shard) {
+      query.second.body_format = PushBodyFormat::kEncoded;
+      query.second.decode_encoded_payloads = decode_encoded_payloads_;
+    }
+    CKPT_ASSIGN_OR_RETURN(auto session, store_->BeginShard(route.model, version, shard, query.first,
+                                                           content_length, query.second));
     return std::unique_ptr<PushBody>(std::make_unique<ShardBody>(this, std::move(session)));
+  }
+  if (route.encoded_shard) {
+    return Status::InvalidArgument(
+        "an encoded shard is sent to /v1/models/{model}/versions/{version}/shards/{shard}; a "
+        "whole version coded at the edge is sent as " +
+        std::string(kEncodedBodyMediaType));
   }
   CKPT_ASSIGN_OR_RETURN(PushOptions options, ParsePushQuery(route.query));
   if (route.encoded_body) {
@@ -108,6 +127,22 @@ ApiResponse ApiHandler::HandlePlan(const Route& route, std::string_view raw_head
   auto version = ParseVersionNumber(route.version);
   if (!version.ok()) return ErrorResponse(version.status());
   auto plan = store_->PlanPush(route.model, *version, raw_header);
+  if (!plan.ok()) return ErrorResponse(plan.status());
+  return JsonResponse(200, json::parse(plan->ToJson()));
+}
+
+ApiResponse ApiHandler::HandleShardPlan(const Route& route, std::string_view raw_header) {
+  if (route.version == "latest") {
+    return ErrorResponse(
+        Status::InvalidArgument("'latest' cannot be pushed; a plan needs a version number"));
+  }
+  auto version = ParseVersionNumber(route.version);
+  if (!version.ok()) return ErrorResponse(version.status());
+  auto shard = ParseShardIndex(route.shard);
+  if (!shard.ok()) return ErrorResponse(shard.status());
+  auto query = ParseShardQuery(route.query);
+  if (!query.ok()) return ErrorResponse(query.status());
+  auto plan = store_->PlanShard(route.model, *version, *shard, query->first, raw_header);
   if (!plan.ok()) return ErrorResponse(plan.status());
   return JsonResponse(200, json::parse(plan->ToJson()));
 }

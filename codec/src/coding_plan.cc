@@ -1,10 +1,12 @@
 #include "ckpt/codec/coding_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <span>
 
 #include "ckpt/base/hashing.h"
+#include "ckpt/codec/chunk_record.h"
 
 namespace ckpt {
 namespace {
@@ -93,6 +95,20 @@ Result<PlannedTensor> TensorFromJson(const json& j) {
                        : t.chunk_bytes > 0 && t.chunk_bytes % element == 0 &&
                              t.chunk_count == (t.byte_size + t.chunk_bytes - 1) / t.chunk_bytes;
   if (!geometry_ok) return Invalid("tensor '" + t.name + "': chunk geometry does not fit");
+  if (j.contains("slice")) {
+    const json& sj = j.at("slice");
+    PlannedSlice slice;
+    slice.box.offsets = sj.at("offsets").get<std::vector<uint64_t>>();
+    slice.box.shape = sj.at("shape").get<std::vector<uint64_t>>();
+    CKPT_RETURN_IF_ERROR(CheckBoxWithin(t.name, slice.box, t.shape));
+    const auto owned = sj.at("owned_chunks").get<std::vector<uint32_t>>();
+    if (owned.size() != 2 || std::pair(owned[0], owned[1]) != t.ChunksInside(slice.box)) {
+      return Invalid("tensor '" + t.name + "': its owned chunks are not those inside its slice");
+    }
+    slice.owned_begin = owned[0];
+    slice.owned_end = owned[1];
+    t.slice = std::move(slice);
+  }
   return t;
 }
 
@@ -100,6 +116,18 @@ Result<PlannedTensor> TensorFromJson(const json& j) {
 
 uint64_t PlannedTensor::ChunkLength(uint32_t chunk) const {
   return std::min(chunk_bytes, byte_size - uint64_t{chunk} * chunk_bytes);
+}
+
+std::pair<uint32_t, uint32_t> PlannedTensor::ChunksInside(const TensorBox& box) const {
+  const auto [first, end] = BoxElementSpan(shape, box);
+  if (end == first || end - first != box.element_count() || chunk_bytes == 0) return {0, 0};
+  const uint64_t chunk_elements = chunk_bytes / DTypeSize(dtype);
+  const uint64_t total = byte_size / DTypeSize(dtype);
+  const uint64_t begin_chunk = (first + chunk_elements - 1) / chunk_elements;
+  // The tensor's last chunk may be shorter: it is inside when the box reaches the end.
+  const uint64_t end_chunk = end == total ? chunk_count : end / chunk_elements;
+  if (end_chunk <= begin_chunk) return {0, 0};
+  return {static_cast<uint32_t>(begin_chunk), static_cast<uint32_t>(end_chunk)};
 }
 
 std::string CodingPlan::ToJson() const {
@@ -114,6 +142,11 @@ std::string CodingPlan::ToJson() const {
                {"kind", t.kind == FrameKind::kDelta ? "delta" : "keyframe"},
                {"codec", t.lossy ? "lossy" : "lossless"}};
     if (t.lossy) tj["lossy"] = LossyToJson(t.lossy_options);
+    if (t.slice) {
+      tj["slice"] = {{"offsets", t.slice->box.offsets},
+                     {"shape", t.slice->box.shape},
+                     {"owned_chunks", {t.slice->owned_begin, t.slice->owned_end}}};
+    }
     tensors_json.push_back(std::move(tj));
   }
   json j = {{"format", kFormatVersion},
@@ -125,6 +158,11 @@ std::string CodingPlan::ToJson() const {
     j["base"] = {{"version", base->version},
                  {"reference", base->reference},
                  {"restored_sha256", base->restored_sha256}};
+  }
+  if (shard) {
+    j["shard"] = {{"index", shard->index},
+                  {"count", shard->count},
+                  {"base_shard_sha256", shard->base_shard_sha256}};
   }
   return j.dump();
 }
@@ -145,10 +183,19 @@ Result<CodingPlan> CodingPlan::FromJson(std::string_view text) {
       plan.base = PlanBase{b.at("version").get<uint64_t>(), b.at("reference").get<uint64_t>(),
                            b.at("restored_sha256").get<std::string>()};
     }
+    if (j.contains("shard")) {
+      const json& sj = j.at("shard");
+      plan.shard = PlanShard{sj.at("index").get<uint32_t>(), sj.at("count").get<uint32_t>(),
+                             sj.at("base_shard_sha256").get<std::vector<std::string>>()};
+      if (plan.shard->index >= plan.shard->count) return Invalid("shard index out of range");
+    }
     for (const json& tj : j.at("tensors")) {
       CKPT_ASSIGN_OR_RETURN(PlannedTensor t, TensorFromJson(tj));
       if (t.kind == FrameKind::kDelta && !plan.base) {
         return Invalid("tensor '" + t.name + "' is a delta in a plan without a base");
+      }
+      if (t.slice.has_value() != plan.shard.has_value()) {
+        return Invalid("tensor '" + t.name + "': a slice is given in plans of a shard, always");
       }
       plan.tensors.push_back(std::move(t));
     }
@@ -161,9 +208,45 @@ Result<CodingPlan> CodingPlan::FromJson(std::string_view text) {
 uint64_t CodingPlan::Digest() const {
   CodingPlan decisions = *this;
   if (decisions.base) decisions.base->restored_sha256.clear();
+  if (decisions.shard) decisions.shard->base_shard_sha256.clear();
   const std::string text = decisions.ToJson();
   return Xxh3Checksum(
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+}
+
+Status CheckChunkFollowsPlan(const PlannedTensor& t, uint32_t chunk, const ChunkRecord& record,
+                             ChunkCodingInfo* info) {
+  const bool codec_ok =
+      record.codec_id == static_cast<uint16_t>(CodecId::kLosslessBytePlanes) ||
+      (t.lossy && record.codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized));
+  if (!codec_ok) {
+    return Status::InvalidArgument("codec " + std::to_string(record.codec_id) +
+                                   " is not the plan's " +
+                                   (t.lossy ? "lossy or lossless" : "lossless") + " codec");
+  }
+  if (record.kind != t.kind) {
+    return Status::InvalidArgument(
+        std::string("a ") + (record.kind == FrameKind::kDelta ? "delta" : "keyframe") +
+        " where the plan has a " + (t.kind == FrameKind::kDelta ? "delta" : "keyframe"));
+  }
+  const uint64_t length = t.ChunkLength(chunk);
+  if (record.raw_length != length) {
+    return Status::InvalidArgument("decodes to " + std::to_string(record.raw_length) +
+                                   " bytes where the plan's chunk has " + std::to_string(length));
+  }
+  const uint64_t elements = length / DTypeSize(t.dtype);
+  if (record.codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized)) {
+    CKPT_RETURN_IF_ERROR(CheckLossyPayloadFollows(
+        t.lossy_options, t.dtype, elements, t.kind == FrameKind::kDelta,
+        {reinterpret_cast<const uint8_t*>(record.payload.data()), record.payload.size()}, info));
+  }
+  if (info->quantizer > static_cast<uint8_t>(Quantizer::kLog) || !std::isfinite(info->bound) ||
+      info->bound < 0 || !std::isfinite(info->model_entropy_bits) || info->model_entropy_bits < 0 ||
+      info->model_entropy_bits > 64.0 * double(length) || info->exact_elements > elements) {
+    return Status::InvalidArgument(
+        "its coding figures (quantizer, bound, exact elements, entropy) are out of range");
+  }
+  return Status::Ok();
 }
 
 }  // namespace ckpt

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -17,18 +18,33 @@ namespace ckpt {
 namespace {
 
 // The plan describes the checkpoint: the same tensors, in the same order, of the same type,
-// shape and size.
+// shape and size; in a plan of a shard, each tensor the slice the shard declares.
 Status CheckPlanDescribes(const CodingPlan& plan, const SafetensorsHeader& header) {
   if (plan.tensors.size() != header.tensors.size()) {
     return Status::InvalidArgument(
         "the plan has " + std::to_string(plan.tensors.size()) + " tensors, the checkpoint " +
         std::to_string(header.tensors.size()) + ": ask for a plan of this checkpoint");
   }
+  std::map<std::string, SliceDeclaration> slices;
+  if (plan.shard) {
+    CKPT_ASSIGN_OR_RETURN(slices, ParseSliceDeclarations(header.metadata));
+  }
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     const PlannedTensor& p = plan.tensors[i];
     const TensorInfo& t = header.tensors[i];
-    if (p.name != t.name || p.dtype != t.dtype || p.shape != t.shape ||
-        p.byte_size != t.byte_size()) {
+    bool same = p.name == t.name && p.dtype == t.dtype;
+    if (plan.shard) {
+      const auto declared = slices.find(t.name);
+      const TensorBox box = declared == slices.end()
+                                ? TensorBox{std::vector<uint64_t>(t.shape.size(), 0), t.shape}
+                                : TensorBox{declared->second.offsets, t.shape};
+      same = same && p.slice && p.slice->box == box &&
+             (declared == slices.end() ? t.shape == p.shape
+                                       : declared->second.global_shape == p.shape);
+    } else {
+      same = same && p.shape == t.shape && p.byte_size == t.byte_size();
+    }
+    if (!same) {
       return Status::InvalidArgument("tensor " + std::to_string(i) + " ('" + t.name +
                                      "') is not the plan's ('" + p.name +
                                      "'): ask for a plan of this checkpoint");
@@ -37,10 +53,48 @@ Status CheckPlanDescribes(const CodingPlan& plan, const SafetensorsHeader& heade
   return Status::Ok();
 }
 
-// One chunk to encode and, once encoded, its frame and reconstruction.
+// A tensor's bytes in the body: each chunk in a plan of the whole checkpoint; in a plan of a
+// shard, the chunks it owns and, around them, the bytes it sends raw.
+struct Segment {
+  bool raw = false;
+  uint32_t chunk = 0;   // !raw
+  uint64_t offset = 0;  // in the tensor's bytes (of the shard's slice)
+  uint64_t length = 0;
+};
+
+std::vector<Segment> SegmentsOf(const PlannedTensor& t) {
+  std::vector<Segment> out;
+  if (!t.slice) {
+    for (uint32_t c = 0; c < t.chunk_count; ++c) {
+      out.push_back({false, c, uint64_t{c} * t.chunk_bytes, t.ChunkLength(c)});
+    }
+    return out;
+  }
+  const uint64_t element = DTypeSize(t.dtype);
+  const uint64_t bytes = t.slice->box.element_count() * element;
+  if (t.slice->owned_begin == t.slice->owned_end) {
+    if (bytes > 0) out.push_back({true, 0, 0, bytes});
+    return out;
+  }
+  // Owned chunks exist only in a slice that is one run of the global tensor.
+  const uint64_t first = BoxElementSpan(t.shape, t.slice->box).first * element;
+  const uint64_t owned_from = uint64_t{t.slice->owned_begin} * t.chunk_bytes - first;
+  if (owned_from > 0) out.push_back({true, 0, 0, owned_from});
+  uint64_t at = owned_from;
+  for (uint32_t c = t.slice->owned_begin; c < t.slice->owned_end; ++c) {
+    out.push_back({false, c, at, t.ChunkLength(c)});
+    at += t.ChunkLength(c);
+  }
+  if (at < bytes) out.push_back({true, 0, at, bytes - at});
+  return out;
+}
+
+// One chunk to encode and, once encoded, its frame and reconstruction; or bytes sent raw (their
+// frame's head, then `data`).
 struct ChunkJob {
   uint32_t tensor = 0;
   uint32_t chunk = 0;
+  bool raw = false;
   std::span<const uint8_t> data;
   std::optional<std::span<const uint8_t>> reference;
   Status status;
@@ -65,6 +119,7 @@ class CodecSet {
 };
 
 void Encode(const PlannedTensor& t, const TensorCodec* codec, ChunkJob& job) {
+  if (job.raw) return;
   auto encoded = codec->Encode(t.dtype, job.data, job.reference);
   if (!encoded.ok()) {
     job.status = encoded.status();
@@ -77,6 +132,9 @@ void Encode(const PlannedTensor& t, const TensorCodec* codec, ChunkJob& job) {
   job.frame = EncodeChunkFrame({job.tensor, job.chunk, encoded->info, record});
   if (!encoded->reconstruction_is_input) job.reconstruction = std::move(encoded->reconstruction);
 }
+
+// The most raw bytes handed to the writer at once.
+constexpr uint64_t kRawPieceBytes = 1 << 20;
 
 }  // namespace
 
@@ -149,15 +207,19 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
                                   const std::function<Status(std::string_view)>& write,
                                   const RestoredSink& restored_sink) {
   CKPT_RETURN_IF_ERROR(CheckPlanDescribes(plan, checkpoint.header()));
-  const bool has_deltas = std::any_of(
-      plan.tensors.begin(), plan.tensors.end(),
-      [](const PlannedTensor& t) { return t.kind == FrameKind::kDelta && t.byte_size > 0; });
+  const bool has_deltas =
+      std::any_of(plan.tensors.begin(), plan.tensors.end(), [](const PlannedTensor& t) {
+        return t.kind == FrameKind::kDelta && t.byte_size > 0 &&
+               (!t.slice || t.slice->owned_begin < t.slice->owned_end);
+      });
   if (has_deltas && reference == nullptr) {
     return Status::FailedPrecondition("the plan codes deltas against version " +
                                       std::to_string(plan.base->version) +
                                       ", and no reference is held: pull that version first");
   }
-  if (has_deltas && !plan.base->restored_sha256.empty()) {
+  // A shard's reference is its part of the base, which has no digest of its own: the caller
+  // knows it by the version it holds (PlanShard::base_shard_sha256, or a part pulled).
+  if (has_deltas && !plan.shard && !plan.base->restored_sha256.empty()) {
     if (reference->Sha256Hex() != plan.base->restored_sha256) {
       return Status::FailedPrecondition("the reference held is not the reconstruction of version " +
                                         std::to_string(plan.base->version) +
@@ -165,27 +227,51 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
     }
   }
 
-  // Every chunk, in body order.
+  // A shard's reference must hold the same slices (a rank whose part changed pulls it again).
+  std::map<std::string, SliceDeclaration> reference_slices;
+  if (has_deltas && plan.shard) {
+    CKPT_ASSIGN_OR_RETURN(reference_slices, ParseSliceDeclarations(reference->header().metadata));
+  }
+  // Every chunk (and raw part of a shard), in body order.
   std::vector<ChunkJob> jobs;
   for (uint32_t i = 0; i < plan.tensors.size(); ++i) {
     const PlannedTensor& t = plan.tensors[i];
     const std::span<const uint8_t> data = checkpoint.TensorData(i);
+    const std::vector<Segment> segments = SegmentsOf(t);
+    const bool codes_deltas =
+        t.kind == FrameKind::kDelta &&
+        std::any_of(segments.begin(), segments.end(), [](const Segment& s) { return !s.raw; });
     std::optional<std::span<const uint8_t>> base;
-    if (t.kind == FrameKind::kDelta && t.byte_size > 0) {
+    if (codes_deltas) {
       base = reference->TensorData(t.name);
-      if (!base || base->size() != t.byte_size) {
+      if (!base || base->size() != data.size()) {
         return Status::FailedPrecondition("the reference has no tensor '" + t.name + "' of " +
-                                          std::to_string(t.byte_size) +
+                                          std::to_string(data.size()) +
                                           " bytes to code its delta against");
       }
+      if (t.slice) {
+        const auto declared = reference_slices.find(t.name);
+        const std::vector<uint64_t> offsets = declared == reference_slices.end()
+                                                  ? std::vector<uint64_t>(t.shape.size(), 0)
+                                                  : declared->second.offsets;
+        if (offsets != t.slice->box.offsets) {
+          return Status::FailedPrecondition("the reference holds another part of tensor '" +
+                                            t.name + "': pull this shard's part first");
+        }
+      }
     }
-    for (uint32_t c = 0; c < t.chunk_count; ++c) {
+    for (const Segment& segment : segments) {
       ChunkJob job;
       job.tensor = i;
-      job.chunk = c;
-      job.data = data.subspan(uint64_t{c} * t.chunk_bytes, t.ChunkLength(c));
-      if (base) job.reference = base->subspan(uint64_t{c} * t.chunk_bytes, t.ChunkLength(c));
-      jobs.push_back(job);
+      job.chunk = segment.chunk;
+      job.raw = segment.raw;
+      job.data = data.subspan(segment.offset, segment.length);
+      if (segment.raw) {
+        job.frame = EncodeRawFrameHead(i, segment.offset, segment.length);
+      } else if (base) {
+        job.reference = base->subspan(segment.offset, segment.length);
+      }
+      jobs.push_back(std::move(job));
     }
   }
 
@@ -201,8 +287,9 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
     CKPT_RETURN_IF_ERROR(
         restored_sink({reinterpret_cast<const uint8_t*>(raw_header.data()), raw_header.size()}));
   }
-  const std::string preamble = EncodePreamble(
-      {plan.Digest(), plan.base ? plan.base->reference : 0, std::string(raw_header)});
+  const std::string preamble =
+      EncodePreamble({plan.Digest(), plan.base ? plan.base->reference : 0, std::string(raw_header),
+                      plan.shard ? kEncodedShardFormatVersion : kEncodedBodyFormatVersion});
   CKPT_RETURN_IF_ERROR(write(preamble));
   result.encoded_bytes += preamble.size();
 
@@ -235,6 +322,13 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
       if (restored_sink) CKPT_RETURN_IF_ERROR(restored_sink(restored_chunk));
       CKPT_RETURN_IF_ERROR(write(job.frame));
       result.encoded_bytes += job.frame.size();
+      // Raw bytes go in pieces: the writer may copy what it is given.
+      for (uint64_t at = 0; job.raw && at < job.data.size(); at += kRawPieceBytes) {
+        const std::span<const uint8_t> piece =
+            job.data.subspan(at, std::min<uint64_t>(kRawPieceBytes, job.data.size() - at));
+        CKPT_RETURN_IF_ERROR(write({reinterpret_cast<const char*>(piece.data()), piece.size()}));
+        result.encoded_bytes += piece.size();
+      }
       job = ChunkJob{};  // frees the frame and the reconstruction
     }
   }

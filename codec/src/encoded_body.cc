@@ -10,6 +10,8 @@ namespace {
 
 constexpr uint8_t kChunkTag = 1;
 constexpr uint8_t kEndTag = 2;
+constexpr uint8_t kRawTag = 3;
+constexpr uint64_t kRawFixedBytes = 4 + 8 + 8;
 constexpr uint64_t kPreambleBytes = 7 + 1 + 8 + 8 + 8;
 constexpr uint64_t kChunkFixedBytes = 4 + 4 + 1 + 8 + 8 + 8 + 8;
 constexpr uint64_t kSha256HexBytes = 64;
@@ -26,7 +28,7 @@ bool IsLowerHex(std::string_view s) {
 std::string EncodePreamble(const EncodedBodyPreamble& preamble) {
   ByteWriter w;
   w.PutBytes(kEncodedBodyMagic);
-  w.PutU8(kEncodedBodyFormatVersion);
+  w.PutU8(preamble.format);
   w.PutU64(preamble.plan_digest);
   w.PutU64(preamble.reference);
   w.PutU64(preamble.raw_header.size());
@@ -48,6 +50,15 @@ std::string EncodeChunkFrame(const EncodedChunkFrame& frame) {
   return w.Release();
 }
 
+std::string EncodeRawFrameHead(uint32_t tensor, uint64_t offset, uint64_t length) {
+  ByteWriter w;
+  w.PutU8(kRawTag);
+  w.PutU32(tensor);
+  w.PutU64(offset);
+  w.PutU64(length);
+  return w.Release();
+}
+
 std::string EncodeEnd(const EncodedBodyEnd& end) {
   ByteWriter w;
   w.PutU8(kEndTag);
@@ -57,8 +68,11 @@ std::string EncodeEnd(const EncodedBodyEnd& end) {
 }
 
 EncodedBodyParser::EncodedBodyParser(EncodedBodySink* sink, uint64_t max_header_bytes,
-                                     uint64_t max_record_bytes)
-    : sink_(sink), max_header_bytes_(max_header_bytes), max_record_bytes_(max_record_bytes) {}
+                                     uint64_t max_record_bytes, uint8_t format)
+    : sink_(sink),
+      max_header_bytes_(max_header_bytes),
+      max_record_bytes_(max_record_bytes),
+      format_(format) {}
 
 uint64_t EncodedBodyParser::Wanted() const {
   switch (stage_) {
@@ -71,6 +85,10 @@ uint64_t EncodedBodyParser::Wanted() const {
       return 1;
     case Stage::kChunkFixed:
       return kChunkFixedBytes;
+    case Stage::kRawFixed:
+      return kRawFixedBytes;
+    case Stage::kRawData:
+      return 0;  // streamed: Feed hands the bytes on as they come
     case Stage::kEnd:
       return kEndBytes;
     case Stage::kDone:
@@ -89,6 +107,20 @@ Status EncodedBodyParser::Feed(std::span<const uint8_t> bytes) {
   while (!bytes.empty()) {
     if (stage_ == Stage::kFailed) return Status::InvalidArgument("encoded push body: failed");
     if (stage_ == Stage::kDone) return Fail("bytes after the end frame");
+    if (stage_ == Stage::kRawData) {
+      const uint64_t take = std::min<uint64_t>(bytes.size(), raw_left_);
+      Status s = sink_->OnRaw(raw_tensor_, raw_offset_, bytes.first(take));
+      if (!s.ok()) {
+        stage_ = Stage::kFailed;
+        return s;
+      }
+      bytes = bytes.subspan(take);
+      consumed_ += take;
+      raw_offset_ += take;
+      raw_left_ -= take;
+      if (raw_left_ == 0) stage_ = Stage::kFrameTag;
+      continue;
+    }
     const uint64_t take = std::min<uint64_t>(bytes.size(), Wanted() - buffer_.size());
     buffer_.append(reinterpret_cast<const char*>(bytes.data()), take);
     bytes = bytes.subspan(take);
@@ -116,10 +148,13 @@ Status EncodedBodyParser::Complete() {
       CKPT_RETURN_IF_ERROR(r.GetSpan(kEncodedBodyMagic.size(), &magic));
       uint8_t format = 0;
       CKPT_RETURN_IF_ERROR(r.GetU8(&format));
-      if (format != kEncodedBodyFormatVersion) {
-        return Fail("format " + std::to_string(format) + " is not " +
-                    std::to_string(kEncodedBodyFormatVersion) + " (a newer client?)");
+      if (format != format_) {
+        return Fail("format " + std::to_string(format) + " is not " + std::to_string(format_) +
+                    (format_ == kEncodedShardFormatVersion
+                         ? " (a shard is sent as " + std::string(kEncodedShardMediaType) + ")"
+                         : std::string(" (a newer client?)")));
       }
+      preamble_.format = format;
       CKPT_RETURN_IF_ERROR(r.GetU64(&preamble_.plan_digest));
       CKPT_RETURN_IF_ERROR(r.GetU64(&preamble_.reference));
       CKPT_RETURN_IF_ERROR(r.GetU64(&wanted_));
@@ -142,6 +177,8 @@ Status EncodedBodyParser::Complete() {
         stage_ = Stage::kChunkFixed;
       } else if (tag == kEndTag) {
         stage_ = Stage::kEnd;
+      } else if (tag == kRawTag && format_ == kEncodedShardFormatVersion) {
+        stage_ = Stage::kRawFixed;
       } else {
         return Fail("unknown frame type " + std::to_string(tag));
       }
@@ -167,6 +204,19 @@ Status EncodedBodyParser::Complete() {
       stage_ = Stage::kRecord;
       break;
     }
+    case Stage::kRawFixed: {
+      CKPT_RETURN_IF_ERROR(r.GetU32(&raw_tensor_));
+      CKPT_RETURN_IF_ERROR(r.GetU64(&raw_offset_));
+      CKPT_RETURN_IF_ERROR(r.GetU64(&raw_left_));
+      if (raw_left_ == 0)
+        return Fail("an empty raw frame of tensor " + std::to_string(raw_tensor_));
+      // The sink checks the frame's place before a byte of it is taken.
+      CKPT_RETURN_IF_ERROR(sink_->OnRaw(raw_tensor_, raw_offset_, {}));
+      stage_ = Stage::kRawData;
+      break;
+    }
+    case Stage::kRawData:
+      break;
     case Stage::kRecord:
       frame_.record = buffer_;
       CKPT_RETURN_IF_ERROR(sink_->OnChunk(frame_));

@@ -58,6 +58,17 @@ class CheckpointStoreImpl final : public CheckpointStore {
                    const PushOptions& push_options) {
               return BeginAssembledPush(model, version, body_size, push_options);
             },
+            [this](const std::string& model, uint64_t version, uint64_t body_size,
+                   const PushOptions& push_options) -> Result<std::unique_ptr<ChunkedPush>> {
+              CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+              return BeginChunkedPush(ctx_, writer_, name, version, body_size, push_options,
+                                      kCommitLockWait);
+            },
+            [this](const std::string& model, uint64_t version, const ShardHeader& shard,
+                   uint32_t shard_count) -> Result<CodingPlan> {
+              CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+              return PlanShardOf(ctx_, writer_, name, version, shard, shard_count);
+            },
             [this](const std::string& model, uint64_t version) {
               return CommittedShardsOf(model, version);
             }) {}
@@ -129,6 +140,22 @@ class CheckpointStoreImpl final : public CheckpointStore {
 
   // The push of a sharded version's assembled body, once its model is free. The name is parsed
   // again: uploads spooled before a restart come back with the names read from the spool.
+  // Checks a shard's index and its version's shard count.
+  Status CheckShardIndex(uint32_t shard, uint32_t shard_count) const {
+    if (shard_count == 0 || shard_count > options_.max_shards_per_version) {
+      return Status::InvalidArgument(
+          "a version has 1 to " + std::to_string(options_.max_shards_per_version) +
+          " shards (storage.max_shards_per_version), not " + std::to_string(shard_count));
+    }
+    if (shard >= shard_count) {
+      return Status::InvalidArgument("shard " + std::to_string(shard) +
+                                     " is out of range: a version of " +
+                                     std::to_string(shard_count) + " shards has shards 0 to " +
+                                     std::to_string(shard_count - 1));
+    }
+    return Status::Ok();
+  }
+
   Result<std::unique_ptr<PushSession>> BeginAssembledPush(const std::string& model,
                                                           uint64_t version, uint64_t body_size,
                                                           const PushOptions& options) {
@@ -147,6 +174,15 @@ class CheckpointStoreImpl final : public CheckpointStore {
                               std::string_view raw_header) override {
     CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
     return PlanPushOf(ctx_, writer_, name, version, raw_header);
+  }
+
+  Result<CodingPlan> PlanShard(std::string_view model, uint64_t version, uint32_t shard,
+                               uint32_t shard_count, std::string_view raw_header) override {
+    CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+    CKPT_RETURN_IF_ERROR(CheckShardIndex(shard, shard_count));
+    CKPT_ASSIGN_OR_RETURN(const SafetensorsHeader header, ParseRawSafetensorsHeader(raw_header));
+    CKPT_ASSIGN_OR_RETURN(const ShardHeader described, DescribeShard(shard, header));
+    return PlanShardOf(ctx_, writer_, name, version, described, shard_count);
   }
 
   bool CallWhenModelFree(std::string_view model, std::function<void()> on_free) override {
@@ -223,17 +259,7 @@ class CheckpointStoreImpl final : public CheckpointStore {
                                                    const PushOptions& options) override {
     CKPT_RETURN_IF_ERROR(ValidateModelName(model));
     CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
-    if (shard_count == 0 || shard_count > options_.max_shards_per_version) {
-      return Status::InvalidArgument(
-          "a version has 1 to " + std::to_string(options_.max_shards_per_version) +
-          " shards (storage.max_shards_per_version), not " + std::to_string(shard_count));
-    }
-    if (shard >= shard_count) {
-      return Status::InvalidArgument("shard " + std::to_string(shard) +
-                                     " is out of range: a version of " +
-                                     std::to_string(shard_count) + " shards has shards 0 to " +
-                                     std::to_string(shard_count - 1));
-    }
+    CKPT_RETURN_IF_ERROR(CheckShardIndex(shard, shard_count));
     const std::string name(model);
     CKPT_RETURN_IF_ERROR(backend_->Refresh(name));
     rocksdb::ReadOptions ro;

@@ -507,6 +507,41 @@ class EncodedTest(unittest.TestCase):
         held = os.path.join(self.tmp.name, "reader", "tp.json")
         self.assertFalse(os.path.exists(held))
 
+    def test_ranks_push_encoded_shards_that_store_what_the_daemon_stores(self):
+        # 4 ranks (rows of `w` coded by their ranks, columns of `o` sent raw, `bias` replicated)
+        # for two versions, then 2 ranks: each re-syncs its new part by an encoded part pull.
+        for model in ("edge", "daemon"):
+            self.plain.set_policy(model, {"mode": "lossy", "max_abs_error": 5e-3})
+        g = torch.Generator().manual_seed(9)
+        w, o = torch.randn(512, 256, generator=g), torch.randn(256, 512, generator=g)
+        bias = torch.randn(256, generator=g)
+        ranks = [self.coder(f"rank{r}") for r in range(4)]
+        for step, world in ((1, 4), (2, 4), (3, 2)):
+            w, o, bias = (t + 0.01 * torch.randn(t.shape, generator=g) for t in (w, o, bias))
+            answers, server = [], None
+            for rank in range(world):
+                n = 512 // world
+                shard = {"w": w[n * rank:n * rank + n].contiguous(),
+                         "o": o[:, n * rank:n * rank + n].contiguous(), "bias": bias}
+                slices = {"w": {"global_shape": [512, 256], "offsets": [n * rank, 0]},
+                          "o": {"global_shape": [256, 512], "offsets": [0, n * rank]}}
+                answers.append(ranks[rank].push_shard("edge", step, rank, world, shard,
+                                                      slices=slices))
+                plain = self.plain.push_shard("daemon", step, rank, world, shard, slices=slices)
+                server = plain.get("version") or server
+            coded = next(a["version"] for a in answers if a.get("version"))
+            for rank, answer in enumerate(answers):
+                self.assertTrue(answer["encoded"], answer)
+                # Version 2 deltas against what each rank kept of version 1; version 3's ranks
+                # hold other parts: they pull theirs.
+                self.assertEqual(answer["reference"],
+                                 {1: "", 2: "held", 3: "pulled"}[step], (step, rank))
+                # The rows' chunks are coded, the columns raw: less than the shard.
+                self.assertLess(answer["sent_bytes"], (512 // world) * (256 + 256) * 4 + 2048)
+            self.assertEqual(coded["sha256"], server["sha256"])
+            self.assertEqual(coded["stored_bytes"], server["stored_bytes"])
+            self.assertEqual(self.sha("edge", step), self.sha("daemon", step))
+
     def test_encoded_pushes_store_what_the_daemons_coding_stores(self):
         for model in ("edge", "daemon"):
             self.plain.set_policy(model, {"mode": "lossy", "max_abs_error": 5e-3})

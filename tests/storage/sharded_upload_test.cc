@@ -11,6 +11,7 @@
 #include <random>
 
 #include "ckpt/base/tensor_slices.h"
+#include "ckpt/codec/edge_encoder.h"
 #include "ckpt/codec/encoded_pull.h"
 #include "store_fixture.h"
 
@@ -651,6 +652,201 @@ TEST_F(ShardedUploadTest, ReadsASpoolOfFormat1) {
           R"("shard":2}]},"wq":{"dtype":"F32","global_shape":[9,40],"slices":[{"offsets":)"
           R"([0,0],"shape":[4,40],"shard":0},{"offsets":[4,0],"shape":[3,40],"shard":1},)"
           R"({"offsets":[7,0],"shape":[2,40],"shard":2}]}}})");
+}
+
+}  // namespace
+}  // namespace ckpt::testing
+
+namespace ckpt::testing {
+namespace {
+
+// Shards coded by their ranks (encoded shards): a rank asks for its shard's plan, codes the
+// chunks its slice holds whole against its part of the previous version, and sends the rest
+// raw; the commit stores exactly what it would have stored for the same shards sent plain.
+class EncodedShardTest : public ShardedUploadTest {
+ protected:
+  // Codes `shard` of `of` of `version` as its rank does, against `reference` (the rank's part
+  // of the base: null when it holds none), keeping the rank's reconstruction in `restored`.
+  Result<std::string> EncodeShard(std::string_view model, uint64_t version, uint32_t shard,
+                                  uint32_t of, const std::string& body,
+                                  const std::string* reference, std::string* restored) {
+    CKPT_ASSIGN_OR_RETURN(const CheckpointView view, CheckpointView::Parse(Bytes(body)));
+    const std::string_view raw_header = view.raw_header();
+    CKPT_ASSIGN_OR_RETURN(const CodingPlan plan,
+                          store_->PlanShard(model, version, shard, of, raw_header));
+    std::optional<CheckpointView> reference_view;
+    if (reference != nullptr) {
+      CKPT_ASSIGN_OR_RETURN(reference_view, CheckpointView::Parse(Bytes(*reference)));
+    }
+    std::string encoded;
+    std::vector<uint8_t> kept;
+    CKPT_RETURN_IF_ERROR(EncodeByPlan(
+                             plan, view, reference_view ? &*reference_view : nullptr, 2,
+                             [&](std::string_view piece) {
+                               encoded += piece;
+                               return Status::Ok();
+                             },
+                             CollectInto(&kept))
+                             .status());
+    *restored = std::string(kept.begin(), kept.end());
+    return encoded;
+  }
+
+  Result<ShardResult> PushEncodedShard(std::string_view model, uint64_t version, uint32_t shard,
+                                       uint32_t of, const std::string& encoded) {
+    PushOptions options;
+    options.body_format = PushBodyFormat::kEncoded;
+    return PushShard(model, version, shard, of, encoded, options);
+  }
+
+  // Version `version` of three tensors: `w` split by rows (its cuts inside chunks), `v` by
+  // columns, `norm` replicated, `step` on the last shard.
+  std::vector<ShardSpec> Shards(uint32_t of) {
+    std::vector<ShardSpec> out(of);
+    for (uint32_t s = 0; s < of; ++s) {
+      auto [row, rows] = SplitExtent(w_.shape[0], s, of);
+      auto [column, columns] = SplitExtent(v_.shape[1], s, of);
+      out[s] = {
+          {&w_, Rows(w_, row, rows)}, {&v_, Columns(v_, column, columns)}, {&norm_, Whole(norm_)}};
+    }
+    out[of - 1].push_back({&step_, Whole(step_)});
+    return out;
+  }
+
+  void Drift(uint64_t version) {
+    std::mt19937_64 rng(version);
+    std::normal_distribution<float> noise(0, 0.01f);
+    auto drift = [&](OwnedTensor& t, std::vector<float>& values) {
+      for (float& x : values) x += noise(rng);
+      t.bytes = FloatBytes(values);
+    };
+    if (w_values_.empty()) {
+      w_values_.assign(70 * 48, 0.5f);
+      v_values_.assign(48 * 60, -0.25f);
+      norm_values_.assign(40, 1.0f);
+      w_ = {"w", DType::kF32, {70, 48}, ""};
+      v_ = {"v", DType::kF32, {48, 60}, ""};
+      norm_ = {"norm", DType::kF32, {40}, ""};
+      step_ = OwnedTensor{"step", DType::kI64, {}, std::string(8, '\0')};
+    }
+    drift(w_, w_values_);
+    drift(v_, v_values_);
+    drift(norm_, norm_values_);
+    step_.bytes[0] = static_cast<char>(version);
+  }
+
+  std::vector<float> w_values_, v_values_, norm_values_;
+  OwnedTensor w_, v_;
+};
+
+TEST_F(EncodedShardTest, RanksCodeTheirSlicesAndTheStoreIsTheOneTheDaemonCodes) {
+  for (const char* model : {"plain", "edge"}) {
+    ASSERT_TRUE(
+        store_->SetPolicy(model, LossyPolicy(R"({"mode": "lossy", "max_abs_error": 0.001})")).ok());
+  }
+  std::map<uint32_t, std::string> references;  // each rank's part of the last version
+  for (uint64_t version = 1; version <= 4; ++version) {
+    Drift(version);
+    // Versions 3 and 4 change the rank count; in version 3, rank 1 sends its shard plain (a
+    // rank without the codec).
+    const uint32_t of = version == 3 ? 2 : 3;
+    const std::vector<ShardSpec> specs = Shards(of);
+    if (version >= 3) {
+      // A change of layout: each rank re-syncs its new part of the previous version.
+      const ParsedBody base = Parse(*Restore("edge", version - 1));
+      references.clear();
+      for (uint32_t s = 0; s < of; ++s) {
+        std::vector<OwnedTensor> part;
+        std::map<std::string, SliceDeclaration> slices;
+        for (const auto& [global, box] : specs[s]) {
+          const BodyTensor& t = base.tensors.at(global->name);
+          part.push_back({global->name, t.dtype, box.shape,
+                          Cut({global->name, t.dtype, t.shape, t.bytes}, box)});
+          if (box.shape != global->shape) slices[global->name] = {global->shape, box.offsets};
+        }
+        references[s] =
+            Serialize(part, {{std::string(kSlicesMetadataKey), SliceDeclarationsJson(slices)}});
+      }
+    }
+    std::optional<VersionInfo> plain, edge;
+    uint64_t sent = 0, raw = 0;
+    for (uint32_t s = 0; s < of; ++s) {
+      const std::string body = ShardBody(specs[s]);
+      raw += body.size();
+      auto p = PushShard("plain", version, s, of, body);
+      ASSERT_TRUE(p.ok()) << p.status().ToString();
+      if (p->version) plain = p->version;
+      Result<ShardResult> e = Status::Internal("unset");
+      if (version == 3 && s == 1) {
+        e = PushShard("edge", version, s, of, body);
+        sent += body.size();
+      } else {
+        auto it = references.find(s);
+        std::string restored;
+        auto encoded = EncodeShard("edge", version, s, of, body,
+                                   it == references.end() ? nullptr : &it->second, &restored);
+        ASSERT_TRUE(encoded.ok()) << version << "/" << s << ": " << encoded.status().ToString();
+        sent += encoded->size();
+        e = PushEncodedShard("edge", version, s, of, *encoded);
+        references[s] = std::move(restored);
+      }
+      ASSERT_TRUE(e.ok()) << version << "/" << s << ": " << e.status().ToString();
+      if (e->version) edge = e->version;
+      // A stored encoded shard is indexed again from the spool after a restart.
+      if (version == 2 && s == 0) Reopen();
+    }
+    ASSERT_TRUE(plain && edge) << version;
+    EXPECT_EQ(edge->sha256, plain->sha256) << version;
+    EXPECT_EQ(edge->stored_bytes, plain->stored_bytes) << version;
+    EXPECT_EQ(*Restore("edge", version), *Restore("plain", version)) << version;
+    auto detail = store_->GetVersionDetail("edge", version);
+    ASSERT_TRUE(detail.ok());
+    for (const TensorDetail& t : detail->tensors) {
+      if (version > 1 && t.name != "step") {
+        EXPECT_EQ(t.kind, "delta") << version << " " << t.name;
+      }
+    }
+    // What the ranks sent: the rows' chunks coded, the columns raw.
+    EXPECT_LT(sent, raw) << version;
+  }
+}
+
+TEST_F(EncodedShardTest, AStalePlanADamagedPayloadAndACutBodyAreRefusedStoringNothing) {
+  ASSERT_TRUE(
+      store_->SetPolicy("m", LossyPolicy(R"({"mode": "lossy", "max_abs_error": 0.001})")).ok());
+  Drift(1);
+  const std::vector<ShardSpec> specs = Shards(2);
+  std::string restored;
+  const std::string body = ShardBody(specs[0]);
+  auto encoded = EncodeShard("m", 1, 0, 2, body, nullptr, &restored);
+  ASSERT_TRUE(encoded.ok()) << encoded.status().ToString();
+
+  // A byte of the last record's payload flipped (the end frame's 129 bytes follow it): its
+  // checksum no longer matches.
+  std::string damaged = *encoded;
+  damaged[damaged.size() - 129 - 5] ^= 0x40;
+  auto refused = PushEncodedShard("m", 1, 0, 2, damaged);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
+
+  // Cut short.
+  refused = PushEncodedShard("m", 1, 0, 2, encoded->substr(0, encoded->size() - 10));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+
+  // A shard sent as another shard's index is another shard: its plan names other slices.
+  refused = PushEncodedShard("m", 1, 1, 2, *encoded);
+  ASSERT_FALSE(refused.ok());
+
+  // The policy changed since the plan: the plan is stale.
+  ASSERT_TRUE(
+      store_->SetPolicy("m", LossyPolicy(R"({"mode": "lossy", "max_abs_error": 0.002})")).ok());
+  refused = PushEncodedShard("m", 1, 0, 2, *encoded);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().subcode(), StatusSubcode::kStalePlan) << refused.status().ToString();
+  auto upload = store_->GetUpload("m", 1);
+  EXPECT_TRUE(!upload.ok() || upload->received.empty());
+  EXPECT_FALSE(store_->GetVersion("m", 1).ok());
 }
 
 }  // namespace

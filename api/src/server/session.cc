@@ -109,6 +109,8 @@ net::awaitable<bool> HandleRequest(const ServerContext& ctx, Stream& stream, Exc
       AcceptsMediaType(std::string_view(accept.data(), accept.size()), kEncodedPullMediaType);
   ex.route.encoded_body = MediaTypeIs(std::string_view(content_type.data(), content_type.size()),
                                       kEncodedBodyMediaType);
+  ex.route.encoded_shard = MediaTypeIs(std::string_view(content_type.data(), content_type.size()),
+                                       kEncodedShardMediaType);
   ex.log.route = RouteName(ex.route.kind);
   if (ctx.options.authorizer) {
     const auto header = req[http::field::authorization];

@@ -103,7 +103,7 @@ net::awaitable<Status> ReadSmallBody(const ServerContext& ctx, Stream& stream, E
     ex.log.bytes_in = body.size();
     // A plan's body is a checkpoint's header, which may be as long as a push's allows.
     const uint64_t limit =
-        ex.route.kind == RouteKind::kPlan
+        ex.route.kind == RouteKind::kPlan || ex.route.kind == RouteKind::kShardPlan
             ? std::max<uint64_t>(ctx.options.max_json_body_bytes, kMaxSafetensorsHeaderBytes + 8)
             : ctx.options.max_json_body_bytes;
     if (body.size() > limit) {

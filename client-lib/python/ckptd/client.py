@@ -318,7 +318,7 @@ class Client:
         return _retrying(once, retries, backoff)
 
     def push_shard(self, model, step, rank, world_size, tensors, slices=None, metadata=None,
-                   metrics=None, tags=(), retries=5, backoff=0.5):
+                   metrics=None, tags=(), retries=5, backoff=0.5, encoded=None):
         """Pushes the shard of rank `rank` of `world_size` of version `step` (every rank its
         own, in parallel): `tensors` is a dict of whole tensors or of slices of global tensors,
         `slices` maps the name of each slice to {"global_shape": [...], "offsets": [...]}
@@ -326,7 +326,13 @@ class Client:
         whole by several ranks must be equal. The version becomes visible when its last shard
         is stored; the answer's "version" is set then. Sending a shard again replaces the
         earlier attempt, so failures are retried as push() does. `metrics` and `tags` apply
-        when this shard completes the version."""
+        when this shard completes the version.
+
+        `encoded` (default: the Client's): the rank codes its shard by the daemon's plan of it —
+        the chunks of global tensors its slices hold whole, against its part of the last version
+        (kept in `reference_dir` under "<model>.rank<r>-of-<n>", or pulled encoded), the rest
+        sent raw for the daemon to code; the answer then has "encoded", "sent_bytes" and
+        "reference" as push()'s."""
         metadata = dict(metadata or {})
         if slices:
             metadata["ckptd.slices"] = json.dumps(
@@ -338,9 +344,14 @@ class Client:
         path = (f"/v1/models/{self._quote(model)}/versions/{int(step)}/shards/{int(rank)}?"
                 + urllib.parse.urlencode(query))
         body = _Body(tensors, metadata)
-        return _retrying(
-            lambda: self._put_body(model, path, body, f"push {model}@{step} rank {rank}"),
-            retries, backoff)
+        label = f"push {model}@{step} rank {rank}"
+        if self._use_encoded(encoded):
+            return _retrying(
+                lambda: edge.push_shard_encoded(self, model, step, rank, world_size, body, path,
+                                                self.reference_dir, self._encode_threads, 3,
+                                                label),
+                retries, backoff)
+        return _retrying(lambda: self._put_body(model, path, body, label), retries, backoff)
 
     def _version_record(self, model, version):
         """The listing entry of `version` of `model`, or None."""

@@ -207,6 +207,112 @@ def _push_once(client, model, step, body, push_path, reference_dir, threads, lab
             shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _rank_reference_name(model, rank, world_size):
+    """The name a rank's reference is kept under: its part of the model's last version."""
+    return f"{model}.rank{int(rank)}-of-{int(world_size)}"
+
+
+def _codes_deltas(plan):
+    return any(t["kind"] == "delta" and t["slice"]["owned_chunks"][0] < t["slice"]["owned_chunks"][1]
+               for t in plan["tensors"])
+
+
+def _holds_base_part(held, plan, rank, world_size):
+    """Whether `held` (a rank's reference) is its part of the plan's base: the part it pushed as
+    this very shard of the base, or pulled from it."""
+    base, shard = plan["base"], plan["shard"]
+    if held["version"] != base["version"] or not held["sha256"]:
+        return False
+    pushed = shard["base_shard_sha256"]
+    return (len(pushed) == world_size and pushed[rank] == held["sha256"]) \
+        or held["sha256"] == base["restored_sha256"]
+
+
+def _slices_of(path):
+    """The slice declarations of a safetensors file's header ({} when it has none)."""
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+    return json.loads(header.get("__metadata__", {}).get("ckptd.slices", "{}"))
+
+
+def push_shard_encoded(client, model, step, rank, world_size, body, shard_path, reference_dir,
+                       threads, replans, label):
+    """One encoded shard (rank `rank` of `world_size`) of version `step`: coded here by the
+    daemon's plan of the shard, the chunks its slices hold whole against the rank's part of the
+    last version (kept in `reference_dir`, or pulled), the rest of its bytes sent raw. Planned
+    again (up to `replans` times) on 409 STALE_PLAN. Returns the shard's answer, with
+    "encoded", "sent_bytes" and "reference" added."""
+    from .client import CkptdError
+    name = _rank_reference_name(model, rank, world_size)
+    with _claimed(reference_dir, name):
+        for attempt in range(replans + 1):
+            try:
+                return _push_shard_once(client, model, step, rank, world_size, body, shard_path,
+                                        reference_dir, name, threads)
+            except CkptdError as error:
+                if error.reason != "STALE_PLAN" or attempt == replans:
+                    raise
+    raise AssertionError("unreachable")
+
+
+def _push_shard_once(client, model, step, rank, world_size, body, shard_path, reference_dir,
+                     name, threads):
+    path, query = shard_path.split("?", 1)
+    scratch = tempfile.mkdtemp(prefix="ckptd-reference-")
+    try:
+        with _CheckpointParts(body) as checkpoint:
+            plan_text = client._post_bytes(model, f"{path}/plan?of={int(world_size)}",
+                                           checkpoint.raw_header)
+            plan = json.loads(plan_text)
+            held = _native.held_reference(reference_dir or scratch, name)
+            source, reference_path = "", None
+            if _codes_deltas(plan):
+                wanted = {t["name"]: t["slice"]["offsets"] for t in plan["tensors"]}
+                if reference_dir and _holds_base_part(held, plan, rank, world_size) \
+                        and _offsets_match(_slices_of(held["path"]), wanted):
+                    source, reference_path = "held", held["path"]
+                else:
+                    # This rank's part of the base, as the daemon cuts it for rank of
+                    # world_size; used when its slices are this shard's.
+                    pulled = os.path.join(scratch, "part.safetensors")
+                    pull_part_encoded(client, model, str(plan["base"]["version"]), pulled,
+                                      [("rank", str(int(rank))), ("of", str(int(world_size)))])
+                    if _offsets_match(_slices_of(pulled), wanted):
+                        source, reference_path = "pulled", pulled
+                if reference_path is None:
+                    answer = client._put_body(model, shard_path, body, f"push {model}@{step}")
+                    return dict(answer, encoded=False, sent_bytes=body.total,
+                                reference="no part of the base holds this shard's slices: "
+                                          "the server coded this shard")
+            restored_path = _native.temporary_name_for(held["path"]) if reference_dir else None
+            encoder = _native.Encoder(plan_text, checkpoint.parts, reference_path, False,
+                                      threads, restored_path)
+            try:
+                answer = client._put_stream(model, f"{path}?{query}", encoder.read,
+                                            _native.ENCODED_SHARD_MEDIA_TYPE)
+                coded = encoder.finish()
+                if reference_dir:
+                    encoder.keep_restored_as(held["path"])
+                    # Known by the digest of the shard pushed, which the version's layout lists.
+                    _native.write_sidecar(reference_dir, name, int(step), coded["pushed_sha256"])
+            finally:
+                encoder.close()
+        return dict(answer, encoded=True, sent_bytes=coded["encoded_bytes"], reference=source)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _offsets_match(slices, wanted):
+    """Whether a part's slices (its ckptd.slices) put every tensor at the offsets wanted (a
+    tensor not declared is whole: its offsets are zeros)."""
+    for tensor, offsets in wanted.items():
+        have = slices.get(tensor, {}).get("offsets", [0] * len(offsets))
+        if list(have) != list(offsets):
+            return False
+    return True
+
+
 def pull_encoded(client, model, version, out_path, reference_dir):
     """Pulls `version` encoded into the safetensors file `out_path` (SHA-256 verified): since
     the version held in `reference_dir` when there is one, which the version pulled then

@@ -248,6 +248,7 @@ PYBIND11_MODULE(_native, m) {
   m.attr("Error") = py::handle(error_type);
   m.attr("ENCODED_PUSH_MEDIA_TYPE") = std::string(kEncodedBodyMediaType);
   m.attr("ENCODED_PULL_MEDIA_TYPE") = std::string(kEncodedPullMediaType);
+  m.attr("ENCODED_SHARD_MEDIA_TYPE") = std::string(kEncodedShardMediaType);
 
   py::class_<Encoder>(m, "Encoder")
       .def(py::init<const std::string&, const py::list&, const std::optional<std::string>&, bool,

@@ -4,7 +4,12 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <unordered_map>
+
+#include "ckpt/base/hashing.h"
+#include "ckpt/codec/chunk_record.h"
+#include "uploads/encoded_shard.h"
 
 namespace ckpt {
 namespace {
@@ -159,7 +164,8 @@ Result<AssemblyPlan> PlanAssembly(std::span<const ShardHeader* const> shards,
         g.shape = t.global_shape;
       }
       AssemblyPlan::Tensor& g = plan.tensors[it->second];
-      AssemblyPlan::Piece piece{shard->shard, t.box, t.data_begin};
+      AssemblyPlan::Piece piece{shard->shard, static_cast<uint32_t>(&t - shard->tensors.data()),
+                                t.box, t.data_begin};
       auto same = std::find_if(g.pieces.begin(), g.pieces.end(),
                                [&](const AssemblyPlan::Piece& p) { return p.box == t.box; });
       if (same != g.pieces.end()) {
@@ -260,6 +266,213 @@ Status WriteAssembled(const AssemblyPlan& plan, std::span<const SpooledShardFile
     CKPT_RETURN_IF_ERROR(status);
   }
   return flush();
+}
+
+}  // namespace ckpt
+
+namespace ckpt {
+namespace {
+
+// Reads a piece's bytes (its slice, row-major) in increasing order, skipping what it need not
+// read: from a safetensors shard at its data, from an encoded shard through its raw segments.
+class PieceCursor {
+ public:
+  PieceCursor(const ShardSource& source, const AssemblyPlan::Piece& piece, uint64_t bytes)
+      : file_(source.file),
+        segments_(source.encoded ? &source.encoded->tensors[piece.tensor] : nullptr),
+        data_begin_(piece.data_begin),
+        bytes_(bytes) {}
+
+  void Skip(uint64_t n) { pos_ += n; }
+
+  Status Read(uint8_t* out, uint64_t n) {
+    while (n > 0) {
+      if (pos_ < buffer_begin_ || pos_ >= buffer_begin_ + buffer_.size()) {
+        CKPT_RETURN_IF_ERROR(Fill());
+      }
+      const uint64_t at = pos_ - buffer_begin_;
+      const uint64_t take = std::min<uint64_t>(n, buffer_.size() - at);
+      std::memcpy(out, buffer_.data() + at, take);
+      out += take;
+      n -= take;
+      pos_ += take;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  // Reads a block from pos_, within one contiguous run of the file.
+  Status Fill() {
+    if (pos_ >= bytes_) return Status::DataLoss("stored shard: a slice ends early");
+    uint64_t file_offset = data_begin_ + pos_;
+    uint64_t contiguous = bytes_ - pos_;
+    if (segments_) {
+      auto it = std::upper_bound(
+          segments_->begin(), segments_->end(), pos_,
+          [](uint64_t p, const EncodedShardIndex::Segment& s) { return p < s.offset; });
+      if (it == segments_->begin()) return Status::DataLoss("stored encoded shard: no segment");
+      const EncodedShardIndex::Segment& s = *std::prev(it);
+      if (!s.raw || pos_ >= s.offset + s.length) {
+        return Status::Internal("stored encoded shard: bytes coded by the rank were needed raw");
+      }
+      file_offset = s.file_offset + (pos_ - s.offset);
+      contiguous = s.offset + s.length - pos_;
+    }
+    buffer_.resize(std::min<uint64_t>(kReadBlockBytes, contiguous));
+    CKPT_RETURN_IF_ERROR(file_->ReadAt(file_offset, buffer_));
+    buffer_begin_ = pos_;
+    return Status::Ok();
+  }
+
+  const SpooledShardFile* file_;
+  const std::vector<EncodedShardIndex::Segment>* segments_;
+  uint64_t data_begin_;
+  uint64_t bytes_;
+  uint64_t pos_ = 0;
+  std::vector<uint8_t> buffer_;
+  uint64_t buffer_begin_ = 0;
+};
+
+// A chunk a rank coded: its record in that shard's file.
+struct CodedChunkAt {
+  const SpooledShardFile* file = nullptr;
+  const EncodedShardIndex::Segment* segment = nullptr;
+};
+
+// The chunk of global tensor `t` that the shard holding `piece` coded, if it did.
+CodedChunkAt CodedIn(const ShardSource& source, const AssemblyPlan::Piece& piece, uint32_t chunk) {
+  if (!source.encoded) return {};
+  for (const EncodedShardIndex::Segment& s : source.encoded->tensors[piece.tensor]) {
+    if (!s.raw && s.chunk == chunk) return {source.file, &s};
+  }
+  return {};
+}
+
+Result<std::string> ReadRecord(const CodedChunkAt& coded) {
+  std::string record(coded.segment->record_bytes, '\0');
+  CKPT_RETURN_IF_ERROR(coded.file->ReadAt(
+      coded.segment->file_offset,
+      std::span<uint8_t>(reinterpret_cast<uint8_t*>(record.data()), record.size())));
+  return record;
+}
+
+// Checks that two copies of a whole tensor agree, chunk by chunk.
+Status CompareReplicas(const AssemblyPlan::Tensor& g, const PlannedTensor& t,
+                       const AssemblyPlan::Piece& a, const AssemblyPlan::Piece& b,
+                       std::span<const ShardSource> shards) {
+  const auto fail = [&](uint32_t chunk) {
+    return Status::InvalidArgument(
+        "tensor '" + g.name + "': " + ShardText(a.shard) + " and " + ShardText(b.shard) +
+        " hold the same slice with different values (chunk " + std::to_string(chunk) + ")");
+  };
+  PieceCursor ca(shards[a.shard], a, t.byte_size), cb(shards[b.shard], b, t.byte_size);
+  std::vector<uint8_t> xa, xb;
+  for (uint32_t c = 0; c < t.chunk_count; ++c) {
+    const uint64_t length = t.ChunkLength(c);
+    const CodedChunkAt ka = CodedIn(shards[a.shard], a, c), kb = CodedIn(shards[b.shard], b, c);
+    std::optional<ChunkRecord> ra, rb;
+    std::string sa, sb;
+    if (ka.segment) {
+      ca.Skip(length);
+      CKPT_ASSIGN_OR_RETURN(sa, ReadRecord(ka));
+      CKPT_ASSIGN_OR_RETURN(ra, ChunkRecord::DecodeFrom(sa));
+    } else {
+      xa.resize(length);
+      CKPT_RETURN_IF_ERROR(ca.Read(xa.data(), length));
+    }
+    if (kb.segment) {
+      cb.Skip(length);
+      CKPT_ASSIGN_OR_RETURN(sb, ReadRecord(kb));
+      CKPT_ASSIGN_OR_RETURN(rb, ChunkRecord::DecodeFrom(sb));
+    } else {
+      xb.resize(length);
+      CKPT_RETURN_IF_ERROR(cb.Read(xb.data(), length));
+    }
+    constexpr auto kLossless = static_cast<uint16_t>(CodecId::kLosslessBytePlanes);
+    if (ra && rb) {
+      if (ra->raw_checksum != rb->raw_checksum) return fail(c);
+    } else if (!ra && !rb) {
+      if (xa != xb) return fail(c);
+    } else {
+      const ChunkRecord& r = ra ? *ra : *rb;
+      if (r.codec_id == kLossless && r.raw_checksum != Xxh3Checksum(ra ? xb : xa)) return fail(c);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteAssembledChunks(const AssemblyPlan& assembly, const CodingPlan& plan,
+                            std::span<const ShardSource> shards, ChunkedPush& push) {
+  if (plan.tensors.size() != assembly.tensors.size()) {
+    return Status::Internal("assembly: the plan does not describe the assembled version");
+  }
+  for (size_t gi = 0; gi < assembly.tensors.size(); ++gi) {
+    const AssemblyPlan::Tensor& g = assembly.tensors[gi];
+    for (const auto& [i, replica] : g.replicas) {
+      CKPT_RETURN_IF_ERROR(CompareReplicas(g, plan.tensors[gi], g.pieces[i], replica, shards));
+    }
+  }
+  for (size_t gi = 0; gi < assembly.tensors.size(); ++gi) {
+    const AssemblyPlan::Tensor& g = assembly.tensors[gi];
+    const PlannedTensor& t = plan.tensors[gi];
+    if (t.name != g.name) {
+      return Status::Internal("assembly: the plan does not describe the assembled version");
+    }
+    if (t.chunk_count == 0) continue;
+    const uint64_t element = DTypeSize(t.dtype);
+    // The record of each chunk a rank coded (a replica's, when the first copy is raw).
+    std::vector<CodedChunkAt> coded(t.chunk_count);
+    auto note = [&](const AssemblyPlan::Piece& p) {
+      const ShardSource& source = shards[p.shard];
+      if (!source.encoded) return;
+      for (const EncodedShardIndex::Segment& s : source.encoded->tensors[p.tensor]) {
+        if (!s.raw && s.chunk < t.chunk_count && !coded[s.chunk].segment) {
+          coded[s.chunk] = {source.file, &s};
+        }
+      }
+    };
+    for (const auto& p : g.pieces) note(p);
+    for (const auto& [i, p] : g.replicas) note(p);
+
+    std::vector<PieceCursor> cursors;
+    std::vector<TensorBox> boxes;
+    for (const auto& p : g.pieces) {
+      cursors.emplace_back(shards[p.shard], p, p.box.element_count() * element);
+      boxes.push_back(p.box);
+    }
+    std::vector<uint8_t> chunk(t.chunk_bytes);
+    uint64_t position = 0;  // the next byte of the global tensor
+    Status status;
+    auto emit = [&](uint32_t c) -> Status {
+      if (!coded[c].segment) return push.RawChunk(gi, c, {chunk.data(), t.ChunkLength(c)});
+      CKPT_ASSIGN_OR_RETURN(const std::string record, ReadRecord(coded[c]));
+      return push.CodedChunk(gi, c, record, coded[c].segment->info);
+    };
+    ForEachTileRun(g.shape, boxes, [&](size_t box, uint64_t count) {
+      for (uint64_t left = count * element; left > 0 && status.ok();) {
+        const uint32_t c = static_cast<uint32_t>(position / t.chunk_bytes);
+        const uint64_t chunk_begin = uint64_t{c} * t.chunk_bytes;
+        const uint64_t chunk_end = chunk_begin + t.ChunkLength(c);
+        const uint64_t take = std::min(left, chunk_end - position);
+        if (coded[c].segment) {
+          cursors[box].Skip(take);
+        } else {
+          status = cursors[box].Read(chunk.data() + (position - chunk_begin), take);
+        }
+        position += take;
+        left -= take;
+        if (status.ok() && position == chunk_end) status = emit(c);
+      }
+      return status.ok();
+    });
+    CKPT_RETURN_IF_ERROR(status);
+    if (position != t.byte_size) {
+      return Status::Internal("assembly: tensor '" + g.name + "' was not assembled whole");
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace ckpt

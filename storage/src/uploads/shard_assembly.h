@@ -14,6 +14,8 @@
 #include "ckpt/base/safetensors.h"
 #include "ckpt/base/status.h"
 #include "ckpt/base/tensor_slices.h"
+#include "ckpt/codec/coding_plan.h"
+#include "ckpt/storage/checkpoint_store.h"
 #include "uploads/upload_spool.h"
 
 namespace ckpt {
@@ -53,6 +55,7 @@ Status CheckShardAgainst(const ShardHeader& shard, std::span<const ShardHeader* 
 struct AssemblyPlan {
   struct Piece {
     uint32_t shard = 0;
+    uint32_t tensor = 0;  // in the shard's header
     TensorBox box;
     uint64_t data_begin = 0;
   };
@@ -79,5 +82,43 @@ Result<AssemblyPlan> PlanAssembly(std::span<const ShardHeader* const> shards,
 // (InvalidArgument naming the tensor and shards).
 Status WriteAssembled(const AssemblyPlan& plan, std::span<const SpooledShardFile* const> files,
                       const std::function<Status(std::span<const uint8_t>)>& write);
+
+struct EncodedShardIndex;
+
+// The stored form of one shard: a safetensors body, or an encoded shard and its index.
+struct ShardSource {
+  const SpooledShardFile* file = nullptr;
+  const EncodedShardIndex* encoded = nullptr;  // null: a safetensors body
+};
+
+// The push a version is fed to chunk by chunk when ranks coded some of its shards: the commit's
+// push session. Each chunk of the version comes once, in body order, raw or as its rank's record.
+class ChunkedPush {
+ public:
+  // A shard its rank coded, by the plan it names.
+  struct CodedShard {
+    const ShardHeader* header = nullptr;
+    uint64_t plan_digest = 0;
+    uint64_t reference = 0;
+  };
+  virtual ~ChunkedPush() = default;
+  // Plans the version whose header is `raw_header` (of `shard_count` shards); StalePlan when a
+  // coded shard's plan is no longer the one the store makes for it. Returns the version's plan.
+  virtual Result<CodingPlan> Start(std::string_view raw_header, std::span<const CodedShard> coded,
+                                   uint32_t shard_count) = 0;
+  virtual Status RawChunk(uint32_t tensor, uint32_t chunk, std::span<const uint8_t> bytes) = 0;
+  // `record` is valid during the call only.
+  virtual Status CodedChunk(uint32_t tensor, uint32_t chunk, std::string_view record,
+                            const ChunkCodingInfo& info) = 0;
+  virtual Result<VersionInfo> Commit() = 0;
+};
+
+// Feeds the assembled version to `push` chunk by chunk (its plan `plan`, which Start
+// returned): a chunk a rank coded as that record, every other chunk raw, gathered from the
+// shards. First checks that replicas agree (InvalidArgument naming the tensor and shards):
+// bytes against bytes, records by their reconstruction's checksum, a record against bytes where
+// the record is lossless (a lossy record and the bytes it was coded from are not compared).
+Status WriteAssembledChunks(const AssemblyPlan& assembly, const CodingPlan& plan,
+                            std::span<const ShardSource> shards, ChunkedPush& push);
 
 }  // namespace ckpt

@@ -40,7 +40,19 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
         options_(std::move(options)),
         writer_(std::move(writer)),
         committed_(std::move(committed)),
-        parser_(this, body_size) {}
+        parser_(this, body_size) {
+    if (options_.body_format == PushBodyFormat::kEncoded) {
+      EncodedShardReader::PlanFn plan_of;
+      // A shard sent again after its version's commit is only compared with the one committed.
+      if (!committed_) {
+        plan_of = [this](const ShardHeader& described) -> Result<CodingPlan> {
+          CKPT_RETURN_IF_ERROR(CheckHeader(described));
+          return owner_->plan_shard_(model_, version_, described, shard_count_);
+        };
+      }
+      encoded_.emplace(shard_, owner_->MaxRecordBytes(), std::move(plan_of));
+    }
+  }
 
   ~Session() override {
     writer_.reset();  // removes the partial file unless published
@@ -56,8 +68,12 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
         CKPT_RETURN_IF_ERROR(owner_->health_->CheckPush(0));
       }
     }
-    sha_.Update(bytes);
-    CKPT_RETURN_IF_ERROR(parser_.Feed(bytes));
+    if (encoded_) {
+      CKPT_RETURN_IF_ERROR(encoded_->Feed(bytes));
+    } else {
+      sha_.Update(bytes);
+      CKPT_RETURN_IF_ERROR(parser_.Feed(bytes));
+    }
     received_ += bytes.size();
     return writer_ ? writer_->Append(bytes) : Status::Ok();
   }
@@ -65,8 +81,17 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
   Result<ShardResult> Finish() override {
     if (finished_) return Status::FailedPrecondition("shard already finished");
     finished_ = true;
-    CKPT_RETURN_IF_ERROR(parser_.Finish());
-    const std::string digest = sha_.FinishHex();
+    std::optional<EncodedShardIndex> index;
+    if (encoded_) {
+      CKPT_RETURN_IF_ERROR(encoded_->Finish());
+      header_ = encoded_->header();
+      index = std::move(encoded_->index());
+    } else {
+      CKPT_RETURN_IF_ERROR(parser_.Finish());
+    }
+    // An encoded shard is known by the digest of the safetensors shard its rank coded, which
+    // its end frame names: the same shard has the same digest however it was sent.
+    const std::string digest = index ? index->pushed_sha256 : sha_.FinishHex();
     if (committed_) return SentAgain(*committed_, digest);
     CKPT_RETURN_IF_ERROR(writer_->Seal(digest));
     {
@@ -89,8 +114,8 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
       Upload& upload = it->second;
       CKPT_RETURN_IF_ERROR(owner_->CheckAgainstUpload(upload, *header_));
       CKPT_RETURN_IF_ERROR(writer_->Publish());
-      upload.shards[shard_] =
-          StoredShard{SpooledShard{shard_, received_, digest, NowMs()}, std::move(*header_)};
+      upload.shards[shard_] = StoredShard{SpooledShard{shard_, received_, digest, NowMs()},
+                                          std::move(*header_), std::move(index)};
       upload.last_active_ms = NowMs();
     }
     return owner_->ShardStored(model_, version_, options_);
@@ -99,15 +124,16 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
  private:
   Status OnHeader(const SafetensorsHeader& header, std::string_view) override {
     CKPT_ASSIGN_OR_RETURN(ShardHeader described, DescribeShard(shard_, header));
-    if (!committed_) {
-      std::lock_guard lock(owner_->mu_);
-      auto it = owner_->uploads_.find(Key(model_, version_));
-      if (it != owner_->uploads_.end()) {
-        CKPT_RETURN_IF_ERROR(owner_->CheckAgainstUpload(it->second, described));
-      }
-    }
+    if (!committed_) CKPT_RETURN_IF_ERROR(CheckHeader(described));
     header_ = std::move(described);
     return Status::Ok();
+  }
+  // Checks a shard's header against the shards of its upload already stored.
+  Status CheckHeader(const ShardHeader& described) {
+    std::lock_guard lock(owner_->mu_);
+    auto it = owner_->uploads_.find(Key(model_, version_));
+    if (it == owner_->uploads_.end()) return Status::Ok();
+    return owner_->CheckAgainstUpload(it->second, described);
   }
   // The answer to a shard sent again after its version was committed.
   Result<ShardResult> SentAgain(const CommittedShards& committed, const std::string& digest) {
@@ -141,8 +167,9 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
   const PushOptions options_;
   std::unique_ptr<SpooledShardWriter> writer_;  // null when the version is committed
   const std::optional<CommittedShards> committed_;
-  SafetensorsStreamParser parser_;
-  Sha256 sha_;
+  SafetensorsStreamParser parser_;             // of a safetensors shard
+  Sha256 sha_;                                 // of a safetensors shard
+  std::optional<EncodedShardReader> encoded_;  // of an encoded shard
   std::optional<ShardHeader> header_;
   uint64_t received_ = 0;
   uint64_t unchecked_bytes_ = 0;
@@ -150,11 +177,16 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
 };
 
 ShardedUploads::ShardedUploads(const StoreOptions* options, StoreHealth* health,
-                               BeginPushFn begin_push, CommittedFn committed)
+                               BeginPushFn begin_push, BeginChunkedFn begin_chunked,
+                               PlanShardFn plan_shard, CommittedFn committed)
     : options_(options),
       health_(health),
       begin_push_(std::move(begin_push)),
+      begin_chunked_(std::move(begin_chunked)),
+      plan_shard_(std::move(plan_shard)),
       committed_(std::move(committed)) {}
+
+uint64_t ShardedUploads::MaxRecordBytes() const { return 2 * options_->chunk_bytes + (1 << 20); }
 
 Status ShardedUploads::Open(const std::string& root, const VersionExistsFn& version_exists) {
   spool_ = std::make_unique<UploadSpool>(root);
@@ -173,10 +205,21 @@ Status ShardedUploads::Open(const std::string& root, const VersionExistsFn& vers
     for (SpooledShard& s : shards) {
       if (s.shard >= record.shard_count) continue;
       CKPT_ASSIGN_OR_RETURN(auto file, spool_->OpenShard(record.model, record.version, s.shard));
-      CKPT_ASSIGN_OR_RETURN(ShardHeader header, ReadShardHeader(s.shard, *file));
+      CKPT_ASSIGN_OR_RETURN(const bool encoded, IsEncodedShard(*file));
+      std::optional<EncodedShardIndex> index;
+      ShardHeader header;
+      if (encoded) {
+        CKPT_ASSIGN_OR_RETURN(index, IndexStoredShard(s.shard, *file, MaxRecordBytes()));
+        CKPT_ASSIGN_OR_RETURN(const SafetensorsHeader parsed,
+                              ParseRawSafetensorsHeader(index->raw_header));
+        CKPT_ASSIGN_OR_RETURN(header, DescribeShard(s.shard, parsed));
+      } else {
+        CKPT_ASSIGN_OR_RETURN(header, ReadShardHeader(s.shard, *file));
+      }
       upload.last_active_ms = std::max(upload.last_active_ms, s.stored_at_ms);
-      const uint32_t index = s.shard;
-      upload.shards.emplace(index, StoredShard{std::move(s), std::move(header)});
+      const uint32_t shard_index = s.shard;
+      upload.shards.emplace(shard_index,
+                            StoredShard{std::move(s), std::move(header), std::move(index)});
     }
     upload.record = record;
     uploads_.emplace(Key(record.model, record.version), std::move(upload));
@@ -280,7 +323,9 @@ std::vector<ShardUploadInfo> ShardedUploads::List() {
 
 Result<ShardResult> ShardedUploads::ShardStored(const std::string& model, uint64_t version,
                                                 const PushOptions& options) {
-  auto result = CommitUpload(model, version, options, /*by_last_shard=*/true);
+  PushOptions commit_options = options;
+  commit_options.body_format = PushBodyFormat::kSafetensors;  // the shard's, not the version's
+  auto result = CommitUpload(model, version, commit_options, /*by_last_shard=*/true);
   if (!result.ok() && result.status().code() != StatusCode::kNotFound) {
     return result.status().WithContext("the shard is stored, but " + UploadName(model, version) +
                                        " cannot be committed");
@@ -295,8 +340,7 @@ Result<ShardResult> ShardedUploads::Commit(const std::string& model, uint64_t ve
 
 Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint64_t version,
                                                  const PushOptions& options, bool by_last_shard) {
-  std::vector<ShardHeader> headers;
-  std::vector<std::string> digests;
+  std::vector<StoredShard> stored;
   {
     std::lock_guard lock(mu_);
     auto it = uploads_.find(Key(model, version));
@@ -324,19 +368,25 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
                                         missing + (missing_count > 16 ? ", ..." : "") + ")");
     }
     upload.committing = true;
-    for (const auto& [index, shard] : upload.shards) {
-      headers.push_back(shard.header);
-      digests.push_back(shard.spooled.sha256_hex);
-    }
+    for (const auto& [index, shard] : upload.shards) stored.push_back(shard);
   }
   auto assembled = [&]() -> Result<VersionInfo> {
     std::vector<const ShardHeader*> header_ptrs;
-    for (const ShardHeader& h : headers) header_ptrs.push_back(&h);
+    std::vector<const StoredShard*> shards;
+    std::vector<std::string> digests;
+    bool any_encoded = false;
+    for (const StoredShard& s : stored) {
+      header_ptrs.push_back(&s.header);
+      shards.push_back(&s);
+      digests.push_back(s.spooled.sha256_hex);
+      any_encoded |= s.encoded.has_value();
+    }
     CKPT_ASSIGN_OR_RETURN(AssemblyPlan plan, PlanAssembly(header_ptrs, digests));
+    if (any_encoded) return CommitChunked(model, version, options, shards, plan);
     std::vector<std::unique_ptr<SpooledShardFile>> files;
     std::vector<const SpooledShardFile*> file_ptrs;
-    for (const ShardHeader& h : headers) {
-      CKPT_ASSIGN_OR_RETURN(auto file, spool_->OpenShard(model, version, h.shard));
+    for (const ShardHeader* h : header_ptrs) {
+      CKPT_ASSIGN_OR_RETURN(auto file, spool_->OpenShard(model, version, h->shard));
       file_ptrs.push_back(file.get());
       files.push_back(std::move(file));
     }
@@ -372,6 +422,28 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
   }();
   for (auto& on_end : after_commit) on_end();
   return result;
+}
+
+Result<VersionInfo> ShardedUploads::CommitChunked(const std::string& model, uint64_t version,
+                                                  const PushOptions& options,
+                                                  const std::vector<const StoredShard*>& shards,
+                                                  const AssemblyPlan& plan) {
+  std::vector<std::unique_ptr<SpooledShardFile>> files;
+  std::vector<ShardSource> sources;
+  std::vector<ChunkedPush::CodedShard> coded;
+  for (const StoredShard* s : shards) {
+    CKPT_ASSIGN_OR_RETURN(auto file, spool_->OpenShard(model, version, s->header.shard));
+    sources.push_back({file.get(), s->encoded ? &*s->encoded : nullptr});
+    files.push_back(std::move(file));
+    if (s->encoded) {
+      coded.push_back({&s->header, s->encoded->plan_digest, s->encoded->reference});
+    }
+  }
+  CKPT_ASSIGN_OR_RETURN(auto push, begin_chunked_(model, version, plan.body_bytes, options));
+  CKPT_ASSIGN_OR_RETURN(const CodingPlan version_plan,
+                        push->Start(plan.raw_header, coded, static_cast<uint32_t>(shards.size())));
+  CKPT_RETURN_IF_ERROR(WriteAssembledChunks(plan, version_plan, sources, *push));
+  return push->Commit();
 }
 
 bool ShardedUploads::CallAfterCommit(const std::string& model, std::function<void()> on_end) {

@@ -22,6 +22,7 @@
 
 #include "ckpt/storage/checkpoint_store.h"
 #include "engine/store_health.h"
+#include "uploads/encoded_shard.h"
 #include "uploads/shard_assembly.h"
 #include "uploads/upload_spool.h"
 
@@ -39,6 +40,12 @@ class ShardedUploads {
   // Begins the push of an assembled version (waiting for the model's turn).
   using BeginPushFn = std::function<Result<std::unique_ptr<PushSession>>(
       const std::string& model, uint64_t version, uint64_t body_size, const PushOptions& options)>;
+  // Begins the push of an assembled version fed chunk by chunk (some shards coded by ranks).
+  using BeginChunkedFn = std::function<Result<std::unique_ptr<ChunkedPush>>(
+      const std::string& model, uint64_t version, uint64_t body_size, const PushOptions& options)>;
+  // The plan the store makes now for a shard (described in global terms) of `shard_count`.
+  using PlanShardFn = std::function<Result<CodingPlan>(
+      const std::string& model, uint64_t version, const ShardHeader& shard, uint32_t shard_count)>;
   // Whether a version is committed.
   using VersionExistsFn = std::function<Result<bool>(const std::string& model, uint64_t version)>;
   // The committed version's shards, if it is committed.
@@ -47,14 +54,15 @@ class ShardedUploads {
 
   // `options` and `health` must outlive the uploads.
   ShardedUploads(const StoreOptions* options, StoreHealth* health, BeginPushFn begin_push,
-                 CommittedFn committed);
+                 BeginChunkedFn begin_chunked, PlanShardFn plan_shard, CommittedFn committed);
 
   // Opens the spool at `root` and loads its uploads; removes those whose version is committed
   // (a crash between the commit and the removal) and partial shards.
   Status Open(const std::string& root, const VersionExistsFn& version_exists);
 
-  // A session for one shard. `committed`: the version exists as a sharded version (the shard
-  // is then only compared with the one it was committed with).
+  // A session for one shard: a safetensors body, or an encoded shard when
+  // options.body_format is kEncoded. `committed`: the version exists as a sharded version (the
+  // shard is then only compared with the one it was committed with).
   Result<std::unique_ptr<ShardSession>> Begin(const std::string& model, uint64_t version,
                                               uint32_t shard, uint32_t shard_count,
                                               std::optional<uint64_t> body_size,
@@ -80,6 +88,7 @@ class ShardedUploads {
   struct StoredShard {
     SpooledShard spooled;
     ShardHeader header;
+    std::optional<EncodedShardIndex> encoded;  // an encoded shard's
   };
   struct Upload {
     UploadRecord record;
@@ -105,7 +114,17 @@ class ShardedUploads {
 
   const StoreOptions* const options_;
   StoreHealth* const health_;
+  // The longest chunk record an encoded shard may carry.
+  uint64_t MaxRecordBytes() const;
+  // Commits a complete upload some of whose shards are encoded.
+  Result<VersionInfo> CommitChunked(const std::string& model, uint64_t version,
+                                    const PushOptions& options,
+                                    const std::vector<const StoredShard*>& shards,
+                                    const AssemblyPlan& plan);
+
   const BeginPushFn begin_push_;
+  const BeginChunkedFn begin_chunked_;
+  const PlanShardFn plan_shard_;
   const CommittedFn committed_;
   std::unique_ptr<UploadSpool> spool_;
   std::mutex mu_;

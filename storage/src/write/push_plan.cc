@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <unordered_map>
 
@@ -13,7 +14,8 @@ namespace ckpt {
 namespace keys = storage_keys;
 
 Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, ChainReader& reader,
-                             const SafetensorsHeader& header, uint64_t raw_header_bytes) {
+                             const SafetensorsHeader& header, uint64_t raw_header_bytes,
+                             PlanSizing sizing) {
   PlannedPush planned;
   const ManifestRecord* reference = nullptr;
   std::unordered_map<std::string_view, uint32_t> reference_index;
@@ -38,7 +40,11 @@ Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, 
   // reference after a restart, decoded from storage: "fast_latest": "auto" then puts it on
   // the lattice that the rearrangement stores newest-first.
   uint64_t checkpoint_bytes = raw_header_bytes;
-  for (const auto& t : header.tensors) checkpoint_bytes += t.byte_size();
+  if (sizing == PlanSizing::kByCheckpoint) {
+    for (const auto& t : header.tensors) checkpoint_bytes += t.byte_size();
+  } else if (reference != nullptr) {
+    for (const ManifestTensor& t : reference->tensors) checkpoint_bytes += t.byte_size;
+  }
   const bool larger_than_cache = !ctx.cache->KeepsVersionOf(checkpoint_bytes);
   for (const auto& t : header.tensors) {
     TensorCoding coding = policy.ForTensor(t.name, t.dtype, t.shape, larger_than_cache);
@@ -115,6 +121,88 @@ CodingPlan ToCodingPlan(const PushTarget& target, const PlannedPush& planned,
   return plan;
 }
 
+namespace {
+
+// The shard digests of a sharded version (its layout's), empty for a version pushed whole.
+std::vector<std::string> ShardDigestsOf(const VersionRecord& record) {
+  auto header = ParseRawSafetensorsHeader(record.raw_header);
+  if (!header.ok()) return {};
+  auto it = header->metadata.find(std::string(kLayoutMetadataKey));
+  if (it == header->metadata.end()) return {};
+  const auto layout = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  if (!layout.is_object() || !layout.contains("shard_sha256")) return {};
+  std::vector<std::string> out;
+  for (const auto& d : layout["shard_sha256"]) {
+    if (!d.is_string()) return {};
+    out.push_back(d.get<std::string>());
+  }
+  return out;
+}
+
+// The version record of the target's reference, when that version still has it.
+Result<std::optional<VersionRecord>> BaseRecordOf(const StoreContext& ctx, const PushTarget& target,
+                                                  uint64_t reference_version) {
+  if (!target.state) return std::optional<VersionRecord>();
+  CKPT_ASSIGN_OR_RETURN(std::optional<VersionRecord> base,
+                        ctx.GetRecord<VersionRecord>(
+                            rocksdb::ReadOptions(), ctx.versions,
+                            keys::VersionKey(target.model, reference_version), "version record"));
+  // A base whose version was deleted (or rewritten) has no restored body to compare with.
+  if (!base || base->seq != target.state->reference_seq || !base->dropped_tensors.empty()) {
+    return std::optional<VersionRecord>();
+  }
+  return base;
+}
+
+}  // namespace
+
+Result<CodingPlan> ShardPlanOf(const PushTarget& target, const PlannedPush& planned,
+                               const ShardHeader& shard, uint32_t shard_count,
+                               std::vector<std::string> base_shard_sha256) {
+  const CodingPlan global = ToCodingPlan(target, planned, "");
+  std::unordered_map<std::string_view, const PlannedTensor*> by_name;
+  for (const PlannedTensor& t : global.tensors) by_name.emplace(t.name, &t);
+  CodingPlan plan;
+  plan.model = global.model;
+  plan.version = global.version;
+  plan.base = global.base;
+  plan.shard = PlanShard{shard.shard, shard_count, std::move(base_shard_sha256)};
+  for (const ShardTensor& st : shard.tensors) {
+    auto it = by_name.find(st.name);
+    if (it == by_name.end()) {
+      return Status::Internal("shard plan: tensor '" + st.name + "' is not in the version's plan");
+    }
+    PlannedTensor t = *it->second;
+    const auto [owned_begin, owned_end] = t.ChunksInside(st.box);
+    t.slice = PlannedSlice{st.box, owned_begin, owned_end};
+    plan.tensors.push_back(std::move(t));
+  }
+  return plan;
+}
+
+Result<CodingPlan> PlanShardOf(const StoreContext& ctx, ModelWriter& writer, const ModelName& model,
+                               uint64_t version, const ShardHeader& described,
+                               uint32_t shard_count) {
+  SafetensorsHeader global;
+  for (const ShardTensor& t : described.tensors) {
+    uint64_t bytes = DTypeSize(t.dtype);
+    for (uint64_t d : t.global_shape) bytes *= d;
+    global.tensors.push_back(TensorInfo{t.name, t.dtype, t.global_shape, 0, bytes});
+  }
+  CKPT_RETURN_IF_ERROR(ctx.backend->Refresh(model.str()));
+  CKPT_ASSIGN_OR_RETURN(const PushTarget target, ReadPushTarget(ctx, writer, model, version));
+  ChainReader reader(ctx.db, ctx.manifests, ctx.backend, nullptr, target.model, ctx.cache);
+  CKPT_ASSIGN_OR_RETURN(const PlannedPush planned,
+                        PlanPush(ctx, target, reader, global, 0, PlanSizing::kByReference));
+  CKPT_ASSIGN_OR_RETURN(const std::optional<VersionRecord> base,
+                        BaseRecordOf(ctx, target, planned.reference_version));
+  CKPT_ASSIGN_OR_RETURN(CodingPlan plan,
+                        ShardPlanOf(target, planned, described, shard_count,
+                                    base ? ShardDigestsOf(*base) : std::vector<std::string>()));
+  if (base && plan.base) plan.base->restored_sha256 = base->restored_sha256_hex;
+  return plan;
+}
+
 Result<CodingPlan> PlanPushOf(const StoreContext& ctx, ModelWriter& writer, const ModelName& model,
                               uint64_t version, std::string_view raw_header) {
   CKPT_ASSIGN_OR_RETURN(const SafetensorsHeader header, ParseRawSafetensorsHeader(raw_header));
@@ -123,18 +211,9 @@ Result<CodingPlan> PlanPushOf(const StoreContext& ctx, ModelWriter& writer, cons
   ChainReader reader(ctx.db, ctx.manifests, ctx.backend, nullptr, target.model, ctx.cache);
   CKPT_ASSIGN_OR_RETURN(const PlannedPush planned,
                         PlanPush(ctx, target, reader, header, raw_header.size()));
-  std::string base_restored_sha256;
-  if (target.state) {
-    CKPT_ASSIGN_OR_RETURN(
-        const std::optional<VersionRecord> base,
-        ctx.GetRecord<VersionRecord>(rocksdb::ReadOptions(), ctx.versions,
-                                     keys::VersionKey(target.model, planned.reference_version),
-                                     "version record"));
-    // A base whose version was deleted (or rewritten) has no restored body to compare with.
-    if (base && base->seq == target.state->reference_seq && base->dropped_tensors.empty()) {
-      base_restored_sha256 = base->restored_sha256_hex;
-    }
-  }
+  CKPT_ASSIGN_OR_RETURN(const std::optional<VersionRecord> base,
+                        BaseRecordOf(ctx, target, planned.reference_version));
+  std::string base_restored_sha256 = base ? base->restored_sha256_hex : "";
   return ToCodingPlan(target, planned, std::move(base_restored_sha256));
 }
 

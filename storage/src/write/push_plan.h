@@ -17,6 +17,7 @@
 #include "context/store_context.h"
 #include "read/chain_reader.h"
 #include "records/records.h"
+#include "uploads/shard_assembly.h"
 #include "write/push_target.h"
 
 namespace ckpt {
@@ -31,15 +32,34 @@ struct PlannedPush {
   uint64_t reference_version = 0;
 };
 
+// How a plan decides whether a checkpoint is larger than the reference cache ("fast_latest":
+// "auto"): by its own size, or — for a sharded version coded by its ranks, each of which
+// plans its shard alone — by the size of the reference's version, so that every tensor's plan
+// depends on that tensor alone.
+enum class PlanSizing { kByCheckpoint, kByReference };
+
 // Plans the push of `header` (whose raw form, length prefix included, is `raw_header_bytes`
 // long) to `target`. ResourceExhausted beyond storage.max_tensors_per_checkpoint.
 Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, ChainReader& reader,
-                             const SafetensorsHeader& header, uint64_t raw_header_bytes);
+                             const SafetensorsHeader& header, uint64_t raw_header_bytes,
+                             PlanSizing sizing = PlanSizing::kByCheckpoint);
 
 // The plan as a client receives it; `base_restored_sha256` is the restored body's SHA-256 of
 // the reference's version (empty when that version was deleted).
 CodingPlan ToCodingPlan(const PushTarget& target, const PlannedPush& planned,
                         std::string base_restored_sha256);
+
+// The plan of one shard of a sharded version coded by its rank: `planned` is the plan of the
+// global tensors (PlanSizing::kByReference; it may hold more than the shard's), `shard` the
+// shard's header; each of its tensors gets the global tensor's plan and its slice.
+Result<CodingPlan> ShardPlanOf(const PushTarget& target, const PlannedPush& planned,
+                               const ShardHeader& shard, uint32_t shard_count,
+                               std::vector<std::string> base_shard_sha256);
+
+// CheckpointStore::PlanShard: the plan of `shard` (its header in global terms) of a version of
+// `shard_count` shards, read without the model's lock.
+Result<CodingPlan> PlanShardOf(const StoreContext& ctx, ModelWriter& writer, const ModelName& model,
+                               uint64_t version, const ShardHeader& shard, uint32_t shard_count);
 
 // CheckpointStore::PlanPush: the plan of a push of the checkpoint whose header is `raw_header`,
 // read without the model's lock.

@@ -62,10 +62,17 @@ uint64_t MaxEncodedRecordBytes(const StoreContext& ctx) {
   return 2 * ctx.options->chunk_bytes + (1 << 20);
 }
 
-class PushSessionImpl final : public PushSession, private SafetensorsSink, private EncodedBodySink {
+// What a push session is fed: a safetensors body, an encoded push body, or the chunks of an
+// assembled sharded version (ChunkedPush).
+enum class PushFeed { kSafetensors, kEncoded, kChunks };
+
+class PushSessionImpl final : public PushSession,
+                              public ChunkedPush,
+                              private SafetensorsSink,
+                              private EncodedBodySink {
  public:
   PushSessionImpl(const StoreContext& ctx, ModelLocks::Guard guard, PushTarget target,
-                  std::optional<uint64_t> body_size, PushOptions options)
+                  std::optional<uint64_t> body_size, PushOptions options, PushFeed feed)
       : ctx_(ctx),
         guard_(std::move(guard)),
         target_(std::move(target)),
@@ -74,12 +81,17 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink, priva
         push_options_(std::move(options)),
         state_(target_.state),
         seq_(target_.seq),
-        encoded_(push_options_.body_format == PushBodyFormat::kEncoded),
+        feed_(feed),
+        encoded_(feed == PushFeed::kEncoded),
         parser_(this, body_size),
         encoded_parser_(this, kMaxSafetensorsHeaderBytes, MaxEncodedRecordBytes(ctx)),
         reader_(ctx.db, ctx.manifests, ctx.backend, nullptr, model_, ctx.cache),
-        encoder_(std::make_unique<PushEncoder>(ctx, model_, seq_, &reader_, &manifest_,
-                                               /*hash_every_restored_chunk=*/encoded_)) {}
+        encoder_(std::make_unique<PushEncoder>(
+            ctx, model_, seq_, &reader_, &manifest_,
+            /*hash_every_restored_chunk=*/feed != PushFeed::kSafetensors)) {
+    // A chunked version's restored digest is computed here, from every chunk decoded.
+    if (feed_ == PushFeed::kChunks) push_options_.decode_encoded_payloads = true;
+  }
 
   ~PushSessionImpl() override {
     encoder_.reset();  // waits for the chunks being encoded; drops the queued ones
@@ -92,6 +104,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink, priva
 
   Status Write(std::span<const uint8_t> bytes) override {
     if (committed_) return Status::FailedPrecondition("push already committed");
+    if (feed_ == PushFeed::kChunks) return Status::Internal("push: a chunked push takes no body");
     // BeginPush checked the body's announced size against the reserve; bodies of unknown size
     // and concurrent pushes are caught here, as the volume reaches it.
     unchecked_bytes_ += bytes.size();
@@ -106,7 +119,19 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink, priva
 
   Result<VersionInfo> Commit() override {
     if (committed_) return Status::FailedPrecondition("push already committed");
-    CKPT_RETURN_IF_ERROR(encoded_ ? encoded_parser_.Finish() : parser_.Finish());
+    switch (feed_) {
+      case PushFeed::kSafetensors:
+        CKPT_RETURN_IF_ERROR(parser_.Finish());
+        break;
+      case PushFeed::kEncoded:
+        CKPT_RETURN_IF_ERROR(encoded_parser_.Finish());
+        break;
+      case PushFeed::kChunks:
+        if (!started_ || next_tensor_ < manifest_.tensors.size()) {
+          return Status::Internal("push: the assembled version ended before its last chunk");
+        }
+        break;
+    }
     CKPT_ASSIGN_OR_RETURN(const uint64_t stored_bytes, encoder_->Finish());
 
     VersionRecord vr;
@@ -119,6 +144,11 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink, priva
       vr.raw_bytes = raw_header_.size() + data_size_;
       vr.sha256_hex = claimed_.pushed_sha256;
       vr.restored_sha256_hex = claimed_.restored_sha256;
+    } else if (feed_ == PushFeed::kChunks) {
+      vr.raw_bytes = raw_header_.size() + data_size_;
+      vr.restored_sha256_hex = encoder_->RestoredSha256Hex();
+      // Nobody saw the assembled body whole: known only when it is what a restore sends.
+      if (encoder_->restored_is_pushed()) vr.sha256_hex = vr.restored_sha256_hex;
     } else {
       vr.raw_bytes = parser_.consumed();
       vr.sha256_hex = sha_.FinishHex();
@@ -217,12 +247,67 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink, priva
     raw_header_ = std::string(raw_header);
     ReadMetadataMetrics(header.metadata, &push_options_.metrics, &push_options_.labels);
     encoder_->AddHeader(raw_header);
-    CKPT_ASSIGN_OR_RETURN(planned_, PlanPush(ctx_, target_, reader_, header, raw_header.size()));
+    CKPT_ASSIGN_OR_RETURN(planned_,
+                          PlanPush(ctx_, target_, reader_, header, raw_header.size(),
+                                   feed_ == PushFeed::kChunks ? PlanSizing::kByReference
+                                                              : PlanSizing::kByCheckpoint));
     reference_version_ = planned_.reference_version;
     manifest_.floor_seq = planned_.floor_seq;
     for (size_t i = 0; i < planned_.tensors.size(); ++i) {
       encoder_->AddTensor(planned_.codings[i], planned_.tensors[i].chunk_count);
       manifest_.tensors.push_back(planned_.tensors[i]);
+    }
+    return Status::Ok();
+  }
+
+  // ChunkedPush: the assembled version's header, and the shards ranks coded, whose plans must
+  // still be the model's.
+  Result<CodingPlan> Start(std::string_view raw_header, std::span<const CodedShard> coded,
+                           uint32_t shard_count) override {
+    if (started_) return Status::Internal("push: started twice");
+    started_ = true;
+    CKPT_ASSIGN_OR_RETURN(const SafetensorsHeader header, ParseRawSafetensorsHeader(raw_header));
+    CKPT_RETURN_IF_ERROR(OnHeader(header, raw_header));
+    for (const ManifestTensor& t : manifest_.tensors) data_size_ += t.byte_size;
+    plan_ = ToCodingPlan(target_, planned_, "");
+    const uint64_t reference = state_ ? state_->reference_seq : 0;
+    for (const CodedShard& shard : coded) {
+      CKPT_ASSIGN_OR_RETURN(const CodingPlan shard_plan,
+                            ShardPlanOf(target_, planned_, *shard.header, shard_count, {}));
+      if (shard.reference != reference || shard.plan_digest != shard_plan.Digest()) {
+        return Status::StalePlan(
+            "shard " + std::to_string(shard.header->shard) + " of version " +
+            std::to_string(version_) + " of model '" + model_ +
+            "' was coded by a plan the model no longer codes by (a version was pushed or the "
+            "policy changed since it arrived): every rank asks for a new plan of its shard and "
+            "sends it again");
+      }
+    }
+    NextExpectedChunk();
+    return plan_;
+  }
+
+  Status RawChunk(uint32_t tensor, uint32_t chunk, std::span<const uint8_t> bytes) override {
+    CKPT_RETURN_IF_ERROR(ExpectChunk(tensor, chunk));
+    if (bytes.size() != ChainReader::ChunkLength(manifest_.tensors[tensor], chunk)) {
+      return Status::Internal("push: an assembled chunk of the wrong length");
+    }
+    CKPT_RETURN_IF_ERROR(encoder_->Submit(tensor, chunk, bytes));
+    ++next_chunk_;
+    NextExpectedChunk();
+    return Status::Ok();
+  }
+
+  Status CodedChunk(uint32_t tensor, uint32_t chunk, std::string_view record,
+                    const ChunkCodingInfo& info) override {
+    CKPT_RETURN_IF_ERROR(ExpectChunk(tensor, chunk));
+    return OnChunk(EncodedChunkFrame{tensor, chunk, info, record});
+  }
+
+  // A chunked push's chunks come in body order.
+  Status ExpectChunk(uint32_t tensor, uint32_t chunk) const {
+    if (!started_ || tensor != next_tensor_ || chunk != next_chunk_) {
+      return Status::Internal("push: assembled chunks out of order");
     }
     return Status::Ok();
   }
@@ -241,7 +326,8 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink, priva
     }
     CKPT_RETURN_IF_ERROR(OnHeader(header, preamble.raw_header));
     for (const ManifestTensor& t : manifest_.tensors) data_size_ += t.byte_size;
-    if (ToCodingPlan(target_, planned_, "").Digest() != preamble.plan_digest) {
+    plan_ = ToCodingPlan(target_, planned_, "");
+    if (plan_.Digest() != preamble.plan_digest) {
       return Status::StalePlan("the encoded push follows a plan that model '" + model_ +
                                "' no longer codes by (its policy or chunk size changed since): "
                                "ask for a new plan and encode again");
@@ -265,46 +351,13 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink, priva
     }
     auto record = ChunkRecord::DecodeFrom(frame.record);
     if (!record.ok()) return Status::InvalidArgument(where + ": " + record.status().message());
-    const TensorCoding& coding = planned_.codings[next_tensor_];
-    const bool codec_ok =
-        record->codec_id == static_cast<uint16_t>(CodecId::kLosslessBytePlanes) ||
-        (coding.lossy && record->codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized));
-    if (!codec_ok) {
-      return Status::InvalidArgument(where + " ('" + t.name + "'): codec " +
-                                     std::to_string(record->codec_id) + " is not the plan's " +
-                                     (coding.lossy ? "lossy or lossless" : "lossless") + " codec");
-    }
-    if (record->kind != t.kind) {
-      return Status::InvalidArgument(where + " ('" + t.name + "'): a " +
-                                     (record->kind == FrameKind::kDelta ? "delta" : "keyframe") +
-                                     " where the plan has a " +
-                                     (t.kind == FrameKind::kDelta ? "delta" : "keyframe"));
-    }
-    const uint64_t length = ChainReader::ChunkLength(t, next_chunk_);
-    if (record->raw_length != length) {
-      return Status::InvalidArgument(where + " ('" + t.name + "'): decodes to " +
-                                     std::to_string(record->raw_length) +
-                                     " bytes where the plan's chunk has " + std::to_string(length));
-    }
-    // A lossy payload follows the plan's options, by its header; the manifest's figures are the
-    // header's (the entropy, which no header carries, is what the client's encoder reported).
+    // The manifest's figures are the payload header's (the entropy, which no header carries, is
+    // what the client's encoder reported).
     ChunkCodingInfo info = frame.info;
-    const uint64_t elements = length / DTypeSize(t.dtype);
-    if (record->codec_id == static_cast<uint16_t>(CodecId::kLossyQuantized)) {
-      const Status follows = CheckLossyPayloadFollows(
-          coding.lossy_options, t.dtype, elements, t.kind == FrameKind::kDelta,
-          {reinterpret_cast<const uint8_t*>(record->payload.data()), record->payload.size()},
-          &info);
-      if (!follows.ok()) {
-        return Status::InvalidArgument(where + " ('" + t.name + "'): " + follows.message());
-      }
-    }
-    if (info.quantizer > static_cast<uint8_t>(Quantizer::kLog) || !std::isfinite(info.bound) ||
-        info.bound < 0 || !std::isfinite(info.model_entropy_bits) || info.model_entropy_bits < 0 ||
-        info.model_entropy_bits > 64.0 * double(length) || info.exact_elements > elements) {
-      return Status::InvalidArgument(where + " ('" + t.name +
-                                     "'): its coding figures (quantizer, bound, exact elements, "
-                                     "entropy) are out of range");
+    const Status follows =
+        CheckChunkFollowsPlan(plan_.tensors[next_tensor_], next_chunk_, *record, &info);
+    if (!follows.ok()) {
+      return Status::InvalidArgument(where + " ('" + t.name + "'): " + follows.message());
     }
     CKPT_RETURN_IF_ERROR(encoder_->SubmitEncoded(next_tensor_, next_chunk_, frame.record, info,
                                                  push_options_.decode_encoded_payloads));
@@ -394,7 +447,9 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink, priva
   PushOptions push_options_;
   const std::optional<CodecStateRecord>& state_;  // target_'s
   const uint64_t seq_;
+  const PushFeed feed_;
   const bool encoded_;                // the body is an encoded push body
+  bool started_ = false;              // kChunks: Start was called
   uint64_t reference_version_ = 0;    // the version state_'s reference manifest was pushed as
   SafetensorsStreamParser parser_;    // of a safetensors body
   EncodedBodyParser encoded_parser_;  // of an encoded body
@@ -402,6 +457,7 @@ class PushSessionImpl final : public PushSession, private SafetensorsSink, priva
   Sha256 sha_;  // of the pushed body (a safetensors body)
   std::string raw_header_;
   PlannedPush planned_;
+  CodingPlan plan_;  // of an encoded body: planned_ as its client received it
   ManifestRecord manifest_;
   // Encoded bodies: the chunk expected next, the checkpoint's data bytes, the closing digests.
   uint32_t next_tensor_ = 0;
@@ -440,8 +496,10 @@ Status ValidatePushOptions(const PushOptions& options) {
 std::unique_ptr<PushSession> NewPushSession(const StoreContext& ctx, ModelLocks::Guard guard,
                                             PushTarget target, std::optional<uint64_t> body_size,
                                             PushOptions options) {
+  const PushFeed feed =
+      options.body_format == PushBodyFormat::kEncoded ? PushFeed::kEncoded : PushFeed::kSafetensors;
   return std::make_unique<PushSessionImpl>(ctx, std::move(guard), std::move(target), body_size,
-                                           std::move(options));
+                                           std::move(options), feed);
 }
 
 Result<std::unique_ptr<PushSession>> BeginPushSession(const StoreContext& ctx, ModelWriter& writer,
@@ -454,6 +512,19 @@ Result<std::unique_ptr<PushSession>> BeginPushSession(const StoreContext& ctx, M
                         writer.LockForPush(model, body_size.value_or(0), wait));
   CKPT_ASSIGN_OR_RETURN(PushTarget target, ReadPushTarget(ctx, writer, model, version));
   return NewPushSession(ctx, std::move(guard), std::move(target), body_size, options);
+}
+
+Result<std::unique_ptr<ChunkedPush>> BeginChunkedPush(const StoreContext& ctx, ModelWriter& writer,
+                                                      const ModelName& model, uint64_t version,
+                                                      std::optional<uint64_t> body_size,
+                                                      const PushOptions& options,
+                                                      std::chrono::milliseconds wait) {
+  CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
+  CKPT_ASSIGN_OR_RETURN(ModelLocks::Guard guard,
+                        writer.LockForPush(model, body_size.value_or(0), wait));
+  CKPT_ASSIGN_OR_RETURN(PushTarget target, ReadPushTarget(ctx, writer, model, version));
+  return std::unique_ptr<ChunkedPush>(std::make_unique<PushSessionImpl>(
+      ctx, std::move(guard), std::move(target), body_size, options, PushFeed::kChunks));
 }
 
 }  // namespace ckpt

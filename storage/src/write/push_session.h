@@ -15,6 +15,7 @@
 #include "ckpt/storage/retention.h"
 #include "context/store_context.h"
 #include "records/records.h"
+#include "uploads/shard_assembly.h"
 #include "write/model_locks.h"
 #include "write/model_writer.h"
 #include "write/push_target.h"
@@ -29,6 +30,15 @@ Status ValidatePushOptions(const PushOptions& options);
 // after `wait`), and reads where the push goes. The front's BeginPush, and the commit of a
 // sharded version.
 Result<std::unique_ptr<PushSession>> BeginPushSession(const StoreContext& ctx, ModelWriter& writer,
+                                                      const ModelName& model, uint64_t version,
+                                                      std::optional<uint64_t> body_size,
+                                                      const PushOptions& options,
+                                                      std::chrono::milliseconds wait = {});
+
+// Begins the push of a sharded version that its commit feeds chunk by chunk (some shards coded
+// by their ranks): as BeginPushSession. Every chunk record is decoded (whatever
+// options.decode_encoded_payloads says): the version's restored digest is computed from them.
+Result<std::unique_ptr<ChunkedPush>> BeginChunkedPush(const StoreContext& ctx, ModelWriter& writer,
                                                       const ModelName& model, uint64_t version,
                                                       std::optional<uint64_t> body_size,
                                                       const PushOptions& options,

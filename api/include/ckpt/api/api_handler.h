@@ -123,6 +123,7 @@ class ApiHandler {
   ApiResponse HandleRetentionRun(const Route& route, std::string_view body);
   ApiResponse HandleUpload(std::string_view method, const Route& route);
   ApiResponse HandlePlan(const Route& route, std::string_view raw_header);
+  ApiResponse HandleShardPlan(const Route& route, std::string_view raw_header);
   // BeginRestore for a client that accepts an encoded pull body (Route::encoded_pull).
   Result<RestoreAnswer> BeginEncodedRestore(const Route& route);
   ApiResponse HandleUploadCommit(const Route& route);

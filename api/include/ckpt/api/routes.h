@@ -26,6 +26,7 @@ enum class RouteKind {
   kVersionTag,    // a tag on a version
   kPlan,          // the coding plan of a push encoded at the edge
   kShard,         // one shard of a sharded version
+  kShardPlan,     // the coding plan of a shard encoded by its rank
   kUpload,        // the upload of a sharded version (its state, abort)
   kUploadCommit,  // the commit of a sharded version's upload
   kHfFile,        // a file of a version's Hugging Face view
@@ -82,6 +83,8 @@ struct Route {
   // Set by the server from the headers: the body is an encoded push body (its Content-Type is
   // kEncodedBodyMediaType), not a safetensors checkpoint.
   bool encoded_body = false;
+  // Set by the server from the headers: the body is an encoded shard (kEncodedShardMediaType).
+  bool encoded_shard = false;
   // Set by the server from the headers: the client accepts an encoded pull body (its Accept
   // header names kEncodedPullMediaType) instead of the restored safetensors body.
   bool encoded_pull = false;

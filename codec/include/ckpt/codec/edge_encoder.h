@@ -74,6 +74,10 @@ RestoredSink CollectInto(std::vector<uint8_t>* out);
 // Encodes `checkpoint` by `plan`, against `reference` (the restored body of plan.base; may be
 // null when the plan has no delta), on up to `threads` threads, handing the encoded body to
 // `write` in order, piece by piece, and, when `restored` is given, the restored body to it.
+// A plan of a shard (plan.shard) codes a shard: `checkpoint` is the shard (its slices declared
+// as for a plain shard), `reference` the rank's part of the base (the same tensors and
+// slices), the body an encoded shard (format 2: owned chunks coded, the rest raw), and the
+// restored body the shard with its coded chunks replaced by their reconstructions.
 // Errors: InvalidArgument when the plan does not describe the checkpoint; FailedPrecondition
 // when a delta's reference is missing or is not the base's reconstruction (its SHA-256 differs
 // from the plan's); whatever `write` or `restored` returns.

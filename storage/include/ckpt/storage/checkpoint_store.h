@@ -478,6 +478,14 @@ class CheckpointStore {
   virtual Result<CodingPlan> PlanPush(std::string_view model, uint64_t version,
                                       std::string_view raw_header) = 0;
 
+  // How shard `shard` of `shard_count` of a sharded `version`, whose safetensors header is
+  // `raw_header` (its slices declared as for BeginShard), is coded by its rank: each tensor's
+  // global plan and the slice the shard holds, with the chunks inside it that the rank codes
+  // (an encoded shard, BeginShard with PushBodyFormat::kEncoded). Takes no lock; errors as
+  // PlanPush's, and InvalidArgument for slices that do not fit their tensors.
+  virtual Result<CodingPlan> PlanShard(std::string_view model, uint64_t version, uint32_t shard,
+                                       uint32_t shard_count, std::string_view raw_header) = 0;
+
   // Calls `on_free` once the writer now holding `model` (a push, another change of the model,
   // the commit of a sharded version) is done, so that a writer refused as busy (Aborted) tries
   // again then; returns false, without keeping `on_free`, if none holds the
