@@ -11,7 +11,9 @@ lossless and a lossy model), and also saves it to a local file. After --kill-at 
 killed (SIGKILL). It is restarted on --resume-ranks processes, three times: from ckptd's
 lossless version, from its lossy version, and from the local files (the reference), each rank
 pulling its resharded slices; training continues to --steps with the learning rate decayed
-linearly to zero.
+linearly to zero. With --encoded, each rank codes its shard itself (the chunks its slices hold
+whole, against its part of the last checkpoint; the rest is sent raw) and the restarts pull
+their parts as stored records, decoded by the ranks.
 
 Checks (exit 0 when all hold, 1 if not, 77 without PyTorch):
   - the lossless restart's final model is bit-identical to the reference restart's;
@@ -22,6 +24,7 @@ Prints one JSON line per event and a summary.
 
 Usage: /usr/bin/python3 scripts/sharded_training.py --ckptd build/daemon/ckptd
            [--ranks 4] [--resume-ranks 2] [--steps 160] [--every 20] [--kill-at 90]
+           [--encoded]
 """
 import argparse
 import json
@@ -36,7 +39,11 @@ import time
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "client-lib", "python"))
+# The client as the build assembles it (with its native codec module), else its sources.
+sys.path.insert(0, os.environ.get("CKPT_PYTHON_PACKAGE_DIR") or next(
+    d for d in (os.path.join(HERE, "..", "build", "python"),
+                os.path.join(HERE, "..", "client-lib", "python"))
+    if os.path.isdir(os.path.join(d, "ckptd"))))
 
 # Model and data sizes: small enough for four processes on two cores.
 VOCAB_CAP, D, HEADS, LAYERS, SEQ, BATCH, FFN = 96, 64, 4, 2, 32, 16, 256
@@ -117,6 +124,7 @@ def rank_main(argv):
     parser.add_argument("--stop-at", type=int, required=True)
     parser.add_argument("--resume", choices=["none", "lossless", "lossy", "files"], default="none")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--encoded", action="store_true")
     args = parser.parse_args(argv)
 
     import torch
@@ -234,8 +242,10 @@ def rank_main(argv):
                                  "exp_avg_sq": tensors[f"optim.{name}.exp_avg_sq"].clone()}
         return int(tensors["train.step"])
 
-    client = ckptd.Client(args.url, progress=False)
+    client = ckptd.Client(args.url, progress=False, encoded=args.encoded,
+                          reference_dir=os.path.join(args.work, "references"))
     start = 0
+    sent = {"raw_bytes": 0, "sent_bytes": 0}
     if args.resume in ("lossless", "lossy"):
         tensors, slices = client.pull_shard(f"tp-{args.resume}", rank, ranks)
         start = load_state(tensors)
@@ -271,7 +281,10 @@ def rank_main(argv):
         if args.resume == "none" and done % args.every == 0:
             tensors, slices = shard_state(done)
             for model in ("tp-lossless", "tp-lossy"):
-                client.push_shard(model, done, rank, ranks, tensors, slices=slices)
+                answer = client.push_shard(model, done, rank, ranks, tensors, slices=slices)
+                shard_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
+                sent["raw_bytes"] += shard_bytes
+                sent["sent_bytes"] += answer.get("sent_bytes", shard_bytes)
             os.makedirs(os.path.join(args.work, "files"), exist_ok=True)
             path = os.path.join(args.work, "files", f"step{done:06d}-rank{rank}.pt")
             torch.save({"step": done, "rank": rank, "tensors": tensors, "slices": slices},
@@ -280,7 +293,8 @@ def rank_main(argv):
             report({"event": "checkpoint", "rank": rank, "step": done, "loss": float(loss)})
     if args.resume == "none":
         # The job's checkpoints are out; it is killed here (the orchestrator's SIGKILL).
-        open(os.path.join(args.work, f"stopped-{rank}"), "w").close()
+        with open(os.path.join(args.work, f"stopped-{rank}"), "w") as f:
+            json.dump(sent, f)
         time.sleep(3600)
         return 0
     final = {n: p.detach().clone() for n, p in params.items()}
@@ -327,7 +341,8 @@ def run_ranks(args, work, url, ranks, resume, stop_at, kill_when_stopped=False):
         [sys.executable, os.path.abspath(__file__), "rank", "--rank", str(r), "--ranks",
          str(ranks), "--port", str(port), "--url", url, "--work", work, "--steps",
          str(args.steps), "--every", str(args.every), "--stop-at", str(stop_at), "--resume",
-         resume, "--seed", str(args.seed)]) for r in range(ranks)]
+         resume, "--seed", str(args.seed)] + (["--encoded"] if args.encoded else []))
+        for r in range(ranks)]
     deadline = time.monotonic() + args.timeout
     try:
         while time.monotonic() < deadline:
@@ -359,6 +374,7 @@ def check_lossy_bounds(torch, client, work):
     newest = max(f["step"] for f in files)
     files = sorted((f for f in files if f["step"] == newest), key=lambda f: f["rank"])
     restored = client.pull("tp-lossy", newest)
+    chunk_bytes = {t["name"]: t["chunk_bytes"] for t in client.version_detail("tp-lossy", newest)["tensors"]}
     worst = {}
     ok = True
     for key in files[0]["tensors"]:
@@ -373,9 +389,12 @@ def check_lossy_bounds(torch, client, work):
             within = bool((error <= 0.3 * pushed.abs()).all())
             worst[key] = float((error / pushed.abs().clamp_min(1e-30)).max())
         elif key.endswith(".exp_avg"):
-            # The drop rule: 0 where |x| <= 3 x the mean |x| (one chunk: these tensors are far
-            # below 4 MiB), else within half of |x|.
-            floor = 3 * float(pushed.abs().mean()) * (1 + 1e-9)
+            # The drop rule: 0 where |x| <= 3 x the mean |x| of its chunk, else within half of
+            # |x|.
+            flat = pushed.abs().reshape(-1)
+            per_chunk = chunk_bytes[key] // pushed.element_size()
+            floor = torch.cat([c.mean().expand(c.numel()) for c in flat.split(per_chunk)])
+            floor = (3 * floor * (1 + 1e-9)).reshape(pushed.shape)
             dropped = (got == 0) & (pushed.abs() <= floor)
             within = bool((dropped | (error <= 0.5 * pushed.abs())).all())
             worst[key] = float(error.max())
@@ -409,6 +428,8 @@ def main():
     parser.add_argument("--timeout", type=float, default=300,
                         help="seconds the whole walkthrough may take")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--encoded", action="store_true",
+                        help="ranks code their shards and decode their parts (ckptd._native)")
     args = parser.parse_args()
     try:
         import torch
@@ -417,6 +438,9 @@ def main():
         print("skipped: PyTorch is not importable by", sys.executable, "(Debian: python3-torch)")
         return 77
     import ckptd
+    if args.encoded and not ckptd.edge.available():
+        print("skipped: --encoded needs ckptd's native codec module (ckptd._native)")
+        return 77
 
     work = tempfile.mkdtemp(prefix="ckptd-sharded-")
     daemon = Daemon(args.ckptd, work)
@@ -425,6 +449,7 @@ def main():
         client = ckptd.Client(daemon.url, progress=False)
         client.set_policy("tp-lossy", LOSSY_POLICY)
         run_ranks(args, work, daemon.url, args.ranks, "none", args.kill_at, kill_when_stopped=True)
+        pushed = [json.load(open(os.path.join(work, f"stopped-{r}"))) for r in range(args.ranks)]
         versions = [v["version"] for v in client.versions("tp-lossless")]
         layout = client.layout("tp-lossless")
         report({"event": "versions", "lossless": versions,
@@ -449,7 +474,9 @@ def main():
                    "lossless_bit_identical": identical, "lossy_within_bounds": ok_bounds,
                    "held_out_loss": losses, "lossy_change": lossy_change,
                    "ratio_lossless": raw / stored["tp-lossless"],
-                   "ratio_lossy": raw / stored["tp-lossy"],
+                   "ratio_lossy": raw / stored["tp-lossy"], "encoded": args.encoded,
+                   "pushed_raw_bytes": sum(p["raw_bytes"] for p in pushed),
+                   "pushed_sent_bytes": sum(p["sent_bytes"] for p in pushed),
                    "seconds": round(time.monotonic() - started, 1)}
         report(summary)
         passed = identical and ok_bounds and abs(lossy_change) <= args.tolerance

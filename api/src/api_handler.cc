@@ -69,6 +69,7 @@ json DetailJson(const VersionDetail& d) {
                  {"codec", t.codec},
                  {"dropped", t.dropped},
                  {"chain_length", t.chain_length},
+                 {"chunk_bytes", t.chunk_bytes},
                  {"raw_bytes", t.raw_bytes},
                  {"stored_bytes", t.stored_bytes},
                  {"bits_per_element", t.bits_per_element}};

@@ -65,9 +65,10 @@ class CheckpointStoreImpl final : public CheckpointStore {
                                       kCommitLockWait);
             },
             [this](const std::string& model, uint64_t version, const ShardHeader& shard,
-                   uint32_t shard_count) -> Result<CodingPlan> {
+                   uint32_t shard_count, bool arriving) -> Result<CodingPlan> {
               CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
-              return PlanShardOf(ctx_, writer_, name, version, shard, shard_count);
+              if (!arriving) return PlanShardOf(ctx_, writer_, name, version, shard, shard_count);
+              return PlanShardNow(name, version, shard, shard_count);
             },
             [this](const std::string& model, uint64_t version) {
               return CommittedShardsOf(model, version);
@@ -182,7 +183,21 @@ class CheckpointStoreImpl final : public CheckpointStore {
     CKPT_RETURN_IF_ERROR(CheckShardIndex(shard, shard_count));
     CKPT_ASSIGN_OR_RETURN(const SafetensorsHeader header, ParseRawSafetensorsHeader(raw_header));
     CKPT_ASSIGN_OR_RETURN(const ShardHeader described, DescribeShard(shard, header));
-    return PlanShardOf(ctx_, writer_, name, version, described, shard_count);
+    return PlanShardNow(name, version, described, shard_count);
+  }
+
+  // The plan of a shard, unless an earlier version's upload is in progress: its commit will be
+  // this version's base, so a plan made now would be stale by then.
+  Result<CodingPlan> PlanShardNow(const ModelName& name, uint64_t version, const ShardHeader& shard,
+                                  uint32_t shard_count) {
+    if (auto pending = uploads_.UploadBelow(name.str(), version)) {
+      return Status::StalePlan("version " + std::to_string(*pending) + " of model '" + name.str() +
+                               "' is being uploaded, and its commit will be the base "
+                               "of version " +
+                               std::to_string(version) +
+                               ": send this shard once it is committed, or send it plain");
+    }
+    return PlanShardOf(ctx_, writer_, name, version, shard, shard_count);
   }
 
   bool CallWhenModelFree(std::string_view model, std::function<void()> on_free) override {

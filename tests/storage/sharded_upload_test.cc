@@ -849,5 +849,44 @@ TEST_F(EncodedShardTest, AStalePlanADamagedPayloadAndACutBodyAreRefusedStoringNo
   EXPECT_FALSE(store_->GetVersion("m", 1).ok());
 }
 
+TEST_F(EncodedShardTest, AShardCodedByAPlanTheCommitNoLongerMakesIsDroppedForItsRankToResend) {
+  ASSERT_TRUE(
+      store_->SetPolicy("m", LossyPolicy(R"({"mode": "lossy", "max_abs_error": 0.001})")).ok());
+  Drift(1);
+  const std::vector<ShardSpec> specs = Shards(2);
+  std::string restored;
+  auto encoded = EncodeShard("m", 1, 0, 2, ShardBody(specs[0]), nullptr, &restored);
+  ASSERT_TRUE(encoded.ok()) << encoded.status().ToString();
+  ASSERT_TRUE(PushEncodedShard("m", 1, 0, 2, *encoded).ok());
+
+  // While version 1's upload is in progress, a shard of version 2 gets no plan: version 1's
+  // commit will be its base.
+  auto early = store_->PlanShard("m", 2, 0, 2,
+                                 CheckpointView::Parse(Bytes(ShardBody(specs[0])))->raw_header());
+  ASSERT_FALSE(early.ok());
+  EXPECT_EQ(early.status().subcode(), StatusSubcode::kStalePlan) << early.status().ToString();
+
+  // The policy changes before the last shard: the commit refuses the encoded shard and drops it.
+  ASSERT_TRUE(
+      store_->SetPolicy("m", LossyPolicy(R"({"mode": "lossy", "max_abs_error": 0.002})")).ok());
+  auto last = PushShard("m", 1, 1, 2, ShardBody(specs[1]));
+  ASSERT_FALSE(last.ok());
+  EXPECT_EQ(last.status().subcode(), StatusSubcode::kStalePlan) << last.status().ToString();
+  EXPECT_NE(last.status().message().find("shards 0 "), std::string::npos)
+      << last.status().message();
+  auto upload = store_->GetUpload("m", 1);
+  ASSERT_TRUE(upload.ok());
+  EXPECT_EQ(upload->received, std::vector<uint32_t>{1});
+
+  // Its rank codes it again by the new plan: the version commits.
+  encoded = EncodeShard("m", 1, 0, 2, ShardBody(specs[0]), nullptr, &restored);
+  ASSERT_TRUE(encoded.ok()) << encoded.status().ToString();
+  auto committed = PushEncodedShard("m", 1, 0, 2, *encoded);
+  ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  ASSERT_TRUE(committed->version);
+  const ParsedBody body = Parse(*Restore("m", 1));
+  EXPECT_EQ(body.tensors.at("step").bytes, step_.bytes);
+}
+
 }  // namespace
 }  // namespace ckpt::testing

@@ -393,6 +393,11 @@ class Client:
         self._json("DELETE", f"/v1/models/{self._quote(model)}/versions/{int(step)}/shards",
                    model=model)
 
+    def version_detail(self, model, version="latest"):
+        """How `version` is stored, tensor by tensor (kind, codec, bound, chunk_bytes, bytes)."""
+        return self._json("GET", f"/v1/models/{self._quote(model)}/versions/"
+                                 f"{self._quote(version)}?detail=1")
+
     def layout(self, model, version="latest"):
         """How `version` was pushed: its shards and where each tensor's slices lie."""
         return self._json("GET", f"/v1/models/{self._quote(model)}/versions/"

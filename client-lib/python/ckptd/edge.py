@@ -212,9 +212,12 @@ def _rank_reference_name(model, rank, world_size):
     return f"{model}.rank{int(rank)}-of-{int(world_size)}"
 
 
-def _codes_deltas(plan):
-    return any(t["kind"] == "delta" and t["slice"]["owned_chunks"][0] < t["slice"]["owned_chunks"][1]
-               for t in plan["tensors"])
+def _delta_slices(plan):
+    """The slices ({name: (offsets, shape)}) of the tensors whose owned chunks are deltas: what a
+    rank's reference must hold."""
+    return {t["name"]: (list(t["slice"]["offsets"]), list(t["slice"]["shape"]))
+            for t in plan["tensors"]
+            if t["kind"] == "delta" and t["slice"]["owned_chunks"][0] < t["slice"]["owned_chunks"][1]}
 
 
 def _holds_base_part(held, plan, rank, world_size):
@@ -228,12 +231,18 @@ def _holds_base_part(held, plan, rank, world_size):
         or held["sha256"] == base["restored_sha256"]
 
 
-def _slices_of(path):
-    """The slice declarations of a safetensors file's header ({} when it has none)."""
+def _holds_slices(path, wanted):
+    """Whether the safetensors file `path` holds each tensor of `wanted` at its slice."""
     with open(path, "rb") as f:
         (length,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(length))
-    return json.loads(header.get("__metadata__", {}).get("ckptd.slices", "{}"))
+    declared = json.loads(header.get("__metadata__", {}).get("ckptd.slices", "{}"))
+    for name, (offsets, shape) in wanted.items():
+        if name not in header or list(header[name]["shape"]) != shape:
+            return False
+        if list(declared.get(name, {}).get("offsets", [0] * len(offsets))) != offsets:
+            return False
+    return True
 
 
 def push_shard_encoded(client, model, step, rank, world_size, body, shard_path, reference_dir,
@@ -241,76 +250,89 @@ def push_shard_encoded(client, model, step, rank, world_size, body, shard_path, 
     """One encoded shard (rank `rank` of `world_size`) of version `step`: coded here by the
     daemon's plan of the shard, the chunks its slices hold whole against the rank's part of the
     last version (kept in `reference_dir`, or pulled), the rest of its bytes sent raw. Planned
-    again (up to `replans` times) on 409 STALE_PLAN. Returns the shard's answer, with
-    "encoded", "sent_bytes" and "reference" added."""
+    again (up to `replans` times) on 409 STALE_PLAN. Sent plain (coded by the daemon) when it
+    cannot be coded here: no plan is given (an earlier version's upload is in progress, or this
+    version is committed: the shard is then compared with the one committed), or no part of
+    the base holds its slices. Returns the shard's answer, with "encoded", "sent_bytes" and
+    "reference" added."""
     from .client import CkptdError
     name = _rank_reference_name(model, rank, world_size)
     with _claimed(reference_dir, name):
         for attempt in range(replans + 1):
             try:
                 return _push_shard_once(client, model, step, rank, world_size, body, shard_path,
-                                        reference_dir, name, threads)
+                                        reference_dir, name, threads, label)
             except CkptdError as error:
-                if error.reason != "STALE_PLAN" or attempt == replans:
+                if error.reason != "STALE_PLAN":
                     raise
-    raise AssertionError("unreachable")
+                why = error.message
+        answer = client._put_body(model, shard_path, body, label)
+        return dict(answer, encoded=False, sent_bytes=body.total,
+                    reference=f"no current plan ({why}): the server coded this shard")
 
 
 def _push_shard_once(client, model, step, rank, world_size, body, shard_path, reference_dir,
-                     name, threads):
+                     name, threads, label):
+    from .client import CkptdError
     path, query = shard_path.split("?", 1)
+
+    def plain(why):
+        answer = client._put_body(model, shard_path, body, label)
+        return dict(answer, encoded=False, sent_bytes=body.total,
+                    reference=f"{why}: the server coded this shard")
+
     scratch = tempfile.mkdtemp(prefix="ckptd-reference-")
     try:
         with _CheckpointParts(body) as checkpoint:
-            plan_text = client._post_bytes(model, f"{path}/plan?of={int(world_size)}",
-                                           checkpoint.raw_header)
+            try:
+                plan_text = client._post_bytes(model, f"{path}/plan?of={int(world_size)}",
+                                               checkpoint.raw_header)
+            except CkptdError as error:
+                if error.code != "FAILED_PRECONDITION" or error.reason == "STALE_PLAN":
+                    raise
+                # The version is committed (or not above the latest): the plain shard is
+                # compared with the one committed, or refused as a push of it would be.
+                return plain("no plan")
             plan = json.loads(plan_text)
             held = _native.held_reference(reference_dir or scratch, name)
             source, reference_path = "", None
-            if _codes_deltas(plan):
-                wanted = {t["name"]: t["slice"]["offsets"] for t in plan["tensors"]}
+            wanted = _delta_slices(plan)
+            if wanted:
                 if reference_dir and _holds_base_part(held, plan, rank, world_size) \
-                        and _offsets_match(_slices_of(held["path"]), wanted):
+                        and _holds_slices(held["path"], wanted):
                     source, reference_path = "held", held["path"]
                 else:
-                    # This rank's part of the base, as the daemon cuts it for rank of
-                    # world_size; used when its slices are this shard's.
+                    # This rank's part of the base as the daemon cuts it for rank of world_size,
+                    # used when it holds this shard's slices.
                     pulled = os.path.join(scratch, "part.safetensors")
-                    pull_part_encoded(client, model, str(plan["base"]["version"]), pulled,
-                                      [("rank", str(int(rank))), ("of", str(int(world_size)))])
-                    if _offsets_match(_slices_of(pulled), wanted):
-                        source, reference_path = "pulled", pulled
+                    try:
+                        pull_part_encoded(client, model, str(plan["base"]["version"]), pulled,
+                                          [("rank", str(int(rank))),
+                                           ("of", str(int(world_size)))])
+                        if _holds_slices(pulled, wanted):
+                            source, reference_path = "pulled", pulled
+                    except (CkptdError, CodecError) as error:
+                        if error.code not in _SINCE_UNUSABLE:
+                            raise
                 if reference_path is None:
-                    answer = client._put_body(model, shard_path, body, f"push {model}@{step}")
-                    return dict(answer, encoded=False, sent_bytes=body.total,
-                                reference="no part of the base holds this shard's slices: "
-                                          "the server coded this shard")
+                    return plain("no part of the base holds this shard's slices")
             restored_path = _native.temporary_name_for(held["path"]) if reference_dir else None
             encoder = _native.Encoder(plan_text, checkpoint.parts, reference_path, False,
                                       threads, restored_path)
             try:
-                answer = client._put_stream(model, f"{path}?{query}", encoder.read,
+                answer = client._put_stream(model, shard_path, encoder.read,
                                             _native.ENCODED_SHARD_MEDIA_TYPE)
                 coded = encoder.finish()
                 if reference_dir:
                     encoder.keep_restored_as(held["path"])
-                    # Known by the digest of the shard pushed, which the version's layout lists.
+                    # Known by the digest of the shard pushed, which the version's layout lists
+                    # (the sidecar's digest field names what identifies the file it pairs with).
                     _native.write_sidecar(reference_dir, name, int(step), coded["pushed_sha256"])
             finally:
                 encoder.close()
         return dict(answer, encoded=True, sent_bytes=coded["encoded_bytes"], reference=source)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _offsets_match(slices, wanted):
-    """Whether a part's slices (its ckptd.slices) put every tensor at the offsets wanted (a
-    tensor not declared is whole: its offsets are zeros)."""
-    for tensor, offsets in wanted.items():
-        have = slices.get(tensor, {}).get("offsets", [0] * len(offsets))
-        if list(have) != list(offsets):
-            return False
-    return True
 
 
 def pull_encoded(client, model, version, out_path, reference_dir):

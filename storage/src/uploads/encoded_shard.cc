@@ -37,8 +37,10 @@ Status EncodedShardReader::OnPreamble(const EncodedBodyPreamble& preamble) {
     if (preamble.reference != reference || preamble.plan_digest != plan.Digest()) {
       return Status::StalePlan(
           "encoded shard " + std::to_string(shard_) +
-          " follows a plan the model no longer codes by (a version was pushed or the policy "
-          "changed since): ask for a new plan of the shard and encode it again");
+          " was coded by another plan than the one the store makes for it now (a version was "
+          "pushed or the policy changed since, or the shard's index, count or header differ "
+          "from those it was planned with): ask for a new plan of the shard and encode it "
+          "again");
     }
     plan_ = std::move(plan);
   }

@@ -79,6 +79,13 @@ Result<ShardHeader> DescribeShard(uint32_t shard, const SafetensorsHeader& heade
     st.box.shape = t.shape;
     st.data_begin = data_start + t.begin;
     if (auto it = slices.find(t.name); it != slices.end()) {
+      uint64_t bytes = DTypeSize(t.dtype);
+      for (uint64_t d : it->second.global_shape) {
+        if (__builtin_mul_overflow(bytes, d, &bytes)) {
+          return Status::InvalidArgument(ShardText(shard) + ": tensor '" + t.name +
+                                         "': its global shape is too large");
+        }
+      }
       st.global_shape = it->second.global_shape;
       st.box.offsets = it->second.offsets;
       slices.erase(it);
@@ -339,13 +346,26 @@ struct CodedChunkAt {
   const EncodedShardIndex::Segment* segment = nullptr;
 };
 
-// The chunk of global tensor `t` that the shard holding `piece` coded, if it did.
-CodedChunkAt CodedIn(const ShardSource& source, const AssemblyPlan::Piece& piece, uint32_t chunk) {
-  if (!source.encoded) return {};
+// The chunks of global tensor `t` that the shard holding `piece` coded, by chunk (empty where
+// it sent bytes): DataLoss when a record does not lie where its chunk does in the slice.
+Result<std::vector<CodedChunkAt>> CodedChunksOf(const ShardSource& source,
+                                                const AssemblyPlan::Piece& piece,
+                                                const PlannedTensor& t) {
+  std::vector<CodedChunkAt> out(t.chunk_count);
+  if (!source.encoded) return out;
+  const uint64_t first = BoxElementSpan(t.shape, piece.box).first * DTypeSize(t.dtype);
   for (const EncodedShardIndex::Segment& s : source.encoded->tensors[piece.tensor]) {
-    if (!s.raw && s.chunk == chunk) return {source.file, &s};
+    if (s.raw) continue;
+    const uint64_t begin = uint64_t{s.chunk} * t.chunk_bytes;
+    if (s.chunk >= t.chunk_count || begin < first || begin - first != s.offset ||
+        s.length != t.ChunkLength(s.chunk)) {
+      return Status::DataLoss("stored encoded " + ShardText(piece.shard) + ": chunk " +
+                              std::to_string(s.chunk) + " of tensor '" + t.name +
+                              "' does not lie where that chunk does");
+    }
+    out[s.chunk] = {source.file, &s};
   }
-  return {};
+  return out;
 }
 
 Result<std::string> ReadRecord(const CodedChunkAt& coded) {
@@ -366,10 +386,13 @@ Status CompareReplicas(const AssemblyPlan::Tensor& g, const PlannedTensor& t,
         " hold the same slice with different values (chunk " + std::to_string(chunk) + ")");
   };
   PieceCursor ca(shards[a.shard], a, t.byte_size), cb(shards[b.shard], b, t.byte_size);
+  CKPT_ASSIGN_OR_RETURN(const auto coded_a, CodedChunksOf(shards[a.shard], a, t));
+  CKPT_ASSIGN_OR_RETURN(const auto coded_b, CodedChunksOf(shards[b.shard], b, t));
   std::vector<uint8_t> xa, xb;
   for (uint32_t c = 0; c < t.chunk_count; ++c) {
     const uint64_t length = t.ChunkLength(c);
-    const CodedChunkAt ka = CodedIn(shards[a.shard], a, c), kb = CodedIn(shards[b.shard], b, c);
+    const CodedChunkAt& ka = coded_a[c];
+    const CodedChunkAt& kb = coded_b[c];
     std::optional<ChunkRecord> ra, rb;
     std::string sa, sb;
     if (ka.segment) {
@@ -424,17 +447,15 @@ Status WriteAssembledChunks(const AssemblyPlan& assembly, const CodingPlan& plan
     const uint64_t element = DTypeSize(t.dtype);
     // The record of each chunk a rank coded (a replica's, when the first copy is raw).
     std::vector<CodedChunkAt> coded(t.chunk_count);
-    auto note = [&](const AssemblyPlan::Piece& p) {
-      const ShardSource& source = shards[p.shard];
-      if (!source.encoded) return;
-      for (const EncodedShardIndex::Segment& s : source.encoded->tensors[p.tensor]) {
-        if (!s.raw && s.chunk < t.chunk_count && !coded[s.chunk].segment) {
-          coded[s.chunk] = {source.file, &s};
-        }
+    auto note = [&](const AssemblyPlan::Piece& p) -> Status {
+      CKPT_ASSIGN_OR_RETURN(const auto in_piece, CodedChunksOf(shards[p.shard], p, t));
+      for (uint32_t c = 0; c < t.chunk_count; ++c) {
+        if (in_piece[c].segment && !coded[c].segment) coded[c] = in_piece[c];
       }
+      return Status::Ok();
     };
-    for (const auto& p : g.pieces) note(p);
-    for (const auto& [i, p] : g.replicas) note(p);
+    for (const auto& p : g.pieces) CKPT_RETURN_IF_ERROR(note(p));
+    for (const auto& [i, p] : g.replicas) CKPT_RETURN_IF_ERROR(note(p));
 
     std::vector<PieceCursor> cursors;
     std::vector<TensorBox> boxes;

@@ -47,7 +47,8 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
       if (!committed_) {
         plan_of = [this](const ShardHeader& described) -> Result<CodingPlan> {
           CKPT_RETURN_IF_ERROR(CheckHeader(described));
-          return owner_->plan_shard_(model_, version_, described, shard_count_);
+          return owner_->plan_shard_(model_, version_, described, shard_count_,
+                                     /*arriving=*/true);
         };
       }
       encoded_.emplace(shard_, owner_->MaxRecordBytes(), std::move(plan_of));
@@ -209,7 +210,14 @@ Status ShardedUploads::Open(const std::string& root, const VersionExistsFn& vers
       std::optional<EncodedShardIndex> index;
       ShardHeader header;
       if (encoded) {
-        CKPT_ASSIGN_OR_RETURN(index, IndexStoredShard(s.shard, *file, MaxRecordBytes()));
+        // Its records were checked when it arrived (under the chunk size of that time); one
+        // that no longer reads is dropped, for its rank to send again.
+        auto indexed = IndexStoredShard(s.shard, *file, file->body_bytes());
+        if (!indexed.ok()) {
+          CKPT_RETURN_IF_ERROR(spool_->RemoveShard(record.model, record.version, s.shard));
+          continue;
+        }
+        index = std::move(indexed).value();
         CKPT_ASSIGN_OR_RETURN(const SafetensorsHeader parsed,
                               ParseRawSafetensorsHeader(index->raw_header));
         CKPT_ASSIGN_OR_RETURN(header, DescribeShard(s.shard, parsed));
@@ -341,6 +349,7 @@ Result<ShardResult> ShardedUploads::Commit(const std::string& model, uint64_t ve
 Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint64_t version,
                                                  const PushOptions& options, bool by_last_shard) {
   std::vector<StoredShard> stored;
+  std::vector<uint32_t> stale;  // encoded shards coded by a plan that is no longer the store's
   {
     std::lock_guard lock(mu_);
     auto it = uploads_.find(Key(model, version));
@@ -382,7 +391,7 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
       any_encoded |= s.encoded.has_value();
     }
     CKPT_ASSIGN_OR_RETURN(AssemblyPlan plan, PlanAssembly(header_ptrs, digests));
-    if (any_encoded) return CommitChunked(model, version, options, shards, plan);
+    if (any_encoded) return CommitChunked(model, version, options, shards, plan, &stale);
     std::vector<std::unique_ptr<SpooledShardFile>> files;
     std::vector<const SpooledShardFile*> file_ptrs;
     for (const ShardHeader* h : header_ptrs) {
@@ -405,7 +414,14 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
     }
     auto it = uploads_.find(Key(model, version));
     if (!assembled.ok()) {
-      if (it != uploads_.end()) it->second.committing = false;
+      if (it != uploads_.end()) {
+        it->second.committing = false;
+        // They can never commit: their ranks send them again, by a new plan.
+        for (uint32_t shard : stale) {
+          (void)spool_->RemoveShard(model, version, shard);
+          it->second.shards.erase(shard);
+        }
+      }
       return assembled.status();
     }
     ShardResult committed;
@@ -427,7 +443,28 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
 Result<VersionInfo> ShardedUploads::CommitChunked(const std::string& model, uint64_t version,
                                                   const PushOptions& options,
                                                   const std::vector<const StoredShard*>& shards,
-                                                  const AssemblyPlan& plan) {
+                                                  const AssemblyPlan& plan,
+                                                  std::vector<uint32_t>* stale) {
+  // A shard coded by a plan the store no longer makes (a version committed, or the policy
+  // changed, since it arrived) cannot be stored: it is dropped from the upload.
+  std::string stale_list;
+  for (const StoredShard* s : shards) {
+    if (!s->encoded) continue;
+    auto now = plan_shard_(model, version, s->header, static_cast<uint32_t>(shards.size()),
+                           /*arriving=*/false);
+    const bool same = now.ok() && now->Digest() == s->encoded->plan_digest &&
+                      (now->base ? now->base->reference : 0) == s->encoded->reference;
+    if (same) continue;
+    stale->push_back(s->header.shard);
+    stale_list += (stale_list.empty() ? "" : ", ") + std::to_string(s->header.shard);
+  }
+  if (!stale->empty()) {
+    return Status::StalePlan(
+        "shards " + stale_list + " of " + UploadName(model, version) +
+        " were coded by a plan the model no longer codes by (a version was committed or the "
+        "policy changed since they arrived); they are dropped from the upload: their ranks ask "
+        "for a new plan and send them again");
+  }
   std::vector<std::unique_ptr<SpooledShardFile>> files;
   std::vector<ShardSource> sources;
   std::vector<ChunkedPush::CodedShard> coded;
@@ -486,6 +523,15 @@ Result<std::vector<ShardUploadInfo>> ShardedUploads::Expire(int64_t now_ms) {
     it = uploads_.erase(it);
   }
   return expired;
+}
+
+std::optional<uint64_t> ShardedUploads::UploadBelow(const std::string& model, uint64_t version) {
+  std::lock_guard lock(mu_);
+  auto it = uploads_.lower_bound(Key(model, 0));
+  if (it == uploads_.end() || it->first.first != model || it->first.second >= version) {
+    return std::nullopt;
+  }
+  return it->first.second;
 }
 
 Status ShardedUploads::RemoveModel(const std::string& model) {

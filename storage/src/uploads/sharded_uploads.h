@@ -43,9 +43,12 @@ class ShardedUploads {
   // Begins the push of an assembled version fed chunk by chunk (some shards coded by ranks).
   using BeginChunkedFn = std::function<Result<std::unique_ptr<ChunkedPush>>(
       const std::string& model, uint64_t version, uint64_t body_size, const PushOptions& options)>;
-  // The plan the store makes now for a shard (described in global terms) of `shard_count`.
-  using PlanShardFn = std::function<Result<CodingPlan>(
-      const std::string& model, uint64_t version, const ShardHeader& shard, uint32_t shard_count)>;
+  // The plan the store makes now for a shard (described in global terms) of `shard_count`;
+  // `arriving`: for a shard arriving (refused while an earlier version's upload is in progress,
+  // whose commit would make it stale), else for the commit of its upload.
+  using PlanShardFn = std::function<Result<CodingPlan>(const std::string& model, uint64_t version,
+                                                       const ShardHeader& shard,
+                                                       uint32_t shard_count, bool arriving)>;
   // Whether a version is committed.
   using VersionExistsFn = std::function<Result<bool>(const std::string& model, uint64_t version)>;
   // The committed version's shards, if it is committed.
@@ -75,6 +78,9 @@ class ShardedUploads {
   Status Abort(const std::string& model, uint64_t version);
   // Removes uploads created before now_ms - upload_expiry that are not being committed.
   Result<std::vector<ShardUploadInfo>> Expire(int64_t now_ms);
+  // The oldest upload of `model` in progress below `version`, if any: its commit will change
+  // the base a shard of `version` is coded against.
+  std::optional<uint64_t> UploadBelow(const std::string& model, uint64_t version);
   // Removes every upload of `model` (it is being deleted).
   Status RemoveModel(const std::string& model);
   // Calls `on_end` once the commit of an upload of `model` in progress ends (either way), on the
@@ -117,10 +123,11 @@ class ShardedUploads {
   // The longest chunk record an encoded shard may carry.
   uint64_t MaxRecordBytes() const;
   // Commits a complete upload some of whose shards are encoded.
+  // Encoded shards whose plan is no longer the store's are put in `stale` (and refused).
   Result<VersionInfo> CommitChunked(const std::string& model, uint64_t version,
                                     const PushOptions& options,
                                     const std::vector<const StoredShard*>& shards,
-                                    const AssemblyPlan& plan);
+                                    const AssemblyPlan& plan, std::vector<uint32_t>* stale);
 
   const BeginPushFn begin_push_;
   const BeginChunkedFn begin_chunked_;

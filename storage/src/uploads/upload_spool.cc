@@ -300,6 +300,14 @@ Result<std::unique_ptr<SpooledShardFile>> UploadSpool::OpenShard(const std::stri
   return std::make_unique<SpooledShardFile>(fd, stored.body_bytes);
 }
 
+Status UploadSpool::RemoveShard(const std::string& model, uint64_t version, uint32_t shard) {
+  std::error_code ec;
+  const std::string path = UploadDir(model, version) + "/" + ShardName(shard);
+  fs::remove(path, ec);
+  if (ec) return FileError(ec.value(), "removing shard " + std::to_string(shard), path);
+  return Status::Ok();
+}
+
 Status UploadSpool::Remove(const std::string& model, uint64_t version) {
   std::error_code ec;
   const std::string dir = UploadDir(model, version);

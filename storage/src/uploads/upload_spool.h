@@ -101,6 +101,8 @@ class UploadSpool {
                                                       uint32_t shard);
   // Removes an upload and its files (nothing if absent).
   Status Remove(const std::string& model, uint64_t version);
+  // Removes one stored shard of an upload (nothing if absent).
+  Status RemoveShard(const std::string& model, uint64_t version, uint32_t shard);
 
  private:
   std::string UploadDir(const std::string& model, uint64_t version) const;

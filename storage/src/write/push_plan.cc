@@ -13,9 +13,53 @@ namespace ckpt {
 
 namespace keys = storage_keys;
 
+namespace {
+
+// The chunk length of a sliced tensor of a sharded version of `parts` shards whose first
+// dimension splits evenly in that many parts: the longest length up to `limit` (and not below
+// half of it) that divides a part, so that each part is whole chunks.
+std::optional<uint64_t> SlicedChunkBytes(const ManifestTensor& t, uint32_t parts, uint64_t limit) {
+  if (parts < 2 || t.shape.empty() || t.shape[0] % parts != 0 || t.byte_size == 0) {
+    return std::nullopt;
+  }
+  const uint64_t element = DTypeSize(t.dtype);
+  const uint64_t part = t.byte_size / parts;
+  if (part <= limit) return part;
+  const uint64_t part_elements = part / element;
+  for (uint64_t k = (part + limit - 1) / limit; part / k >= limit / 2; ++k) {
+    if (part_elements % k == 0) return part / k;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<PlanSharding> ShardingOf(const SafetensorsHeader& header) {
+  auto it = header.metadata.find(std::string(kLayoutMetadataKey));
+  if (it == header.metadata.end()) return std::nullopt;
+  const auto layout = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  if (!layout.is_object() || !layout.contains("shards") || !layout["shards"].is_number_unsigned() ||
+      !layout.contains("tensors") || !layout["tensors"].is_object()) {
+    return std::nullopt;
+  }
+  PlanSharding sharding;
+  sharding.shard_count = layout["shards"].get<uint32_t>();
+  for (const auto& [name, tensor] : layout["tensors"].items()) {
+    if (!tensor.is_object() || !tensor.contains("slices") || !tensor["slices"].is_array()) continue;
+    for (const auto& slice : tensor["slices"]) {
+      if (slice.is_object() && slice.contains("shape") && tensor.contains("global_shape") &&
+          slice["shape"] != tensor["global_shape"]) {
+        sharding.sliced.insert(name);
+        break;
+      }
+    }
+  }
+  return sharding;
+}
+
 Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, ChainReader& reader,
                              const SafetensorsHeader& header, uint64_t raw_header_bytes,
-                             PlanSizing sizing) {
+                             const PlanSharding* sharding) {
   PlannedPush planned;
   const ManifestRecord* reference = nullptr;
   std::unordered_map<std::string_view, uint32_t> reference_index;
@@ -39,10 +83,11 @@ Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, 
   // A checkpoint that the reference cache does not keep has its latest, and the next push's
   // reference after a restart, decoded from storage: "fast_latest": "auto" then puts it on
   // the lattice that the rearrangement stores newest-first.
-  uint64_t checkpoint_bytes = raw_header_bytes;
-  if (sizing == PlanSizing::kByCheckpoint) {
+  uint64_t checkpoint_bytes = 0;
+  if (sharding == nullptr) {
+    checkpoint_bytes = raw_header_bytes;
     for (const auto& t : header.tensors) checkpoint_bytes += t.byte_size();
-  } else if (reference != nullptr) {
+  } else if (reference != nullptr) {  // the tensors' bytes only: a rank has no version header
     for (const ManifestTensor& t : reference->tensors) checkpoint_bytes += t.byte_size;
   }
   const bool larger_than_cache = !ctx.cache->KeepsVersionOf(checkpoint_bytes);
@@ -63,15 +108,23 @@ Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, 
     // with it the ability to delta) survives a change of the configured chunk size.
     mt.chunk_bytes = std::min(std::max(element, ctx.options->chunk_bytes / element * element),
                               std::max(element, mt.byte_size));
-    const uint64_t chunks = (mt.byte_size + mt.chunk_bytes - 1) / mt.chunk_bytes;
-    if (chunks > std::numeric_limits<uint32_t>::max()) {
-      return Status::InvalidArgument("tensor '" + t.name + "' is too large");
+    // A sliced tensor of a sharded version: a chain keeps its chunks whatever the rank count
+    // (deltas line up); a new chain's chunks fall on the bounds of an even split, if any.
+    const bool sliced = sharding && sharding->sliced.count(t.name);
+    uint64_t chain_chunk_bytes = mt.chunk_bytes;  // what a delta against the reference needs
+    if (sliced) {
+      mt.chunk_bytes = SlicedChunkBytes(mt, sharding->shard_count, ctx.options->chunk_bytes)
+                           .value_or(mt.chunk_bytes);
+      chain_chunk_bytes = mt.chunk_bytes;
     }
-    mt.chunk_count = static_cast<uint32_t>(chunks);
     mt.kind = FrameKind::kKeyframe;
     mt.keyframe_seq = seq;
     if (auto it = reference_index.find(t.name); it != reference_index.end()) {
       const ManifestTensor& rt = reference->tensors[it->second];
+      if (sliced && rt.chunk_bytes % element == 0 &&
+          rt.chunk_bytes <= std::max(mt.chunk_bytes, ctx.options->chunk_bytes)) {
+        chain_chunk_bytes = rt.chunk_bytes;
+      }
       // Lossy chains also restart once their deltas outweigh their keyframe by the policy's
       // budget: that bounds what a restore reads and what a chain keeps alive.
       const bool chain_outweighs_keyframe =
@@ -82,11 +135,17 @@ Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, 
           keyframe_every,
           target.retention.ChainLimitFor(t.name).value_or(std::numeric_limits<uint64_t>::max()));
       if (!coding.standalone && rt.dtype == mt.dtype && rt.shape == mt.shape &&
-          rt.chunk_bytes == mt.chunk_bytes && mt.byte_size > 0 &&
+          rt.chunk_bytes == chain_chunk_bytes && mt.byte_size > 0 &&
           rt.chain_length + 1 < chain_limit && !chain_outweighs_keyframe) {
+        mt.chunk_bytes = chain_chunk_bytes;
         mt.LinkTo(target.state->reference_seq, it->second, rt);
       }
     }
+    const uint64_t chunks = (mt.byte_size + mt.chunk_bytes - 1) / mt.chunk_bytes;
+    if (chunks > std::numeric_limits<uint32_t>::max()) {
+      return Status::InvalidArgument("tensor '" + t.name + "' is too large");
+    }
+    mt.chunk_count = static_cast<uint32_t>(chunks);
     planned.floor_seq = std::min(planned.floor_seq, mt.keyframe_seq);
     planned.tensors.push_back(std::move(mt));
     planned.codings.push_back(std::move(coding));
@@ -192,8 +251,12 @@ Result<CodingPlan> PlanShardOf(const StoreContext& ctx, ModelWriter& writer, con
   CKPT_RETURN_IF_ERROR(ctx.backend->Refresh(model.str()));
   CKPT_ASSIGN_OR_RETURN(const PushTarget target, ReadPushTarget(ctx, writer, model, version));
   ChainReader reader(ctx.db, ctx.manifests, ctx.backend, nullptr, target.model, ctx.cache);
+  PlanSharding sharding{shard_count, {}};
+  for (const ShardTensor& t : described.tensors) {
+    if (t.box.shape != t.global_shape) sharding.sliced.insert(t.name);
+  }
   CKPT_ASSIGN_OR_RETURN(const PlannedPush planned,
-                        PlanPush(ctx, target, reader, global, 0, PlanSizing::kByReference));
+                        PlanPush(ctx, target, reader, global, 0, &sharding));
   CKPT_ASSIGN_OR_RETURN(const std::optional<VersionRecord> base,
                         BaseRecordOf(ctx, target, planned.reference_version));
   CKPT_ASSIGN_OR_RETURN(CodingPlan plan,

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "ckpt/base/safetensors.h"
@@ -32,17 +33,27 @@ struct PlannedPush {
   uint64_t reference_version = 0;
 };
 
-// How a plan decides whether a checkpoint is larger than the reference cache ("fast_latest":
-// "auto"): by its own size, or — for a sharded version coded by its ranks, each of which
-// plans its shard alone — by the size of the reference's version, so that every tensor's plan
-// depends on that tensor alone.
-enum class PlanSizing { kByCheckpoint, kByReference };
+// What a plan knows of a sharded version: its shard count and the tensors held in slices (a
+// tensor is held whole by every shard holding it, or in slices by each). A sharded version's
+// plan decides each tensor alone — a rank plans its shard without the others — so that:
+// - a sliced tensor whose first dimension splits evenly in shard_count parts has chunks that
+//   fall on those parts' bounds (the ranks of an even split own all their chunks), keeping the
+//   reference's chunks where they still do (deltas continue across a change of rank count);
+// - "fast_latest": "auto" is decided by the size of the reference's version, not its own.
+struct PlanSharding {
+  uint32_t shard_count = 0;
+  std::unordered_set<std::string> sliced;
+};
+
+// The sharding a version's header records (its ckptd.layout), if it has one: a sharded
+// version's commit, and a restored sharded version pushed again whole.
+std::optional<PlanSharding> ShardingOf(const SafetensorsHeader& header);
 
 // Plans the push of `header` (whose raw form, length prefix included, is `raw_header_bytes`
 // long) to `target`. ResourceExhausted beyond storage.max_tensors_per_checkpoint.
 Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, ChainReader& reader,
                              const SafetensorsHeader& header, uint64_t raw_header_bytes,
-                             PlanSizing sizing = PlanSizing::kByCheckpoint);
+                             const PlanSharding* sharding = nullptr);
 
 // The plan as a client receives it; `base_restored_sha256` is the restored body's SHA-256 of
 // the reference's version (empty when that version was deleted).
@@ -50,8 +61,8 @@ CodingPlan ToCodingPlan(const PushTarget& target, const PlannedPush& planned,
                         std::string base_restored_sha256);
 
 // The plan of one shard of a sharded version coded by its rank: `planned` is the plan of the
-// global tensors (PlanSizing::kByReference; it may hold more than the shard's), `shard` the
-// shard's header; each of its tensors gets the global tensor's plan and its slice.
+// global tensors (with the version's PlanSharding; it may hold more than the shard's), `shard`
+// the shard's header; each of its tensors gets the global tensor's plan and its slice.
 Result<CodingPlan> ShardPlanOf(const PushTarget& target, const PlannedPush& planned,
                                const ShardHeader& shard, uint32_t shard_count,
                                std::vector<std::string> base_shard_sha256);

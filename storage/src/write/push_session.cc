@@ -105,13 +105,7 @@ class PushSessionImpl final : public PushSession,
   Status Write(std::span<const uint8_t> bytes) override {
     if (committed_) return Status::FailedPrecondition("push already committed");
     if (feed_ == PushFeed::kChunks) return Status::Internal("push: a chunked push takes no body");
-    // BeginPush checked the body's announced size against the reserve; bodies of unknown size
-    // and concurrent pushes are caught here, as the volume reaches it.
-    unchecked_bytes_ += bytes.size();
-    if (unchecked_bytes_ >= kReserveCheckBytes) {
-      unchecked_bytes_ = 0;
-      CKPT_RETURN_IF_ERROR(ctx_.health->CheckPush(0));
-    }
+    CKPT_RETURN_IF_ERROR(CountReceived(bytes.size()));
     if (encoded_) return encoded_parser_.Feed(bytes);
     sha_.Update(bytes);
     return parser_.Feed(bytes);
@@ -247,10 +241,11 @@ class PushSessionImpl final : public PushSession,
     raw_header_ = std::string(raw_header);
     ReadMetadataMetrics(header.metadata, &push_options_.metrics, &push_options_.labels);
     encoder_->AddHeader(raw_header);
-    CKPT_ASSIGN_OR_RETURN(planned_,
-                          PlanPush(ctx_, target_, reader_, header, raw_header.size(),
-                                   feed_ == PushFeed::kChunks ? PlanSizing::kByReference
-                                                              : PlanSizing::kByCheckpoint));
+    // A sharded version (and a restored one pushed again whole) is planned as its ranks plan
+    // their shards.
+    const std::optional<PlanSharding> sharding = ShardingOf(header);
+    CKPT_ASSIGN_OR_RETURN(planned_, PlanPush(ctx_, target_, reader_, header, raw_header.size(),
+                                             sharding ? &*sharding : nullptr));
     reference_version_ = planned_.reference_version;
     manifest_.floor_seq = planned_.floor_seq;
     for (size_t i = 0; i < planned_.tensors.size(); ++i) {
@@ -289,6 +284,7 @@ class PushSessionImpl final : public PushSession,
 
   Status RawChunk(uint32_t tensor, uint32_t chunk, std::span<const uint8_t> bytes) override {
     CKPT_RETURN_IF_ERROR(ExpectChunk(tensor, chunk));
+    CKPT_RETURN_IF_ERROR(CountReceived(bytes.size()));
     if (bytes.size() != ChainReader::ChunkLength(manifest_.tensors[tensor], chunk)) {
       return Status::Internal("push: an assembled chunk of the wrong length");
     }
@@ -301,7 +297,17 @@ class PushSessionImpl final : public PushSession,
   Status CodedChunk(uint32_t tensor, uint32_t chunk, std::string_view record,
                     const ChunkCodingInfo& info) override {
     CKPT_RETURN_IF_ERROR(ExpectChunk(tensor, chunk));
+    CKPT_RETURN_IF_ERROR(CountReceived(record.size()));
     return OnChunk(EncodedChunkFrame{tensor, chunk, info, record});
+  }
+
+  // BeginPush checked the body's announced size against the reserve; bodies of unknown size
+  // and concurrent pushes are caught here, as the volume reaches it.
+  Status CountReceived(uint64_t bytes) {
+    unchecked_bytes_ += bytes;
+    if (unchecked_bytes_ < kReserveCheckBytes) return Status::Ok();
+    unchecked_bytes_ = 0;
+    return ctx_.health->CheckPush(0);
   }
 
   // A chunked push's chunks come in body order.

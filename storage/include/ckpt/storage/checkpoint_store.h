@@ -364,6 +364,7 @@ struct TensorDetail {
   std::string quantizer;        // lossy: the quantizer used ("uniform"); empty for lossless
   double bound = 0;             // lossy: the absolute error bound applied (largest over chunks)
   uint32_t chain_length = 0;    // deltas since the keyframe
+  uint64_t chunk_bytes = 0;     // the length of its chunks (the last may be shorter)
   uint64_t raw_bytes = 0;       // the tensor's bytes in the body
   uint64_t stored_bytes = 0;    // its chunk records in this version
   uint64_t exact_elements = 0;  // lossy: elements stored verbatim to keep the bound
