@@ -91,4 +91,43 @@ inline std::vector<uint8_t> SeedScenarioModel(CheckpointStore& store, const std:
   return reconstruction;
 }
 
+// Shard `shard` (0 or 1) of 2 cut from `checkpoint` (a body of the scenario's checkpoint, pushed
+// or restored): the matrix's rows split in halves, the bias on both, the integer tensor on
+// shard 1.
+inline std::string ScenarioShardOf(std::span<const uint8_t> checkpoint, int shard) {
+  auto view = CheckpointView::Parse(checkpoint).value();
+  auto data = [&](size_t i) {
+    const auto d = view.TensorData(i);
+    return std::string_view(reinterpret_cast<const char*>(d.data()), d.size());
+  };
+  const uint64_t half = 35 * 10 * 4;
+  std::vector<TensorSpec> tensors = {
+      {"layer.weight", DType::kF32, {35, 10}, data(0).substr(shard * half, half)},
+      {"layer.bias", DType::kF32, {9}, data(1)}};
+  if (shard == 1) tensors.push_back({"steps", DType::kI64, {1}, data(2)});
+  const std::string slices = R"({"layer.weight": {"global_shape": [70, 10], "offsets": [)" +
+                             std::to_string(35 * shard) + ", 0]}}";
+  return *WriteSafetensors(tensors, {{"ckptd.slices", slices}});
+}
+
+// Encodes shard `shard` of 2 of version `version` by the store's plan of it, against `reference`
+// (the rank's part of the base).
+inline std::string EncodeShardForStore(CheckpointStore& store, const std::string& model,
+                                       uint64_t version, int shard, const std::string& body,
+                                       const std::string& reference) {
+  auto view = CheckpointView::Parse(AsSpan(body));
+  CheckStatusIn(view.status(), {}, "parsing the scenario's shard");
+  auto plan = store.PlanShard(model, version, shard, 2, std::string(view->raw_header()));
+  CheckStatusIn(plan.status(), {}, "planning the scenario's shard");
+  auto held = CheckpointView::Parse(AsSpan(reference));
+  CheckStatusIn(held.status(), {}, "parsing the rank's part");
+  std::string out;
+  auto coded = EncodeByPlan(*plan, *view, &*held, 1, [&](std::string_view piece) {
+    out.append(piece);
+    return Status::Ok();
+  });
+  CheckStatusIn(coded.status(), {}, "encoding the scenario's shard");
+  return out;
+}
+
 }  // namespace ckpt::fuzz

@@ -452,6 +452,14 @@ void EncodedPushSeeds() {
     Write("encoded_push", "frames", std::string(1, '\0') + body.substr(preamble));
     Write("encoded_push", "whole", std::string(1, '\1') + body);
     Write("encoded_push", "end_only", std::string(1, '\0') + body.substr(body.size() - 129));
+    // Shard 0 of 2 of version 2, coded by its rank against its part of version 1.
+    const std::string shard_0 = fuzz::ScenarioShardOf(fuzz::AsSpan(checkpoint), 0);
+    const std::string shard_body =
+        fuzz::EncodeShardForStore(*store, "m", 2, 0, shard_0, fuzz::ScenarioShardOf(reference, 0));
+    const uint64_t shard_preamble =
+        32 + Must(CheckpointView::Parse(fuzz::AsSpan(shard_0))).raw_header().size();
+    Write("encoded_push", "shard_frames", std::string(1, '\2') + shard_body.substr(shard_preamble));
+    Write("encoded_push", "shard_whole", std::string(1, '\3') + shard_body);
   }
   fs::remove_all(dir);
 }

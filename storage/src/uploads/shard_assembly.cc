@@ -344,6 +344,7 @@ class PieceCursor {
 struct CodedChunkAt {
   const SpooledShardFile* file = nullptr;
   const EncodedShardIndex::Segment* segment = nullptr;
+  uint32_t shard = 0;
 };
 
 // The chunks of global tensor `t` that the shard holding `piece` coded, by chunk (empty where
@@ -363,7 +364,7 @@ Result<std::vector<CodedChunkAt>> CodedChunksOf(const ShardSource& source,
                               std::to_string(s.chunk) + " of tensor '" + t.name +
                               "' does not lie where that chunk does");
     }
-    out[s.chunk] = {source.file, &s};
+    out[s.chunk] = {source.file, &s, piece.shard};
   }
   return out;
 }
@@ -469,7 +470,7 @@ Status WriteAssembledChunks(const AssemblyPlan& assembly, const CodingPlan& plan
     auto emit = [&](uint32_t c) -> Status {
       if (!coded[c].segment) return push.RawChunk(gi, c, {chunk.data(), t.ChunkLength(c)});
       CKPT_ASSIGN_OR_RETURN(const std::string record, ReadRecord(coded[c]));
-      return push.CodedChunk(gi, c, record, coded[c].segment->info);
+      return push.CodedChunk(gi, c, record, coded[c].segment->info, coded[c].shard);
     };
     ForEachTileRun(g.shape, boxes, [&](size_t box, uint64_t count) {
       for (uint64_t left = count * element; left > 0 && status.ok();) {

@@ -108,9 +108,13 @@ class ChunkedPush {
                                    uint32_t shard_count) = 0;
   virtual Status RawChunk(uint32_t tensor, uint32_t chunk, std::span<const uint8_t> bytes) = 0;
   // `record` is valid during the call only.
+  // `shard`: the shard whose rank coded it.
   virtual Status CodedChunk(uint32_t tensor, uint32_t chunk, std::string_view record,
-                            const ChunkCodingInfo& info) = 0;
+                            const ChunkCodingInfo& info, uint32_t shard) = 0;
   virtual Result<VersionInfo> Commit() = 0;
+  // After a failed Commit (or CodedChunk): the shard one of whose records was refused (it does
+  // not restore to what its rank reconstructed: the rank's reference drifted), if that was why.
+  virtual std::optional<uint32_t> RefusedShard() const = 0;
 };
 
 // Feeds the assembled version to `push` chunk by chunk (its plan `plan`, which Start

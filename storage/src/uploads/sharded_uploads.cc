@@ -479,8 +479,13 @@ Result<VersionInfo> ShardedUploads::CommitChunked(const std::string& model, uint
   CKPT_ASSIGN_OR_RETURN(auto push, begin_chunked_(model, version, plan.body_bytes, options));
   CKPT_ASSIGN_OR_RETURN(const CodingPlan version_plan,
                         push->Start(plan.raw_header, coded, static_cast<uint32_t>(shards.size())));
-  CKPT_RETURN_IF_ERROR(WriteAssembledChunks(plan, version_plan, sources, *push));
-  return push->Commit();
+  Status written = WriteAssembledChunks(plan, version_plan, sources, *push);
+  Result<VersionInfo> committed = written.ok() ? push->Commit() : Result<VersionInfo>(written);
+  if (!committed.ok()) {
+    // A shard whose record does not restore to what its rank reconstructed never commits.
+    if (auto refused = push->RefusedShard()) stale->push_back(*refused);
+  }
+  return committed;
 }
 
 bool ShardedUploads::CallAfterCommit(const std::string& model, std::function<void()> on_end) {

@@ -67,7 +67,12 @@ Status PushEncoder::SubmitEncoded(uint32_t tensor, uint32_t chunk, std::string_v
                                        record.size());
   return pool_->Submit(bytes,
                        [this, tensor, chunk, ordinal, info, decode](std::span<const uint8_t> copy) {
-                         return StoreEncodedChunk(tensor, chunk, ordinal, copy, info, decode);
+                         Status s = StoreEncodedChunk(tensor, chunk, ordinal, copy, info, decode);
+                         if (s.code() == StatusCode::kInvalidArgument) {
+                           std::lock_guard lock(accounting_mu_);
+                           if (!refused_chunk_) refused_chunk_.emplace(tensor, chunk);
+                         }
+                         return s;
                        });
 }
 

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -56,6 +57,12 @@ class PushEncoder {
   // After the last chunk: waits for every job, then completes the manifest's per-tensor
   // figures. Returns the stored bytes of the chunks.
   Result<uint64_t> Finish();
+
+  // The first chunk a client encoded that was refused (its tensor and chunk), if one was.
+  std::optional<std::pair<uint32_t, uint32_t>> refused_chunk() {
+    std::lock_guard lock(accounting_mu_);
+    return refused_chunk_;
+  }
 
   // Every tensor is coded losslessly: a restore sends the pushed body itself.
   bool restored_is_pushed() const { return restored_is_pushed_; }
@@ -106,6 +113,7 @@ class PushEncoder {
   std::vector<std::vector<double>> chunk_entropy_bits_;
   std::mutex accounting_mu_;  // guards stored_bytes_ and manifest_'s per-tensor figures
   uint64_t stored_bytes_ = 0;
+  std::optional<std::pair<uint32_t, uint32_t>> refused_chunk_;  // guarded by accounting_mu_
   std::mutex unhashed_mu_;
   // Finished reconstructions not hashed yet, by body chunk number; guarded by unhashed_mu_.
   std::map<uint64_t, ReferenceCache::Chunk> unhashed_;

@@ -126,7 +126,14 @@ class PushSessionImpl final : public PushSession,
         }
         break;
     }
-    CKPT_ASSIGN_OR_RETURN(const uint64_t stored_bytes, encoder_->Finish());
+    Result<uint64_t> finished = encoder_->Finish();
+    if (!finished.ok() && feed_ == PushFeed::kChunks) {
+      if (auto refused = encoder_->refused_chunk()) {
+        if (auto it = coded_by_.find(*refused); it != coded_by_.end()) refused_shard_ = it->second;
+      }
+      return WithShard(finished.status());
+    }
+    CKPT_ASSIGN_OR_RETURN(const uint64_t stored_bytes, std::move(finished));
 
     VersionRecord vr;
     vr.seq = seq_;
@@ -295,10 +302,25 @@ class PushSessionImpl final : public PushSession,
   }
 
   Status CodedChunk(uint32_t tensor, uint32_t chunk, std::string_view record,
-                    const ChunkCodingInfo& info) override {
+                    const ChunkCodingInfo& info, uint32_t shard) override {
     CKPT_RETURN_IF_ERROR(ExpectChunk(tensor, chunk));
     CKPT_RETURN_IF_ERROR(CountReceived(record.size()));
-    return OnChunk(EncodedChunkFrame{tensor, chunk, info, record});
+    coded_by_[{tensor, chunk}] = shard;
+    Status s = OnChunk(EncodedChunkFrame{tensor, chunk, info, record});
+    if (s.code() == StatusCode::kInvalidArgument) refused_shard_ = shard;
+    return WithShard(std::move(s));
+  }
+
+  std::optional<uint32_t> RefusedShard() const override { return refused_shard_; }
+
+  // An error about a rank's record, naming its shard and what its rank does.
+  Status WithShard(Status s) const {
+    if (s.ok() || !refused_shard_) return s;
+    return Status::InvalidArgument("shard " + std::to_string(*refused_shard_) + " of version " +
+                                   std::to_string(version_) +
+                                   ", coded by its rank: " + s.message() +
+                                   " (the shard is dropped from the upload: its rank pulls its "
+                                   "part of the base and sends the shard again)");
   }
 
   // BeginPush checked the body's announced size against the reserve; bodies of unknown size
@@ -454,8 +476,11 @@ class PushSessionImpl final : public PushSession,
   const std::optional<CodecStateRecord>& state_;  // target_'s
   const uint64_t seq_;
   const PushFeed feed_;
-  const bool encoded_;                // the body is an encoded push body
-  bool started_ = false;              // kChunks: Start was called
+  const bool encoded_;    // the body is an encoded push body
+  bool started_ = false;  // kChunks: Start was called
+  // kChunks: the shard that coded each chunk a rank coded; the one refused, if any.
+  std::map<std::pair<uint32_t, uint32_t>, uint32_t> coded_by_;
+  std::optional<uint32_t> refused_shard_;
   uint64_t reference_version_ = 0;    // the version state_'s reference manifest was pushed as
   SafetensorsStreamParser parser_;    // of a safetensors body
   EncodedBodyParser encoded_parser_;  // of an encoded body
