@@ -190,7 +190,11 @@ class CheckpointStoreImpl final : public CheckpointStore {
   // this version's base, so a plan made now would be stale by then.
   Result<CodingPlan> PlanShardNow(const ModelName& name, uint64_t version, const ShardHeader& shard,
                                   uint32_t shard_count) {
-    if (auto pending = uploads_.UploadBelow(name.str(), version)) {
+    CKPT_ASSIGN_OR_RETURN(const std::optional<ModelRecord> record,
+                          ctx_.GetRecord<ModelRecord>(rocksdb::ReadOptions(), ctx_.models,
+                                                      name.str(), "model record"));
+    const uint64_t latest = record && record->has_versions ? record->latest_version : 0;
+    if (auto pending = uploads_.UploadBetween(name.str(), latest, version)) {
       return Status::StalePlan("version " + std::to_string(*pending) + " of model '" + name.str() +
                                "' is being uploaded, and its commit will be the base "
                                "of version " +

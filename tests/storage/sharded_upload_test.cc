@@ -935,5 +935,39 @@ TEST_F(EncodedShardTest, ARankWhoseReferenceDriftedHasItsShardDroppedAndNamed) {
   EXPECT_TRUE(committed->version);
 }
 
+TEST_F(EncodedShardTest, ARestoredShardedVersionPushedWholeEncodedFollowsItsPlan) {
+  // A restored sharded version carries its layout: a whole push of it is planned as sharded,
+  // by the plan endpoint as by the push.
+  ASSERT_TRUE(
+      store_->SetPolicy("m", LossyPolicy(R"({"mode": "lossy", "max_abs_error": 0.001})")).ok());
+  Drift(1);
+  const std::vector<ShardSpec> specs = Shards(2);
+  for (uint32_t s = 0; s < 2; ++s) ASSERT_TRUE(PushShard("m", 1, s, 2, ShardBody(specs[s])).ok());
+  const std::string v1 = *Restore("m", 1);
+  auto view = CheckpointView::Parse(Bytes(v1));
+  ASSERT_TRUE(view.ok());
+  auto plan = store_->PlanPush("m", 2, view->raw_header());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  std::string body;
+  auto coded = EncodeByPlan(*plan, *view, &*view, 1, [&](std::string_view piece) {
+    body += piece;
+    return Status::Ok();
+  });
+  ASSERT_TRUE(coded.ok()) << coded.status().ToString();
+  PushOptions options;
+  options.body_format = PushBodyFormat::kEncoded;
+  auto session = store_->BeginPush("m", 2, body.size(), options);
+  ASSERT_TRUE(session.ok());
+  ASSERT_TRUE((*session)->Write(Bytes(body)).ok());
+  auto info = (*session)->Commit();
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  auto detail = store_->GetVersionDetail("m", 2);
+  for (const TensorDetail& t : detail->tensors) {
+    if (t.name != "step") {
+      EXPECT_EQ(t.kind, "delta") << t.name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ckpt::testing

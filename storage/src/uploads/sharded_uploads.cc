@@ -213,6 +213,9 @@ Status ShardedUploads::Open(const std::string& root, const VersionExistsFn& vers
         // Its records were checked when it arrived (under the chunk size of that time); one
         // that no longer reads is dropped, for its rank to send again.
         auto indexed = IndexStoredShard(s.shard, *file, file->body_bytes());
+        if (!indexed.ok() && indexed.status().code() != StatusCode::kDataLoss) {
+          return indexed.status();
+        }
         if (!indexed.ok()) {
           CKPT_RETURN_IF_ERROR(spool_->RemoveShard(record.model, record.version, s.shard));
           continue;
@@ -452,7 +455,8 @@ Result<VersionInfo> ShardedUploads::CommitChunked(const std::string& model, uint
     if (!s->encoded) continue;
     auto now = plan_shard_(model, version, s->header, static_cast<uint32_t>(shards.size()),
                            /*arriving=*/false);
-    const bool same = now.ok() && now->Digest() == s->encoded->plan_digest &&
+    if (!now.ok()) return now.status();
+    const bool same = now->Digest() == s->encoded->plan_digest &&
                       (now->base ? now->base->reference : 0) == s->encoded->reference;
     if (same) continue;
     stale->push_back(s->header.shard);
@@ -530,9 +534,10 @@ Result<std::vector<ShardUploadInfo>> ShardedUploads::Expire(int64_t now_ms) {
   return expired;
 }
 
-std::optional<uint64_t> ShardedUploads::UploadBelow(const std::string& model, uint64_t version) {
+std::optional<uint64_t> ShardedUploads::UploadBetween(const std::string& model, uint64_t latest,
+                                                      uint64_t version) {
   std::lock_guard lock(mu_);
-  auto it = uploads_.lower_bound(Key(model, 0));
+  auto it = uploads_.upper_bound(Key(model, latest));
   if (it == uploads_.end() || it->first.first != model || it->first.second >= version) {
     return std::nullopt;
   }

@@ -26,7 +26,10 @@ std::optional<uint64_t> SlicedChunkBytes(const ManifestTensor& t, uint32_t parts
   const uint64_t part = t.byte_size / parts;
   if (part <= limit) return part;
   const uint64_t part_elements = part / element;
-  for (uint64_t k = (part + limit - 1) / limit; part / k >= limit / 2; ++k) {
+  // A few candidates only: parts of real tensors have small factors, and a header must not be
+  // able to make a plan search long.
+  const uint64_t first = part / limit + (part % limit != 0);
+  for (uint64_t k = first; k < first + 64 && part / k >= limit / 2; ++k) {
     if (part_elements % k == 0) return part / k;
   }
   return std::nullopt;
@@ -121,7 +124,8 @@ Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, 
     mt.keyframe_seq = seq;
     if (auto it = reference_index.find(t.name); it != reference_index.end()) {
       const ManifestTensor& rt = reference->tensors[it->second];
-      if (sliced && rt.chunk_bytes % element == 0 &&
+      // In a sharded version, a chain keeps its grid whether the tensor is sliced now or not.
+      if (sharding && rt.chunk_bytes % element == 0 &&
           rt.chunk_bytes <= std::max(mt.chunk_bytes, ctx.options->chunk_bytes)) {
         chain_chunk_bytes = rt.chunk_bytes;
       }
@@ -141,7 +145,7 @@ Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, 
         mt.LinkTo(target.state->reference_seq, it->second, rt);
       }
     }
-    const uint64_t chunks = (mt.byte_size + mt.chunk_bytes - 1) / mt.chunk_bytes;
+    const uint64_t chunks = mt.byte_size / mt.chunk_bytes + (mt.byte_size % mt.chunk_bytes != 0);
     if (chunks > std::numeric_limits<uint32_t>::max()) {
       return Status::InvalidArgument("tensor '" + t.name + "' is too large");
     }
@@ -272,8 +276,11 @@ Result<CodingPlan> PlanPushOf(const StoreContext& ctx, ModelWriter& writer, cons
   CKPT_RETURN_IF_ERROR(ctx.backend->Refresh(model.str()));
   CKPT_ASSIGN_OR_RETURN(const PushTarget target, ReadPushTarget(ctx, writer, model, version));
   ChainReader reader(ctx.db, ctx.manifests, ctx.backend, nullptr, target.model, ctx.cache);
-  CKPT_ASSIGN_OR_RETURN(const PlannedPush planned,
-                        PlanPush(ctx, target, reader, header, raw_header.size()));
+  // As the push will plan it: a header with a layout (a restored sharded version) as sharded.
+  const std::optional<PlanSharding> sharding = ShardingOf(header);
+  CKPT_ASSIGN_OR_RETURN(
+      const PlannedPush planned,
+      PlanPush(ctx, target, reader, header, raw_header.size(), sharding ? &*sharding : nullptr));
   CKPT_ASSIGN_OR_RETURN(const std::optional<VersionRecord> base,
                         BaseRecordOf(ctx, target, planned.reference_version));
   std::string base_restored_sha256 = base ? base->restored_sha256_hex : "";

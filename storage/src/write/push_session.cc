@@ -127,12 +127,7 @@ class PushSessionImpl final : public PushSession,
         break;
     }
     Result<uint64_t> finished = encoder_->Finish();
-    if (!finished.ok() && feed_ == PushFeed::kChunks) {
-      if (auto refused = encoder_->refused_chunk()) {
-        if (auto it = coded_by_.find(*refused); it != coded_by_.end()) refused_shard_ = it->second;
-      }
-      return WithShard(finished.status());
-    }
+    if (!finished.ok() && feed_ == PushFeed::kChunks) return WithShard(finished.status());
     CKPT_ASSIGN_OR_RETURN(const uint64_t stored_bytes, std::move(finished));
 
     VersionRecord vr;
@@ -295,7 +290,7 @@ class PushSessionImpl final : public PushSession,
     if (bytes.size() != ChainReader::ChunkLength(manifest_.tensors[tensor], chunk)) {
       return Status::Internal("push: an assembled chunk of the wrong length");
     }
-    CKPT_RETURN_IF_ERROR(encoder_->Submit(tensor, chunk, bytes));
+    CKPT_RETURN_IF_ERROR(WithShard(encoder_->Submit(tensor, chunk, bytes)));
     ++next_chunk_;
     NextExpectedChunk();
     return Status::Ok();
@@ -306,16 +301,19 @@ class PushSessionImpl final : public PushSession,
     CKPT_RETURN_IF_ERROR(ExpectChunk(tensor, chunk));
     CKPT_RETURN_IF_ERROR(CountReceived(record.size()));
     coded_by_[{tensor, chunk}] = shard;
-    Status s = OnChunk(EncodedChunkFrame{tensor, chunk, info, record});
-    if (s.code() == StatusCode::kInvalidArgument) refused_shard_ = shard;
-    return WithShard(std::move(s));
+    return WithShard(OnChunk(EncodedChunkFrame{tensor, chunk, info, record}));
   }
 
   std::optional<uint32_t> RefusedShard() const override { return refused_shard_; }
 
-  // An error about a rank's record, naming its shard and what its rank does.
-  Status WithShard(Status s) const {
-    if (s.ok() || !refused_shard_) return s;
+  // An error of the chunked push: when it is the refusal of a rank's record (decoded on an
+  // encoder thread, reported by a later call), it names that record's shard.
+  Status WithShard(Status s) {
+    if (s.code() != StatusCode::kInvalidArgument) return s;
+    if (auto refused = encoder_->refused_chunk()) {
+      if (auto it = coded_by_.find(*refused); it != coded_by_.end()) refused_shard_ = it->second;
+    }
+    if (!refused_shard_) return s;
     return Status::InvalidArgument("shard " + std::to_string(*refused_shard_) + " of version " +
                                    std::to_string(version_) +
                                    ", coded by its rank: " + s.message() +
