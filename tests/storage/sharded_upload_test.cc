@@ -692,6 +692,20 @@ class EncodedShardTest : public ShardedUploadTest {
     return encoded;
   }
 
+  // The part of a restored version `base` that a rank holding `spec`'s slices keeps (what it
+  // pulls when it re-syncs): the same tensors and slices as its shard.
+  static std::string PartOf(const ParsedBody& base, const ShardSpec& spec) {
+    std::vector<OwnedTensor> part;
+    std::map<std::string, SliceDeclaration> slices;
+    for (const auto& [global, box] : spec) {
+      const BodyTensor& t = base.tensors.at(global->name);
+      part.push_back(
+          {global->name, t.dtype, box.shape, Cut({global->name, t.dtype, t.shape, t.bytes}, box)});
+      if (box.shape != global->shape) slices[global->name] = {global->shape, box.offsets};
+    }
+    return Serialize(part, {{std::string(kSlicesMetadataKey), SliceDeclarationsJson(slices)}});
+  }
+
   Result<ShardResult> PushEncodedShard(std::string_view model, uint64_t version, uint32_t shard,
                                        uint32_t of, const std::string& encoded) {
     PushOptions options;
@@ -755,18 +769,7 @@ TEST_F(EncodedShardTest, RanksCodeTheirSlicesAndTheStoreIsTheOneTheDaemonCodes) 
       // A change of layout: each rank re-syncs its new part of the previous version.
       const ParsedBody base = Parse(*Restore("edge", version - 1));
       references.clear();
-      for (uint32_t s = 0; s < of; ++s) {
-        std::vector<OwnedTensor> part;
-        std::map<std::string, SliceDeclaration> slices;
-        for (const auto& [global, box] : specs[s]) {
-          const BodyTensor& t = base.tensors.at(global->name);
-          part.push_back({global->name, t.dtype, box.shape,
-                          Cut({global->name, t.dtype, t.shape, t.bytes}, box)});
-          if (box.shape != global->shape) slices[global->name] = {global->shape, box.offsets};
-        }
-        references[s] =
-            Serialize(part, {{std::string(kSlicesMetadataKey), SliceDeclarationsJson(slices)}});
-      }
+      for (uint32_t s = 0; s < of; ++s) references[s] = PartOf(base, specs[s]);
     }
     std::optional<VersionInfo> plain, edge;
     uint64_t sent = 0, raw = 0;
@@ -917,17 +920,7 @@ TEST_F(EncodedShardTest, ARankWhoseReferenceDriftedHasItsShardDroppedAndNamed) {
   EXPECT_EQ(store_->GetUpload("m", 2)->received, std::vector<uint32_t>{1});
 
   // Rank 0 pulls its part of version 1 (here: cut from a restore) and sends its shard again.
-  const ParsedBody base = Parse(*Restore("m", 1));
-  std::vector<OwnedTensor> part;
-  std::map<std::string, SliceDeclaration> slices;
-  for (const auto& [global, box] : specs[0]) {
-    const BodyTensor& t = base.tensors.at(global->name);
-    part.push_back(
-        {global->name, t.dtype, box.shape, Cut({global->name, t.dtype, t.shape, t.bytes}, box)});
-    if (box.shape != global->shape) slices[global->name] = {global->shape, box.offsets};
-  }
-  const std::string reference =
-      Serialize(part, {{std::string(kSlicesMetadataKey), SliceDeclarationsJson(slices)}});
+  const std::string reference = PartOf(Parse(*Restore("m", 1)), specs[0]);
   auto good = EncodeShard("m", 2, 0, 2, ShardBody(specs[0]), &reference, &good_kept);
   ASSERT_TRUE(good.ok()) << good.status().ToString();
   auto committed = PushEncodedShard("m", 2, 0, 2, *good);

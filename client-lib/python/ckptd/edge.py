@@ -185,22 +185,12 @@ def _push_once(client, model, step, body, push_path, reference_dir, threads, lab
                                 reference="the base version was deleted and cannot be pulled: "
                                           "the server coded this push")
                 reference_path = held["path"]
-            restored_path = _native.temporary_name_for(held["path"]) if reference_dir else None
             # The reference's digest was checked when it was kept (or just now, pulled); a
             # daemon that does not trust its writers decodes every delta against its own
             # reference and refuses a drifted one.
-            encoder = _native.Encoder(plan_text, checkpoint.parts, reference_path, False,
-                                      threads, restored_path)
-            try:
-                answer = client._put_stream(model, push_path, encoder.read,
-                                            _native.ENCODED_PUSH_MEDIA_TYPE)
-                coded = encoder.finish()
-                if reference_dir:
-                    encoder.keep_restored_as(held["path"])
-                    _native.write_sidecar(reference_dir, model, int(step),
-                                          coded["restored_sha256"])
-            finally:
-                encoder.close()
+            answer, coded = _send_encoded(client, model, push_path, _native.ENCODED_PUSH_MEDIA_TYPE,
+                                          plan_text, checkpoint, reference_path, threads,
+                                          reference_dir, model, held, step, "restored_sha256")
         return dict(answer, encoded=True, sent_bytes=coded["encoded_bytes"], reference=source)
     finally:
         if scratch:
@@ -316,23 +306,34 @@ def _push_shard_once(client, model, step, rank, world_size, body, shard_path, re
                             raise
                 if reference_path is None:
                     return plain("no part of the base holds this shard's slices")
-            restored_path = _native.temporary_name_for(held["path"]) if reference_dir else None
-            encoder = _native.Encoder(plan_text, checkpoint.parts, reference_path, False,
-                                      threads, restored_path)
-            try:
-                answer = client._put_stream(model, shard_path, encoder.read,
-                                            _native.ENCODED_SHARD_MEDIA_TYPE)
-                coded = encoder.finish()
-                if reference_dir:
-                    encoder.keep_restored_as(held["path"])
-                    # Known by the digest of the shard pushed, which the version's layout lists
-                    # (the sidecar's digest field names what identifies the file it pairs with).
-                    _native.write_sidecar(reference_dir, name, int(step), coded["pushed_sha256"])
-            finally:
-                encoder.close()
+            # The rank's part is known by the digest of the shard pushed, which the version's
+            # layout lists.
+            answer, coded = _send_encoded(client, model, shard_path,
+                                          _native.ENCODED_SHARD_MEDIA_TYPE, plan_text, checkpoint,
+                                          reference_path, threads, reference_dir, name, held, step,
+                                          "pushed_sha256")
         return dict(answer, encoded=True, sent_bytes=coded["encoded_bytes"], reference=source)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _send_encoded(client, model, path, media_type, plan_text, checkpoint, reference_path,
+                  threads, reference_dir, name, held, step, digest):
+    """Codes `checkpoint` by `plan_text` against `reference_path` while PUTting it to `path`;
+    with a `reference_dir`, keeps the reconstruction as reference `name` (`held`), known by the
+    coding's `digest`. Returns (the answer, what was coded)."""
+    restored_path = _native.temporary_name_for(held["path"]) if reference_dir else None
+    encoder = _native.Encoder(plan_text, checkpoint.parts, reference_path, False, threads,
+                              restored_path)
+    try:
+        answer = client._put_stream(model, path, encoder.read, media_type)
+        coded = encoder.finish()
+        if reference_dir:
+            encoder.keep_restored_as(held["path"])
+            _native.write_sidecar(reference_dir, name, int(step), coded[digest])
+    finally:
+        encoder.close()
+    return answer, coded
 
 
 def pull_encoded(client, model, version, out_path, reference_dir):

@@ -66,6 +66,12 @@ uint64_t MaxEncodedRecordBytes(const StoreContext& ctx) {
 // assembled sharded version (ChunkedPush).
 enum class PushFeed { kSafetensors, kEncoded, kChunks };
 
+// What a push whose body `options` describe is fed.
+PushFeed FeedOf(const PushOptions& options) {
+  return options.body_format == PushBodyFormat::kEncoded ? PushFeed::kEncoded
+                                                         : PushFeed::kSafetensors;
+}
+
 class PushSessionImpl final : public PushSession,
                               public ChunkedPush,
                               private SafetensorsSink,
@@ -525,22 +531,38 @@ Status ValidatePushOptions(const PushOptions& options) {
 std::unique_ptr<PushSession> NewPushSession(const StoreContext& ctx, ModelLocks::Guard guard,
                                             PushTarget target, std::optional<uint64_t> body_size,
                                             PushOptions options) {
-  const PushFeed feed =
-      options.body_format == PushBodyFormat::kEncoded ? PushFeed::kEncoded : PushFeed::kSafetensors;
+  const PushFeed feed = FeedOf(options);
   return std::make_unique<PushSessionImpl>(ctx, std::move(guard), std::move(target), body_size,
                                            std::move(options), feed);
 }
+
+namespace {
+
+// Checks the options, takes the model's write lock and reads where the push goes.
+Result<std::unique_ptr<PushSessionImpl>> BeginSession(const StoreContext& ctx, ModelWriter& writer,
+                                                      const ModelName& model, uint64_t version,
+                                                      std::optional<uint64_t> body_size,
+                                                      const PushOptions& options,
+                                                      std::chrono::milliseconds wait,
+                                                      PushFeed feed) {
+  CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
+  CKPT_ASSIGN_OR_RETURN(ModelLocks::Guard guard,
+                        writer.LockForPush(model, body_size.value_or(0), wait));
+  CKPT_ASSIGN_OR_RETURN(PushTarget target, ReadPushTarget(ctx, writer, model, version));
+  return std::make_unique<PushSessionImpl>(ctx, std::move(guard), std::move(target), body_size,
+                                           options, feed);
+}
+
+}  // namespace
 
 Result<std::unique_ptr<PushSession>> BeginPushSession(const StoreContext& ctx, ModelWriter& writer,
                                                       const ModelName& model, uint64_t version,
                                                       std::optional<uint64_t> body_size,
                                                       const PushOptions& options,
                                                       std::chrono::milliseconds wait) {
-  CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
-  CKPT_ASSIGN_OR_RETURN(ModelLocks::Guard guard,
-                        writer.LockForPush(model, body_size.value_or(0), wait));
-  CKPT_ASSIGN_OR_RETURN(PushTarget target, ReadPushTarget(ctx, writer, model, version));
-  return NewPushSession(ctx, std::move(guard), std::move(target), body_size, options);
+  CKPT_ASSIGN_OR_RETURN(auto session, BeginSession(ctx, writer, model, version, body_size, options,
+                                                   wait, FeedOf(options)));
+  return std::unique_ptr<PushSession>(std::move(session));
 }
 
 Result<std::unique_ptr<ChunkedPush>> BeginChunkedPush(const StoreContext& ctx, ModelWriter& writer,
@@ -548,12 +570,9 @@ Result<std::unique_ptr<ChunkedPush>> BeginChunkedPush(const StoreContext& ctx, M
                                                       std::optional<uint64_t> body_size,
                                                       const PushOptions& options,
                                                       std::chrono::milliseconds wait) {
-  CKPT_RETURN_IF_ERROR(ValidatePushOptions(options));
-  CKPT_ASSIGN_OR_RETURN(ModelLocks::Guard guard,
-                        writer.LockForPush(model, body_size.value_or(0), wait));
-  CKPT_ASSIGN_OR_RETURN(PushTarget target, ReadPushTarget(ctx, writer, model, version));
-  return std::unique_ptr<ChunkedPush>(std::make_unique<PushSessionImpl>(
-      ctx, std::move(guard), std::move(target), body_size, options, PushFeed::kChunks));
+  CKPT_ASSIGN_OR_RETURN(auto session, BeginSession(ctx, writer, model, version, body_size, options,
+                                                   wait, PushFeed::kChunks));
+  return std::unique_ptr<ChunkedPush>(std::move(session));
 }
 
 }  // namespace ckpt
