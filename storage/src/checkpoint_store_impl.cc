@@ -193,7 +193,9 @@ class CheckpointStoreImpl final : public CheckpointStore {
     CKPT_ASSIGN_OR_RETURN(const std::optional<ModelRecord> record,
                           ctx_.GetRecord<ModelRecord>(rocksdb::ReadOptions(), ctx_.models,
                                                       name.str(), "model record"));
-    const uint64_t latest = record && record->has_versions ? record->latest_version : 0;
+    const std::optional<uint64_t> latest = record && record->has_versions
+                                               ? std::optional<uint64_t>(record->latest_version)
+                                               : std::nullopt;
     if (auto pending = uploads_.UploadBetween(name.str(), latest, version)) {
       return Status::StalePlan("version " + std::to_string(*pending) + " of model '" + name.str() +
                                "' is being uploaded, and its commit will be the base "

@@ -869,6 +869,12 @@ TEST_F(EncodedShardTest, AShardCodedByAPlanTheCommitNoLongerMakesIsDroppedForIts
   ASSERT_FALSE(early.ok());
   EXPECT_EQ(early.status().subcode(), StatusSubcode::kStalePlan) << early.status().ToString();
 
+  // So does an upload of version 0 of a model without versions.
+  ASSERT_TRUE(PushShard("z", 0, 0, 2, ShardBody(specs[0])).ok());
+  early = store_->PlanShard("z", 3, 0, 2,
+                            CheckpointView::Parse(Bytes(ShardBody(specs[0])))->raw_header());
+  EXPECT_EQ(early.status().subcode(), StatusSubcode::kStalePlan) << early.status().ToString();
+
   // The policy changes before the last shard: the commit refuses the encoded shard and drops it.
   ASSERT_TRUE(
       store_->SetPolicy("m", LossyPolicy(R"({"mode": "lossy", "max_abs_error": 0.002})")).ok());

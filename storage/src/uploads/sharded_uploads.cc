@@ -455,7 +455,10 @@ Result<VersionInfo> ShardedUploads::CommitChunked(const std::string& model, uint
     if (!s->encoded) continue;
     auto now = plan_shard_(model, version, s->header, static_cast<uint32_t>(shards.size()),
                            /*arriving=*/false);
-    if (!now.ok()) return now.status();
+    if (!now.ok()) {
+      stale->clear();  // nothing is dropped for an error that is not theirs
+      return now.status();
+    }
     const bool same = now->Digest() == s->encoded->plan_digest &&
                       (now->base ? now->base->reference : 0) == s->encoded->reference;
     if (same) continue;
@@ -534,10 +537,12 @@ Result<std::vector<ShardUploadInfo>> ShardedUploads::Expire(int64_t now_ms) {
   return expired;
 }
 
-std::optional<uint64_t> ShardedUploads::UploadBetween(const std::string& model, uint64_t latest,
+std::optional<uint64_t> ShardedUploads::UploadBetween(const std::string& model,
+                                                      std::optional<uint64_t> latest,
                                                       uint64_t version) {
   std::lock_guard lock(mu_);
-  auto it = uploads_.upper_bound(Key(model, latest));
+  auto it =
+      latest ? uploads_.upper_bound(Key(model, *latest)) : uploads_.lower_bound(Key(model, 0));
   if (it == uploads_.end() || it->first.first != model || it->first.second >= version) {
     return std::nullopt;
   }

@@ -78,10 +78,10 @@ class ShardedUploads {
   Status Abort(const std::string& model, uint64_t version);
   // Removes uploads created before now_ms - upload_expiry that are not being committed.
   Result<std::vector<ShardUploadInfo>> Expire(int64_t now_ms);
-  // The oldest upload of `model` in progress between `latest` and `version` (both excluded), if
-  // any: its commit will change the base a shard of `version` is coded against (uploads at or
-  // below the latest version can never commit).
-  std::optional<uint64_t> UploadBetween(const std::string& model, uint64_t latest,
+  // The oldest upload of `model` in progress above `latest` (nullopt: the model has no versions)
+  // and below `version`, if any: its commit will change the base a shard of `version` is coded
+  // against (uploads at or below the latest version can never commit).
+  std::optional<uint64_t> UploadBetween(const std::string& model, std::optional<uint64_t> latest,
                                         uint64_t version);
   // Removes every upload of `model` (it is being deleted).
   Status RemoveModel(const std::string& model);

@@ -125,7 +125,7 @@ Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, 
     if (auto it = reference_index.find(t.name); it != reference_index.end()) {
       const ManifestTensor& rt = reference->tensors[it->second];
       // In a sharded version, a chain keeps its grid whether the tensor is sliced now or not.
-      if (sharding && rt.chunk_bytes % element == 0 &&
+      if (sharding && rt.chunk_bytes > 0 && rt.chunk_bytes % element == 0 &&
           rt.chunk_bytes <= std::max(mt.chunk_bytes, ctx.options->chunk_bytes)) {
         chain_chunk_bytes = rt.chunk_bytes;
       }

@@ -307,7 +307,12 @@ class PushSessionImpl final : public PushSession,
     CKPT_RETURN_IF_ERROR(ExpectChunk(tensor, chunk));
     CKPT_RETURN_IF_ERROR(CountReceived(record.size()));
     coded_by_[{tensor, chunk}] = shard;
-    return WithShard(OnChunk(EncodedChunkFrame{tensor, chunk, info, record}));
+    Status s = OnChunk(EncodedChunkFrame{tensor, chunk, info, record});
+    // Refused before it reached the encoder (its record no longer reads): this shard's.
+    if (s.code() == StatusCode::kInvalidArgument && !encoder_->refused_chunk()) {
+      refused_shard_ = shard;
+    }
+    return WithShard(std::move(s));
   }
 
   std::optional<uint32_t> RefusedShard() const override { return refused_shard_; }
