@@ -377,6 +377,21 @@ Result<std::string> ReadRecord(const CodedChunkAt& coded) {
   return record;
 }
 
+// One copy's next chunk of `length` bytes: its record (read into `text`, parsed into
+// `record`) where its rank coded it, else its bytes.
+Status TakeChunk(PieceCursor& cursor, const CodedChunkAt& coded, uint64_t length,
+                 std::vector<uint8_t>* bytes, std::string* text,
+                 std::optional<ChunkRecord>* record) {
+  if (!coded.segment) {
+    bytes->resize(length);
+    return cursor.Read(bytes->data(), length);
+  }
+  cursor.Skip(length);
+  CKPT_ASSIGN_OR_RETURN(*text, ReadRecord(coded));
+  CKPT_ASSIGN_OR_RETURN(*record, ChunkRecord::DecodeFrom(*text));
+  return Status::Ok();
+}
+
 // Checks that two copies of a whole tensor agree, chunk by chunk.
 Status CompareReplicas(const AssemblyPlan::Tensor& g, const PlannedTensor& t,
                        const AssemblyPlan::Piece& a, const AssemblyPlan::Piece& b,
@@ -396,22 +411,8 @@ Status CompareReplicas(const AssemblyPlan::Tensor& g, const PlannedTensor& t,
     const CodedChunkAt& kb = coded_b[c];
     std::optional<ChunkRecord> ra, rb;
     std::string sa, sb;
-    if (ka.segment) {
-      ca.Skip(length);
-      CKPT_ASSIGN_OR_RETURN(sa, ReadRecord(ka));
-      CKPT_ASSIGN_OR_RETURN(ra, ChunkRecord::DecodeFrom(sa));
-    } else {
-      xa.resize(length);
-      CKPT_RETURN_IF_ERROR(ca.Read(xa.data(), length));
-    }
-    if (kb.segment) {
-      cb.Skip(length);
-      CKPT_ASSIGN_OR_RETURN(sb, ReadRecord(kb));
-      CKPT_ASSIGN_OR_RETURN(rb, ChunkRecord::DecodeFrom(sb));
-    } else {
-      xb.resize(length);
-      CKPT_RETURN_IF_ERROR(cb.Read(xb.data(), length));
-    }
+    CKPT_RETURN_IF_ERROR(TakeChunk(ca, ka, length, &xa, &sa, &ra));
+    CKPT_RETURN_IF_ERROR(TakeChunk(cb, kb, length, &xb, &sb, &rb));
     constexpr auto kLossless = static_cast<uint16_t>(CodecId::kLosslessBytePlanes);
     if (ra && rb) {
       if (ra->raw_checksum != rb->raw_checksum) return fail(c);
