@@ -51,6 +51,7 @@ json UploadJson(const ShardUploadInfo& u) {
       {"committed", u.committed}};
   if (u.created_at_ms) out["created_at"] = Iso8601(u.created_at_ms);
   if (!u.committed && u.expires_at_ms) out["expires_at"] = Iso8601(u.expires_at_ms);
+  if (!u.commit_through.empty()) out["commit_through"] = u.commit_through;
   return out;
 }
 

@@ -20,8 +20,8 @@ constexpr std::array<RouteSpec, 22> kRoutes = {{
   // kind              name             pattern                                              methods                    access                admin  redir  in     out
   {K::kVersion,      "version",       "/v1/models/{model}/versions/{version}",              "PUT, GET, HEAD, DELETE", A::kByMethod,          false, true,  true,  true},
   {K::kPlan,         "plan",          "/v1/models/{model}/versions/{version}/plan",         "POST",                   A::kByMethod,          false, true,  false, false},
-  {K::kShard,        "shard",         "/v1/models/{model}/versions/{version}/shards/{shard}", "PUT",                  A::kByMethod,          false, true,  true,  false},
-  {K::kShardPlan,    "shard_plan",    "/v1/models/{model}/versions/{version}/shards/{shard}/plan", "POST",             A::kByMethod,          false, true,  false, false},
+  {K::kShard,        "shard",         "/v1/models/{model}/versions/{version}/shards/{shard}", "PUT",                  A::kByMethod,          false, false, true,  false},
+  {K::kShardPlan,    "shard_plan",    "/v1/models/{model}/versions/{version}/shards/{shard}/plan", "POST",             A::kByMethod,          false, false, false, false},
   {K::kUpload,       "upload",        "/v1/models/{model}/versions/{version}/shards",       "GET, DELETE",            A::kByMethod,          false, true,  false, false},
   {K::kUploadCommit, "upload_commit", "/v1/models/{model}/versions/{version}/shards:commit", "POST",                 A::kByMethod,          false, true,  false, false},
   {K::kHfFile,       "hf",            "/v1/models/{model}/versions/{version}/hf/{file}",    "GET, HEAD",              A::kByMethod,          false, false, false, true},

@@ -72,7 +72,8 @@ class CheckpointStoreImpl final : public CheckpointStore {
             },
             [this](const std::string& model, uint64_t version) {
               return CommittedShardsOf(model, version);
-            }) {}
+            },
+            [this](const std::string& model) { return backend_->WriteOwner(model); }) {}
 
   ~CheckpointStoreImpl() override {
     if (!db_) return;
@@ -108,16 +109,17 @@ class CheckpointStoreImpl final : public CheckpointStore {
     // With a cluster, recovery is the owner's business: interrupted pushes leave orphan chunks
     // that its garbage collection removes.
     if (backend_->IsLocal()) CKPT_RETURN_IF_ERROR(maintenance_.Recover());
-    return uploads_.Open(options_.data_dir + "/uploads",
-                         [this](const std::string& model, uint64_t version) -> Result<bool> {
-                           std::string value;
-                           rocksdb::Status s =
-                               db_->Get(rocksdb::ReadOptions(), ctx_.versions,
-                                        storage_keys::VersionKey(model, version), &value);
-                           if (s.IsNotFound()) return false;
-                           CKPT_RETURN_IF_ERROR(FromRocks(s, "reading a version"));
-                           return true;
-                         });
+    CKPT_ASSIGN_OR_RETURN(std::unique_ptr<UploadSpool> spool,
+                          backend_->NewUploadSpool(options_.data_dir + "/uploads"));
+    return uploads_.Open(
+        std::move(spool), [this](const std::string& model, uint64_t version) -> Result<bool> {
+          std::string value;
+          rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), ctx_.versions,
+                                       storage_keys::VersionKey(model, version), &value);
+          if (s.IsNotFound()) return false;
+          CKPT_RETURN_IF_ERROR(FromRocks(s, "reading a version"));
+          return true;
+        });
   }
 
   // A committed version as a shard sent again is compared with (nullopt: not committed).

@@ -14,6 +14,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <rados/librados.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,8 +22,12 @@
 #include "ceph_cluster.h"
 #include "ckpt/base/tensor_slices.h"
 #include "ckpt/client/client.h"
+#include "ckpt/codec/coding_plan.h"
+#include "ckpt/codec/edge_encoder.h"
+#include "ckpt/codec/encoded_body.h"
 #include "daemon_process.h"
 #include "raw_http.h"
+#include "store_fixture.h"
 #include "test_support.h"
 
 namespace ckpt {
@@ -547,15 +552,16 @@ TEST_F(ClusterTest, TheOwnerRearrangesTheLatestAndAnyDaemonRestoresEveryVersion)
 }
 
 // Rows [offset, offset + rows) of a 64 x 256 F32 tensor whose values drift with `version`, as
-// shard `shard` of 2.
-std::string RowShard(uint64_t version, uint32_t shard, std::string* global_bytes = nullptr) {
+// shard `shard` of `of`.
+std::string RowShard(uint64_t version, uint32_t shard, std::string* global_bytes = nullptr,
+                     uint32_t of = 2) {
   constexpr uint64_t kRows = 64, kColumns = 256;
   std::vector<float> global(kRows * kColumns);
   for (size_t i = 0; i < global.size(); ++i) {
     global[i] = std::sin(0.01f * static_cast<float>(i)) + 1e-3f * static_cast<float>(version);
   }
   if (global_bytes) *global_bytes = testing::FloatBytes(global);
-  auto [offset, rows] = SplitExtent(kRows, shard, 2);
+  auto [offset, rows] = SplitExtent(kRows, shard, of);
   std::vector<float> part(global.begin() + offset * kColumns,
                           global.begin() + (offset + rows) * kColumns);
   std::map<std::string, SliceDeclaration> slices = {{"w", {{kRows, kColumns}, {offset, 0}}}};
@@ -564,9 +570,9 @@ std::string RowShard(uint64_t version, uint32_t shard, std::string* global_bytes
                             {{std::string(kSlicesMetadataKey), SliceDeclarationsJson(slices)}});
 }
 
-// A sharded version on RADOS: shards go to the writer (307 elsewhere), the version is invisible
-// until its last shard, any daemon serves it whole, by rank and its layout, and scrub, deletion
-// and garbage collection treat it as one version.
+// A sharded version on RADOS: any daemon takes a shard (no redirect), the version is invisible
+// until its last shard and committed by the writer, any daemon serves it whole, by rank and its
+// layout, and scrub, deletion and garbage collection treat it as one version.
 TEST_F(ClusterTest, ShardedVersionsCommitOnTheWriterAndAnyDaemonServesThem) {
   auto shard_target = [](uint64_t v, uint32_t shard) {
     return VersionPath("tp", v) + "/shards/" + std::to_string(shard) + "?of=2";
@@ -578,13 +584,21 @@ TEST_F(ClusterTest, ShardedVersionsCommitOnTheWriterAndAnyDaemonServesThem) {
     global[v] = bytes;
     auto first = Request(a_->port, "PUT", shard_target(v, 0), RowShard(v, 0));
     ASSERT_EQ(first.status, 202) << first.body;
-    if (v == 2) {  // A writes the model now: B sends its shards there
+    if (v == 2) {  // A writes the model now; B takes a shard too, and A commits it
       auto elsewhere = Request(b_->port, "PUT", shard_target(v, 1), RowShard(v, 1));
-      EXPECT_EQ(elsewhere.status, 307) << elsewhere.body;
-      EXPECT_NE(elsewhere.headers["location"].find(a_->url), std::string::npos);
-      // Not visible while a shard is missing: B answers the previous version as the latest.
+      ASSERT_EQ(elsewhere.status, 202) << elsewhere.body;
+      // Not visible until committed: B answers the previous version as the latest, and that
+      // the upload is complete, committed through A.
       auto latest = json::parse(Request(b_->port, "GET", "/v1/models/tp").body);
       EXPECT_EQ(latest["latest_version"], 1) << latest.dump();
+      auto upload = json::parse(elsewhere.body)["upload"];
+      EXPECT_EQ(upload["missing"].size(), 0u) << upload.dump();
+      EXPECT_EQ(upload["commit_through"], a_->url) << upload.dump();
+      auto commit = Request(b_->port, "POST", VersionPath("tp", v) + "/shards:commit");
+      ASSERT_EQ(commit.status, 307) << commit.body;
+      auto last = Request(a_->port, "POST", VersionPath("tp", v) + "/shards:commit");
+      ASSERT_EQ(last.status, 201) << last.body;
+      continue;
     }
     auto last = Request(a_->port, "PUT", shard_target(v, 1), RowShard(v, 1));
     ASSERT_EQ(last.status, 201) << last.body;
@@ -603,9 +617,13 @@ TEST_F(ClusterTest, ShardedVersionsCommitOnTheWriterAndAnyDaemonServesThem) {
     EXPECT_EQ(layout["shards"], 2) << layout.dump();
     EXPECT_EQ(layout["tensors"]["w"]["slices"].size(), 2u) << layout.dump();
   }
-  // An abandoned upload is aborted on the writer; B never listed it.
-  ASSERT_EQ(Request(a_->port, "PUT", shard_target(3, 0), RowShard(3, 0)).status, 202);
+  // An abandoned upload, stored through B and seen by A, is aborted on the writer.
+  ASSERT_EQ(Request(b_->port, "PUT", shard_target(3, 0), RowShard(3, 0)).status, 202);
+  auto pending = Request(a_->port, "GET", VersionPath("tp", 3) + "/shards");
+  ASSERT_EQ(pending.status, 200) << pending.body;
+  EXPECT_EQ(json::parse(pending.body)["received"], json::array({0})) << pending.body;
   EXPECT_EQ(Request(a_->port, "DELETE", VersionPath("tp", 3) + "/shards").status, 204);
+  EXPECT_EQ(Request(b_->port, "GET", VersionPath("tp", 3) + "/shards").status, 404);
   auto versions = json::parse(Request(b_->port, "GET", "/v1/models/tp/versions").body);
   EXPECT_EQ(versions["versions"].size(), 2u) << versions.dump();
 
@@ -622,6 +640,184 @@ TEST_F(ClusterTest, ShardedVersionsCommitOnTheWriterAndAnyDaemonServesThem) {
   EXPECT_LT(json::parse(Request(b_->port, "GET", "/v1/models/tp").body)["stored_bytes"], stored);
   ExpectRestores(*b_, "tp", {{2, Sha256Hex(Request(a_->port, "GET", VersionPath("tp", 2)).body)}},
                  " after deleting version 1");
+}
+
+// A request with a Content-Type (RawHttp's Request sends none).
+testing::RawResponse RequestTyped(uint16_t port, std::string_view method, std::string_view target,
+                                  std::string_view content_type, std::string_view body) {
+  RawHttp http(port);
+  const std::string head =
+      std::string(method) + " " + std::string(target) +
+      " HTTP/1.1\r\nHost: localhost\r\nContent-Type: " + std::string(content_type) +
+      "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+  if (!http.Send(head) || !http.Send(body)) return testing::RawResponse{};
+  return http.Read();
+}
+
+// Shard `shard` of `of` of version `version` of "enc", coded as its rank codes it: by the plan
+// `node` answers, against `reference` (the rank's part of the base).
+std::string EncodedRowShard(const Node& node, uint64_t version, uint32_t shard, uint32_t of,
+                            const std::string& reference) {
+  const std::string body = RowShard(version, shard, nullptr, of);
+  auto view = CheckpointView::Parse(testing::Bytes(body));
+  EXPECT_TRUE(view.ok()) << view.status().ToString();
+  const std::string target = "/v1/models/enc/versions/" + std::to_string(version) + "/shards/" +
+                             std::to_string(shard) + "/plan?of=" + std::to_string(of);
+  auto answer = Request(node.port, "POST", target, view->raw_header());
+  EXPECT_EQ(answer.status, 200) << answer.body;
+  auto plan = CodingPlan::FromJson(answer.body);
+  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  auto base = CheckpointView::Parse(testing::Bytes(reference));
+  EXPECT_TRUE(base.ok()) << base.status().ToString();
+  std::string encoded;
+  auto coded = EncodeByPlan(*plan, *view, &*base, 1, [&](std::string_view piece) {
+    encoded += piece;
+    return Status::Ok();
+  });
+  EXPECT_TRUE(coded.ok()) << coded.status().ToString();
+  return encoded;
+}
+
+// Any daemon takes a shard: 4 ranks' encoded shards split across both daemons are stored in the
+// pool (no shard is redirected), and the upload is committed once, by the writer. A daemon
+// SIGKILLed while a shard arrives loses nothing acknowledged: the rank sends the shard to the
+// other daemon, the version commits, and no object of the upload is left in the pool.
+TEST_F(ClusterTest, AnyDaemonTakesAShardAndTheWriterCommitsEachUploadOnce) {
+  constexpr uint32_t kRanks = 4;
+  auto shard_target = [](uint64_t v, uint32_t shard) {
+    return VersionPath("enc", v) + "/shards/" + std::to_string(shard) + "?of=4";
+  };
+  std::map<uint64_t, std::string> sha;
+  // Version 1, plain, through A: A writes the model from now on.
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    auto stored = Request(a_->port, "PUT", shard_target(1, r), RowShard(1, r, nullptr, kRanks));
+    ASSERT_EQ(stored.status, r + 1 < kRanks ? 202 : 201) << stored.body;
+  }
+  sha[1] = Sha256Hex(Request(a_->port, "GET", VersionPath("enc", 1)).body);
+
+  // Version 2: ranks 0 and 1 send to A, ranks 2 and 3 to B, each coded against its own part of
+  // version 1 (what it pushed: the policy is lossless).
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    Node& node = r < 2 ? *a_ : *b_;
+    const std::string encoded =
+        EncodedRowShard(node, 2, r, kRanks, RowShard(1, r, nullptr, kRanks));
+    auto stored =
+        RequestTyped(node.port, "PUT", shard_target(2, r), kEncodedShardMediaType, encoded);
+    ASSERT_EQ(stored.status, 202) << "rank " << r << ": " << stored.body;
+    EXPECT_LT(encoded.size(), RowShard(2, r, nullptr, kRanks).size());
+    if (r + 1 == kRanks) {
+      auto upload = json::parse(stored.body)["upload"];
+      EXPECT_EQ(upload["missing"].size(), 0u) << upload.dump();
+      EXPECT_EQ(upload["commit_through"], a_->url) << upload.dump();
+    }
+  }
+  EXPECT_EQ(b_->process->log().find("status=307"), std::string::npos) << "a shard was redirected";
+  auto committed = Request(a_->port, "POST", VersionPath("enc", 2) + "/shards:commit");
+  ASSERT_EQ(committed.status, 201) << committed.body;
+  // Asked again (another rank that saw the upload complete): the same version, unchanged.
+  auto again = Request(a_->port, "POST", VersionPath("enc", 2) + "/shards:commit");
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(json::parse(again.body)["version"]["version"], 2) << again.body;
+  std::string global2;
+  RowShard(2, 0, &global2, kRanks);
+  auto restored2 = Request(b_->port, "GET", VersionPath("enc", 2));
+  ASSERT_EQ(restored2.status, 200) << restored2.body;
+  EXPECT_NE(restored2.body.find(global2), std::string::npos) << "lossless, bit-exact";
+  sha[2] = Sha256Hex(restored2.body);
+
+  // Version 3: ranks 0 and 1 stored through A; rank 2's shard is arriving at B when B is killed.
+  for (uint32_t r = 0; r < 2; ++r) {
+    auto stored = RequestTyped(a_->port, "PUT", shard_target(3, r), kEncodedShardMediaType,
+                               EncodedRowShard(*a_, 3, r, kRanks, RowShard(2, r, nullptr, kRanks)));
+    ASSERT_EQ(stored.status, 202) << stored.body;
+  }
+  const std::string rank2 = EncodedRowShard(*b_, 3, 2, kRanks, RowShard(2, 2, nullptr, kRanks));
+  {
+    RawHttp http(b_->port);
+    const std::string head =
+        "PUT " + shard_target(3, 2) +
+        " HTTP/1.1\r\nHost: localhost\r\nContent-Type: " + std::string(kEncodedShardMediaType) +
+        "\r\nContent-Length: " + std::to_string(rank2.size()) + "\r\n\r\n";
+    ASSERT_TRUE(http.Send(head) && http.Send(std::string_view(rank2).substr(0, rank2.size() / 2)));
+    // Killed once B has begun the shard's attempt in the pool (a readiness check on the pool).
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    bool begun = false;
+    while (!begun && Clock::now() < deadline) {
+      std::map<std::string, librados::bufferlist> attempts;
+      int prval = 0;
+      librados::ObjectReadOperation op;
+      op.omap_get_vals2("", "attempt.", 100, &attempts, nullptr, &prval);
+      if (io_.operate("upload/enc/3", &op, nullptr) == 0) begun = attempts.size() >= 3;
+      if (!begun) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_TRUE(begun) << "B never began rank 2's shard";
+    b_->process->Kill();
+  }
+  // The rank sends its shard again, to A, as does rank 3: A commits.
+  auto resent = RequestTyped(a_->port, "PUT", shard_target(3, 2), kEncodedShardMediaType, rank2);
+  ASSERT_EQ(resent.status, 202) << resent.body;
+  auto last = RequestTyped(a_->port, "PUT", shard_target(3, 3), kEncodedShardMediaType,
+                           EncodedRowShard(*a_, 3, 3, kRanks, RowShard(2, 3, nullptr, kRanks)));
+  ASSERT_EQ(last.status, 201) << last.body;
+  std::string global3;
+  RowShard(3, 0, &global3, kRanks);
+  auto restored3 = Request(a_->port, "GET", VersionPath("enc", 3));
+  ASSERT_EQ(restored3.status, 200);
+  EXPECT_NE(restored3.body.find(global3), std::string::npos) << "lossless, bit-exact";
+  sha[3] = Sha256Hex(restored3.body);
+
+  // Nothing of the uploads is left in the pool, the killed attempt included.
+  for (auto it = io_.nobjects_begin(); it != io_.nobjects_end(); ++it) {
+    EXPECT_FALSE(it->get_oid().starts_with("upload/")) << it->get_oid();
+  }
+  std::set<std::string> index;
+  io_.omap_get_keys2("uploads", "", 100, &index, nullptr);
+  EXPECT_TRUE(index.empty()) << *index.begin();
+  auto scrub = json::parse(Request(a_->port, "POST", "/v1/admin/scrub").body);
+  EXPECT_EQ(scrub["models"][0]["orphaned_chunks"], 0) << scrub.dump();
+  // B restarts and serves every version; it has no upload to resume.
+  ASSERT_TRUE(b_->process->Start()) << b_->process->log();
+  ExpectRestores(*b_, "enc", sha, " through B after its restart");
+  auto uploads = Request(b_->port, "GET", VersionPath("enc", 4) + "/shards");
+  EXPECT_EQ(uploads.status, 404) << uploads.body;
+
+  // The Python client's ranks: the one whose shard completes the upload on B has the commit
+  // done through the writer, and its answer is the committed version.
+  const std::string script = R"(
+import sys
+sys.path.insert(0, ")" + std::string(CKPT_PYTHON_CLIENT_DIR) +
+                             R"(")
+import numpy as np
+from ckptd import Client
+rows = np.arange(64 * 256, dtype=np.float32).reshape(64, 256)
+Client(")" + (a_->url) + R"(").push("py", 1, {"w": rows * 0})  # A writes the model
+answers = []
+for rank in range(4):
+    client = Client(")" + (a_->url) +
+                             R"(" if rank < 3 else ")" + (b_->url) + R"(", encoded=False)
+    part = rows[rank * 16:(rank + 1) * 16]
+    answers.append(client.push_shard("py", 2, rank, 4, {"w": part},
+                                     slices={"w": {"global_shape": [64, 256],
+                                                   "offsets": [rank * 16, 0]}}))
+assert "version" not in answers[2], answers[2]
+assert answers[3]["version"]["version"] == 2, answers[3]
+back = Client(")" + (b_->url) +
+                             R"(").pull("py", 2, as_torch=False)
+assert (back["w"] == rows).all()
+print("python ok")
+)";
+  const auto path = a_->dir.path() / "any_daemon.py";
+  std::ofstream(path) << script;
+  const std::string output = (a_->dir.path() / "python.out").string();
+  const int rc =
+      std::system(("/usr/bin/python3 " + path.string() + " > " + output + " 2>&1").c_str());
+  std::ifstream in(output);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("python ok"), std::string::npos) << text;
+  EXPECT_NE(b_->process->log().find("POST /v1/models/py/versions/2/shards:commit status=307"),
+            std::string::npos)
+      << "the rank's client did not ask the writer for the commit";
 }
 
 }  // namespace

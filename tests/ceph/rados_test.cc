@@ -2,7 +2,8 @@
 // loopback, temporary directory, torn down by PID): the primitives the scale-out design builds
 // on — whole-object writes and reads, an omap-guarded write that applies nothing when its guard
 // fails (commit fencing by lease epoch), exclusive locks that expire (write ownership by lease)
-// — and the RADOS chunk store. Skipped with a message when Ceph is not installed.
+// — the RADOS chunk store and the upload spool in the pool. Skipped with a message when Ceph is not
+// installed.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -20,8 +21,9 @@
 #include <string>
 #include <thread>
 
+#include "backends/chunk_store.h"               // internal: the RADOS chunk store
+#include "backends/rados/rados_upload_spool.h"  // internal: the spool in the pool
 #include "ceph_cluster.h"
-#include "backends/chunk_store.h"  // internal: the RADOS chunk store
 #include "test_support.h"
 
 namespace ckpt {
@@ -182,6 +184,69 @@ TEST_F(RadosTest, ChunkStoreOpenFailuresNameTheStep) {
   auto unread = OpenRadosChunkStore(options);
   ASSERT_FALSE(unread.ok());
   EXPECT_NE(unread.status().message().find("reading"), std::string::npos);
+}
+
+// The upload spool in the pool: a shard is published whole or not at all, never while a commit
+// reads the upload, reads back across its pieces, and goes with its upload (every attempt's
+// pieces, begun or published, and the index entry).
+TEST_F(RadosTest, UploadSpoolPublishesShardsOutsideCommitsAndRemovesEveryAttempt) {
+  io_.set_namespace("upload-spool");
+  auto spool = NewRadosUploadSpool(io_);
+  ASSERT_TRUE(spool->shared());
+  UploadRecord record{"m", 7, 2, 1000};
+  ASSERT_TRUE(spool->Create(record).ok());
+  // A second daemon creating the same upload gets the first one's record.
+  auto again = spool->Create(UploadRecord{"m", 7, 3, 2000});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->shard_count, 2u);
+  EXPECT_EQ(again->created_at_ms, 1000);
+
+  // Over one 64 MiB piece: the read crosses the boundary.
+  std::string body((64u << 20) + 4096, '\0');
+  for (size_t i = 0; i < body.size(); i += 4093) body[i] = static_cast<char>(i / 4093);
+  auto writer = spool->NewShardWriter("m", 7, 0);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  auto span = [](const std::string& s) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  ASSERT_TRUE((*writer)->Append(span(body)).ok());
+  ASSERT_TRUE((*writer)->Seal(std::string(64, 'a')).ok());
+  ASSERT_TRUE(spool->BeginCommit("m", 7).ok());
+  Status refused = (*writer)->Publish();
+  EXPECT_EQ(refused.code(), StatusCode::kAborted) << refused.ToString();
+  EXPECT_TRUE(spool->Shards("m", 7)->empty());
+  spool->EndCommit("m", 7);
+  ASSERT_TRUE((*writer)->Publish().ok());
+  auto shards = spool->Shards("m", 7);
+  ASSERT_TRUE(shards.ok() && shards->size() == 1u);
+  EXPECT_EQ((*shards)[0].body_bytes, body.size());
+  EXPECT_EQ((*shards)[0].attempt, (*writer)->attempt());
+  auto file = spool->OpenShard("m", 7, (*shards)[0]);
+  ASSERT_TRUE(file.ok());
+  std::string back(8192, '\0');
+  const uint64_t at = (64u << 20) - 4096;
+  ASSERT_TRUE((*file)->ReadAt(at, {reinterpret_cast<uint8_t*>(back.data()), back.size()}).ok());
+  EXPECT_EQ(back, body.substr(at, back.size()));
+
+  // An attempt begun and abandoned (its daemon killed: the writer is never destroyed) is
+  // removed with the upload.
+  auto abandoned = spool->NewShardWriter("m", 7, 1);
+  ASSERT_TRUE(abandoned.ok());
+  ASSERT_TRUE((*abandoned)->Append(span(std::string(9u << 20, 'x'))).ok());
+  auto listed = spool->List();
+  ASSERT_TRUE(listed.ok() && listed->size() == 1u);
+  ASSERT_TRUE(spool->Remove("m", 7).ok());
+  EXPECT_FALSE(spool->Find("m", 7)->has_value());
+  EXPECT_TRUE(spool->List()->empty());
+  size_t left = 0;
+  for (auto it = io_.nobjects_begin(); it != io_.nobjects_end(); ++it) ++left;
+  EXPECT_EQ(left, 1u) << "only the (empty) index stays";
+  // Its writer, once gone, publishes nothing and leaves nothing.
+  EXPECT_EQ((*abandoned)->Publish().code(), StatusCode::kNotFound);
+  abandoned->reset();
+  left = 0;
+  for (auto it = io_.nobjects_begin(); it != io_.nobjects_end(); ++it) ++left;
+  EXPECT_EQ(left, 1u);
 }
 
 }  // namespace

@@ -346,12 +346,24 @@ class Client:
         body = _Body(tensors, metadata)
         label = f"push {model}@{step} rank {rank}"
         if self._use_encoded(encoded):
-            return _retrying(
-                lambda: edge.push_shard_encoded(self, model, step, rank, world_size, body, path,
-                                                self.reference_dir, self._encode_threads, 3,
-                                                label),
-                retries, backoff)
-        return _retrying(lambda: self._put_body(model, path, body, label), retries, backoff)
+            def once():
+                return edge.push_shard_encoded(self, model, step, rank, world_size, body, path,
+                                               self.reference_dir, self._encode_threads, 3, label)
+        else:
+            def once():
+                return self._put_body(model, path, body, label)
+        return _retrying(lambda: self._completed(model, step, once()), retries, backoff)
+
+    def _completed(self, model, step, answer):
+        """A shard's answer; when the shard completed its upload on a daemon that does not write
+        the model (a cluster: the answer names the writer in "commit_through"), the commit's
+        answer, asked of the writer, with what the shard's own answer adds."""
+        upload = (answer or {}).get("upload") or {}
+        if "version" in answer or upload.get("committed") or upload.get("missing") \
+                or not upload.get("commit_through"):
+            return answer
+        committed = self.commit_shards(model, step)
+        return dict(answer, **committed)
 
     def _version_record(self, model, version):
         """The listing entry of `version` of `model`, or None."""

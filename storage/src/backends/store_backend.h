@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/upload_spool.h"
 #include "ckpt/base/status.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "engine/store_schema.h"
@@ -146,6 +147,12 @@ class StoreBackend {
   virtual uint64_t SeqFloor(const std::string& model) = 0;
   // Every model's name (nullopt: the local models family is authoritative).
   virtual Result<std::optional<std::vector<std::string>>> ListModelNames() = 0;
+  // Where the shards of sharded uploads are kept until they commit: files under `local_root`
+  // (beside the database) unless the backend keeps them where every daemon of its cluster reads
+  // them, so that any daemon takes a shard and the model's writer commits it.
+  virtual Result<std::unique_ptr<UploadSpool>> NewUploadSpool(const std::string& local_root) {
+    return NewLocalUploadSpool(local_root);
+  }
   // Adds the backend's figures (cluster: leases) to `stats`.
   virtual void AddStats(StoreStats*) {}
   // Whether the data is in this daemon's RocksDB alone (backups, compaction, recovery apply).

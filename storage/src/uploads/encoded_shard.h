@@ -16,7 +16,7 @@
 #include "ckpt/codec/coding_plan.h"
 #include "ckpt/codec/encoded_body.h"
 #include "uploads/shard_assembly.h"
-#include "uploads/upload_spool.h"
+#include "backends/upload_spool.h"
 
 namespace ckpt {
 

@@ -16,7 +16,7 @@
 #include "ckpt/base/tensor_slices.h"
 #include "ckpt/codec/coding_plan.h"
 #include "ckpt/storage/checkpoint_store.h"
-#include "uploads/upload_spool.h"
+#include "backends/upload_spool.h"
 
 namespace ckpt {
 

@@ -115,8 +115,9 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
       Upload& upload = it->second;
       CKPT_RETURN_IF_ERROR(owner_->CheckAgainstUpload(upload, *header_));
       CKPT_RETURN_IF_ERROR(writer_->Publish());
-      upload.shards[shard_] = StoredShard{SpooledShard{shard_, received_, digest, NowMs()},
-                                          std::move(*header_), std::move(index)};
+      upload.shards[shard_] =
+          StoredShard{SpooledShard{shard_, received_, digest, NowMs(), writer_->attempt()},
+                      std::move(*header_), std::move(index)};
       upload.last_active_ms = NowMs();
     }
     return owner_->ShardStored(model_, version_, options_);
@@ -179,21 +180,51 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
 
 ShardedUploads::ShardedUploads(const StoreOptions* options, StoreHealth* health,
                                BeginPushFn begin_push, BeginChunkedFn begin_chunked,
-                               PlanShardFn plan_shard, CommittedFn committed)
+                               PlanShardFn plan_shard, CommittedFn committed,
+                               WriteOwnerFn write_owner)
     : options_(options),
       health_(health),
       begin_push_(std::move(begin_push)),
       begin_chunked_(std::move(begin_chunked)),
       plan_shard_(std::move(plan_shard)),
-      committed_(std::move(committed)) {}
+      committed_(std::move(committed)),
+      write_owner_(std::move(write_owner)) {}
 
 uint64_t ShardedUploads::MaxRecordBytes() const { return 2 * options_->chunk_bytes + (1 << 20); }
 
-Status ShardedUploads::Open(const std::string& root, const VersionExistsFn& version_exists) {
-  spool_ = std::make_unique<UploadSpool>(root);
+Result<std::optional<ShardedUploads::StoredShard>> ShardedUploads::LoadStoredShard(
+    const UploadRecord& record, SpooledShard spooled) {
+  CKPT_ASSIGN_OR_RETURN(auto file, spool_->OpenShard(record.model, record.version, spooled));
+  CKPT_ASSIGN_OR_RETURN(const bool encoded, IsEncodedShard(*file));
+  std::optional<EncodedShardIndex> index;
+  ShardHeader header;
+  if (encoded) {
+    // Its records were checked when it arrived (under the chunk size of that time); one that
+    // no longer reads is dropped, for its rank to send again.
+    auto indexed = IndexStoredShard(spooled.shard, *file, file->body_bytes());
+    if (!indexed.ok() && indexed.status().code() != StatusCode::kDataLoss) {
+      return indexed.status();
+    }
+    if (!indexed.ok()) {
+      CKPT_RETURN_IF_ERROR(spool_->RemoveShard(record.model, record.version, spooled.shard));
+      return std::optional<StoredShard>();
+    }
+    index = std::move(indexed).value();
+    CKPT_ASSIGN_OR_RETURN(const SafetensorsHeader parsed,
+                          ParseRawSafetensorsHeader(index->raw_header));
+    CKPT_ASSIGN_OR_RETURN(header, DescribeShard(spooled.shard, parsed));
+  } else {
+    CKPT_ASSIGN_OR_RETURN(header, ReadShardHeader(spooled.shard, *file));
+  }
+  return std::optional<StoredShard>(
+      StoredShard{std::move(spooled), std::move(header), std::move(index)});
+}
+
+Status ShardedUploads::Open(std::unique_ptr<UploadSpool> spool,
+                            const VersionExistsFn& version_exists) {
+  spool_ = std::move(spool);
   CKPT_RETURN_IF_ERROR(spool_->Open());
   CKPT_ASSIGN_OR_RETURN(std::vector<UploadRecord> records, spool_->List());
-  std::lock_guard lock(mu_);
   for (UploadRecord& record : records) {
     CKPT_ASSIGN_OR_RETURN(const bool committed, version_exists(record.model, record.version));
     if (committed) {
@@ -205,36 +236,85 @@ Status ShardedUploads::Open(const std::string& root, const VersionExistsFn& vers
     CKPT_ASSIGN_OR_RETURN(auto shards, spool_->Shards(record.model, record.version));
     for (SpooledShard& s : shards) {
       if (s.shard >= record.shard_count) continue;
-      CKPT_ASSIGN_OR_RETURN(auto file, spool_->OpenShard(record.model, record.version, s.shard));
-      CKPT_ASSIGN_OR_RETURN(const bool encoded, IsEncodedShard(*file));
-      std::optional<EncodedShardIndex> index;
-      ShardHeader header;
-      if (encoded) {
-        // Its records were checked when it arrived (under the chunk size of that time); one
-        // that no longer reads is dropped, for its rank to send again.
-        auto indexed = IndexStoredShard(s.shard, *file, file->body_bytes());
-        if (!indexed.ok() && indexed.status().code() != StatusCode::kDataLoss) {
-          return indexed.status();
-        }
-        if (!indexed.ok()) {
-          CKPT_RETURN_IF_ERROR(spool_->RemoveShard(record.model, record.version, s.shard));
-          continue;
-        }
-        index = std::move(indexed).value();
-        CKPT_ASSIGN_OR_RETURN(const SafetensorsHeader parsed,
-                              ParseRawSafetensorsHeader(index->raw_header));
-        CKPT_ASSIGN_OR_RETURN(header, DescribeShard(s.shard, parsed));
-      } else {
-        CKPT_ASSIGN_OR_RETURN(header, ReadShardHeader(s.shard, *file));
-      }
-      upload.last_active_ms = std::max(upload.last_active_ms, s.stored_at_ms);
-      const uint32_t shard_index = s.shard;
-      upload.shards.emplace(shard_index,
-                            StoredShard{std::move(s), std::move(header), std::move(index)});
+      const int64_t stored_at_ms = s.stored_at_ms;
+      CKPT_ASSIGN_OR_RETURN(std::optional<StoredShard> stored,
+                            LoadStoredShard(record, std::move(s)));
+      if (!stored) continue;
+      upload.last_active_ms = std::max(upload.last_active_ms, stored_at_ms);
+      const uint32_t shard_index = stored->spooled.shard;
+      upload.shards.emplace(shard_index, std::move(*stored));
     }
     upload.record = record;
+    std::lock_guard lock(mu_);
     uploads_.emplace(Key(record.model, record.version), std::move(upload));
   }
+  return Status::Ok();
+}
+
+Status ShardedUploads::Reload(const std::string& model, uint64_t version) {
+  if (!spool_->shared()) return Status::Ok();
+  const Key key(model, version);
+  CKPT_ASSIGN_OR_RETURN(std::optional<UploadRecord> record, spool_->Find(model, version));
+  if (!record) {
+    // Committed, aborted or expired through another daemon.
+    std::lock_guard lock(mu_);
+    auto it = uploads_.find(key);
+    if (it != uploads_.end() && !it->second.committing && it->second.sessions == 0) {
+      uploads_.erase(it);
+    }
+    return Status::Ok();
+  }
+  CKPT_ASSIGN_OR_RETURN(std::vector<SpooledShard> listed, spool_->Shards(model, version));
+  std::map<uint32_t, StoredShard> shards;
+  std::vector<SpooledShard> to_load;
+  {
+    std::lock_guard lock(mu_);
+    auto it = uploads_.find(key);
+    for (SpooledShard& s : listed) {
+      if (s.shard >= record->shard_count) continue;
+      if (it != uploads_.end()) {
+        auto known = it->second.shards.find(s.shard);
+        if (known != it->second.shards.end() && known->second.spooled.SameAttempt(s)) {
+          shards.emplace(s.shard, known->second);
+          continue;
+        }
+      }
+      to_load.push_back(std::move(s));
+    }
+  }
+  int64_t last_active_ms = record->created_at_ms;
+  for (SpooledShard& s : to_load) {
+    auto stored = LoadStoredShard(*record, s);
+    // A shard replaced or removed since it was listed is read at the next reload.
+    if (!stored.ok() && stored.status().code() == StatusCode::kNotFound) continue;
+    CKPT_RETURN_IF_ERROR(stored.status());
+    if (*stored) shards.emplace(s.shard, std::move(**stored));
+  }
+  for (const auto& [index, shard] : shards) {
+    last_active_ms = std::max(last_active_ms, shard.spooled.stored_at_ms);
+  }
+  std::lock_guard lock(mu_);
+  auto [it, created] = uploads_.try_emplace(key);
+  Upload& upload = it->second;
+  if (upload.committing) return Status::Ok();
+  upload.record = *record;
+  upload.shards = std::move(shards);
+  upload.last_active_ms = std::max(created ? 0 : upload.last_active_ms, last_active_ms);
+  return Status::Ok();
+}
+
+Status ShardedUploads::ReloadAll() {
+  if (!spool_->shared()) return Status::Ok();
+  CKPT_ASSIGN_OR_RETURN(std::vector<UploadRecord> records, spool_->List());
+  std::vector<Key> keys;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, upload] : uploads_) keys.push_back(key);
+  }
+  for (const UploadRecord& r : records) keys.emplace_back(r.model, r.version);
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  for (const Key& key : keys) CKPT_RETURN_IF_ERROR(Reload(key.first, key.second));
   return Status::Ok();
 }
 
@@ -253,12 +333,24 @@ Result<std::unique_ptr<ShardSession>> ShardedUploads::Begin(
         std::make_unique<Session>(this, model, version, shard, shard_count, body_size,
                                   std::move(options), nullptr, std::move(committed)));
   }
+  // A shared spool's upload may have been created (or removed) by another daemon: its record
+  // is the spool's.
+  std::optional<UploadRecord> shared_record;
+  if (spool_->shared()) {
+    CKPT_ASSIGN_OR_RETURN(shared_record,
+                          spool_->Create(UploadRecord{model, version, shard_count, NowMs()}));
+  }
   {
     std::lock_guard lock(mu_);
     auto it = uploads_.find(Key(model, version));
+    if (it != uploads_.end() && shared_record) it->second.record = *shared_record;
     if (it == uploads_.end()) {
       UploadRecord record{model, version, shard_count, NowMs()};
-      CKPT_ASSIGN_OR_RETURN(record, spool_->Create(record));
+      if (shared_record) {
+        record = *shared_record;
+      } else {
+        CKPT_ASSIGN_OR_RETURN(record, spool_->Create(record));
+      }
       Upload upload;
       upload.record = record;
       upload.last_active_ms = record.created_at_ms;
@@ -317,6 +409,7 @@ Status ShardedUploads::CheckAgainstUpload(const Upload& upload, const ShardHeade
 }
 
 Result<ShardUploadInfo> ShardedUploads::Get(const std::string& model, uint64_t version) {
+  CKPT_RETURN_IF_ERROR(Reload(model, version));
   std::lock_guard lock(mu_);
   auto it = uploads_.find(Key(model, version));
   if (it == uploads_.end()) {
@@ -326,6 +419,8 @@ Result<ShardUploadInfo> ShardedUploads::Get(const std::string& model, uint64_t v
 }
 
 std::vector<ShardUploadInfo> ShardedUploads::List() {
+  // A shared spool that cannot be read now is listed as this daemon last saw it.
+  (void)ReloadAll();
   std::lock_guard lock(mu_);
   std::vector<ShardUploadInfo> out;
   for (const auto& [key, upload] : uploads_) out.push_back(InfoOf(upload));
@@ -346,26 +441,53 @@ Result<ShardResult> ShardedUploads::ShardStored(const std::string& model, uint64
 
 Result<ShardResult> ShardedUploads::Commit(const std::string& model, uint64_t version,
                                            const PushOptions& options) {
-  return CommitUpload(model, version, options, /*by_last_shard=*/false);
+  {
+    // A commit asked for while one is running (ranks that each saw their upload complete) is
+    // answered by its outcome.
+    std::unique_lock lock(mu_);
+    auto running = [&] {
+      auto it = uploads_.find(Key(model, version));
+      return it != uploads_.end() && it->second.committing;
+    };
+    while (running()) commit_ended_.wait(lock);
+  }
+  auto result = CommitUpload(model, version, options, /*by_last_shard=*/false);
+  if (result.ok() || result.status().code() != StatusCode::kNotFound) return result;
+  CKPT_ASSIGN_OR_RETURN(auto committed, committed_(model, version));
+  if (!committed) return result;
+  ShardResult done;
+  done.upload.model = model;
+  done.upload.version = version;
+  done.upload.shard_count = committed->shard_count;
+  for (uint32_t i = 0; i < committed->shard_count; ++i) done.upload.received.push_back(i);
+  done.upload.received_bytes = committed->info.raw_bytes;
+  done.upload.created_at_ms = committed->info.created_at_ms;
+  done.upload.committed = true;
+  done.version = committed->info;
+  done.sent_again = true;
+  return done;
 }
 
 Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint64_t version,
                                                  const PushOptions& options, bool by_last_shard) {
+  // Whether the upload can be committed now, by this daemon: nullopt if so (`stored` then
+  // holds its shards and the upload is marked as being committed), else the answer.
   std::vector<StoredShard> stored;
-  std::vector<uint32_t> stale;  // encoded shards coded by a plan that is no longer the store's
-  {
+  auto take = [&](bool final_check) -> std::optional<Result<ShardResult>> {
     std::lock_guard lock(mu_);
     auto it = uploads_.find(Key(model, version));
     if (it == uploads_.end()) {
-      return Status::NotFound("no upload of " + UploadName(model, version) + " is in progress");
+      return Result<ShardResult>(
+          Status::NotFound("no upload of " + UploadName(model, version) + " is in progress"));
     }
     Upload& upload = it->second;
     // A shard stored while another commits it, or before the last one: nothing more to do.
     if (by_last_shard && (upload.committing || upload.shards.size() < upload.record.shard_count)) {
-      return ShardResult{InfoOf(upload), std::nullopt};
+      return Result<ShardResult>(ShardResult{InfoOf(upload), std::nullopt});
     }
     if (upload.committing) {
-      return Status::Aborted("the upload of " + UploadName(model, version) + " is being committed");
+      return Result<ShardResult>(
+          Status::Aborted("the upload of " + UploadName(model, version) + " is being committed"));
     }
     std::string missing;
     uint32_t missing_count = 0;
@@ -374,14 +496,46 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
       if (++missing_count <= 16) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
     }
     if (missing_count > 0) {
-      return Status::FailedPrecondition("the upload of " + UploadName(model, version) + " misses " +
-                                        std::to_string(missing_count) + " of its " +
-                                        std::to_string(upload.record.shard_count) + " shards (" +
-                                        missing + (missing_count > 16 ? ", ..." : "") + ")");
+      return Result<ShardResult>(Status::FailedPrecondition(
+          "the upload of " + UploadName(model, version) + " misses " +
+          std::to_string(missing_count) + " of its " + std::to_string(upload.record.shard_count) +
+          " shards (" + missing + (missing_count > 16 ? ", ..." : "") + ")"));
     }
+    if (!final_check) return std::nullopt;
     upload.committing = true;
     for (const auto& [index, shard] : upload.shards) stored.push_back(shard);
+    return std::nullopt;
+  };
+  CKPT_RETURN_IF_ERROR(Reload(model, version));
+  if (auto answer = take(/*final_check=*/false)) return std::move(*answer);
+  if (spool_->shared()) {
+    // Complete as this daemon sees it. Only the model's writer commits; the others say where.
+    CKPT_ASSIGN_OR_RETURN(std::optional<std::string> owner, write_owner_(model));
+    if (owner) {
+      std::lock_guard lock(mu_);
+      auto it = uploads_.find(Key(model, version));
+      if (it == uploads_.end()) {
+        return Status::NotFound("no upload of " + UploadName(model, version) + " is in progress");
+      }
+      ShardResult complete{InfoOf(it->second), std::nullopt};
+      complete.upload.commit_through = owner->empty() ? "another daemon" : *owner;
+      return complete;
+    }
+    // No shard is published while the commit reads them; the upload is read again under that
+    // guard.
+    CKPT_RETURN_IF_ERROR(spool_->BeginCommit(model, version));
+    Status reloaded = Reload(model, version);
+    std::optional<Result<ShardResult>> answer;
+    if (reloaded.ok()) answer = take(/*final_check=*/true);
+    if (!reloaded.ok() || answer) {
+      spool_->EndCommit(model, version);
+      CKPT_RETURN_IF_ERROR(reloaded);
+      return std::move(*answer);
+    }
+  } else if (auto answer = take(/*final_check=*/true)) {
+    return std::move(*answer);
   }
+  std::vector<uint32_t> stale;  // encoded shards coded by a plan that is no longer the store's
   auto assembled = [&]() -> Result<VersionInfo> {
     std::vector<const ShardHeader*> header_ptrs;
     std::vector<const StoredShard*> shards;
@@ -397,8 +551,8 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
     if (any_encoded) return CommitChunked(model, version, options, shards, plan, &stale);
     std::vector<std::unique_ptr<SpooledShardFile>> files;
     std::vector<const SpooledShardFile*> file_ptrs;
-    for (const ShardHeader* h : header_ptrs) {
-      CKPT_ASSIGN_OR_RETURN(auto file, spool_->OpenShard(model, version, h->shard));
+    for (const StoredShard& s : stored) {
+      CKPT_ASSIGN_OR_RETURN(auto file, spool_->OpenShard(model, version, s.spooled));
       file_ptrs.push_back(file.get());
       files.push_back(std::move(file));
     }
@@ -417,6 +571,7 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
     }
     auto it = uploads_.find(Key(model, version));
     if (!assembled.ok()) {
+      spool_->EndCommit(model, version);
       if (it != uploads_.end()) {
         it->second.committing = false;
         // They can never commit: their ranks send them again, by a new plan.
@@ -476,7 +631,7 @@ Result<VersionInfo> ShardedUploads::CommitChunked(const std::string& model, uint
   std::vector<ShardSource> sources;
   std::vector<ChunkedPush::CodedShard> coded;
   for (const StoredShard* s : shards) {
-    CKPT_ASSIGN_OR_RETURN(auto file, spool_->OpenShard(model, version, s->header.shard));
+    CKPT_ASSIGN_OR_RETURN(auto file, spool_->OpenShard(model, version, s->spooled));
     sources.push_back({file.get(), s->encoded ? &*s->encoded : nullptr});
     files.push_back(std::move(file));
     if (s->encoded) {
@@ -507,6 +662,7 @@ bool ShardedUploads::CallAfterCommit(const std::string& model, std::function<voi
 }
 
 Status ShardedUploads::Abort(const std::string& model, uint64_t version) {
+  CKPT_RETURN_IF_ERROR(Reload(model, version));
   std::lock_guard lock(mu_);
   auto it = uploads_.find(Key(model, version));
   if (it == uploads_.end()) {
@@ -521,6 +677,8 @@ Status ShardedUploads::Abort(const std::string& model, uint64_t version) {
 }
 
 Result<std::vector<ShardUploadInfo>> ShardedUploads::Expire(int64_t now_ms) {
+  // A shared upload expires by its shards stored through any daemon.
+  CKPT_RETURN_IF_ERROR(ReloadAll());
   std::lock_guard lock(mu_);
   std::vector<ShardUploadInfo> expired;
   for (auto it = uploads_.begin(); it != uploads_.end();) {
@@ -550,6 +708,7 @@ std::optional<uint64_t> ShardedUploads::UploadBetween(const std::string& model,
 }
 
 Status ShardedUploads::RemoveModel(const std::string& model) {
+  CKPT_RETURN_IF_ERROR(ReloadAll());
   std::lock_guard lock(mu_);
   for (auto it = uploads_.lower_bound(Key(model, 0));
        it != uploads_.end() && it->first.first == model;) {

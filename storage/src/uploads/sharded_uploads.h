@@ -1,12 +1,16 @@
 // ShardedUploads: the uploads of sharded versions in progress (CheckpointStore::BeginShard and
-// the calls after it). Shards are stored in the spool (upload_spool.h), checked against each
-// other as they arrive, and assembled into one push of global tensors when the last one is in
-// (shard_assembly.h). Internal to storage/.
+// the calls after it). Shards are stored in the spool (backends/upload_spool.h), checked against
+// each other as they arrive, and assembled into one push of global tensors when the last one is
+// in (shard_assembly.h). Internal to storage/.
+//
+// With a shared spool (a cluster's pool), any daemon stores shards of any upload; the upload is
+// committed by the model's writer only: the daemon that stores the last shard commits it if it
+// may write the model, else answers that the upload is complete and where its commit goes.
 //
 // Owns the spool and the in-memory description of every upload's stored shards (rebuilt from
-// the spool at open). Thread safety: safe for concurrent use; sessions of different shards run
-// in parallel, and a commit runs outside the lock (an upload being committed refuses new
-// shards with Aborted).
+// the spool at open, and read again from a shared spool before each decision about an upload).
+// Thread safety: safe for concurrent use; sessions of different shards run in parallel, and a
+// commit runs outside the lock (an upload being committed refuses new shards with Aborted).
 #pragma once
 
 #include <condition_variable>
@@ -20,11 +24,11 @@
 #include <utility>
 #include <vector>
 
+#include "backends/upload_spool.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "engine/store_health.h"
 #include "uploads/encoded_shard.h"
 #include "uploads/shard_assembly.h"
-#include "uploads/upload_spool.h"
 
 namespace ckpt {
 
@@ -54,14 +58,18 @@ class ShardedUploads {
   // The committed version's shards, if it is committed.
   using CommittedFn = std::function<Result<std::optional<CommittedShards>>(const std::string& model,
                                                                            uint64_t version)>;
+  // Where writes to `model` go: nullopt when this daemon may commit its uploads, else the
+  // advertised URL of the daemon that does (StoreBackend::WriteOwner).
+  using WriteOwnerFn = std::function<Result<std::optional<std::string>>(const std::string& model)>;
 
   // `options` and `health` must outlive the uploads.
   ShardedUploads(const StoreOptions* options, StoreHealth* health, BeginPushFn begin_push,
-                 BeginChunkedFn begin_chunked, PlanShardFn plan_shard, CommittedFn committed);
+                 BeginChunkedFn begin_chunked, PlanShardFn plan_shard, CommittedFn committed,
+                 WriteOwnerFn write_owner);
 
-  // Opens the spool at `root` and loads its uploads; removes those whose version is committed
-  // (a crash between the commit and the removal) and partial shards.
-  Status Open(const std::string& root, const VersionExistsFn& version_exists);
+  // Opens `spool` and loads its uploads; removes those whose version is committed (a crash
+  // between the commit and the removal).
+  Status Open(std::unique_ptr<UploadSpool> spool, const VersionExistsFn& version_exists);
 
   // A session for one shard: a safetensors body, or an encoded shard when
   // options.body_format is kEncoded. `committed`: the version exists as a sharded version (the
@@ -108,6 +116,16 @@ class ShardedUploads {
 
   // The upload's description; REQUIRES: mu_ held.
   ShardUploadInfo InfoOf(const Upload& upload) const;
+  // A stored shard's description, read from the spool; nullopt (and the shard removed) when an
+  // encoded shard no longer reads.
+  Result<std::optional<StoredShard>> LoadStoredShard(const UploadRecord& record,
+                                                     SpooledShard spooled);
+  // With a shared spool: reads the upload's state from the spool into uploads_ (shards other
+  // daemons stored, or removed; the upload itself when another daemon created or removed it).
+  // An upload this daemon is committing is left as it is. No-op with a local spool.
+  Status Reload(const std::string& model, uint64_t version);
+  // Reload of every upload in the spool (listings, expiry).
+  Status ReloadAll();
   // Stores a received shard's description after its file is in place. REQUIRES: mu_ held.
   Status CheckAgainstUpload(const Upload& upload, const ShardHeader& header) const;
   // Called by a session as it ends (stored or not).
@@ -135,6 +153,7 @@ class ShardedUploads {
   const BeginChunkedFn begin_chunked_;
   const PlanShardFn plan_shard_;
   const CommittedFn committed_;
+  const WriteOwnerFn write_owner_;
   std::unique_ptr<UploadSpool> spool_;
   std::mutex mu_;
   std::condition_variable commit_ended_;  // notified when a commit ends, either way

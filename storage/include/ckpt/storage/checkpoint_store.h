@@ -282,6 +282,9 @@ struct ShardUploadInfo {
   int64_t created_at_ms = 0;       // when its first shard began
   int64_t expires_at_ms = 0;       // when ExpireUploads removes it unless a shard comes first
   bool committed = false;          // the version is committed (the upload is gone)
+  // Set when every shard is stored but this daemon may not commit the upload (a cluster, where
+  // another daemon writes the model): that daemon's advertised URL, where the commit goes.
+  std::string commit_through;
 };
 
 // What storing one shard did.

@@ -8,6 +8,8 @@
 //   models         the index: one omap key per model name.
 //   chunk/<name>/<seq>/<tensor>/<chunk>
 //                  one immutable object per chunk record (seq in hex, 16 digits).
+//   uploads, upload/...
+//                  sharded uploads in progress (rados_upload_spool.h).
 //
 // A commit is one ObjectWriteOperation on the model object: omap_cmp(epoch == ours, generation
 // == the one our cache reflects), then the record changes and generation + 1. A daemon that lost
@@ -36,6 +38,7 @@
 #include "backends/rados/rados_chunk_store.h"
 #include "backends/rados/rados_layout.h"
 #include "backends/rados/rados_status.h"
+#include "backends/rados/rados_upload_spool.h"
 #include "engine/rocks_status.h"
 
 namespace ckpt {
@@ -103,6 +106,11 @@ class RadosBackend final : public StoreBackend {
   }
 
   size_t ReadWindow() const override { return 8; }
+
+  // In the pool: any daemon takes a shard, the model's writer commits the upload.
+  Result<std::unique_ptr<UploadSpool>> NewUploadSpool(const std::string&) override {
+    return NewRadosUploadSpool(io_);
+  }
 
   Status GetChunks(const rocksdb::ReadOptions&, const std::string& model,
                    const std::vector<ChunkAddress>& addresses,

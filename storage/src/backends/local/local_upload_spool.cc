@@ -1,15 +1,18 @@
-// The upload spool (upload_spool.h).
-#include "uploads/upload_spool.h"
-
+// The local upload spool: files beside the database (upload_spool.h).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "backends/upload_spool.h"
 
 namespace ckpt {
 namespace {
@@ -93,14 +96,92 @@ Result<SpooledShard> ReadTrailer(const std::string& path, uint32_t shard) {
   const int64_t stored_at_ms =
       static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
   return SpooledShard{shard, LoadLe64(trailer + 8),
-                      std::string(reinterpret_cast<const char*>(trailer + 16), 64), stored_at_ms};
+                      std::string(reinterpret_cast<const char*>(trailer + 16), 64), stored_at_ms,
+                      std::string()};
 }
 
-}  // namespace
+// Reads a stored shard's file. Thread-compatible.
+class LocalShardFile final : public SpooledShardFile {
+ public:
+  LocalShardFile(int fd, uint64_t body_bytes) : fd_(fd), body_bytes_(body_bytes) {}
+  ~LocalShardFile() override { ::close(fd_); }
+  LocalShardFile(const LocalShardFile&) = delete;
+  LocalShardFile& operator=(const LocalShardFile&) = delete;
+  uint64_t body_bytes() const override { return body_bytes_; }
+  Status ReadAt(uint64_t offset, std::span<uint8_t> out) const override;
 
-SpooledShardFile::~SpooledShardFile() { ::close(fd_); }
+ private:
+  const int fd_;
+  const uint64_t body_bytes_;
+};
 
-Status SpooledShardFile::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
+// Receives a shard into a temporary file that Publish renames into place. Thread-compatible.
+class LocalShardWriter final : public SpooledShardWriter {
+ public:
+  LocalShardWriter(int fd, std::string dir, std::string partial_name, std::string final_name,
+                   std::string what);
+  ~LocalShardWriter() override;
+  LocalShardWriter(const LocalShardWriter&) = delete;
+  LocalShardWriter& operator=(const LocalShardWriter&) = delete;
+  Status Append(std::span<const uint8_t> bytes) override;
+  // Writes the trailer and syncs the file.
+  Status Seal(const std::string& sha256_hex) override;
+  // Renames the file over an earlier attempt and syncs the directory.
+  Status Publish() override;
+
+ private:
+  Status Flush();
+  const int fd_;
+  const std::string dir_, partial_name_, final_name_, what_;
+  std::vector<uint8_t> buffer_;
+  uint64_t body_bytes_ = 0;
+  bool committed_ = false;
+};
+
+class LocalUploadSpool final : public UploadSpool {
+ public:
+  explicit LocalUploadSpool(std::string root) : root_(std::move(root)) {}
+  bool shared() const override { return false; }
+  Status Open() override;
+  Result<std::vector<UploadRecord>> List() override;
+  Result<std::optional<UploadRecord>> Find(const std::string& model, uint64_t version) override;
+  Result<UploadRecord> Create(const UploadRecord& record) override;
+  Result<std::vector<SpooledShard>> Shards(const std::string& model, uint64_t version) override;
+  Result<std::unique_ptr<SpooledShardWriter>> NewShardWriter(const std::string& model,
+                                                             uint64_t version,
+                                                             uint32_t shard) override;
+  Result<std::unique_ptr<SpooledShardFile>> OpenShard(const std::string& model, uint64_t version,
+                                                      const SpooledShard& stored) override;
+  Status Remove(const std::string& model, uint64_t version) override;
+  Status RemoveShard(const std::string& model, uint64_t version, uint32_t shard) override;
+
+ private:
+  std::string UploadDir(const std::string& model, uint64_t version) const;
+  const std::string root_;
+};
+
+// The record in `dir`, or nullopt if it has none that reads.
+std::optional<UploadRecord> ReadRecord(const fs::path& dir) {
+  std::string text;
+  if (FILE* f = std::fopen((dir / kRecordName).c_str(), "rb")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    std::fclose(f);
+  }
+  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || doc.value("format", 0) != UploadRecord::kFormatVersion) {
+    return std::nullopt;
+  }
+  UploadRecord r;
+  r.model = doc.value("model", "");
+  r.version = doc.value("version", uint64_t{0});
+  r.shard_count = doc.value("shard_count", 0u);
+  r.created_at_ms = doc.value("created_at_ms", int64_t{0});
+  return r;
+}
+
+Status LocalShardFile::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
   if (offset + out.size() > body_bytes_) return Status::Internal("shard read past its body");
   size_t done = 0;
   while (done < out.size()) {
@@ -116,8 +197,8 @@ Status SpooledShardFile::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
   return Status::Ok();
 }
 
-SpooledShardWriter::SpooledShardWriter(int fd, std::string dir, std::string partial_name,
-                                       std::string final_name, std::string what)
+LocalShardWriter::LocalShardWriter(int fd, std::string dir, std::string partial_name,
+                                   std::string final_name, std::string what)
     : fd_(fd),
       dir_(std::move(dir)),
       partial_name_(std::move(partial_name)),
@@ -126,18 +207,18 @@ SpooledShardWriter::SpooledShardWriter(int fd, std::string dir, std::string part
   buffer_.reserve(kWriteBufferBytes);
 }
 
-SpooledShardWriter::~SpooledShardWriter() {
+LocalShardWriter::~LocalShardWriter() {
   ::close(fd_);
   if (!committed_) ::unlink((dir_ + "/" + partial_name_).c_str());
 }
 
-Status SpooledShardWriter::Flush() {
+Status LocalShardWriter::Flush() {
   Status s = WriteAll(fd_, buffer_.data(), buffer_.size(), what_, dir_ + "/" + partial_name_);
   buffer_.clear();
   return s;
 }
 
-Status SpooledShardWriter::Append(std::span<const uint8_t> bytes) {
+Status LocalShardWriter::Append(std::span<const uint8_t> bytes) {
   body_bytes_ += bytes.size();
   if (buffer_.size() + bytes.size() > kWriteBufferBytes) CKPT_RETURN_IF_ERROR(Flush());
   if (bytes.size() >= kWriteBufferBytes) {
@@ -147,7 +228,7 @@ Status SpooledShardWriter::Append(std::span<const uint8_t> bytes) {
   return Status::Ok();
 }
 
-Status SpooledShardWriter::Seal(const std::string& sha256_hex) {
+Status LocalShardWriter::Seal(const std::string& sha256_hex) {
   uint8_t trailer[kTrailerBytes];
   std::memcpy(trailer, kTrailerMagic, 8);
   StoreLe64(body_bytes_, trailer + 8);
@@ -159,7 +240,7 @@ Status SpooledShardWriter::Seal(const std::string& sha256_hex) {
   return Status::Ok();
 }
 
-Status SpooledShardWriter::Publish() {
+Status LocalShardWriter::Publish() {
   const std::string partial = dir_ + "/" + partial_name_;
   if (::rename(partial.c_str(), (dir_ + "/" + final_name_).c_str()) != 0) {
     return FileError(errno, what_, partial);
@@ -168,11 +249,11 @@ Status SpooledShardWriter::Publish() {
   return SyncDirectory(dir_, what_);
 }
 
-std::string UploadSpool::UploadDir(const std::string& model, uint64_t version) const {
+std::string LocalUploadSpool::UploadDir(const std::string& model, uint64_t version) const {
   return root_ + "/" + model + "/" + std::to_string(version);
 }
 
-Status UploadSpool::Open() {
+Status LocalUploadSpool::Open() {
   std::error_code ec;
   fs::create_directories(root_, ec);
   if (ec) return FileError(ec.value(), "creating the upload spool", root_);
@@ -190,47 +271,34 @@ Status UploadSpool::Open() {
   return Status::Ok();
 }
 
-Result<std::vector<UploadRecord>> UploadSpool::List() {
+Result<std::vector<UploadRecord>> LocalUploadSpool::List() {
   std::vector<UploadRecord> uploads;
   std::error_code ec;
   for (const auto& model : fs::directory_iterator(root_, ec)) {
     for (const auto& upload : fs::directory_iterator(model.path(), ec)) {
-      const fs::path record_path = upload.path() / kRecordName;
-      std::string text;
-      if (FILE* f = std::fopen(record_path.c_str(), "rb")) {
-        char buf[4096];
-        size_t n;
-        while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-        std::fclose(f);
-      }
-      const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
-      if (!doc.is_object() || doc.value("format", 0) != UploadRecord::kFormatVersion) {
+      std::optional<UploadRecord> record = ReadRecord(upload.path());
+      if (!record) {
         fs::remove_all(upload.path(), ec);
         continue;
       }
-      UploadRecord r;
-      r.model = doc.value("model", "");
-      r.version = doc.value("version", uint64_t{0});
-      r.shard_count = doc.value("shard_count", 0u);
-      r.created_at_ms = doc.value("created_at_ms", int64_t{0});
-      uploads.push_back(std::move(r));
+      uploads.push_back(std::move(*record));
     }
   }
   if (ec) return FileError(ec.value(), "listing the upload spool", root_);
   return uploads;
 }
 
-Result<UploadRecord> UploadSpool::Create(const UploadRecord& record) {
+Result<std::optional<UploadRecord>> LocalUploadSpool::Find(const std::string& model,
+                                                           uint64_t version) {
+  return ReadRecord(UploadDir(model, version));
+}
+
+Result<UploadRecord> LocalUploadSpool::Create(const UploadRecord& record) {
   const std::string dir = UploadDir(record.model, record.version);
   const std::string what = "creating the upload of model '" + record.model + "' version " +
                            std::to_string(record.version);
+  if (std::optional<UploadRecord> stored = ReadRecord(dir)) return *stored;
   std::error_code ec;
-  if (fs::exists(fs::path(dir) / kRecordName, ec)) {
-    CKPT_ASSIGN_OR_RETURN(auto all, List());
-    for (UploadRecord& r : all) {
-      if (r.model == record.model && r.version == record.version) return r;
-    }
-  }
   fs::create_directories(dir, ec);
   if (ec) return FileError(ec.value(), what, dir);
   const json doc = {{"format", UploadRecord::kFormatVersion},
@@ -257,7 +325,8 @@ Result<UploadRecord> UploadSpool::Create(const UploadRecord& record) {
   return record;
 }
 
-Result<std::vector<SpooledShard>> UploadSpool::Shards(const std::string& model, uint64_t version) {
+Result<std::vector<SpooledShard>> LocalUploadSpool::Shards(const std::string& model,
+                                                           uint64_t version) {
   std::vector<SpooledShard> shards;
   std::error_code ec;
   for (const auto& file : fs::directory_iterator(UploadDir(model, version), ec)) {
@@ -278,9 +347,8 @@ Result<std::vector<SpooledShard>> UploadSpool::Shards(const std::string& model, 
   return shards;
 }
 
-Result<std::unique_ptr<SpooledShardWriter>> UploadSpool::NewShardWriter(const std::string& model,
-                                                                        uint64_t version,
-                                                                        uint32_t shard) {
+Result<std::unique_ptr<SpooledShardWriter>> LocalUploadSpool::NewShardWriter(
+    const std::string& model, uint64_t version, uint32_t shard) {
   const std::string dir = UploadDir(model, version);
   const std::string partial = std::string(kPartialPrefix) + NextNonce();
   const std::string what = "storing shard " + std::to_string(shard) + " of model '" + model +
@@ -288,19 +356,22 @@ Result<std::unique_ptr<SpooledShardWriter>> UploadSpool::NewShardWriter(const st
   const int fd =
       ::open((dir + "/" + partial).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return FileError(errno, what, dir + "/" + partial);
-  return std::make_unique<SpooledShardWriter>(fd, dir, partial, ShardName(shard), what);
+  return std::unique_ptr<SpooledShardWriter>(
+      std::make_unique<LocalShardWriter>(fd, dir, partial, ShardName(shard), what));
 }
 
-Result<std::unique_ptr<SpooledShardFile>> UploadSpool::OpenShard(const std::string& model,
-                                                                 uint64_t version, uint32_t shard) {
+Result<std::unique_ptr<SpooledShardFile>> LocalUploadSpool::OpenShard(const std::string& model,
+                                                                      uint64_t version,
+                                                                      const SpooledShard& listed) {
+  const uint32_t shard = listed.shard;
   const std::string path = UploadDir(model, version) + "/" + ShardName(shard);
   CKPT_ASSIGN_OR_RETURN(SpooledShard stored, ReadTrailer(path, shard));
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return FileError(errno, "reading shard " + std::to_string(shard), path);
-  return std::make_unique<SpooledShardFile>(fd, stored.body_bytes);
+  return std::unique_ptr<SpooledShardFile>(std::make_unique<LocalShardFile>(fd, stored.body_bytes));
 }
 
-Status UploadSpool::RemoveShard(const std::string& model, uint64_t version, uint32_t shard) {
+Status LocalUploadSpool::RemoveShard(const std::string& model, uint64_t version, uint32_t shard) {
   std::error_code ec;
   const std::string path = UploadDir(model, version) + "/" + ShardName(shard);
   fs::remove(path, ec);
@@ -308,7 +379,7 @@ Status UploadSpool::RemoveShard(const std::string& model, uint64_t version, uint
   return Status::Ok();
 }
 
-Status UploadSpool::Remove(const std::string& model, uint64_t version) {
+Status LocalUploadSpool::Remove(const std::string& model, uint64_t version) {
   std::error_code ec;
   const std::string dir = UploadDir(model, version);
   fs::remove_all(dir, ec);
@@ -316,6 +387,12 @@ Status UploadSpool::Remove(const std::string& model, uint64_t version) {
   // The model's directory goes with its last upload (not an error if another is in it).
   fs::remove(root_ + "/" + model, ec);
   return Status::Ok();
+}
+
+}  // namespace
+
+std::unique_ptr<UploadSpool> NewLocalUploadSpool(std::string root) {
+  return std::make_unique<LocalUploadSpool>(std::move(root));
 }
 
 }  // namespace ckpt
