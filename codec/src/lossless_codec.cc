@@ -13,6 +13,7 @@
 #include <functional>
 #include <mutex>
 
+#include "byte_planes.h"
 #include "ckpt/base/binary.h"
 #include "ckpt/codec/tensor_codec.h"
 
@@ -42,50 +43,6 @@ void XorInto(uint8_t* dst, const uint8_t* src, size_t n) {
     std::memcpy(dst + i, &a, 8);
   }
   for (; i < n; ++i) dst[i] ^= src[i];
-}
-
-// Byte-plane transposition of n elements of P bytes, with an optional XOR against `ref` (which is
-// always in element layout). kSplit: byte p of element i goes to out[p * n + i]; kMerge is the
-// inverse. One pass over the input either way.
-enum class Transpose { kSplit, kMerge };
-
-template <Transpose kDirection, uint32_t P>
-void TransposeFixed(const uint8_t* in, const uint8_t* ref, size_t n, uint8_t* out) {
-  for (size_t i = 0; i < n; ++i) {
-    for (uint32_t p = 0; p < P; ++p) {
-      const size_t element_index = i * P + p;
-      const size_t plane_index = p * n + i;
-      const size_t from = kDirection == Transpose::kSplit ? element_index : plane_index;
-      const size_t to = kDirection == Transpose::kSplit ? plane_index : element_index;
-      uint8_t b = in[from];
-      if (ref) b ^= ref[element_index];
-      out[to] = b;
-    }
-  }
-}
-
-template <Transpose kDirection>
-void TransposePlanes(std::span<const uint8_t> in, const uint8_t* ref, uint32_t planes,
-                     uint8_t* out) {
-  const size_t n = in.size() / planes;
-  switch (planes) {
-    case 2:
-      return TransposeFixed<kDirection, 2>(in.data(), ref, n, out);
-    case 4:
-      return TransposeFixed<kDirection, 4>(in.data(), ref, n, out);
-    case 8:
-      return TransposeFixed<kDirection, 8>(in.data(), ref, n, out);
-    default:
-      for (size_t i = 0; i < in.size(); ++i) out[i] = in[i] ^ (ref ? ref[i] : 0);
-  }
-}
-
-void SplitPlanes(std::span<const uint8_t> in, const uint8_t* ref, uint32_t planes, uint8_t* out) {
-  TransposePlanes<Transpose::kSplit>(in, ref, planes, out);
-}
-
-void MergePlanes(std::span<const uint8_t> in, const uint8_t* ref, uint32_t planes, uint8_t* out) {
-  TransposePlanes<Transpose::kMerge>(in, ref, planes, out);
 }
 
 // A small free list of reusable objects (zstd contexts, scratch buffers), so that steady-state
