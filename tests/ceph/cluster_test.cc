@@ -733,24 +733,27 @@ TEST_F(ClusterTest, AnyDaemonTakesAShardAndTheWriterCommitsEachUploadOnce) {
   }
   const std::string rank2 = EncodedRowShard(*b_, 3, 2, kRanks, RowShard(2, 2, nullptr, kRanks));
   {
+    // The rank first sends its shard plain, with a large tensor of its own: B stores more than
+    // a write's worth of it in the pool before it dies.
+    const std::string plain =
+        testing::Serialize({{"pad", DType::kF32, {4u << 20}, std::string(16u << 20, '\1')}}, {});
     RawHttp http(b_->port);
     const std::string head =
         "PUT " + shard_target(3, 2) +
-        " HTTP/1.1\r\nHost: localhost\r\nContent-Type: " + std::string(kEncodedShardMediaType) +
-        "\r\nContent-Length: " + std::to_string(rank2.size()) + "\r\n\r\n";
-    ASSERT_TRUE(http.Send(head) && http.Send(std::string_view(rank2).substr(0, rank2.size() / 2)));
-    // Killed once B has begun the shard's attempt in the pool (a readiness check on the pool).
+        " HTTP/1.1\r\nHost: localhost\r\nContent-Length: " + std::to_string(plain.size()) +
+        "\r\n\r\n";
+    ASSERT_TRUE(http.Send(head) && http.Send(std::string_view(plain).substr(0, 12u << 20)));
+    // Killed once B has written a piece of the attempt in the pool (a readiness check on the
+    // pool).
     const auto deadline = Clock::now() + std::chrono::seconds(20);
-    bool begun = false;
-    while (!begun && Clock::now() < deadline) {
-      std::map<std::string, librados::bufferlist> attempts;
-      int prval = 0;
-      librados::ObjectReadOperation op;
-      op.omap_get_vals2("", "attempt.", 100, &attempts, nullptr, &prval);
-      if (io_.operate("upload/enc/3", &op, nullptr) == 0) begun = attempts.size() >= 3;
-      if (!begun) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    bool written = false;
+    while (!written && Clock::now() < deadline) {
+      for (auto it = io_.nobjects_begin(); it != io_.nobjects_end() && !written; ++it) {
+        written = it->get_oid().starts_with("upload/enc/3/") && it->get_oid().ends_with("/0");
+      }
+      if (!written) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    ASSERT_TRUE(begun) << "B never began rank 2's shard";
+    ASSERT_TRUE(written) << "B never wrote a piece of rank 2's shard";
     b_->process->Kill();
   }
   // The rank sends its shard again, to A, as does rank 3: A commits.
@@ -771,7 +774,7 @@ TEST_F(ClusterTest, AnyDaemonTakesAShardAndTheWriterCommitsEachUploadOnce) {
     EXPECT_FALSE(it->get_oid().starts_with("upload/")) << it->get_oid();
   }
   std::set<std::string> index;
-  io_.omap_get_keys2("uploads", "", 100, &index, nullptr);
+  ASSERT_EQ(io_.omap_get_keys2("uploads", "", 100, &index, nullptr), 0);
   EXPECT_TRUE(index.empty()) << *index.begin();
   auto scrub = json::parse(Request(a_->port, "POST", "/v1/admin/scrub").body);
   EXPECT_EQ(scrub["models"][0]["orphaned_chunks"], 0) << scrub.dump();
@@ -796,13 +799,13 @@ for rank in range(4):
     client = Client(")" + (a_->url) +
                              R"(" if rank < 3 else ")" + (b_->url) + R"(", encoded=False)
     part = rows[rank * 16:(rank + 1) * 16]
-    answers.append(client.push_shard("py", 2, rank, 4, {"w": part},
-                                     slices={"w": {"global_shape": [64, 256],
+    answers.append(client.push_shard("py", 2, rank, 4, {"w": part}, metrics={"loss": 1.5},
+                                     tags=("best",), slices={"w": {"global_shape": [64, 256],
                                                    "offsets": [rank * 16, 0]}}))
 assert "version" not in answers[2], answers[2]
 assert answers[3]["version"]["version"] == 2, answers[3]
 back = Client(")" + (b_->url) +
-                             R"(").pull("py", 2, as_torch=False)
+                             R"(").pull("py", "tag:best", as_torch=False)
 assert (back["w"] == rows).all()
 print("python ok")
 )";
@@ -815,7 +818,8 @@ print("python ok")
   const std::string text((std::istreambuf_iterator<char>(in)), {});
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("python ok"), std::string::npos) << text;
-  EXPECT_NE(b_->process->log().find("POST /v1/models/py/versions/2/shards:commit status=307"),
+  EXPECT_NE(b_->process->log().find(
+                "POST /v1/models/py/versions/2/shards:commit?metric.loss=1.5&tag=best status=307"),
             std::string::npos)
       << "the rank's client did not ask the writer for the commit";
 }

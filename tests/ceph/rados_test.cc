@@ -201,9 +201,13 @@ TEST_F(RadosTest, UploadSpoolPublishesShardsOutsideCommitsAndRemovesEveryAttempt
   EXPECT_EQ(again->shard_count, 2u);
   EXPECT_EQ(again->created_at_ms, 1000);
 
-  // Over one 64 MiB piece: the read crosses the boundary.
+  // Over one 64 MiB piece: reads cross the boundary.
   std::string body((64u << 20) + 4096, '\0');
-  for (size_t i = 0; i < body.size(); i += 4093) body[i] = static_cast<char>(i / 4093);
+  uint64_t x = 88172645463325252ull;
+  for (char& c : body) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    c = static_cast<char>(x);
+  }
   auto writer = spool->NewShardWriter("m", 7, 0);
   ASSERT_TRUE(writer.ok()) << writer.status().ToString();
   auto span = [](const std::string& s) {
@@ -211,11 +215,17 @@ TEST_F(RadosTest, UploadSpoolPublishesShardsOutsideCommitsAndRemovesEveryAttempt
   };
   ASSERT_TRUE((*writer)->Append(span(body)).ok());
   ASSERT_TRUE((*writer)->Seal(std::string(64, 'a')).ok());
-  ASSERT_TRUE(spool->BeginCommit("m", 7).ok());
+  // Two commits begin (the second takes the mark over, as a new writer's does); the first one's
+  // end leaves the second's mark, which refuses the shard until it ends.
+  auto first = spool->BeginCommit("m", 7);
+  auto second = spool->BeginCommit("m", 7);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_NE(*first, *second);
+  spool->EndCommit("m", 7, *first);
   Status refused = (*writer)->Publish();
   EXPECT_EQ(refused.code(), StatusCode::kAborted) << refused.ToString();
   EXPECT_TRUE(spool->Shards("m", 7)->empty());
-  spool->EndCommit("m", 7);
+  spool->EndCommit("m", 7, *second);
   ASSERT_TRUE((*writer)->Publish().ok());
   auto shards = spool->Shards("m", 7);
   ASSERT_TRUE(shards.ok() && shards->size() == 1u);
@@ -223,10 +233,13 @@ TEST_F(RadosTest, UploadSpoolPublishesShardsOutsideCommitsAndRemovesEveryAttempt
   EXPECT_EQ((*shards)[0].attempt, (*writer)->attempt());
   auto file = spool->OpenShard("m", 7, (*shards)[0]);
   ASSERT_TRUE(file.ok());
-  std::string back(8192, '\0');
+  std::string back(body.size(), '\0');
+  ASSERT_TRUE((*file)->ReadAt(0, {reinterpret_cast<uint8_t*>(back.data()), back.size()}).ok());
+  EXPECT_TRUE(back == body);
   const uint64_t at = (64u << 20) - 4096;
-  ASSERT_TRUE((*file)->ReadAt(at, {reinterpret_cast<uint8_t*>(back.data()), back.size()}).ok());
-  EXPECT_EQ(back, body.substr(at, back.size()));
+  std::string window(8192, '\0');
+  ASSERT_TRUE((*file)->ReadAt(at, {reinterpret_cast<uint8_t*>(window.data()), window.size()}).ok());
+  EXPECT_TRUE(window == body.substr(at, window.size()));
 
   // An attempt begun and abandoned (its daemon killed: the writer is never destroyed) is
   // removed with the upload.

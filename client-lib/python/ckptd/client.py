@@ -352,18 +352,34 @@ class Client:
         else:
             def once():
                 return self._put_body(model, path, body, label)
-        return _retrying(lambda: self._completed(model, step, once()), retries, backoff)
+        # The version's metrics and tags go with the commit, wherever it runs.
+        commit_query = [(k, v) for k, v in query if k != "of"]
 
-    def _completed(self, model, step, answer):
+        def stored_and_committed():
+            for _ in range(3):
+                try:
+                    return self._completed(model, step, once(), commit_query)
+                except CkptdError as error:
+                    # The commit dropped shards coded by a plan gone stale (ours among them,
+                    # maybe): this rank codes and sends its shard again.
+                    if error.code != "STALE_PLAN":
+                        raise
+            return self._completed(model, step, once(), commit_query)
+        return _retrying(stored_and_committed, retries, backoff)
+
+    def _completed(self, model, step, answer, commit_query):
         """A shard's answer; when the shard completed its upload on a daemon that does not write
         the model (a cluster: the answer names the writer in "commit_through"), the commit's
         answer, asked of the writer, with what the shard's own answer adds."""
         upload = (answer or {}).get("upload") or {}
-        if "version" in answer or upload.get("committed") or upload.get("missing") \
+        if "version" in (answer or {}) or upload.get("committed") or upload.get("missing") \
                 or not upload.get("commit_through"):
             return answer
-        committed = self.commit_shards(model, step)
-        return dict(answer, **committed)
+        path = f"/v1/models/{self._quote(model)}/versions/{int(step)}/shards:commit"
+        if commit_query:
+            path += "?" + urllib.parse.urlencode(commit_query)
+        committed = self._json("POST", path, model=model)
+        return dict(answer, **(committed or {}))
 
     def _version_record(self, model, version):
         """The listing entry of `version` of `model`, or None."""

@@ -107,12 +107,16 @@ class UploadSpool {
   virtual Status RemoveShard(const std::string& model, uint64_t version, uint32_t shard) = 0;
 
   // Marks the upload as being committed by this daemon: until EndCommit, shards published by
-  // any daemon are refused, so the shards the commit reads stay the upload's. No-op where one
-  // daemon owns the spool (its caller refuses them itself).
-  virtual Status BeginCommit(const std::string& /*model*/, uint64_t /*version*/) {
-    return Status::Ok();
+  // any daemon are refused, so the shards the commit reads stay the upload's. Takes the mark over
+  // from a commit that never ended (its daemon died). Returns the commit's token. Where one
+  // daemon owns the spool (its caller refuses shards itself) nothing is marked.
+  virtual Result<std::string> BeginCommit(const std::string& /*model*/, uint64_t /*version*/) {
+    return std::string();
   }
-  virtual void EndCommit(const std::string& /*model*/, uint64_t /*version*/) {}
+  // Clears the mark if it is still `token`'s (another commit may have taken it over); an empty
+  // token clears whatever mark there is. Best effort.
+  virtual void EndCommit(const std::string& /*model*/, uint64_t /*version*/,
+                         const std::string& /*token*/) {}
 };
 
 // The local spool: files under `root` (<data_dir>/uploads), owned by one daemon.

@@ -224,6 +224,8 @@ Status ShardedUploads::Open(std::unique_ptr<UploadSpool> spool,
                             const VersionExistsFn& version_exists) {
   spool_ = std::move(spool);
   CKPT_RETURN_IF_ERROR(spool_->Open());
+  // A shared spool's uploads are read when they are asked about (Reload).
+  if (spool_->shared()) return Status::Ok();
   CKPT_ASSIGN_OR_RETURN(std::vector<UploadRecord> records, spool_->List());
   for (UploadRecord& record : records) {
     CKPT_ASSIGN_OR_RETURN(const bool committed, version_exists(record.model, record.version));
@@ -254,52 +256,49 @@ Status ShardedUploads::Open(std::unique_ptr<UploadSpool> spool,
 Status ShardedUploads::Reload(const std::string& model, uint64_t version) {
   if (!spool_->shared()) return Status::Ok();
   const Key key(model, version);
-  CKPT_ASSIGN_OR_RETURN(std::optional<UploadRecord> record, spool_->Find(model, version));
-  if (!record) {
-    // Committed, aborted or expired through another daemon.
-    std::lock_guard lock(mu_);
-    auto it = uploads_.find(key);
-    if (it != uploads_.end() && !it->second.committing && it->second.sessions == 0) {
-      uploads_.erase(it);
-    }
-    return Status::Ok();
-  }
-  CKPT_ASSIGN_OR_RETURN(std::vector<SpooledShard> listed, spool_->Shards(model, version));
-  std::map<uint32_t, StoredShard> shards;
-  std::vector<SpooledShard> to_load;
+  uint64_t ticket;
   {
     std::lock_guard lock(mu_);
-    auto it = uploads_.find(key);
-    for (SpooledShard& s : listed) {
-      if (s.shard >= record->shard_count) continue;
-      if (it != uploads_.end()) {
-        auto known = it->second.shards.find(s.shard);
-        if (known != it->second.shards.end() && known->second.spooled.SameAttempt(s)) {
-          shards.emplace(s.shard, known->second);
-          continue;
-        }
-      }
-      to_load.push_back(std::move(s));
-    }
+    ticket = ++reload_tickets_;
   }
-  int64_t last_active_ms = record->created_at_ms;
-  for (SpooledShard& s : to_load) {
-    auto stored = LoadStoredShard(*record, s);
-    // A shard replaced or removed since it was listed is read at the next reload.
-    if (!stored.ok() && stored.status().code() == StatusCode::kNotFound) continue;
-    CKPT_RETURN_IF_ERROR(stored.status());
-    if (*stored) shards.emplace(s.shard, std::move(**stored));
-  }
-  for (const auto& [index, shard] : shards) {
-    last_active_ms = std::max(last_active_ms, shard.spooled.stored_at_ms);
+  CKPT_ASSIGN_OR_RETURN(std::optional<UploadRecord> record, spool_->Find(model, version));
+  std::vector<SpooledShard> listed;
+  if (record) {
+    CKPT_ASSIGN_OR_RETURN(listed, spool_->Shards(model, version));
   }
   std::lock_guard lock(mu_);
-  auto [it, created] = uploads_.try_emplace(key);
+  auto it = uploads_.find(key);
+  // An upload being committed here, or a newer listing already in, stays as it is.
+  if (it != uploads_.end() && (it->second.committing || it->second.reload_ticket > ticket)) {
+    return Status::Ok();
+  }
+  if (!record) {
+    // Committed, aborted or expired through another daemon.
+    if (it != uploads_.end() && it->second.sessions == 0) uploads_.erase(it);
+    return Status::Ok();
+  }
+  if (it == uploads_.end()) it = uploads_.emplace(key, Upload()).first;
   Upload& upload = it->second;
-  if (upload.committing) return Status::Ok();
+  std::map<uint32_t, StoredShard> shards;
+  int64_t last_active_ms = record->created_at_ms;
+  for (SpooledShard& s : listed) {
+    if (s.shard >= record->shard_count) continue;
+    last_active_ms = std::max(last_active_ms, s.stored_at_ms);
+    auto known = upload.shards.find(s.shard);
+    if (known != upload.shards.end() && known->second.spooled.SameAttempt(s)) {
+      shards.emplace(s.shard, std::move(known->second));
+      continue;
+    }
+    StoredShard listed_only;
+    listed_only.described = false;
+    listed_only.header.shard = s.shard;
+    listed_only.spooled = std::move(s);
+    shards.emplace(listed_only.spooled.shard, std::move(listed_only));
+  }
   upload.record = *record;
   upload.shards = std::move(shards);
-  upload.last_active_ms = std::max(created ? 0 : upload.last_active_ms, last_active_ms);
+  upload.last_active_ms = std::max(upload.last_active_ms, last_active_ms);
+  upload.reload_ticket = ticket;
   return Status::Ok();
 }
 
@@ -314,8 +313,38 @@ Status ShardedUploads::ReloadAll() {
   for (const UploadRecord& r : records) keys.emplace_back(r.model, r.version);
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-  for (const Key& key : keys) CKPT_RETURN_IF_ERROR(Reload(key.first, key.second));
+  for (const Key& key : keys) (void)Reload(key.first, key.second);
   return Status::Ok();
+}
+
+Result<std::map<uint32_t, ShardedUploads::StoredShard>> ShardedUploads::ShardsToCommit(
+    const UploadRecord& record) {
+  CKPT_ASSIGN_OR_RETURN(std::vector<SpooledShard> listed,
+                        spool_->Shards(record.model, record.version));
+  std::map<uint32_t, StoredShard> shards;
+  std::vector<SpooledShard> to_read;
+  {
+    std::lock_guard lock(mu_);
+    auto it = uploads_.find(Key(record.model, record.version));
+    for (SpooledShard& s : listed) {
+      if (s.shard >= record.shard_count) continue;
+      if (it != uploads_.end()) {
+        auto known = it->second.shards.find(s.shard);
+        if (known != it->second.shards.end() && known->second.described &&
+            known->second.spooled.SameAttempt(s)) {
+          shards.emplace(s.shard, known->second);
+          continue;
+        }
+      }
+      to_read.push_back(std::move(s));
+    }
+  }
+  for (SpooledShard& s : to_read) {
+    const uint32_t index = s.shard;
+    CKPT_ASSIGN_OR_RETURN(std::optional<StoredShard> stored, LoadStoredShard(record, std::move(s)));
+    if (stored) shards.emplace(index, std::move(*stored));
+  }
+  return shards;
 }
 
 Result<std::unique_ptr<ShardSession>> ShardedUploads::Begin(
@@ -403,7 +432,8 @@ ShardUploadInfo ShardedUploads::InfoOf(const Upload& upload) const {
 Status ShardedUploads::CheckAgainstUpload(const Upload& upload, const ShardHeader& header) const {
   std::vector<const ShardHeader*> others;
   for (const auto& [index, shard] : upload.shards) {
-    if (index != header.shard) others.push_back(&shard.header);
+    // Shards other daemons stored are checked at the commit.
+    if (index != header.shard && shard.described) others.push_back(&shard.header);
   }
   return CheckShardAgainst(header, others);
 }
@@ -454,7 +484,7 @@ Result<ShardResult> ShardedUploads::Commit(const std::string& model, uint64_t ve
   auto result = CommitUpload(model, version, options, /*by_last_shard=*/false);
   if (result.ok() || result.status().code() != StatusCode::kNotFound) return result;
   CKPT_ASSIGN_OR_RETURN(auto committed, committed_(model, version));
-  if (!committed) return result;
+  if (!committed || committed->shard_count == 0) return result;
   ShardResult done;
   done.upload.model = model;
   done.upload.version = version;
@@ -470,24 +500,30 @@ Result<ShardResult> ShardedUploads::Commit(const std::string& model, uint64_t ve
 
 Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint64_t version,
                                                  const PushOptions& options, bool by_last_shard) {
-  // Whether the upload can be committed now, by this daemon: nullopt if so (`stored` then
-  // holds its shards and the upload is marked as being committed), else the answer.
+  const bool shared = spool_->shared();
+  CKPT_RETURN_IF_ERROR(Reload(model, version));
+  // In a cluster only the model's writer commits; the others say where the commit goes.
+  std::optional<std::string> owner;
+  if (shared) {
+    CKPT_ASSIGN_OR_RETURN(owner, write_owner_(model));
+  }
+  // Claims the upload for this commit (`committing`), or answers why not.
   std::vector<StoredShard> stored;
-  auto take = [&](bool final_check) -> std::optional<Result<ShardResult>> {
+  UploadRecord record;
+  bool stale_mark = false;  // the writer sees a shared upload incomplete: no commit of it runs
+  {
     std::lock_guard lock(mu_);
     auto it = uploads_.find(Key(model, version));
     if (it == uploads_.end()) {
-      return Result<ShardResult>(
-          Status::NotFound("no upload of " + UploadName(model, version) + " is in progress"));
+      return Status::NotFound("no upload of " + UploadName(model, version) + " is in progress");
     }
     Upload& upload = it->second;
     // A shard stored while another commits it, or before the last one: nothing more to do.
     if (by_last_shard && (upload.committing || upload.shards.size() < upload.record.shard_count)) {
-      return Result<ShardResult>(ShardResult{InfoOf(upload), std::nullopt});
+      return ShardResult{InfoOf(upload), std::nullopt};
     }
     if (upload.committing) {
-      return Result<ShardResult>(
-          Status::Aborted("the upload of " + UploadName(model, version) + " is being committed"));
+      return Status::Aborted("the upload of " + UploadName(model, version) + " is being committed");
     }
     std::string missing;
     uint32_t missing_count = 0;
@@ -496,47 +532,52 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
       if (++missing_count <= 16) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
     }
     if (missing_count > 0) {
-      return Result<ShardResult>(Status::FailedPrecondition(
-          "the upload of " + UploadName(model, version) + " misses " +
-          std::to_string(missing_count) + " of its " + std::to_string(upload.record.shard_count) +
-          " shards (" + missing + (missing_count > 16 ? ", ..." : "") + ")"));
-    }
-    if (!final_check) return std::nullopt;
-    upload.committing = true;
-    for (const auto& [index, shard] : upload.shards) stored.push_back(shard);
-    return std::nullopt;
-  };
-  CKPT_RETURN_IF_ERROR(Reload(model, version));
-  if (auto answer = take(/*final_check=*/false)) return std::move(*answer);
-  if (spool_->shared()) {
-    // Complete as this daemon sees it. Only the model's writer commits; the others say where.
-    CKPT_ASSIGN_OR_RETURN(std::optional<std::string> owner, write_owner_(model));
-    if (owner) {
-      std::lock_guard lock(mu_);
-      auto it = uploads_.find(Key(model, version));
-      if (it == uploads_.end()) {
-        return Status::NotFound("no upload of " + UploadName(model, version) + " is in progress");
+      stale_mark = shared && !owner;
+      if (!stale_mark) {
+        return Status::FailedPrecondition("the upload of " + UploadName(model, version) +
+                                          " misses " + std::to_string(missing_count) + " of its " +
+                                          std::to_string(upload.record.shard_count) + " shards (" +
+                                          missing + (missing_count > 16 ? ", ..." : "") + ")");
       }
-      ShardResult complete{InfoOf(it->second), std::nullopt};
+    } else if (owner) {
+      ShardResult complete{InfoOf(upload), std::nullopt};
       complete.upload.commit_through = owner->empty() ? "another daemon" : *owner;
       return complete;
     }
-    // No shard is published while the commit reads them; the upload is read again under that
-    // guard.
-    CKPT_RETURN_IF_ERROR(spool_->BeginCommit(model, version));
-    Status reloaded = Reload(model, version);
-    std::optional<Result<ShardResult>> answer;
-    if (reloaded.ok()) answer = take(/*final_check=*/true);
-    if (!reloaded.ok() || answer) {
-      spool_->EndCommit(model, version);
-      CKPT_RETURN_IF_ERROR(reloaded);
-      return std::move(*answer);
+    if (!stale_mark) {
+      upload.committing = true;
+      record = upload.record;
+      for (const auto& [index, shard] : upload.shards) stored.push_back(shard);
     }
-  } else if (auto answer = take(/*final_check=*/true)) {
-    return std::move(*answer);
+  }
+  if (stale_mark) {
+    // Asked of the writer, which commits nothing of it now: a mark left by a commit that never
+    // ended (its daemon died) would refuse the missing shards until the upload expires.
+    spool_->EndCommit(model, version, /*token=*/"");
+    return Status::FailedPrecondition("the upload of " + UploadName(model, version) +
+                                      " misses shards; send them again");
+  }
+  // With a shared spool: no shard is published while the commit reads them, and the shards are
+  // those the spool lists under that mark.
+  std::string commit_token;
+  Status marked = Status::Ok();
+  if (shared) {
+    auto token = spool_->BeginCommit(model, version);
+    marked = token.status();
+    if (token.ok()) commit_token = std::move(token).value();
   }
   std::vector<uint32_t> stale;  // encoded shards coded by a plan that is no longer the store's
   auto assembled = [&]() -> Result<VersionInfo> {
+    CKPT_RETURN_IF_ERROR(marked);
+    if (shared) {
+      CKPT_ASSIGN_OR_RETURN(auto listed, ShardsToCommit(record));
+      if (listed.size() < record.shard_count) {
+        return Status::FailedPrecondition("the upload of " + UploadName(model, version) +
+                                          " misses shards; send them again");
+      }
+      stored.clear();
+      for (auto& [index, shard] : listed) stored.push_back(std::move(shard));
+    }
     std::vector<const ShardHeader*> header_ptrs;
     std::vector<const StoredShard*> shards;
     std::vector<std::string> digests;
@@ -571,15 +612,14 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
     }
     auto it = uploads_.find(Key(model, version));
     if (!assembled.ok()) {
-      spool_->EndCommit(model, version);
-      if (it != uploads_.end()) {
-        it->second.committing = false;
-        // They can never commit: their ranks send them again, by a new plan.
-        for (uint32_t shard : stale) {
-          (void)spool_->RemoveShard(model, version, shard);
-          it->second.shards.erase(shard);
-        }
+      // They can never commit: their ranks send them again, by a new plan. Removed while the
+      // mark still refuses the shards sent again.
+      for (uint32_t shard : stale) {
+        (void)spool_->RemoveShard(model, version, shard);
+        if (it != uploads_.end()) it->second.shards.erase(shard);
       }
+      if (shared && marked.ok()) spool_->EndCommit(model, version, commit_token);
+      if (it != uploads_.end()) it->second.committing = false;
       return assembled.status();
     }
     ShardResult committed;
@@ -677,20 +717,32 @@ Status ShardedUploads::Abort(const std::string& model, uint64_t version) {
 }
 
 Result<std::vector<ShardUploadInfo>> ShardedUploads::Expire(int64_t now_ms) {
-  // A shared upload expires by its shards stored through any daemon.
+  // A shared upload expires by its shards stored through any daemon, and only on the model's
+  // writer: it alone knows whether a commit of it runs.
   CKPT_RETURN_IF_ERROR(ReloadAll());
-  std::lock_guard lock(mu_);
-  std::vector<ShardUploadInfo> expired;
-  for (auto it = uploads_.begin(); it != uploads_.end();) {
-    const Upload& upload = it->second;
-    ShardUploadInfo info = InfoOf(upload);
-    if (upload.committing || upload.sessions > 0 || info.expires_at_ms > now_ms) {
-      ++it;
-      continue;
+  std::vector<Key> candidates;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, upload] : uploads_) {
+      if (!upload.committing && upload.sessions == 0 && InfoOf(upload).expires_at_ms <= now_ms) {
+        candidates.push_back(key);
+      }
     }
-    CKPT_RETURN_IF_ERROR(spool_->Remove(upload.record.model, upload.record.version));
+  }
+  std::vector<ShardUploadInfo> expired;
+  for (const Key& key : candidates) {
+    if (spool_->shared()) {
+      auto owner = write_owner_(key.first);
+      if (!owner.ok() || *owner) continue;
+    }
+    std::lock_guard lock(mu_);
+    auto it = uploads_.find(key);
+    if (it == uploads_.end() || it->second.committing || it->second.sessions > 0) continue;
+    ShardUploadInfo info = InfoOf(it->second);
+    if (info.expires_at_ms > now_ms) continue;
+    CKPT_RETURN_IF_ERROR(spool_->Remove(key.first, key.second));
     expired.push_back(std::move(info));
-    it = uploads_.erase(it);
+    uploads_.erase(it);
   }
   return expired;
 }

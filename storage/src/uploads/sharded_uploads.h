@@ -105,6 +105,9 @@ class ShardedUploads {
     SpooledShard spooled;
     ShardHeader header;
     std::optional<EncodedShardIndex> encoded;  // an encoded shard's
+    // Whether header and encoded are read: a shard another daemon stored is listed by the
+    // spool and read only by the commit.
+    bool described = true;
   };
   struct Upload {
     UploadRecord record;
@@ -112,6 +115,7 @@ class ShardedUploads {
     bool committing = false;
     int sessions = 0;            // shards being received: the upload does not expire meanwhile
     int64_t last_active_ms = 0;  // its creation, or the last shard begun or stored
+    uint64_t reload_ticket = 0;  // of the Reload whose listing `shards` reflects
   };
 
   // The upload's description; REQUIRES: mu_ held.
@@ -124,8 +128,12 @@ class ShardedUploads {
   // daemons stored, or removed; the upload itself when another daemon created or removed it).
   // An upload this daemon is committing is left as it is. No-op with a local spool.
   Status Reload(const std::string& model, uint64_t version);
-  // Reload of every upload in the spool (listings, expiry).
+  // Reload of every upload in the spool (listings, expiry); one that cannot be read now is left
+  // as this daemon last saw it.
   Status ReloadAll();
+  // The stored shards of a shared upload marked as being committed, as the spool lists them,
+  // each described (read from the spool unless this daemon knows that attempt).
+  Result<std::map<uint32_t, StoredShard>> ShardsToCommit(const UploadRecord& record);
   // Stores a received shard's description after its file is in place. REQUIRES: mu_ held.
   Status CheckAgainstUpload(const Upload& upload, const ShardHeader& header) const;
   // Called by a session as it ends (stored or not).
@@ -158,6 +166,7 @@ class ShardedUploads {
   std::mutex mu_;
   std::condition_variable commit_ended_;  // notified when a commit ends, either way
   std::map<Key, Upload> uploads_;         // guarded by mu_
+  uint64_t reload_tickets_ = 0;           // Reloads begun; guarded by mu_
   // CallAfterCommit's callbacks, by model; guarded by mu_.
   std::map<std::string, std::vector<std::function<void()>>> after_commit_;
 };

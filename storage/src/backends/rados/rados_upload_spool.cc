@@ -113,6 +113,19 @@ Result<UploadRecord> ParseRecord(const std::string& text) {
   return r;
 }
 
+// Removes pieces [0, pieces) of an attempt, the last first (so that an interrupted removal
+// leaves a prefix, which the attempt's count still covers).
+Status RemovePieces(librados::IoCtx& io, const std::string& model, uint64_t version,
+                    const std::string& attempt, uint64_t pieces) {
+  for (uint64_t p = pieces; p-- > 0;) {
+    const int r = io.remove(PieceObject(model, version, attempt, p));
+    if (r != -ENOENT) {
+      CKPT_RETURN_IF_ERROR(FromRados(r, "removing the upload of " + UploadName(model, version)));
+    }
+  }
+  return Status::Ok();
+}
+
 // Reads an attempt's pieces. Thread-compatible.
 class RadosShardFile final : public SpooledShardFile {
  public:
@@ -172,7 +185,7 @@ class RadosShardWriter final : public SpooledShardWriter {
     if (published_) return;
     // Best effort: what stays is removed with the upload (the attempt is registered).
     const uint64_t pieces = (written_ + kPieceBytes - 1) / kPieceBytes;
-    for (uint64_t p = 0; p < pieces; ++p) io_.remove(PieceObject(model_, version_, attempt_, p));
+    if (!RemovePieces(io_, model_, version_, attempt_, pieces).ok()) return;
     librados::ObjectWriteOperation op;
     op.omap_rm_keys({kAttemptKeyPrefix + attempt_});
     io_.operate(UploadObject(model_, version_), &op);
@@ -224,6 +237,15 @@ class RadosShardWriter final : public SpooledShardWriter {
     while (done < buffer_.size()) {
       const uint64_t piece = written_ / kPieceBytes;
       const uint64_t in_piece = written_ % kPieceBytes;
+      if (in_piece == 0) {
+        // The attempt names its pieces before each is written, so a removal finds them all.
+        librados::ObjectWriteOperation count;
+        count.assert_exists();
+        count.omap_set({{kAttemptKeyPrefix + attempt_, U64(piece + 1)}});
+        const int r = io_.operate(UploadObject(model_, version_), &count);
+        if (r == -ENOENT) return Gone(model_, version_);
+        CKPT_RETURN_IF_ERROR(FromRados(r, "storing shard " + std::to_string(shard_)));
+      }
       const size_t n =
           static_cast<size_t>(std::min<uint64_t>(buffer_.size() - done, kPieceBytes - in_piece));
       librados::bufferlist data;
@@ -375,13 +397,13 @@ class RadosUploadSpool final : public UploadSpool {
     if (attempts.ok()) {
       for (const auto& [key, value] : *attempts) {
         const std::string attempt = key.substr(sizeof kAttemptKeyPrefix - 1);
-        // Pieces are written in order: the first missing one ends the attempt.
-        for (uint64_t piece = 0;; ++piece) {
-          const int r = io_.remove(PieceObject(model, version, attempt, piece));
-          if (r == -ENOENT) break;
-          CKPT_RETURN_IF_ERROR(
-              FromRados(r, "removing the upload of " + UploadName(model, version)));
+        // The count of pieces begun; an empty value: none.
+        const std::string count = value.to_str();
+        uint64_t pieces = 0;
+        if (count.size() == 8) {
+          for (unsigned char c : count) pieces = (pieces << 8) | c;  // u64 BE
         }
+        CKPT_RETURN_IF_ERROR(RemovePieces(io_, model, version, attempt, pieces));
       }
     } else if (attempts.status().code() != StatusCode::kNotFound) {
       return attempts.status();
@@ -406,20 +428,25 @@ class RadosUploadSpool final : public UploadSpool {
                                            UploadName(model, version));
   }
 
-  Status BeginCommit(const std::string& model, uint64_t version) override {
+  Result<std::string> BeginCommit(const std::string& model, uint64_t version) override {
+    const std::string token = "commit " + NewAttemptId() + " " + std::to_string(NowMs());
     librados::ObjectWriteOperation op;
     op.assert_exists();
-    op.omap_set({{kCommittingKey, U64(static_cast<uint64_t>(std::max<int64_t>(1, NowMs())))}});
+    op.omap_set({{kCommittingKey, Bytes(token)}});
     const int r = io_.operate(UploadObject(model, version), &op);
     if (r == -ENOENT) return Gone(model, version);
-    return FromRados(r, "committing the upload of " + UploadName(model, version));
+    CKPT_RETURN_IF_ERROR(FromRados(r, "committing the upload of " + UploadName(model, version)));
+    return token;
   }
 
-  void EndCommit(const std::string& model, uint64_t version) override {
+  void EndCommit(const std::string& model, uint64_t version, const std::string& token) override {
     librados::ObjectWriteOperation op;
+    int guard = 0;
     op.assert_exists();
+    if (!token.empty())
+      op.omap_cmp({{kCommittingKey, {Bytes(token), LIBRADOS_CMPXATTR_OP_EQ}}}, &guard);
     op.omap_set({{kCommittingKey, U64(0)}});
-    io_.operate(UploadObject(model, version), &op);
+    io_.operate(UploadObject(model, version), &op);  // -ECANCELED: another commit holds it
   }
 
  private:
