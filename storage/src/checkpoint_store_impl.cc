@@ -73,7 +73,17 @@ class CheckpointStoreImpl final : public CheckpointStore {
             [this](const std::string& model, uint64_t version) {
               return CommittedShardsOf(model, version);
             },
-            [this](const std::string& model) { return backend_->WriteOwner(model); }) {}
+            [this](const std::string& model, bool claim) -> Result<std::optional<std::string>> {
+              if (claim) {
+                Status claimed = backend_->ClaimWrites(model);
+                if (claimed.ok()) return std::optional<std::string>();
+                if (claimed.code() != StatusCode::kUnavailable) return claimed;
+              }
+              CKPT_ASSIGN_OR_RETURN(std::optional<std::string> owner, backend_->WriteOwner(model));
+              // Claimed by another daemon that advertises no URL: still not this one.
+              if (claim && !owner) return std::optional<std::string>(std::string());
+              return owner;
+            }) {}
 
   ~CheckpointStoreImpl() override {
     if (!db_) return;

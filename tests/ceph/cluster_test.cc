@@ -784,6 +784,36 @@ TEST_F(ClusterTest, AnyDaemonTakesAShardAndTheWriterCommitsEachUploadOnce) {
   auto uploads = Request(b_->port, "GET", VersionPath("enc", 4) + "/shards");
   EXPECT_EQ(uploads.status, 404) << uploads.body;
 
+  // The last two shards of a new model (nobody holds its lease) arrive at both daemons at
+  // once: one daemon takes the lease and commits; the other commits too or says where.
+  testing::RawResponse raced[2];
+  {
+    std::thread a_side([&] {
+      raced[0] =
+          Request(a_->port, "PUT", VersionPath("race", 1) + "/shards/0?of=2", RowShard(1, 0));
+    });
+    raced[1] = Request(b_->port, "PUT", VersionPath("race", 1) + "/shards/1?of=2", RowShard(1, 1));
+    a_side.join();
+  }
+  int committed_answers = 0;
+  for (const auto& r : raced) {
+    ASSERT_TRUE(r.status == 201 || r.status == 202) << r.status << " " << r.body;
+    committed_answers += r.status == 201;
+  }
+  auto race_commit = Request(a_->port, "POST", VersionPath("race", 1) + "/shards:commit");
+  if (race_commit.status == 307) {
+    race_commit = Request(b_->port, "POST", VersionPath("race", 1) + "/shards:commit");
+  }
+  ASSERT_TRUE(race_commit.status == 200 || race_commit.status == 201) << race_commit.body;
+  EXPECT_LE(committed_answers, 1) << raced[0].body << raced[1].body;
+  std::string race_global;
+  RowShard(1, 0, &race_global);
+  for (Node* node : {a_.get(), b_.get()}) {
+    auto whole = Request(node->port, "GET", VersionPath("race", 1));
+    ASSERT_EQ(whole.status, 200) << whole.body;
+    EXPECT_NE(whole.body.find(race_global), std::string::npos);
+  }
+
   // The Python client's ranks: the one whose shard completes the upload on B has the commit
   // done through the writer, and its answer is the committed version.
   const std::string script = R"(

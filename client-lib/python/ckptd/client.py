@@ -362,7 +362,7 @@ class Client:
                 except CkptdError as error:
                     # The commit dropped shards coded by a plan gone stale (ours among them,
                     # maybe): this rank codes and sends its shard again.
-                    if error.code != "STALE_PLAN":
+                    if error.reason != "STALE_PLAN":
                         raise
             return self._completed(model, step, once(), commit_query)
         return _retrying(stored_and_committed, retries, backoff)
@@ -378,7 +378,8 @@ class Client:
         path = f"/v1/models/{self._quote(model)}/versions/{int(step)}/shards:commit"
         if commit_query:
             path += "?" + urllib.parse.urlencode(commit_query)
-        committed = self._json("POST", path, model=model)
+        # Retried alone: the shard is stored.
+        committed = _retrying(lambda: self._json("POST", path, model=model), 3, 0.5)
         return dict(answer, **(committed or {}))
 
     def _version_record(self, model, version):

@@ -118,6 +118,7 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
       upload.shards[shard_] =
           StoredShard{SpooledShard{shard_, received_, digest, NowMs(), writer_->attempt()},
                       std::move(*header_), std::move(index)};
+      upload.reload_ticket = ++owner_->reload_tickets_;
       upload.last_active_ms = NowMs();
     }
     return owner_->ShardStored(model_, version_, options_);
@@ -274,10 +275,16 @@ Status ShardedUploads::Reload(const std::string& model, uint64_t version) {
   }
   if (!record) {
     // Committed, aborted or expired through another daemon.
-    if (it != uploads_.end() && it->second.sessions == 0) uploads_.erase(it);
+    if (it != uploads_.end() && it->second.sessions == 0) {
+      uploads_.erase(it);
+      erased_ticket_ = ++reload_tickets_;
+    }
     return Status::Ok();
   }
-  if (it == uploads_.end()) it = uploads_.emplace(key, Upload()).first;
+  if (it == uploads_.end()) {
+    if (ticket < erased_ticket_) return Status::Ok();  // listed before an upload was erased
+    it = uploads_.emplace(key, Upload()).first;
+  }
   Upload& upload = it->second;
   std::map<uint32_t, StoredShard> shards;
   int64_t last_active_ms = record->created_at_ms;
@@ -372,7 +379,14 @@ Result<std::unique_ptr<ShardSession>> ShardedUploads::Begin(
   {
     std::lock_guard lock(mu_);
     auto it = uploads_.find(Key(model, version));
-    if (it != uploads_.end() && shared_record) it->second.record = *shared_record;
+    if (it != uploads_.end() && shared_record) {
+      // Another upload of the same version (the one this daemon saw was aborted or expired
+      // through another daemon): its shards are not this one's.
+      if (it->second.record.created_at_ms != shared_record->created_at_ms) {
+        it->second.shards.clear();
+      }
+      it->second.record = *shared_record;
+    }
     if (it == uploads_.end()) {
       UploadRecord record{model, version, shard_count, NowMs()};
       if (shared_record) {
@@ -505,7 +519,23 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
   // In a cluster only the model's writer commits; the others say where the commit goes.
   std::optional<std::string> owner;
   if (shared) {
-    CKPT_ASSIGN_OR_RETURN(owner, write_owner_(model));
+    CKPT_ASSIGN_OR_RETURN(owner, write_owner_(model, /*claim=*/true));
+    if (!owner) {
+      // This daemon holds the lease, so its view of the model is current: an upload whose
+      // version is committed is a leftover of a commit whose removal failed.
+      CKPT_ASSIGN_OR_RETURN(auto committed, committed_(model, version));
+      if (committed) {
+        CKPT_RETURN_IF_ERROR(spool_->Remove(model, version));
+        std::lock_guard lock(mu_);
+        auto it = uploads_.find(Key(model, version));
+        if (it != uploads_.end() && !it->second.committing && it->second.sessions == 0) {
+          uploads_.erase(it);
+          erased_ticket_ = ++reload_tickets_;
+        }
+        return Status::NotFound("no upload of " + UploadName(model, version) +
+                                " is in progress (the version is committed)");
+      }
+    }
   }
   // Claims the upload for this commit (`committing`), or answers why not.
   std::vector<StoredShard> stored;
@@ -544,16 +574,23 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
       complete.upload.commit_through = owner->empty() ? "another daemon" : *owner;
       return complete;
     }
-    if (!stale_mark) {
-      upload.committing = true;
-      record = upload.record;
-      for (const auto& [index, shard] : upload.shards) stored.push_back(shard);
-    }
+    upload.committing = true;
+    record = upload.record;
+    for (const auto& [index, shard] : upload.shards) stored.push_back(shard);
   }
   if (stale_mark) {
-    // Asked of the writer, which commits nothing of it now: a mark left by a commit that never
-    // ended (its daemon died) would refuse the missing shards until the upload expires.
+    // Asked of the writer (it holds the lease), which commits nothing of it now: a mark left by
+    // a commit that never ended (its daemon died) would refuse the missing shards until the
+    // upload expires. Cleared under this daemon's claim, so that no commit of it starts here
+    // meanwhile.
     spool_->EndCommit(model, version, /*token=*/"");
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = uploads_.find(Key(model, version)); it != uploads_.end()) {
+        it->second.committing = false;
+      }
+      commit_ended_.notify_all();
+    }
     return Status::FailedPrecondition("the upload of " + UploadName(model, version) +
                                       " misses shards; send them again");
   }
@@ -616,7 +653,10 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
       // mark still refuses the shards sent again.
       for (uint32_t shard : stale) {
         (void)spool_->RemoveShard(model, version, shard);
-        if (it != uploads_.end()) it->second.shards.erase(shard);
+        if (it != uploads_.end()) {
+          it->second.shards.erase(shard);
+          it->second.reload_ticket = ++reload_tickets_;
+        }
       }
       if (shared && marked.ok()) spool_->EndCommit(model, version, commit_token);
       if (it != uploads_.end()) it->second.committing = false;
@@ -626,6 +666,7 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
     if (it != uploads_.end()) {
       committed.upload = InfoOf(it->second);
       uploads_.erase(it);
+      erased_ticket_ = ++reload_tickets_;
     }
     committed.upload.committed = true;
     committed.version = std::move(assembled).value();
@@ -713,6 +754,7 @@ Status ShardedUploads::Abort(const std::string& model, uint64_t version) {
   }
   CKPT_RETURN_IF_ERROR(spool_->Remove(model, version));
   uploads_.erase(it);
+  erased_ticket_ = ++reload_tickets_;
   return Status::Ok();
 }
 
@@ -732,7 +774,7 @@ Result<std::vector<ShardUploadInfo>> ShardedUploads::Expire(int64_t now_ms) {
   std::vector<ShardUploadInfo> expired;
   for (const Key& key : candidates) {
     if (spool_->shared()) {
-      auto owner = write_owner_(key.first);
+      auto owner = write_owner_(key.first, /*claim=*/false);
       if (!owner.ok() || *owner) continue;
     }
     std::lock_guard lock(mu_);
@@ -743,6 +785,7 @@ Result<std::vector<ShardUploadInfo>> ShardedUploads::Expire(int64_t now_ms) {
     CKPT_RETURN_IF_ERROR(spool_->Remove(key.first, key.second));
     expired.push_back(std::move(info));
     uploads_.erase(it);
+    erased_ticket_ = ++reload_tickets_;
   }
   return expired;
 }
@@ -770,6 +813,7 @@ Status ShardedUploads::RemoveModel(const std::string& model) {
     }
     CKPT_RETURN_IF_ERROR(spool_->Remove(model, it->first.second));
     it = uploads_.erase(it);
+    erased_ticket_ = ++reload_tickets_;
   }
   return Status::Ok();
 }

@@ -59,8 +59,11 @@ class ShardedUploads {
   using CommittedFn = std::function<Result<std::optional<CommittedShards>>(const std::string& model,
                                                                            uint64_t version)>;
   // Where writes to `model` go: nullopt when this daemon may commit its uploads, else the
-  // advertised URL of the daemon that does (StoreBackend::WriteOwner).
-  using WriteOwnerFn = std::function<Result<std::optional<std::string>>(const std::string& model)>;
+  // advertised URL of the daemon that does (StoreBackend::WriteOwner). With `claim`, this daemon
+  // first takes the model's write lease if nobody holds it (StoreBackend::ClaimWrites): nullopt
+  // then means it holds it, so no other daemon commits the model meanwhile.
+  using WriteOwnerFn =
+      std::function<Result<std::optional<std::string>>(const std::string& model, bool claim)>;
 
   // `options` and `health` must outlive the uploads.
   ShardedUploads(const StoreOptions* options, StoreHealth* health, BeginPushFn begin_push,
@@ -166,7 +169,11 @@ class ShardedUploads {
   std::mutex mu_;
   std::condition_variable commit_ended_;  // notified when a commit ends, either way
   std::map<Key, Upload> uploads_;         // guarded by mu_
-  uint64_t reload_tickets_ = 0;           // Reloads begun; guarded by mu_
+  // Reloads begun and local changes of shared uploads, in order; guarded by mu_. A Reload whose
+  // listing is older than a change leaves it (and an upload erased after the listing began is
+  // not brought back).
+  uint64_t reload_tickets_ = 0;
+  uint64_t erased_ticket_ = 0;  // the ticket of the last upload erased
   // CallAfterCommit's callbacks, by model; guarded by mu_.
   std::map<std::string, std::vector<std::function<void()>>> after_commit_;
 };

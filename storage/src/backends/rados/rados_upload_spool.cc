@@ -106,10 +106,14 @@ Result<UploadRecord> ParseRecord(const std::string& text) {
     return Status::DataLoss("rados: an upload's record is not one this daemon reads");
   }
   UploadRecord r;
-  r.model = doc.value("model", "");
-  r.version = doc.value("version", uint64_t{0});
-  r.shard_count = doc.value("shard_count", 0u);
-  r.created_at_ms = doc.value("created_at_ms", int64_t{0});
+  try {
+    r.model = doc.value("model", "");
+    r.version = doc.value("version", uint64_t{0});
+    r.shard_count = doc.value("shard_count", 0u);
+    r.created_at_ms = doc.value("created_at_ms", int64_t{0});
+  } catch (const json::exception&) {
+    return Status::DataLoss("rados: an upload's record is not one this daemon reads");
+  }
   return r;
 }
 
@@ -184,8 +188,7 @@ class RadosShardWriter final : public SpooledShardWriter {
   ~RadosShardWriter() override {
     if (published_) return;
     // Best effort: what stays is removed with the upload (the attempt is registered).
-    const uint64_t pieces = (written_ + kPieceBytes - 1) / kPieceBytes;
-    if (!RemovePieces(io_, model_, version_, attempt_, pieces).ok()) return;
+    if (!RemovePieces(io_, model_, version_, attempt_, pieces_).ok()) return;
     librados::ObjectWriteOperation op;
     op.omap_rm_keys({kAttemptKeyPrefix + attempt_});
     io_.operate(UploadObject(model_, version_), &op);
@@ -245,6 +248,7 @@ class RadosShardWriter final : public SpooledShardWriter {
         const int r = io_.operate(UploadObject(model_, version_), &count);
         if (r == -ENOENT) return Gone(model_, version_);
         CKPT_RETURN_IF_ERROR(FromRados(r, "storing shard " + std::to_string(shard_)));
+        pieces_ = piece + 1;
       }
       const size_t n =
           static_cast<size_t>(std::min<uint64_t>(buffer_.size() - done, kPieceBytes - in_piece));
@@ -266,6 +270,7 @@ class RadosShardWriter final : public SpooledShardWriter {
   const std::string attempt_;
   std::vector<uint8_t> buffer_;
   uint64_t written_ = 0;
+  uint64_t pieces_ = 0;  // pieces registered (each before its first byte is written)
   std::string sha256_hex_;
   bool published_ = false;
 };
@@ -357,10 +362,15 @@ class RadosUploadSpool final : public UploadSpool {
       }
       SpooledShard s;
       s.shard = static_cast<uint32_t>(std::strtoul(key.c_str() + 6, nullptr, 10));
-      s.attempt = doc.value("attempt", "");
-      s.body_bytes = doc.value("body_bytes", uint64_t{0});
-      s.sha256_hex = doc.value("sha256", "");
-      s.stored_at_ms = doc.value("stored_at_ms", int64_t{0});
+      try {
+        s.attempt = doc.value("attempt", "");
+        s.body_bytes = doc.value("body_bytes", uint64_t{0});
+        s.sha256_hex = doc.value("sha256", "");
+        s.stored_at_ms = doc.value("stored_at_ms", int64_t{0});
+      } catch (const json::exception&) {
+        return Status::DataLoss("rados: a stored shard of " + UploadName(model, version) +
+                                " is not described as this daemon reads");
+      }
       shards.push_back(std::move(s));
     }
     return shards;
