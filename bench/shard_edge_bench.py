@@ -123,16 +123,20 @@ start_nginx
 trap 'kill $nginx_pid' EXIT
 for v in $(seq -f %03g 1 {versions}); do
   s=$(date +%s.%N)
+  pids=()
   for r in $(seq 0 {ranks - 1}); do
-    curl -s -f -T {args.shard_dir}/shard-$v-$r.safetensors "$nginx_url/s-$v-$r" &
+    curl -s -S -f -T {args.shard_dir}/shard-$v-$r.safetensors "$nginx_url/s-$v-$r" &
+    pids+=($!)
   done
-  wait
+  wait "${{pids[@]}}"
   e=$(date +%s.%N)
   echo "$s $e"
 done
 """
-    lines = subprocess.run(["bash", "-c", script], check=True, capture_output=True,
-                           text=True).stdout.split("\n")
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError("nginx peer: " + done.stderr)
+    lines = done.stdout.split("\n")
     times = [float(e) - float(s) for s, e in (line.split() for line in lines if line.strip())]
     return {"way": "nginx PUT", "s_per_version": statistics.median(times[1:] or times)}
 
