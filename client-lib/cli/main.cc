@@ -8,6 +8,7 @@
 // where other users could read it in the process list). Output is a table for people, or JSON
 // with --json; a progress bar is drawn on stderr when it is a terminal. Any error prints one
 // line and exits non-zero.
+#include <malloc.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -22,6 +23,11 @@
 
 int main(int argc, char** argv) {
   using namespace ckpt::cli;
+  // A command lives for one transfer: memory it frees stays in the process for the next chunk
+  // instead of going back to the kernel, which would map and zero it again (per-chunk buffers of
+  // the codec are megabytes, above malloc's default mmap threshold).
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{"ckpt — client for the ckptd checkpoint store"};
   app.require_subcommand(1);
   // The environment's values count when set and not empty.

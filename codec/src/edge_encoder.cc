@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -293,45 +295,74 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
   CKPT_RETURN_IF_ERROR(write(preamble));
   result.encoded_bytes += preamble.size();
 
-  // Windows of chunks encoded in parallel, written in order: at most a window's frames and
-  // reconstructions are held at once.
+  // Chunks are encoded by `threads` workers while this thread hashes and writes the finished
+  // ones in order: a worker takes the next chunk while it lies within a window of the first one
+  // not yet written, so at most a window's frames and reconstructions are held at once, and no
+  // worker waits for the slowest chunk of a batch.
   CodecSet codecs;
   std::vector<const TensorCodec*> codec_of;
   for (const PlannedTensor& t : plan.tensors) codec_of.push_back(codecs.For(t));
-  const size_t workers = static_cast<size_t>(std::max(1, threads));
-  const size_t window = workers * 2;
-  for (size_t start = 0; start < jobs.size(); start += window) {
-    const size_t end = std::min(jobs.size(), start + window);
-    std::atomic<size_t> next{start};
-    auto work = [&] {
-      for (size_t k; (k = next.fetch_add(1)) < end;) {
-        Encode(plan.tensors[jobs[k].tensor], codec_of[jobs[k].tensor], jobs[k]);
+  const size_t workers = std::min(static_cast<size_t>(std::max(1, threads)), jobs.size());
+  const size_t window = std::max<size_t>(workers * 2, 4);
+  std::mutex mu;
+  std::condition_variable changed;
+  std::vector<char> done(jobs.size(), 0);  // guarded by mu
+  size_t next = 0, written = 0;            // guarded by mu
+  bool stop = false;                       // guarded by mu: the writer gave up
+  auto work = [&] {
+    for (;;) {
+      size_t k;
+      {
+        std::unique_lock lock(mu);
+        changed.wait(lock, [&] { return stop || next >= jobs.size() || next < written + window; });
+        if (stop || next >= jobs.size()) return;
+        k = next++;
       }
-    };
-    std::vector<std::thread> pool;
-    for (size_t w = 1; w < std::min(workers, end - start); ++w) pool.emplace_back(work);
-    work();
-    for (std::thread& t : pool) t.join();
-    for (size_t k = start; k < end; ++k) {
-      ChunkJob& job = jobs[k];
-      CKPT_RETURN_IF_ERROR(job.status);
-      const std::span<const uint8_t> restored_chunk =
-          job.reconstruction.empty() ? job.data : std::span<const uint8_t>(job.reconstruction);
-      pushed.Update(job.data);
-      restored.Update(restored_chunk);
-      if (restored_sink) CKPT_RETURN_IF_ERROR(restored_sink(restored_chunk));
-      CKPT_RETURN_IF_ERROR(write(job.frame));
-      result.encoded_bytes += job.frame.size();
-      // Raw bytes go in pieces: the writer may copy what it is given.
-      for (uint64_t at = 0; job.raw && at < job.data.size(); at += kRawPieceBytes) {
-        const std::span<const uint8_t> piece =
-            job.data.subspan(at, std::min<uint64_t>(kRawPieceBytes, job.data.size() - at));
-        CKPT_RETURN_IF_ERROR(write({reinterpret_cast<const char*>(piece.data()), piece.size()}));
-        result.encoded_bytes += piece.size();
+      Encode(plan.tensors[jobs[k].tensor], codec_of[jobs[k].tensor], jobs[k]);
+      {
+        std::lock_guard lock(mu);
+        done[k] = 1;
       }
-      job = ChunkJob{};  // frees the frame and the reconstruction
+      changed.notify_all();
     }
+  };
+  std::vector<std::thread> pool;
+  for (size_t w = 0; w < workers; ++w) pool.emplace_back(work);
+  auto write_job = [&](ChunkJob& job) -> Status {
+    CKPT_RETURN_IF_ERROR(job.status);
+    const std::span<const uint8_t> restored_chunk =
+        job.reconstruction.empty() ? job.data : std::span<const uint8_t>(job.reconstruction);
+    pushed.Update(job.data);
+    restored.Update(restored_chunk);
+    if (restored_sink) CKPT_RETURN_IF_ERROR(restored_sink(restored_chunk));
+    CKPT_RETURN_IF_ERROR(write(job.frame));
+    result.encoded_bytes += job.frame.size();
+    // Raw bytes go in pieces: the writer may copy what it is given.
+    for (uint64_t at = 0; job.raw && at < job.data.size(); at += kRawPieceBytes) {
+      const std::span<const uint8_t> piece =
+          job.data.subspan(at, std::min<uint64_t>(kRawPieceBytes, job.data.size() - at));
+      CKPT_RETURN_IF_ERROR(write({reinterpret_cast<const char*>(piece.data()), piece.size()}));
+      result.encoded_bytes += piece.size();
+    }
+    return Status::Ok();
+  };
+  Status status;
+  for (size_t k = 0; k < jobs.size() && status.ok(); ++k) {
+    {
+      std::unique_lock lock(mu);
+      changed.wait(lock, [&] { return done[k] != 0; });
+    }
+    status = write_job(jobs[k]);
+    jobs[k] = ChunkJob{};  // frees the frame and the reconstruction
+    {
+      std::lock_guard lock(mu);
+      written = k + 1;
+      if (!status.ok()) stop = true;
+    }
+    changed.notify_all();
   }
+  for (std::thread& t : pool) t.join();
+  CKPT_RETURN_IF_ERROR(status);
   result.pushed_sha256 = pushed.FinishHex();
   result.restored_sha256 = restored.FinishHex();
   const std::string end = EncodeEnd({result.pushed_sha256, result.restored_sha256});
