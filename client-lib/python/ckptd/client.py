@@ -326,7 +326,9 @@ class Client:
         whole by several ranks must be equal. The version becomes visible when its last shard
         is stored; the answer's "version" is set then. Sending a shard again replaces the
         earlier attempt, so failures are retried as push() does. `metrics` and `tags` apply
-        when this shard completes the version.
+        when this shard completes the version. With several daemons on one pool any daemon
+        takes the shard; when it completes the version on a daemon that does not write the
+        model, this asks the writer for the commit and returns its answer.
 
         `encoded` (default: the Client's): the rank codes its shard by the daemon's plan of it —
         the chunks of global tensors its slices hold whole, against its part of the last version

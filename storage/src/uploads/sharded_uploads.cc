@@ -114,7 +114,15 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
       }
       Upload& upload = it->second;
       CKPT_RETURN_IF_ERROR(owner_->CheckAgainstUpload(upload, *header_));
-      CKPT_RETURN_IF_ERROR(writer_->Publish());
+      Status published = writer_->Publish();
+      if (published.code() == StatusCode::kAborted && AlreadyStored(digest)) {
+        // Refused while the writer commits the upload, but the same shard is stored already
+        // (a rank retrying): its answer is the upload's, not a refusal to retry until the
+        // commit ends.
+        lock.unlock();
+        return owner_->ShardStored(model_, version_, options_);
+      }
+      CKPT_RETURN_IF_ERROR(published);
       upload.shards[shard_] =
           StoredShard{SpooledShard{shard_, received_, digest, NowMs(), writer_->attempt()},
                       std::move(*header_), std::move(index)};
@@ -130,6 +138,15 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
     if (!committed_) CKPT_RETURN_IF_ERROR(CheckHeader(described));
     header_ = std::move(described);
     return Status::Ok();
+  }
+  // Whether the spool lists this shard with `digest` (a shared spool's shard sent again).
+  bool AlreadyStored(const std::string& digest) {
+    auto listed = owner_->spool_->Shards(model_, version_);
+    if (!listed.ok()) return false;
+    for (const SpooledShard& s : *listed) {
+      if (s.shard == shard_ && s.sha256_hex == digest) return true;
+    }
+    return false;
   }
   // Checks a shard's header against the shards of its upload already stored.
   Status CheckHeader(const ShardHeader& described) {
