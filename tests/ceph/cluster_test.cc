@@ -155,6 +155,19 @@ class ClusterTest : public ::testing::Test {
     return r;
   }
 
+  // Runs `script` (saved as `name`) with Debian's Python: it must exit 0 and print "python ok".
+  void ExpectPythonRuns(const std::string& name, const std::string& script) {
+    const auto path = a_->dir.path() / name;
+    std::ofstream(path) << script;
+    const std::string output = (a_->dir.path() / "python.out").string();
+    const int rc =
+        std::system(("/usr/bin/python3 " + path.string() + " > " + output + " 2>&1").c_str());
+    std::ifstream in(output);
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_EQ(rc, 0) << text;
+    EXPECT_NE(text.find("python ok"), std::string::npos) << text;
+  }
+
   std::string namespace_;
   std::unique_ptr<Node> a_, b_;
   librados::Rados cluster_;  // a client of the test's own, to look at the pool
@@ -265,15 +278,7 @@ back = c.pull("m", "tag:py", as_torch=False)
 assert (back["w"] == weights["w"]).all()
 print("python ok")
 )";
-  const auto path = a_->dir.path() / "redirect.py";
-  std::ofstream(path) << script;
-  const std::string output = (a_->dir.path() / "python.out").string();
-  const int rc =
-      std::system(("/usr/bin/python3 " + path.string() + " > " + output + " 2>&1").c_str());
-  std::ifstream in(output);
-  const std::string text((std::istreambuf_iterator<char>(in)), {});
-  EXPECT_EQ(rc, 0) << text;
-  EXPECT_NE(text.find("python ok"), std::string::npos) << text;
+  ExpectPythonRuns("redirect.py", script);
   EXPECT_NE(a_->process->log().find("PUT /v1/models/m/versions/3 status=201"), std::string::npos);
 }
 
@@ -839,15 +844,7 @@ back = Client(")" + (b_->url) +
 assert (back["w"] == rows).all()
 print("python ok")
 )";
-  const auto path = a_->dir.path() / "any_daemon.py";
-  std::ofstream(path) << script;
-  const std::string output = (a_->dir.path() / "python.out").string();
-  const int rc =
-      std::system(("/usr/bin/python3 " + path.string() + " > " + output + " 2>&1").c_str());
-  std::ifstream in(output);
-  const std::string text((std::istreambuf_iterator<char>(in)), {});
-  EXPECT_EQ(rc, 0) << text;
-  EXPECT_NE(text.find("python ok"), std::string::npos) << text;
+  ExpectPythonRuns("any_daemon.py", script);
   EXPECT_NE(b_->process->log().find(
                 "POST /v1/models/py/versions/2/shards:commit?metric.loss=1.5&tag=best status=307"),
             std::string::npos)

@@ -119,6 +119,11 @@ class UploadSpool {
                          const std::string& /*token*/) {}
 };
 
+// "version V of model 'M'", as messages about an upload name it.
+inline std::string UploadName(const std::string& model, uint64_t version) {
+  return "version " + std::to_string(version) + " of model '" + model + "'";
+}
+
 // The local spool: files under `root` (<data_dir>/uploads), owned by one daemon.
 //   <model>/<version>/upload.json   the upload's record (format 1)
 //   <model>/<version>/shard-<i>     a stored shard: its body, then a trailer

@@ -22,16 +22,10 @@
 #include "context/reference_cache.h"
 #include "context/since_delta_cache.h"
 #include "engine/rocks_status.h"
+#include "ckpt/base/wall_clock.h"
 #include "engine/store_health.h"
 
 namespace ckpt {
-
-// Wall-clock time in milliseconds since the epoch, as records store it.
-inline int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Cumulative counters of an open store (reported by CheckpointStore::Stats). Lock-free,
 // relaxed order: monitoring figures, never used for decisions.

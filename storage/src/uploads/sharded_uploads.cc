@@ -6,19 +6,10 @@
 
 #include "ckpt/base/hashing.h"
 #include "ckpt/base/safetensors.h"
+#include "ckpt/base/wall_clock.h"
 
 namespace ckpt {
 namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string UploadName(const std::string& model, uint64_t version) {
-  return "version " + std::to_string(version) + " of model '" + model + "'";
-}
 
 // How much of a shard is received between two checks of the free-space reserve.
 constexpr uint64_t kReserveCheckBytes = 8ull << 20;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/rados/rados_layout.h"
+#include "ckpt/base/wall_clock.h"
 #include "backends/rados/rados_status.h"
 
 namespace ckpt {
@@ -29,16 +30,6 @@ constexpr char kAttemptKeyPrefix[] = "attempt.";
 constexpr uint64_t kPieceBytes = 64ull << 20;
 // Below the OSDs' largest write (osd_max_write_size, 90 MB by default).
 constexpr size_t kWriteBytes = 8 << 20;
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string UploadName(const std::string& model, uint64_t version) {
-  return "version " + std::to_string(version) + " of model '" + model + "'";
-}
 
 std::string UploadObject(const std::string& model, uint64_t version) {
   return "upload/" + model + "/" + std::to_string(version);
