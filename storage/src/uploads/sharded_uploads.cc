@@ -592,13 +592,19 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
     // upload expires. Cleared under this daemon's claim, so that no commit of it starts here
     // meanwhile.
     spool_->EndCommit(model, version, /*token=*/"");
+    std::vector<std::function<void()>> after_commit;
     {
       std::lock_guard lock(mu_);
       if (auto it = uploads_.find(Key(model, version)); it != uploads_.end()) {
         it->second.committing = false;
       }
       commit_ended_.notify_all();
+      if (auto waiting = after_commit_.find(model); waiting != after_commit_.end()) {
+        after_commit = std::move(waiting->second);
+        after_commit_.erase(waiting);
+      }
     }
+    for (auto& on_end : after_commit) on_end();
     return Status::FailedPrecondition("the upload of " + UploadName(model, version) +
                                       " misses shards; send them again");
   }
