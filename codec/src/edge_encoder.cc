@@ -4,9 +4,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <utility>
 
@@ -318,7 +320,14 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
         if (stop || next >= jobs.size()) return;
         k = next++;
       }
-      Encode(plan.tensors[jobs[k].tensor], codec_of[jobs[k].tensor], jobs[k]);
+      // Nothing thrown may leave a worker (it would end the process, a Python one included).
+      try {
+        Encode(plan.tensors[jobs[k].tensor], codec_of[jobs[k].tensor], jobs[k]);
+      } catch (const std::bad_alloc&) {
+        jobs[k].status = Status::ResourceExhausted("out of memory coding a chunk");
+      } catch (const std::exception& e) {
+        jobs[k].status = Status::Internal(std::string("coding a chunk: ") + e.what());
+      }
       {
         std::lock_guard lock(mu);
         done[k] = 1;
@@ -327,6 +336,23 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
     }
   };
   std::vector<std::thread> pool;
+  // However this function ends (a write that throws included), the workers stop and are joined.
+  struct StopAndJoin {
+    std::mutex& mu;
+    std::condition_variable& changed;
+    bool& stop;
+    std::vector<std::thread>& pool;
+    ~StopAndJoin() {
+      {
+        std::lock_guard lock(mu);
+        stop = true;
+      }
+      changed.notify_all();
+      for (std::thread& t : pool) {
+        if (t.joinable()) t.join();
+      }
+    }
+  } stop_and_join{mu, changed, stop, pool};
   for (size_t w = 0; w < workers; ++w) pool.emplace_back(work);
   auto write_job = [&](ChunkJob& job) -> Status {
     CKPT_RETURN_IF_ERROR(job.status);
@@ -361,7 +387,6 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
     }
     changed.notify_all();
   }
-  for (std::thread& t : pool) t.join();
   CKPT_RETURN_IF_ERROR(status);
   result.pushed_sha256 = pushed.FinishHex();
   result.restored_sha256 = restored.FinishHex();

@@ -106,12 +106,13 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
       Upload& upload = it->second;
       CKPT_RETURN_IF_ERROR(owner_->CheckAgainstUpload(upload, *header_));
       Status published = writer_->Publish();
-      if (published.code() == StatusCode::kAborted && AlreadyStored(digest)) {
-        // Refused while the writer commits the upload, but the same shard is stored already
-        // (a rank retrying): its answer is the upload's, not a refusal to retry until the
-        // commit ends.
+      if (published.code() == StatusCode::kAborted) {
+        // Refused while the writer commits the upload; if the same shard is stored already (a
+        // rank retrying), its answer is the upload's, not a refusal to retry until the commit
+        // ends. Nothing of `upload` changed: the pool is asked without the lock.
         lock.unlock();
-        return owner_->ShardStored(model_, version_, options_);
+        if (AlreadyStored(digest)) return owner_->ShardStored(model_, version_, options_);
+        return published;
       }
       CKPT_RETURN_IF_ERROR(published);
       upload.shards[shard_] =
