@@ -26,8 +26,8 @@ int main(int argc, char** argv) {
   // A command lives for one transfer: memory it frees stays in the process for the next chunk
   // instead of going back to the kernel, which would map and zero it again (per-chunk buffers of
   // the codec are megabytes, above malloc's default mmap threshold).
-  // 32 MiB is the largest threshold every glibc accepts; the trim threshold (which turns off
-  // the automatic raise of the mmap threshold) is only set once that one took.
+  // The threshold is the largest every glibc accepts (half its arena heap); the trim threshold,
+  // which turns off the automatic raise of the mmap threshold, is only set once that one took.
   if (mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1) mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{"ckpt — client for the ckptd checkpoint store"};
   app.require_subcommand(1);

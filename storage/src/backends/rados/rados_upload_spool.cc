@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "backends/rados/rados_layout.h"
-#include "ckpt/base/wall_clock.h"
 #include "backends/rados/rados_status.h"
+#include "ckpt/base/wall_clock.h"
 
 namespace ckpt {
 namespace {
@@ -26,9 +26,9 @@ constexpr char kRecordKey[] = "record";
 constexpr char kCommittingKey[] = "committing";
 constexpr char kShardKeyPrefix[] = "shard.";
 constexpr char kAttemptKeyPrefix[] = "attempt.";
-// Below the OSDs' largest object (osd_max_object_size, 128 MiB by default).
+// Below the OSDs' largest object (osd_max_object_size, by default).
 constexpr uint64_t kPieceBytes = 64ull << 20;
-// Below the OSDs' largest write (osd_max_write_size, 90 MB by default).
+// Below the OSDs' largest write (osd_max_write_size, by default).
 constexpr size_t kWriteBytes = 8 << 20;
 
 std::string UploadObject(const std::string& model, uint64_t version) {

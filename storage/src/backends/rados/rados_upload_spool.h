@@ -5,11 +5,12 @@
 //
 //   uploads                           the index: omap key "<model>\0<version>" per upload
 //   upload/<model>/<version>          the upload's object; its omap: "record" (JSON, format 1),
-//                                     "committing" (u64 BE: 0, or when a commit began),
-//                                     "shard.<i>" (JSON: attempt, body_bytes, sha256,
-//                                     stored_at_ms) per stored shard, "attempt.<id>" per
-//                                     attempt begun
-//   upload/<model>/<version>/<id>/<n> piece n of attempt <id>'s body (64 MiB pieces)
+//                                     "committing" (u64 BE 0, or the token of the commit in
+//                                     progress), "shard.<i>" (JSON: attempt, body_bytes,
+//                                     sha256, stored_at_ms) per stored shard, "attempt.<id>"
+//                                     (u64 BE: its pieces begun, or empty) per attempt begun
+//   upload/<model>/<version>/<id>/<n> piece n of attempt <id>'s body (fixed-size
+//                                     pieces, below the OSDs' largest object)
 //
 // An attempt is registered before its first byte is written and its pieces are removed with the
 // upload, so an attempt that a killed daemon left behind is no orphan. A shard is published by one
