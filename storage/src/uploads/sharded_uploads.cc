@@ -14,6 +14,23 @@ namespace {
 // How much of a shard is received between two checks of the free-space reserve.
 constexpr uint64_t kReserveCheckBytes = 8ull << 20;
 
+// The answer about an upload whose version is committed already (a shard or a commit sent
+// again).
+ShardResult AlreadyCommitted(const std::string& model, uint64_t version,
+                             const CommittedShards& committed) {
+  ShardResult result;
+  result.upload.model = model;
+  result.upload.version = version;
+  result.upload.shard_count = committed.shard_count;
+  for (uint32_t i = 0; i < committed.shard_count; ++i) result.upload.received.push_back(i);
+  result.upload.received_bytes = committed.info.raw_bytes;
+  result.upload.created_at_ms = committed.info.created_at_ms;
+  result.upload.committed = true;
+  result.version = committed.info;
+  result.sent_again = true;
+  return result;
+}
+
 }  // namespace
 
 // One shard arriving: its body hashed, parsed (its header checked against the upload's other
@@ -155,17 +172,7 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
                                         std::to_string(shard_) +
                                         " differs from the one it was committed with");
     }
-    ShardResult result;
-    result.upload.model = model_;
-    result.upload.version = version_;
-    result.upload.shard_count = committed.shard_count;
-    for (uint32_t i = 0; i < committed.shard_count; ++i) result.upload.received.push_back(i);
-    result.upload.received_bytes = committed.info.raw_bytes;
-    result.upload.created_at_ms = committed.info.created_at_ms;
-    result.upload.committed = true;
-    result.version = committed.info;
-    result.sent_again = true;
-    return result;
+    return AlreadyCommitted(model_, version_, committed);
   }
 
   Status OnTensorData(size_t, std::span<const uint8_t>) override { return Status::Ok(); }
@@ -508,17 +515,7 @@ Result<ShardResult> ShardedUploads::Commit(const std::string& model, uint64_t ve
   if (result.ok() || result.status().code() != StatusCode::kNotFound) return result;
   CKPT_ASSIGN_OR_RETURN(auto committed, committed_(model, version));
   if (!committed || committed->shard_count == 0) return result;
-  ShardResult done;
-  done.upload.model = model;
-  done.upload.version = version;
-  done.upload.shard_count = committed->shard_count;
-  for (uint32_t i = 0; i < committed->shard_count; ++i) done.upload.received.push_back(i);
-  done.upload.received_bytes = committed->info.raw_bytes;
-  done.upload.created_at_ms = committed->info.created_at_ms;
-  done.upload.committed = true;
-  done.version = committed->info;
-  done.sent_again = true;
-  return done;
+  return AlreadyCommitted(model, version, *committed);
 }
 
 Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint64_t version,
