@@ -569,6 +569,22 @@ class Client:
         query = [("tensors", ",".join(tensors))] if tensors else []
         if rank is not None:
             query += [("rank", str(int(rank))), ("of", str(int(world_size)))]
+        return self._pull_part(model, version, query, as_torch, encoded)
+
+    def pull_box(self, model, name, offsets, shape, version="latest", as_torch=True,
+                 encoded=None):
+        """One box of tensor `name` of `version`: the elements from `offsets` (one per dimension)
+        spanning `shape`. Only the chunks holding it are decoded (along dimension 0; a box cut
+        along another dimension decodes its tensor's chunks); `encoded` as pull_with_metadata.
+        Raises CkptdError 404 for an unknown tensor, 400 for a box reaching past it."""
+        query = [("tensor", name), ("offsets", ",".join(str(int(o)) for o in offsets)),
+                 ("shape", ",".join(str(int(d)) for d in shape))]
+        tensors, _ = self._pull_part(model, version, query, as_torch, encoded)
+        return tensors[name]
+
+    def _pull_part(self, model, version, query, as_torch, encoded):
+        """(tensors, metadata) of `version`, or of the part `query` selects (restore parameters,
+        docs/api.md)."""
         if self._use_encoded(encoded):
             with tempfile.TemporaryDirectory(prefix="ckptd-pull-") as scratch:
                 path = os.path.join(scratch, "restored.safetensors")

@@ -1,0 +1,374 @@
+#!/usr/bin/python3
+"""ckptd as a storage of PyTorch Distributed Checkpoint (client-lib/python/ckptd/dcp.py), with
+torch's own save and load on gloo processes against the real daemon.
+
+4 ranks build ShardedTensor state (ChunkShardingSpec over the 4, rows and columns) for a small
+model's weights and Adam moments, replicated tensors and non-tensor items, and save it with
+ckptd.dcp.Writer (lossless and lossy models) and with DCP's FileSystemWriter; 2 ranks with
+another sharding load each. Lossless loads equal FileSystemReader's bit for bit, lossy ones are
+within the bound, non-tensor items come back equal, and each rank receives about its share.
+
+Usage: dcp_test.py --ckptd PATH. Exits 77 (skipped) when torch is not importable."""
+import argparse
+import json
+import os
+import socket
+import sys
+import tempfile
+import unittest
+import zlib
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_PACKAGE = os.path.join(HERE, "..", "..", "client-lib", "python")
+sys.path.insert(0, os.environ.get("CKPT_PYTHON_PACKAGE_DIR") or SOURCE_PACKAGE)
+sys.path.insert(0, HERE)
+
+try:
+    import torch
+except ImportError:
+    print("skipped: torch is not importable by", sys.executable, "(Debian: python3-torch)")
+    sys.exit(77)
+
+import ckptd  # noqa: E402
+import ckptd.dcp  # noqa: E402
+from ckptd import torch_compat  # noqa: E402
+import client_test  # noqa: E402  (its Daemon)
+
+BOUND = 1e-3
+LOSSY_POLICY = {"mode": "lossy", "max_abs_error": BOUND, "lossless_tensors": []}
+# name: (global shape, sharded along) — None: a plain tensor every rank holds (written once).
+LAYOUT = {
+    "model.embed.weight": ((512, 64), 0),
+    "model.proj.weight": ((64, 200), 1),
+    "model.proj.bias": ((200,), None),
+    "optim.state.model.embed.weight.exp_avg": ((512, 64), 0),
+    "optim.state.model.embed.weight.exp_avg_sq": ((512, 64), 0),
+    "optim.state.model.proj.weight.exp_avg": ((64, 200), 1),
+}
+# Chunks small enough that each rank's rows hold several: those its shard codes itself.
+DAEMON_CONFIG = "[storage]\nchunk_bytes = 4096\n"
+EXTRAS = {"step": 1200, "scheduler": {"last_epoch": 11, "lr": [3e-4]}, "tag": "warm"}
+
+
+def global_tensor(name, version):
+    """Tensor `name` at `version`: each version a small step from the one before."""
+    shape, _ = LAYOUT[name]
+    g = torch.Generator().manual_seed(zlib.crc32(name.encode()))
+    values = torch.randn(*shape, generator=g) * 0.02
+    for _ in range(1, version):
+        values += torch.randn(*shape, generator=g) * 1e-5
+    if name.endswith("exp_avg_sq"):
+        values = values.abs()
+    return values
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sharded_state(rank, world_size, version, along_columns_too=True):
+    """The state dict a rank holds: ShardedTensors over `world_size` ranks, plain tensors,
+    non-tensor items."""
+    from torch.distributed._shard.sharding_spec import ChunkShardingSpec
+    import torch.distributed._shard.sharded_tensor as st
+    state = {}
+    for name, (shape, dim) in LAYOUT.items():
+        full = global_tensor(name, version)
+        if dim is None:
+            state[name] = full.clone()
+            continue
+        if not along_columns_too:
+            dim = 0
+        spec = ChunkShardingSpec(dim=dim,
+                                 placements=[f"rank:{r}/cpu" for r in range(world_size)])
+        tensor = st.empty(spec, *shape)
+        for shard in tensor.local_shards():
+            part = full
+            for d, (o, n) in enumerate(zip(shard.metadata.shard_offsets,
+                                           shard.metadata.shard_sizes)):
+                part = part.narrow(d, o, n)
+            shard.tensor.copy_(part)
+        state[name] = tensor
+    state.update({k: (dict(v) if isinstance(v, dict) else v) for k, v in EXTRAS.items()})
+    return state
+
+
+def empty_like_state(rank, world_size):
+    """A state dict of another sharding to load into (zeros; non-tensor items blank)."""
+    state = sharded_state(rank, world_size, version=0, along_columns_too=False)
+    for name, value in state.items():
+        if hasattr(value, "local_shards"):
+            for shard in value.local_shards():
+                shard.tensor.zero_()
+        elif isinstance(value, torch.Tensor):
+            value.zero_()
+        else:
+            state[name] = None
+    return state
+
+
+def local_parts(state):
+    """{(name, offsets): tensor} of what a rank holds."""
+    parts = {}
+    for name, value in state.items():
+        if hasattr(value, "local_shards"):
+            for shard in value.local_shards():
+                parts[(name, tuple(shard.metadata.shard_offsets))] = shard.tensor.clone()
+        elif isinstance(value, torch.Tensor):
+            parts[(name, ())] = value.clone()
+    return parts
+
+
+def init_group(rank, world_size, port):
+    import torch.distributed as dist
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+
+
+def save_rank(rank, world_size, port, url, work):
+    init_group(rank, world_size, port)
+    dcp = ckptd.dcp.checkpoint_module()
+    client = ckptd.Client(url)
+    state = sharded_state(rank, world_size, version=1)
+    dcp.save_state_dict(state, storage_writer=ckptd.dcp.Writer(client, "lossless", 1))
+    dcp.save_state_dict(state, storage_writer=ckptd.dcp.Writer(client, "lossy", 1))
+    dcp.save_state_dict(state, storage_writer=dcp.FileSystemWriter(os.path.join(work, "fs")))
+    # A second version of the lossless model: a delta against the first.
+    state = sharded_state(rank, world_size, version=2)
+    writer = ckptd.dcp.Writer(client, "lossless", 2, metrics={"loss": 1.5}, tags=["last"])
+    dcp.save_state_dict(state, storage_writer=writer)
+    if rank == 0:
+        with open(os.path.join(work, "committed.json"), "w") as f:
+            json.dump(writer.answer, f)
+    if ckptd.edge.available():
+        # Every rank codes its own shard, the second version against its part of the first.
+        coder = ckptd.Client(url, encoded=True,
+                             reference_dir=os.path.join(work, f"references-{rank}"))
+        for version in (1, 2):
+            state = sharded_state(rank, world_size, version)
+            writer = ckptd.dcp.Writer(coder, "encoded", version)
+            dcp.save_state_dict(state, storage_writer=writer)
+        with open(os.path.join(work, f"encoded-shard-{rank}.json"), "w") as f:
+            json.dump(writer.shard_answer, f)
+
+
+class DyingWriter(ckptd.dcp.Writer):
+    """A Writer whose rank 2 is SIGKILLed instead of writing its shard, once the other ranks'
+    shards are stored."""
+
+    def write_data(self, plan, planner):
+        if self.rank == 2:
+            import signal
+            import time
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    if set(self.client.upload(self.model, self.step)["received"]) >= {0, 1, 3}:
+                        break
+                except ckptd.CkptdError:
+                    pass  # no shard stored yet
+                time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().write_data(plan, planner)
+
+
+def save_rank_killed(rank, world_size, port, url, work):
+    init_group(rank, world_size, port)
+    dcp = ckptd.dcp.checkpoint_module()
+    state = sharded_state(rank, world_size, version=3)
+    dcp.save_state_dict(state, storage_writer=DyingWriter(ckptd.Client(url), "lossless", 3))
+
+
+def load_rank(rank, world_size, port, url, work):
+    init_group(rank, world_size, port)
+    dcp = ckptd.dcp.checkpoint_module()
+    client = ckptd.Client(url)
+    results = {}
+    readers = [("fs", dcp.FileSystemReader(os.path.join(work, "fs"))),
+               ("lossless", ckptd.dcp.Reader(client, "lossless", 1)),
+               ("lossless_latest", ckptd.dcp.Reader(client, "lossless")),
+               ("lossy", ckptd.dcp.Reader(client, "lossy"))]
+    if ckptd.edge.available():
+        readers.append(("encoded", ckptd.dcp.Reader(client, "encoded", encoded=True)))
+    for label, reader in readers:
+        state = empty_like_state(rank, world_size)
+        dcp.load_state_dict(state, storage_reader=reader)
+        share = sum(t.numel() * t.element_size() for t in local_parts(state).values())
+        results[label] = {
+            "parts": {f"{n}@{list(o)}": t.tolist() for (n, o), t in local_parts(state).items()},
+            "extras": {k: state[k] for k in EXTRAS},
+            "bytes_read": getattr(reader, "bytes_read", None),
+            "share": share,
+        }
+    with open(os.path.join(work, f"load-{rank}.json"), "w") as f:
+        json.dump(results, f)
+
+
+def spawn(fn, world_size, *args):
+    import torch.multiprocessing as mp
+    mp.spawn(fn, args=(world_size, free_port(), *args), nprocs=world_size, join=True)
+
+
+class DcpTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="ckptd-dcp-test-")
+        cls.work = cls.tmp.name
+        cls.daemon = client_test.Daemon(cls.work, DAEMON_CONFIG)
+        cls.url = f"http://127.0.0.1:{cls.daemon.port}"
+        client = ckptd.Client(cls.url)
+        client.set_policy("lossy", LOSSY_POLICY)
+        spawn(save_rank, 4, cls.url, cls.work)
+        # A save of version 3 whose rank 2 dies: the other ranks' shards are stored, the version
+        # never appears (spawn stops the survivors once it sees the death).
+        import torch.multiprocessing as mp
+        try:
+            spawn(save_rank_killed, 4, cls.url, cls.work)
+        except mp.ProcessExitedException:
+            pass
+        cls.killed_upload = client.upload("lossless", 3)
+        spawn(load_rank, 2, cls.url, cls.work)
+        cls.loads = []  # per rank: what load_rank saw
+        for rank in range(2):
+            with open(os.path.join(cls.work, f"load-{rank}.json")) as f:
+                cls.loads.append(json.load(f))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        cls.tmp.cleanup()
+
+    def test_lossless_load_equals_dcps_own_file_storage_bit_for_bit(self):
+        for rank, load in enumerate(self.loads):
+            fs, ours = load["fs"]["parts"], load["lossless"]["parts"]
+            self.assertEqual(sorted(fs), sorted(ours))
+            for key in fs:
+                got = torch.tensor(ours[key]).view(torch.int32)
+                want = torch.tensor(fs[key]).view(torch.int32)
+                self.assertTrue(torch.equal(got, want), f"rank {rank} {key}")
+            self.assertEqual(load["lossless"]["extras"], EXTRAS)
+
+    def test_each_version_loads_as_saved_and_latest_is_the_newest(self):
+        for load in self.loads:
+            for key, values in load["lossless_latest"]["parts"].items():
+                name = key.split("@")[0]
+                offsets = json.loads(key.split("@")[1])
+                want = global_tensor(name, 2)
+                got = torch.tensor(values)
+                for d, o in enumerate(offsets):
+                    want = want.narrow(d, o, got.shape[d])
+                self.assertTrue(torch.equal(got, want), key)
+        client = ckptd.Client(self.url)
+        record = client.versions("lossless")[-1]
+        self.assertEqual(record["version"], 2)
+        self.assertEqual(record["tags"], ["last"])
+        self.assertEqual(record["metrics"], {"loss": 1.5})
+        with open(os.path.join(self.work, "committed.json")) as f:
+            self.assertEqual(json.load(f)["version"]["version"], 2)
+
+    def test_ranks_that_code_their_shards_store_and_load_the_same(self):
+        if not ckptd.edge.available():
+            if os.environ.get("CKPT_EXPECT_PYTHON_NATIVE") == "1":
+                self.fail("the build has the native codec module, yet ckptd.edge cannot load it")
+            self.skipTest("no native codec module")
+        for load in self.loads:
+            self.assertEqual(load["encoded"]["parts"], load["lossless_latest"]["parts"])
+            self.assertEqual(load["encoded"]["extras"], EXTRAS)
+        for rank in range(4):
+            with open(os.path.join(self.work, f"encoded-shard-{rank}.json")) as f:
+                answer = json.load(f)
+            self.assertTrue(answer["encoded"], answer)
+            self.assertEqual(answer["reference"], "held", answer)
+            # Each rank's rows of the two row-sharded tensors go coded (deltas of a version a
+            # little apart are not smaller than the raw floats; the column slices go raw).
+            # Each rank's rows of the three row-sharded tensors go as deltas against its part of
+            # the first version (the column slices, raw for the daemon to code).
+            raw_share = 3 * (512 // 4) * 64 * 4 + 2 * 64 * (200 // 4) * 4
+            self.assertLess(answer["sent_bytes"], 0.85 * raw_share, answer)
+
+    def test_a_save_whose_rank_died_leaves_no_version_and_its_upload_can_go(self):
+        upload = self.killed_upload
+        self.assertFalse(upload["committed"])
+        self.assertEqual(sorted(upload["received"]), [0, 1, 3])
+        self.assertIn(2, upload["missing"])
+        self.assertIn(4, upload["missing"])  # the coordinator's metadata: finish never ran
+        client = ckptd.Client(self.url)
+        self.assertEqual(client.latest_version("lossless"), 2)
+        client.abort_upload("lossless", 3)
+        with self.assertRaises(ckptd.CkptdError) as gone:
+            client.upload("lossless", 3)
+        self.assertEqual(gone.exception.status, 404)
+
+    def test_lossy_load_is_within_the_bound_and_non_tensor_items_are_exact(self):
+        for load in self.loads:
+            fs, ours = load["fs"]["parts"], load["lossy"]["parts"]
+            for key in fs:
+                error = (torch.tensor(ours[key]) - torch.tensor(fs[key])).abs().max().item()
+                self.assertLessEqual(error, BOUND * (1 + 1e-6), key)
+            self.assertEqual(load["lossy"]["extras"], EXTRAS)
+
+    def test_each_rank_receives_about_its_share(self):
+        for rank, load in enumerate(self.loads):
+            for label in ("lossless", "lossy"):
+                read, share = load[label]["bytes_read"], load[label]["share"]
+                self.assertGreaterEqual(read, share, f"rank {rank} {label}")
+                # Its share, the metadata and the non-tensor items.
+                self.assertLessEqual(read, share * 1.10 + 16384, f"rank {rank} {label}")
+
+    def test_a_version_holds_the_global_tensors_and_the_metadata(self):
+        client = ckptd.Client(self.url)
+        layout = {t["name"]: t for t in client.version_detail("lossless", 1)["tensors"]}
+        for name, (shape, _) in LAYOUT.items():
+            self.assertEqual(layout[name]["shape"], list(shape), name)
+        self.assertIn(ckptd.dcp.METADATA_TENSOR, layout)
+        self.assertIn(ckptd.dcp.BYTES_PREFIX + "step", layout)
+
+
+class ShimTest(unittest.TestCase):
+    def test_applied_only_for_torch_below_2_on_python_3_11_or_later(self):
+        self.assertTrue(torch_compat.shim_needed("1.13.1", (3, 11)))
+        self.assertTrue(torch_compat.shim_needed("1.13.0a0+git", (3, 12)))
+        self.assertFalse(torch_compat.shim_needed("1.13.1", (3, 10)))
+        self.assertFalse(torch_compat.shim_needed("2.0.0", (3, 11)))
+        self.assertFalse(torch_compat.shim_needed("2.3.1+cpu", (3, 12)))
+
+    def test_dataclasses_are_left_as_they_were_after_the_import(self):
+        import dataclasses
+        before = dataclasses._get_field
+        torch_compat.import_distributed_checkpoint()
+        self.assertIs(dataclasses._get_field, before)
+        # Outside the import, an unhashable dataclass default is refused as Python says.
+        @dataclasses.dataclass
+        class Inner:
+            x: int = 0
+        with self.assertRaises(ValueError):
+            @dataclasses.dataclass
+            class Outer:  # noqa: F841
+                inner: Inner = dataclasses.field(default=Inner())
+
+    def test_within_the_shim_each_instance_gets_its_own_copy(self):
+        import dataclasses
+
+        @dataclasses.dataclass
+        class Inner:
+            x: int = 0
+        with torch_compat.dataclass_instance_defaults():
+            @dataclasses.dataclass
+            class Outer:
+                inner: Inner = dataclasses.field(default=Inner(x=3))
+        a, b = Outer(), Outer()
+        self.assertEqual(a.inner.x, 3)
+        self.assertIsNot(a.inner, b.inner)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ckptd", required=True, help="path of the ckptd binary")
+    args, rest = parser.parse_known_args()
+    client_test.CKPTD = os.path.abspath(args.ckptd)
+    os.environ["CKPTD_BINARY_FOR_TESTS"] = client_test.CKPTD
+    unittest.main(argv=[sys.argv[0]] + rest)
