@@ -13,7 +13,10 @@ lossless version, from its lossy version, and from the local files (the referenc
 pulling its resharded slices; training continues to --steps with the learning rate decayed
 linearly to zero. With --encoded, each rank codes its shard itself (the chunks its slices hold
 whole, against its part of the last checkpoint; the rest is sent raw) and the restarts pull
-their parts as stored records, decoded by the ranks.
+their parts as stored records, decoded by the ranks. With --dcp, the job checkpoints with
+PyTorch Distributed Checkpoint instead (walkthrough: docs/dcp.md): each split tensor a
+ShardedTensor of the rank's slice, saved by ckptd.dcp.Writer and, for the reference, by DCP's
+FileSystemWriter; the restarts load with ckptd.dcp.Reader and FileSystemReader.
 
 Checks (exit 0 when all hold, 1 if not, 77 without PyTorch):
   - the lossless restart's final model is bit-identical to the reference restart's;
@@ -24,7 +27,7 @@ Prints one JSON line per event and a summary.
 
 Usage: /usr/bin/python3 scripts/sharded_training.py --ckptd build/daemon/ckptd
            [--ranks 4] [--resume-ranks 2] [--steps 160] [--every 20] [--kill-at 90]
-           [--encoded]
+           [--encoded] [--dcp]
 """
 import argparse
 import json
@@ -125,6 +128,7 @@ def rank_main(argv):
     parser.add_argument("--resume", choices=["none", "lossless", "lossy", "files"], default="none")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--encoded", action="store_true")
+    parser.add_argument("--dcp", action="store_true")
     args = parser.parse_args(argv)
 
     import torch
@@ -242,11 +246,58 @@ def rank_main(argv):
                                  "exp_avg_sq": tensors[f"optim.{name}.exp_avg_sq"].clone()}
         return int(tensors["train.step"])
 
+    def dcp_state(tensors, slices):
+        """The state dict DCP saves or loads into: each slice a ShardedTensor of this rank's
+        part, every other tensor as it is, and a non-tensor item."""
+        from torch.distributed._shard.metadata import ShardMetadata
+        from torch.distributed._shard.sharded_tensor import Shard, init_from_local_shards
+        state = {}
+        for key, t in tensors.items():
+            if key in slices:
+                shard = Shard(tensor=t, metadata=ShardMetadata(
+                    shard_offsets=list(slices[key]["offsets"]), shard_sizes=list(t.shape),
+                    placement=f"rank:{rank}/cpu"))
+                state[key] = init_from_local_shards([shard], *slices[key]["global_shape"])
+            else:
+                state[key] = t
+        state["train.config"] = {"lr": LR, "seed": args.seed, "every": args.every}
+        return state
+
+    def dcp_load(reader):
+        """This rank's part (cut for `ranks`) of the checkpoint `reader` reads, as tensors."""
+        template, slices = shard_state(0)
+        for name, p in params.items():  # Adam's state of a run that has not stepped yet
+            if f"optim.{name}.exp_avg" not in template:
+                shape, dim = specs[name]
+                template[f"optim.{name}.exp_avg"] = torch.zeros_like(p)
+                template[f"optim.{name}.exp_avg_sq"] = torch.zeros_like(p)
+                template[f"optim.{name}.step"] = torch.zeros(())
+                if dim is not None:
+                    for key in (f"optim.{name}.exp_avg", f"optim.{name}.exp_avg_sq"):
+                        slices[key] = slices[f"model.{name}"]
+        template = {k: torch.zeros_like(t) for k, t in template.items()}
+        state = dcp_state(template, slices)
+        state["train.config"] = None
+        dcp.load_state_dict(state, storage_reader=reader)
+        if state["train.config"] != {"lr": LR, "seed": args.seed, "every": args.every}:
+            raise RuntimeError(f"non-tensor item came back as {state['train.config']!r}")
+        return {k: (v.local_shards()[0].tensor if hasattr(v, "local_shards") else v)
+                for k, v in state.items() if k != "train.config"}
+
     client = ckptd.Client(args.url, progress=False, encoded=args.encoded,
                           reference_dir=os.path.join(args.work, "references"))
+    if args.dcp:
+        import ckptd.dcp
+        dcp = ckptd.dcp.checkpoint_module()
     start = 0
     sent = {"raw_bytes": 0, "sent_bytes": 0}
-    if args.resume in ("lossless", "lossy"):
+    if args.dcp and args.resume in ("lossless", "lossy"):
+        start = load_state(dcp_load(ckptd.dcp.Reader(client, f"tp-{args.resume}")))
+    elif args.dcp and args.resume == "files":
+        newest = max(os.listdir(os.path.join(args.work, "dcp-files")))
+        start = load_state(dcp_load(dcp.FileSystemReader(
+            os.path.join(args.work, "dcp-files", newest))))
+    elif args.resume in ("lossless", "lossy"):
         tensors, slices = client.pull_shard(f"tp-{args.resume}", rank, ranks)
         start = load_state(tensors)
     elif args.resume == "files":
@@ -280,11 +331,19 @@ def rank_main(argv):
         done = step + 1
         if args.resume == "none" and done % args.every == 0:
             tensors, slices = shard_state(done)
+            shard_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
             for model in ("tp-lossless", "tp-lossy"):
-                answer = client.push_shard(model, done, rank, ranks, tensors, slices=slices)
-                shard_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
+                if args.dcp:
+                    writer = ckptd.dcp.Writer(client, model, done)
+                    dcp.save_state_dict(dcp_state(tensors, slices), storage_writer=writer)
+                    answer = writer.shard_answer
+                else:
+                    answer = client.push_shard(model, done, rank, ranks, tensors, slices=slices)
                 sent["raw_bytes"] += shard_bytes
                 sent["sent_bytes"] += answer.get("sent_bytes", shard_bytes)
+            if args.dcp:  # the reference: DCP's own file storage
+                dcp.save_state_dict(dcp_state(tensors, slices), storage_writer=dcp.FileSystemWriter(
+                    os.path.join(args.work, "dcp-files", f"step{done:06d}")))
             os.makedirs(os.path.join(args.work, "files"), exist_ok=True)
             path = os.path.join(args.work, "files", f"step{done:06d}-rank{rank}.pt")
             torch.save({"step": done, "rank": rank, "tensors": tensors, "slices": slices},
@@ -341,7 +400,8 @@ def run_ranks(args, work, url, ranks, resume, stop_at, kill_when_stopped=False):
         [sys.executable, os.path.abspath(__file__), "rank", "--rank", str(r), "--ranks",
          str(ranks), "--port", str(port), "--url", url, "--work", work, "--steps",
          str(args.steps), "--every", str(args.every), "--stop-at", str(stop_at), "--resume",
-         resume, "--seed", str(args.seed)] + (["--encoded"] if args.encoded else []))
+         resume, "--seed", str(args.seed)] + (["--encoded"] if args.encoded else [])
+        + (["--dcp"] if args.dcp else []))
         for r in range(ranks)]
     deadline = time.monotonic() + args.timeout
     try:
@@ -430,6 +490,10 @@ def main():
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--encoded", action="store_true",
                         help="ranks code their shards and decode their parts (ckptd._native)")
+    parser.add_argument("--dcp", action="store_true",
+                        help="checkpoint with PyTorch Distributed Checkpoint (ckptd.dcp's Writer "
+                             "and Reader; the reference restart from DCP's FileSystemWriter's "
+                             "files)")
     args = parser.parse_args()
     try:
         import torch
@@ -475,6 +539,7 @@ def main():
                    "held_out_loss": losses, "lossy_change": lossy_change,
                    "ratio_lossless": raw / stored["tp-lossless"],
                    "ratio_lossy": raw / stored["tp-lossy"], "encoded": args.encoded,
+                   "dcp": args.dcp,
                    "pushed_raw_bytes": sum(p["raw_bytes"] for p in pushed),
                    "pushed_sent_bytes": sum(p["sent_bytes"] for p in pushed),
                    "seconds": round(time.monotonic() - started, 1)}
