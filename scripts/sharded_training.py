@@ -336,7 +336,8 @@ def rank_main(argv):
                 if args.dcp:
                     writer = ckptd.dcp.Writer(client, model, done)
                     dcp.save_state_dict(dcp_state(tensors, slices), storage_writer=writer)
-                    answer = writer.shard_answer
+                    # DCP's planner has one rank write each replicated tensor.
+                    answer, shard_bytes = writer.shard_answer, writer.shard_bytes
                 else:
                     answer = client.push_shard(model, done, rank, ranks, tensors, slices=slices)
                 sent["raw_bytes"] += shard_bytes

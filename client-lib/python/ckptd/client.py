@@ -136,6 +136,8 @@ class Client:
                               progress=progress, encoded=encoded, reference_dir=reference_dir,
                               encode_threads=encode_threads)
         self.url = url
+        # Body bytes received by pull_box and pull_with_metadata (what a part costs the wire).
+        self.part_bytes_received = 0
         # Several daemons of one deployment (one Ceph pool) may be listed, separated by commas:
         # each request goes to the first that accepts a connection.
         self._endpoints = []
@@ -590,7 +592,8 @@ class Client:
                 path = os.path.join(scratch, "restored.safetensors")
                 try:
                     if query:
-                        edge.pull_part_encoded(self, model, str(version), path, query)
+                        pulled = edge.pull_part_encoded(self, model, str(version), path, query)
+                        self.part_bytes_received += pulled["received_bytes"]
                     else:
                         self.pull_encoded(model, path, version)
                     return load_file(path, as_torch)
@@ -603,6 +606,7 @@ class Client:
         try:
             expected = response.getheader("X-Ckpt-Sha256")
             total = int(response.getheader("Content-Length", "0"))
+            self.part_bytes_received += total
             progress = _Progress(f"pull {model}@{version}", total, self._progress)
             sha = hashlib.sha256()
 

@@ -19,7 +19,8 @@ What a version holds (docs/dcp.md):
   version appears then, whole, or not at all (an upload a failed save leaves expires).
 
 Loading unpickles that metadata and the bytes items, as DCP's FileSystemReader does: read only
-models you trust.
+models you trust. On torch < 2.0 the state dict must be flat (DCP pickles a nested dict whole,
+as one bytes item).
 
 Thread safety: a Writer or Reader belongs to one rank's save or load; give each its own Client
 (Client.twin()).
@@ -98,6 +99,7 @@ class Writer(StorageWriter):
         self.encoded, self.metrics, self.tags = encoded, metrics, tuple(tags)
         self.is_coordinator = False
         self.shard_answer = None  # the daemon's answer to this rank's shard
+        self.shard_bytes = 0  # the bytes of this rank's items
         self.answer = None  # the coordinator's: the version the finish committed
 
     # torch 1.13
@@ -108,7 +110,11 @@ class Writer(StorageWriter):
     # torch >= 2.0 (untested here: Debian 12 ships torch 1.13)
     def reset(self, checkpoint_id=None):
         if checkpoint_id is not None:
+            if not self.validate_checkpoint_id(checkpoint_id):
+                raise ValueError(f"checkpoint_id {checkpoint_id!r}: ckptd.dcp.Writer saves a "
+                                 "version number")
             self.step = int(checkpoint_id)
+        self.shard_answer, self.shard_bytes, self.answer = None, 0, None
 
     def set_up_storage_writer(self, is_coordinator):
         self.init(is_coordinator)
@@ -125,24 +131,40 @@ class Writer(StorageWriter):
             return False
 
     def prepare_local_plan(self, plan):
-        return plan
-
-    def prepare_global_plan(self, plans):
-        return plans
-
-    def write_data(self, plan, planner):
-        tensors, slices, results = {}, {}, []
+        # Refused before any rank writes, so that a refused save stores nothing.
+        seen = set()
         for item in plan.items:
             fqn = item.index.fqn
             if fqn.startswith(PREFIX):
                 raise ValueError(f"state dict key {fqn!r}: names starting with {PREFIX!r} are "
                                  "ckptd's own")
+            if fqn in seen:
+                raise ValueError(f"rank {self.rank} writes two chunks of {fqn!r}: ckptd stores "
+                                 "one slice of a tensor per rank")
+            seen.add(fqn)
+        return plan
+
+    def prepare_global_plan(self, plans):
+        # The shards are the planned ranks of the process group DCP saves with (shard i of
+        # len(plans) + 1; the last is the metadata). Shards an earlier failed save of this
+        # version left behind (maybe of another rank count) are dropped first: nothing of this
+        # save is stored yet.
+        try:
+            self.client.abort_upload(self.model, self.step)
+        except CkptdError as error:
+            if error.status != 404:
+                raise
+        return [dataclasses.replace(p, storage_data=(i, len(plans) + 1))
+                for i, p in enumerate(plans)]
+
+    def write_data(self, plan, planner):
+        shard, shard_count = plan.storage_data or (self.rank, self.world_size + 1)
+        tensors, slices, results = {}, {}, []
+        for item in plan.items:
+            fqn = item.index.fqn
             data = planner.resolve_data(item)
             is_bytes = item.type == WriteItemType.BYTE_IO
             name = stored_name(fqn, is_bytes)
-            if name in tensors:
-                raise ValueError(f"rank {self.rank} writes two chunks of {fqn!r}: ckptd stores "
-                                 "one slice of a tensor per rank")
             if is_bytes:
                 tensors[name] = _bytes_tensor(data.getbuffer())
             else:
@@ -152,13 +174,12 @@ class Writer(StorageWriter):
                         list(chunk.sizes) != list(item.tensor_data.size):
                     slices[name] = {"global_shape": list(item.tensor_data.size),
                                     "offsets": list(chunk.offsets)}
-            results.append(WriteResult(index=item.index,
-                                       size_in_bytes=tensors[name].numel()
-                                       * tensors[name].element_size(),
-                                       storage_data=name))
-        self.shard_answer = self.client.push_shard(self.model, self.step, self.rank,
-                                                   self.world_size + 1, tensors, slices=slices,
-                                                   encoded=self.encoded)
+            size = tensors[name].numel() * tensors[name].element_size()
+            self.shard_bytes += size
+            results.append(WriteResult(index=item.index, size_in_bytes=size,
+                                       storage_data={"name": name, "bytes": size}))
+        self.shard_answer = self.client.push_shard(self.model, self.step, shard, shard_count,
+                                                   tensors, slices=slices, encoded=self.encoded)
         return _done(results)
 
     def finish(self, metadata, results):
@@ -168,9 +189,16 @@ class Writer(StorageWriter):
                 storage[result.index] = result.storage_data
         metadata = dataclasses.replace(metadata, storage_data=storage)
         blob = _bytes_tensor(pickle.dumps(metadata))
-        self.answer = self.client.push_shard(
-            self.model, self.step, self.world_size, self.world_size + 1, {METADATA_TENSOR: blob},
-            metrics=self.metrics, tags=self.tags, encoded=self.encoded)
+        try:
+            self.answer = self.client.push_shard(
+                self.model, self.step, len(results), len(results) + 1, {METADATA_TENSOR: blob},
+                metrics=self.metrics, tags=self.tags, encoded=self.encoded)
+        except CkptdError:
+            self.answer = None  # maybe committed meanwhile (an answer lost): asked below
+        if "version" not in (self.answer or {}):
+            # Waits for a commit in progress and answers the committed version; fails, saying
+            # what is missing, when the upload is not complete.
+            self.answer = self.client.commit_shards(self.model, self.step)
         if "version" not in (self.answer or {}):
             raise CkptdError(500, "NOT_COMMITTED",
                              f"{self.model}@{self.step}: the last shard was stored but the "
@@ -180,28 +208,42 @@ class Writer(StorageWriter):
 class Reader(StorageReader):
     """Loads a DCP checkpoint from `version` of `model` (an int, "latest" or "tag:NAME"; every
     rank must resolve it to the same version: a version committed while ranks start loading
-    "latest" makes the load fail, saying so). Each read item is one box read; `bytes_read` counts
-    the tensor bytes received. `encoded` (default: the Client's): boxes are received as the
-    stored records of their chunks and decoded here."""
+    "latest" makes the load fail, saying so). The items DCP plans for one of this rank's
+    tensors are read as one box (the part of the global tensor the rank holds); `bytes_read`
+    counts the body bytes received. `encoded` (default: the Client's): boxes are received as
+    the stored records of their chunks and decoded here. Asking for an item a retention rule
+    dropped from the version fails, naming it; the others load."""
 
     def __init__(self, client, model, version="latest", encoded=None):
         self.client, self.model, self.version = client, model, version
         self.encoded = encoded
         self.resolved = None
         self.metadata = None
+        self.dropped = set()  # stored names retention's tensor rules dropped from the version
         self.bytes_read = 0
 
     def read_metadata(self):
+        received = self.client.part_bytes_received
         self.resolved = self.client.resolve_version(self.model, self.version)
-        tensors, _ = self.client.pull_with_metadata(self.model, self.resolved,
-                                                    tensors=[METADATA_TENSOR],
-                                                    encoded=self.encoded)
+        try:
+            tensors, _ = self.client.pull_with_metadata(self.model, self.resolved,
+                                                        tensors=[METADATA_TENSOR],
+                                                        encoded=self.encoded)
+        except CkptdError as error:
+            if error.status != 400:  # no tensor matches
+                raise
+            tensors = {}
         if METADATA_TENSOR not in tensors:
             raise CkptdError(404, "NOT_FOUND", f"{self.model}@{self.resolved} was not saved "
                                                "by ckptd.dcp.Writer (it has no DCP metadata)")
-        blob = tensors[METADATA_TENSOR]
-        self.bytes_read += blob.numel()
-        self.metadata = pickle.loads(blob.numpy().tobytes())
+        metadata = pickle.loads(tensors[METADATA_TENSOR].numpy().tobytes())
+        self.dropped = set()
+        if any(r.get("version") == self.resolved and r.get("dropped_tensors")
+               for r in self.client.versions(self.model)):
+            detail = self.client.version_detail(self.model, self.resolved)
+            self.dropped = {t["name"] for t in detail["tensors"] if t.get("dropped")}
+        self.metadata = metadata
+        self.bytes_read += self.client.part_bytes_received - received
         return self.metadata
 
     # torch 1.13
@@ -233,35 +275,59 @@ class Reader(StorageReader):
                              "loading; load a version number")
         return plans
 
-    def _stored_name(self, index, is_bytes):
+    def _stored(self, index, is_bytes):
+        """(name, bytes) of the stored item `index` names (bytes: of a bytes item)."""
         storage = getattr(self.metadata, "storage_data", None) or {}
-        return storage.get(index) or stored_name(index.fqn, is_bytes)
+        entry = storage.get(index)
+        if isinstance(entry, dict):
+            return entry["name"], entry.get("bytes")
+        return entry or stored_name(index.fqn, is_bytes), None
+
+    def _box(self, name, offsets, shape):
+        if name in self.dropped:
+            raise CkptdError(404, "NOT_FOUND",
+                             f"{self.model}@{self.resolved} no longer holds {name!r}: retention's "
+                             "tensor rules dropped it; load a version that keeps it, or leave it "
+                             "out of the state dict")
+        return self.client.pull_box(self.model, name, offsets, shape, version=self.resolved,
+                                    encoded=self.encoded)
 
     def read_data(self, plan, planner):
+        received = self.client.part_bytes_received
+        # Tensor items by the stored tensor and the destination they fill: one box each, the
+        # union of the items' boxes in global coordinates.
+        groups = {}
         for item in plan.items:
             if item.type == LoadItemType.BYTE_IO:
-                name = self._stored_name(item.storage_index, True)
-                tensors, _ = self.client.pull_with_metadata(self.model, self.resolved,
-                                                            tensors=[name], encoded=self.encoded)
-                if name not in tensors:
-                    raise CkptdError(404, "NOT_FOUND",
-                                     f"{self.model}@{self.resolved} has no {name!r}")
-                blob = tensors[name].numpy().tobytes()
-                self.bytes_read += len(blob)
+                name, size = self._stored(item.storage_index, True)
+                if size is None:
+                    raise CkptdError(400, "INVALID_ARGUMENT",
+                                     f"{self.model}@{self.resolved}: {name!r} has no size in "
+                                     "the checkpoint's metadata")
+                blob = self._box(name, [0], [size]).numpy().tobytes()
                 planner.load_bytes(item, io.BytesIO(blob))
                 continue
-            name = self._stored_name(item.storage_index, False)
+            name, _ = self._stored(item.storage_index, False)
             base = list(item.storage_index.offset or [0] * len(item.lengths))
-            offsets = [b + o for b, o in zip(base, item.storage_offsets)]
-            if len(item.lengths) == 0:
-                tensors, _ = self.client.pull_with_metadata(self.model, self.resolved,
-                                                            tensors=[name], encoded=self.encoded)
-                box = tensors[name]
-            else:
-                box = self.client.pull_box(self.model, name, offsets, item.lengths,
-                                           version=self.resolved, encoded=self.encoded)
-            self.bytes_read += box.numel() * box.element_size()
-            target = planner.resolve_tensor(item).detach()
-            target.copy_(box.reshape(target.shape))
-            planner.commit_tensor(item, target)
+            start = [b + o for b, o in zip(base, item.storage_offsets)]
+            key = (name, item.dest_index.fqn, tuple(item.dest_index.offset or ()))
+            groups.setdefault(key, []).append((item, start))
+        for (name, _, _), items in groups.items():
+            low = [min(start[d] for _, start in items) for d in range(len(items[0][1]))]
+            high = [max(start[d] + item.lengths[d] for item, start in items)
+                    for d in range(len(low))]
+            box = self._box(name, low, [h - lo for h, lo in zip(high, low)])
+            for item, start in items:
+                part = box
+                for d, (s, n) in enumerate(zip(start, item.lengths)):
+                    part = part.narrow(d, s - low[d], n)
+                target = planner.resolve_tensor(item).detach()
+                if tuple(part.shape) != tuple(target.shape):
+                    raise CkptdError(400, "INVALID_ARGUMENT",
+                                     f"{self.model}@{self.resolved}: {name!r} box of shape "
+                                     f"{tuple(part.shape)} for a destination of "
+                                     f"{tuple(target.shape)}")
+                target.copy_(part)
+                planner.commit_tensor(item, target)
+        self.bytes_read += self.client.part_bytes_received - received
         return _done(None)
