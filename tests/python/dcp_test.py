@@ -204,6 +204,7 @@ def load_rank(rank, world_size, port, url, work):
     readers = [("fs", dcp.FileSystemReader(os.path.join(work, "fs"))),
                ("lossless", ckptd.dcp.Reader(client, "lossless", 1)),
                ("lossless_latest", ckptd.dcp.Reader(client, "lossless")),
+               ("lossless_2", ckptd.dcp.Reader(client, "lossless", 2)),
                ("lossy", ckptd.dcp.Reader(client, "lossy"))]
     if ckptd.edge.available():
         readers.append(("encoded", ckptd.dcp.Reader(client, "encoded", encoded=True)))
@@ -317,6 +318,9 @@ class DcpTest(unittest.TestCase):
         self.assertIn(2, upload["missing"])
         self.assertIn(4, upload["missing"])  # the coordinator's metadata: finish never ran
         self.assertEqual(self.latest_after_kill, 2)
+        for load in self.loads:  # the version before it, as saved
+            self.assert_parts_are(load["lossless_2"]["parts"], 2)
+            self.assertEqual(load["lossless_2"]["extras"], EXTRAS)
         # Saved again by 2 ranks (3 shards), whose coordinator dropped the dead save's upload.
         client = ckptd.Client(self.url)
         self.assertEqual(client.latest_version("lossless"), 3)
