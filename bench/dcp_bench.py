@@ -67,6 +67,15 @@ def rank_state(torch, rank, ranks, mib, version):
     return state
 
 
+def timed(dist, run):
+    """Seconds `run` takes on every rank, from a barrier to the next."""
+    dist.barrier()
+    start = time.monotonic()
+    run()
+    dist.barrier()
+    return time.monotonic() - start
+
+
 def rank_main(rank, ranks, port, work, url, mib, versions, storages):
     import torch
     import torch.distributed as dist
@@ -82,31 +91,20 @@ def rank_main(rank, ranks, port, work, url, mib, versions, storages):
         client = ckptd.Client(url, progress=False, encoded=storage == "ckptd-encoded",
                               reference_dir=os.path.join(work, f"references-{rank}"))
         model = storage
+        directory = os.path.join(work, "files")
         saves = []
         for version in range(1, versions + 1):
             state = rank_state(torch, rank, ranks, mib, version)
-            if storage == "files":
-                writer = dcp.FileSystemWriter(os.path.join(work, "files", f"v{version}"))
-            else:
-                writer = ckptd.dcp.Writer(client, model, version)
-            dist.barrier()
-            t0 = time.monotonic()
-            dcp.save_state_dict(state, storage_writer=writer)
-            dist.barrier()
-            saves.append(time.monotonic() - t0)
+            writer = dcp.FileSystemWriter(os.path.join(directory, f"v{version}")) \
+                if storage == "files" else ckptd.dcp.Writer(client, model, version)
+            saves.append(timed(dist, lambda: dcp.save_state_dict(state, storage_writer=writer)))
         state = rank_state(torch, rank, ranks, mib, 1)
         for value in state.values():
             if hasattr(value, "local_shards"):
                 value.local_shards()[0].tensor.zero_()
-        if storage == "files":
-            reader = dcp.FileSystemReader(os.path.join(work, "files", f"v{versions}"))
-        else:
-            reader = ckptd.dcp.Reader(client, model, versions)
-        dist.barrier()
-        t0 = time.monotonic()
-        dcp.load_state_dict(state, storage_reader=reader)
-        dist.barrier()
-        load = time.monotonic() - t0
+        reader = dcp.FileSystemReader(os.path.join(directory, f"v{versions}")) \
+            if storage == "files" else ckptd.dcp.Reader(client, model, versions)
+        load = timed(dist, lambda: dcp.load_state_dict(state, storage_reader=reader))
         want = rank_state(torch, rank, ranks, mib, versions)
         worst = max(float((state[n].local_shards()[0].tensor
                            - want[n].local_shards()[0].tensor).abs().max())
