@@ -16,7 +16,8 @@ What a version holds (docs/dcp.md):
   float tensors only);
 - DCP's metadata, pickled as DCP's own file storage pickles it, as the uint8 tensor
   "ckptd.dcp/metadata", sent by the coordinator's `finish` as the upload's last shard: the
-  version appears then, whole, or not at all (an upload a failed save leaves expires).
+  version appears then, whole, or not at all (an upload a failed save leaves expires, or the
+  next save of that step drops it).
 
 Loading unpickles that metadata and the bytes items, as DCP's FileSystemReader does: read only
 models you trust. On torch < 2.0 the state dict must be flat (DCP pickles a nested dict whole,
@@ -87,8 +88,9 @@ def stored_name(fqn, is_bytes):
 class Writer(StorageWriter):
     """Saves a DCP checkpoint as version `step` of `model`.
 
-    `rank`/`world_size` (default: torch.distributed's of the default group) name this process's
-    shard; the upload has world_size + 1 shards, the last the coordinator's metadata. `encoded`
+    The shards are numbered by DCP's plan (the ranks of the process group it saves with; the
+    upload has one more, the coordinator's metadata); `rank`/`world_size` (default:
+    torch.distributed's of the default group) name this process outside that plan. `encoded`
     (default: the Client's) codes each rank's shard on the rank (Client.push_shard). `metrics`
     and `tags` apply to the version."""
 
@@ -160,6 +162,7 @@ class Writer(StorageWriter):
     def write_data(self, plan, planner):
         shard, shard_count = plan.storage_data or (self.rank, self.world_size + 1)
         tensors, slices, results = {}, {}, []
+        self.shard_bytes = 0
         for item in plan.items:
             fqn = item.index.fqn
             data = planner.resolve_data(item)
@@ -189,16 +192,22 @@ class Writer(StorageWriter):
                 storage[result.index] = result.storage_data
         metadata = dataclasses.replace(metadata, storage_data=storage)
         blob = _bytes_tensor(pickle.dumps(metadata))
+        refused = None
         try:
             self.answer = self.client.push_shard(
                 self.model, self.step, len(results), len(results) + 1, {METADATA_TENSOR: blob},
                 metrics=self.metrics, tags=self.tags, encoded=self.encoded)
-        except CkptdError:
-            self.answer = None  # maybe committed meanwhile (an answer lost): asked below
+        except CkptdError as error:
+            refused = error  # or committed with its answer lost: asked below
         if "version" not in (self.answer or {}):
             # Waits for a commit in progress and answers the committed version; fails, saying
             # what is missing, when the upload is not complete.
-            self.answer = self.client.commit_shards(self.model, self.step)
+            try:
+                self.answer = self.client.commit_shards(self.model, self.step)
+            except CkptdError:
+                if refused is not None:
+                    raise refused
+                raise
         if "version" not in (self.answer or {}):
             raise CkptdError(500, "NOT_COMMITTED",
                              f"{self.model}@{self.step}: the last shard was stored but the "
