@@ -20,7 +20,7 @@ What a version holds (docs/dcp.md):
   next save of that step drops it).
 
 Loading unpickles that metadata and the bytes items, as DCP's FileSystemReader does: read only
-models you trust. On torch < 2.0 the state dict must be flat (DCP pickles a nested dict whole,
+models you trust. On torch < 2.0 keep the state dict flat (DCP pickles a nested dict whole,
 as one bytes item).
 
 Thread safety: a Writer or Reader belongs to one rank's save or load; give each its own Client
