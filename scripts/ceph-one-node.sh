@@ -5,6 +5,11 @@
 #   scripts/ceph-one-node.sh start DIR [POOL]   bootstraps, creates POOL (default "ckptd"), and
 #                                              returns once an object can be written to it;
 #                                              prints CEPH_CONF=DIR/ceph.conf
+#   scripts/ceph-one-node.sh start-rgw DIR PORT  starts an S3 gateway (radosgw, Debian's
+#                                              `radosgw`) on 127.0.0.1:PORT for the cluster
+#                                              started in DIR, with the S3 user whose keys are
+#                                              $S3_ACCESS_KEY and $S3_SECRET_KEY; returns once it
+#                                              answers; prints S3_ENDPOINT=http://127.0.0.1:PORT
 #   scripts/ceph-one-node.sh stop DIR           kills the daemons by their recorded PIDs
 #
 # Gives up (and kills what it started) if the pool is not writable within $CEPH_START_TIMEOUT
@@ -13,8 +18,8 @@
 # $CEPH_MON_PORT_V1 (default 6789). Everything else (keyrings, data, logs, sockets) stays in DIR.
 set -euo pipefail
 
-cmd=${1:?usage: ceph-one-node.sh start|stop DIR [POOL]}
-dir=${2:?usage: ceph-one-node.sh start|stop DIR [POOL]}
+cmd=${1:?usage: ceph-one-node.sh start|start-rgw|stop DIR [POOL|PORT]}
+dir=${2:?usage: ceph-one-node.sh start|start-rgw|stop DIR [POOL|PORT]}
 pool=${3:-ckptd}
 v2=${CEPH_MON_PORT:-3300}
 v1=${CEPH_MON_PORT_V1:-6789}
@@ -29,6 +34,29 @@ stop() {
 
 if [[ "$cmd" == stop ]]; then
   stop
+  exit 0
+fi
+if [[ "$cmd" == start-rgw ]]; then
+  port=${3:?usage: ceph-one-node.sh start-rgw DIR PORT}
+  dir=$(cd "$dir" && pwd)
+  export CEPH_CONF="$dir/ceph.conf"
+  : "${S3_ACCESS_KEY:?set S3_ACCESS_KEY}" "${S3_SECRET_KEY:?set S3_SECRET_KEY}"
+  mkdir -p "$dir/rgw"
+  radosgw -n client.admin -f --rgw-frontends "beast endpoint=127.0.0.1:$port" \
+    --rgw-data "$dir/rgw" --log-file "$dir/log/rgw.log" >"$dir/log/rgw.out" 2>&1 &
+  echo $! >"$dir/rgw.pid"
+  deadline=$((SECONDS + ${CEPH_START_TIMEOUT:-90}))
+  until [[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/")" == 200 ]]; do
+    if ((SECONDS >= deadline)) || ! kill -0 "$(cat "$dir/rgw.pid")" 2>/dev/null; then
+      echo "ceph-one-node: radosgw not answering on port $port; logs in $dir/log" >&2
+      kill -9 "$(cat "$dir/rgw.pid")" 2>/dev/null || true
+      exit 1
+    fi
+    sleep 0.1
+  done
+  timeout 60 radosgw-admin user create --uid=ckptd --display-name=ckptd \
+    --access-key="$S3_ACCESS_KEY" --secret="$S3_SECRET_KEY" >"$dir/log/rgw-user.out" 2>&1
+  echo "S3_ENDPOINT=http://127.0.0.1:$port"
   exit 0
 fi
 [[ "$cmd" == start ]] || { echo "unknown command $cmd" >&2; exit 2; }

@@ -26,12 +26,13 @@ PACKAGES=(
 # Optional groups, named on the command line:
 #   --fuzz     clang and its libFuzzer runtime (make fuzz)
 #   --browser  Chromium, headless (the status page's browser test)
-#   --bench    the peers the benchmarks measure beside ckptd (nginx-light) and hyperfine (make bench)
+#   --bench    the peers the benchmarks measure beside ckptd (nginx-light), hyperfine (make bench)
+#              and Ceph's S3 gateway (radosgw, bench/s3_conditional_probe.py)
 for group in "$@"; do
   case "$group" in
     --fuzz) PACKAGES+=(clang libclang-rt-14-dev) ;;
     --browser) PACKAGES+=(chromium) ;;
-    --bench) PACKAGES+=(nginx-light hyperfine) ;;
+    --bench) PACKAGES+=(nginx-light hyperfine radosgw) ;;
     *) echo "install-deps: unknown option $group" >&2; exit 2 ;;
   esac
 done
