@@ -384,6 +384,37 @@ class RetentionTest(unittest.TestCase):
             self.assertIn("optim.state.model.embed.weight.exp_avg", str(refused.exception))
 
 
+class Torch2InterfaceTest(unittest.TestCase):
+    """What torch >= 2.0 calls beside the 1.13 interface, checked without torch 2 (which cannot
+    run here): checkpoint ids and resets."""
+
+    def test_checkpoint_ids_are_versions(self):
+        self.assertTrue(ckptd.dcp.Writer.validate_checkpoint_id(1200))
+        self.assertTrue(ckptd.dcp.Writer.validate_checkpoint_id("1200"))
+        self.assertFalse(ckptd.dcp.Writer.validate_checkpoint_id("/checkpoints/step-1200"))
+        self.assertFalse(ckptd.dcp.Writer.validate_checkpoint_id("latest"))
+        for good in (7, "latest", "tag:best"):
+            self.assertTrue(ckptd.dcp.Reader.validate_checkpoint_id(good), good)
+        self.assertFalse(ckptd.dcp.Reader.validate_checkpoint_id("s3://bucket/step"))
+
+    def test_reset_moves_to_the_new_checkpoint_and_forgets_the_last(self):
+        writer = ckptd.dcp.Writer(None, "m", 1)
+        writer.answer, writer.shard_bytes = {"version": {}}, 10
+        writer.reset(2)
+        self.assertEqual((writer.step, writer.answer, writer.shard_bytes), (2, None, 0))
+        writer.reset()
+        self.assertEqual(writer.step, 2)
+        with self.assertRaises(ValueError):
+            writer.reset("/checkpoints/step-3")
+        reader = ckptd.dcp.Reader(None, "m", 1)
+        reader.resolved, reader.bytes_read = 1, 99
+        reader.reset("tag:best")
+        self.assertEqual((reader.version, reader.resolved, reader.bytes_read), ("tag:best", None, 0))
+        with self.assertRaises(ValueError):
+            reader.reset("s3://bucket/step")
+        self.assertIsNone(writer.storage_meta())
+
+
 class ShimTest(unittest.TestCase):
     def test_applied_only_for_torch_below_2_on_python_3_11_or_later(self):
         self.assertTrue(torch_compat.shim_needed("1.13.1", (3, 11)))

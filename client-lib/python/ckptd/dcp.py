@@ -262,7 +262,11 @@ class Reader(StorageReader):
     # torch >= 2.0 (untested here)
     def reset(self, checkpoint_id=None):
         if checkpoint_id is not None:
+            if not self.validate_checkpoint_id(checkpoint_id):
+                raise ValueError(f"checkpoint_id {checkpoint_id!r}: ckptd.dcp.Reader loads a "
+                                 "version number, 'latest' or 'tag:NAME'")
             self.version = checkpoint_id
+        self.resolved, self.metadata, self.dropped, self.bytes_read = None, None, set(), 0
 
     def set_up_storage_reader(self, metadata, is_coordinator):
         self.init(metadata, is_coordinator)
