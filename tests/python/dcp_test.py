@@ -409,7 +409,8 @@ class Torch2InterfaceTest(unittest.TestCase):
         reader = ckptd.dcp.Reader(None, "m", 1)
         reader.resolved, reader.bytes_read = 1, 99
         reader.reset("tag:best")
-        self.assertEqual((reader.version, reader.resolved, reader.bytes_read), ("tag:best", None, 0))
+        self.assertEqual((reader.version, reader.resolved, reader.bytes_read),
+                         ("tag:best", None, 0))
         with self.assertRaises(ValueError):
             reader.reset("s3://bucket/step")
         self.assertIsNone(writer.storage_meta())
