@@ -54,8 +54,12 @@ if [[ "$cmd" == start-rgw ]]; then
     fi
     sleep 0.1
   done
-  timeout 60 radosgw-admin user create --uid=ckptd --display-name=ckptd \
-    --access-key="$S3_ACCESS_KEY" --secret="$S3_SECRET_KEY" >"$dir/log/rgw-user.out" 2>&1
+  if ! timeout 60 radosgw-admin user create --uid=ckptd --display-name=ckptd \
+    --access-key="$S3_ACCESS_KEY" --secret="$S3_SECRET_KEY" >"$dir/log/rgw-user.out" 2>&1; then
+    echo "ceph-one-node: could not create the S3 user; logs in $dir/log" >&2
+    kill -9 "$(cat "$dir/rgw.pid")" 2>/dev/null || true
+    exit 1
+  fi
   echo "S3_ENDPOINT=http://127.0.0.1:$port"
   exit 0
 fi
