@@ -352,9 +352,12 @@ def rank_main(argv):
             os.replace(path + ".tmp", path)
             report({"event": "checkpoint", "rank": rank, "step": done, "loss": float(loss)})
     if args.resume == "none":
-        # The job's checkpoints are out; it is killed here (the orchestrator's SIGKILL).
-        with open(os.path.join(args.work, f"stopped-{rank}"), "w") as f:
+        # The job's checkpoints are out; it is killed here (the orchestrator's SIGKILL, once
+        # every rank's file exists: each appears whole, by a rename).
+        stopped = os.path.join(args.work, f"stopped-{rank}")
+        with open(stopped + ".tmp", "w") as f:
             json.dump(sent, f)
+        os.replace(stopped + ".tmp", stopped)
         time.sleep(3600)
         return 0
     final = {n: p.detach().clone() for n, p in params.items()}
