@@ -4,7 +4,15 @@ import json
 import os
 import subprocess
 import signal
+import socket
 import time
+
+
+def free_port():
+    """A loopback TCP port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class Daemon:

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -29,12 +28,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tensor_names():
@@ -147,7 +140,7 @@ def main():
         storages = ["files", "ckptd", "ckptd-lossy"]
         if ckptd.edge.available():
             storages.insert(2, "ckptd-encoded")
-        mp.spawn(rank_main, args=(args.ranks, free_port(), work, url, args.mib, args.versions,
+        mp.spawn(rank_main, args=(args.ranks, benchlib.free_port(), work, url, args.mib, args.versions,
                                   storages), nprocs=args.ranks, join=True)
         with open(os.path.join(work, "timings.json")) as f:
             timings = json.load(f)

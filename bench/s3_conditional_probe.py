@@ -19,19 +19,14 @@ Usage: /usr/bin/python3 bench/s3_conditional_probe.py [--trials 100] [--sizes 10
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, HERE)
+from benchlib import free_port  # noqa: E402
 
 
 class S3:

@@ -136,7 +136,8 @@ class Client:
                               progress=progress, encoded=encoded, reference_dir=reference_dir,
                               encode_threads=encode_threads)
         self.url = url
-        # Body bytes received by pull_box and pull_with_metadata (what a part costs the wire).
+        # Body bytes received for parts of versions (pull_box, pull_with_metadata with a
+        # selection): what a part costs the wire.
         self.part_bytes_received = 0
         # Several daemons of one deployment (one Ceph pool) may be listed, separated by commas:
         # each request goes to the first that accepts a connection.
@@ -606,7 +607,8 @@ class Client:
         try:
             expected = response.getheader("X-Ckpt-Sha256")
             total = int(response.getheader("Content-Length", "0"))
-            self.part_bytes_received += total
+            if query:
+                self.part_bytes_received += total
             progress = _Progress(f"pull {model}@{version}", total, self._progress)
             sha = hashlib.sha256()
 

@@ -288,13 +288,10 @@ class Reader(StorageReader):
                              "loading; load a version number")
         return plans
 
-    def _stored(self, index, is_bytes):
-        """(name, bytes) of the stored item `index` names (bytes: of a bytes item)."""
-        storage = getattr(self.metadata, "storage_data", None) or {}
-        entry = storage.get(index)
-        if isinstance(entry, dict):
-            return entry["name"], entry.get("bytes")
-        return entry or stored_name(index.fqn, is_bytes), None
+    def _stored(self, index):
+        """(name, bytes) of the stored item `index` names, as the Writer recorded them."""
+        entry = self.metadata.storage_data[index]
+        return entry["name"], entry["bytes"]
 
     def _box(self, name, offsets, shape):
         if name in self.dropped:
@@ -312,15 +309,11 @@ class Reader(StorageReader):
         groups = {}
         for item in plan.items:
             if item.type == LoadItemType.BYTE_IO:
-                name, size = self._stored(item.storage_index, True)
-                if size is None:
-                    raise CkptdError(400, "INVALID_ARGUMENT",
-                                     f"{self.model}@{self.resolved}: {name!r} has no size in "
-                                     "the checkpoint's metadata")
+                name, size = self._stored(item.storage_index)
                 blob = self._box(name, [0], [size]).numpy().tobytes()
                 planner.load_bytes(item, io.BytesIO(blob))
                 continue
-            name, _ = self._stored(item.storage_index, False)
+            name, _ = self._stored(item.storage_index)
             base = list(item.storage_index.offset or [0] * len(item.lengths))
             start = [b + o for b, o in zip(base, item.storage_offsets)]
             key = (name, item.dest_index.fqn, tuple(item.dest_index.offset or ()))
