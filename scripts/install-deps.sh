@@ -8,6 +8,8 @@ PACKAGES=(
   librocksdb-dev libboost-dev libzstd-dev zstd libspdlog-dev libfmt-dev libssl-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libxxhash-dev
   libbenchmark-dev curl prometheus-cpp-dev
+  # the S3 backend: HTTP and SigV4 (libcurl), the S3 API's XML (expat)
+  libcurl4-openssl-dev libexpat1-dev
   # TLS tests make their certificates at test time
   openssl
   # the failure-recovery walkthrough (a real PyTorch training loop; docs/failure-recovery.md)
@@ -21,18 +23,19 @@ PACKAGES=(
   bsdutils
   # a one-node Ceph cluster for the RADOS tests (scripts/ceph-one-node.sh)
   ceph-mon ceph-osd librados-dev libradospp-dev
+  # its S3 gateway, for the S3 backend's tests
+  radosgw
 )
 
 # Optional groups, named on the command line:
 #   --fuzz     clang and its libFuzzer runtime (make fuzz)
 #   --browser  Chromium, headless (the status page's browser test)
 #   --bench    the peers the benchmarks measure beside ckptd (nginx-light), hyperfine (make bench)
-#              and Ceph's S3 gateway (radosgw, bench/s3_conditional_probe.py)
 for group in "$@"; do
   case "$group" in
     --fuzz) PACKAGES+=(clang libclang-rt-14-dev) ;;
     --browser) PACKAGES+=(chromium) ;;
-    --bench) PACKAGES+=(nginx-light hyperfine radosgw) ;;
+    --bench) PACKAGES+=(nginx-light hyperfine) ;;
     *) echo "install-deps: unknown option $group" >&2; exit 2 ;;
   esac
 done

@@ -174,7 +174,10 @@ ApiResponse ApiHandler::ErrorResponse(const Status& status) {
 
 std::optional<ApiResponse> ApiHandler::WriteRedirect(std::string_view method, const Route& route,
                                                      std::string_view target) {
-  if (!IsRedirectedWrite(method, route)) return std::nullopt;
+  const bool shard = route.kind == RouteKind::kShard || route.kind == RouteKind::kShardPlan;
+  if (!IsRedirectedWrite(method, route) && !(shard && store_->ShardsGoToTheWriter())) {
+    return std::nullopt;
+  }
   auto owner = store_->WriteOwner(route.model);
   if (!owner.ok() || !*owner) return std::nullopt;  // errors surface from the handler itself
   if ((*owner)->empty()) {

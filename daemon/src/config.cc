@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <boost/asio/ip/address.hpp>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -24,6 +25,8 @@ struct ParseTarget {
   DaemonConfig& config;
   ClusterOptions cluster;
   bool cluster_seen = false;
+  S3Options s3;
+  bool s3_seen = false;
 };
 
 static_assert(std::is_same_v<size_t, uint64_t>, "size_t members are read as uint64_t");
@@ -64,6 +67,22 @@ Status ApplyLease(const toml::node& value, const std::string& name, ParseTarget&
   auto v = value.value<double>();
   if (!v || !(*v >= 1 && *v <= 3600)) return Bad(name, "must be a number of seconds in [1, 3600]");
   t.cluster.lease = std::chrono::milliseconds(static_cast<int64_t>(*v * 1000));
+  return Status::Ok();
+}
+
+Status ApplyS3Lease(const toml::node& value, const std::string& name, ParseTarget& t) {
+  auto v = value.value<double>();
+  if (!v || !(*v >= 2 && *v <= 3600)) return Bad(name, "must be a number of seconds in [2, 3600]");
+  t.s3.lease = std::chrono::milliseconds(static_cast<int64_t>(*v * 1000));
+  return Status::Ok();
+}
+
+Status ApplyS3Addressing(const toml::node& value, const std::string& name, ParseTarget& t) {
+  const auto v = value.value<std::string>();
+  if (!v || (*v != "path" && *v != "virtual_hosted")) {
+    return Bad(name, "must be \"path\" or \"virtual_hosted\"");
+  }
+  t.s3.virtual_hosted = *v == "virtual_hosted";
   return Status::Ok();
 }
 
@@ -173,6 +192,20 @@ const KeySpec kKeys[] = {
     {"cluster", "namespace", CKPT_MEMBER(cluster.object_namespace)},
     {"cluster", "advertise_url", CKPT_MEMBER(cluster.advertise_url)},
     {"cluster", "lease_seconds", nullptr, 0, 0, ApplyLease},
+    {"s3", "endpoint", CKPT_MEMBER(s3.endpoint)},
+    {"s3", "bucket", CKPT_MEMBER(s3.bucket)},
+    {"s3", "prefix", CKPT_MEMBER(s3.prefix)},
+    {"s3", "region", CKPT_MEMBER(s3.region)},
+    {"s3", "addressing", nullptr, 0, 0, ApplyS3Addressing},
+    {"s3", "access_key", CKPT_MEMBER(s3.access_key)},
+    {"s3", "secret_key", CKPT_MEMBER(s3.secret_key)},
+    {"s3", "ca_file", CKPT_MEMBER(s3.ca_file)},
+    {"s3", "parallelism", CKPT_MEMBER(s3.parallelism), 1, 256},
+    {"s3", "part_bytes", CKPT_MEMBER(s3.part_bytes), 5 << 20, uint64_t{5} << 30},
+    {"s3", "attempts", CKPT_MEMBER(s3.attempts), 1, 100},
+    {"s3", "request_timeout_ms", CKPT_MEMBER(s3.request_timeout), 1000, 3600000},
+    {"s3", "advertise_url", CKPT_MEMBER(s3.advertise_url)},
+    {"s3", "lease_seconds", nullptr, 0, 0, ApplyS3Lease},
     {"codec", "keyframe_every", CKPT_MEMBER(config.store.default_policy.keyframe_every), 0,
      CodecPolicy::kMaxKeyframeEvery},
     {"retention", "interval_seconds", CKPT_MEMBER(config.retention.interval), 0, 7 * 86400},
@@ -274,6 +307,33 @@ Status CheckCombinations(ParseTarget& t) {
     }
     t.config.store.cluster = std::move(t.cluster);
   }
+  if (t.s3_seen && !t.s3.endpoint.empty()) {
+    if (t.config.store.cluster) {
+      return Bad("s3", "and [cluster] cannot both be configured: the store lives in one of them");
+    }
+    if (!t.s3.endpoint.starts_with("http://") && !t.s3.endpoint.starts_with("https://")) {
+      return Bad("s3.endpoint", "must start with http:// or https://");
+    }
+    if (t.s3.bucket.empty()) return Bad("s3.bucket", "must not be empty");
+    if (t.s3.advertise_url.empty()) {
+      return Bad("s3.advertise_url",
+                 "is required with S3: the URL other daemons redirect writes to (for example "
+                 "\"http://10.0.0.5:8420\")");
+    }
+    // Credentials: the file's, else the environment's (AWS's variable names).
+    if (t.s3.access_key.empty() && t.s3.secret_key.empty()) {
+      const char* access = std::getenv("AWS_ACCESS_KEY_ID");
+      const char* secret = std::getenv("AWS_SECRET_ACCESS_KEY");
+      if (access) t.s3.access_key = access;
+      if (secret) t.s3.secret_key = secret;
+    }
+    if (t.s3.access_key.empty() || t.s3.secret_key.empty()) {
+      return Bad("s3.access_key",
+                 "and s3.secret_key are required (in the file, or AWS_ACCESS_KEY_ID and "
+                 "AWS_SECRET_ACCESS_KEY in the environment)");
+    }
+    t.config.store.s3 = std::move(t.s3);
+  }
   return Status::Ok();
 }
 
@@ -324,13 +384,14 @@ Status ApplyToml(std::string_view toml_text, DaemonConfig& config) {
       return Bad(section.str(), "is not a known option");
     }
   }
-  ParseTarget target{config, ClusterOptions{}};
+  ParseTarget target{config, ClusterOptions{}, false, S3Options{}, false};
   for (std::string_view section : sections) {
     const toml::node* node = root.get(section);
     if (!node) continue;
     const toml::table* table = node->as_table();
     if (!table) return Bad(section, "must be a table");
     if (section == "cluster") target.cluster_seen = true;
+    if (section == "s3") target.s3_seen = true;
     CKPT_RETURN_IF_ERROR(ApplySection(section, *table, target));
   }
   return CheckCombinations(target);

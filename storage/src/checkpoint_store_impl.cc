@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "backends/s3/s3_backend.h"
 #include "backends/store_backend.h"
 #include "ckpt/storage/checkpoint_store.h"
 #include "context/reference_cache.h"
@@ -42,9 +43,11 @@ constexpr auto kCommitLockWait = std::chrono::milliseconds(60'000);
 // Thread safety: safe for concurrent use (CheckpointStore's contract).
 class CheckpointStoreImpl final : public CheckpointStore {
  public:
-  CheckpointStoreImpl(const StoreOptions& options, std::shared_ptr<rocksdb::Env> env)
+  CheckpointStoreImpl(const StoreOptions& options, std::shared_ptr<rocksdb::Env> env,
+                      std::shared_ptr<S3FaultInjector> s3_faults)
       : options_(options),
         env_(std::move(env)),
+        s3_faults_(std::move(s3_faults)),
         cache_(options.reference_cache_bytes),
         since_deltas_(options.since_delta_cache_bytes),
         codec_(NewLosslessCodec(LosslessCodecOptions{options.zstd_level})),
@@ -100,7 +103,12 @@ class CheckpointStoreImpl final : public CheckpointStore {
     static_cast<MetadataFamilies&>(ctx_) = families_;
     ctx_.chunks = families_.chunks;
     ctx_.tags_mu = &tags_mu_;
-    if (options_.cluster) {
+    if (options_.cluster && options_.s3) {
+      return Status::InvalidArgument("store: a RADOS cluster and an S3 bucket are both configured");
+    }
+    if (options_.s3) {
+      CKPT_ASSIGN_OR_RETURN(backend_, NewS3Backend(db_.get(), families_, *options_.s3, s3_faults_));
+    } else if (options_.cluster) {
 #ifdef CKPT_WITH_RADOS
       CKPT_ASSIGN_OR_RETURN(backend_, NewRadosBackend(db_.get(), families_, *options_.cluster));
 #else
@@ -121,6 +129,7 @@ class CheckpointStoreImpl final : public CheckpointStore {
     if (backend_->IsLocal()) CKPT_RETURN_IF_ERROR(maintenance_.Recover());
     CKPT_ASSIGN_OR_RETURN(std::unique_ptr<UploadSpool> spool,
                           backend_->NewUploadSpool(options_.data_dir + "/uploads"));
+    shards_go_to_the_writer_ = !backend_->IsLocal() && !spool->shared();
     return uploads_.Open(
         std::move(spool), [this](const std::string& model, uint64_t version) -> Result<bool> {
           std::string value;
@@ -453,6 +462,8 @@ class CheckpointStoreImpl final : public CheckpointStore {
     return backend_->WriteOwner(std::string(model));
   }
 
+  bool ShardsGoToTheWriter() const override { return shards_go_to_the_writer_; }
+
   StoreStats Stats() override {
     StoreStats s;
     auto get = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
@@ -498,7 +509,8 @@ class CheckpointStoreImpl final : public CheckpointStore {
 
  private:
   StoreOptions options_;
-  const std::shared_ptr<rocksdb::Env> env_;  // null: the process's file system
+  const std::shared_ptr<rocksdb::Env> env_;           // null: the process's file system
+  const std::shared_ptr<S3FaultInjector> s3_faults_;  // tests: faults of S3 requests
   ReferenceCache cache_;
   SinceDeltaCache since_deltas_;
   std::unique_ptr<TensorCodec> codec_;
@@ -506,7 +518,8 @@ class CheckpointStoreImpl final : public CheckpointStore {
   std::unique_ptr<rocksdb::DB> db_;
   StoreFamilies families_;
   std::unique_ptr<StoreBackend> backend_;
-  StoreContext ctx_;  // refers to the members above
+  bool shards_go_to_the_writer_ = false;  // set once by OpenDb
+  StoreContext ctx_;                      // refers to the members above
   StoreCounters counters_;
   std::mutex tags_mu_;  // see StoreContext::tags_mu
   StoreMaintenance maintenance_;
@@ -525,7 +538,8 @@ Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(const StoreOption
 }
 
 Result<std::unique_ptr<CheckpointStore>> OpenStoreOn(const StoreOptions& options,
-                                                     std::shared_ptr<rocksdb::Env> env) {
+                                                     std::shared_ptr<rocksdb::Env> env,
+                                                     std::shared_ptr<S3FaultInjector> s3_faults) {
   if (options.data_dir.empty()) return Status::InvalidArgument("store: data_dir is empty");
   if (options.chunk_bytes < 1024) {
     return Status::InvalidArgument("store: chunk_bytes must be at least 1024");
@@ -542,7 +556,7 @@ Result<std::unique_ptr<CheckpointStore>> OpenStoreOn(const StoreOptions& options
                               "': the directory holds no database");
     }
   }
-  auto store = std::make_unique<CheckpointStoreImpl>(options, std::move(env));
+  auto store = std::make_unique<CheckpointStoreImpl>(options, std::move(env), std::move(s3_faults));
   CKPT_RETURN_IF_ERROR(store->OpenDb());
   return std::unique_ptr<CheckpointStore>(std::move(store));
 }

@@ -70,6 +70,39 @@ class CephCluster {
     io->set_namespace(object_namespace);
   }
 
+  // The S3 gateway (radosgw) on the cluster, started on the first call (3-7 s): its endpoint
+  // ("http://127.0.0.1:PORT"), or "" when it could not start (gateway_log() says why).
+  static constexpr char kS3AccessKey[] = "ckptdtestaccess";
+  static constexpr char kS3SecretKey[] = "ckptdtestsecret0123456789";
+  const std::string& Gateway() {
+    if (!gateway_tried_ && started()) {
+      gateway_tried_ = true;
+      const uint16_t port = FreePort();
+      const std::string command = std::string("S3_ACCESS_KEY=") + kS3AccessKey +
+                                  " S3_SECRET_KEY=" + kS3SecretKey + " " + CKPT_CEPH_SCRIPT +
+                                  " start-rgw " + dir_->str() + "/ceph " + std::to_string(port) +
+                                  " > " + dir_->str() + "/rgw-start.log 2>&1";
+      if (std::system(command.c_str()) == 0) {
+        gateway_ = "http://127.0.0.1:" + std::to_string(port);
+      }
+    }
+    return gateway_;
+  }
+  std::string gateway_log() const {
+    std::ifstream log(dir_->path() / "rgw-start.log");
+    return std::string(std::istreambuf_iterator<char>(log), {});
+  }
+  // Creates bucket `name` on the gateway (Ok if it exists); whether it worked.
+  bool CreateBucket(const std::string& name) {
+    // RGW wants the payload hash header, which curl does not add.
+    const std::string command =
+        std::string(
+            "curl -sf -o /dev/null -X PUT -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' "
+            "--aws-sigv4 aws:amz:us-east-1:s3 --user ") +
+        kS3AccessKey + ":" + kS3SecretKey + " " + Gateway() + "/" + name;
+    return !Gateway().empty() && std::system(command.c_str()) == 0;
+  }
+
   void Stop() {
     if (!dir_ || stopped_) return;
     const std::string command =
@@ -107,6 +140,8 @@ class CephCluster {
   int start_status_ = -1;
   double start_seconds_ = 0;
   bool stopped_ = false;
+  bool gateway_tried_ = false;
+  std::string gateway_;
 };
 
 // In a fixture's SetUp: skips without Ceph, fails when the cluster did not start.
@@ -115,6 +150,18 @@ class CephCluster {
     auto& ceph_cluster = ::ckpt::testing::CephCluster::Get();                            \
     if (!ceph_cluster.skip_reason().empty()) GTEST_SKIP() << ceph_cluster.skip_reason(); \
     ASSERT_TRUE(ceph_cluster.started()) << ceph_cluster.start_log();                     \
+  } while (0)
+
+// In a fixture's SetUp: as CKPT_REQUIRE_CEPH_CLUSTER, and the S3 gateway answers (skips without
+// radosgw installed).
+#define CKPT_REQUIRE_S3_GATEWAY()                                           \
+  do {                                                                      \
+    CKPT_REQUIRE_CEPH_CLUSTER();                                            \
+    if (!std::filesystem::exists("/usr/bin/radosgw")) {                     \
+      GTEST_SKIP() << "radosgw is not installed (scripts/install-deps.sh)"; \
+    }                                                                       \
+    ASSERT_FALSE(::ckpt::testing::CephCluster::Get().Gateway().empty())     \
+        << ::ckpt::testing::CephCluster::Get().gateway_log();               \
   } while (0)
 
 }  // namespace ckpt::testing

@@ -53,6 +53,35 @@ struct ClusterOptions {
   std::string advertise_url;
 };
 
+// Scale-out on an S3-compatible object store (docs/deployment.md, "S3"): chunk records and every
+// metadata record live in a bucket that several daemons share, as with ClusterOptions; each model
+// is written through one daemon at a time. The store must honour conditional PUTs
+// (If-None-Match: *, If-Match); the daemon checks at start and refuses a store that does not.
+struct S3Options {
+  std::string endpoint;  // "https://s3.eu-west-1.amazonaws.com", "http://127.0.0.1:7480"
+  std::string bucket;    // must exist
+  std::string prefix;    // every key of the store starts with it ("" or "team-a/ckptd")
+  std::string region = "us-east-1";
+  std::string access_key;  // never logged
+  std::string secret_key;  // never logged
+  // Addressing: "https://endpoint/bucket/key" (path style, what RGW and MinIO serve by default)
+  // or "https://bucket.endpoint/key" (virtual-hosted, what AWS prefers).
+  bool virtual_hosted = false;
+  std::string ca_file;  // PEM bundle for HTTPS ("" : the system's)
+  // Requests in flight at once (chunk writes and reads, removals).
+  uint32_t parallelism = 16;
+  // Objects larger than this are sent as multipart uploads of parts this size.
+  uint64_t part_bytes = 32ull << 20;
+  // Attempts per request before it fails (503 SlowDown, 500, timeouts, resets are retried with
+  // jittered exponential back-off from 50 ms up to 5 s).
+  uint32_t attempts = 8;
+  // A request that has moved no byte for this long is abandoned (and retried).
+  std::chrono::milliseconds request_timeout{30000};
+  // As in ClusterOptions: the write lease of a model, and this daemon's URL for redirects.
+  std::chrono::milliseconds lease{10000};
+  std::string advertise_url;
+};
+
 struct StoreOptions {
   // Directory holding the RocksDB database; created if missing. Default: none (required).
   std::string data_dir;
@@ -131,6 +160,9 @@ struct StoreOptions {
   // When set, the store keeps its data in a RADOS pool shared with other daemons (see
   // ClusterOptions) instead of in data_dir alone. Default: unset (single node).
   std::optional<ClusterOptions> cluster;
+  // When set, the store keeps its data in an S3 bucket shared with other daemons (S3Options).
+  // Exclusive with `cluster`. Default: unset.
+  std::optional<S3Options> s3;
 };
 
 // How a garbage collection treats one model (CheckpointStore::CollectGarbage).
@@ -638,6 +670,11 @@ class CheckpointStore {
   // node; with a cluster, when it holds the model's lease or nobody does), else the base URL the
   // lease holder advertises (empty if it advertises none).
   virtual Result<std::optional<std::string>> WriteOwner(std::string_view model) = 0;
+  // Whether shards of sharded versions go to the model's writer like other writes: true when
+  // several daemons share the store but each spools shards on its own disk (the S3 backend);
+  // false on a single node, or where any daemon takes any shard (RADOS: the spool is in the
+  // pool).
+  virtual bool ShardsGoToTheWriter() const { return false; }
 
   // Counters since open and the storage engine's sizes. Thread-safe, cheap (no scans).
   virtual StoreStats Stats() = 0;

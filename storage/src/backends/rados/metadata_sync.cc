@@ -107,7 +107,7 @@ Status MetadataSync::Resync(const std::string& model, ModelState& state) {
     }
     if (!consistent) continue;
     rocksdb::WriteBatch batch;
-    CKPT_RETURN_IF_ERROR(layout_->CacheBatch(model, all, &batch));
+    CKPT_RETURN_IF_ERROR(layout_->CacheBatch(model, FromOmap(all), &batch));
     CKPT_RETURN_IF_ERROR(
         FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "caching model '" + model + "'"));
     state.generation = missing ? 0 : generation.value_or(0);

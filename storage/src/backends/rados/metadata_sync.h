@@ -20,7 +20,7 @@ namespace ckpt {
 class MetadataSync {
  public:
   // Every pointer outlives the sync.
-  MetadataSync(librados::IoCtx* io, rocksdb::DB* db, const rados_layout::MetadataLayout* layout,
+  MetadataSync(librados::IoCtx* io, rocksdb::DB* db, const ModelRecords* layout,
                ModelLeases* leases)
       : io_(io), db_(db), layout_(layout), leases_(leases) {}
 
@@ -36,7 +36,7 @@ class MetadataSync {
  private:
   librados::IoCtx* const io_;
   rocksdb::DB* const db_;
-  const rados_layout::MetadataLayout* const layout_;
+  const ModelRecords* const layout_;
   ModelLeases* const leases_;
 };
 

@@ -32,7 +32,7 @@
 #include <set>
 #include <thread>
 
-#include "backends/rados/deferred_removals.h"
+#include "backends/deferred_removals.h"
 #include "backends/rados/metadata_sync.h"
 #include "backends/rados/model_leases.h"
 #include "backends/rados/rados_chunk_store.h"
@@ -182,9 +182,10 @@ class RadosBackend final : public StoreBackend {
       return Status::Unavailable("model '" + model + "': " + std::string(what) +
                                  ": this daemon no longer holds the model's write lease; retry");
     }
-    OmapValues sets;
+    RecordMap records;
     std::set<std::string> removals;
-    CKPT_RETURN_IF_ERROR(layout_.Translate(model, change.batch, &sets, &removals));
+    CKPT_RETURN_IF_ERROR(layout_.Translate(model, change.batch, &records, &removals));
+    OmapValues sets = ToOmap(records);
     const uint64_t generation = *state.generation + 1;
     uint64_t epoch = state.epoch;
     sets[kGenerationKey] = U64(generation);
@@ -368,7 +369,7 @@ class RadosBackend final : public StoreBackend {
   librados::Rados cluster_;
   librados::IoCtx io_;
   std::unique_ptr<ChunkStore> chunks_;  // the chunk objects, on io_'s connection
-  const MetadataLayout layout_;
+  const ModelRecords layout_;
   ModelLeases leases_;
   MetadataSync sync_;
 

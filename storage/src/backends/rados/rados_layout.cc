@@ -2,9 +2,7 @@
 #include "backends/rados/rados_layout.h"
 
 #include <cstdio>
-#include <memory>
 
-#include "engine/rocks_status.h"
 #include "records/keys.h"
 
 namespace ckpt::rados_layout {
@@ -72,125 +70,16 @@ std::vector<ListedChunk> ParseChunkObjects(const std::string& model,
   return out;
 }
 
-MetadataLayout::MetadataLayout(rocksdb::DB* db, const MetadataFamilies& families)
-    : db_(db), families_(families) {
-  letters_ = {{families.models->GetID(), 'm'},
-              {families.versions->GetID(), 'v'},
-              {families.manifests->GetID(), 'f'},
-              {families.codec_state->GetID(), 's'},
-              {families.tags->GetID(), 't'}};
+std::map<std::string, librados::bufferlist> ToOmap(const RecordMap& records) {
+  std::map<std::string, librados::bufferlist> omap;
+  for (const auto& [key, value] : records) omap[key].append(value);
+  return omap;
 }
 
-Status MetadataLayout::Translate(const std::string& model, const rocksdb::WriteBatch& batch,
-                                 OmapValues* sets, std::set<std::string>* removals) const {
-  struct Handler : rocksdb::WriteBatch::Handler {
-    const MetadataLayout* self;
-    const std::string* model;
-    std::map<std::string, librados::bufferlist>* sets;
-    std::set<std::string>* removals;
-    Status error;
-
-    rocksdb::Status PutCF(uint32_t cf, const rocksdb::Slice& key,
-                          const rocksdb::Slice& value) override {
-      auto omap_key = self->OmapKey(*model, cf, key.ToStringView());
-      if (!omap_key.ok()) return Fail(omap_key.status());
-      librados::bufferlist bl;
-      bl.append(value.data(), static_cast<unsigned>(value.size()));
-      removals->erase(*omap_key);
-      (*sets)[*omap_key] = std::move(bl);
-      return rocksdb::Status::OK();
-    }
-    rocksdb::Status DeleteCF(uint32_t cf, const rocksdb::Slice& key) override {
-      auto omap_key = self->OmapKey(*model, cf, key.ToStringView());
-      if (!omap_key.ok()) return Fail(omap_key.status());
-      sets->erase(*omap_key);
-      removals->insert(*omap_key);
-      return rocksdb::Status::OK();
-    }
-    rocksdb::Status DeleteRangeCF(uint32_t cf, const rocksdb::Slice& begin,
-                                  const rocksdb::Slice& end) override {
-      // The range's keys as this daemon's cache holds them (it is current: we own the model).
-      auto family = self->FamilyOf(cf);
-      if (!family) return Fail(Status::Internal("rados: delete range in an unknown family"));
-      std::unique_ptr<rocksdb::Iterator> it(self->db_->NewIterator(rocksdb::ReadOptions(), family));
-      for (it->Seek(begin); it->Valid() && it->key().compare(end) < 0; it->Next()) {
-        rocksdb::Status s = DeleteCF(cf, it->key());
-        if (!s.ok()) return s;
-      }
-      return it->status();
-    }
-    rocksdb::Status Fail(Status s) {
-      error = std::move(s);
-      return rocksdb::Status::Aborted(error.message());
-    }
-  } handler;
-  handler.self = this;
-  handler.model = &model;
-  handler.sets = sets;
-  handler.removals = removals;
-  rocksdb::Status s = batch.Iterate(&handler);
-  if (!handler.error.ok()) return handler.error;
-  return FromRocks(s, "translating a metadata change");
-}
-
-rocksdb::ColumnFamilyHandle* MetadataLayout::FamilyOf(uint32_t cf) const {
-  for (auto* h : {families_.models, families_.versions, families_.manifests, families_.codec_state,
-                  families_.tags}) {
-    if (h->GetID() == cf) return h;
-  }
-  return nullptr;
-}
-
-Result<std::string> MetadataLayout::OmapKey(const std::string& model, uint32_t cf,
-                                            std::string_view key) const {
-  auto letter = letters_.find(cf);
-  if (letter == letters_.end()) return Status::Internal("rados: write to an unknown family");
-  std::string out(1, letter->second);
-  if (key == model) return out;
-  const std::string prefix = keys::ModelPrefix(model);
-  if (!key.starts_with(prefix)) {
-    return Status::Internal("rados: a change of model '" + model + "' touches another model");
-  }
-  out.append(key.substr(prefix.size()));
-  return out;
-}
-
-Status MetadataLayout::CacheBatch(const std::string& model, const OmapValues& all,
-                                  rocksdb::WriteBatch* batch) const {
-  batch->Delete(families_.models, model);
-  batch->Delete(families_.codec_state, model);
-  const std::string begin = keys::ModelPrefix(model), end = keys::ModelPrefixEnd(model);
-  for (auto* cf : {families_.versions, families_.manifests, families_.tags}) {
-    batch->DeleteRange(cf, begin, end);
-  }
-  for (const auto& [key, value] : all) {
-    if (key.empty() || key[0] == '\x01') continue;
-    rocksdb::ColumnFamilyHandle* cf = nullptr;
-    switch (key[0]) {
-      case 'm':
-        cf = families_.models;
-        break;
-      case 'v':
-        cf = families_.versions;
-        break;
-      case 'f':
-        cf = families_.manifests;
-        break;
-      case 's':
-        cf = families_.codec_state;
-        break;
-      case 't':
-        cf = families_.tags;
-        break;
-      default:
-        return Status::DataLoss("rados: model '" + model + "' holds an unknown record family");
-    }
-    const std::string local =
-        (cf == families_.models || cf == families_.codec_state) ? model : begin + key.substr(1);
-    const std::string bytes = value.to_str();
-    batch->Put(cf, local, bytes);
-  }
-  return Status::Ok();
+RecordMap FromOmap(const std::map<std::string, librados::bufferlist>& omap) {
+  RecordMap records;
+  for (const auto& [key, value] : omap) records[key] = value.to_str();
+  return records;
 }
 
 }  // namespace ckpt::rados_layout

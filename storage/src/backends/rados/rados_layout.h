@@ -4,18 +4,15 @@
 // storage/. Written to disk: names and keys never change; a new layout bumps kLayoutVersion.
 #pragma once
 
-#include <rocksdb/db.h>
-#include <rocksdb/write_batch.h>
-
 #include <cstdint>
 #include <map>
 #include <rados/librados.hpp>
 #include <set>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
+#include "backends/model_records.h"
 #include "backends/store_backend.h"
 #include "ckpt/base/status.h"
 
@@ -23,7 +20,8 @@ namespace ckpt::rados_layout {
 
 inline constexpr char kLockName[] = "owner";  // the model object's exclusive lock: the lease
 inline constexpr char kIndexObject[] = "models";
-// Control keys of a model object start with \001, below every record's family letter.
+// Control keys of a model object start with kControlKeyPrefix, below every record's family
+// letter.
 inline constexpr char kEpochKey[] = "\001epoch";
 inline constexpr char kGenerationKey[] = "\001generation";
 // The layout of a model object: written at every takeover; a daemon refuses a model whose
@@ -60,31 +58,8 @@ struct ListedChunk {
 std::vector<ListedChunk> ParseChunkObjects(const std::string& model,
                                            std::vector<std::string> names);
 
-// The metadata records of a model as omap keys of its object: a family letter plus the key
-// within the model. Thread-safe (immutable after construction).
-class MetadataLayout {
- public:
-  // `db` and `families` are the local cache; they outlive the layout.
-  MetadataLayout(rocksdb::DB* db, const MetadataFamilies& families);
-
-  // The omap changes of a change of the model's records. DeleteRange is expanded over the
-  // keys the local cache holds (current while this daemon owns the model).
-  Status Translate(const std::string& model, const rocksdb::WriteBatch& batch, OmapValues* sets,
-                   std::set<std::string>* removals) const;
-
-  // A batch replacing the local cache of `model` by the records of its object's omap `all`.
-  Status CacheBatch(const std::string& model, const OmapValues& all,
-                    rocksdb::WriteBatch* batch) const;
-
- private:
-  rocksdb::ColumnFamilyHandle* FamilyOf(uint32_t cf) const;
-  // Family letter + the key within the model: "" for the records keyed by the model name alone
-  // (models, codec_state), the rest after "<model>\0" for the others.
-  Result<std::string> OmapKey(const std::string& model, uint32_t cf, std::string_view key) const;
-
-  rocksdb::DB* const db_;
-  const MetadataFamilies families_;
-  std::unordered_map<uint32_t, char> letters_;
-};
+// The omap form of records (model_records.h) and back.
+std::map<std::string, librados::bufferlist> ToOmap(const RecordMap& records);
+RecordMap FromOmap(const std::map<std::string, librados::bufferlist>& omap);
 
 }  // namespace ckpt::rados_layout

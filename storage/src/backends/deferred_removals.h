@@ -3,6 +3,7 @@
 // Internal to storage/. Thread safety: safe for concurrent use.
 #pragma once
 
+#include <chrono>
 #include <deque>
 #include <mutex>
 #include <set>
@@ -10,17 +11,18 @@
 #include <vector>
 
 #include "backends/chunk_store.h"
-#include "backends/rados/model_leases.h"
 
 namespace ckpt {
+
+using RemovalClock = std::chrono::steady_clock;
 
 class DeferredRemovals {
  public:
   // Removes `names` once `grace` has passed.
-  void Defer(std::vector<std::string> names, RadosClock::duration grace) {
+  void Defer(std::vector<std::string> names, RemovalClock::duration grace) {
     if (names.empty()) return;
     std::lock_guard lock(mu_);
-    pending_.push_back({RadosClock::now() + grace, std::move(names)});
+    pending_.push_back({RemovalClock::now() + grace, std::move(names)});
   }
 
   // Removes what is due from `chunks` (best effort: the rest are orphans for garbage collection).
@@ -28,7 +30,7 @@ class DeferredRemovals {
     std::vector<std::string> due;
     {
       std::lock_guard lock(mu_);
-      while (!pending_.empty() && pending_.front().due <= RadosClock::now()) {
+      while (!pending_.empty() && pending_.front().due <= RemovalClock::now()) {
         auto& names = pending_.front().names;
         due.insert(due.end(), names.begin(), names.end());
         pending_.pop_front();
@@ -47,7 +49,7 @@ class DeferredRemovals {
 
  private:
   struct Entry {
-    RadosClock::time_point due;
+    RemovalClock::time_point due;
     std::vector<std::string> names;
   };
   std::mutex mu_;

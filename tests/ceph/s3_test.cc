@@ -1,0 +1,402 @@
+// The S3 client and chunk store against Ceph's S3 gateway (radosgw) on the one-node cluster:
+// objects, ranges, listings, batch deletes, multipart uploads, the conditional writes the commit
+// protocol rests on, and injected faults at every kind of failure the client retries.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/s3/s3_chunk_store.h"
+#include "backends/s3/s3_client.h"
+#include "ceph_cluster.h"
+#include "store_fixture.h"
+#include "store_open.h"
+#include "test_support.h"
+
+namespace ckpt {
+namespace {
+
+using testing::CephCluster;
+
+constexpr char kBucket[] = "ckptd-client-tests";
+
+// Faults by request: the `attempts` first attempts of requests whose method and key match get
+// `fault`.
+class ScriptedFaults : public S3FaultInjector {
+ public:
+  void Set(std::string method, std::string key_prefix, S3Fault fault, int attempts) {
+    std::lock_guard lock(mu_);
+    rule_ = {std::move(method), std::move(key_prefix), fault, attempts};
+    injected_ = 0;
+  }
+  void Clear() { Set("", "\x01", S3Fault::kNone, 0); }
+  int injected() {
+    std::lock_guard lock(mu_);
+    return injected_;
+  }
+
+  S3Fault Next(std::string_view method, std::string_view key, int attempt) override {
+    std::lock_guard lock(mu_);
+    if (method != rule_.method || !key.starts_with(rule_.key_prefix) || attempt >= rule_.attempts) {
+      return S3Fault::kNone;
+    }
+    ++injected_;
+    return rule_.fault;
+  }
+
+ private:
+  struct Rule {
+    std::string method;
+    std::string key_prefix = "\x01";
+    S3Fault fault = S3Fault::kNone;
+    int attempts = 0;
+  };
+  std::mutex mu_;
+  Rule rule_;
+  int injected_ = 0;
+};
+
+class S3ClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CKPT_REQUIRE_S3_GATEWAY();
+    ASSERT_TRUE(CephCluster::Get().CreateBucket(kBucket));
+    options_.endpoint = CephCluster::Get().Gateway();
+    options_.bucket = kBucket;
+    options_.prefix =
+        std::string("t-") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    options_.access_key = CephCluster::kS3AccessKey;
+    options_.secret_key = CephCluster::kS3SecretKey;
+    options_.attempts = 4;
+    faults_ = std::make_shared<ScriptedFaults>();
+    client_ = std::make_unique<S3Client>(options_, faults_);
+  }
+
+  S3Options options_;
+  std::shared_ptr<ScriptedFaults> faults_;
+  std::unique_ptr<S3Client> client_;
+};
+
+TEST_F(S3ClientTest, ObjectsRoundTripWithRangesListingsAndBatchDeletes) {
+  std::string bytes(70000, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 31 + 7);
+  auto etag = client_->Put("dir/a b+c", bytes);
+  ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  auto whole = client_->Get("dir/a b+c");
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->body, bytes);
+  EXPECT_EQ(whole->etag, *etag);
+  auto range = client_->Get("dir/a b+c", 1000, 500);
+  ASSERT_TRUE(range.ok()) << range.status().ToString();
+  EXPECT_EQ(range->body, bytes.substr(1000, 500));
+  EXPECT_EQ(client_->Get("dir/missing").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(client_->Delete("dir/missing").ok()) << "deleting nothing is fine";
+
+  // Listings page through continuation tokens and group by a delimiter.
+  std::vector<std::string> keys;
+  for (int i = 0; i < 25; ++i) keys.push_back("many/" + std::to_string(100 + i));
+  for (const std::string& key : keys) ASSERT_TRUE(client_->Put(key, key).ok());
+  std::vector<std::string> paged;
+  std::string token;
+  int pages = 0;
+  do {
+    auto page = client_->ListPage("many/", "", 10, token);
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    for (const auto& object : page->objects) paged.push_back(object.key);
+    token = page->truncated ? page->next_continuation_token : "";
+    ++pages;
+  } while (!token.empty());
+  EXPECT_EQ(paged, keys);
+  EXPECT_EQ(pages, 3);
+  auto grouped = client_->ListPage("", "", 0, "", "/");
+  ASSERT_TRUE(grouped.ok()) << grouped.status().ToString();
+  EXPECT_EQ(grouped->common_prefixes, (std::vector<std::string>{"dir/", "many/"}));
+
+  ASSERT_TRUE(client_->DeleteMany(keys).ok());
+  auto left = client_->ListAll("many/");
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->empty());
+}
+
+TEST_F(S3ClientTest, LargeObjectsGoAsMultipartUploads) {
+  S3Options options = options_;
+  options.part_bytes = 5 << 20;  // S3's smallest part
+  S3Client client(options);
+  std::string bytes(11 << 20, '\0');
+  for (size_t i = 0; i < bytes.size(); i += 4096) bytes[i] = static_cast<char>(i >> 12);
+  const uint64_t before = client.requests();
+  ASSERT_TRUE(client.Put("big", bytes).ok());
+  EXPECT_EQ(client.requests() - before, 5u) << "begin, 3 parts, complete";
+  auto read = client.Get("big");
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_TRUE(read->body == bytes);
+}
+
+// What the commit protocol rests on, on this server: a create loses to an existing object, a
+// swap to a changed one, and the probe finds how the server wants If-Match.
+TEST_F(S3ClientTest, ConditionalWritesHoldAndTheProbeAcceptsTheServer) {
+  ASSERT_TRUE(client_->Probe().ok());
+  S3Condition create;
+  create.if_none_match = true;
+  auto first = client_->Put("c", "one", create);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(client_->Put("c", "two", create).status().code(), StatusCode::kFailedPrecondition);
+  S3Condition swap;
+  swap.if_match = *first;
+  auto second = client_->Put("c", "three", swap);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(client_->Put("c", "four", swap).status().code(), StatusCode::kFailedPrecondition)
+      << "the ETag it matched is gone";
+  EXPECT_EQ(client_->Get("c")->body, "three");
+
+  // Two writers racing to create one key: exactly one wins, every time.
+  for (int round = 0; round < 20; ++round) {
+    const std::string key = "race/" + std::to_string(round);
+    std::atomic<int> won{0};
+    std::vector<std::thread> writers;
+    for (int w = 0; w < 2; ++w) {
+      writers.emplace_back([&, w] {
+        if (client_->Put(key, "writer " + std::to_string(w), create).ok()) ++won;
+      });
+    }
+    for (auto& t : writers) t.join();
+    EXPECT_EQ(won.load(), 1) << key;
+  }
+}
+
+TEST_F(S3ClientTest, TransientFaultsAreRetriedWithinTheBudget) {
+  ASSERT_TRUE(client_->Put("f/base", "base").ok());
+  struct Case {
+    const char* method;
+    S3Fault fault;
+    const char* name;
+  };
+  const std::vector<Case> cases = {
+      {"PUT", S3Fault::kSlowDown, "503 SlowDown"},
+      {"PUT", S3Fault::kInternalError, "500"},
+      {"PUT", S3Fault::kTimeout, "timeout"},
+      {"PUT", S3Fault::kReset, "reset"},
+      {"PUT", S3Fault::kLostAnswer, "lost answer"},
+      {"GET", S3Fault::kSlowDown, "503 SlowDown"},
+      {"GET", S3Fault::kInternalError, "500"},
+      {"GET", S3Fault::kTimeout, "timeout"},
+      {"GET", S3Fault::kReset, "reset"},
+      {"GET", S3Fault::kShortBody, "short body"},
+      {"GET", S3Fault::kLostAnswer, "lost answer"},
+      {"DELETE", S3Fault::kSlowDown, "503"},
+      {"DELETE", S3Fault::kReset, "reset"},
+      {"DELETE", S3Fault::kLostAnswer, "lost"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.method) + " " + c.name);
+    faults_->Set(c.method, "f/", c.fault, options_.attempts - 1);  // the last attempt passes
+    Status s;
+    if (std::string(c.method) == "PUT") {
+      s = client_->Put("f/put", "value").status();
+    } else if (std::string(c.method) == "GET") {
+      auto read = client_->Get("f/base");
+      s = read.status();
+      if (read.ok()) {
+        EXPECT_EQ(read->body, "base");
+      }
+    } else {
+      s = client_->Delete("f/put");
+    }
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(faults_->injected(), static_cast<int>(options_.attempts) - 1);
+  }
+  // Past the budget: Unavailable, naming the store and the last error.
+  faults_->Set("GET", "f/", S3Fault::kSlowDown, 100);
+  auto exhausted = client_->Get("f/base");
+  EXPECT_EQ(exhausted.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(exhausted.status().message().find("unavailable"), std::string::npos);
+  EXPECT_NE(exhausted.status().message().find("SlowDown"), std::string::npos)
+      << exhausted.status().ToString();
+  // A lost race is no transient fault: 412 at once.
+  faults_->Set("PUT", "f/", S3Fault::kPreconditionLost, 1);
+  EXPECT_EQ(client_->Put("f/put", "x").status().code(), StatusCode::kFailedPrecondition);
+  faults_->Clear();
+  EXPECT_TRUE(client_->Get("f/base").ok()) << "the client recovers when the store does";
+}
+
+TEST_F(S3ClientTest, BadCredentialsAndMissingBucketsSayWhatWithoutTheSecret) {
+  S3Options wrong = options_;
+  wrong.secret_key = "not-the-secret-key";
+  S3Client denied(wrong);
+  auto r = denied.Get("x");
+  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied) << r.status().ToString();
+  EXPECT_EQ(r.status().message().find(wrong.secret_key), std::string::npos);
+  S3Options missing = options_;
+  missing.bucket = "no-such-bucket-here";
+  S3Client nowhere(missing);
+  auto probed = nowhere.Probe();
+  EXPECT_EQ(probed.code(), StatusCode::kFailedPrecondition) << probed.ToString();
+  EXPECT_NE(probed.message().find("'no-such-bucket-here' does not exist"), std::string::npos)
+      << probed.ToString();
+}
+
+TEST_F(S3ClientTest, TheChunkStoreWritesManyAtOnceAndReadsThemBack) {
+  auto store = NewS3ChunkStore(client_.get());
+  std::vector<std::unique_ptr<ChunkStore::PendingPut>> writes;
+  std::vector<std::string> names;
+  for (int i = 0; i < 40; ++i) {
+    names.push_back("chunks/" + std::to_string(i % 4) + "/m/" + std::to_string(i));
+    writes.push_back(store->PutAsync(names.back(), std::string(1000 + i, static_cast<char>(i))));
+  }
+  for (auto& w : writes) ASSERT_TRUE(w->Wait().ok());
+  auto all = store->GetAll(names);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  for (int i = 0; i < 40; ++i) EXPECT_EQ((*all)[i], std::string(1000 + i, static_cast<char>(i)));
+  auto listed = store->List("chunks/1/m/");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->size(), 10u);
+  ASSERT_TRUE(store->DeleteAll(names).ok());
+  EXPECT_EQ(store->Get(names[0]).status().code(), StatusCode::kNotFound);
+}
+
+// Fails every attempt of one request of the ones that follow Arm (the `index`-th, counted by
+// their first attempts) with `fault`.
+class OneRequestFaults : public S3FaultInjector {
+ public:
+  void Arm(int index, S3Fault fault) {
+    std::lock_guard lock(mu_);
+    index_ = index;
+    fault_ = fault;
+    seen_ = 0;
+    hit_ = false;
+  }
+  void Disarm() { Arm(-1, S3Fault::kNone); }
+  bool hit() {
+    std::lock_guard lock(mu_);
+    return hit_;
+  }
+  S3Fault Next(std::string_view, std::string_view, int attempt) override {
+    std::lock_guard lock(mu_);
+    if (index_ < 0) return S3Fault::kNone;
+    if (attempt == 0) ++seen_;
+    if (seen_ - 1 != index_) return S3Fault::kNone;
+    hit_ = true;
+    return fault_;
+  }
+
+ private:
+  std::mutex mu_;
+  int index_ = -1;
+  S3Fault fault_ = S3Fault::kNone;
+  int seen_ = 0;
+  bool hit_ = false;
+};
+
+// A store on S3 whose requests fail, one at a time, at every request a push makes (chunk writes,
+// the commit, lease and log reads), with each kind of fault: a push either is acknowledged and
+// restores exactly, or fails with a clear status; a version that exists restores to what was
+// pushed; the latest never goes backwards; and the next push succeeds without a restart.
+TEST(S3StoreFaultTest, AFaultAtAnyRequestOfAPushLosesNothingAcknowledged) {
+  CKPT_REQUIRE_S3_GATEWAY();
+  ASSERT_TRUE(CephCluster::Get().CreateBucket(kBucket));
+  testing::TempDir dir;
+  StoreOptions options;
+  options.data_dir = dir.str();
+  options.chunk_bytes = 16384;
+  options.min_free_bytes = 0;
+  S3Options s3;
+  s3.endpoint = CephCluster::Get().Gateway();
+  s3.bucket = kBucket;
+  s3.prefix = "t-store-faults";
+  s3.access_key = CephCluster::kS3AccessKey;
+  s3.secret_key = CephCluster::kS3SecretKey;
+  s3.attempts = 2;
+  s3.advertise_url = "http://127.0.0.1:1";
+  options.s3 = s3;
+  auto faults = std::make_shared<OneRequestFaults>();
+  auto opened = OpenStoreOn(options, nullptr, faults);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<CheckpointStore> store = std::move(opened).value();
+
+  testing::DriftingModel drift(5, 20000);
+  auto push = [&](uint64_t version, const std::string& body) -> Result<VersionInfo> {
+    CKPT_ASSIGN_OR_RETURN(auto session, store->BeginPush("m", version, body.size()));
+    CKPT_RETURN_IF_ERROR(session->Write(testing::Bytes(body)));
+    return session->Commit();
+  };
+  auto restore = [&](uint64_t version) -> Result<std::string> {
+    CKPT_ASSIGN_OR_RETURN(auto stream, store->OpenRestore("m", version));
+    return testing::ReadAll(*stream);
+  };
+  std::map<uint64_t, std::string> pushed;
+  uint64_t version = 1;
+  pushed[version] = drift.Next();
+  ASSERT_TRUE(push(version, pushed[version]).ok());
+
+  const std::vector<S3Fault> kinds = {
+      S3Fault::kSlowDown,  S3Fault::kTimeout,          S3Fault::kLostAnswer,
+      S3Fault::kShortBody, S3Fault::kPreconditionLost, S3Fault::kInternalError,
+      S3Fault::kReset};
+  int points = 0;
+  uint64_t latest = version;
+  for (int index = 0;; ++index) {
+    const S3Fault fault = kinds[index % kinds.size()];
+    SCOPED_TRACE("request " + std::to_string(index) + ", fault " +
+                 std::to_string(static_cast<int>(fault)));
+    const std::string body = drift.Next();
+    ++version;
+    faults->Arm(index, fault);
+    auto result = push(version, body);
+    const bool hit = faults->hit();
+    faults->Disarm();
+    if (!hit) {
+      ASSERT_TRUE(result.ok()) << result.status().ToString();
+      pushed[version] = body;
+      latest = version;
+      break;  // past the push's last request
+    }
+    ++points;
+    if (result.ok()) {
+      pushed[version] = body;
+      latest = version;
+    } else {
+      // A lost race is refused as such (412 cannot come from a plain chunk write of a real
+      // store; injected there, it is answered like one).
+      EXPECT_TRUE(result.status().code() == StatusCode::kUnavailable ||
+                  result.status().code() == StatusCode::kIoError ||
+                  (fault == S3Fault::kPreconditionLost &&
+                   result.status().code() == StatusCode::kFailedPrecondition))
+          << result.status().ToString();
+      EXPECT_EQ(result.status().message().find(s3.secret_key), std::string::npos);
+    }
+    // Whatever the outcome, the store recovers: the next push is acknowledged.
+    const std::string next = drift.Next();
+    ++version;
+    auto recovered = push(version, next);
+    ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
+    pushed[version] = next;
+    // A version the failed push left behind (its commit landed, its answer did not) is the
+    // pushed body; the latest is the last acknowledged one.
+    auto info = store->GetModel("m");
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_EQ(info->latest_version, version);
+    latest = version;
+    if (!result.ok()) {
+      auto left = restore(version - 1);
+      if (left.ok()) {
+        EXPECT_TRUE(left.value() == body) << "version " << version - 1;
+      }
+    }
+  }
+  std::cout << "faults injected at " << points << " requests of a push\n";
+  EXPECT_GE(points, 5) << "a push makes at least this many requests";
+  for (const auto& [v, body] : pushed) {
+    auto restored = restore(v);
+    ASSERT_TRUE(restored.ok()) << "version " << v << ": " << restored.status().ToString();
+    EXPECT_TRUE(*restored == body) << "version " << v;
+  }
+  EXPECT_EQ(latest, version);
+}
+
+}  // namespace
+}  // namespace ckpt
