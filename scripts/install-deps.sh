@@ -30,12 +30,13 @@ PACKAGES=(
 # Optional groups, named on the command line:
 #   --fuzz     clang and its libFuzzer runtime (make fuzz)
 #   --browser  Chromium, headless (the status page's browser test)
-#   --bench    the peers the benchmarks measure beside ckptd (nginx-light), hyperfine (make bench)
+#   --bench    the peers the benchmarks measure beside ckptd (nginx-light; awscli and s3cmd for
+#              the S3 benchmarks), hyperfine (make bench)
 for group in "$@"; do
   case "$group" in
     --fuzz) PACKAGES+=(clang libclang-rt-14-dev) ;;
     --browser) PACKAGES+=(chromium) ;;
-    --bench) PACKAGES+=(nginx-light hyperfine) ;;
+    --bench) PACKAGES+=(nginx-light hyperfine awscli s3cmd) ;;
     *) echo "install-deps: unknown option $group" >&2; exit 2 ;;
   esac
 done

@@ -14,20 +14,6 @@ namespace ckpt {
 
 using namespace rados_layout;
 
-Status WaitForWrites(ModelState& state) {
-  std::deque<std::unique_ptr<ChunkStore::PendingPut>> writes;
-  {
-    std::lock_guard lock(state.writes_mu);
-    writes.swap(state.writes);
-  }
-  Status first;
-  for (auto& write : writes) {
-    Status s = write->Wait();
-    if (first.ok()) first = std::move(s);
-  }
-  return first;
-}
-
 ModelLeases::ModelLeases(librados::IoCtx* io, std::chrono::milliseconds lease,
                          const std::string& advertise_url)
     : io_(io), lease_(lease) {
@@ -97,7 +83,7 @@ void ModelLeases::ReleaseAll() {
   for (auto& [model, state] : states_) {
     if (state->owned) io_->unlock(ModelObject(model), kLockName, cookie_);
   }
-  for (auto& [model, state] : states_) (void)WaitForWrites(*state);
+  for (auto& [model, state] : states_) (void)state->writes.WaitAll();
 }
 
 size_t ModelLeases::OwnedCount() {

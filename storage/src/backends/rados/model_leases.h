@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "backends/chunk_store.h"
+#include "backends/shared_chunks.h"
 #include "ckpt/base/status.h"
 
 namespace ckpt {
@@ -31,8 +32,7 @@ struct ModelState {
   std::optional<uint64_t> generation;        // the cluster's generation the local cache reflects
   bool indexed = false;                      // known to be in the index (set while owned)
 
-  std::mutex writes_mu;  // guards writes (taken without mu: pushes write while others read)
-  std::deque<std::unique_ptr<ChunkStore::PendingPut>> writes;  // chunk writes in flight
+  ChunkWriteQueue writes;  // chunk writes in flight (not under mu: pushes write while others read)
 
   // Whether the local cache of the model is current without asking the cluster: this daemon is
   // its only writer (it holds the lease, renewed recently enough). After a pause longer than
@@ -41,9 +41,6 @@ struct ModelState {
   // Whether this daemon holds the lease now. REQUIRES: mu.
   bool HoldsLease() const { return owned && RadosClock::now() < lease_valid_until; }
 };
-
-// Waits for the model's chunk writes in flight; the first error.
-Status WaitForWrites(ModelState& state);
 
 class ModelLeases {
  public:

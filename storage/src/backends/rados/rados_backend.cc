@@ -46,9 +46,6 @@ namespace {
 
 using namespace rados_layout;
 
-// Chunk writes in flight per model (each holds a copy of its record: <= 16 x chunk_bytes).
-constexpr size_t kWritesInFlight = 16;
-
 // Thread safety: safe for concurrent use (StoreBackend's contract).
 class RadosBackend final : public StoreBackend {
  public:
@@ -89,20 +86,12 @@ class RadosBackend final : public StoreBackend {
 
   // ---- chunk records
 
-  // Asynchronous: up to kWritesInFlight writes per model; Commit and DiscardChunks wait for
+  // Asynchronous: a model's writes queue (ModelState::writes); Commit and DiscardChunks wait for
   // them.
   Status PutChunk(const std::string& model, uint64_t seq, uint32_t tensor, uint32_t chunk,
                   std::string_view record) override {
-    ModelState& state = leases_.StateOf(model);
-    std::unique_ptr<ChunkStore::PendingPut> oldest;
-    {
-      std::lock_guard lock(state.writes_mu);
-      state.writes.push_back(chunks_->PutAsync(ChunkObject(model, seq, tensor, chunk), record));
-      if (state.writes.size() <= kWritesInFlight) return Status::Ok();
-      oldest = std::move(state.writes.front());
-      state.writes.pop_front();
-    }
-    return oldest->Wait();
+    return leases_.StateOf(model).writes.Add(
+        chunks_->PutAsync(ChunkObject(model, seq, tensor, chunk), record));
   }
 
   size_t ReadWindow() const override { return 8; }
@@ -120,11 +109,7 @@ class RadosBackend final : public StoreBackend {
       names.push_back(ChunkObject(model, a.seq, a.tensor, a.chunk));
     }
     CKPT_ASSIGN_OR_RETURN(std::vector<std::string> bytes, chunks_->GetAll(names));
-    *records = std::vector<rocksdb::PinnableSlice>(bytes.size());
-    for (size_t i = 0; i < bytes.size(); ++i) {
-      *(*records)[i].GetSelf() = std::move(bytes[i]);
-      (*records)[i].PinSelf();
-    }
+    PinRecords(std::move(bytes), records);
     return Status::Ok();
   }
 
@@ -137,34 +122,21 @@ class RadosBackend final : public StoreBackend {
 
   // Best effort: what is left is an orphan for garbage collection.
   void DiscardChunks(const std::string& model, const ChunkSet& chunks) override {
-    (void)WaitForWrites(leases_.StateOf(model));
+    (void)leases_.StateOf(model).writes.WaitAll();
     (void)chunks_->DeleteAll(ChunkNames(model, chunks));
   }
 
   Status ForEachChunk(const rocksdb::ReadOptions&, const std::string& model, uint64_t seq_end,
                       const ChunkVisitor& visit) override {
-    CKPT_ASSIGN_OR_RETURN(auto names, ListChunkObjects(model));
-    for (const auto& [name, seq, tensor, chunk] : names) {
-      if (seq >= seq_end) continue;
-      auto record = chunks_->Get(name);
-      if (record.status().code() == StatusCode::kNotFound) continue;  // removed since listed
-      CKPT_RETURN_IF_ERROR(record.status());
-      visit(seq, tensor, chunk, *record);
-    }
-    return Status::Ok();
+    CKPT_ASSIGN_OR_RETURN(auto listed, ListChunkObjects(model));
+    return VisitListedChunks(*chunks_, listed, seq_end, visit);
   }
 
   Result<uint64_t> RemoveOrphanChunks(const std::string& model, const std::set<uint64_t>& stored,
                                       uint64_t seq_end) override {
-    CKPT_ASSIGN_OR_RETURN(auto names, ListChunkObjects(model));
+    CKPT_ASSIGN_OR_RETURN(auto listed, ListChunkObjects(model));
     // Chunks whose removal is deferred for readers are left to the deferral.
-    const std::set<std::string> deferred = removals_.Pending();
-    std::vector<std::string> orphans;
-    for (const auto& [name, seq, tensor, chunk] : names) {
-      if (seq < seq_end && !stored.count(seq) && !deferred.count(name)) orphans.push_back(name);
-    }
-    CKPT_RETURN_IF_ERROR(chunks_->DeleteAll(orphans));
-    return static_cast<uint64_t>(orphans.size());
+    return RemoveListedOrphans(*chunks_, listed, stored, seq_end, removals_.Pending());
   }
 
   // ---- metadata
@@ -175,7 +147,7 @@ class RadosBackend final : public StoreBackend {
     // changes, a tag say, leave the writes of a push in progress to that push.)
     if (change.refers_to_new_chunks) {
       CKPT_RETURN_IF_ERROR(
-          WaitForWrites(state).WithContext("model '" + model + "': " + std::string(what)));
+          state.writes.WaitAll().WithContext("model '" + model + "': " + std::string(what)));
     }
     std::lock_guard lock(state.mu);
     if (!state.owned || !state.generation) {
@@ -220,7 +192,7 @@ class RadosBackend final : public StoreBackend {
       auto names = ChunkNames(model, set);
       unreachable.insert(unreachable.end(), names.begin(), names.end());
     }
-    removals_.Defer(std::move(unreachable), RemovalGrace());
+    removals_.Defer(std::move(unreachable), RemovalGrace(options_.lease));
     return Status::Ok();
   }
 
@@ -343,12 +315,6 @@ class RadosBackend final : public StoreBackend {
     op.omap_rm_keys({model});
     io_.operate(kIndexObject, &op);
     state.indexed = false;
-  }
-
-  // How long chunks a commit made unreachable stay readable: two leases, at least 5 minutes (a
-  // multi-gigabyte restore started on the previous generation must be able to finish).
-  RadosClock::duration RemovalGrace() const {
-    return std::max<RadosClock::duration>(options_.lease * 2, std::chrono::minutes(5));
   }
 
   // Renews held leases every third of the lease and runs due deletions.

@@ -46,13 +46,9 @@ Status CheckLayout(const std::string& model, const OmapValues& control) {
 }
 
 std::vector<std::string> ChunkNames(const std::string& model, const ChunkSet& set) {
-  std::vector<std::string> names;
-  for (uint32_t t = 0; t < set.chunk_counts.size(); ++t) {
-    for (uint32_t c = 0; c < set.chunk_counts[t]; ++c) {
-      names.push_back(ChunkObject(model, set.seq, t, c));
-    }
-  }
-  return names;
+  return ChunkSetNames(set, [&](uint64_t seq, uint32_t tensor, uint32_t chunk) {
+    return ChunkObject(model, seq, tensor, chunk);
+  });
 }
 
 std::vector<ListedChunk> ParseChunkObjects(const std::string& model,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/model_records.h"
+#include "backends/shared_chunks.h"
 #include "backends/store_backend.h"
 #include "ckpt/base/status.h"
 
@@ -47,13 +48,6 @@ std::string ChunkPrefix(std::string_view model);
 std::string ChunkObject(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk);
 std::vector<std::string> ChunkNames(const std::string& model, const ChunkSet& set);
 
-// A chunk object's address, from its name.
-struct ListedChunk {
-  std::string name;
-  uint64_t seq;
-  uint32_t tensor;
-  uint32_t chunk;
-};
 // The chunk objects among `names` (listed under ChunkPrefix(model)); other names are skipped.
 std::vector<ListedChunk> ParseChunkObjects(const std::string& model,
                                            std::vector<std::string> names);

@@ -32,7 +32,6 @@ namespace {
 
 using namespace s3_layout;
 
-constexpr size_t kWritesInFlight = 32;   // chunk writes in flight per model
 constexpr uint64_t kSnapshotEvery = 32;  // generations between snapshots
 constexpr uint64_t kMaxLogReplay = 64;   // beyond this, a cache is rebuilt from a snapshot
 
@@ -78,16 +77,8 @@ class S3Backend final : public StoreBackend {
 
   Status PutChunk(const std::string& model, uint64_t seq, uint32_t tensor, uint32_t chunk,
                   std::string_view record) override {
-    S3ModelState& state = leases_.StateOf(model);
-    std::unique_ptr<ChunkStore::PendingPut> oldest;
-    {
-      std::lock_guard lock(state.writes_mu);
-      state.writes.push_back(chunks_->PutAsync(ChunkKey(model, seq, tensor, chunk), record));
-      if (state.writes.size() <= kWritesInFlight) return Status::Ok();
-      oldest = std::move(state.writes.front());
-      state.writes.pop_front();
-    }
-    return oldest->Wait();
+    return leases_.StateOf(model).writes.Add(
+        chunks_->PutAsync(ChunkKey(model, seq, tensor, chunk), record));
   }
 
   size_t ReadWindow() const override { return 16; }
@@ -99,11 +90,7 @@ class S3Backend final : public StoreBackend {
     for (const ChunkAddress& a : addresses)
       names.push_back(ChunkKey(model, a.seq, a.tensor, a.chunk));
     CKPT_ASSIGN_OR_RETURN(std::vector<std::string> bytes, chunks_->GetAll(names));
-    *records = std::vector<rocksdb::PinnableSlice>(bytes.size());
-    for (size_t i = 0; i < bytes.size(); ++i) {
-      *(*records)[i].GetSelf() = std::move(bytes[i]);
-      (*records)[i].PinSelf();
-    }
+    PinRecords(std::move(bytes), records);
     return Status::Ok();
   }
 
@@ -116,7 +103,7 @@ class S3Backend final : public StoreBackend {
 
   void DiscardChunks(const std::string& model, const ChunkSet& chunks) override {
     S3ModelState& state = leases_.StateOf(model);
-    (void)WaitForWrites(state);
+    (void)state.writes.WaitAll();
     {
       // A commit that may have landed may refer to them: garbage collection decides later.
       std::lock_guard lock(state.mu);
@@ -128,28 +115,14 @@ class S3Backend final : public StoreBackend {
   Status ForEachChunk(const rocksdb::ReadOptions&, const std::string& model, uint64_t seq_end,
                       const ChunkVisitor& visit) override {
     CKPT_ASSIGN_OR_RETURN(auto listed, ListChunks(model));
-    for (const ListedChunk& c : listed) {
-      if (c.seq >= seq_end) continue;
-      auto record = chunks_->Get(c.key);
-      if (record.status().code() == StatusCode::kNotFound) continue;  // removed since listed
-      CKPT_RETURN_IF_ERROR(record.status());
-      visit(c.seq, c.tensor, c.chunk, *record);
-    }
-    return Status::Ok();
+    return VisitListedChunks(*chunks_, listed, seq_end, visit);
   }
 
   Result<uint64_t> RemoveOrphanChunks(const std::string& model, const std::set<uint64_t>& stored,
                                       uint64_t seq_end) override {
     CKPT_ASSIGN_OR_RETURN(auto listed, ListChunks(model));
-    const std::set<std::string> deferred = removals_.Pending();
-    std::vector<std::string> orphans;
-    for (const ListedChunk& c : listed) {
-      if (c.seq < seq_end && !stored.count(c.seq) && !deferred.count(c.key)) {
-        orphans.push_back(c.key);
-      }
-    }
-    CKPT_RETURN_IF_ERROR(chunks_->DeleteAll(orphans));
-    return static_cast<uint64_t>(orphans.size());
+    // Chunks whose removal is deferred for readers are left to the deferral.
+    return RemoveListedOrphans(*chunks_, listed, stored, seq_end, removals_.Pending());
   }
 
   // ---- metadata
@@ -158,7 +131,7 @@ class S3Backend final : public StoreBackend {
     S3ModelState& state = leases_.StateOf(model);
     const std::string context = "model '" + model + "': " + std::string(what);
     if (change.refers_to_new_chunks) {
-      CKPT_RETURN_IF_ERROR(WaitForWrites(state).WithContext(context));
+      CKPT_RETURN_IF_ERROR(state.writes.WaitAll().WithContext(context));
     }
     std::lock_guard lock(state.mu);
     if (!state.owned || !state.generation) {
@@ -201,7 +174,7 @@ class S3Backend final : public StoreBackend {
       auto keys = ChunkKeys(model, set);
       unreachable.insert(unreachable.end(), keys.begin(), keys.end());
     }
-    removals_.Defer(std::move(unreachable), RemovalGrace());
+    removals_.Defer(std::move(unreachable), RemovalGrace(options_.lease));
     return Status::Ok();
   }
 
@@ -309,13 +282,9 @@ class S3Backend final : public StoreBackend {
 
  private:
   std::vector<std::string> ChunkKeys(const std::string& model, const ChunkSet& set) const {
-    std::vector<std::string> keys;
-    for (uint32_t t = 0; t < set.chunk_counts.size(); ++t) {
-      for (uint32_t c = 0; c < set.chunk_counts[t]; ++c) {
-        keys.push_back(ChunkKey(model, set.seq, t, c));
-      }
-    }
-    return keys;
+    return ChunkSetNames(set, [&](uint64_t seq, uint32_t tensor, uint32_t chunk) {
+      return ChunkKey(model, seq, tensor, chunk);
+    });
   }
 
   Result<std::vector<ListedChunk>> ListChunks(const std::string& model) {
@@ -478,12 +447,6 @@ class S3Backend final : public StoreBackend {
       }
     }
     (void)client_.DeleteMany(redundant);
-  }
-
-  // How long chunks a commit made unreachable stay readable: two leases, at least 5 minutes (a
-  // multi-gigabyte restore started on the previous generation must be able to finish).
-  RemovalClock::duration RemovalGrace() const {
-    return std::max<RemovalClock::duration>(options_.lease * 2, std::chrono::minutes(5));
   }
 
   // Renews held leases every third of the lease and runs due deletions.

@@ -12,20 +12,6 @@ namespace ckpt {
 
 using json = nlohmann::json;
 
-Status WaitForWrites(S3ModelState& state) {
-  std::deque<std::unique_ptr<ChunkStore::PendingPut>> writes;
-  {
-    std::lock_guard lock(state.writes_mu);
-    writes.swap(state.writes);
-  }
-  Status first;
-  for (auto& write : writes) {
-    Status s = write->Wait();
-    if (first.ok()) first = std::move(s);
-  }
-  return first;
-}
-
 S3Leases::S3Leases(S3Client* client, std::chrono::milliseconds lease,
                    const std::string& advertise_url)
     : client_(client), lease_(lease), url_(advertise_url) {
@@ -146,7 +132,7 @@ void S3Leases::ReleaseAll() {
     for (auto& [model, state] : states_) all.emplace_back(model, state.get());
   }
   for (auto& [model, state] : all) {
-    (void)WaitForWrites(*state);
+    (void)state->writes.WaitAll();
     std::lock_guard lock(state->mu);
     if (state->owned) (void)Write(model, state->lease_etag, true);
     state->owned = false;

@@ -26,6 +26,7 @@
 
 #include "backends/chunk_store.h"
 #include "backends/s3/s3_client.h"
+#include "backends/shared_chunks.h"
 #include "ckpt/base/status.h"
 
 namespace ckpt {
@@ -45,16 +46,14 @@ struct S3ModelState {
   // chunks of failed writes are left for garbage collection instead of removed.
   bool outcome_unknown = false;
 
-  std::mutex writes_mu;  // guards writes (taken without mu: pushes write while others read)
-  std::deque<std::unique_ptr<ChunkStore::PendingPut>> writes;  // chunk writes in flight
+  // Chunk writes in flight (not under mu: pushes write while others read); more than on RADOS,
+  // as each S3 request waits longer.
+  ChunkWriteQueue writes{32};
 
   // REQUIRES: mu.
   bool TrustsCache() const { return owned && generation && S3Clock::now() < lease_valid_until; }
   bool HoldsLease() const { return owned && S3Clock::now() < lease_valid_until; }
 };
-
-// Waits for the model's chunk writes in flight; the first error.
-Status WaitForWrites(S3ModelState& state);
 
 class S3Leases {
  public:

@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "backends/model_records.h"
+#include "backends/shared_chunks.h"
 #include "ckpt/base/status.h"
 
 namespace ckpt::s3_layout {
@@ -73,12 +74,6 @@ inline constexpr int kChunkPrefixes = 16;
 std::string ChunkKey(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk);
 // The listing prefix of a model's chunks under hash prefix `h`.
 std::string ChunkListPrefix(std::string_view model, int h);
-struct ListedChunk {
-  std::string key;
-  uint64_t seq;
-  uint32_t tensor;
-  uint32_t chunk;
-};
 // The chunk key's address, if `key` is one of `model`'s.
 std::optional<ListedChunk> ParseChunkKey(std::string_view model, std::string key);
 

@@ -1,0 +1,74 @@
+// What the backends that keep chunk records as objects of a shared store (RADOS, S3) do alike:
+// keep a model's chunk writes in flight, hand read objects to the store, visit and collect the
+// objects a listing found. Internal to storage/.
+#pragma once
+
+#include <rocksdb/slice.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backends/chunk_store.h"
+#include "backends/deferred_removals.h"
+#include "backends/store_backend.h"
+#include "ckpt/base/status.h"
+
+namespace ckpt {
+
+// A chunk object a listing found, with the address its name encodes.
+struct ListedChunk {
+  std::string name;
+  uint64_t seq;
+  uint32_t tensor;
+  uint32_t chunk;
+};
+
+// The chunk writes of one model in flight. Thread safety: safe for concurrent use.
+class ChunkWriteQueue {
+ public:
+  explicit ChunkWriteQueue(size_t max_in_flight = 16) : max_in_flight_(max_in_flight) {}
+
+  // Queues `write`; once more than the limit are in flight, waits for the oldest (its error).
+  Status Add(std::unique_ptr<ChunkStore::PendingPut> write);
+  // Waits for every write in flight; the first error.
+  Status WaitAll();
+
+ private:
+  const size_t max_in_flight_;
+  std::mutex mu_;
+  std::deque<std::unique_ptr<ChunkStore::PendingPut>> writes_;  // guarded by mu_
+};
+
+// The object names of a chunk set, `name(seq, tensor, chunk)` each.
+std::vector<std::string> ChunkSetNames(
+    const ChunkSet& set, const std::function<std::string(uint64_t, uint32_t, uint32_t)>& name);
+
+// Moves read objects into the records the store reads (pinned, as RocksDB's are).
+void PinRecords(std::vector<std::string> bytes, std::vector<rocksdb::PinnableSlice>* records);
+
+// Reads and visits every listed chunk with seq below `seq_end` (scrub); a chunk removed since it
+// was listed is skipped.
+Status VisitListedChunks(ChunkStore& store, const std::vector<ListedChunk>& listed,
+                         uint64_t seq_end, const StoreBackend::ChunkVisitor& visit);
+
+// Removes the listed chunks with seq below `seq_end` that belong to no stored push (`stored`)
+// and whose removal is not already deferred (`deferred`); how many.
+Result<uint64_t> RemoveListedOrphans(ChunkStore& store, const std::vector<ListedChunk>& listed,
+                                     const std::set<uint64_t>& stored, uint64_t seq_end,
+                                     const std::set<std::string>& deferred);
+
+// How long chunks a commit made unreachable stay readable: two leases, at least 5 minutes (a
+// multi-gigabyte restore another daemon started on the previous generation must be able to
+// finish).
+inline RemovalClock::duration RemovalGrace(std::chrono::milliseconds lease) {
+  return std::max<RemovalClock::duration>(lease * 2, std::chrono::minutes(5));
+}
+
+}  // namespace ckpt
