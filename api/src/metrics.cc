@@ -176,6 +176,16 @@ std::string ServerMetrics::Render(CheckpointStore& store) const {
                 "Commits refused because another daemon had taken the model over",
                 static_cast<double>(s.commits_fenced));
   }
+  if (s.s3) {
+    add_counter("ckptd_s3_requests_total",
+                "Requests sent to the S3 bucket since start, retries included",
+                static_cast<double>(s.s3_requests));
+    add_counter("ckptd_s3_sent_bytes_total", "Body bytes sent to the S3 bucket since start",
+                static_cast<double>(s.s3_bytes_sent));
+    add_counter("ckptd_s3_received_bytes_total",
+                "Body bytes received from the S3 bucket since start",
+                static_cast<double>(s.s3_bytes_received));
+  }
 
   std::vector<prometheus::MetricFamily> all = registry_->Collect();
   std::vector<prometheus::MetricFamily> store_families = now.Collect();

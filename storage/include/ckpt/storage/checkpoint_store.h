@@ -236,6 +236,12 @@ struct StoreStats {
   uint64_t lease_takeovers = 0;  // leases taken since start (a model's first write here)
   uint64_t leases_lost = 0;      // renewals that found the lease taken (or the cluster away)
   uint64_t commits_fenced = 0;   // commits refused: another daemon had taken the model over
+  // With S3 (StoreOptions::s3): requests sent to the bucket (retries included), and the body
+  // bytes they sent and received.
+  bool s3 = false;
+  uint64_t s3_requests = 0;
+  uint64_t s3_bytes_sent = 0;
+  uint64_t s3_bytes_received = 0;
 };
 
 // Whether the store takes writes now, and why not (CheckpointStore::Health).

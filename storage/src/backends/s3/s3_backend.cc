@@ -107,7 +107,7 @@ class S3Backend final : public StoreBackend {
     {
       // A commit that may have landed may refer to them: garbage collection decides later.
       std::lock_guard lock(state.mu);
-      if (state.outcome_unknown) return;
+      if (state.unsettled_generation) return;
     }
     (void)chunks_->DeleteAll(ChunkKeys(model, chunks));
   }
@@ -134,7 +134,7 @@ class S3Backend final : public StoreBackend {
       CKPT_RETURN_IF_ERROR(state.writes.WaitAll().WithContext(context));
     }
     std::lock_guard lock(state.mu);
-    if (!state.owned || !state.generation) {
+    if (!state.Lease().owned || !state.generation) {
       return Status::Unavailable(context +
                                  ": this daemon no longer holds the model's write lease; retry");
     }
@@ -144,22 +144,22 @@ class S3Backend final : public StoreBackend {
     entry.epoch = state.epoch + (change.whole_model ? 1 : 0);  // seqs of a new model start higher
     entry.token = NewToken();
     entry.writer_url = options_.advertise_url;
-    Status appended = Append(model, entry);
-    if (appended.code() == StatusCode::kFailedPrecondition) {
+    auto appended = Append(model, entry);
+    if (!appended.ok()) {
+      // Unknown whether the entry landed: the next claim settles it, and chunks are kept until
+      // then.
+      state.generation.reset();
+      state.unsettled_generation = entry.generation;
+      return appended.status().WithContext(context);
+    }
+    if (!*appended) {
       // Another daemon appended first: it took the model over. Nothing of ours applied.
-      state.owned = false;
+      state.SetOwned(false);
       state.generation.reset();
       commits_fenced_.fetch_add(1, std::memory_order_relaxed);
       return Status::Unavailable(context +
                                  ": refused, another daemon took over the model's write lease; "
                                  "retry (it will be redirected)");
-    }
-    if (!appended.ok()) {
-      // Unknown whether the entry landed: the next claim reads the log again, and chunks are
-      // kept until then.
-      state.generation.reset();
-      state.outcome_unknown = true;
-      return appended.WithContext(context);
     }
     state.generation = entry.generation;
     state.epoch = entry.epoch;
@@ -206,6 +206,7 @@ class S3Backend final : public StoreBackend {
   Status ClaimWrites(const std::string& model) override {
     S3ModelState& state = leases_.StateOf(model);
     std::lock_guard lock(state.mu);
+    if (state.unsettled_generation) CKPT_RETURN_IF_ERROR(Settle(model, state));
     if (state.HoldsLease()) {
       // Our cache missed a commit's local apply: rebuild it before writing on top of it.
       if (!state.generation) return Resync(model, state);
@@ -213,7 +214,7 @@ class S3Backend final : public StoreBackend {
     }
     CKPT_ASSIGN_OR_RETURN(const bool taken, leases_.Lock(model, state));
     if (!taken) {
-      state.owned = true;
+      state.SetOwned(true);
       if (!state.generation) return Resync(model, state);
       return Status::Ok();
     }
@@ -226,15 +227,19 @@ class S3Backend final : public StoreBackend {
       entry.epoch = state.epoch + 1;
       entry.token = NewToken();
       entry.writer_url = options_.advertise_url;
-      Status appended = Append(model, entry);
-      if (appended.code() == StatusCode::kFailedPrecondition) continue;  // a last commit landed
+      // Marked before it exists, so that compaction never removes it (Append says why).
+      CKPT_RETURN_IF_ERROR(client_.Put(TakeoverKey(model, entry.generation), "")
+                               .status()
+                               .WithContext("taking over model '" + model + "'"));
+      auto appended = Append(model, entry);
       if (!appended.ok()) {
         state.generation.reset();
-        return appended.WithContext("taking over model '" + model + "'");
+        return appended.status().WithContext("taking over model '" + model + "'");
       }
+      if (!*appended) continue;  // a last commit of the former writer landed first
       state.generation = entry.generation;
       state.epoch = entry.epoch;
-      state.owned = true;
+      state.SetOwned(true);
       lease_takeovers_.fetch_add(1, std::memory_order_relaxed);
       return Status::Ok();
     }
@@ -278,6 +283,10 @@ class S3Backend final : public StoreBackend {
     stats->leases_lost = leases_.leases_lost();
     stats->commits_fenced = commits_fenced_.load(std::memory_order_relaxed);
     stats->models_owned += leases_.OwnedCount();
+    stats->s3 = true;
+    stats->s3_requests = client_.requests();
+    stats->s3_bytes_sent = client_.bytes_sent();
+    stats->s3_bytes_received = client_.bytes_received();
   }
 
  private:
@@ -311,22 +320,49 @@ class S3Backend final : public StoreBackend {
     return out;
   }
 
-  // Creates the entry's log object. FailedPrecondition when another writer's entry holds the
-  // generation; Ok when ours does (also when the answer to our create was lost and a retry found
-  // it); another error when the store could not tell.
-  Status Append(const std::string& model, const LogEntry& entry) {
+  // Creates the entry's log object: true when ours holds the generation (also when the answer
+  // to our create was lost and a retry found it), false when another writer's does; an error
+  // when the store could not tell.
+  //
+  // Log entries are removed only below a snapshot, and never a takeover entry (one that changes
+  // the epoch): a fenced writer only ever appends right after the last generation it knew, which
+  // is the slot of the takeover that fenced it, so its create always finds that entry there.
+  Result<bool> Append(const std::string& model, const LogEntry& entry) {
     const std::string key = LogKey(model, entry.generation);
     S3Condition create;
     create.if_none_match = true;
     auto created = client_.Put(key, EncodeLogEntry(entry), create);
-    if (created.ok()) return Status::Ok();
+    if (created.ok()) return true;
     if (created.status().code() != StatusCode::kFailedPrecondition) return created.status();
     CKPT_ASSIGN_OR_RETURN(S3Object object, client_.Get(key));
     CKPT_ASSIGN_OR_RETURN(LogEntry winner, DecodeLogEntry(object.body));
-    if (winner.token == entry.token) return Status::Ok();
-    return Status::FailedPrecondition(
-        "generation " + std::to_string(entry.generation) + " of model '" + model +
-        "' was committed by " + (winner.writer_url.empty() ? "another daemon" : winner.writer_url));
+    return winner.token == entry.token;
+  }
+
+  // Settles a commit whose outcome was unknown, so that it cannot land later: generations are
+  // filled in order (each create follows an entry its writer read), so a log whose head is at or
+  // past the commit's generation has that slot filled for good (by the commit or another); a
+  // log one short of it gets an entry that changes nothing there. The cache is read again
+  // after. REQUIRES: state.mu.
+  Status Settle(const std::string& model, S3ModelState& state) {
+    const std::string context = "settling a commit of model '" + model + "'";
+    CKPT_ASSIGN_OR_RETURN(const uint64_t head, Newest(LogPrefix(model)));
+    if (head < *state.unsettled_generation) {
+      LogEntry noop;
+      noop.generation = *state.unsettled_generation;
+      noop.epoch = state.epoch;  // nobody appended since our last entry: the epoch is ours
+      noop.token = NewToken();
+      noop.writer_url = options_.advertise_url;
+      S3Condition create;
+      create.if_none_match = true;
+      auto created = client_.Put(LogKey(model, noop.generation), EncodeLogEntry(noop), create);
+      if (!created.ok() && created.status().code() != StatusCode::kFailedPrecondition) {
+        return created.status().WithContext(context);
+      }
+    }
+    state.unsettled_generation.reset();
+    state.generation.reset();
+    return Status::Ok();
   }
 
   // The newest generation under `prefix` (0 when there is none).
@@ -365,10 +401,7 @@ class S3Backend final : public StoreBackend {
     const std::string context = "reading model '" + model + "'";
     for (int attempt = 0; attempt < 8; ++attempt) {
       CKPT_ASSIGN_OR_RETURN(const uint64_t head, Newest(LogPrefix(model)));
-      if (state.generation && *state.generation == head) {
-        state.outcome_unknown = false;
-        return Status::Ok();
-      }
+      if (state.generation && *state.generation == head) return Status::Ok();
       rocksdb::WriteBatch batch;
       uint64_t epoch = state.epoch;
       if (state.generation && head > *state.generation &&
@@ -411,7 +444,6 @@ class S3Backend final : public StoreBackend {
           FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "caching model '" + model + "'"));
       state.generation = head;
       state.epoch = epoch;
-      state.outcome_unknown = false;
       return Status::Ok();
     }
     return Status::Unavailable("model '" + model + "' changes too fast to read consistently");
@@ -419,24 +451,32 @@ class S3Backend final : public StoreBackend {
 
   // Stores the model's records as of its current generation, then removes the log entries and
   // snapshots the one before it made redundant (a reader that still needs them starts over from
-  // the newer snapshot). Best effort: a failure leaves a longer log. REQUIRES: state.mu, the
-  // cache current.
+  // the newer snapshot), except takeover entries, which fence former writers for good. Best
+  // effort: a failure leaves a longer log. REQUIRES: state.mu, the cache current.
   void WriteSnapshot(const std::string& model, S3ModelState& state) {
     auto records = records_.CachedRecords(model);
     if (!records.ok()) return;
     Snapshot snapshot{*state.generation, state.epoch, std::move(*records)};
-    if (!client_.Put(SnapshotKey(model, snapshot.generation), EncodeSnapshot(snapshot)).ok()) {
-      return;
-    }
+    S3Condition create;  // only one snapshot of a generation is ever written
+    create.if_none_match = true;
+    auto written =
+        client_.Put(SnapshotKey(model, snapshot.generation), EncodeSnapshot(snapshot), create);
+    if (!written.ok() && written.status().code() != StatusCode::kFailedPrecondition) return;
     const uint64_t previous = state.snapshot_generation;
     state.snapshot_generation = snapshot.generation;
     if (previous == 0) return;
+    auto takeovers = client_.ListAll(TakeoverPrefix(model));
+    if (!takeovers.ok()) return;
+    std::set<uint64_t> kept;
+    for (const auto& object : *takeovers) {
+      if (auto g = GenerationOf(TakeoverPrefix(model), object.key)) kept.insert(*g);
+    }
     std::vector<std::string> redundant;
     auto logs = client_.ListAll(LogPrefix(model));
     if (logs.ok()) {
       for (const auto& object : *logs) {
         auto g = GenerationOf(LogPrefix(model), object.key);
-        if (g && *g <= previous) redundant.push_back(object.key);
+        if (g && *g <= previous && !kept.count(*g)) redundant.push_back(object.key);
       }
     }
     auto snapshots = client_.ListAll(SnapshotPrefix(model));
@@ -449,17 +489,24 @@ class S3Backend final : public StoreBackend {
     (void)client_.DeleteMany(redundant);
   }
 
-  // Renews held leases every third of the lease and runs due deletions.
+  // Renews held leases every third of the lease and runs due deletions beside (a long removal
+  // never delays a renewal).
   void BackgroundLoop() {
+    std::future<void> removing;
     std::unique_lock lock(background_mu_);
     while (!stopping_) {
       background_cv_.wait_for(lock, options_.lease / 3, [this] { return stopping_; });
       if (stopping_) break;
       lock.unlock();
       leases_.RenewAll();
-      removals_.RunDue(*chunks_);
+      if (!removing.valid() ||
+          removing.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+        removing = std::async(std::launch::async, [this] { removals_.RunDue(*chunks_); });
+      }
       lock.lock();
     }
+    lock.unlock();
+    if (removing.valid()) removing.wait();
   }
 
   rocksdb::DB* const db_;

@@ -118,6 +118,16 @@ uint64_t S3Client::requests() const {
   return requests_;
 }
 
+uint64_t S3Client::bytes_sent() const {
+  std::lock_guard lock(stats_mu_);
+  return bytes_sent_;
+}
+
+uint64_t S3Client::bytes_received() const {
+  std::lock_guard lock(stats_mu_);
+  return bytes_received_;
+}
+
 std::string S3Client::FullKey(std::string_view key) const {
   if (options_.prefix.empty()) return std::string(key);
   std::string full = options_.prefix;
@@ -278,6 +288,11 @@ Result<S3Client::Response> S3Client::Attempt(Request& request, CURL* curl, int a
     return Status::IoError(error);
   }
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
+  {
+    std::lock_guard lock(stats_mu_);
+    bytes_sent_ += request.body.size();
+    bytes_received_ += response.body.size();
+  }
   if (fault == S3Fault::kLostAnswer) return Status::Unavailable("connection reset (injected)");
   if (fault == S3Fault::kShortBody && !response.body.empty()) {
     response.body.resize(response.body.size() / 2);
@@ -327,8 +342,9 @@ Result<S3Client::Response> S3Client::Send(Request& request) {
     }
     const std::string message = "s3: " + what + ": " + detail;
     if (status == 404 && error.code == "NoSuchBucket") {
-      return Status::FailedPrecondition("s3: bucket '" + options_.bucket + "' does not exist at " +
-                                        options_.endpoint);
+      // Not a missing object, and no lost race: the store is not there.
+      return Status::Unavailable("s3: bucket '" + options_.bucket + "' does not exist at " +
+                                 options_.endpoint);
     }
     if (status == 404) return Status::NotFound(message);
     if (status == 412) return Status::FailedPrecondition(message);
@@ -372,14 +388,22 @@ Result<std::string> S3Client::PutMultipart(std::string_view key, std::string_vie
     }
     const std::string xml = s3_xml::CompleteMultipartBody(etags);
     Request complete{"POST", std::string(key), id_query, xml, {}, false};
-    CKPT_ASSIGN_OR_RETURN(Response done, Send(complete));
+    auto completed = Send(complete);
+    if (completed.status().code() == StatusCode::kNotFound) {
+      // A retry after an answer lost on the way: the first completion made the object, and the
+      // upload is gone. The object of this size is ours.
+      CKPT_ASSIGN_OR_RETURN(const uint64_t size, Size(key));
+      if (size == body.size()) return std::string();
+      return completed.status();
+    }
+    CKPT_ASSIGN_OR_RETURN(Response done, std::move(completed));
     // A completion can fail after its 200 began: the error is in the body.
     const s3_xml::ErrorBody error = s3_xml::ParseError(done.body);
     if (!error.code.empty()) {
       return Status::Unavailable("s3: completing the upload of " + std::string(key) + ": " +
                                  error.code);
     }
-    return done.etag;
+    return s3_xml::ParseCompletedEtag(done.body);
   }();
   if (!result.ok()) {
     Request abort{"DELETE", std::string(key), id_query, {}, {}, false};
@@ -397,6 +421,12 @@ Result<S3Object> S3Client::Get(std::string_view key, uint64_t offset, uint64_t l
   CKPT_ASSIGN_OR_RETURN(Response response, Send(request));
   return S3Object{std::move(response.body), std::move(response.etag), response.last_modified,
                   response.date};
+}
+
+Result<uint64_t> S3Client::Size(std::string_view key) {
+  Request request{"HEAD", std::string(key), "", {}, {}, false};
+  CKPT_ASSIGN_OR_RETURN(Response response, Send(request));
+  return response.content_length.value_or(0);
 }
 
 Status S3Client::Delete(std::string_view key) {
@@ -494,6 +524,13 @@ Status S3Client::Probe() {
         "s3: the store at " + options_.endpoint + " (bucket '" + options_.bucket + "') " + what +
         "; ckptd commits with conditional writes and cannot run on it (docs/deployment.md, S3)");
   };
+  Request bucket{"HEAD", "", "", {}, {}, false};
+  auto found = Send(bucket);
+  if (found.status().code() == StatusCode::kNotFound) {
+    return Status::FailedPrecondition("s3: bucket '" + options_.bucket + "' does not exist at " +
+                                      options_.endpoint + "; create it first");
+  }
+  if (!found.ok()) return found.status().WithContext("s3: probing the bucket");
   S3Condition create;
   create.if_none_match = true;
   auto first = Put(key, "probe", create);

@@ -82,11 +82,15 @@ class S3Client {
   S3Client& operator=(const S3Client&) = delete;
 
   // Writes the whole object; returns its ETag. Bodies over S3Options::part_bytes go as a
-  // multipart upload (unconditional only).
+  // multipart upload (unconditional only; its ETag may be empty when a retried completion found
+  // the object made). A multipart upload a lost answer left begun is not removed: give the
+  // bucket a lifecycle rule that aborts incomplete uploads (docs/deployment.md).
   Result<std::string> Put(std::string_view key, std::string_view body,
                           const S3Condition& condition = {});
   // The object, or `length` bytes of it from `offset` (length 0: to the end).
   Result<S3Object> Get(std::string_view key, uint64_t offset = 0, uint64_t length = 0);
+  // The object's size (HEAD); NotFound if there is none.
+  Result<uint64_t> Size(std::string_view key);
   // Removes the object (Ok if there was none).
   Status Delete(std::string_view key);
   // Removes the objects, 1000 per request; the first error after trying all.
@@ -113,8 +117,11 @@ class S3Client {
   bool quotes_if_match() const { return quote_if_match_; }
 
   const S3Options& options() const { return options_; }
-  // Requests sent (attempts included) since the client was made, for the figures.
+  // Requests sent (attempts included) since the client was made, and their body bytes each way,
+  // for the figures.
   uint64_t requests() const;
+  uint64_t bytes_sent() const;
+  uint64_t bytes_received() const;
 
  private:
   struct Request;
@@ -144,7 +151,9 @@ class S3Client {
   std::vector<std::thread> workers_;               // started as jobs need them
 
   mutable std::mutex stats_mu_;
-  uint64_t requests_ = 0;  // guarded by stats_mu_
+  uint64_t requests_ = 0;        // guarded by stats_mu_
+  uint64_t bytes_sent_ = 0;      // guarded by stats_mu_
+  uint64_t bytes_received_ = 0;  // guarded by stats_mu_
 };
 
 }  // namespace ckpt

@@ -2,6 +2,7 @@
 #include "backends/s3/s3_leases.h"
 
 #include <cstdio>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
@@ -29,15 +30,21 @@ S3ModelState& S3Leases::StateOf(const std::string& model) {
 }
 
 std::string S3Leases::Body(bool released) const {
-  return json{{"format", 1}, {"owner", id_}, {"url", url_}, {"released", released}}.dump();
+  thread_local std::mt19937_64 random(std::random_device{}());
+  return json{{"format", 1},
+              {"owner", id_},
+              {"url", url_},
+              {"released", released},
+              {"nonce", std::to_string(random())}}
+      .dump();
 }
 
-Result<std::optional<S3Leases::Lease>> S3Leases::Read(const std::string& model) {
+Result<std::optional<S3Leases::Stored>> S3Leases::Read(const std::string& model) {
   auto object = client_->Get(s3_layout::LeaseKey(model));
-  if (object.status().code() == StatusCode::kNotFound) return std::optional<Lease>();
+  if (object.status().code() == StatusCode::kNotFound) return std::optional<Stored>();
   CKPT_RETURN_IF_ERROR(
       object.status().WithContext("reading the write lease of model '" + model + "'"));
-  Lease lease;
+  Stored lease;
   lease.etag = object->etag;
   const json doc = json::parse(object->body, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object() || !doc.value("owner", json()).is_string()) {
@@ -50,7 +57,7 @@ Result<std::optional<S3Leases::Lease>> S3Leases::Read(const std::string& model) 
   const int64_t age = object->server_date - object->last_modified;
   const int64_t lease_seconds = (lease_.count() + 999) / 1000;
   lease.expired = object->server_date > 0 && object->last_modified > 0 && age > lease_seconds + 1;
-  return std::optional<Lease>(std::move(lease));
+  return std::optional<Stored>(std::move(lease));
 }
 
 Result<std::string> S3Leases::Write(const std::string& model, const std::string& etag,
@@ -65,38 +72,39 @@ Result<std::string> S3Leases::Write(const std::string& model, const std::string&
   if (written.status().code() != StatusCode::kFailedPrecondition) return written;
   // A 412 may answer the retry of our own write whose answer was lost: the lease is ours if it
   // names us.
-  CKPT_ASSIGN_OR_RETURN(std::optional<Lease> now, Read(model));
+  CKPT_ASSIGN_OR_RETURN(std::optional<Stored> now, Read(model));
   if (now && now->owner == id_ && now->released == released) return now->etag;
   return written;
 }
 
 Result<bool> S3Leases::Lock(const std::string& model, S3ModelState& state) {
   const auto asked = S3Clock::now();
-  CKPT_ASSIGN_OR_RETURN(std::optional<Lease> lease, Read(model));
+  CKPT_ASSIGN_OR_RETURN(std::optional<Stored> lease, Read(model));
   const bool ours = lease && lease->owner == id_ && !lease->released;
   if (lease && !ours && !lease->released && !lease->expired) {
-    state.owned = false;
+    state.SetOwned(false);
     return Status::Unavailable("model '" + model + "' is written through another ckptd daemon" +
                                (lease->url.empty() ? "" : " (" + lease->url + ")") +
                                "; send writes there");
   }
   auto written = Write(model, lease ? lease->etag : "", false);
   if (written.status().code() == StatusCode::kFailedPrecondition) {
-    state.owned = false;
+    state.SetOwned(false);
     return Status::Unavailable("model '" + model +
                                "': another ckptd daemon took its write lease first; retry");
   }
   CKPT_RETURN_IF_ERROR(
       written.status().WithContext("taking the write lease of model '" + model + "'"));
-  const bool renewed = ours && state.owned && state.lease_etag == lease->etag;
-  state.lease_etag = *written;
-  state.lease_valid_until = asked + lease_ - lease_ / 4;
-  if (!renewed) state.owned = false;  // the caller fences former writers, then owns the model
+  std::lock_guard lock(state.lease_mu);
+  const bool renewed = ours && state.lease.owned && state.lease.etag == lease->etag;
+  state.lease.etag = *written;
+  state.lease.valid_until = asked + lease_ - lease_ / 4;
+  if (!renewed) state.lease.owned = false;  // the caller fences former writers, then owns it
   return !renewed;
 }
 
 Result<std::optional<std::string>> S3Leases::Holder(const std::string& model) {
-  CKPT_ASSIGN_OR_RETURN(std::optional<Lease> lease, Read(model));
+  CKPT_ASSIGN_OR_RETURN(std::optional<Stored> lease, Read(model));
   if (!lease || lease->released || lease->expired || lease->owner == id_) {
     return std::optional<std::string>();
   }
@@ -109,19 +117,33 @@ void S3Leases::RenewAll() {
     std::lock_guard lock(states_mu_);
     for (auto& [model, state] : states_) all.emplace_back(model, state.get());
   }
-  for (auto& [model, state] : all) {
-    std::lock_guard lock(state->mu);
-    if (!state->owned) continue;
-    const auto asked = S3Clock::now();
-    auto written = Write(model, state->lease_etag, false);
-    if (written.ok()) {
-      state->lease_etag = *written;
-      state->lease_valid_until = asked + lease_ - lease_ / 4;
-    } else if (written.status().code() == StatusCode::kFailedPrecondition ||
-               S3Clock::now() >= state->lease_valid_until) {
-      state->owned = false;  // taken over, or unreachable for too long: claim again on write
-      leases_lost_.fetch_add(1, std::memory_order_relaxed);
+  // On threads of their own (not the client's, which chunk writes may keep busy), 16 at once.
+  constexpr size_t kInFlight = 16;
+  for (size_t begin = 0; begin < all.size(); begin += kInFlight) {
+    std::vector<std::future<void>> renewals;
+    for (size_t i = begin; i < std::min(all.size(), begin + kInFlight); ++i) {
+      renewals.push_back(
+          std::async(std::launch::async, [this, &all, i] { Renew(all[i].first, *all[i].second); }));
     }
+    for (auto& renewal : renewals) renewal.wait();
+  }
+}
+
+void S3Leases::Renew(const std::string& model, S3ModelState& state) {
+  const S3Lease held = state.Lease();
+  if (!held.owned) return;
+  const auto asked = S3Clock::now();
+  auto written = Write(model, held.etag, false);
+  std::lock_guard lock(state.lease_mu);
+  // A claim changed the lease meanwhile: its view stands.
+  if (!state.lease.owned || state.lease.etag != held.etag) return;
+  if (written.ok()) {
+    state.lease.etag = *written;
+    state.lease.valid_until = asked + lease_ - lease_ / 4;
+  } else if (written.status().code() == StatusCode::kFailedPrecondition ||
+             S3Clock::now() >= state.lease.valid_until) {
+    state.lease.owned = false;  // taken over, or unreachable too long: claim again on write
+    leases_lost_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -133,9 +155,9 @@ void S3Leases::ReleaseAll() {
   }
   for (auto& [model, state] : all) {
     (void)state->writes.WaitAll();
-    std::lock_guard lock(state->mu);
-    if (state->owned) (void)Write(model, state->lease_etag, true);
-    state->owned = false;
+    std::lock_guard lock(state->lease_mu);
+    if (state->lease.owned) (void)Write(model, state->lease.etag, true);
+    state->lease.owned = false;
   }
 }
 
@@ -146,10 +168,7 @@ size_t S3Leases::OwnedCount() {
     for (auto& [model, state] : states_) states.push_back(state.get());
   }
   size_t owned = 0;
-  for (S3ModelState* state : states) {
-    std::lock_guard lock(state->mu);
-    owned += state->owned ? 1 : 0;
-  }
+  for (S3ModelState* state : states) owned += state->Lease().owned ? 1 : 0;
   return owned;
 }
 

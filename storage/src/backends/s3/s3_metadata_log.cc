@@ -162,6 +162,10 @@ std::string SnapshotKey(std::string_view model, uint64_t generation) {
   return SnapshotPrefix(model) + Hex16(~generation);
 }
 std::string LeaseKey(std::string_view model) { return ModelPrefix(model) + "lease"; }
+std::string TakeoverPrefix(std::string_view model) { return ModelPrefix(model) + "takeover/"; }
+std::string TakeoverKey(std::string_view model, uint64_t generation) {
+  return TakeoverPrefix(model) + Hex16(~generation);
+}
 
 std::optional<uint64_t> GenerationOf(std::string_view prefix, std::string_view key) {
   if (!key.starts_with(prefix) || key.size() != prefix.size() + 16) return std::nullopt;

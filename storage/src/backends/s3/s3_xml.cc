@@ -136,6 +136,14 @@ Result<std::string> ParseUploadId(std::string_view xml) {
   return id;
 }
 
+std::string ParseCompletedEtag(std::string_view xml) {
+  std::string etag;
+  (void)Walk(xml, [&](const std::string& path, const std::string& text) {
+    if (path == "CompleteMultipartUploadResult/ETag") etag = Unquote(text);
+  });
+  return etag;
+}
+
 std::string CompleteMultipartBody(const std::vector<std::string>& etags) {
   std::string out = "<CompleteMultipartUpload>";
   for (size_t i = 0; i < etags.size(); ++i) {

@@ -39,6 +39,9 @@ ErrorBody ParseError(std::string_view xml);
 // The UploadId of an InitiateMultipartUploadResult.
 Result<std::string> ParseUploadId(std::string_view xml);
 
+// The ETag of a CompleteMultipartUploadResult (without quotes; empty if none).
+std::string ParseCompletedEtag(std::string_view xml);
+
 // A CompleteMultipartUpload body for parts 1..etags.size().
 std::string CompleteMultipartBody(const std::vector<std::string>& etags);
 
