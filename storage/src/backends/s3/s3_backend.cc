@@ -26,6 +26,7 @@
 #include "backends/s3/s3_leases.h"
 #include "backends/s3/s3_metadata_log.h"
 #include "engine/rocks_status.h"
+#include "records/keys.h"
 
 namespace ckpt {
 namespace {
@@ -107,7 +108,7 @@ class S3Backend final : public StoreBackend {
     {
       // A commit that may have landed may refer to them: garbage collection decides later.
       std::lock_guard lock(state.mu);
-      if (state.unsettled_generation) return;
+      if (state.kept_seqs.count(chunks.seq)) return;
     }
     (void)chunks_->DeleteAll(ChunkKeys(model, chunks));
   }
@@ -134,9 +135,20 @@ class S3Backend final : public StoreBackend {
       CKPT_RETURN_IF_ERROR(state.writes.WaitAll().WithContext(context));
     }
     std::lock_guard lock(state.mu);
-    if (!state.Lease().owned || !state.generation) {
+    if (state.unsettled_generation) {
+      return Status::Unavailable(
+          context + ": an earlier commit of the model has no known outcome yet; retry");
+    }
+    if (!state.HoldsLease() || !state.generation) {
       return Status::Unavailable(context +
                                  ": this daemon no longer holds the model's write lease; retry");
+    }
+    if (state.generation != state.own_generation) {
+      // Another daemon appended since our last entry (our cache followed it): we were fenced.
+      state.SetOwned(false);
+      return Status::Unavailable(context +
+                                 ": refused, another daemon wrote the model since; retry (it will "
+                                 "be redirected or take the model over)");
     }
     LogEntry entry;
     CKPT_RETURN_IF_ERROR(records_.Translate(model, change.batch, &entry.sets, &entry.removals));
@@ -150,6 +162,12 @@ class S3Backend final : public StoreBackend {
       // then.
       state.generation.reset();
       state.unsettled_generation = entry.generation;
+      for (const auto& [key, value] : entry.sets) {
+        // Manifest records ('f' + the u64 BE seq): their chunks are the commit's.
+        if (key.size() == 9 && key[0] == 'f') {
+          state.kept_seqs.insert(storage_keys::ReadBigEndian(key, 1, 8));
+        }
+      }
       return appended.status().WithContext(context);
     }
     if (!*appended) {
@@ -162,6 +180,7 @@ class S3Backend final : public StoreBackend {
                                  "retry (it will be redirected)");
     }
     state.generation = entry.generation;
+    state.own_generation = entry.generation;
     state.epoch = entry.epoch;
     // The local cache follows; if this fails the next claim or refresh rebuilds it.
     Status local = FromRocks(db_->Write(rocksdb::WriteOptions(), &change.batch), what);
@@ -207,16 +226,19 @@ class S3Backend final : public StoreBackend {
     S3ModelState& state = leases_.StateOf(model);
     std::lock_guard lock(state.mu);
     if (state.unsettled_generation) CKPT_RETURN_IF_ERROR(Settle(model, state));
-    if (state.HoldsLease()) {
-      // Our cache missed a commit's local apply: rebuild it before writing on top of it.
-      if (!state.generation) return Resync(model, state);
-      return Status::Ok();
+    bool taken = false;
+    if (!state.HoldsLease()) {
+      CKPT_ASSIGN_OR_RETURN(taken, leases_.Lock(model, state));
     }
-    CKPT_ASSIGN_OR_RETURN(const bool taken, leases_.Lock(model, state));
     if (!taken) {
-      state.SetOwned(true);
-      if (!state.generation) return Resync(model, state);
-      return Status::Ok();
+      // Our cache missed a commit's local apply: rebuild it before writing on top of it.
+      if (!state.generation) CKPT_RETURN_IF_ERROR(Resync(model, state));
+      if (state.generation == state.own_generation) {
+        state.SetOwned(true);
+        return Status::Ok();
+      }
+      // The log moved past our last entry (a settled commit of ours, a former writer's last
+      // entry): take the model over again, so that our commits follow an entry of ours.
     }
     // Takeover: append an entry that bumps the epoch. A former writer's commit lands before it
     // or never; the cache is rebuilt from what the log holds before it.
@@ -228,7 +250,7 @@ class S3Backend final : public StoreBackend {
       entry.token = NewToken();
       entry.writer_url = options_.advertise_url;
       // Marked before it exists, so that compaction never removes it (Append says why).
-      CKPT_RETURN_IF_ERROR(client_.Put(TakeoverKey(model, entry.generation), "")
+      CKPT_RETURN_IF_ERROR(client_.Put(KeptKey(model, entry.generation), "")
                                .status()
                                .WithContext("taking over model '" + model + "'"));
       auto appended = Append(model, entry);
@@ -238,6 +260,7 @@ class S3Backend final : public StoreBackend {
       }
       if (!*appended) continue;  // a last commit of the former writer landed first
       state.generation = entry.generation;
+      state.own_generation = entry.generation;
       state.epoch = entry.epoch;
       state.SetOwned(true);
       lease_takeovers_.fetch_add(1, std::memory_order_relaxed);
@@ -324,9 +347,9 @@ class S3Backend final : public StoreBackend {
   // to our create was lost and a retry found it), false when another writer's does; an error
   // when the store could not tell.
   //
-  // Log entries are removed only below a snapshot, and never a takeover entry (one that changes
-  // the epoch): a fenced writer only ever appends right after the last generation it knew, which
-  // is the slot of the takeover that fenced it, so its create always finds that entry there.
+  // A writer commits only right after its own last entry (own_generation): the slot after it is
+  // its next commit's, or the takeover entry (or settled slot) of whoever came after it, and
+  // those are kept from compaction, so a fenced writer's create always finds them there.
   Result<bool> Append(const std::string& model, const LogEntry& entry) {
     const std::string key = LogKey(model, entry.generation);
     S3Condition create;
@@ -339,26 +362,25 @@ class S3Backend final : public StoreBackend {
     return winner.token == entry.token;
   }
 
-  // Settles a commit whose outcome was unknown, so that it cannot land later: generations are
-  // filled in order (each create follows an entry its writer read), so a log whose head is at or
-  // past the commit's generation has that slot filled for good (by the commit or another); a
-  // log one short of it gets an entry that changes nothing there. The cache is read again
-  // after. REQUIRES: state.mu.
+  // Settles a commit whose outcome was unknown, so that it cannot land later: its generation is
+  // first kept from compaction (a late create can never land in a slot compaction freed), then
+  // occupied by an entry that changes nothing if the log has not reached it (generations are
+  // filled in order: each create follows an entry its writer read). The cache is read again
+  // after; the next claim then takes the model over again unless the settling entry is ours.
+  // REQUIRES: state.mu.
   Status Settle(const std::string& model, S3ModelState& state) {
     const std::string context = "settling a commit of model '" + model + "'";
+    const uint64_t generation = *state.unsettled_generation;
+    CKPT_RETURN_IF_ERROR(client_.Put(KeptKey(model, generation), "").status().WithContext(context));
     CKPT_ASSIGN_OR_RETURN(const uint64_t head, Newest(LogPrefix(model)));
-    if (head < *state.unsettled_generation) {
+    if (head < generation) {
       LogEntry noop;
-      noop.generation = *state.unsettled_generation;
+      noop.generation = generation;
       noop.epoch = state.epoch;  // nobody appended since our last entry: the epoch is ours
       noop.token = NewToken();
       noop.writer_url = options_.advertise_url;
-      S3Condition create;
-      create.if_none_match = true;
-      auto created = client_.Put(LogKey(model, noop.generation), EncodeLogEntry(noop), create);
-      if (!created.ok() && created.status().code() != StatusCode::kFailedPrecondition) {
-        return created.status().WithContext(context);
-      }
+      CKPT_ASSIGN_OR_RETURN(const bool ours, Append(model, noop));
+      if (ours) state.own_generation = generation;
     }
     state.unsettled_generation.reset();
     state.generation.reset();
@@ -465,11 +487,11 @@ class S3Backend final : public StoreBackend {
     const uint64_t previous = state.snapshot_generation;
     state.snapshot_generation = snapshot.generation;
     if (previous == 0) return;
-    auto takeovers = client_.ListAll(TakeoverPrefix(model));
+    auto takeovers = client_.ListAll(KeptPrefix(model));
     if (!takeovers.ok()) return;
     std::set<uint64_t> kept;
     for (const auto& object : *takeovers) {
-      if (auto g = GenerationOf(TakeoverPrefix(model), object.key)) kept.insert(*g);
+      if (auto g = GenerationOf(KeptPrefix(model), object.key)) kept.insert(*g);
     }
     std::vector<std::string> redundant;
     auto logs = client_.ListAll(LogPrefix(model));

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -48,10 +49,16 @@ struct S3ModelState {
   uint64_t epoch = 0;                  // the model's epoch as of `generation`
   std::optional<uint64_t> generation;  // the log's generation the local cache reflects
   uint64_t snapshot_generation = 0;    // the newest snapshot known
+  // The newest log entry this daemon appended (a commit, a takeover, a settling entry): a
+  // writer commits only on top of its own entries.
+  std::optional<uint64_t> own_generation;
   // The generation of a commit whose outcome is unknown (the store stopped answering before it
-  // said), and its token. Until the writer settles it (by occupying that generation), chunks of
-  // failed writes are left to garbage collection instead of removed: the commit may have landed.
+  // said): the next claim settles it (kept from compaction, occupied if still free) before any
+  // commit.
   std::optional<uint64_t> unsettled_generation;
+  // The seqs of the chunk records such commits refer to: never removed by DiscardChunks (the
+  // commit may have landed); garbage collection removes them if it did not.
+  std::set<uint64_t> kept_seqs;
 
   // Chunk writes in flight (not under mu: pushes write while others read); more than on RADOS,
   // as each S3 request waits longer.

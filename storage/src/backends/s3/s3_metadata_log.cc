@@ -162,9 +162,9 @@ std::string SnapshotKey(std::string_view model, uint64_t generation) {
   return SnapshotPrefix(model) + Hex16(~generation);
 }
 std::string LeaseKey(std::string_view model) { return ModelPrefix(model) + "lease"; }
-std::string TakeoverPrefix(std::string_view model) { return ModelPrefix(model) + "takeover/"; }
-std::string TakeoverKey(std::string_view model, uint64_t generation) {
-  return TakeoverPrefix(model) + Hex16(~generation);
+std::string KeptPrefix(std::string_view model) { return ModelPrefix(model) + "kept/"; }
+std::string KeptKey(std::string_view model, uint64_t generation) {
+  return KeptPrefix(model) + Hex16(~generation);
 }
 
 std::optional<uint64_t> GenerationOf(std::string_view prefix, std::string_view key) {

@@ -6,7 +6,8 @@
 //   models/<model>/log/<g>        the commit of generation g (LogEntry)
 //   models/<model>/snapshot/<g>   every record of the model as of generation g (Snapshot)
 //   models/<model>/lease          the model's write lease (s3_leases.h)
-//   models/<model>/takeover/<g>   marks generation g as a takeover entry (kept by compaction)
+//   models/<model>/kept/<g>       generation g's entry is never compacted away: a takeover
+//                                 entry, or one a settled commit's generation holds
 //
 // <g> is ~generation in 16 hex digits, so that a listing (in key order) returns the newest
 // first: one LIST of one key finds the head of the log.
@@ -65,9 +66,9 @@ std::string LogKey(std::string_view model, uint64_t generation);
 std::string SnapshotPrefix(std::string_view model);
 std::string SnapshotKey(std::string_view model, uint64_t generation);
 std::string LeaseKey(std::string_view model);
-// An empty object per takeover entry (written before it): compaction keeps those entries.
-std::string TakeoverPrefix(std::string_view model);
-std::string TakeoverKey(std::string_view model, uint64_t generation);
+// An empty object per log entry that compaction must keep (written before the entry can exist).
+std::string KeptPrefix(std::string_view model);
+std::string KeptKey(std::string_view model, uint64_t generation);
 // The generation a log or snapshot key names (nullopt if `key` is not one under `prefix`).
 std::optional<uint64_t> GenerationOf(std::string_view prefix, std::string_view key);
 
