@@ -26,6 +26,7 @@ class RestoreStreamImpl final : public RestoreStream {
         record_(std::move(record)),
         cache_generation_(cache_generation),
         use_cache_(use_cache),
+        remote_(ctx.backend->ReadWindow() > 1),
         reader_(ctx.db, ctx.manifests, ctx.backend, snapshot_.get(), std::move(model),
                 use_cache ? ctx.cache : nullptr, cache_generation) {}
 
@@ -121,10 +122,17 @@ class RestoreStreamImpl final : public RestoreStream {
     Status status;
   };
   // Decoding ahead uses the other cores while the network thread writes; memory is bounded by
-  // the slots ahead (each at most max(chunk, kMinSlotBytes)) and kMaxAheadBytes.
+  // the slots ahead (each at most max(chunk, kMinSlotBytes)) and kMaxAheadBytes. Where every
+  // chunk read is a round trip (RADOS, S3: StoreBackend::ReadWindow), latency rather than the
+  // cores bounds a restore: more slots run ahead, one chunk each, so that reads overlap.
   static constexpr size_t kMaxSlotsAhead = 3;
   static constexpr uint64_t kMaxAheadBytes = 16 << 20;
   static constexpr uint64_t kMinSlotBytes = 256 << 10;
+  static constexpr size_t kRemoteSlotsAhead = 16;
+  static constexpr uint64_t kRemoteAheadBytes = 64 << 20;
+  size_t max_slots_ahead() const { return remote_ ? kRemoteSlotsAhead : kMaxSlotsAhead; }
+  uint64_t max_ahead_bytes() const { return remote_ ? kRemoteAheadBytes : kMaxAheadBytes; }
+  uint64_t min_slot_bytes() const { return remote_ ? 1 : kMinSlotBytes; }
 
   static std::shared_future<void> HashedAlready() {
     std::promise<void> done;
@@ -148,10 +156,10 @@ class RestoreStreamImpl final : public RestoreStream {
 
   // Queues the next chunks in body order, as slots, starting their decoding.
   void Schedule() {
-    while (queue_.size() < kMaxSlotsAhead && bytes_ahead_ < kMaxAheadBytes &&
+    while (queue_.size() < max_slots_ahead() && bytes_ahead_ < max_ahead_bytes() &&
            tensor_ < manifest_->tensors.size()) {
       Slot& slot = queue_.emplace_back();  // deque: references to other slots stay valid
-      while (slot.bytes < kMinSlotBytes && tensor_ < manifest_->tensors.size()) {
+      while (slot.bytes < min_slot_bytes() && tensor_ < manifest_->tensors.size()) {
         const ManifestTensor& t = manifest_->tensors[tensor_];
         if (chunk_ >= t.chunk_count || record_.Dropped(tensor_)) {
           ++tensor_;
@@ -168,7 +176,7 @@ class RestoreStreamImpl final : public RestoreStream {
       bytes_ahead_ += slot.bytes;
       std::promise<void> hashed;
       slot.hashed = hashed.get_future().share();
-      if (slot.bytes >= kMinSlotBytes) {
+      if (slot.bytes >= min_slot_bytes()) {
         slot.done = std::async(std::launch::async, [this, &slot, previous = previous_hashed_,
                                                     hashed = std::move(hashed)]() mutable {
           Status status = DecodeAndHash(slot, previous);
@@ -219,6 +227,7 @@ class RestoreStreamImpl final : public RestoreStream {
   VersionRecord record_;
   const uint64_t cache_generation_;
   const bool use_cache_;
+  const bool remote_;  // every chunk read is a round trip
   ChainReader reader_;
   const ManifestRecord* manifest_ = nullptr;
   Sha256 sha_;  // of the body: updated by slots in body order (Slot::hashed)
