@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "ckpt/base/markup.h"
 #include "ckpt/version.h"
 
 namespace ckpt::api {
@@ -95,12 +96,12 @@ std::string ModelLink(const std::string& model) {
       query += hex;
     }
   }
-  return "<a href=\"/?model=" + query + "\">" + EscapeHtml(model) + "</a>";
+  return "<a href=\"/?model=" + query + "\">" + EscapeMarkup(model) + "</a>";
 }
 
 std::string TagsHtml(const std::vector<std::string>& tags) {
   std::string out;
-  for (const std::string& tag : tags) out += "<span class=\"tag\">" + EscapeHtml(tag) + "</span>";
+  for (const std::string& tag : tags) out += "<span class=\"tag\">" + EscapeMarkup(tag) + "</span>";
   return out;
 }
 
@@ -232,7 +233,7 @@ std::string PolicySummary(CheckpointStore& store, const std::string& model) {
 // entry of a list of objects (overrides, tensor_rules) an item of its own, its fields inline.
 std::string FieldsHtml(const std::string& json_text) {
   const nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, false);
-  if (!doc.is_object()) return "<code>" + EscapeHtml(json_text) + "</code>";
+  if (!doc.is_object()) return "<code>" + EscapeMarkup(json_text) + "</code>";
   const auto text = [](const nlohmann::json& value) {
     if (value.is_string()) return value.get<std::string>();
     if (!value.is_object()) return value.dump();
@@ -247,11 +248,11 @@ std::string FieldsHtml(const std::string& json_text) {
   for (const auto& [field, value] : doc.items()) {
     if (value.is_array() && !value.empty() && value[0].is_object()) {
       for (size_t i = 0; i < value.size(); ++i) {
-        items += "<li><b>" + EscapeHtml(field) + "[" + std::to_string(i) + "]</b>" +
-                 EscapeHtml(text(value[i])) + "</li>";
+        items += "<li><b>" + EscapeMarkup(field) + "[" + std::to_string(i) + "]</b>" +
+                 EscapeMarkup(text(value[i])) + "</li>";
       }
     } else {
-      items += "<li><b>" + EscapeHtml(field) + "</b>" + EscapeHtml(text(value)) + "</li>";
+      items += "<li><b>" + EscapeMarkup(field) + "</b>" + EscapeMarkup(text(value)) + "</li>";
     }
   }
   return "<ul class=\"fields\">" + items + "</ul>";
@@ -259,12 +260,12 @@ std::string FieldsHtml(const std::string& json_text) {
 
 std::string PolicyHtml(CheckpointStore& store, const std::string& model) {
   auto policy = store.GetPolicy(model);
-  return policy.ok() ? FieldsHtml(policy->ToJson()) : EscapeHtml(policy.status().ToString());
+  return policy.ok() ? FieldsHtml(policy->ToJson()) : EscapeMarkup(policy.status().ToString());
 }
 
 std::string RetentionHtml(CheckpointStore& store, const std::string& model) {
   auto retention = store.GetRetentionPolicy(model);
-  if (!retention.ok()) return EscapeHtml(retention.status().ToString());
+  if (!retention.ok()) return EscapeMarkup(retention.status().ToString());
   const std::string json = retention->ToJson();
   return json == "{}" ? "<span class=\"note\">keep every version</span>" : FieldsHtml(json);
 }
@@ -284,15 +285,15 @@ Result<std::string> ModelSection(CheckpointStore& store, const ModelInfo& model,
   CKPT_ASSIGN_OR_RETURN(std::vector<VersionInfo> all, store.ListVersions(model.name));
   const size_t shown = std::min(all.size(), max_versions);
   const std::span<const VersionInfo> versions(all.data() + all.size() - shown, shown);
-  std::string html = "<section id=\"model-" + EscapeHtml(model.name) + "\" data-model=\"" +
-                     EscapeHtml(model.name) + "\"><h2>" + ModelLink(model.name) + "</h2>";
+  std::string html = "<section id=\"model-" + EscapeMarkup(model.name) + "\" data-model=\"" +
+                     EscapeMarkup(model.name) + "\"><h2>" + ModelLink(model.name) + "</h2>";
   html += "<h3>Codec policy</h3>" + PolicyHtml(store, model.name) + "<h3>Retention</h3>" +
           RetentionHtml(store, model.name);
   std::string tags;
   for (const VersionInfo& v : all) {
     for (const std::string& tag : v.tags) {
-      tags +=
-          "<span class=\"tag\">" + EscapeHtml(tag) + " → v" + std::to_string(v.version) + "</span>";
+      tags += "<span class=\"tag\">" + EscapeMarkup(tag) + " → v" + std::to_string(v.version) +
+              "</span>";
     }
   }
   html += "<h3>Tags</h3><div>" +
@@ -317,14 +318,14 @@ Result<std::string> ModelSection(CheckpointStore& store, const ModelInfo& model,
     const VersionInfo& v = versions[i];
     std::string metrics;
     for (const auto& [name, value] : v.metrics) {
-      metrics += EscapeHtml(name) + "=" + Format("%.6g", value) + " ";
+      metrics += EscapeMarkup(name) + "=" + Format("%.6g", value) + " ";
     }
     html += "<tr class=\"version\" data-version=\"" + std::to_string(v.version) +
             "\"><td class=\"n\">" + std::to_string(v.version) + "</td><td>" +
-            TimeText(v.created_at_ms) + "</td><td><span class=\"kind " + EscapeHtml(v.kind) +
-            "\">" + EscapeHtml(v.kind) + "</span></td>" + BytesCell(v.raw_bytes) +
+            TimeText(v.created_at_ms) + "</td><td><span class=\"kind " + EscapeMarkup(v.kind) +
+            "\">" + EscapeMarkup(v.kind) + "</span></td>" + BytesCell(v.raw_bytes) +
             BytesCell(v.stored_bytes) + "<td class=\"n\">" + Ratio(v.raw_bytes, v.stored_bytes) +
-            "</td><td>" + EscapeHtml(BoundText(store, v)) + "</td><td>" + TagsHtml(v.tags) +
+            "</td><td>" + EscapeMarkup(BoundText(store, v)) + "</td><td>" + TagsHtml(v.tags) +
             "</td><td>" + metrics + "</td></tr>";
   }
   return html + "</table></section>";
@@ -332,40 +333,13 @@ Result<std::string> ModelSection(CheckpointStore& store, const ModelInfo& model,
 
 }  // namespace
 
-std::string EscapeHtml(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
-}
-
 std::string RenderNotFoundPage(std::string_view message) {
   return "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
          "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
          "<title>ckptd: not found</title><link rel=\"icon\" href=\"data:,\"><style>" +
          std::string(kStyle) + "</style></head><body><header><h1>ckptd</h1><span class=\"sub\">" +
          std::string(kVersionString) + "</span></header><main><section id=\"not-found\"><h2>" +
-         "Not found</h2><p>" + EscapeHtml(message) +
+         "Not found</h2><p>" + EscapeMarkup(message) +
          "</p><p><a href=\"/\">All models</a></p></section></main></body></html>\n";
 }
 
@@ -413,7 +387,7 @@ Result<std::string> RenderStatusPage(CheckpointStore& store, const StatusPageOpt
       health.state != StoreHealthReport::State::kWritable) {
     html += "<div class=\"warning\" id=\"storage-warning\" data-state=\"" +
             std::string(StoreHealthStateName(health.state)) + "\"><b>Writes refused</b> · " +
-            EscapeHtml(health.reason) + " · " + HumanBytes(health.free_bytes) + " free, " +
+            EscapeMarkup(health.reason) + " · " + HumanBytes(health.free_bytes) + " free, " +
             HumanBytes(health.reserved_bytes) + " reserved</div>";
   }
   auto tile = [](std::string_view id, const std::string& value, std::string_view label) {
@@ -431,14 +405,14 @@ Result<std::string> RenderStatusPage(CheckpointStore& store, const StatusPageOpt
       "versions</th><th class=\"n\">latest</th><th class=\"n\">raw</th><th class=\"n\">stored"
       "</th><th class=\"n\">ratio</th><th>codec</th><th>retention</th><th>last push</th></tr>";
   for (const ModelInfo& m : models) {
-    html += "<tr class=\"model\" data-model=\"" + EscapeHtml(m.name) + "\"><td>" +
+    html += "<tr class=\"model\" data-model=\"" + EscapeMarkup(m.name) + "\"><td>" +
             ModelLink(m.name) + "</td><td class=\"n\">" + std::to_string(m.version_count) +
             "</td><td class=\"n\">" +
             (m.latest_version ? std::to_string(*m.latest_version) : std::string("–")) + "</td>" +
             BytesCell(m.raw_bytes) + BytesCell(m.stored_bytes) + "<td class=\"n\">" +
             Ratio(m.raw_bytes, m.stored_bytes) + "</td><td>" +
-            EscapeHtml(PolicySummary(store, m.name)) + "</td><td>" + RetentionHtml(store, m.name) +
-            "</td><td>" + TimeText(activity[m.name]) + "</td></tr>";
+            EscapeMarkup(PolicySummary(store, m.name)) + "</td><td>" +
+            RetentionHtml(store, m.name) + "</td><td>" + TimeText(activity[m.name]) + "</td></tr>";
   }
   if (models.empty()) html += "<tr><td colspan=\"9\" class=\"note\">No models yet.</td></tr>";
   html += "</table>";
@@ -457,7 +431,7 @@ Result<std::string> RenderStatusPage(CheckpointStore& store, const StatusPageOpt
           (!options.model.empty() && u.model != options.model)) {
         continue;
       }
-      rows += "<tr class=\"upload\" data-model=\"" + EscapeHtml(u.model) + "\"><td>" +
+      rows += "<tr class=\"upload\" data-model=\"" + EscapeMarkup(u.model) + "\"><td>" +
               ModelLink(u.model) + "</td><td class=\"n\">" + std::to_string(u.version) +
               "</td><td class=\"n\">" + std::to_string(u.received.size()) + " of " +
               std::to_string(u.shard_count) + "</td>" + BytesCell(u.received_bytes) + "<td>" +

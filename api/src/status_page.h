@@ -37,7 +37,4 @@ Result<std::string> RenderStatusPage(CheckpointStore& store, const StatusPageOpt
 // and a link to the overview.
 std::string RenderNotFoundPage(std::string_view message);
 
-// `text` with &, <, >, " and ' replaced by entities: safe in element content and attributes.
-std::string EscapeHtml(std::string_view text);
-
 }  // namespace ckpt::api

@@ -7,6 +7,8 @@
 #include <functional>
 #include <memory>
 
+#include "ckpt/base/markup.h"
+
 namespace ckpt::s3_xml {
 namespace {
 
@@ -57,33 +59,6 @@ std::string Unquote(std::string etag) {
     etag = etag.substr(1, etag.size() - 2);
   }
   return etag;
-}
-
-// The five characters XML escapes in text.
-std::string Escape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -148,14 +123,15 @@ std::string CompleteMultipartBody(const std::vector<std::string>& etags) {
   std::string out = "<CompleteMultipartUpload>";
   for (size_t i = 0; i < etags.size(); ++i) {
     out += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>\"" +
-           Escape(etags[i]) + "\"</ETag></Part>";
+           EscapeMarkup(etags[i]) + "\"</ETag></Part>";
   }
   return out + "</CompleteMultipartUpload>";
 }
 
 std::string DeleteBody(const std::vector<std::string>& keys) {
   std::string out = "<Delete><Quiet>true</Quiet>";
-  for (const std::string& key : keys) out += "<Object><Key>" + Escape(key) + "</Key></Object>";
+  for (const std::string& key : keys)
+    out += "<Object><Key>" + EscapeMarkup(key) + "</Key></Object>";
   return out + "</Delete>";
 }
 
