@@ -214,10 +214,8 @@ class S3Backend final : public StoreBackend {
         refreshes.push_back(
             std::async(std::launch::async, [this, &models, i] { return Refresh(models[i]); }));
       }
-      for (auto& r : refreshes) {
-        Status s = r.get();
-        if (first.ok()) first = std::move(s);
-      }
+      Status s = WaitForAll(refreshes);
+      if (first.ok()) first = std::move(s);
     }
     return first;
   }
@@ -328,12 +326,7 @@ class S3Backend final : public StoreBackend {
         return Status::Ok();
       }));
     }
-    Status first;
-    for (auto& l : lists) {
-      Status s = l.get();
-      if (first.ok()) first = std::move(s);
-    }
-    CKPT_RETURN_IF_ERROR(first);
+    CKPT_RETURN_IF_ERROR(WaitForAll(lists));
     std::vector<ListedChunk> out;
     for (auto& prefix_names : names) {
       for (std::string& key : prefix_names) {
@@ -409,12 +402,7 @@ class S3Backend final : public StoreBackend {
         return Status::Ok();
       }));
     }
-    Status first;
-    for (auto& r : reads) {
-      Status s = r.get();
-      if (first.ok()) first = std::move(s);
-    }
-    if (!first.ok()) return first;
+    CKPT_RETURN_IF_ERROR(WaitForAll(reads));
     return entries;
   }
 

@@ -50,12 +50,7 @@ class S3ChunkStore final : public ChunkStore {
         return Status::Ok();
       }));
     }
-    Status first;
-    for (auto& read : reads) {
-      Status s = read.get();
-      if (first.ok()) first = std::move(s);
-    }
-    if (!first.ok()) return first;
+    CKPT_RETURN_IF_ERROR(WaitForAll(reads));
     return out;
   }
 

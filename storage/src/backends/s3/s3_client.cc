@@ -488,6 +488,15 @@ Result<std::vector<s3_xml::ListedObject>> S3Client::ListAll(std::string_view pre
   return all;
 }
 
+Status WaitForAll(std::vector<std::future<Status>>& jobs) {
+  Status first;
+  for (auto& job : jobs) {
+    Status s = job.get();
+    if (first.ok()) first = std::move(s);
+  }
+  return first;
+}
+
 std::future<Status> S3Client::Async(std::function<Status()> job) {
   std::packaged_task<Status()> task(std::move(job));
   std::future<Status> done = task.get_future();

@@ -72,6 +72,9 @@ struct S3Object {
   int64_t server_date = 0;
 };
 
+// Waits for every job (so that what they reference may go); the first error.
+Status WaitForAll(std::vector<std::future<Status>>& jobs);
+
 class S3Client {
  public:
   // Checks nothing; Probe does.
