@@ -89,7 +89,7 @@ TEST_F(GarbageCollectionTest, DeletingNinetyPercentFreesAtLeastEightyPercentOfTh
   EXPECT_GT(report->versions_rebased, 0u);
   EXPECT_GT(report->bytes_freed, 0u);
   EXPECT_EQ(report->bytes_retained, 0u);
-  EXPECT_TRUE(report->compacted);
+  EXPECT_EQ(report->compacted, testing::TestStoreIsLocal());  // compaction is RocksDB's
   const uint64_t freed = before - StoredBytes();
   EXPECT_GE(freed, deleted_bytes * 8 / 10) << "freed " << freed << " of " << deleted_bytes;
   ExpectRestores(sha);
@@ -255,6 +255,7 @@ TEST_F(GarbageCollectionTest, LowRankLatticeChainsKeepTheirVersionsThroughCollec
 // so a model whose retention rules delete versions is coded on the lattice without history; a
 // model without rules gets the history contexts (smaller deltas). Both restore within bound.
 TEST_F(GarbageCollectionTest, ModelsWithRetentionRulesAreCodedWithoutElementHistory) {
+  CKPT_LOCAL_BACKEND_ONLY("reads the chunk records from the store's RocksDB");
   Reopen(1 << 16);  // chunks of 16384 F32 elements: large enough for contexts and history
   const char* lossy = R"({"mode":"lossy","max_abs_error":1e-3,"lossless_tensors":[]})";
   ASSERT_NO_FATAL_FAILURE(SetCodecPolicy("plain", lossy));
@@ -368,7 +369,13 @@ TEST_F(GarbageCollectionTest, DeletingTheLatestVersionFreesItsDataAtOnce) {
     EXPECT_EQ(model->stored_bytes, versions_stored) << "nothing kept beyond the versions";
     auto scrub = store_->Scrub("m");
     ASSERT_TRUE(scrub.ok()) << scrub.status().ToString();
-    EXPECT_TRUE(scrub->clean()) << "orphaned manifests " << scrub->orphaned_manifests;
+    // (On a shared backend, removals deferred before the previous case's reopen were forgotten
+    // with it: those chunks are orphans for garbage collection.)
+    const uint64_t orphaned_chunks = testing::TestStoreIsLocal() ? scrub->orphaned_chunks : 0;
+    EXPECT_TRUE(scrub->damaged_versions.empty() && scrub->problems.empty() &&
+                scrub->orphaned_manifests == 0 && orphaned_chunks == 0)
+        << "orphaned manifests " << scrub->orphaned_manifests << ", orphaned chunks "
+        << scrub->orphaned_chunks << ", damaged " << scrub->damaged_versions.size();
     ASSERT_NO_FATAL_FAILURE(ExpectRebasedChainsHold(drift, &sha, 4));
   }
 }

@@ -278,6 +278,7 @@ TEST_F(RearrangeTest, ALossyCheckpointLargerThanTheCacheGetsItsLatestOneDecodeAw
 // records that live on (reverse deltas) went to blob files of their own, so the dead ones leave
 // the disk with whole files, at once: what the blob files hold stays what the model stores.
 TEST_F(RearrangeTest, ReplacedKeyframesLeaveTheDiskWithTheirBlobFiles) {
+  CKPT_LOCAL_BACKEND_ONLY("measures the store's RocksDB blob files");
   Reopen(1 << 16);  // chunks whose payloads are blobs (above the family's min_blob_size)
   DriftingModel drift(29, 200000);
   std::map<uint64_t, std::string> sha;

@@ -36,6 +36,7 @@ TEST_F(ScrubTest, CleanStoreScrubsClean) {
 }
 
 TEST_F(ScrubTest, AByteFlippedOnDiskIsFoundAndTheDamagedVersionsNamed) {
+  CKPT_LOCAL_BACKEND_ONLY("flips a byte in the store's RocksDB files");
   ASSERT_NO_FATAL_FAILURE(PushVersions(4));
   store_.reset();
   ASSERT_NE(testing::FlipByteInLargestFile(dir_.str(), ".blob"), "");
@@ -64,6 +65,9 @@ TEST_F(ScrubTest, AByteFlippedOnDiskIsFoundAndTheDamagedVersionsNamed) {
 }
 
 TEST_F(ScrubTest, LeftoverChunksAreCountedAsOrphans) {
+  CKPT_LOCAL_BACKEND_ONLY(
+      "writes a chunk record into the store's RocksDB (shared backends: "
+      "CheckpointStoreTest.RecoveryRemovesChunksOfInterruptedPush)");
   ASSERT_NO_FATAL_FAILURE(PushVersions(2));
   store_.reset();
   // Seq 0 is never allocated: a chunk there belongs to no stored push.

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -21,6 +22,35 @@ namespace ckpt::testing {
 inline std::span<const uint8_t> Bytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
+
+// Where the storage tests' stores keep their data. Unset (the default), in their data
+// directory; the store suite's runs on RADOS and S3 (tests/ceph/store_suite_backend.cc) set it
+// to add StoreOptions::cluster or StoreOptions::s3, a place of its own for each data directory.
+// Every store a test opens goes through ApplyTestStoreBackend.
+inline std::function<void(StoreOptions&)>& TestStoreBackend() {
+  static std::function<void(StoreOptions&)> backend;
+  return backend;
+}
+inline void ApplyTestStoreBackend(StoreOptions& options) {
+  if (TestStoreBackend()) TestStoreBackend()(options);
+}
+
+// Whether the stores are on the local backend (data and metadata in their data directory).
+inline bool TestStoreIsLocal() { return !TestStoreBackend(); }
+// Whether sharded uploads are spooled in the data directory (local and S3 stores: every backend
+// but RADOS, which spools in the pool).
+inline bool TestSpoolInDataDir() {
+  StoreOptions options;
+  ApplyTestStoreBackend(options);
+  return !options.cluster;
+}
+
+// In a test of what the local backend alone does (its RocksDB files, its backup): skips the test
+// when the suite runs on another backend, saying why.
+#define CKPT_LOCAL_BACKEND_ONLY(why)                                              \
+  do {                                                                            \
+    if (!::ckpt::testing::TestStoreIsLocal()) GTEST_SKIP() << "local only: " why; \
+  } while (0)
 
 // A codec policy from its JSON (a test's literal: a parse error fails the test).
 inline CodecPolicy LossyPolicy(std::string_view json) {
@@ -86,6 +116,7 @@ class CheckpointStoreTest : public ::testing::Test {
     options.chunk_bytes = chunk_bytes;  // small chunks: every tensor spans several
     options.reference_cache_bytes = reference_cache_bytes;
     options.min_free_bytes = 0;  // the reserve has tests of its own (fault_injection_test.cc)
+    ApplyTestStoreBackend(options);
     auto opened = CheckpointStore::Open(options);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     store_ = std::move(opened).value();

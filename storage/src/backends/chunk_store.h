@@ -1,12 +1,13 @@
 // ChunkStore: the payload backend of the checkpoint store — immutable named objects holding
 // chunk records (keyframes and deltas). Internal to storage/.
 //
-// The store names each chunk so that a name is written once with one content (model, seq,
-// writer epoch, tensor, chunk): a retried or duplicated Put writes the same bytes again and is
-// harmless, and a fenced former owner can never overwrite a live chunk. That makes the
-// interface the smallest one every object store offers (RADOS, S3): put, get, delete, list by
-// prefix. The RADOS backend of the store (rados_backend.cc) keeps its chunk records in one;
-// an S3 implementation would fit the same interface.
+// The store names each chunk so that a name is written by one writer, before any commit refers
+// to it (model, seq, writer epoch, tensor, chunk): a retried or duplicated Put writes the same
+// bytes again and is harmless, and a fenced former owner can never overwrite a live chunk. (A
+// writer may write a name again before its commit — rearrangement does — and means the last
+// content: ChunkWriteQueue orders those writes.) That makes the interface the smallest one
+// every object store offers: put, get, delete, list by prefix. The RADOS and S3 backends keep
+// their chunk records in one.
 //
 // Thread safety: implementations are safe for concurrent use.
 #pragma once

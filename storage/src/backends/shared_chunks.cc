@@ -1,29 +1,44 @@
 // Chunk objects in shared stores (shared_chunks.h).
 #include "backends/shared_chunks.h"
 
+#include <algorithm>
+
 namespace ckpt {
 
-Status ChunkWriteQueue::Add(std::unique_ptr<ChunkStore::PendingPut> write) {
+Status ChunkWriteQueue::Add(const std::string& name,
+                            const std::function<std::unique_ptr<ChunkStore::PendingPut>()>& start) {
+  std::unique_ptr<ChunkStore::PendingPut> earlier;
+  {
+    std::lock_guard lock(mu_);
+    auto same = std::find_if(writes_.begin(), writes_.end(),
+                             [&](const Write& w) { return w.name == name; });
+    if (same != writes_.end()) {
+      earlier = std::move(same->pending);
+      writes_.erase(same);
+    }
+  }
+  if (earlier) CKPT_RETURN_IF_ERROR(earlier->Wait());
+  std::unique_ptr<ChunkStore::PendingPut> started = start();
   std::unique_ptr<ChunkStore::PendingPut> oldest;
   {
     std::lock_guard lock(mu_);
-    writes_.push_back(std::move(write));
+    writes_.push_back({name, std::move(started)});
     if (writes_.size() <= max_in_flight_) return Status::Ok();
-    oldest = std::move(writes_.front());
+    oldest = std::move(writes_.front().pending);
     writes_.pop_front();
   }
   return oldest->Wait();
 }
 
 Status ChunkWriteQueue::WaitAll() {
-  std::deque<std::unique_ptr<ChunkStore::PendingPut>> writes;
+  std::deque<Write> writes;
   {
     std::lock_guard lock(mu_);
     writes.swap(writes_);
   }
   Status first;
-  for (auto& write : writes) {
-    Status s = write->Wait();
+  for (Write& write : writes) {
+    Status s = write.pending->Wait();
     if (first.ok()) first = std::move(s);
   }
   return first;
@@ -47,15 +62,39 @@ void PinRecords(std::vector<std::string> bytes, std::vector<rocksdb::PinnableSli
 }
 
 Status VisitListedChunks(ChunkStore& store, const std::vector<ListedChunk>& listed,
-                         uint64_t seq_end, const StoreBackend::ChunkVisitor& visit) {
+                         uint64_t seq_end, const std::set<std::string>& deferred,
+                         const StoreBackend::ChunkVisitor& visit) {
+  // Batches bound the records held at once while keeping the reads of a remote store in flight.
+  constexpr size_t kBatch = 64;
+  std::vector<const ListedChunk*> batch;
+  std::vector<std::string> names;
+  auto visit_batch = [&]() -> Status {
+    auto records = store.GetAll(names);
+    if (records.status().code() == StatusCode::kNotFound) {
+      // One was removed since it was listed: read them one by one, skipping what is gone.
+      for (const ListedChunk* c : batch) {
+        auto record = store.Get(c->name);
+        if (record.status().code() == StatusCode::kNotFound) continue;
+        CKPT_RETURN_IF_ERROR(record.status());
+        visit(c->seq, c->tensor, c->chunk, *record);
+      }
+    } else {
+      CKPT_RETURN_IF_ERROR(records.status());
+      for (size_t i = 0; i < batch.size(); ++i) {
+        visit(batch[i]->seq, batch[i]->tensor, batch[i]->chunk, (*records)[i]);
+      }
+    }
+    batch.clear();
+    names.clear();
+    return Status::Ok();
+  };
   for (const ListedChunk& c : listed) {
-    if (c.seq >= seq_end) continue;
-    auto record = store.Get(c.name);
-    if (record.status().code() == StatusCode::kNotFound) continue;  // removed since listed
-    CKPT_RETURN_IF_ERROR(record.status());
-    visit(c.seq, c.tensor, c.chunk, *record);
+    if (c.seq >= seq_end || deferred.count(c.name)) continue;
+    batch.push_back(&c);
+    names.push_back(c.name);
+    if (batch.size() == kBatch) CKPT_RETURN_IF_ERROR(visit_batch());
   }
-  return Status::Ok();
+  return batch.empty() ? Status::Ok() : visit_batch();
 }
 
 Result<uint64_t> RemoveListedOrphans(ChunkStore& store, const std::vector<ListedChunk>& listed,

@@ -35,15 +35,24 @@ class ChunkWriteQueue {
  public:
   explicit ChunkWriteQueue(size_t max_in_flight = 16) : max_in_flight_(max_in_flight) {}
 
-  // Queues `write`; once more than the limit are in flight, waits for the oldest (its error).
-  Status Add(std::unique_ptr<ChunkStore::PendingPut> write);
+  // Starts the write of object `name` (`start`) and queues it; once more than the limit are in
+  // flight, waits for the oldest (its error). A write of a name still in flight is waited for
+  // first: an object store orders nothing between concurrent writes of one key, and a writer
+  // that writes a name again (rearrangement replaces the reverse deltas of a tensor it gives up
+  // on) means its last content.
+  Status Add(const std::string& name,
+             const std::function<std::unique_ptr<ChunkStore::PendingPut>()>& start);
   // Waits for every write in flight; the first error.
   Status WaitAll();
 
  private:
+  struct Write {
+    std::string name;
+    std::unique_ptr<ChunkStore::PendingPut> pending;
+  };
   const size_t max_in_flight_;
   std::mutex mu_;
-  std::deque<std::unique_ptr<ChunkStore::PendingPut>> writes_;  // guarded by mu_
+  std::deque<Write> writes_;  // guarded by mu_
 };
 
 // The object names of a chunk set, `name(seq, tensor, chunk)` each.
@@ -53,10 +62,12 @@ std::vector<std::string> ChunkSetNames(
 // Moves read objects into the records the store reads (pinned, as RocksDB's are).
 void PinRecords(std::vector<std::string> bytes, std::vector<rocksdb::PinnableSlice>* records);
 
-// Reads and visits every listed chunk with seq below `seq_end` (scrub); a chunk removed since it
-// was listed is skipped.
+// Reads and visits every listed chunk with seq below `seq_end` (scrub), several reads at a time;
+// chunks whose removal is deferred (`deferred`: no commit refers to them any more) and chunks
+// removed since they were listed are skipped.
 Status VisitListedChunks(ChunkStore& store, const std::vector<ListedChunk>& listed,
-                         uint64_t seq_end, const StoreBackend::ChunkVisitor& visit);
+                         uint64_t seq_end, const std::set<std::string>& deferred,
+                         const StoreBackend::ChunkVisitor& visit);
 
 // Removes the listed chunks with seq below `seq_end` that belong to no stored push (`stored`)
 // and whose removal is not already deferred (`deferred`); how many.

@@ -109,7 +109,8 @@ class StoreBackend {
   // Removes chunk records no commit refers to (an aborted push, a rebase given up). Best effort:
   // what stays behind is an orphan for garbage collection.
   virtual void DiscardChunks(const std::string& model, const ChunkSet& chunks) = 0;
-  // Every stored chunk record of `model` with seq below `seq_end` (scrub).
+  // Every stored chunk record of `model` with seq below `seq_end` (scrub), but those whose
+  // removal is already scheduled (shared backends defer removals for readers in flight).
   using ChunkVisitor =
       std::function<void(uint64_t seq, uint32_t tensor, uint32_t chunk, std::string_view record)>;
   virtual Status ForEachChunk(const rocksdb::ReadOptions& ro, const std::string& model,
@@ -157,6 +158,9 @@ class StoreBackend {
   virtual void AddStats(StoreStats*) {}
   // Whether the data is in this daemon's RocksDB alone (backups, compaction, recovery apply).
   virtual bool IsLocal() const = 0;
+  // Where a shared backend keeps the data, for messages ("the Ceph pool 'ckptd' (namespace
+  // 'team-a')"); "" for the local one.
+  virtual std::string Location() const { return ""; }
 };
 
 // The default backend: chunk records in `chunks`, commits as synced (per `sync`) write batches.

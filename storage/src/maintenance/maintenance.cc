@@ -102,9 +102,9 @@ Result<ScrubReport> StoreMaintenance::ScrubAt(const rocksdb::ReadOptions& ro,
 Result<BackupResult> StoreMaintenance::Backup(const std::string& backup_dir) {
   if (backup_dir.empty()) return Status::InvalidArgument("backup: directory is empty");
   if (!ctx_.backend->IsLocal()) {
-    return Status::FailedPrecondition(
-        "backup: the data is in the Ceph cluster (the data directory is only a cache); back up "
-        "the pool with Ceph's tools");
+    return Status::FailedPrecondition("backup: the data is in " + ctx_.backend->Location() +
+                                      " (the data directory is only a cache); back it up with "
+                                      "the object store's own tools");
   }
   // The backup directory and its parents are created as needed; a path that cannot be made is
   // the caller's mistake (a file in the way, no permission), named as given.

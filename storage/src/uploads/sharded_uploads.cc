@@ -31,6 +31,20 @@ ShardResult AlreadyCommitted(const std::string& model, uint64_t version,
   return result;
 }
 
+// " misses N of its M shards (i, j, ...)" naming up to 16 of the shards `received` says are
+// missing; "" when none is.
+std::string MissingShards(uint32_t shard_count, const std::function<bool(uint32_t)>& received) {
+  std::string names;
+  uint32_t count = 0;
+  for (uint32_t i = 0; i < shard_count; ++i) {
+    if (received(i)) continue;
+    if (++count <= 16) names += (names.empty() ? "" : ", ") + std::to_string(i);
+  }
+  if (count == 0) return "";
+  return " misses " + std::to_string(count) + " of its " + std::to_string(shard_count) +
+         " shards (" + names + (count > 16 ? ", ..." : "") + ")";
+}
+
 }  // namespace
 
 // One shard arriving: its body hashed, parsed (its header checked against the upload's other
@@ -547,6 +561,7 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
   std::vector<StoredShard> stored;
   UploadRecord record;
   bool stale_mark = false;  // the writer sees a shared upload incomplete: no commit of it runs
+  std::string missing;      // " misses ... shards (...)" when shards are missing
   {
     std::lock_guard lock(mu_);
     auto it = uploads_.find(Key(model, version));
@@ -561,19 +576,12 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
     if (upload.committing) {
       return Status::Aborted("the upload of " + UploadName(model, version) + " is being committed");
     }
-    std::string missing;
-    uint32_t missing_count = 0;
-    for (uint32_t i = 0; i < upload.record.shard_count; ++i) {
-      if (upload.shards.count(i)) continue;
-      if (++missing_count <= 16) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
-    }
-    if (missing_count > 0) {
+    missing = MissingShards(upload.record.shard_count,
+                            [&](uint32_t i) { return upload.shards.count(i) > 0; });
+    if (!missing.empty()) {
       stale_mark = shared && !owner;
       if (!stale_mark) {
-        return Status::FailedPrecondition("the upload of " + UploadName(model, version) +
-                                          " misses " + std::to_string(missing_count) + " of its " +
-                                          std::to_string(upload.record.shard_count) + " shards (" +
-                                          missing + (missing_count > 16 ? ", ..." : "") + ")");
+        return Status::FailedPrecondition("the upload of " + UploadName(model, version) + missing);
       }
     } else if (owner) {
       ShardResult complete{InfoOf(upload), std::nullopt};
@@ -603,8 +611,8 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
       }
     }
     for (auto& on_end : after_commit) on_end();
-    return Status::FailedPrecondition("the upload of " + UploadName(model, version) +
-                                      " misses shards; send them again");
+    return Status::FailedPrecondition("the upload of " + UploadName(model, version) + missing +
+                                      "; send them again");
   }
   // With a shared spool: no shard is published while the commit reads them, and the shards are
   // those the spool lists under that mark.
@@ -621,8 +629,10 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
     if (shared) {
       CKPT_ASSIGN_OR_RETURN(auto listed, ShardsToCommit(record));
       if (listed.size() < record.shard_count) {
-        return Status::FailedPrecondition("the upload of " + UploadName(model, version) +
-                                          " misses shards; send them again");
+        return Status::FailedPrecondition(
+            "the upload of " + UploadName(model, version) +
+            MissingShards(record.shard_count, [&](uint32_t i) { return listed.count(i) > 0; }) +
+            "; send them again");
       }
       stored.clear();
       for (auto& [index, shard] : listed) stored.push_back(std::move(shard));

@@ -200,7 +200,7 @@ struct GcReport {
                                          // (lossy) chains still need them
   uint64_t dropped_tensors_removed = 0;  // tensors dropped from kept versions (retention's
                                          // tensor rules) whose chunks were removed
-  uint64_t orphan_chunks_removed = 0;    // RADOS: chunk objects of interrupted pushes removed
+  uint64_t orphan_chunks_removed = 0;    // RADOS, S3: chunk objects of interrupted pushes removed
   bool compacted = false;
   // Bytes that earlier passes removed (background retention, rearrangement, DELETE) and that
   // this pass's compaction took off the volume, beside its own bytes_freed: what a user sees

@@ -90,8 +90,8 @@ class RadosBackend final : public StoreBackend {
   // them.
   Status PutChunk(const std::string& model, uint64_t seq, uint32_t tensor, uint32_t chunk,
                   std::string_view record) override {
-    return leases_.StateOf(model).writes.Add(
-        chunks_->PutAsync(ChunkObject(model, seq, tensor, chunk), record));
+    const std::string name = ChunkObject(model, seq, tensor, chunk);
+    return leases_.StateOf(model).writes.Add(name, [&] { return chunks_->PutAsync(name, record); });
   }
 
   size_t ReadWindow() const override { return 8; }
@@ -129,7 +129,7 @@ class RadosBackend final : public StoreBackend {
   Status ForEachChunk(const rocksdb::ReadOptions&, const std::string& model, uint64_t seq_end,
                       const ChunkVisitor& visit) override {
     CKPT_ASSIGN_OR_RETURN(auto listed, ListChunkObjects(model));
-    return VisitListedChunks(*chunks_, listed, seq_end, visit);
+    return VisitListedChunks(*chunks_, listed, seq_end, removals_.Pending(), visit);
   }
 
   Result<uint64_t> RemoveOrphanChunks(const std::string& model, const std::set<uint64_t>& stored,
@@ -284,6 +284,9 @@ class RadosBackend final : public StoreBackend {
   }
 
   bool IsLocal() const override { return false; }
+  std::string Location() const override {
+    return "the Ceph pool '" + options_.pool + "' (namespace '" + options_.object_namespace + "')";
+  }
 
   void AddStats(StoreStats* stats) override {
     stats->cluster = true;

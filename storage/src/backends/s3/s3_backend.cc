@@ -78,8 +78,8 @@ class S3Backend final : public StoreBackend {
 
   Status PutChunk(const std::string& model, uint64_t seq, uint32_t tensor, uint32_t chunk,
                   std::string_view record) override {
-    return leases_.StateOf(model).writes.Add(
-        chunks_->PutAsync(ChunkKey(model, seq, tensor, chunk), record));
+    const std::string name = ChunkKey(model, seq, tensor, chunk);
+    return leases_.StateOf(model).writes.Add(name, [&] { return chunks_->PutAsync(name, record); });
   }
 
   size_t ReadWindow() const override { return 16; }
@@ -116,7 +116,7 @@ class S3Backend final : public StoreBackend {
   Status ForEachChunk(const rocksdb::ReadOptions&, const std::string& model, uint64_t seq_end,
                       const ChunkVisitor& visit) override {
     CKPT_ASSIGN_OR_RETURN(auto listed, ListChunks(model));
-    return VisitListedChunks(*chunks_, listed, seq_end, visit);
+    return VisitListedChunks(*chunks_, listed, seq_end, removals_.Pending(), visit);
   }
 
   Result<uint64_t> RemoveOrphanChunks(const std::string& model, const std::set<uint64_t>& stored,
@@ -297,6 +297,10 @@ class S3Backend final : public StoreBackend {
   }
 
   bool IsLocal() const override { return false; }
+  std::string Location() const override {
+    return "the S3 bucket '" + options_.bucket + "'" +
+           (options_.prefix.empty() ? "" : " (prefix '" + options_.prefix + "')");
+  }
 
   void AddStats(StoreStats* stats) override {
     stats->cluster = true;
