@@ -2,8 +2,12 @@
 // objects, ranges, listings, batch deletes, multipart uploads, the conditional writes the commit
 // protocol rests on, and injected faults at every kind of failure the client retries.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -397,6 +401,137 @@ TEST(S3StoreFaultTest, AFaultAtAnyRequestOfAPushLosesNothingAcknowledged) {
   }
   EXPECT_EQ(latest, version);
 }
+
+// A writer killed (SIGKILL) at its commit: just before the commit's log entry is sent, or right
+// after the store applied it and before the writer learned so. Either way nothing acknowledged is
+// lost and nothing is half visible: the version is absent (its chunks orphans that garbage
+// collection removes) or whole; the next writer takes the model over once the lease lapses.
+class S3StoreCrashTest : public ::testing::TestWithParam<bool> {};
+
+// Kills its process at the first commit (a PUT of a log entry) after Arm(): before it is sent,
+// or (`after_applied`) once the store answered it.
+class KillAtCommit : public S3FaultInjector {
+ public:
+  explicit KillAtCommit(bool after_applied) : after_applied_(after_applied) {}
+  void Arm() { armed_ = true; }
+  S3Fault Next(std::string_view method, std::string_view key, int) override {
+    if (!after_applied_ && IsCommit(method, key)) raise(SIGKILL);
+    return S3Fault::kNone;
+  }
+  void Answered(std::string_view method, std::string_view key, long status) override {
+    if (after_applied_ && IsCommit(method, key) && status == 200) raise(SIGKILL);
+  }
+
+ private:
+  bool IsCommit(std::string_view method, std::string_view key) const {
+    return armed_ && method == "PUT" && key.find("/log/") != std::string_view::npos;
+  }
+  const bool after_applied_;
+  std::atomic<bool> armed_{false};
+};
+
+TEST_P(S3StoreCrashTest, AWriterKilledAtItsCommitLosesNothingAndLeavesNothingHalfVisible) {
+  CKPT_REQUIRE_S3_GATEWAY();
+  ASSERT_TRUE(CephCluster::Get().CreateBucket(kBucket));
+  const bool after_applied = GetParam();
+  testing::TempDir dir;
+  StoreOptions options;
+  options.data_dir = dir.str() + "/first";
+  options.chunk_bytes = 16384;
+  options.min_free_bytes = 0;
+  S3Options s3;
+  s3.endpoint = CephCluster::Get().Gateway();
+  s3.bucket = kBucket;
+  s3.prefix = after_applied ? "t-killed-after-commit" : "t-killed-before-commit";
+  s3.access_key = CephCluster::kS3AccessKey;
+  s3.secret_key = CephCluster::kS3SecretKey;
+  s3.lease = std::chrono::milliseconds(1500);
+  options.s3 = s3;
+  auto push = [](CheckpointStore& store, uint64_t version, const std::string& body,
+                 KillAtCommit* kill = nullptr) -> Result<VersionInfo> {
+    CKPT_ASSIGN_OR_RETURN(auto session, store.BeginPush("m", version, body.size()));
+    CKPT_RETURN_IF_ERROR(session->Write(testing::Bytes(body)));
+    if (kill != nullptr) kill->Arm();
+    return session->Commit();
+  };
+  testing::DriftingModel drift(8, 20000);
+  const std::string v1 = drift.Next(), v2 = drift.Next(), v3 = drift.Next();
+  {
+    auto store = CheckpointStore::Open(options);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE(push(**store, 1, v1).ok());
+  }
+
+  // The writer: a process of its own with a data directory of its own, killed at its commit.
+  const pid_t writer = fork();
+  ASSERT_GE(writer, 0);
+  if (writer == 0) {
+    StoreOptions own = options;
+    own.data_dir = dir.str() + "/writer";
+    auto kill = std::make_shared<KillAtCommit>(after_applied);
+    auto store = OpenStoreOn(own, nullptr, kill);
+    if (!store.ok()) _exit(2);
+    (void)push(**store, 2, v2, kill.get());
+    _exit(3);  // the commit returned: the kill point was never reached
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(writer, &status, 0), writer);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "writer status " << status;
+
+  auto reopened = CheckpointStore::Open(options);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  CheckpointStore& store = **reopened;
+  // The next push is accepted once the killed writer's lease lapsed.
+  const auto killed = std::chrono::steady_clock::now();
+  auto pushed = push(store, 3, v3);
+  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       !pushed.ok() && pushed.status().code() == StatusCode::kUnavailable &&
+       std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    pushed = push(store, 3, v3);
+  }
+  ASSERT_TRUE(pushed.ok()) << pushed.status().ToString();
+  std::cout << "pushed after the kill in "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count()
+            << " s (lease " << s3.lease.count() / 1000.0 << " s)\n";
+
+  std::map<uint64_t, std::string> expected = {{1, v1}, {3, v3}};
+  if (after_applied) expected[2] = v2;  // its commit landed: the version is whole
+  auto versions = store.ListVersions("m");
+  ASSERT_TRUE(versions.ok()) << versions.status().ToString();
+  std::vector<uint64_t> listed;
+  for (const VersionInfo& v : *versions) listed.push_back(v.version);
+  EXPECT_EQ(listed.size(), expected.size());
+  for (const auto& [version, body] : expected) {
+    auto stream = store.OpenRestore("m", version);
+    ASSERT_TRUE(stream.ok()) << "version " << version << ": " << stream.status().ToString();
+    auto restored = testing::ReadAll(**stream);
+    ASSERT_TRUE(restored.ok()) << "version " << version << ": " << restored.status().ToString();
+    EXPECT_TRUE(*restored == body) << "version " << version;
+  }
+  if (!after_applied) {
+    EXPECT_EQ(store.GetVersion("m", 2).status().code(), StatusCode::kNotFound);
+  }
+  // The killed writer's chunks that no commit refers to are orphans; garbage collection removes
+  // them and the store scrubs clean.
+  auto scrub = store.Scrub("m");
+  ASSERT_TRUE(scrub.ok()) << scrub.status().ToString();
+  if (!after_applied) {
+    EXPECT_GT(scrub->orphaned_chunks, 0u);
+  }
+  auto gc = store.CollectGarbage("m", GcOptions{});
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->orphan_chunks_removed, scrub->orphaned_chunks);
+  scrub = store.Scrub("m");
+  ASSERT_TRUE(scrub.ok()) << scrub.status().ToString();
+  EXPECT_TRUE(scrub->clean()) << scrub->orphaned_chunks << " orphaned chunks, "
+                              << scrub->damaged_versions.size() << " damaged versions";
+}
+
+std::string KillPointName(const ::testing::TestParamInfo<bool>& point) {
+  return point.param ? "AfterTheStoreAppliedIt" : "BeforeItWasSent";
+}
+INSTANTIATE_TEST_SUITE_P(S3KilledAt, S3StoreCrashTest, ::testing::Bool(), KillPointName);
 
 }  // namespace
 }  // namespace ckpt

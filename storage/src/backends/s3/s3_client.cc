@@ -288,6 +288,7 @@ Result<S3Client::Response> S3Client::Attempt(Request& request, CURL* curl, int a
     return Status::IoError(error);
   }
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
+  if (faults_) faults_->Answered(request.method, request.key, response.status);
   {
     std::lock_guard lock(stats_mu_);
     bytes_sent_ += request.body.size();

@@ -55,6 +55,9 @@ class S3FaultInjector {
  public:
   virtual ~S3FaultInjector() = default;
   virtual S3Fault Next(std::string_view method, std::string_view key, int attempt) = 0;
+  // Called when an attempt's answer (HTTP `status`) has arrived, before the client acts on it:
+  // where a test ends its process to simulate a crash right after a request was applied.
+  virtual void Answered(std::string_view /*method*/, std::string_view /*key*/, long /*status*/) {}
 };
 
 // The condition of a PUT.
