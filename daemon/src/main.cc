@@ -20,6 +20,8 @@
 #endif
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "background_runner.h"
 #include "cache_warmer.h"
@@ -134,6 +136,49 @@ int RunOfflineBackup(const DaemonConfig& config, const std::string& to) {
   return 0;
 }
 
+// Copies the models of the store (all, or `only`) into the store `to_config` describes; one JSON
+// line per model. A model the destination holds already is skipped (so a copy cut short can be
+// run again). Exit 0 when every model was copied or skipped, 1 if one failed.
+int RunCopyStore(const DaemonConfig& config, const std::string& to_config,
+                 const std::vector<std::string>& only) {
+  DaemonConfig destination_config;
+  if (auto s = ckpt::daemon::ApplyTomlFile(to_config, destination_config); !s.ok()) return Fail(s);
+  auto source = OpenOffline(config);
+  if (!source.ok()) return Fail(source.status().WithContext("the source store"));
+  std::error_code ec;
+  std::filesystem::create_directories(destination_config.store.data_dir, ec);
+  auto destination = ckpt::CheckpointStore::Open(destination_config.store);
+  if (!destination.ok()) return Fail(destination.status().WithContext("the destination store"));
+  std::vector<std::string> models = only;
+  if (models.empty()) {
+    auto listed = (*source)->ListModels();
+    if (!listed.ok()) return Fail(listed.status());
+    for (const ckpt::ModelInfo& m : *listed) models.push_back(m.name);
+  }
+  size_t copied = 0, skipped = 0, failed = 0;
+  for (const std::string& model : models) {
+    auto report = (*source)->CopyModelTo(model, **destination);
+    nlohmann::json line = {{"model", model}};
+    if (report.ok()) {
+      ++copied;
+      line["copied"] = {
+          {"versions", report->versions}, {"chunks", report->chunks}, {"bytes", report->bytes}};
+    } else if (report.status().code() == ckpt::StatusCode::kFailedPrecondition &&
+               (*destination)->GetModel(model).ok()) {
+      ++skipped;
+      line["skipped"] = report.status().message();
+    } else {
+      ++failed;
+      line["error"] = report.status().message();
+    }
+    std::cout << line.dump() << "\n";
+  }
+  if (auto s = (*destination)->Flush(); !s.ok()) return Fail(s);
+  std::cerr << "ckptd copy-store: " << copied << " model(s) copied, " << skipped
+            << " already in the destination, " << failed << " failed\n";
+  return failed == 0 ? 0 : 1;
+}
+
 // Restores the newest backup in `from` into a new data directory and checks that it opens.
 int RunRestoreBackup(const DaemonConfig& config, const std::string& from) {
   if (auto s = ckpt::CheckpointStore::RestoreBackup(from, config.store.data_dir); !s.ok()) {
@@ -212,6 +257,20 @@ int main(int argc, char** argv) {
   add_store_options(restore_backup,
                     "the new (or empty) data directory to restore into; this or --config's "
                     "storage.data_dir is required");
+  std::string copy_to;
+  std::vector<std::string> copy_models;
+  CLI::App* copy_store = app.add_subcommand(
+      "copy-store",
+      "offline: copy the store's models, as stored (nothing re-encoded), into the store another "
+      "config file describes: a local store into an S3 bucket or a Ceph pool, or back. Models "
+      "the destination holds already are skipped; nothing is deleted on either side. One JSON "
+      "line per model");
+  copy_store->add_option("--to-config", copy_to, "TOML config file of the destination store")
+      ->required();
+  copy_store->add_option("--model", copy_models, "copy only this model (repeatable)");
+  add_store_options(copy_store,
+                    "data directory of the source store (overrides storage.data_dir; a source "
+                    "on S3 or RADOS is the store --config describes)");
   CLI11_PARSE(app, argc, argv);
   if (show_version) {
     std::cout << "ckptd " << ckpt::kVersionString << "\n";
@@ -245,6 +304,7 @@ int main(int argc, char** argv) {
   if (gc->parsed()) return RunOfflineGc(config);
   if (scrub->parsed()) return RunOfflineScrub(config);
   if (backup->parsed()) return RunOfflineBackup(config, backup_to);
+  if (copy_store->parsed()) return RunCopyStore(config, copy_to, copy_models);
   if (restore_backup->parsed()) {
     if (data_dir.empty() && config_path.empty()) {
       return Fail(ckpt::Status::InvalidArgument(

@@ -19,6 +19,7 @@
 #include "engine/scoped_snapshot.h"
 #include "engine/store_schema.h"
 #include "maintenance/maintenance.h"
+#include "maintenance/store_copy.h"
 #include "read/catalog.h"
 #include "read/encoded_restore.h"
 #include "read/restore_stream.h"
@@ -444,6 +445,27 @@ class CheckpointStoreImpl final : public CheckpointStore {
 
   Result<BackupResult> Backup(const std::string& backup_dir) override {
     return maintenance_.Backup(backup_dir);
+  }
+
+  Result<ModelCopyReport> CopyModelTo(std::string_view model,
+                                      CheckpointStore& destination) override {
+    auto* to = dynamic_cast<CheckpointStoreImpl*>(&destination);
+    if (to == nullptr || to == this) {
+      return Status::InvalidArgument("copy: the destination must be another store");
+    }
+    CKPT_ASSIGN_OR_RETURN(const ModelName name, ModelName::Parse(model));
+    // Checked before any lock or lease is taken: a model the destination holds is refused
+    // without writing to either store (CopyModel checks again under the locks).
+    CKPT_ASSIGN_OR_RETURN(const ModelInfo info, GetModel(model));
+    if (to->GetModel(model).ok()) {
+      return Status::FailedPrecondition("model '" + std::string(model) +
+                                        "' exists in the destination: delete it there to copy it");
+    }
+    CKPT_ASSIGN_OR_RETURN(const ModelLocks::Guard source, writer_.LockForWrite(name));
+    CKPT_ASSIGN_OR_RETURN(const ModelLocks::Guard target,
+                          to->writer_.LockForPush(name, info.stored_bytes, {}));
+    CKPT_RETURN_IF_ERROR(to->writer_.CheckModelLimit());
+    return CopyModel(ctx_, to->ctx_, std::string(model));
   }
 
   Result<GcReport> CollectGarbage(std::string_view model, const GcOptions& options) override {

@@ -248,9 +248,15 @@ TEST_F(CheckpointStoreTest, AbortedPushLeavesNothingVisibleOrStored) {
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->latest_version, 1u);
   EXPECT_EQ(info->version_count, 1u);
-  EXPECT_EQ(CountChunkKeys(), chunks_before);
+  if (testing::TestStoreIsLocal()) {
+    EXPECT_EQ(CountChunkKeys(), chunks_before);
+  }
   ASSERT_TRUE(Push("m", 2, v2).ok());
   EXPECT_EQ(*Restore("m", 2), v2);
+  // A shared backend removed the aborted push's chunks as it ended: none is an orphan now.
+  auto scrub = store_->Scrub("m");
+  ASSERT_TRUE(scrub.ok()) << scrub.status().ToString();
+  EXPECT_TRUE(scrub->clean()) << scrub->orphaned_chunks << " orphaned chunks";
 }
 
 // A tensor may change dtype or shape between versions, leave and come back, and others may
@@ -537,7 +543,9 @@ TEST_F(CheckpointStoreTest, DeleteModelRemovesEverything) {
   ASSERT_TRUE(Push("m", 1, model.Next()).ok());
   ASSERT_TRUE(store_->DeleteModel("m").ok());
   EXPECT_EQ(store_->GetModel("m").status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(CountChunkKeys(), 0u);
+  if (testing::TestStoreIsLocal()) {
+    EXPECT_EQ(CountChunkKeys(), 0u);  // (shared backends remove them a grace period later)
+  }
   EXPECT_EQ(store_->DeleteModel("m").code(), StatusCode::kNotFound);
   ASSERT_TRUE(Push("m", 1, model.Next()).ok());  // the name can be reused
 }

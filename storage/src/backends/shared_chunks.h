@@ -39,7 +39,8 @@ class ChunkWriteQueue {
   // flight, waits for the oldest (its error). A write of a name still in flight is waited for
   // first: an object store orders nothing between concurrent writes of one key, and a writer
   // that writes a name again (rearrangement replaces the reverse deltas of a tensor it gives up
-  // on) means its last content.
+  // on) means its last content. The ordering holds for writes of one name from one thread (the
+  // one writer that rewrites names, rearrangement, writes from one).
   Status Add(const std::string& name,
              const std::function<std::unique_ptr<ChunkStore::PendingPut>()>& start);
   // Waits for every write in flight; the first error.

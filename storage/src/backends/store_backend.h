@@ -56,6 +56,11 @@ struct ModelChange {
   // The change refers to chunk records the caller just wrote (a push, a rebase): the commit
   // waits until they are durable. Only the holder of the model's lock writes chunks.
   bool refers_to_new_chunks = false;
+  // Non-zero: the change brings chunk records under seqs below this that the model's epoch does
+  // not account for (a model copied from another store keeps its seqs). A shared backend raises
+  // the model's epoch above them, so that every seq allocated later — by this writer or one
+  // that takes the model over — is above them and no two writers ever pick the same seq.
+  uint64_t foreign_seqs_end = 0;
 };
 
 class StoreBackend {

@@ -444,6 +444,14 @@ struct ScrubReport {
   }
 };
 
+// A model copied into another store (CheckpointStore::CopyModelTo).
+struct ModelCopyReport {
+  std::string model;
+  uint64_t versions = 0;  // versions copied (with their tags and the model's policies)
+  uint64_t chunks = 0;    // chunk records copied
+  uint64_t bytes = 0;     // the bytes of those records
+};
+
 // A backup made by CheckpointStore::Backup.
 struct BackupResult {
   std::string dir;         // the backup directory (holds every backup made into it)
@@ -671,6 +679,18 @@ class CheckpointStore {
   // Restores the newest backup in `backup_dir` into `data_dir`, which must not exist or be
   // empty; the store there then opens like the original at the time of the backup.
   static Status RestoreBackup(const std::string& backup_dir, const std::string& data_dir);
+
+  // Copies `model` into `destination` (another store opened by Open, on any backend: a local
+  // store into a bucket, a bucket back to a disk) as it is stored: every version, tag and policy,
+  // the chunk records as they are (nothing decoded or re-encoded), so its versions restore
+  // bit-identically there and its stored bytes are the same. The model must not exist in the
+  // destination (FailedPrecondition; nothing is written). It appears there in one commit after
+  // its chunks are durable: a failed copy leaves nothing visible and removes what it wrote (a
+  // copy cut short by a crash leaves chunk records under the name, which a later copy of it
+  // refuses to reuse). Holds the model's write lock (and, on a shared backend, its write lease)
+  // in both stores meanwhile; the source's data is not changed.
+  virtual Result<ModelCopyReport> CopyModelTo(std::string_view model,
+                                              CheckpointStore& destination) = 0;
 
   // Where writes to `model` must go: nullopt when this daemon takes them (always, on a single
   // node; with a cluster, when it holds the model's lease or nobody does), else the base URL the

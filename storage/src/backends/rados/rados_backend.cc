@@ -162,6 +162,10 @@ class RadosBackend final : public StoreBackend {
     uint64_t epoch = state.epoch;
     sets[kGenerationKey] = U64(generation);
     if (change.whole_model) sets[kEpochKey] = U64(++epoch);  // seqs of a new model start higher
+    if (change.foreign_seqs_end > 0) {
+      const uint64_t above = ((change.foreign_seqs_end - 1) >> kSeqEpochShift) + 1;
+      if (above > epoch) sets[kEpochKey] = U64(epoch = above);
+    }
     if (!state.indexed && sets.count("m")) CKPT_RETURN_IF_ERROR(AddIndexEntry(model, state));
     librados::ObjectWriteOperation op;
     int guard = 0;

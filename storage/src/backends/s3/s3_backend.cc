@@ -154,6 +154,9 @@ class S3Backend final : public StoreBackend {
     CKPT_RETURN_IF_ERROR(records_.Translate(model, change.batch, &entry.sets, &entry.removals));
     entry.generation = *state.generation + 1;
     entry.epoch = state.epoch + (change.whole_model ? 1 : 0);  // seqs of a new model start higher
+    if (change.foreign_seqs_end > 0) {
+      entry.epoch = std::max(entry.epoch, ((change.foreign_seqs_end - 1) >> kSeqEpochShift) + 1);
+    }
     entry.token = NewToken();
     entry.writer_url = options_.advertise_url;
     auto appended = Append(model, entry);
