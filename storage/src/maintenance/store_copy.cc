@@ -1,6 +1,9 @@
 // Copying a model between stores (store_copy.h).
 #include "maintenance/store_copy.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "backends/model_records.h"
 #include "chains/model_chains.h"
 #include "engine/scoped_snapshot.h"
@@ -86,7 +89,10 @@ Result<ModelCopyReport> CopyModel(const StoreContext& from, const StoreContext& 
   CKPT_ASSIGN_OR_RETURN(const RecordMap records, ModelRecords(from.db, from).CachedRecords(model));
   ModelChange change;
   change.refers_to_new_chunks = true;
-  change.foreign_seqs_end = seq_end;
+  // Above every copied seq and the source's next one: the destination's writers allocate from a
+  // higher epoch.
+  change.foreign_seqs_end =
+      std::max(seq_end, chains.codec_state ? chains.codec_state->next_seq : uint64_t{0});
   Status committed = ModelRecords(to.db, to).CacheBatch(model, records, &change.batch);
   if (committed.ok()) committed = to.backend->Commit(model, change, "copying the model");
   if (!committed.ok()) {
