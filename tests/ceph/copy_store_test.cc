@@ -214,8 +214,11 @@ TEST(CopyStoreTest, ALocalStoreMovesIntoABucketAndBackRestoringEveryVersionIdent
   auto from_bucket = RestoreAll(**bucket, "exact", 600);
   ASSERT_TRUE(from_bucket.ok()) << from_bucket.status().ToString();
   EXPECT_TRUE(*from_bucket == next);
-  for (const auto& [v, body] : restored["exact"])
-    EXPECT_TRUE(*RestoreAll(**bucket, "exact", v) == body);
+  for (const auto& [v, body] : restored["exact"]) {
+    auto copied = RestoreAll(**bucket, "exact", v);
+    ASSERT_TRUE(copied.ok()) << v << ": " << copied.status().ToString();
+    EXPECT_TRUE(*copied == body) << v;
+  }
 }
 
 }  // namespace
