@@ -80,7 +80,10 @@ std::string StoreSection(Backend backend, const std::string& place, const std::s
   } else {
     out << "[s3]\nendpoint = \"" << CephCluster::Get().Gateway() << "\"\nbucket = \"" << kBucket
         << "\"\nprefix = \"" << place << "\"\naccess_key = \"" << CephCluster::kS3AccessKey
-        << "\"\nsecret_key = \"" << CephCluster::kS3SecretKey << "\"\n";
+        << "\"\nsecret_key = \"" << CephCluster::kS3SecretKey
+        << "\"\n"
+        // Small packs: a push writes packs before its commit, as a large model's does.
+        << "pack_bytes = 16384\n";
   }
   out << "lease_seconds = " << kLeaseSeconds << "\nadvertise_url = \"" << url << "\"\n";
   return out.str();

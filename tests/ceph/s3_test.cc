@@ -316,6 +316,7 @@ TEST(S3StoreFaultTest, AFaultAtAnyRequestOfAPushLosesNothingAcknowledged) {
   s3.secret_key = CephCluster::kS3SecretKey;
   s3.attempts = 2;
   s3.advertise_url = "http://127.0.0.1:1";
+  s3.pack_bytes = 1;  // a pack per record: a push makes a request per record, each a fault point
   options.s3 = s3;
   auto faults = std::make_shared<OneRequestFaults>();
   auto opened = OpenStoreOn(options, nullptr, faults);
@@ -526,6 +527,122 @@ TEST_P(S3StoreCrashTest, AWriterKilledAtItsCommitLosesNothingAndLeavesNothingHal
   ASSERT_TRUE(scrub.ok()) << scrub.status().ToString();
   EXPECT_TRUE(scrub->clean()) << scrub->orphaned_chunks << " orphaned chunks, "
                               << scrub->damaged_versions.size() << " damaged versions";
+}
+
+// Counts the requests for chunk objects (records of their own and packs), by method.
+class ChunkRequestCounter : public S3FaultInjector {
+ public:
+  S3Fault Next(std::string_view method, std::string_view key, int) override {
+    if (key.find("chunks/") != std::string_view::npos) {
+      std::lock_guard lock(mu_);
+      ++counts_[std::string(method)];
+    }
+    return S3Fault::kNone;
+  }
+  uint64_t Take(const std::string& method) {
+    std::lock_guard lock(mu_);
+    return std::exchange(counts_[method], 0);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, uint64_t> counts_;
+};
+
+// Packs: a push of many chunk records writes a few objects, a restore reads a few ranges, and a
+// bucket written an object per record (pack_bytes = 0, the layout before packs) stays readable,
+// scrubbable and collectable by daemons that pack, the two layouts side by side.
+TEST(S3PackTest, PushesWriteFewObjectsAndBucketsOfSingleRecordsStayReadable) {
+  CKPT_REQUIRE_S3_GATEWAY();
+  ASSERT_TRUE(CephCluster::Get().CreateBucket(kBucket));
+  testing::TempDir dir;
+  StoreOptions options;
+  options.data_dir = dir.str() + "/writer";
+  options.chunk_bytes = 4096;
+  options.min_free_bytes = 0;
+  S3Options s3;
+  s3.endpoint = CephCluster::Get().Gateway();
+  s3.bucket = kBucket;
+  s3.prefix = "t-packs";
+  s3.access_key = CephCluster::kS3AccessKey;
+  s3.secret_key = CephCluster::kS3SecretKey;
+  s3.lease = std::chrono::milliseconds(2000);
+  s3.advertise_url = "http://127.0.0.1:1";
+  s3.pack_bytes = 0;
+  options.s3 = s3;
+  auto push = [](CheckpointStore& store, uint64_t version, const std::string& body) {
+    auto session = store.BeginPush("m", version, body.size());
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    ASSERT_TRUE((*session)->Write(testing::Bytes(body)).ok());
+    auto committed = (*session)->Commit();
+    ASSERT_TRUE(committed.ok()) << committed.status().ToString();
+  };
+  auto restores = [](CheckpointStore& store, uint64_t version, const std::string& body) {
+    auto stream = store.OpenRestore("m", version);
+    ASSERT_TRUE(stream.ok()) << "version " << version << ": " << stream.status().ToString();
+    auto restored = testing::ReadAll(**stream);
+    ASSERT_TRUE(restored.ok()) << "version " << version << ": " << restored.status().ToString();
+    EXPECT_TRUE(*restored == body) << "version " << version;
+  };
+  testing::DriftingModel drift(21, 20000);  // 20 chunks of weights and 5 small tensors
+  std::map<uint64_t, std::string> bodies;
+  for (uint64_t v = 1; v <= 6; ++v) bodies[v] = drift.Next();
+
+  auto counter = std::make_shared<ChunkRequestCounter>();
+  uint64_t single_puts = 0;
+  {
+    auto opened = OpenStoreOn(options, nullptr, counter);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    for (uint64_t v = 1; v <= 3; ++v) {
+      counter->Take("PUT");
+      push(**opened, v, bodies[v]);
+    }
+    single_puts = counter->Take("PUT");
+  }
+  options.s3->pack_bytes = S3Options().pack_bytes;
+  uint64_t packed_puts = 0;
+  {
+    auto opened = OpenStoreOn(options, nullptr, counter);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    for (uint64_t v = 4; v <= 6; ++v) {
+      counter->Take("PUT");
+      push(**opened, v, bodies[v]);
+    }
+    packed_puts = counter->Take("PUT");
+  }
+  std::cout << "chunk object PUTs of a push: " << single_puts << " an object per record, "
+            << packed_puts << " packed\n";
+  EXPECT_GE(single_puts, 20u) << "a record per object";
+  EXPECT_LE(packed_puts, 2u) << "the push's records in one pack (and a rearrangement's)";
+
+  // Another daemon reads both layouts; a restore of the packed latest reads a few ranges.
+  StoreOptions reader_options = options;
+  reader_options.data_dir = dir.str() + "/reader";
+  auto reader = OpenStoreOn(reader_options, nullptr, counter);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  ASSERT_TRUE((*reader)->GetModel("m").ok());
+  counter->Take("GET");
+  restores(**reader, 6, bodies[6]);
+  const uint64_t restore_gets = counter->Take("GET");
+  std::cout << "chunk object GETs of a restore of the latest: " << restore_gets << "\n";
+  EXPECT_LE(restore_gets, 3u);
+  for (const auto& [v, body] : bodies) restores(**reader, v, body);
+  reader->reset();
+
+  // The writer scrubs both layouts clean, and retention across them keeps what it keeps.
+  auto store = OpenStoreOn(options, nullptr, counter);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto scrub = (*store)->Scrub("m");
+  ASSERT_TRUE(scrub.ok()) << scrub.status().ToString();
+  EXPECT_TRUE(scrub->clean()) << scrub->orphaned_chunks << " orphaned chunks";
+  EXPECT_GE(scrub->chunks_checked, 6u * 25u / 2) << "records of both layouts";
+  for (uint64_t v = 1; v <= 4; ++v) ASSERT_TRUE((*store)->DeleteVersion("m", v).ok());
+  auto gc = (*store)->CollectGarbage("m", GcOptions{});
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  for (uint64_t v = 5; v <= 6; ++v) restores(**store, v, bodies[v]);
+  scrub = (*store)->Scrub("m");
+  ASSERT_TRUE(scrub.ok()) << scrub.status().ToString();
+  EXPECT_TRUE(scrub->clean()) << scrub->orphaned_chunks << " orphaned chunks";
 }
 
 std::string KillPointName(const ::testing::TestParamInfo<bool>& point) {

@@ -68,6 +68,9 @@ class SharedBackend : public ::testing::Environment {
       s3.access_key = CephCluster::kS3AccessKey;
       s3.secret_key = CephCluster::kS3SecretKey;
       s3.lease = kLease;
+      // Packs of a few records of the suite's small chunks; pushes of more write packs before
+      // they commit, as large models' do.
+      s3.pack_bytes = 8 << 10;
       options.s3 = s3;
     };
   }

@@ -22,9 +22,12 @@
 
 #include "backends/deferred_removals.h"
 #include "backends/model_records.h"
+#include "backends/s3/s3_block_cache.h"
 #include "backends/s3/s3_chunk_store.h"
 #include "backends/s3/s3_leases.h"
 #include "backends/s3/s3_metadata_log.h"
+#include "backends/s3/s3_model_packs.h"
+#include "backends/s3/s3_packs.h"
 #include "engine/rocks_status.h"
 #include "records/keys.h"
 
@@ -35,6 +38,16 @@ using namespace s3_layout;
 
 constexpr uint64_t kSnapshotEvery = 32;  // generations between snapshots
 constexpr uint64_t kMaxLogReplay = 64;   // beyond this, a cache is rebuilt from a snapshot
+// Read blocks of packs kept in memory: a restore's readers share the blocks of the records they
+// read, and a chain's links in several packs stay cached while its chunks are decoded.
+constexpr size_t kBlockCacheBytes = 64 << 20;
+
+// Whether a record key is a manifest's ('f' + the u64 BE seq): the chunks under that seq are the
+// commit's.
+std::optional<uint64_t> ManifestSeq(const std::string& key) {
+  if (key.size() == 9 && key[0] == 'f') return storage_keys::ReadBigEndian(key, 1, 8);
+  return std::nullopt;
+}
 
 std::string NewToken() {
   thread_local std::mt19937_64 random(std::random_device{}());
@@ -54,7 +67,8 @@ class S3Backend final : public StoreBackend {
         client_(options, std::move(faults)),
         chunks_(NewS3ChunkStore(&client_)),
         records_(db, families),
-        leases_(&client_, options.lease, options.advertise_url) {}
+        leases_(&client_, options.lease, options.advertise_url),
+        blocks_(kBlockCacheBytes) {}
 
   ~S3Backend() override {
     {
@@ -78,8 +92,28 @@ class S3Backend final : public StoreBackend {
 
   Status PutChunk(const std::string& model, uint64_t seq, uint32_t tensor, uint32_t chunk,
                   std::string_view record) override {
-    const std::string name = ChunkKey(model, seq, tensor, chunk);
-    return leases_.StateOf(model).writes.Add(name, [&] { return chunks_->PutAsync(name, record); });
+    if (options_.pack_bytes == 0) {
+      const std::string name = ChunkKey(model, seq, tensor, chunk);
+      return leases_.StateOf(model).writes.Add(name,
+                                               [&] { return chunks_->PutAsync(name, record); });
+    }
+    PackState& packs = PacksOf(model);
+    for (const ModelPacks::FullPack& full : packs.index.Add(seq, tensor, chunk, record)) {
+      CKPT_RETURN_IF_ERROR(WritePack(packs, full));
+    }
+    return Status::Ok();
+  }
+
+  // Closes the open pack of every model, so that records written next land in other packs.
+  Status SealChunkWrites() override {
+    Status first;
+    for (PackState* packs : AllPacks()) {
+      if (auto full = packs->index.Close()) {
+        Status s = WritePack(*packs, *full);
+        if (first.ok()) first = std::move(s);
+      }
+    }
+    return first;
   }
 
   size_t ReadWindow() const override { return 16; }
@@ -87,43 +121,83 @@ class S3Backend final : public StoreBackend {
   Status GetChunks(const rocksdb::ReadOptions&, const std::string& model,
                    const std::vector<ChunkAddress>& addresses,
                    std::vector<rocksdb::PinnableSlice>* records) override {
-    std::vector<std::string> names;
-    for (const ChunkAddress& a : addresses)
-      names.push_back(ChunkKey(model, a.seq, a.tensor, a.chunk));
-    CKPT_ASSIGN_OR_RETURN(std::vector<std::string> bytes, chunks_->GetAll(names));
+    std::vector<std::string> bytes(addresses.size());
+    std::vector<std::future<Status>> reads;
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      reads.push_back(client_.Async([this, &model, &addresses, &bytes, i]() -> Status {
+        const ChunkAddress& a = addresses[i];
+        CKPT_ASSIGN_OR_RETURN(bytes[i], ReadRecord(model, a.seq, a.tensor, a.chunk));
+        return Status::Ok();
+      }));
+    }
+    CKPT_RETURN_IF_ERROR(WaitForAll(reads));
     PinRecords(std::move(bytes), records);
     return Status::Ok();
   }
 
   Status GetChunk(const rocksdb::ReadOptions&, const std::string& model, uint64_t seq,
                   uint32_t tensor, uint32_t chunk, rocksdb::PinnableSlice* record) override {
-    CKPT_ASSIGN_OR_RETURN(*record->GetSelf(), chunks_->Get(ChunkKey(model, seq, tensor, chunk)));
+    CKPT_ASSIGN_OR_RETURN(*record->GetSelf(), ReadRecord(model, seq, tensor, chunk));
     record->PinSelf();
     return Status::Ok();
   }
 
   void DiscardChunks(const std::string& model, const ChunkSet& chunks) override {
     S3ModelState& state = leases_.StateOf(model);
+    PackState& packs = PacksOf(model);
     (void)state.writes.WaitAll();
+    (void)packs.writes.WaitAll();
     {
       // A commit that may have landed may refer to them: garbage collection decides later.
       std::lock_guard lock(state.mu);
       if (state.kept_seqs.count(chunks.seq)) return;
     }
-    (void)chunks_->DeleteAll(ChunkKeys(model, chunks));
+    if (options_.pack_bytes > 0) {
+      (void)chunks_->DeleteAll(packs.index.Discard(chunks));
+    } else {
+      (void)chunks_->DeleteAll(ChunkKeys(model, chunks));
+    }
   }
 
+  // Records of their own objects, then the packs the index lists (their members the index still
+  // holds), then packs of seqs the index has none for (an interrupted push's: every member).
   Status ForEachChunk(const rocksdb::ReadOptions&, const std::string& model, uint64_t seq_end,
                       const ChunkVisitor& visit) override {
-    CKPT_ASSIGN_OR_RETURN(auto listed, ListChunks(model));
-    return VisitListedChunks(*chunks_, listed, seq_end, removals_.Pending(), visit);
+    CKPT_ASSIGN_OR_RETURN(Listing listed, ListChunks(model));
+    const std::set<std::string> deferred = removals_.Pending();
+    CKPT_RETURN_IF_ERROR(VisitListedChunks(*chunks_, listed.chunks, seq_end, deferred, visit));
+    ModelPacks& index = PacksOf(model).index;
+    std::vector<ModelPacks::CommittedPack> packs = index.Committed(seq_end);
+    std::set<uint64_t> indexed;
+    for (const auto& pack : packs) indexed.insert(pack.seq);
+    for (const ListedPack& pack : listed.packs) {
+      if (pack.seq >= seq_end || indexed.count(pack.seq) || deferred.count(pack.name) ||
+          index.Known(pack.seq, pack.id)) {
+        continue;
+      }
+      packs.push_back({pack.seq, pack.name, {}});  // members from its footer
+    }
+    return VisitPacks(packs, visit);
   }
 
   Result<uint64_t> RemoveOrphanChunks(const std::string& model, const std::set<uint64_t>& stored,
                                       uint64_t seq_end) override {
-    CKPT_ASSIGN_OR_RETURN(auto listed, ListChunks(model));
+    CKPT_ASSIGN_OR_RETURN(Listing listed, ListChunks(model));
     // Chunks whose removal is deferred for readers are left to the deferral.
-    return RemoveListedOrphans(*chunks_, listed, stored, seq_end, removals_.Pending());
+    const std::set<std::string> deferred = removals_.Pending();
+    CKPT_ASSIGN_OR_RETURN(uint64_t removed,
+                          RemoveListedOrphans(*chunks_, listed.chunks, stored, seq_end, deferred));
+    ModelPacks& index = PacksOf(model).index;
+    std::vector<std::string> orphans;
+    for (const ListedPack& pack : listed.packs) {
+      if (pack.seq < seq_end && !deferred.count(pack.name) &&
+          (!stored.count(pack.seq) || !index.Known(pack.seq, pack.id))) {
+        orphans.push_back(pack.name);
+      }
+    }
+    CKPT_ASSIGN_OR_RETURN(const uint64_t records, CountRecords(orphans));
+    CKPT_RETURN_IF_ERROR(chunks_->DeleteAll(orphans));
+    return removed + records;
   }
 
   // ---- metadata
@@ -131,7 +205,12 @@ class S3Backend final : public StoreBackend {
   Status Commit(const std::string& model, ModelChange& change, std::string_view what) override {
     S3ModelState& state = leases_.StateOf(model);
     const std::string context = "model '" + model + "': " + std::string(what);
+    PackState& packs = PacksOf(model);
     if (change.refers_to_new_chunks) {
+      if (auto full = packs.index.Close()) {
+        CKPT_RETURN_IF_ERROR(WritePack(packs, *full).WithContext(context));
+      }
+      CKPT_RETURN_IF_ERROR(packs.writes.WaitAll().WithContext(context));
       CKPT_RETURN_IF_ERROR(state.writes.WaitAll().WithContext(context));
     }
     std::lock_guard lock(state.mu);
@@ -152,6 +231,18 @@ class S3Backend final : public StoreBackend {
     }
     LogEntry entry;
     CKPT_RETURN_IF_ERROR(records_.Translate(model, change.batch, &entry.sets, &entry.removals));
+    // The packs of the seqs the change stores join the index; what it makes unreachable leaves.
+    std::set<uint64_t> new_seqs;
+    if (change.refers_to_new_chunks) {
+      for (const auto& [key, value] : entry.sets) {
+        if (auto seq = ManifestSeq(key)) new_seqs.insert(*seq);
+      }
+    }
+    std::vector<ChunkAddress> unpacked;
+    const ModelPacks::Change pack_change =
+        packs.index.Plan(new_seqs, change.unreachable, change.whole_model, &unpacked);
+    entry.sets.insert(pack_change.sets.begin(), pack_change.sets.end());
+    entry.removals.insert(pack_change.removals.begin(), pack_change.removals.end());
     entry.generation = *state.generation + 1;
     entry.epoch = state.epoch + (change.whole_model ? 1 : 0);  // seqs of a new model start higher
     if (change.foreign_seqs_end > 0) {
@@ -166,11 +257,10 @@ class S3Backend final : public StoreBackend {
       state.generation.reset();
       state.unsettled_generation = entry.generation;
       for (const auto& [key, value] : entry.sets) {
-        // Manifest records ('f' + the u64 BE seq): their chunks are the commit's.
-        if (key.size() == 9 && key[0] == 'f') {
-          state.kept_seqs.insert(storage_keys::ReadBigEndian(key, 1, 8));
-        }
+        if (auto seq = ManifestSeq(key)) state.kept_seqs.insert(*seq);
       }
+      // The index of the packs is read again from the log once the commit is settled.
+      packs.index.Forget(pack_change.attached);
       return appended.status().WithContext(context);
     }
     if (!*appended) {
@@ -185,16 +275,16 @@ class S3Backend final : public StoreBackend {
     state.generation = entry.generation;
     state.own_generation = entry.generation;
     state.epoch = entry.epoch;
+    packs.index.Apply(pack_change);
     // The local cache follows; if this fails the next claim or refresh rebuilds it.
     Status local = FromRocks(db_->Write(rocksdb::WriteOptions(), &change.batch), what);
     if (!local.ok()) state.generation.reset();
     if (local.ok() && entry.generation >= state.snapshot_generation + kSnapshotEvery) {
       WriteSnapshot(model, state);
     }
-    std::vector<std::string> unreachable;
-    for (const ChunkSet& set : change.unreachable) {
-      auto keys = ChunkKeys(model, set);
-      unreachable.insert(unreachable.end(), keys.begin(), keys.end());
+    std::vector<std::string> unreachable = pack_change.dead;
+    for (const ChunkAddress& a : unpacked) {
+      unreachable.push_back(ChunkKey(model, a.seq, a.tensor, a.chunk));
     }
     removals_.Defer(std::move(unreachable), RemovalGrace(options_.lease));
     return Status::Ok();
@@ -324,7 +414,120 @@ class S3Backend final : public StoreBackend {
     });
   }
 
-  Result<std::vector<ListedChunk>> ListChunks(const std::string& model) {
+  // A model's packs: the index and the pack writes in flight (fewer than single chunk writes:
+  // each holds up to pack_bytes).
+  struct PackState {
+    PackState(const std::string& model, uint64_t pack_bytes) : index(model, pack_bytes) {}
+    ModelPacks index;
+    ChunkWriteQueue writes{4};
+  };
+
+  PackState& PacksOf(const std::string& model) {
+    std::lock_guard lock(packs_mu_);
+    auto& packs = packs_[model];
+    if (!packs) packs = std::make_unique<PackState>(model, options_.pack_bytes);
+    return *packs;
+  }
+
+  std::vector<PackState*> AllPacks() {
+    std::lock_guard lock(packs_mu_);
+    std::vector<PackState*> all;
+    for (auto& [model, packs] : packs_) all.push_back(packs.get());
+    return all;
+  }
+
+  Status WritePack(PackState& packs, const ModelPacks::FullPack& full) {
+    return packs.writes.Add(full.key, [&] { return chunks_->PutAsync(full.key, full.bytes); });
+  }
+
+  // A record: from the pack being filled, a read block of its pack (cached), or its own object.
+  Result<std::string> ReadRecord(const std::string& model, uint64_t seq, uint32_t tensor,
+                                 uint32_t chunk) {
+    auto at = PacksOf(model).index.Find(seq, tensor, chunk);
+    if (!at) return chunks_->Get(ChunkKey(model, seq, tensor, chunk));
+    if (at->open) return std::move(at->bytes);
+    if (at->uncommitted) {
+      // Only its push reads a record before the commit, and keeps the records it may read in
+      // memory: a record of a pack being written is read from the bucket, as written.
+      CKPT_ASSIGN_OR_RETURN(S3Object object, client_.Get(at->key, at->offset, at->length));
+      return std::move(object.body);
+    }
+    CKPT_ASSIGN_OR_RETURN(
+        S3BlockCache::Block block,
+        blocks_.Get(at->key, at->block.offset, at->block.length, [&]() -> Result<std::string> {
+          CKPT_ASSIGN_OR_RETURN(S3Object object,
+                                client_.Get(at->key, at->block.offset, at->block.length));
+          return std::move(object.body);
+        }));
+    if (block->size() != at->block.length) {
+      return Status::DataLoss("s3: pack '" + at->key + "' is shorter than its index says");
+    }
+    return block->substr(at->offset - at->block.offset, at->length);
+  }
+
+  // Reads each pack whole (a few at a time) and visits its members: those `pack.members` lists,
+  // or those of its footer when it lists none.
+  Status VisitPacks(const std::vector<ModelPacks::CommittedPack>& packs,
+                    const ChunkVisitor& visit) {
+    constexpr size_t kInFlight = 4;
+    for (size_t begin = 0; begin < packs.size(); begin += kInFlight) {
+      const size_t end = std::min(packs.size(), begin + kInFlight);
+      std::vector<std::string> bodies(end - begin);
+      std::vector<std::future<Status>> reads;
+      for (size_t i = begin; i < end; ++i) {
+        reads.push_back(client_.Async([this, &packs, &bodies, begin, i]() -> Status {
+          CKPT_ASSIGN_OR_RETURN(S3Object object, client_.Get(packs[i].key));
+          bodies[i - begin] = std::move(object.body);
+          return Status::Ok();
+        }));
+      }
+      CKPT_RETURN_IF_ERROR(WaitForAll(reads));
+      for (size_t i = begin; i < end; ++i) {
+        const std::string& body = bodies[i - begin];
+        std::vector<s3_layout::PackMember> members = packs[i].members;
+        if (members.empty()) {
+          CKPT_ASSIGN_OR_RETURN(members, DecodePackFooter(body));
+        }
+        for (const s3_layout::PackMember& m : members) {
+          if (m.offset + m.length > body.size()) {
+            return Status::DataLoss("s3: pack '" + packs[i].key +
+                                    "' is shorter than its index says");
+          }
+          visit(packs[i].seq, m.tensor, m.chunk, std::string_view(body).substr(m.offset, m.length));
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  // How many records the packs `keys` hold, by their footers (a pack whose footer does not read
+  // counts as one; one already gone as none).
+  Result<uint64_t> CountRecords(const std::vector<std::string>& keys) {
+    std::vector<uint64_t> counts(keys.size());
+    std::vector<std::future<Status>> reads;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      reads.push_back(client_.Async([this, &keys, &counts, i]() -> Status {
+        auto object = client_.Get(keys[i]);
+        if (object.status().code() == StatusCode::kNotFound) return Status::Ok();
+        CKPT_RETURN_IF_ERROR(object.status());
+        auto members = DecodePackFooter(object->body);
+        counts[i] = members.ok() ? members->size() : 1;
+        return Status::Ok();
+      }));
+    }
+    CKPT_RETURN_IF_ERROR(WaitForAll(reads));
+    uint64_t total = 0;
+    for (const uint64_t n : counts) total += n;
+    return total;
+  }
+
+  // A model's chunk objects: records of their own and packs.
+  struct Listing {
+    std::vector<ListedChunk> chunks;
+    std::vector<ListedPack> packs;
+  };
+
+  Result<Listing> ListChunks(const std::string& model) {
     std::vector<std::future<Status>> lists;
     std::vector<std::vector<std::string>> names(kChunkPrefixes);
     for (int h = 0; h < kChunkPrefixes; ++h) {
@@ -334,10 +537,14 @@ class S3Backend final : public StoreBackend {
       }));
     }
     CKPT_RETURN_IF_ERROR(WaitForAll(lists));
-    std::vector<ListedChunk> out;
+    Listing out;
     for (auto& prefix_names : names) {
       for (std::string& key : prefix_names) {
-        if (auto c = ParseChunkKey(model, std::move(key))) out.push_back(std::move(*c));
+        if (auto pack = ParsePackKey(model, key)) {
+          out.packs.push_back(std::move(*pack));
+        } else if (auto c = ParseChunkKey(model, std::move(key))) {
+          out.chunks.push_back(std::move(*c));
+        }
       }
     }
     return out;
@@ -432,6 +639,8 @@ class S3Backend final : public StoreBackend {
         CKPT_RETURN_IF_ERROR(entries.status().WithContext(context));
         for (const LogEntry& e : *entries) {
           CKPT_RETURN_IF_ERROR(records_.ChangeBatch(model, e.sets, e.removals, &batch));
+          CKPT_RETURN_IF_ERROR(
+              PacksOf(model).index.ApplyRecords(e.sets, e.removals).WithContext(context));
           epoch = e.epoch;
         }
       } else {
@@ -455,6 +664,7 @@ class S3Backend final : public StoreBackend {
           epoch = e.epoch;
         }
         CKPT_RETURN_IF_ERROR(records_.CacheBatch(model, snapshot.records, &batch));
+        CKPT_RETURN_IF_ERROR(PacksOf(model).index.Replace(snapshot.records).WithContext(context));
         state.snapshot_generation = snapshot.generation;
       }
       CKPT_RETURN_IF_ERROR(
@@ -473,6 +683,7 @@ class S3Backend final : public StoreBackend {
   void WriteSnapshot(const std::string& model, S3ModelState& state) {
     auto records = records_.CachedRecords(model);
     if (!records.ok()) return;
+    records->merge(PacksOf(model).index.Records());
     Snapshot snapshot{*state.generation, state.epoch, std::move(*records)};
     S3Condition create;  // only one snapshot of a generation is ever written
     create.if_none_match = true;
@@ -536,6 +747,10 @@ class S3Backend final : public StoreBackend {
   // Monitoring counters (relaxed: figures, never decisions).
   std::atomic<uint64_t> lease_takeovers_{0};
   std::atomic<uint64_t> commits_fenced_{0};
+
+  S3BlockCache blocks_;
+  std::mutex packs_mu_;
+  std::unordered_map<std::string, std::unique_ptr<PackState>> packs_;  // guarded by packs_mu_
 
   DeferredRemovals removals_;
   std::mutex background_mu_;

@@ -187,9 +187,12 @@ std::string ChunkListPrefix(std::string_view model, int h) {
   return std::string("chunks/") + kHex[h] + "/" + std::string(model) + "/";
 }
 
+std::string ChunkSeqPrefix(std::string_view model, uint64_t seq) {
+  return ChunkListPrefix(model, HashPrefix(model, seq)) + Hex16(seq) + "/";
+}
+
 std::string ChunkKey(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk) {
-  return ChunkListPrefix(model, HashPrefix(model, seq)) + Hex16(seq) + "/" +
-         std::to_string(tensor) + "/" + std::to_string(chunk);
+  return ChunkSeqPrefix(model, seq) + std::to_string(tensor) + "/" + std::to_string(chunk);
 }
 
 std::optional<ListedChunk> ParseChunkKey(std::string_view model, std::string key) {

@@ -77,6 +77,8 @@ std::optional<uint64_t> GenerationOf(std::string_view prefix, std::string_view k
 // per prefix).
 inline constexpr int kChunkPrefixes = 16;
 std::string ChunkKey(std::string_view model, uint64_t seq, uint32_t tensor, uint32_t chunk);
+// The prefix of the chunk objects of `model` under `seq` (packs too, s3_packs.h).
+std::string ChunkSeqPrefix(std::string_view model, uint64_t seq);
 // The listing prefix of a model's chunks under hash prefix `h`.
 std::string ChunkListPrefix(std::string_view model, int h);
 // The chunk key's address, if `key` is one of `model`'s.
