@@ -5,7 +5,8 @@ Starts Ceph's S3 gateway (radosgw, Debian's) on a throwaway one-node cluster
 (scripts/ceph-one-node.sh), then, for the *.safetensors files of CKPT_DIR in name order:
   - ckptd with an [s3] store on that gateway: each file pushed as the next version (time to
     durable: the pushes' 201s), then every version restored (GET); the requests and bytes ckptd
-    sent to the bucket (its ckptd_s3_* metrics), and the bucket's bytes under its prefix;
+    sent to the bucket (its ckptd_s3_* metrics), and the bucket's bytes under its prefix; once
+    with chunk records packed (the default) and once with an object per record (pack_bytes = 0);
   - ckptd on its local disk with the same policy: the stored bytes the S3 store must match;
   - `aws s3 cp` (Debian's awscli) of each raw file up and back down;
   - `s3cmd put` / `s3cmd get` of each raw file.
@@ -50,7 +51,7 @@ def metric(port, name):
     return 0.0
 
 
-def start_ckptd(binary, work, name, policy, endpoint=None):
+def start_ckptd(binary, work, name, policy, endpoint=None, s3_extra=""):
     data = os.path.join(work, name)
     config = os.path.join(work, name + ".toml")
     with open(config, "w") as f:
@@ -58,7 +59,7 @@ def start_ckptd(binary, work, name, policy, endpoint=None):
         if endpoint:
             f.write(f'[s3]\nendpoint = "{endpoint}"\nbucket = "{BUCKET}"\nprefix = "{name}"\n'
                     f'access_key = "{ACCESS}"\nsecret_key = "{SECRET}"\n'
-                    f'advertise_url = "http://127.0.0.1:1"\n')
+                    f'advertise_url = "http://127.0.0.1:1"\n{s3_extra}')
     ready = data + ".ready"
     proc = subprocess.Popen([binary, "--config", config, "--listen", "127.0.0.1:0", "--data-dir",
                              data, "--ready-file", ready, "--log-level", "warn"],
@@ -95,6 +96,30 @@ def through_ckptd(port, files, on_pushed=lambda: None):
     restore = time.perf_counter() - t0
     stored = json.loads(http_request(port, "GET", "/v1/models/m")[1])["stored_bytes"]
     return push, restore, stored
+
+
+def through_ckptd_on_s3(binary, work, name, policy, endpoint, files, aws, aws_env, procs,
+                        s3_extra=""):
+    """ckptd on S3 under prefix `name`: the figures of one run, and the bucket's objects."""
+    proc, port = start_ckptd(binary, work, name, policy, endpoint, s3_extra)
+    procs.append(proc)
+    requests0 = metric(port, "ckptd_s3_requests_total")
+    marks = []
+    t_push, t_restore, stored = through_ckptd(
+        port, files, lambda: marks.append(metric(port, "ckptd_s3_requests_total")))
+    requests = metric(port, "ckptd_s3_requests_total") - requests0
+    listing = subprocess.run(aws + ["ls", "--recursive", "--summarize", f"s3://{BUCKET}/{name}/"],
+                             env=aws_env, check=True, capture_output=True, text=True).stdout
+    return {
+        "push": t_push, "restore": t_restore, "stored": stored, "requests": requests,
+        "push_requests": marks[0] - requests0,
+        "sent": metric(port, "ckptd_s3_sent_bytes_total"),
+        "received": metric(port, "ckptd_s3_received_bytes_total"),
+        "bucket_bytes": int(next(line.split(":")[1] for line in listing.splitlines()
+                                 if "Total Size" in line)),
+        "objects": int(next(line.split(":")[1] for line in listing.splitlines()
+                            if "Total Objects" in line)),
+    }
 
 
 def timed(commands, env=None):
@@ -148,25 +173,16 @@ def main():
                  "/dev/null"]
 
         rows = []
-        # ckptd on S3.
-        proc, port = start_ckptd(binary, work, "s3", args.policy, endpoint)
-        procs.append(proc)
-        requests0 = metric(port, "ckptd_s3_requests_total")
-        marks = []
-        t_push, t_restore, stored = through_ckptd(
-            port, files, lambda: marks.append(metric(port, "ckptd_s3_requests_total")))
-        requests = metric(port, "ckptd_s3_requests_total") - requests0
-        push_requests = marks[0] - requests0
-        sent = metric(port, "ckptd_s3_sent_bytes_total")
-        received = metric(port, "ckptd_s3_received_bytes_total")
-        listing = subprocess.run(aws + ["ls", "--recursive", "--summarize", f"s3://{BUCKET}/s3/"],
-                                 env=aws_env, check=True, capture_output=True, text=True).stdout
-        bucket_bytes = int(next(line.split(":")[1] for line in listing.splitlines()
-                                if "Total Size" in line))
-        objects = int(next(line.split(":")[1] for line in listing.splitlines()
-                           if "Total Objects" in line))
-        rows.append(("ckptd on S3", t_push, t_restore, (push_requests, requests - push_requests),
-                     stored))
+        # ckptd on S3: records packed, then an object per record.
+        runs = {}
+        for name, label, extra in (("s3", "ckptd on S3", ""),
+                                   ("s3-single", "ckptd on S3, an object per record",
+                                    "pack_bytes = 0\n")):
+            r = through_ckptd_on_s3(binary, work, name, args.policy, endpoint, files, aws, aws_env,
+                                    procs, extra)
+            runs[name] = r
+            rows.append((label, r["push"], r["restore"],
+                         (r["push_requests"], r["requests"] - r["push_requests"]), r["stored"]))
         # ckptd on its disk, same policy.
         lproc, lport = start_ckptd(binary, work, "local", args.policy)
         procs.append(lproc)
@@ -210,10 +226,12 @@ def main():
                 per_gb = f"{reqs[0] / gb:.0f} / {reqs[1] / gb:.0f}"
             print(f"| {name} | {raw / 1e6 / t_up:.0f} | {raw / 1e6 / t_down:.0f} | {per_gb} | "
                   f"{kept / 1e6:.2f} MB ({raw / kept:.2f}x) | {cost} |")
-        print(f"\nckptd on S3: {int(requests)} requests, {sent / 1e6:.1f} MB sent, "
-              f"{received / 1e6:.1f} MB received; the bucket holds {objects} objects, "
-              f"{bucket_bytes / 1e6:.2f} MB under its prefix; stored bytes {stored} vs "
-              f"{l_stored} on the local disk ({(stored / l_stored - 1) * 100:+.2f}%).")
+        for name, r in runs.items():
+            print(f"\nckptd on S3 (prefix {name}): {int(r['requests'])} requests, "
+                  f"{r['sent'] / 1e6:.1f} MB sent, {r['received'] / 1e6:.1f} MB received; the "
+                  f"bucket holds {r['objects']} objects, {r['bucket_bytes'] / 1e6:.2f} MB under "
+                  f"its prefix; stored bytes {r['stored']} vs {l_stored} on the local disk "
+                  f"({(r['stored'] / l_stored - 1) * 100:+.2f}%).")
         print(f"Cost: the pushes' requests at ${PUT_PRICE * 1000:.3f} per 1,000 (ckptd's include "
               f"its reads and listings while pushing), the restores' at "
               f"${GET_PRICE * 1000:.4f}, and one month of the stored bytes at "

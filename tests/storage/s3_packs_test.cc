@@ -92,25 +92,22 @@ TEST(S3PacksTest, KeysParseBackAndIndexKeysAreControlKeys) {
 }
 
 TEST(S3PacksTest, ReadBlocksGroupNeighboursUpToTheirSize) {
-  const uint32_t mib = 1 << 20;
-  std::vector<PackMember> members = {{0, 0, 0, mib},
-                                     {0, 1, mib, mib},
-                                     {0, 2, 2 * mib, mib},
-                                     {0, 3, 3 * mib, 2 * mib},
-                                     {0, 4, 5 * mib, 6 * mib}};
+  const uint32_t u = kReadBlockBytes / 4;
+  std::vector<PackMember> members = {
+      {0, 0, 0, u}, {0, 1, u, u}, {0, 2, 2 * u, u}, {0, 3, 3 * u, 2 * u}, {0, 4, 5 * u, 6 * u}};
   std::vector<uint32_t> block_of;
   auto blocks = PlanReadBlocks(members, &block_of);
   ASSERT_EQ(blocks.size(), 3u);
   EXPECT_EQ(blocks[0].offset, 0u);
-  EXPECT_EQ(blocks[0].length, 3u * mib);
-  EXPECT_EQ(blocks[1].length, 2u * mib);
-  EXPECT_EQ(blocks[2].length, 6u * mib) << "a large record is a block of its own";
+  EXPECT_EQ(blocks[0].length, 3u * u);
+  EXPECT_EQ(blocks[1].length, 2u * u);
+  EXPECT_EQ(blocks[2].length, 6u * u) << "a large record is a block of its own";
   EXPECT_EQ(block_of, (std::vector<uint32_t>{0, 0, 0, 1, 2}));
   // A gap (a record the index dropped) ends a block.
   members.erase(members.begin() + 1);
   blocks = PlanReadBlocks(members, &block_of);
-  EXPECT_EQ(blocks[0].length, mib);
-  EXPECT_EQ(blocks[1].offset, 2u * mib);
+  EXPECT_EQ(blocks[0].length, u);
+  EXPECT_EQ(blocks[1].offset, 2u * u);
 }
 
 ChunkSet SetOf(uint64_t seq, std::vector<uint32_t> counts, bool some = false) {

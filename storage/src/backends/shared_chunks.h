@@ -22,6 +22,10 @@
 
 namespace ckpt {
 
+// Seqs a daemon allocates for a model lie above epoch << kSeqEpochShift: a writer that takes a
+// model over raises the epoch, so its chunk names never meet a former writer's.
+inline constexpr int kSeqEpochShift = 40;
+
 // A chunk object a listing found, with the address its name encodes.
 struct ListedChunk {
   std::string name;

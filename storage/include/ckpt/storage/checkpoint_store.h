@@ -73,7 +73,7 @@ struct S3Options {
   // Chunk records are written packed, several to an object of up to this size, and read back
   // with Range requests: fewer requests (each is billed and rate limited). 0: an object per
   // record (the only layout before packs; both are read either way).
-  uint64_t pack_bytes = 16ull << 20;
+  uint64_t pack_bytes = 4ull << 20;
   // Objects larger than this are sent as multipart uploads of parts this size.
   uint64_t part_bytes = 32ull << 20;
   // Attempts per request before it fails (503 SlowDown, 500, timeouts, resets are retried with

@@ -29,8 +29,6 @@ inline constexpr char kGenerationKey[] = "\001generation";
 // layout is newer than it understands.
 inline constexpr char kLayoutKey[] = "\001layout";
 inline constexpr uint64_t kLayoutVersion = 1;
-// Seqs a daemon allocates for a model lie above epoch << kSeqEpochShift.
-inline constexpr int kSeqEpochShift = 40;
 // Largest omap page read at once.
 inline constexpr uint64_t kOmapPage = 4096;
 

@@ -31,8 +31,6 @@
 namespace ckpt::s3_layout {
 
 inline constexpr uint32_t kFormatVersion = 1;
-// Seqs a daemon allocates for a model lie above epoch << kSeqEpochShift (as on RADOS).
-inline constexpr int kSeqEpochShift = 40;
 
 // One commit.
 struct LogEntry {

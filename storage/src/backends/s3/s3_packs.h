@@ -34,7 +34,7 @@ namespace ckpt::s3_layout {
 
 inline constexpr uint8_t kPackFormatVersion = 1;
 // Records of a pack read together by one request (at least one record).
-inline constexpr uint64_t kReadBlockBytes = 4 << 20;
+inline constexpr uint64_t kReadBlockBytes = 1 << 20;
 
 // One chunk record of a pack.
 struct PackMember {
