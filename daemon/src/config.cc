@@ -201,7 +201,7 @@ const KeySpec kKeys[] = {
     {"s3", "secret_key", CKPT_MEMBER(s3.secret_key)},
     {"s3", "ca_file", CKPT_MEMBER(s3.ca_file)},
     {"s3", "parallelism", CKPT_MEMBER(s3.parallelism), 1, 256},
-    {"s3", "pack_bytes", CKPT_MEMBER(s3.pack_bytes), 0, uint64_t{5} << 30},
+    {"s3", "pack_bytes", CKPT_MEMBER(s3.pack_bytes), 0, uint64_t{256} << 20},
     {"s3", "part_bytes", CKPT_MEMBER(s3.part_bytes), 5 << 20, uint64_t{5} << 30},
     {"s3", "attempts", CKPT_MEMBER(s3.attempts), 1, 100},
     {"s3", "request_timeout_ms", CKPT_MEMBER(s3.request_timeout), 1000, 3600000},

@@ -379,7 +379,8 @@ TEST_P(ClusterTest, AModelOfANewerLayoutIsRefused) {
   if (GetParam() == Backend::kS3) {
     // A log entry of a newer format heads the model's log.
     std::string entry = s3_layout::EncodeLogEntry({1, 1, "t", "", {}, {}});
-    entry[11] = 2;  // the format, after the 8-byte magic (u32 big-endian)
+    // The format, after the 8-byte magic (u32 big-endian).
+    entry[11] = static_cast<char>(s3_layout::kFormatVersion + 1);
     entry.resize(entry.size() - 8);
     const uint64_t sum =
         Xxh3Checksum(std::span(reinterpret_cast<const uint8_t*>(entry.data()), entry.size()));

@@ -26,6 +26,14 @@ std::string Hex(const std::string& bytes) {
   return out;
 }
 
+std::string Unhex(std::string_view hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out.push_back(static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
+  }
+  return out;
+}
+
 LogEntry SampleEntry() {
   LogEntry entry;
   entry.generation = 7;
@@ -41,9 +49,9 @@ TEST(S3LayoutTest, LogEntriesRoundTripAndKeepTheirBytes) {
   const std::string encoded = EncodeLogEntry(SampleEntry());
   // Golden: a change of these bytes breaks every bucket already written.
   EXPECT_EQ(Hex(encoded),
-            "434b53334c4f470a00000001000000000000000700000000000000020000000374"
+            "434b53334c4f470a00000002000000000000000700000000000000020000000374"
             "6f6b00000008687474703a2f2f6100000002000000016d000000014d0000000276"
-            "01000000020001000000010000000274391dbf6d23ecee742a")
+            "010000000200010000000100000002743993f5011b17081c48")
       << Hex(encoded);
   auto decoded = DecodeLogEntry(encoded);
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
@@ -53,6 +61,15 @@ TEST(S3LayoutTest, LogEntriesRoundTripAndKeepTheirBytes) {
   EXPECT_EQ(decoded->writer_url, "http://a");
   EXPECT_EQ(decoded->sets, SampleEntry().sets);
   EXPECT_EQ(decoded->removals, SampleEntry().removals);
+
+  // Format 1, as daemons before pack indexes wrote it, still reads.
+  auto format1 =
+      DecodeLogEntry(Unhex("434b53334c4f470a00000001000000000000000700000000000000020000000374"
+                           "6f6b00000008687474703a2f2f6100000002000000016d000000014d0000000276"
+                           "01000000020001000000010000000274391dbf6d23ecee742a"));
+  ASSERT_TRUE(format1.ok()) << format1.status().ToString();
+  EXPECT_EQ(format1->sets, SampleEntry().sets);
+  EXPECT_EQ(format1->removals, SampleEntry().removals);
 }
 
 TEST(S3LayoutTest, SnapshotsRoundTrip) {
@@ -77,9 +94,9 @@ TEST(S3LayoutTest, DamageIsDataLossAndANewerFormatIsRefusedByName) {
   for (size_t n = 0; n < encoded.size(); n += 5) {
     EXPECT_FALSE(DecodeLogEntry(encoded.substr(0, n)).ok()) << "cut at " << n;
   }
-  // Format 2, sealed with a valid checksum: refused, saying why.
+  // A newer format, sealed with a valid checksum: refused, saying why.
   std::string newer = encoded.substr(0, encoded.size() - 8);
-  newer[11] = 2;
+  newer[11] = static_cast<char>(kFormatVersion + 1);
   const uint64_t sum =
       Xxh3Checksum(std::span(reinterpret_cast<const uint8_t*>(newer.data()), newer.size()));
   for (int i = 7; i >= 0; --i) newer += static_cast<char>((sum >> (8 * i)) & 0xff);

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <set>
 #include <string>
 
@@ -110,6 +111,11 @@ TEST(S3PacksTest, ReadBlocksGroupNeighboursUpToTheirSize) {
   EXPECT_EQ(blocks[1].offset, 2u * u);
 }
 
+constexpr auto kGrace = std::chrono::minutes(5);
+// Records a commit retired are found no longer (RecordsACommitRetiredAreFoundForTheGrace tests
+// the grace).
+constexpr auto kNoGrace = std::chrono::minutes(0);
+
 ChunkSet SetOf(uint64_t seq, std::vector<uint32_t> counts, bool some = false) {
   ChunkSet set;
   set.seq = seq;
@@ -120,7 +126,7 @@ ChunkSet SetOf(uint64_t seq, std::vector<uint32_t> counts, bool some = false) {
 
 // A writer's packs: filled up to the size, closed when the seq changes, committed into the index.
 TEST(ModelPacksTest, RecordsArePackedAndFoundWhereverTheyAre) {
-  ModelPacks packs("m", 10);
+  ModelPacks packs("m", 10, kGrace);
   EXPECT_TRUE(packs.Add(5, 0, 0, "aaaa").empty());
   auto open = packs.Find(5, 0, 0);
   ASSERT_TRUE(open.has_value());
@@ -140,7 +146,7 @@ TEST(ModelPacksTest, RecordsArePackedAndFoundWhereverTheyAre) {
   EXPECT_EQ(written->length, 8u);
 
   std::vector<StoreBackend::ChunkAddress> unpacked;
-  auto change = packs.Plan({5}, {}, false, &unpacked);
+  auto change = packs.Plan({SetOf(5, {2})}, {}, false, &unpacked);
   EXPECT_EQ(change.attached, (std::vector<uint64_t>{5}));
   EXPECT_EQ(change.sets.count(PackIndexKey(5)), 1u);
   EXPECT_TRUE(change.dead.empty());
@@ -153,7 +159,7 @@ TEST(ModelPacksTest, RecordsArePackedAndFoundWhereverTheyAre) {
   EXPECT_EQ(packs.Committed(5).size(), 0u);
 
   // Another daemon rebuilds the same index from the log's records.
-  ModelPacks reader("m", 10);
+  ModelPacks reader("m", 10, kGrace);
   ASSERT_TRUE(reader.Replace(packs.Records()).ok());
   auto found = reader.Find(5, 0, 0);
   ASSERT_TRUE(found.has_value());
@@ -163,12 +169,12 @@ TEST(ModelPacksTest, RecordsArePackedAndFoundWhereverTheyAre) {
 }
 
 TEST(ModelPacksTest, ARecordWrittenAgainSupersedesTheEarlierAndEmptyPacksDie) {
-  ModelPacks packs("m", 4);
+  ModelPacks packs("m", 4, kGrace);
   ASSERT_EQ(packs.Add(1, 0, 0, "old!").size(), 1u);  // pack A: (0,0)
   ASSERT_EQ(packs.Add(1, 0, 0, "new!").size(), 1u);  // pack B: (0,0) again
   ASSERT_EQ(packs.Add(1, 1, 0, "tens").size(), 1u);  // pack C
   std::vector<StoreBackend::ChunkAddress> unpacked;
-  auto change = packs.Plan({1}, {}, false, &unpacked);
+  auto change = packs.Plan({SetOf(1, {1, 1})}, {}, false, &unpacked);
   ASSERT_EQ(change.dead.size(), 1u) << "pack A holds only a superseded record";
   packs.Apply(change);
   auto at = packs.Find(1, 0, 0);
@@ -178,14 +184,14 @@ TEST(ModelPacksTest, ARecordWrittenAgainSupersedesTheEarlierAndEmptyPacksDie) {
 }
 
 TEST(ModelPacksTest, UnreachableTensorsLeaveTheIndexAndPacksGoWithTheirLastRecord) {
-  ModelPacks packs("m", 1 << 20);
+  ModelPacks packs("m", 1 << 20, kNoGrace);
   packs.Add(3, 0, 0, "a");
   packs.Add(3, 1, 0, "b");
   ASSERT_TRUE(packs.Close().has_value());
   packs.Add(3, 2, 0, "c");
   ASSERT_TRUE(packs.Close().has_value());
   std::vector<StoreBackend::ChunkAddress> unpacked;
-  packs.Apply(packs.Plan({3}, {}, false, &unpacked));
+  packs.Apply(packs.Plan({SetOf(3, {1, 1, 1})}, {}, false, &unpacked));
   ASSERT_EQ(packs.Committed(4).size(), 2u);
 
   // Tensor 1 goes: its pack stays for tensor 0; tensor 2's pack goes.
@@ -212,11 +218,11 @@ TEST(ModelPacksTest, UnreachableTensorsLeaveTheIndexAndPacksGoWithTheirLastRecor
 }
 
 TEST(ModelPacksTest, ADeletedModelTakesEveryPackAndAnAbortedPushItsOwn) {
-  ModelPacks packs("m", 1 << 20);
+  ModelPacks packs("m", 1 << 20, kNoGrace);
   packs.Add(1, 0, 0, "a");
   packs.Close();
   std::vector<StoreBackend::ChunkAddress> unpacked;
-  packs.Apply(packs.Plan({1}, {}, false, &unpacked));
+  packs.Apply(packs.Plan({SetOf(1, {1})}, {}, false, &unpacked));
   packs.Add(2, 0, 0, "b");
   packs.Close();
   packs.Add(3, 0, 0, "c");
@@ -229,6 +235,58 @@ TEST(ModelPacksTest, ADeletedModelTakesEveryPackAndAnAbortedPushItsOwn) {
   packs.Apply(change);
   EXPECT_FALSE(packs.Find(1, 0, 0).has_value());
   EXPECT_FALSE(packs.Find(2, 0, 0).has_value());
+}
+
+// A push that failed before its commit left packs under a seq the next attempt uses again: the
+// commit takes only the records its manifest lists, and a pack holding none of them dies.
+TEST(ModelPacksTest, RecordsOfAnAttemptThatNeverCommittedStayOutOfTheIndex) {
+  ModelPacks packs("m", 1 << 20, kGrace);
+  packs.Add(5, 3, 0, "stale");  // the failed attempt's tensor the next plan does not have
+  ASSERT_TRUE(packs.Close().has_value());
+  packs.Add(5, 0, 0, "a");
+  ASSERT_TRUE(packs.Close().has_value());
+  std::vector<StoreBackend::ChunkAddress> unpacked;
+  auto change = packs.Plan({SetOf(5, {1})}, {}, false, &unpacked);
+  EXPECT_EQ(change.dead.size(), 1u) << "the stale pack";
+  packs.Apply(change);
+  EXPECT_TRUE(packs.Find(5, 0, 0).has_value());
+  EXPECT_FALSE(packs.Find(5, 3, 0).has_value());
+}
+
+// Readers that started before a commit find the records it made unreachable for the grace, and
+// orphan removal leaves their packs; past it they are gone.
+TEST(ModelPacksTest, RecordsACommitRetiredAreFoundForTheGrace) {
+  for (const auto grace : {std::chrono::minutes(5), std::chrono::minutes(0)}) {
+    ModelPacks packs("m", 1 << 20, grace);
+    packs.Add(1, 0, 0, "a");
+    ASSERT_TRUE(packs.Close().has_value());
+    std::vector<StoreBackend::ChunkAddress> unpacked;
+    packs.Apply(packs.Plan({SetOf(1, {1})}, {}, false, &unpacked));
+    const auto at = packs.Find(1, 0, 0);
+    ASSERT_TRUE(at.has_value());
+    auto parsed = ParsePackKey("m", at->key);
+    ASSERT_TRUE(parsed.has_value());
+    auto change = packs.Plan({}, {SetOf(1, {1})}, false, &unpacked);
+    ASSERT_EQ(change.dead.size(), 1u);
+    packs.Apply(change);
+    // The reader's rebuild from the log retires the same way.
+    ModelPacks reader("m", 1 << 20, grace);
+    ASSERT_TRUE(reader
+                    .ApplyRecords(
+                        {{PackIndexKey(1), EncodePackedSeq({{{parsed->id, {{0, 0, 0, 1}}}}})}}, {})
+                    .ok());
+    ASSERT_TRUE(reader.ApplyRecords({}, {PackIndexKey(1)}).ok());
+    if (grace.count() > 0) {
+      EXPECT_TRUE(packs.Find(1, 0, 0).has_value());
+      EXPECT_TRUE(packs.Known(1, parsed->id));
+      EXPECT_TRUE(reader.Find(1, 0, 0).has_value());
+    } else {
+      // Pruned at the next change of the index.
+      packs.Apply(packs.Plan({}, {}, false, &unpacked));
+      EXPECT_FALSE(packs.Known(1, parsed->id));
+    }
+    EXPECT_TRUE(packs.Committed(2).empty());
+  }
 }
 
 }  // namespace

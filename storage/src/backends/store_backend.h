@@ -99,11 +99,12 @@ class StoreBackend {
     }
     return Status::Ok();
   }
-  // Ends the current group of chunk writes: the records written so far go to files of their
-  // own, apart from those written next (the local backend flushes the chunks family into its
-  // blob files). A writer that knows its records' lifetimes differ calls it between them, so
-  // that a file of records that die together is dropped whole, without copying survivors.
-  virtual Status SealChunkWrites() { return Status::Ok(); }
+  // Ends the current group of chunk writes of `model`: the records written so far go to files
+  // (objects) of their own, apart from those written next (the local backend flushes the chunks
+  // family into its blob files; S3 closes the model's pack). A writer that knows its records'
+  // lifetimes differ calls it between them, so that a file of records that die together is
+  // dropped whole, without copying survivors.
+  virtual Status SealChunkWrites(const std::string& /*model*/) { return Status::Ok(); }
   // Gives back the space of the chunk records of `model` with seqs in [seq_begin, seq_end) that
   // a commit removed, without moving the records that live on (the local backend compacts that
   // key range, which drops blob files holding only removed records).

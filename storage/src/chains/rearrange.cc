@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "chains/chunk_copy.h"
-#include "read/exact_reencode.h"
 #include "ckpt/codec/lossy_codec.h"
 #include "read/chain_reader.h"
+#include "read/exact_reencode.h"
 #include "records/keys.h"
 
 namespace ckpt {
@@ -104,7 +104,7 @@ class Rearranger {
       }
     }
     if (encoded.ok() && report_.tensors_keyframed > 0) {
-      encoded = ctx_.backend->SealChunkWrites();
+      encoded = ctx_.backend->SealChunkWrites(chains_.model);
       if (encoded.ok()) encoded = WriteLatest(old_latest, keyframed, &new_latest);
     }
     if (!encoded.ok() || report_.tensors_keyframed == 0) {
@@ -159,7 +159,7 @@ class Rearranger {
       return Status::Ok();
     }
     // What the push wrote (forward deltas this pass replaces) stays apart from what it writes.
-    CKPT_RETURN_IF_ERROR(ctx_.backend->SealChunkWrites());
+    CKPT_RETURN_IF_ERROR(ctx_.backend->SealChunkWrites(chains_.model));
     wrote_ = true;
     ChainReader reader(ctx_.db, ctx_.manifests, ctx_.backend, nullptr, chains_.model, ctx_.cache);
     std::vector<uint8_t> latest_chunk, prev_chunk;

@@ -34,7 +34,7 @@ class LocalBackend final : public StoreBackend {
         .PermitUncheckedError();
   }
 
-  Status SealChunkWrites() override {
+  Status SealChunkWrites(const std::string&) override {
     rocksdb::FlushOptions flush;
     flush.allow_write_stall = true;
     return FromRocks(db_->Flush(flush, chunks_), "flushing chunk records");

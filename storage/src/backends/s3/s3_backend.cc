@@ -30,6 +30,7 @@
 #include "backends/s3/s3_packs.h"
 #include "engine/rocks_status.h"
 #include "records/keys.h"
+#include "records/records.h"
 
 namespace ckpt {
 namespace {
@@ -104,16 +105,12 @@ class S3Backend final : public StoreBackend {
     return Status::Ok();
   }
 
-  // Closes the open pack of every model, so that records written next land in other packs.
-  Status SealChunkWrites() override {
-    Status first;
-    for (PackState* packs : AllPacks()) {
-      if (auto full = packs->index.Close()) {
-        Status s = WritePack(*packs, *full);
-        if (first.ok()) first = std::move(s);
-      }
-    }
-    return first;
+  // Closes the model's open pack, so that records written next land in other packs. Only the
+  // model's writer calls it, between its own writes.
+  Status SealChunkWrites(const std::string& model) override {
+    PackState& packs = PacksOf(model);
+    if (auto full = packs.index.Close()) return WritePack(packs, *full);
+    return Status::Ok();
   }
 
   size_t ReadWindow() const override { return 16; }
@@ -232,10 +229,14 @@ class S3Backend final : public StoreBackend {
     LogEntry entry;
     CKPT_RETURN_IF_ERROR(records_.Translate(model, change.batch, &entry.sets, &entry.removals));
     // The packs of the seqs the change stores join the index; what it makes unreachable leaves.
-    std::set<uint64_t> new_seqs;
+    std::vector<ChunkSet> new_seqs;
     if (change.refers_to_new_chunks) {
       for (const auto& [key, value] : entry.sets) {
-        if (auto seq = ManifestSeq(key)) new_seqs.insert(*seq);
+        const auto seq = ManifestSeq(key);
+        if (!seq) continue;
+        auto manifest = ManifestRecord::DecodeFrom(value);
+        if (!manifest.ok()) return manifest.status().WithContext(context);
+        new_seqs.push_back(ChunkSet::Of(*seq, *manifest));
       }
     }
     std::vector<ChunkAddress> unpacked;
@@ -417,7 +418,8 @@ class S3Backend final : public StoreBackend {
   // A model's packs: the index and the pack writes in flight (fewer than single chunk writes:
   // each holds up to pack_bytes).
   struct PackState {
-    PackState(const std::string& model, uint64_t pack_bytes) : index(model, pack_bytes) {}
+    PackState(const std::string& model, uint64_t pack_bytes, ModelPacks::Clock::duration grace)
+        : index(model, pack_bytes, grace) {}
     ModelPacks index;
     ChunkWriteQueue writes{4};
   };
@@ -425,15 +427,10 @@ class S3Backend final : public StoreBackend {
   PackState& PacksOf(const std::string& model) {
     std::lock_guard lock(packs_mu_);
     auto& packs = packs_[model];
-    if (!packs) packs = std::make_unique<PackState>(model, options_.pack_bytes);
+    if (!packs) {
+      packs = std::make_unique<PackState>(model, options_.pack_bytes, RemovalGrace(options_.lease));
+    }
     return *packs;
-  }
-
-  std::vector<PackState*> AllPacks() {
-    std::lock_guard lock(packs_mu_);
-    std::vector<PackState*> all;
-    for (auto& [model, packs] : packs_) all.push_back(packs.get());
-    return all;
   }
 
   Status WritePack(PackState& packs, const ModelPacks::FullPack& full) {
@@ -476,8 +473,14 @@ class S3Backend final : public StoreBackend {
       std::vector<std::future<Status>> reads;
       for (size_t i = begin; i < end; ++i) {
         reads.push_back(client_.Async([this, &packs, &bodies, begin, i]() -> Status {
-          CKPT_ASSIGN_OR_RETURN(S3Object object, client_.Get(packs[i].key));
-          bodies[i - begin] = std::move(object.body);
+          auto object = client_.Get(packs[i].key);
+          // A pack no index lists may be removed since it was listed (orphan removal, a
+          // removal falling due): nothing to visit.
+          if (object.status().code() == StatusCode::kNotFound && packs[i].members.empty()) {
+            return Status::Ok();
+          }
+          CKPT_RETURN_IF_ERROR(object.status());
+          bodies[i - begin] = std::move(object->body);
           return Status::Ok();
         }));
       }
@@ -486,6 +489,7 @@ class S3Backend final : public StoreBackend {
         const std::string& body = bodies[i - begin];
         std::vector<s3_layout::PackMember> members = packs[i].members;
         if (members.empty()) {
+          if (body.empty()) continue;  // removed since listed
           CKPT_ASSIGN_OR_RETURN(members, DecodePackFooter(body));
         }
         for (const s3_layout::PackMember& m : members) {

@@ -30,7 +30,9 @@
 
 namespace ckpt::s3_layout {
 
-inline constexpr uint32_t kFormatVersion = 1;
+// Format 2: entries and snapshots may carry pack indexes (control records, s3_packs.h), which a
+// daemon of format 1 would drop from the snapshots it writes; the encoding is format 1's.
+inline constexpr uint32_t kFormatVersion = 2;
 
 // One commit.
 struct LogEntry {

@@ -11,8 +11,13 @@ namespace {
 using s3_layout::PackedSeq;
 using s3_layout::PackMember;
 
+// Pack names must not repeat within a seq: seeded from 128 bits of the device's entropy.
 uint64_t RandomId() {
-  thread_local std::mt19937_64 random(std::random_device{}());
+  thread_local std::mt19937_64 random = [] {
+    std::random_device device;
+    std::seed_seq seed{device(), device(), device(), device()};
+    return std::mt19937_64(seed);
+  }();
   return random();
 }
 
@@ -54,8 +59,8 @@ std::set<uint64_t> Addresses(const PackedSeq& packed) {
 
 }  // namespace
 
-ModelPacks::ModelPacks(std::string model, uint64_t pack_bytes)
-    : model_(std::move(model)), pack_bytes_(pack_bytes) {}
+ModelPacks::ModelPacks(std::string model, uint64_t pack_bytes, Clock::duration grace)
+    : model_(std::move(model)), pack_bytes_(pack_bytes), grace_(grace) {}
 
 std::vector<ModelPacks::FullPack> ModelPacks::Add(uint64_t seq, uint32_t tensor, uint32_t chunk,
                                                   std::string_view record) {
@@ -65,11 +70,14 @@ std::vector<ModelPacks::FullPack> ModelPacks::Add(uint64_t seq, uint32_t tensor,
                 (!open_->members.empty() && open_->bytes.size() + record.size() > pack_bytes_))) {
     full.push_back(CloseLocked());
   }
-  if (!open_) open_ = OpenPack{seq, RandomId(), {}, {}};
-  std::erase_if(open_->members,
-                [&](const PackMember& m) { return m.tensor == tensor && m.chunk == chunk; });
-  open_->members.push_back(
-      {tensor, chunk, open_->bytes.size(), static_cast<uint32_t>(record.size())});
+  if (!open_) open_ = OpenPack{seq, RandomId(), {}, {}, {}};
+  const PackMember member{tensor, chunk, open_->bytes.size(), static_cast<uint32_t>(record.size())};
+  auto [where, added] = open_->where.try_emplace(Address(tensor, chunk), open_->members.size());
+  if (added) {
+    open_->members.push_back(member);
+  } else {
+    open_->members[where->second] = member;  // written again: the earlier bytes are dead
+  }
   open_->bytes.append(record);
   if (open_->bytes.size() >= pack_bytes_) full.push_back(CloseLocked());
   return full;
@@ -84,6 +92,8 @@ std::optional<ModelPacks::FullPack> ModelPacks::Close() {
 ModelPacks::FullPack ModelPacks::CloseLocked() {
   OpenPack pack = std::move(*open_);
   open_.reset();
+  std::sort(pack.members.begin(), pack.members.end(),
+            [](const PackMember& a, const PackMember& b) { return a.offset < b.offset; });
   FullPack full{s3_layout::PackKey(model_, pack.seq, pack.id), std::move(pack.bytes)};
   full.bytes.append(s3_layout::EncodePackFooter(pack.members));
   written_[pack.seq].packs.push_back({pack.id, std::move(pack.members)});
@@ -97,6 +107,10 @@ std::vector<std::string> ModelPacks::Discard(const ChunkSet& set) {
     PackedSeq open{{{open_->id, open_->members}}};
     DropTensors(open, tensors);
     open_->members = std::move(open.packs[0].members);
+    open_->where.clear();
+    for (size_t i = 0; i < open_->members.size(); ++i) {
+      open_->where[Address(open_->members[i].tensor, open_->members[i].chunk)] = i;
+    }
     if (open_->members.empty()) open_.reset();
   }
   std::vector<std::string> dead;
@@ -116,13 +130,12 @@ std::optional<ModelPacks::Location> ModelPacks::Find(uint64_t seq, uint32_t tens
                                                      uint32_t chunk) const {
   std::lock_guard lock(mu_);
   if (open_ && open_->seq == seq) {
-    for (const PackMember& m : open_->members) {
-      if (m.tensor == tensor && m.chunk == chunk) {
-        Location at;
-        at.open = true;
-        at.bytes = open_->bytes.substr(m.offset, m.length);
-        return at;
-      }
+    if (auto it = open_->where.find(Address(tensor, chunk)); it != open_->where.end()) {
+      const PackMember& m = open_->members[it->second];
+      Location at;
+      at.open = true;
+      at.bytes = open_->bytes.substr(m.offset, m.length);
+      return at;
     }
   }
   if (auto written = written_.find(seq); written != written_.end()) {
@@ -140,9 +153,20 @@ std::optional<ModelPacks::Location> ModelPacks::Find(uint64_t seq, uint32_t tens
       }
     }
   }
-  auto committed = committed_.find(seq);
-  if (committed == committed_.end()) return std::nullopt;
-  const SeqIndex& index = committed->second;
+  if (auto committed = committed_.find(seq); committed != committed_.end()) {
+    if (auto at = FindIn(seq, committed->second, tensor, chunk)) return at;
+  }
+  // A reader that started before a commit made the record unreachable.
+  const Clock::time_point now = Clock::now();
+  for (auto retired = retired_.rbegin(); retired != retired_.rend(); ++retired) {
+    if (retired->seq != seq || retired->until <= now) continue;
+    if (auto at = FindIn(seq, retired->index, tensor, chunk)) return at;
+  }
+  return std::nullopt;
+}
+
+std::optional<ModelPacks::Location> ModelPacks::FindIn(uint64_t seq, const SeqIndex& index,
+                                                       uint32_t tensor, uint32_t chunk) const {
   const SeqIndex::Slot* slot = index.Find(tensor, chunk);
   if (slot == nullptr) return std::nullopt;
   const PackedSeq::Pack& pack = index.packed.packs[slot->pack];
@@ -155,7 +179,7 @@ std::optional<ModelPacks::Location> ModelPacks::Find(uint64_t seq, uint32_t tens
   return at;
 }
 
-ModelPacks::Change ModelPacks::Plan(const std::set<uint64_t>& new_seqs,
+ModelPacks::Change ModelPacks::Plan(const std::vector<ChunkSet>& new_seqs,
                                     const std::vector<ChunkSet>& unreachable, bool whole_model,
                                     std::vector<StoreBackend::ChunkAddress>* unpacked) const {
   std::lock_guard lock(mu_);
@@ -169,13 +193,17 @@ ModelPacks::Change ModelPacks::Plan(const std::set<uint64_t>& new_seqs,
     }
     return it->second;
   };
-  for (const uint64_t seq : new_seqs) {
-    auto written = written_.find(seq);
+  for (const ChunkSet& listed : new_seqs) {
+    auto written = written_.find(listed.seq);
     if (written == written_.end()) continue;
-    change.attached.push_back(seq);
-    PackedSeq& packed = touch(seq);
-    packed.packs.insert(packed.packs.end(), written->second.packs.begin(),
-                        written->second.packs.end());
+    change.attached.push_back(listed.seq);
+    PackedSeq& packed = touch(listed.seq);
+    for (PackedSeq::Pack pack : written->second.packs) {
+      std::erase_if(pack.members, [&](const PackMember& m) {
+        return m.tensor >= listed.chunk_counts.size() || m.chunk >= listed.chunk_counts[m.tensor];
+      });
+      packed.packs.push_back(std::move(pack));
+    }
     DropSuperseded(packed);
   }
   for (const ChunkSet& set : unreachable) {
@@ -228,30 +256,38 @@ void ModelPacks::Forget(const std::vector<uint64_t>& seqs) {
 }
 
 void ModelPacks::SetCommitted(uint64_t seq, std::optional<PackedSeq> packed) {
-  if (!packed) {
-    committed_.erase(seq);
-  } else {
-    committed_[seq] = SeqIndex::Of(std::move(*packed));
+  const Clock::time_point now = Clock::now();
+  while (!retired_.empty() && retired_.front().until <= now) retired_.pop_front();
+  auto old = committed_.find(seq);
+  if (old != committed_.end()) {
+    if (packed && s3_layout::EncodePackedSeq(*packed) == old->second.encoded) return;
+    retired_.push_back({seq, std::move(old->second), now + grace_});
+    committed_.erase(old);
   }
+  if (packed) committed_[seq] = SeqIndex::Of(std::move(*packed));
 }
 
 Status ModelPacks::Replace(const RecordMap& records) {
-  std::map<uint64_t, SeqIndex> committed;
+  std::map<uint64_t, PackedSeq> replacing;
   for (const auto& [key, value] : records) {
     const auto seq = s3_layout::PackIndexSeq(key);
     if (!seq) continue;
-    CKPT_ASSIGN_OR_RETURN(PackedSeq packed, s3_layout::DecodePackedSeq(value));
-    committed[*seq] = SeqIndex::Of(std::move(packed));
+    CKPT_ASSIGN_OR_RETURN(replacing[*seq], s3_layout::DecodePackedSeq(value));
   }
   std::lock_guard lock(mu_);
-  committed_ = std::move(committed);
+  std::vector<uint64_t> gone;
+  for (const auto& [seq, index] : committed_) {
+    if (!replacing.count(seq)) gone.push_back(seq);
+  }
+  for (const uint64_t seq : gone) SetCommitted(seq, std::nullopt);
+  for (auto& [seq, packed] : replacing) SetCommitted(seq, std::move(packed));
   return Status::Ok();
 }
 
 Status ModelPacks::ApplyRecords(const RecordMap& sets, const std::set<std::string>& removals) {
   std::lock_guard lock(mu_);
   for (const std::string& key : removals) {
-    if (const auto seq = s3_layout::PackIndexSeq(key)) committed_.erase(*seq);
+    if (const auto seq = s3_layout::PackIndexSeq(key)) SetCommitted(*seq, std::nullopt);
   }
   for (const auto& [key, value] : sets) {
     const auto seq = s3_layout::PackIndexSeq(key);
@@ -280,7 +316,10 @@ bool ModelPacks::Known(uint64_t seq, uint64_t id) const {
   };
   if (auto w = written_.find(seq); w != written_.end() && has(w->second)) return true;
   auto c = committed_.find(seq);
-  return c != committed_.end() && has(c->second.packed);
+  if (c != committed_.end() && has(c->second.packed)) return true;
+  return std::any_of(retired_.begin(), retired_.end(), [&](const Retired& r) {
+    return r.seq == seq && Clock::now() < r.until && has(r.index.packed);
+  });
 }
 
 std::vector<ModelPacks::CommittedPack> ModelPacks::Committed(uint64_t seq_end) const {

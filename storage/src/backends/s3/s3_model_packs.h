@@ -1,19 +1,24 @@
 // ModelPacks: which packs (s3_packs.h) hold a model's chunk records, as this daemon knows it:
 // the pack the writer is filling, the packs it wrote that no commit refers to yet, and the pack
-// index of every committed seq (from the model's log, rebuilt with the local cache). Decides
-// what a commit adds to and removes from the index. Does no I/O. Internal to storage/.
+// index of every committed seq (from the model's log, rebuilt with the local cache), and for a
+// grace period the index entries a commit replaced, so that readers that started before it still
+// find the records whose removal the commit deferred. Decides what a commit adds to and removes
+// from the index. Does no I/O. Internal to storage/.
 //
 // Thread safety: safe for concurrent use (one mutex; readers look records up while a push adds
 // to the open pack).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "backends/model_records.h"
@@ -25,8 +30,11 @@ namespace ckpt {
 
 class ModelPacks {
  public:
-  // `pack_bytes`: a pack is written once its records reach this size.
-  ModelPacks(std::string model, uint64_t pack_bytes);
+  using Clock = std::chrono::steady_clock;
+
+  // `pack_bytes`: a pack is written once its records reach this size. `grace`: how long records
+  // a commit made unreachable stay found (RemovalGrace).
+  ModelPacks(std::string model, uint64_t pack_bytes, Clock::duration grace);
 
   // ---- the writer
 
@@ -71,11 +79,12 @@ class ModelPacks {
     std::map<uint64_t, std::optional<s3_layout::PackedSeq>> seqs;  // nullopt: removed
     bool whole_model = false;
   };
-  // What a commit changes in the index: it refers to the records written under `new_seqs` (the
-  // manifests it stores; their written packs join the index) and makes `unreachable`
-  // unreachable (every pack of the model if `whole_model`). `unpacked` receives the addresses of
-  // unreachable records no pack holds (single objects). REQUIRES: the open pack closed.
-  Change Plan(const std::set<uint64_t>& new_seqs, const std::vector<ChunkSet>& unreachable,
+  // What a commit changes in the index: it stores the manifests of `new_seqs` (the records each
+  // lists join the index from the packs written under the seq; written records it does not list,
+  // left by an attempt that never committed, do not) and makes `unreachable` unreachable (every
+  // pack of the model if `whole_model`). `unpacked` receives the addresses of unreachable
+  // records no pack holds (single objects). REQUIRES: the open pack closed.
+  Change Plan(const std::vector<ChunkSet>& new_seqs, const std::vector<ChunkSet>& unreachable,
               bool whole_model, std::vector<StoreBackend::ChunkAddress>* unpacked) const;
   // After the commit of `change` landed.
   void Apply(const Change& change);
@@ -92,8 +101,8 @@ class ModelPacks {
   // Every pack index record (for a snapshot).
   RecordMap Records() const;
 
-  // Whether pack `id` of `seq` is referred to by the index or is this writer's (written or
-  // open): orphan removal leaves it.
+  // Whether pack `id` of `seq` is referred to by the index (or was, within the grace) or is this
+  // writer's (written or open): orphan removal leaves it.
   bool Known(uint64_t seq, uint64_t id) const;
   // The committed packs of seqs below `seq_end`: (seq, key, members).
   struct CommittedPack {
@@ -123,17 +132,29 @@ class ModelPacks {
     uint64_t id = 0;
     std::string bytes;
     std::vector<s3_layout::PackMember> members;
+    std::unordered_map<uint64_t, size_t> where;  // address -> index in members
+  };
+  // An index entry a commit replaced, found until `until`.
+  struct Retired {
+    uint64_t seq;
+    SeqIndex index;
+    Clock::time_point until;
   };
 
   FullPack CloseLocked();  // REQUIRES: mu_, open_
-  void SetCommitted(uint64_t seq, std::optional<s3_layout::PackedSeq> packed);  // REQUIRES: mu_
+  // Replaces the committed entry of `seq`, retiring the one it replaces. REQUIRES: mu_.
+  void SetCommitted(uint64_t seq, std::optional<s3_layout::PackedSeq> packed);
+  std::optional<Location> FindIn(uint64_t seq, const SeqIndex& index, uint32_t tensor,
+                                 uint32_t chunk) const;
 
   const std::string model_;
   const uint64_t pack_bytes_;
+  const Clock::duration grace_;
   mutable std::mutex mu_;
   std::optional<OpenPack> open_;                      // guarded by mu_
   std::map<uint64_t, s3_layout::PackedSeq> written_;  // guarded by mu_; in writing order
   std::map<uint64_t, SeqIndex> committed_;            // guarded by mu_
+  std::deque<Retired> retired_;                       // guarded by mu_; oldest first
 };
 
 }  // namespace ckpt
