@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,8 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "backends/s3/s3_client.h"
 #include "ceph_cluster.h"
 #include "store_fixture.h"
+#include "store_open.h"
 #include "test_support.h"
 
 namespace ckpt {
@@ -219,6 +222,85 @@ TEST(CopyStoreTest, ALocalStoreMovesIntoABucketAndBackRestoringEveryVersionIdent
     ASSERT_TRUE(copied.ok()) << v << ": " << copied.status().ToString();
     EXPECT_TRUE(*copied == body) << v;
   }
+}
+
+// Once armed, fails every PUT of a log entry after the first (the writer's claim of the model):
+// the store never answers the commit.
+class FailCommits : public S3FaultInjector {
+ public:
+  void Arm() { armed_ = true; }
+  S3Fault Next(std::string_view method, std::string_view key, int) override {
+    if (!armed_ || method != "PUT" || key.find("/log/") == std::string_view::npos) {
+      return S3Fault::kNone;
+    }
+    return ++log_puts_ > 1 ? S3Fault::kInternalError : S3Fault::kNone;
+  }
+
+ private:
+  std::atomic<bool> armed_{false};
+  std::atomic<int> log_puts_{0};
+};
+
+// A copy into a bucket whose commit never landed leaves its packs under the name (the outcome
+// was unknown, so they were kept); packs are never written twice, so a rerun copies the model
+// beside them and collects them once it committed.
+TEST(CopyStoreTest, ACopyIntoABucketCutAtItsCommitRunsAgainAndItsLeftoversGo) {
+  CKPT_REQUIRE_S3_GATEWAY();
+  ASSERT_TRUE(CephCluster::Get().CreateBucket(kBucket));
+  testing::TempDir dir;
+  StoreOptions source_options;
+  source_options.data_dir = dir.str() + "/local";
+  source_options.chunk_bytes = 16384;
+  source_options.min_free_bytes = 0;
+  auto source = CheckpointStore::Open(source_options);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  testing::DriftingModel drift(31, 20000);
+  std::map<uint64_t, std::string> bodies;
+  for (uint64_t v = 1; v <= 3; ++v) {
+    bodies[v] = drift.Next();
+    auto session = (*source)->BeginPush("m", v, bodies[v].size());
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    ASSERT_TRUE((*session)->Write(testing::Bytes(bodies[v])).ok());
+    ASSERT_TRUE((*session)->Commit().ok());
+  }
+
+  StoreOptions bucket = BucketStore(dir.str() + "/cut");
+  bucket.s3->prefix = "t-copy-cut";
+  bucket.s3->attempts = 1;
+  bucket.s3->advertise_url = "http://127.0.0.1:1";
+  {
+    auto faults = std::make_shared<FailCommits>();
+    auto destination = OpenStoreOn(bucket, nullptr, faults);
+    ASSERT_TRUE(destination.ok()) << destination.status().ToString();
+    faults->Arm();
+    auto copied = (*source)->CopyModelTo("m", **destination);
+    ASSERT_FALSE(copied.ok());
+  }
+  S3Client client(*bucket.s3);
+  auto listed = client.ListAll("chunks/");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  const size_t leftovers = listed->size();
+  ASSERT_GT(leftovers, 0u) << "the cut copy's packs";
+
+  bucket.data_dir = dir.str() + "/again";
+  auto destination = CheckpointStore::Open(bucket);
+  ASSERT_TRUE(destination.ok()) << destination.status().ToString();
+  auto copied = (*source)->CopyModelTo("m", **destination);
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  for (const auto& [v, body] : bodies) {
+    auto restored = RestoreAll(**destination, "m", v);
+    ASSERT_TRUE(restored.ok()) << "version " << v << ": " << restored.status().ToString();
+    EXPECT_TRUE(*restored == body) << "version " << v;
+  }
+  listed = client.ListAll("chunks/");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(listed->size(), leftovers) << "the copy's packs replace the cut copy's";
+  auto scrub = (*destination)->Scrub("m");
+  ASSERT_TRUE(scrub.ok()) << scrub.status().ToString();
+  EXPECT_TRUE(scrub->clean()) << scrub->orphaned_chunks << " orphaned chunks";
+  auto gc = (*destination)->CollectGarbage("m", GcOptions{});
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  EXPECT_EQ(gc->orphan_chunks_removed, 0u) << "collected by the copy";
 }
 
 }  // namespace

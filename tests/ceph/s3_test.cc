@@ -589,27 +589,21 @@ TEST(S3PackTest, PushesWriteFewObjectsAndBucketsOfSingleRecordsStayReadable) {
   for (uint64_t v = 1; v <= 6; ++v) bodies[v] = drift.Next();
 
   auto counter = std::make_shared<ChunkRequestCounter>();
-  uint64_t single_puts = 0;
-  {
+  // Pushes versions [first, last] through a store of `options`: the chunk object PUTs of the
+  // last push.
+  auto pushes = [&](uint64_t first, uint64_t last) -> uint64_t {
     auto opened = OpenStoreOn(options, nullptr, counter);
-    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-    for (uint64_t v = 1; v <= 3; ++v) {
+    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+    if (!opened.ok()) return 0;
+    for (uint64_t v = first; v <= last; ++v) {
       counter->Take("PUT");
       push(**opened, v, bodies[v]);
     }
-    single_puts = counter->Take("PUT");
-  }
+    return counter->Take("PUT");
+  };
+  const uint64_t single_puts = pushes(1, 3);
   options.s3->pack_bytes = S3Options().pack_bytes;
-  uint64_t packed_puts = 0;
-  {
-    auto opened = OpenStoreOn(options, nullptr, counter);
-    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-    for (uint64_t v = 4; v <= 6; ++v) {
-      counter->Take("PUT");
-      push(**opened, v, bodies[v]);
-    }
-    packed_puts = counter->Take("PUT");
-  }
+  const uint64_t packed_puts = pushes(4, 6);
   std::cout << "chunk object PUTs of a push: " << single_puts << " an object per record, "
             << packed_puts << " packed\n";
   EXPECT_GE(single_puts, 20u) << "a record per object";

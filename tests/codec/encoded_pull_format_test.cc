@@ -11,27 +11,13 @@
 #include "ckpt/codec/chunk_record.h"
 #include "ckpt/codec/encoded_pull.h"
 #include "ckpt/codec/tensor_codec.h"
+#include "test_support.h"
 
 namespace ckpt {
 namespace {
 
-std::string Hex(std::string_view bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
-
-std::string Unhex(std::string_view hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-    out += static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16));
-  }
-  return out;
-}
+using testing::Hex;
+using testing::Unhex;
 
 // A stored F32 tensor of shape [4, 3] (0.5, 1.5, … 11.5) cut into chunks of 16 bytes; the part is
 // its rows 2 and 3: elements 6 to 11, bytes 24 to 47, held by chunks 1 and 2.

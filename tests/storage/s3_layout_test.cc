@@ -10,29 +10,15 @@
 #include "backends/s3/s3_metadata_log.h"
 #include "backends/s3/s3_xml.h"
 #include "ckpt/base/hashing.h"
+#include "test_support.h"
 
 namespace ckpt {
 namespace {
 
+using testing::Hex;
+using testing::Unhex;
+
 using namespace s3_layout;
-
-std::string Hex(const std::string& bytes) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  }
-  return out;
-}
-
-std::string Unhex(std::string_view hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-    out.push_back(static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
-  }
-  return out;
-}
 
 LogEntry SampleEntry() {
   LogEntry entry;

@@ -12,21 +12,14 @@
 
 #include "backends/s3/s3_metadata_log.h"
 #include "backends/s3/s3_model_packs.h"
+#include "test_support.h"
 
 namespace ckpt {
 namespace {
 
-using namespace s3_layout;
+using testing::Hex;
 
-std::string Hex(const std::string& bytes) {
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  }
-  return out;
-}
+using namespace s3_layout;
 
 TEST(S3PacksTest, FootersAndIndexesKeepTheirBytesAndRoundTrip) {
   const std::vector<PackMember> members = {{1, 0, 0, 5}, {1, 1, 5, 3}};

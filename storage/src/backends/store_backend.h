@@ -75,6 +75,10 @@ class StoreBackend {
   // writes and fails if any did.
   virtual Status PutChunk(const std::string& model, uint64_t seq, uint32_t tensor, uint32_t chunk,
                           std::string_view record) = 0;
+  // Whether every chunk object this backend writes has a name never written before (S3's packs
+  // are named at random). Objects that work which never committed left under a model's name then
+  // never meet new ones: a writer may go ahead beside them and collect them once it committed.
+  virtual bool WritesFreshChunkNames() const { return false; }
   // Reads through `ro` (its snapshot, for the local backend). NotFound if absent.
   virtual Status GetChunk(const rocksdb::ReadOptions& ro, const std::string& model, uint64_t seq,
                           uint32_t tensor, uint32_t chunk, rocksdb::PinnableSlice* record) = 0;

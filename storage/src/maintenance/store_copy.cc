@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <set>
 
 #include "backends/model_records.h"
 #include "chains/model_chains.h"
@@ -29,16 +30,18 @@ Result<ModelCopyReport> CopyModel(const StoreContext& from, const StoreContext& 
   report.model = model;
   report.versions = chains.versions.size();
 
-  // The copy keeps the source's chunk names (model, seq, tensor, chunk). Names the destination
-  // still holds may be a deleted model's, whose removal another daemon runs minutes later: the
-  // copy's chunks would go with them.
+  // The copy keeps the source's chunk addresses (model, seq, tensor, chunk). Where the
+  // destination names objects by address, those it still holds may be a deleted model's, whose
+  // removal another daemon runs minutes later: the copy's chunks would go with them. Where it
+  // names every object afresh, they are left by a copy cut short or a deleted model, and are
+  // collected once the copy committed.
   uint64_t held = 0;
   CKPT_RETURN_IF_ERROR(
       to.backend
           ->ForEachChunk(rocksdb::ReadOptions(), model, UINT64_MAX,
                          [&](uint64_t, uint32_t, uint32_t, std::string_view) { ++held; })
           .WithContext(what));
-  if (held > 0) {
+  if (held > 0 && !to.backend->WritesFreshChunkNames()) {
     return Status::FailedPrecondition(
         what + ": the destination still holds " + std::to_string(held) +
         " chunk records under the name (a model deleted there is removed within minutes; those "
@@ -98,6 +101,13 @@ Result<ModelCopyReport> CopyModel(const StoreContext& from, const StoreContext& 
   if (!committed.ok()) {
     discard();  // (a commit of unknown outcome keeps its chunks: the backend knows)
     return committed.WithContext(what);
+  }
+  if (held > 0) {
+    // Orphans beside the copy, collected while its lock holds (best effort: garbage collection
+    // of the model removes what stays).
+    std::set<uint64_t> stored;
+    for (const auto& [seq, manifest] : chains.manifests) stored.insert(seq);
+    (void)to.backend->RemoveOrphanChunks(model, stored, change.foreign_seqs_end);
   }
   return report;
 }

@@ -113,6 +113,8 @@ class S3Backend final : public StoreBackend {
     return Status::Ok();
   }
 
+  bool WritesFreshChunkNames() const override { return options_.pack_bytes > 0; }
+
   size_t ReadWindow() const override { return 16; }
 
   Status GetChunks(const rocksdb::ReadOptions&, const std::string& model,
