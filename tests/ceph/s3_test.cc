@@ -550,8 +550,8 @@ class ChunkRequestCounter : public S3FaultInjector {
 };
 
 // Packs: a push of many chunk records writes a few objects, a restore reads a few ranges, and a
-// bucket written an object per record (pack_bytes = 0, the layout before packs) stays readable,
-// scrubbable and collectable by daemons that pack, the two layouts side by side.
+// bucket written an object per record (pack_bytes = 0) stays readable, scrubbable and
+// collectable by daemons that pack, the two layouts side by side.
 TEST(S3PackTest, PushesWriteFewObjectsAndBucketsOfSingleRecordsStayReadable) {
   CKPT_REQUIRE_S3_GATEWAY();
   ASSERT_TRUE(CephCluster::Get().CreateBucket(kBucket));

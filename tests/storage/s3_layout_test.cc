@@ -48,7 +48,7 @@ TEST(S3LayoutTest, LogEntriesRoundTripAndKeepTheirBytes) {
   EXPECT_EQ(decoded->sets, SampleEntry().sets);
   EXPECT_EQ(decoded->removals, SampleEntry().removals);
 
-  // Format 1, as daemons before pack indexes wrote it, still reads.
+  // Format 1 (entries without pack indexes) still reads.
   auto format1 =
       DecodeLogEntry(Unhex("434b53334c4f470a00000001000000000000000700000000000000020000000374"
                            "6f6b00000008687474703a2f2f6100000002000000016d000000014d0000000276"

@@ -72,7 +72,7 @@ struct S3Options {
   uint32_t parallelism = 16;
   // Chunk records are written packed, several to an object of up to this size, and read back
   // with Range requests: fewer requests (each is billed and rate limited). 0: an object per
-  // record (the only layout before packs; both are read either way).
+  // record. Both layouts are read.
   uint64_t pack_bytes = 4ull << 20;
   // Objects larger than this are sent as multipart uploads of parts this size.
   uint64_t part_bytes = 32ull << 20;
