@@ -274,9 +274,9 @@ TEST(ModelPacksTest, RecordsACommitRetiredAreFoundForTheGrace) {
       EXPECT_TRUE(packs.Known(1, parsed->id));
       EXPECT_TRUE(reader.Find(1, 0, 0).has_value());
     } else {
-      // Pruned at the next change of the index.
-      packs.Apply(packs.Plan({}, {}, false, &unpacked));
+      packs.Prune();
       EXPECT_FALSE(packs.Known(1, parsed->id));
+      EXPECT_FALSE(packs.Find(1, 0, 0).has_value());
     }
     EXPECT_TRUE(packs.Committed(2).empty());
   }

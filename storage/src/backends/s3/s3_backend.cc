@@ -50,11 +50,11 @@ std::optional<uint64_t> ManifestSeq(const std::string& key) {
   return std::nullopt;
 }
 
+// A commit's token decides which of two racing writers won: 128 bits of the system's entropy.
 std::string NewToken() {
-  thread_local std::mt19937_64 random(std::random_device{}());
+  std::random_device device;
   char s[33];
-  std::snprintf(s, sizeof s, "%016llx%016llx", static_cast<unsigned long long>(random()),
-                static_cast<unsigned long long>(random()));
+  std::snprintf(s, sizeof s, "%08x%08x%08x%08x", device(), device(), device(), device());
   return s;
 }
 
@@ -188,9 +188,10 @@ class S3Backend final : public StoreBackend {
                           RemoveListedOrphans(*chunks_, listed.chunks, stored, seq_end, deferred));
     ModelPacks& index = PacksOf(model).index;
     std::vector<std::string> orphans;
+    // A pack is an orphan when no index entry lists it, nor did within the readers' grace (a
+    // deleted version's packs stay for the grace, as their removal does).
     for (const ListedPack& pack : listed.packs) {
-      if (pack.seq < seq_end && !deferred.count(pack.name) &&
-          (!stored.count(pack.seq) || !index.Known(pack.seq, pack.id))) {
+      if (pack.seq < seq_end && !deferred.count(pack.name) && !index.Known(pack.seq, pack.id)) {
         orphans.push_back(pack.name);
       }
     }
@@ -433,6 +434,13 @@ class S3Backend final : public StoreBackend {
       packs = std::make_unique<PackState>(model, options_.pack_bytes, RemovalGrace(options_.lease));
     }
     return *packs;
+  }
+
+  std::vector<PackState*> AllPacks() {
+    std::lock_guard lock(packs_mu_);
+    std::vector<PackState*> all;
+    for (auto& [model, packs] : packs_) all.push_back(packs.get());
+    return all;
   }
 
   Status WritePack(PackState& packs, const ModelPacks::FullPack& full) {
@@ -733,6 +741,7 @@ class S3Backend final : public StoreBackend {
       if (stopping_) break;
       lock.unlock();
       leases_.RenewAll();
+      for (PackState* packs : AllPacks()) packs->index.Prune();
       if (!removing.valid() ||
           removing.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
         removing = std::async(std::launch::async, [this] { removals_.RunDue(*chunks_); });

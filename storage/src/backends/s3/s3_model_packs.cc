@@ -11,14 +11,10 @@ namespace {
 using s3_layout::PackedSeq;
 using s3_layout::PackMember;
 
-// Pack names must not repeat within a seq: seeded from 128 bits of the device's entropy.
+// Pack names must not repeat within a seq: 64 bits of the system's entropy per pack.
 uint64_t RandomId() {
-  thread_local std::mt19937_64 random = [] {
-    std::random_device device;
-    std::seed_seq seed{device(), device(), device(), device()};
-    return std::mt19937_64(seed);
-  }();
-  return random();
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) | device();
 }
 
 uint64_t Address(uint32_t tensor, uint32_t chunk) {
@@ -129,6 +125,7 @@ std::vector<std::string> ModelPacks::Discard(const ChunkSet& set) {
 std::optional<ModelPacks::Location> ModelPacks::Find(uint64_t seq, uint32_t tensor,
                                                      uint32_t chunk) const {
   std::lock_guard lock(mu_);
+  PruneLocked();
   if (open_ && open_->seq == seq) {
     if (auto it = open_->where.find(Address(tensor, chunk)); it != open_->where.end()) {
       const PackMember& m = open_->members[it->second];
@@ -157,9 +154,8 @@ std::optional<ModelPacks::Location> ModelPacks::Find(uint64_t seq, uint32_t tens
     if (auto at = FindIn(seq, committed->second, tensor, chunk)) return at;
   }
   // A reader that started before a commit made the record unreachable.
-  const Clock::time_point now = Clock::now();
   for (auto retired = retired_.rbegin(); retired != retired_.rend(); ++retired) {
-    if (retired->seq != seq || retired->until <= now) continue;
+    if (retired->seq != seq) continue;
     if (auto at = FindIn(seq, retired->index, tensor, chunk)) return at;
   }
   return std::nullopt;
@@ -246,7 +242,10 @@ ModelPacks::Change ModelPacks::Plan(const std::vector<ChunkSet>& new_seqs,
 void ModelPacks::Apply(const Change& change) {
   std::lock_guard lock(mu_);
   for (const uint64_t seq : change.attached) written_.erase(seq);
-  if (change.whole_model) written_.clear();
+  if (change.whole_model) {
+    written_.clear();
+    open_.reset();  // a push that failed before it wrote it: nothing refers to it
+  }
   for (const auto& [seq, packed] : change.seqs) SetCommitted(seq, packed);
 }
 
@@ -255,9 +254,19 @@ void ModelPacks::Forget(const std::vector<uint64_t>& seqs) {
   for (const uint64_t seq : seqs) written_.erase(seq);
 }
 
-void ModelPacks::SetCommitted(uint64_t seq, std::optional<PackedSeq> packed) {
+void ModelPacks::Prune() {
+  std::lock_guard lock(mu_);
+  PruneLocked();
+}
+
+void ModelPacks::PruneLocked() const {
   const Clock::time_point now = Clock::now();
   while (!retired_.empty() && retired_.front().until <= now) retired_.pop_front();
+}
+
+void ModelPacks::SetCommitted(uint64_t seq, std::optional<PackedSeq> packed) {
+  PruneLocked();
+  const Clock::time_point now = Clock::now();
   auto old = committed_.find(seq);
   if (old != committed_.end()) {
     if (packed && s3_layout::EncodePackedSeq(*packed) == old->second.encoded) return;
@@ -309,6 +318,7 @@ RecordMap ModelPacks::Records() const {
 
 bool ModelPacks::Known(uint64_t seq, uint64_t id) const {
   std::lock_guard lock(mu_);
+  PruneLocked();
   if (open_ && open_->seq == seq && open_->id == id) return true;
   const auto has = [id](const PackedSeq& packed) {
     return std::any_of(packed.packs.begin(), packed.packs.end(),
@@ -317,9 +327,8 @@ bool ModelPacks::Known(uint64_t seq, uint64_t id) const {
   if (auto w = written_.find(seq); w != written_.end() && has(w->second)) return true;
   auto c = committed_.find(seq);
   if (c != committed_.end() && has(c->second.packed)) return true;
-  return std::any_of(retired_.begin(), retired_.end(), [&](const Retired& r) {
-    return r.seq == seq && Clock::now() < r.until && has(r.index.packed);
-  });
+  return std::any_of(retired_.begin(), retired_.end(),
+                     [&](const Retired& r) { return r.seq == seq && has(r.index.packed); });
 }
 
 std::vector<ModelPacks::CommittedPack> ModelPacks::Committed(uint64_t seq_end) const {

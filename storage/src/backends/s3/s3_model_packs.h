@@ -100,6 +100,8 @@ class ModelPacks {
   Status ApplyRecords(const RecordMap& sets, const std::set<std::string>& removals);
   // Every pack index record (for a snapshot).
   RecordMap Records() const;
+  // Forgets the retired entries past their grace (also done by every lookup and change).
+  void Prune();
 
   // Whether pack `id` of `seq` is referred to by the index (or was, within the grace) or is this
   // writer's (written or open): orphan removal leaves it.
@@ -144,6 +146,7 @@ class ModelPacks {
   FullPack CloseLocked();  // REQUIRES: mu_, open_
   // Replaces the committed entry of `seq`, retiring the one it replaces. REQUIRES: mu_.
   void SetCommitted(uint64_t seq, std::optional<s3_layout::PackedSeq> packed);
+  void PruneLocked() const;  // REQUIRES: mu_
   std::optional<Location> FindIn(uint64_t seq, const SeqIndex& index, uint32_t tensor,
                                  uint32_t chunk) const;
 
@@ -154,7 +157,7 @@ class ModelPacks {
   std::optional<OpenPack> open_;                      // guarded by mu_
   std::map<uint64_t, s3_layout::PackedSeq> written_;  // guarded by mu_; in writing order
   std::map<uint64_t, SeqIndex> committed_;            // guarded by mu_
-  std::deque<Retired> retired_;                       // guarded by mu_; oldest first
+  mutable std::deque<Retired> retired_;               // guarded by mu_; oldest first
 };
 
 }  // namespace ckpt
