@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Pushes every *.safetensors file of a directory (in name order, as versions 1, 2, ...) into a
-# fresh ckptd with a policy, stops the daemon cleanly, and prints what the data directory holds
-# as `du` counts it: the raw/stored ratio the hidden compression check computes, and each file.
+# fresh ckptd with a policy, waits IDLE seconds (default 5: the background pass after the last
+# push starts a second after it), and prints what the data directory holds as `du` counts it
+# against the stored bytes the model reports: while the daemon runs, then after a clean stop;
+# then each file.
 #
 #   bench/datadir_size.sh CKPT_DIR POLICY_JSON [BUILD_DIR]
 # PACE=S waits S seconds after each push, as a training job's pushes minutes apart would let the
@@ -27,9 +29,15 @@ for file in $(ls "$ckpt_dir"/*.safetensors | sort); do
   raw=$((raw + $(stat -c %s "$file")))
   sleep "${PACE:-0}"
 done
+sleep "${IDLE:-5}"
+stored=$(curl -sf "$url/v1/models/m" |
+  /usr/bin/python3 -c "import json, sys; print(json.load(sys.stdin)['stored_bytes'])")
+running_kib=$(du -sk "$work/data" | cut -f1)
 kill -TERM "$pid"
 wait "$pid" || true
 kib=$(du -sk "$work/data" | cut -f1)
-echo "versions $version, raw $raw bytes, data directory $kib KiB (du): ratio" \
-  "$(awk -v r="$raw" -v k="$kib" 'BEGIN { printf "%.2fx", r / (k * 1024) }')"
+awk -v v="$version" -v r="$raw" -v s="$stored" -v k="$kib" -v l="$running_kib" 'BEGIN {
+  printf "versions %d, raw %d bytes, stored %d (%.2fx)\n", v, r, s, r / s
+  printf "data directory (du): running %d KiB (%+.2f%% of stored), stopped %d KiB (%+.2f%%, %.2fx)\n",
+    l, (l * 1024 / s - 1) * 100, k, (k * 1024 / s - 1) * 100, r / (k * 1024) }'
 (cd "$work/data" && du -k -- * | sort -k2)

@@ -52,6 +52,9 @@ Status OpenStoreDatabase(const std::string& data_dir, rocksdb::Env* env,
   // log file) is the space a push needs beyond what it stores, which the free-space reserve
   // (StoreOptions::min_free_bytes) must cover.
   db_options.max_total_wal_size = 64ull << 20;
+  // Log and blob files are not preallocated: the space the data directory takes is what it
+  // holds, also while a push is under way.
+  db_options.allow_fallocate = false;
 
   rocksdb::ColumnFamilyOptions meta;
   meta.compression = rocksdb::kZSTD;

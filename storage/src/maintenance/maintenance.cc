@@ -192,6 +192,21 @@ Result<uint64_t> StoreMaintenance::MaybeCompact(const std::string& model, uint64
   return compacted;
 }
 
+Status StoreMaintenance::SettleJournal() {
+  std::vector<rocksdb::ColumnFamilyHandle*> families = {ctx_.models, ctx_.versions, ctx_.manifests,
+                                                        ctx_.codec_state, ctx_.tags};
+  if (ctx_.chunks != nullptr) families.push_back(ctx_.chunks);
+  rocksdb::FlushOptions flush;
+  flush.wait = false;
+  flush.allow_write_stall = true;
+  rocksdb::Status s = ctx_.db->Flush(flush, families);
+  if (s.IsTryAgain() || s.IsBusy()) {
+    flush.wait = true;  // flushes queued to the limit: this one is waited for
+    s = ctx_.db->Flush(flush, families);
+  }
+  return FromRocks(s, "flushing the store's families");
+}
+
 // Rewrites the model's chunk key range, dropping deleted entries (blob files left holding only
 // deleted data go with them); `force_blob_gc` also moves the blobs still referenced out of blob
 // files that hold garbage, so that those are removed too.

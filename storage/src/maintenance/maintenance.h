@@ -43,6 +43,12 @@ class StoreMaintenance {
   Result<uint64_t> MaybeCompact(const std::string& model, uint64_t freed,
                                 GcOptions::Compaction compaction);
 
+  // Flushes every family's memtable, not waiting for the flushes: the write-ahead log files
+  // hold every byte written since the last flush of any family in them, so until then a store
+  // that went quiet occupies several times what it stores. Called when a model's pushes and
+  // their pass are done.
+  Status SettleJournal();
+
  private:
   Result<ScrubReport> ScrubAt(const rocksdb::ReadOptions& ro, const std::string& name);
   Status CompactModelChunks(const std::string& model, bool force_blob_gc);

@@ -387,7 +387,10 @@ Result<RearrangeReport> ModelWriter::RearrangeLatest(const ModelName& model,
         report, ckpt::RearrangeLatest(
                     ctx_, chains, policy.EffectiveKeyframeEvery(),
                     [&] { return guard.Contended() || (cancelled && cancelled()); }, &replaced));
-    if (report.tensors_keyframed == 0) return report;
+    if (report.tensors_keyframed == 0) {
+      (void)maintenance_->SettleJournal();
+      return report;
+    }
     CKPT_RETURN_IF_ERROR(
         maintenance_->MaybeCompact(name, replaced.bytes_removed, GcOptions::Compaction::kNone)
             .status());
@@ -398,6 +401,8 @@ Result<RearrangeReport> ModelWriter::RearrangeLatest(const ModelName& model,
   // the periodic pass's compaction of the model (which the freed bytes recorded above ask for)
   // does it later; nothing is lost either way.
   (void)ctx_.backend->ReclaimRemovedChunks(name, replaced.begin, replaced.end);
+  // The pass ends a model's burst of writes: the journal goes too (best effort, as above).
+  (void)maintenance_->SettleJournal();
   return report;
 }
 

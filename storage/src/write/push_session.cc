@@ -57,6 +57,9 @@ void ReadMetadataMetrics(const std::map<std::string, std::string>& metadata,
 // How much body a push receives between two checks of the free-space reserve.
 constexpr uint64_t kReserveCheckBytes = 8ull << 20;
 
+// Versions storing at least this much get chunk files of their own at their commit.
+constexpr uint64_t kSealedVersionBytes = 64 << 10;
+
 // The longest chunk record an encoded body may carry: a chunk stored raw, with room to spare.
 uint64_t MaxEncodedRecordBytes(const StoreContext& ctx) {
   return 2 * ctx.options->chunk_bytes + (1 << 20);
@@ -206,6 +209,13 @@ class PushSessionImpl final : public PushSession,
       CKPT_RETURN_IF_ERROR(ctx_.backend->Commit(model_, change, "committing version"));
     }
     committed_ = true;
+    // The version's records go to files of their own: the rearrangement after the push
+    // replaces its forward deltas (and the keyframes of the version before), and files holding
+    // only those leave the disk whole, where files shared with the pushes before would keep the
+    // dead bytes until blob garbage collection copied the live ones out. A small version is
+    // left with the next (a file each would cost more in tables than it could leave behind).
+    // Best effort: a seal that fails only leaves the records where they are.
+    if (vr.stored_bytes >= kSealedVersionBytes) (void)ctx_.backend->SealChunkWrites(model_);
     ctx_.counters->pushes.fetch_add(1, std::memory_order_relaxed);
     ctx_.counters->push_raw_bytes.fetch_add(vr.raw_bytes, std::memory_order_relaxed);
     ctx_.counters->push_stored_bytes.fetch_add(vr.stored_bytes, std::memory_order_relaxed);

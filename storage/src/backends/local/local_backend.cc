@@ -34,10 +34,20 @@ class LocalBackend final : public StoreBackend {
         .PermitUncheckedError();
   }
 
+  // Switches the family's memtable at once (later writes go to the next one) and lets the
+  // flush into blob files run in the background: separation is all the writers need, and a
+  // push's answer need not wait for a flush. With flushes already queued to the limit, RocksDB
+  // declines to queue another; then this one is waited for.
   Status SealChunkWrites(const std::string&) override {
     rocksdb::FlushOptions flush;
+    flush.wait = false;
     flush.allow_write_stall = true;
-    return FromRocks(db_->Flush(flush, chunks_), "flushing chunk records");
+    rocksdb::Status s = db_->Flush(flush, chunks_);
+    if (s.IsTryAgain() || s.IsBusy()) {
+      flush.wait = true;
+      s = db_->Flush(flush, chunks_);
+    }
+    return FromRocks(s, "flushing chunk records");
   }
 
   Status ReclaimRemovedChunks(const std::string& model, uint64_t seq_begin,
