@@ -148,19 +148,28 @@ pull_way() {  # name field pull-args...
 pull_way "pull latest: daemon decodes" bytes
 pull_way "pull latest --encoded, holding nothing" received_bytes --encoded --reference-dir "$work/cold"
 
+# The follower pulls version 1 holding nothing, then syncs each next version holding the one
+# before: the syncs are timed apart, with the median of one sync beside nginx's GET of a file.
+run_ckpt received_bytes pull m 1 -o "$work/follower.safetensors" --encoded \
+  --reference-dir "$work/follower"
 client_cpu=0
 wire=0
+sync_seconds=()
 cpu0=$(daemon_cpu)
 t0=$(now)
-for v in $(seq 1 "${#files[@]}"); do
+for v in $(seq 2 "${#files[@]}"); do
+  s0=$(now)
   run_ckpt received_bytes pull m "$v" -o "$work/follower.safetensors" --encoded \
     --reference-dir "$work/follower"
+  sync_seconds+=("$(awk -v a="$s0" -v b="$(now)" 'BEGIN { print b - a }')")
 done
 t1=$(now)
 cpu1=$(daemon_cpu)
-row "follower: every version --encoded, holding the one before" \
-  "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$raw" \
+row "follower: versions 2.. --encoded, each holding the one before" \
+  "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$((raw - $(stat -c %s "${files[0]}")))" \
   "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')"
+follower_median=$(printf '%s\n' "${sync_seconds[@]}" | sort -g |
+  awk '{ s[NR] = $1 } END { print (NR % 2 ? s[(NR + 1) / 2] : (s[NR / 2] + s[NR / 2 + 1]) / 2) }')
 cmp -s "$work/follower.safetensors" "$work/pulled.safetensors" || echo "follower differs from the pull!"
 stop_daemon
 
@@ -178,3 +187,11 @@ t0=$(now)
 curl -sf "$nginx_url/$(basename "${files[-1]}")" -o "$work/nginx.safetensors"
 t1=$(now)
 row "nginx: curl GET the latest" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$latest_bytes" 0
+get_seconds=$(for _ in 1 2 3 4 5; do
+  g0=$(now)
+  curl -sf "$nginx_url/$(basename "${files[-1]}")" -o "$work/nginx.safetensors"
+  awk -v a="$g0" -v b="$(now)" 'BEGIN { print b - a }'
+done | sort -g | sed -n 3p)
+echo
+awk -v f="$follower_median" -v g="$get_seconds" 'BEGIN {
+  printf "follower: median sync of one version %.3f s; nginx GET of one file %.3f s (median of 5) (%.1fx)\n", f, g, g / f }'
