@@ -254,6 +254,12 @@ ApiResponse ApiHandler::Handle(std::string_view method, const Route& route, std:
           {"engine_errors", report.engine_errors},
           {"recoveries", report.recoveries}};
       if (!report.reason.empty()) status["reason"] = report.reason;
+      if (const StoreStats stats = store_->Stats(); stats.space_known) {
+        status["space"] = {{"data_directory_bytes", stats.data_directory_bytes},
+                           {"stored_bytes", stats.stored_bytes},
+                           {"garbage_bytes", stats.garbage_bytes},
+                           {"metadata_bytes", stats.metadata_bytes}};
+      }
       return JsonResponse(200, status);
     }
     case RouteKind::kMetrics: {

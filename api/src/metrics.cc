@@ -134,6 +134,20 @@ std::string ServerMetrics::Render(CheckpointStore& store) const {
             static_cast<double>(s.pending_compaction_bytes));
   set_gauge("ckptd_rocksdb_running_compactions", "Compactions running now",
             static_cast<double>(s.running_compactions));
+  if (s.space_known) {
+    set_gauge("ckptd_data_directory_bytes",
+              "Bytes of the data directory's files: stored + garbage + metadata",
+              static_cast<double>(s.data_directory_bytes));
+    set_gauge("ckptd_stored_bytes", "Chunk records the models store (their stored_bytes summed)",
+              static_cast<double>(s.stored_bytes));
+    set_gauge("ckptd_garbage_bytes",
+              "Removed records whose space compactions and blob garbage collection give back",
+              static_cast<double>(s.garbage_bytes));
+    set_gauge("ckptd_metadata_bytes",
+              "The rest of the data directory: table keys and indexes, the write-ahead log, the "
+              "engine's files, sharded uploads",
+              static_cast<double>(s.metadata_bytes));
+  }
   const StoreHealthReport health = store.Health();
   set_gauge("ckptd_storage_free_bytes", "Free bytes on the data directory's volume",
             static_cast<double>(health.free_bytes));

@@ -3,6 +3,7 @@
 // the push session, the restore stream, the model writer (every other change) and maintenance.
 // Schema and commit protocol: docs/design.md.
 #include <rocksdb/db.h>
+#include <rocksdb/metadata.h>
 
 #include <chrono>
 #include <filesystem>
@@ -516,8 +517,29 @@ class CheckpointStoreImpl final : public CheckpointStore {
     if (db_->GetIntProperty(rocksdb::DB::Properties::kNumRunningCompactions, &running)) {
       s.running_compactions = running;
     }
+    if (backend_->IsLocal()) AddSpace(&s);
     backend_->AddStats(&s);
     return s;
+  }
+
+  // StoreStats's account of the data directory's space.
+  void AddSpace(StoreStats* s) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(options_.data_dir, ec)) {
+      if (entry.is_regular_file(ec)) s->data_directory_bytes += entry.file_size(ec);
+    }
+    if (auto models = ListModels(); models.ok()) {
+      for (const ModelInfo& m : *models) s->stored_bytes += m.stored_bytes;
+    }
+    rocksdb::ColumnFamilyMetaData chunks;
+    db_->GetColumnFamilyMetaData(families_.chunks, &chunks);
+    for (const rocksdb::BlobMetaData& blob : chunks.blob_files) {
+      s->garbage_bytes += blob.garbage_blob_bytes;
+    }
+    s->garbage_bytes += maintenance_.BytesAwaitingCompaction();
+    const uint64_t accounted = s->stored_bytes + s->garbage_bytes;
+    s->metadata_bytes = s->data_directory_bytes - std::min(s->data_directory_bytes, accounted);
+    s->space_known = true;
   }
 
   StoreHealthReport Health() override { return health_.Report(); }

@@ -29,6 +29,7 @@ namespace {
 
 using nlohmann::json;
 using testing::DaemonProcess;
+using testing::DirectoryBytes;
 using testing::DriftingModel;
 using testing::Request;
 using testing::Sha256Hex;
@@ -348,17 +349,6 @@ TEST_F(CrashLoopTest, SigkillWhileTheLatestIsRearrangedLosesNothingAndLeavesNoth
   EXPECT_EQ(daemon_->Stop(), 0);
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_NO_FATAL_FAILURE(ExpectScrubClean());
-}
-
-// Bytes of the files under `dir` (apparent sizes: RocksDB preallocates log and blob files, so
-// blocks would count space reserved, not data).
-uint64_t DirectoryBytes(const std::filesystem::path& dir) {
-  uint64_t total = 0;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir, ec)) {
-    if (entry.is_regular_file(ec)) total += entry.file_size(ec);
-  }
-  return total;
 }
 
 TEST(CrashSpaceTest, SigkillMidPushGivesItsSpaceBackAtRestart) {

@@ -73,6 +73,20 @@ TEST_F(ObservabilityTest, MetricsCoverRequestsModelsStoreAndEngine) {
   EXPECT_GE(Sample(m, "ckptd_rocksdb_pending_compaction_bytes"), 0);
   EXPECT_GE(Sample(m, "ckptd_rocksdb_sst_bytes"), 0);
   EXPECT_NE(m.find("# TYPE ckptd_http_request_duration_seconds histogram"), std::string::npos);
+  // The data directory by what its bytes are (a background pass may run between two reads:
+  // each is checked on its own), the same in GET /v1/status.
+  EXPECT_GT(Sample(m, "ckptd_stored_bytes"), 0);
+  EXPECT_EQ(Sample(m, "ckptd_data_directory_bytes"), Sample(m, "ckptd_stored_bytes") +
+                                                         Sample(m, "ckptd_garbage_bytes") +
+                                                         Sample(m, "ckptd_metadata_bytes"));
+  const auto status = Get("/v1/status");
+  ASSERT_EQ(status.status, 200);
+  const auto space = nlohmann::json::parse(status.body)["space"];
+  EXPECT_GT(space["stored_bytes"].get<uint64_t>(), 0u) << status.body;
+  EXPECT_EQ(space["data_directory_bytes"].get<uint64_t>(),
+            space["stored_bytes"].get<uint64_t>() + space["garbage_bytes"].get<uint64_t>() +
+                space["metadata_bytes"].get<uint64_t>())
+      << status.body;
 }
 
 TEST_F(ObservabilityTest, RequestIdsAreEchoedOrGenerated) {

@@ -120,6 +120,17 @@ class FaultInjectionTest : public ::testing::Test {
     return session->Commit();
   }
 
+  // A version of another model small enough that its commit does not seal its records into
+  // files: they stay in the memtable, for a flush to write.
+  void PushUnsealed() {
+    const std::string body = DriftingModel(9, 4000).Next();
+    auto session = store_->BeginPush("small", 1, body.size());
+    ASSERT_TRUE(session.ok()) << session.status().ToLogString();
+    ASSERT_TRUE((*session)->Write(Bytes(body)).ok());
+    auto info = (*session)->Commit();
+    ASSERT_TRUE(info.ok()) << info.status().ToLogString();
+  }
+
   void PushAcknowledged(uint64_t version) {
     const std::string body = drift_.Next();
     auto info = Push(version, body);
@@ -492,6 +503,7 @@ INSTANTIATE_TEST_SUITE_P(Points, OpenFaultTest,
 
 TEST_F(FaultInjectionTest, AFailedFlushAfterAnAcknowledgedPushSuspendsWritesUntilSpaceReturns) {
   for (uint64_t v = 1; v <= 2; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
+  ASSERT_NO_FATAL_FAILURE(PushUnsealed());
   FaultyFileSystem::Fault fault;
   fault.op = Op::kWrite;
   fault.file_contains = ".blob";
@@ -541,6 +553,7 @@ TEST_F(FaultInjectionTest, ARetryableLogWriteErrorMakesTheStoreReadOnlyUntilReop
 // again (or never stopped) once the error stops.
 TEST_F(FaultInjectionTest, ARetryableFlushErrorLeavesTheStoreWritable) {
   for (uint64_t v = 1; v <= 2; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
+  ASSERT_NO_FATAL_FAILURE(PushUnsealed());
   FaultyFileSystem::Fault fault;
   fault.op = Op::kWrite;
   fault.no_space = false;

@@ -380,6 +380,46 @@ TEST_F(GarbageCollectionTest, DeletingTheLatestVersionFreesItsDataAtOnce) {
   }
 }
 
+// The data directory accounts for itself (StoreStats): its files are what the models store,
+// the garbage compactions give back, and the engine's own. A delete shows as garbage until the
+// collection's compaction takes it off the disk; then the directory holds the stored bytes and
+// the engine's files again.
+TEST_F(GarbageCollectionTest, TheDataDirectoryIsStoredPlusGarbagePlusTheEnginesFiles) {
+  CKPT_LOCAL_BACKEND_ONLY("accounts for the local data directory");
+  Reopen(1 << 16);  // chunks whose payloads are blobs (above the family's min_blob_size)
+  DriftingModel drift(43, 200000);
+  auto sha = PushAll(drift, 6);
+  ASSERT_TRUE(store_->RearrangeLatest("m", nullptr).ok());
+  Reopen(1 << 16);  // a clean close flushes the log
+  auto expect_adds_up = [&](std::string_view when) -> StoreStats {
+    SCOPED_TRACE(when);
+    const StoreStats s = store_->Stats();
+    EXPECT_TRUE(s.space_known);
+    EXPECT_EQ(s.stored_bytes, StoredBytes());
+    EXPECT_EQ(s.data_directory_bytes, s.stored_bytes + s.garbage_bytes + s.metadata_bytes);
+    return s;
+  };
+  StoreStats s = expect_adds_up("after the pushes and their pass");
+  EXPECT_EQ(s.garbage_bytes, 0u);
+  // The engine's fixed files (its options, manifest, identity) and the tables' keys and indexes.
+  EXPECT_LT(s.metadata_bytes, s.stored_bytes / 100 + (128u << 10));
+
+  const uint64_t stored = StoredBytes();
+  DeleteVersions(1, 4, &sha);  // a whole chain: nothing kept needs it
+  ASSERT_LT(StoredBytes(), stored);
+  s = expect_adds_up("after deletes");
+  EXPECT_EQ(s.garbage_bytes, stored - StoredBytes()) << "what the deletes removed, still on disk";
+
+  GcOptions gc;
+  gc.compaction = GcOptions::Compaction::kTables;
+  auto report = store_->CollectGarbage("m", gc);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  s = expect_adds_up("after the collection");
+  EXPECT_LT(s.garbage_bytes, s.stored_bytes / 100) << "whole blob files went with the removals";
+  EXPECT_LT(s.metadata_bytes, s.stored_bytes / 100 + (128u << 10));
+  ExpectRestores(sha);
+}
+
 // Lossy: after the latest is deleted, the next push deltas against the new latest's
 // reconstruction and every element stays within the bound (the closed loop goes on from it).
 TEST_F(GarbageCollectionTest, ALossyModelGoesOnFromTheNewLatestAfterADelete) {

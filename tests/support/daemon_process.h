@@ -106,4 +106,14 @@ class DaemonProcess {
   uint16_t port_ = 0;
 };
 
+// Bytes of the files under `dir` (apparent sizes, which are the data the files hold).
+inline uint64_t DirectoryBytes(const std::filesystem::path& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir, ec)) {
+    if (entry.is_regular_file(ec)) total += entry.file_size(ec);
+  }
+  return total;
+}
+
 }  // namespace ckpt::testing

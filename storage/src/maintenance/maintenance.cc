@@ -192,19 +192,27 @@ Result<uint64_t> StoreMaintenance::MaybeCompact(const std::string& model, uint64
   return compacted;
 }
 
+uint64_t StoreMaintenance::BytesAwaitingCompaction() const {
+  std::lock_guard lock(freed_mu_);
+  uint64_t total = 0;
+  for (const auto& [model, bytes] : freed_since_compaction_) total += bytes;
+  return total;
+}
+
+void StoreMaintenance::ReclaimedApart(const std::string& model, uint64_t bytes) {
+  std::lock_guard lock(freed_mu_);
+  auto pending = freed_since_compaction_.find(model);
+  if (pending == freed_since_compaction_.end()) return;
+  pending->second -= std::min(pending->second, bytes);
+}
+
 Status StoreMaintenance::SettleJournal() {
   std::vector<rocksdb::ColumnFamilyHandle*> families = {ctx_.models, ctx_.versions, ctx_.manifests,
                                                         ctx_.codec_state, ctx_.tags};
   if (ctx_.chunks != nullptr) families.push_back(ctx_.chunks);
   rocksdb::FlushOptions flush;
-  flush.wait = false;
   flush.allow_write_stall = true;
-  rocksdb::Status s = ctx_.db->Flush(flush, families);
-  if (s.IsTryAgain() || s.IsBusy()) {
-    flush.wait = true;  // flushes queued to the limit: this one is waited for
-    s = ctx_.db->Flush(flush, families);
-  }
-  return FromRocks(s, "flushing the store's families");
+  return FromRocks(ctx_.db->Flush(flush, families), "flushing the store's families");
 }
 
 // Rewrites the model's chunk key range, dropping deleted entries (blob files left holding only

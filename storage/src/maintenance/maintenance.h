@@ -43,7 +43,15 @@ class StoreMaintenance {
   Result<uint64_t> MaybeCompact(const std::string& model, uint64_t freed,
                                 GcOptions::Compaction compaction);
 
-  // Flushes every family's memtable, not waiting for the flushes: the write-ahead log files
+  // Stored bytes removed (of every model) whose space the next compaction gives back.
+  uint64_t BytesAwaitingCompaction() const;
+
+  // Takes `bytes` of the model off those awaiting compaction: a compaction of their own key
+  // range (StoreBackend::ReclaimRemovedChunks) gave them back, so the next compaction must not
+  // report them again.
+  void ReclaimedApart(const std::string& model, uint64_t bytes);
+
+  // Flushes every family's memtable (waiting, as SealChunkWrites does): the write-ahead log files
   // hold every byte written since the last flush of any family in them, so until then a store
   // that went quiet occupies several times what it stores. Called when a model's pushes and
   // their pass are done.
@@ -56,7 +64,7 @@ class StoreMaintenance {
   Status RemoveOrphanedManifests();
 
   const StoreContext& ctx_;
-  std::mutex freed_mu_;
+  mutable std::mutex freed_mu_;
   std::unordered_map<std::string, uint64_t> freed_since_compaction_;  // guarded by freed_mu_
 };
 

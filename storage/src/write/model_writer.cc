@@ -400,7 +400,9 @@ Result<RearrangeReport> ModelWriter::RearrangeLatest(const ModelName& model,
   // copying anything; outside the model's lock, so a push need not wait for it. Should it fail,
   // the periodic pass's compaction of the model (which the freed bytes recorded above ask for)
   // does it later; nothing is lost either way.
-  (void)ctx_.backend->ReclaimRemovedChunks(name, replaced.begin, replaced.end);
+  if (ctx_.backend->ReclaimRemovedChunks(name, replaced.begin, replaced.end).ok()) {
+    maintenance_->ReclaimedApart(name, replaced.bytes_removed);
+  }
   // The pass ends a model's burst of writes: the journal goes too (best effort, as above).
   (void)maintenance_->SettleJournal();
   return report;

@@ -234,6 +234,18 @@ struct StoreStats {
   uint64_t blob_bytes = 0;
   uint64_t pending_compaction_bytes = 0;
   uint64_t running_compactions = 0;
+  // The local backend's data directory, by what its bytes are (apparent file sizes): the chunk
+  // records the models store (their stored_bytes summed), garbage awaiting collection (records
+  // removed since their key range was last compacted, and the dead bytes the engine counted in
+  // blob files that still hold live ones), and the rest, `metadata_bytes`: tables' keys and
+  // indexes, the write-ahead log, the engine's own files, sharded uploads not yet committed.
+  // Small records sit compressed in tables, so stored can exceed the directory's share of
+  // them; metadata is then 0.
+  bool space_known = false;  // local backend only
+  uint64_t data_directory_bytes = 0;
+  uint64_t stored_bytes = 0;
+  uint64_t garbage_bytes = 0;
+  uint64_t metadata_bytes = 0;
   // With a cluster (StoreOptions::cluster): this daemon's write leases.
   bool cluster = false;
   uint64_t models_owned = 0;     // leases held now

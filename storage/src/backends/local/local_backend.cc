@@ -34,20 +34,12 @@ class LocalBackend final : public StoreBackend {
         .PermitUncheckedError();
   }
 
-  // Switches the family's memtable at once (later writes go to the next one) and lets the
-  // flush into blob files run in the background: separation is all the writers need, and a
-  // push's answer need not wait for a flush. With flushes already queued to the limit, RocksDB
-  // declines to queue another; then this one is waited for.
+  // Waits for the flush: a flush left running in the background could still be failing when
+  // the store resumes the engine after an error, and RocksDB (7.8) can then wait forever.
   Status SealChunkWrites(const std::string&) override {
     rocksdb::FlushOptions flush;
-    flush.wait = false;
     flush.allow_write_stall = true;
-    rocksdb::Status s = db_->Flush(flush, chunks_);
-    if (s.IsTryAgain() || s.IsBusy()) {
-      flush.wait = true;
-      s = db_->Flush(flush, chunks_);
-    }
-    return FromRocks(s, "flushing chunk records");
+    return FromRocks(db_->Flush(flush, chunks_), "flushing chunk records");
   }
 
   Status ReclaimRemovedChunks(const std::string& model, uint64_t seq_begin,
