@@ -36,6 +36,7 @@ running_kib=$(du -sk "$work/data" | cut -f1)
 kill -TERM "$pid"
 wait "$pid" || true
 kib=$(du -sk "$work/data" | cut -f1)
+[[ "$stored" -gt 0 ]] || { echo "the model reports no stored bytes" >&2; exit 1; }
 awk -v v="$version" -v r="$raw" -v s="$stored" -v k="$kib" -v l="$running_kib" 'BEGIN {
   printf "versions %d, raw %d bytes, stored %d (%.2fx)\n", v, r, s, r / s
   printf "data directory (du): running %d KiB (%+.2f%% of stored), stopped %d KiB (%+.2f%%, %.2fx)\n",

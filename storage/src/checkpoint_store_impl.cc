@@ -522,15 +522,24 @@ class CheckpointStoreImpl final : public CheckpointStore {
     return s;
   }
 
-  // StoreStats's account of the data directory's space.
+  // StoreStats's account of the data directory's space; left unknown when the directory or
+  // the models cannot be read.
   void AddSpace(StoreStats* s) {
     std::error_code ec;
-    for (const auto& entry : std::filesystem::recursive_directory_iterator(options_.data_dir, ec)) {
-      if (entry.is_regular_file(ec)) s->data_directory_bytes += entry.file_size(ec);
+    std::filesystem::recursive_directory_iterator it(
+        options_.data_dir, std::filesystem::directory_options::skip_permission_denied, ec);
+    // A file removed while the walk passes it (an upload's spool, a compaction's input) is
+    // skipped, not an error.
+    for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      std::error_code size_ec;
+      if (!it->is_regular_file(size_ec)) continue;
+      const uint64_t size = it->file_size(size_ec);
+      if (!size_ec) s->data_directory_bytes += size;
     }
-    if (auto models = ListModels(); models.ok()) {
-      for (const ModelInfo& m : *models) s->stored_bytes += m.stored_bytes;
-    }
+    if (ec) return;
+    auto models = ListModels();
+    if (!models.ok()) return;
+    for (const ModelInfo& m : *models) s->stored_bytes += m.stored_bytes;
     rocksdb::ColumnFamilyMetaData chunks;
     db_->GetColumnFamilyMetaData(families_.chunks, &chunks);
     for (const rocksdb::BlobMetaData& blob : chunks.blob_files) {

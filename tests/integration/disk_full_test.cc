@@ -34,7 +34,7 @@ using testing::Sha256Hex;
 using testing::TempDir;
 
 constexpr uint64_t kVolumeBytes = 384ull << 20;
-// Above the WAL a push passes through (storage/src/engine/store_schema.cc) and its preallocation.
+// Above the WAL a push passes through (storage/src/engine/store_schema.cc) and its open log file.
 constexpr uint64_t kReserveBytes = 128ull << 20;
 constexpr uint64_t kCheckpointBytes = 12ull << 20;  // incompressible: stored whole
 
@@ -217,7 +217,7 @@ TEST_F(DiskFullTest, AVolumeFilledByAnotherProcessSuspendsWritesUntilSpaceIsFree
   const uint64_t version = next_version_++;
   auto refused = Call("PUT", "/v1/models/m/versions/" + std::to_string(version), body);
   EXPECT_EQ(refused.status, 507) << refused.body;
-  // A deletion may still fit in the log's preallocated space, or be refused: never a 500.
+  // A deletion may still fit in the space left, or be refused: never a 500.
   auto deleted = Call("DELETE", "/v1/models/m/versions/" + std::to_string(acked_.begin()->first));
   EXPECT_TRUE(deleted.status == 204 || deleted.status == 507) << deleted.body;
   if (deleted.status == 204) acked_.erase(acked_.begin());

@@ -81,7 +81,8 @@ TEST_F(ObservabilityTest, MetricsCoverRequestsModelsStoreAndEngine) {
                                                          Sample(m, "ckptd_metadata_bytes"));
   const auto status = Get("/v1/status");
   ASSERT_EQ(status.status, 200);
-  const auto space = nlohmann::json::parse(status.body)["space"];
+  const auto space = nlohmann::json::parse(status.body).value("space", nlohmann::json::object());
+  ASSERT_FALSE(space.empty()) << status.body;
   EXPECT_GT(space["stored_bytes"].get<uint64_t>(), 0u) << status.body;
   EXPECT_EQ(space["data_directory_bytes"].get<uint64_t>(),
             space["stored_bytes"].get<uint64_t>() + space["garbage_bytes"].get<uint64_t>() +

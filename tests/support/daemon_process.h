@@ -110,8 +110,12 @@ class DaemonProcess {
 inline uint64_t DirectoryBytes(const std::filesystem::path& dir) {
   uint64_t total = 0;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir, ec)) {
-    if (entry.is_regular_file(ec)) total += entry.file_size(ec);
+  std::filesystem::recursive_directory_iterator it(dir, ec);
+  for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code size_ec;
+    if (!it->is_regular_file(size_ec)) continue;
+    const uint64_t size = it->file_size(size_ec);
+    if (!size_ec) total += size;
   }
   return total;
 }

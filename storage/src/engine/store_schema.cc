@@ -48,8 +48,8 @@ Status OpenStoreDatabase(const std::string& data_dir, rocksdb::Env* env,
   db_options.max_bgerror_resume_count = 0;
   // Old WAL files are kept alive by the smallest family's memtable; cap their total so the
   // metadata families get flushed and the WAL does not grow with the chunk traffic. Every
-  // pushed byte passes through the WAL before its blob file: this cap (plus one preallocated
-  // log file) is the space a push needs beyond what it stores, which the free-space reserve
+  // pushed byte passes through the WAL before its blob file: this cap (plus the log file being
+  // written) is the space a push needs beyond what it stores, which the free-space reserve
   // (StoreOptions::min_free_bytes) must cover.
   db_options.max_total_wal_size = 64ull << 20;
   // Log and blob files are not preallocated: the space the data directory takes is what it

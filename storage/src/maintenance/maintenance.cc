@@ -1,6 +1,7 @@
 // The store's upkeep of its data (maintenance.h).
 #include "maintenance/maintenance.h"
 
+#include <rocksdb/transaction_log.h>
 #include <rocksdb/utilities/backup_engine.h>
 #include <rocksdb/write_batch.h>
 
@@ -199,14 +200,20 @@ uint64_t StoreMaintenance::BytesAwaitingCompaction() const {
   return total;
 }
 
-void StoreMaintenance::ReclaimedApart(const std::string& model, uint64_t bytes) {
+void StoreMaintenance::ForgetModel(const std::string& model) {
   std::lock_guard lock(freed_mu_);
-  auto pending = freed_since_compaction_.find(model);
-  if (pending == freed_since_compaction_.end()) return;
-  pending->second -= std::min(pending->second, bytes);
+  freed_since_compaction_.erase(model);
 }
 
 Status StoreMaintenance::SettleJournal() {
+  // Below this much log, a flush would only add table files (every pass calls this, the
+  // periodic ones on idle models too).
+  constexpr uint64_t kSettledLogBytes = 1 << 20;
+  rocksdb::VectorLogPtr logs;
+  CKPT_RETURN_IF_ERROR(FromRocks(ctx_.db->GetSortedWalFiles(logs), "listing the log files"));
+  uint64_t log_bytes = 0;
+  for (const auto& log : logs) log_bytes += log->SizeFileBytes();
+  if (log_bytes < kSettledLogBytes) return Status::Ok();
   std::vector<rocksdb::ColumnFamilyHandle*> families = {ctx_.models, ctx_.versions, ctx_.manifests,
                                                         ctx_.codec_state, ctx_.tags};
   if (ctx_.chunks != nullptr) families.push_back(ctx_.chunks);

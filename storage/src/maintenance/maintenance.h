@@ -43,18 +43,17 @@ class StoreMaintenance {
   Result<uint64_t> MaybeCompact(const std::string& model, uint64_t freed,
                                 GcOptions::Compaction compaction);
 
-  // Stored bytes removed (of every model) whose space the next compaction gives back.
+  // Stored bytes removed (of every model) whose space the next compaction gives back, as
+  // recorded since the store opened.
   uint64_t BytesAwaitingCompaction() const;
+  // Forgets what `model` had awaiting compaction (the model is deleted: its records go with
+  // its whole key range).
+  void ForgetModel(const std::string& model);
 
-  // Takes `bytes` of the model off those awaiting compaction: a compaction of their own key
-  // range (StoreBackend::ReclaimRemovedChunks) gave them back, so the next compaction must not
-  // report them again.
-  void ReclaimedApart(const std::string& model, uint64_t bytes);
-
-  // Flushes every family's memtable (waiting, as SealChunkWrites does): the write-ahead log files
-  // hold every byte written since the last flush of any family in them, so until then a store
-  // that went quiet occupies several times what it stores. Called when a model's pushes and
-  // their pass are done.
+  // Flushes every family's memtable (waiting, as SealChunkWrites does) once the write-ahead log
+  // holds more than a little: its files hold every byte written since the last flush of any
+  // family in them, so until then a store that went quiet occupies several times what it
+  // stores. Called when a model's pushes and their pass are done.
   Status SettleJournal();
 
  private:

@@ -165,6 +165,7 @@ Status ModelWriter::DeleteModel(const ModelName& model) {
     }
   }
   CKPT_RETURN_IF_ERROR(ctx_.backend->Commit(name, change, "deleting model"));
+  maintenance_->ForgetModel(name);
   ctx_.cache->DropModelExcept(name, 0);
   return Status::Ok();
 }
@@ -387,23 +388,18 @@ Result<RearrangeReport> ModelWriter::RearrangeLatest(const ModelName& model,
         report, ckpt::RearrangeLatest(
                     ctx_, chains, policy.EffectiveKeyframeEvery(),
                     [&] { return guard.Contended() || (cancelled && cancelled()); }, &replaced));
-    if (report.tensors_keyframed == 0) {
-      (void)maintenance_->SettleJournal();
-      return report;
+  }
+  if (report.tensors_keyframed > 0) {
+    // The removed records share blob files only with records that died with them (the pass
+    // wrote what lives on apart, and each push's commit sealed its own), so compacting their
+    // key range drops those files whole, without copying anything; outside the model's lock, so
+    // a push need not wait for it. Should it fail, the bytes await the model's next compaction
+    // (the periodic pass's, or gc's), which reports them; nothing is lost either way.
+    if (!ctx_.backend->ReclaimRemovedChunks(name, replaced.begin, replaced.end).ok()) {
+      (void)maintenance_->MaybeCompact(name, replaced.bytes_removed, GcOptions::Compaction::kNone);
     }
-    CKPT_RETURN_IF_ERROR(
-        maintenance_->MaybeCompact(name, replaced.bytes_removed, GcOptions::Compaction::kNone)
-            .status());
   }
-  // The removed records share blob files only with records that died with them (the pass wrote
-  // what lives on apart), so compacting their key range drops those files whole, without
-  // copying anything; outside the model's lock, so a push need not wait for it. Should it fail,
-  // the periodic pass's compaction of the model (which the freed bytes recorded above ask for)
-  // does it later; nothing is lost either way.
-  if (ctx_.backend->ReclaimRemovedChunks(name, replaced.begin, replaced.end).ok()) {
-    maintenance_->ReclaimedApart(name, replaced.bytes_removed);
-  }
-  // The pass ends a model's burst of writes: the journal goes too (best effort, as above).
+  // The pass ends a model's burst of writes: the journal goes too (best effort).
   (void)maintenance_->SettleJournal();
   return report;
 }
