@@ -25,7 +25,7 @@ version=0
 raw=0
 for file in $(ls "$ckpt_dir"/*.safetensors | sort); do
   version=$((version + 1))
-  curl -sf -X PUT --data-binary @"$file" "$url/v1/models/m/versions/$version" >/dev/null
+  curl -sf -T "$file" "$url/v1/models/m/versions/$version" >/dev/null
   raw=$((raw + $(stat -c %s "$file")))
   sleep "${PACE:-0}"
 done
@@ -38,7 +38,7 @@ wait "$pid" || true
 kib=$(du -sk "$work/data" | cut -f1)
 [[ "$stored" -gt 0 ]] || { echo "the model reports no stored bytes" >&2; exit 1; }
 awk -v v="$version" -v r="$raw" -v s="$stored" -v k="$kib" -v l="$running_kib" 'BEGIN {
-  printf "versions %d, raw %d bytes, stored %d (%.2fx)\n", v, r, s, r / s
+  printf "versions %d, raw %.0f bytes, stored %.0f (%.2fx)\n", v, r, s, r / s
   printf "data directory (du): running %d KiB (%+.2f%% of stored), stopped %d KiB (%+.2f%%, %.2fx)\n",
     l, (l * 1024 / s - 1) * 100, k, (k * 1024 / s - 1) * 100, r / (k * 1024) }'
 (cd "$work/data" && du -k -- * | sort -k2)

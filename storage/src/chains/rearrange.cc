@@ -111,6 +111,8 @@ class Rearranger {
       if (wrote_) {
         ctx_.backend->DiscardChunks(chains_.model, ChunkSet::Of(latest_seq_new_, old_latest));
         ctx_.backend->DiscardChunks(chains_.model, ChunkSet::Of(prev_seq_new_, old_prev));
+        replaced_->discarded_begin = latest_seq_new_;
+        replaced_->discarded_end = prev_seq_new_ + 1;
       }
       CKPT_RETURN_IF_ERROR(encoded);
       return report_;

@@ -30,13 +30,18 @@ struct ReplacedSeqs {
   uint64_t begin = 0;
   uint64_t end = 0;
   uint64_t bytes_removed = 0;
+  // A pass that wrote and then gave up (stepped aside, failed): the seqs [begin, end) of the
+  // records it discarded, whose space the same reclaim gives back.
+  uint64_t discarded_begin = 0;
+  uint64_t discarded_end = 0;
 };
 
 // Rearranges `chains.model`'s latest version; `chains` is updated to what is stored afterwards.
 // The replaced manifests are removed in the switch's batch; StoreBackend::ReclaimRemovedChunks
 // over `*replaced` then gives their space back.
 // No version's chunks need more than `max_decodes` payload decodes afterwards. `yield` is asked
-// between chunks: true abandons the pass (its chunks discarded) with Aborted.
+// between chunks: true abandons the pass (its chunks discarded, their seqs in `*replaced`) with
+// Aborted.
 Result<RearrangeReport> RearrangeLatest(const StoreContext& ctx, ModelChains& chains,
                                         uint32_t max_decodes, const std::function<bool()>& yield,
                                         ReplacedSeqs* replaced);

@@ -376,6 +376,8 @@ Result<RearrangeReport> ModelWriter::RearrangeLatest(const ModelName& model,
   CKPT_RETURN_IF_ERROR(ctx_.health->CheckPush(0));
   ReplacedSeqs replaced;
   RearrangeReport report;
+  Status status;
+  bool reclaim_discarded = false;
   {
     CKPT_ASSIGN_OR_RETURN(const ModelLocks::Guard guard, LockForWrite(model));
     CKPT_ASSIGN_OR_RETURN(ModelChains chains,
@@ -384,10 +386,29 @@ Result<RearrangeReport> ModelWriter::RearrangeLatest(const ModelName& model,
     if (!chains.record.policy_json.empty()) {
       CKPT_ASSIGN_OR_RETURN(policy, CodecPolicy::FromJson(chains.record.policy_json, policy));
     }
-    CKPT_ASSIGN_OR_RETURN(
-        report, ckpt::RearrangeLatest(
-                    ctx_, chains, policy.EffectiveKeyframeEvery(),
-                    [&] { return guard.Contended() || (cancelled && cancelled()); }, &replaced));
+    auto rearranged = ckpt::RearrangeLatest(
+        ctx_, chains, policy.EffectiveKeyframeEvery(),
+        [&] { return guard.Contended() || (cancelled && cancelled()); }, &replaced);
+    if (!rearranged.ok()) {
+      // What a pass that gave way to a push wrote went to files of its own (it sealed what
+      // came before): compacting its seqs drops those the push's records do not share.
+      // Outside the model's lock, so the push need not wait. Not after a storage error: a
+      // compaction meeting a full volume is one the engine cannot be trusted to survive.
+      // Nor when the store is stopping.
+      reclaim_discarded = rearranged.status().code() == StatusCode::kAborted &&
+                          !(cancelled && cancelled()) &&
+                          replaced.discarded_end > replaced.discarded_begin;
+      status = rearranged.status();
+    } else {
+      report = std::move(rearranged).value();
+    }
+  }
+  if (!status.ok()) {
+    if (reclaim_discarded) {
+      (void)ctx_.backend->ReclaimRemovedChunks(name, replaced.discarded_begin,
+                                               replaced.discarded_end);
+    }
+    return status;
   }
   if (report.tensors_keyframed > 0) {
     // The removed records share blob files only with records that died with them (the pass
