@@ -25,29 +25,14 @@ against today's).
 """
 import argparse
 import glob
-import json
 import os
-import struct
+import sys
 
 import numpy as np
 from scipy.special import gammaln
 
-
-def load(path):
-    """name -> numpy array of a safetensors file (F32 and I64 tensors)."""
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = {"F32": np.float32, "I64": np.int64}.get(info["dtype"])
-        if dtype is None:
-            continue
-        begin, end = info["data_offsets"]
-        out[name] = np.frombuffer(raw[8 + n + begin:8 + n + end], dtype=dtype)
-    return out
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import safetensors_arrays  # noqa: E402
 
 
 def code_bits(moves):
@@ -69,6 +54,11 @@ def with_relative_error(x, error):
     safe = np.where(magnitude > 0, magnitude, 1.0)
     rounded = np.exp(np.round(np.log(safe) / ratio) * ratio)
     return (np.sign(x) * np.where(magnitude > 0, rounded, 0.0)).astype(np.float32)
+
+
+def load(path):
+    """The F32 and I64 tensors of a checkpoint file."""
+    return safetensors_arrays(path, {"F32": np.float32, "I64": np.int64})
 
 
 def main():

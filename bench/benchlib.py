@@ -1,4 +1,5 @@
-"""Shared helpers of the benchmark scripts: the real daemon on a loopback port, disk usage."""
+"""Shared helpers of the benchmark scripts: the real daemon on a loopback port, disk usage, the
+tensors of a safetensors file."""
 import http.client
 import json
 import os
@@ -55,6 +56,24 @@ def http_request(port, method, path, body=None):
         return resp.status, resp.read()
     finally:
         conn.close()
+
+
+def safetensors_arrays(path, dtypes):
+    """name -> flat numpy array of every tensor of the safetensors file `path` whose dtype is a
+    key of `dtypes` (safetensors name -> numpy dtype); the others are left out."""
+    import numpy as np
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__" or info["dtype"] not in dtypes:
+            continue
+        begin, end = info["data_offsets"]
+        data = raw[8 + n + begin:8 + n + end]
+        out[name] = np.frombuffer(data, dtype=dtypes[info["dtype"]])
+    return out
 
 
 def du_bytes(path):

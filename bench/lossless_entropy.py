@@ -25,36 +25,26 @@ at the best context entropy of the top two planes would save.
 """
 import argparse
 import glob
-import json
 import os
-import struct
 import subprocess
+import sys
 import tempfile
 
 import numpy as np
 from scipy.special import gammaln
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import safetensors_arrays  # noqa: E402
+
 
 def load_floats(path, dtype):
     """The floating-point tensors of a safetensors file as unsigned integers of their width."""
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__" or info["dtype"] not in ("F32", "BF16", "F16"):
-            continue
-        begin, end = info["data_offsets"]
-        data = raw[8 + n + begin:8 + n + end]
-        if info["dtype"] == "F32":
-            bits = np.frombuffer(data, dtype=np.uint32)
-            if dtype == "bf16":
-                # Round to nearest even on the upper 16 bits (NaNs do not occur in these runs).
-                rounding = ((bits >> 16) & 1) + 0x7FFF
-                bits = ((bits + rounding) >> 16).astype(np.uint16)
-        else:
-            bits = np.frombuffer(data, dtype=np.uint16)
-        out[name] = bits
+    out = safetensors_arrays(path, {"F32": np.uint32, "BF16": np.uint16, "F16": np.uint16})
+    for name, bits in out.items():
+        if bits.dtype == np.uint32 and dtype == "bf16":
+            # Round to nearest even on the upper 16 bits (NaNs do not occur in these runs).
+            rounding = ((bits >> 16) & 1) + 0x7FFF
+            out[name] = ((bits + rounding) >> 16).astype(np.uint16)
     return out
 
 
