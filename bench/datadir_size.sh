@@ -33,6 +33,8 @@ sleep "${IDLE:-5}"
 stored=$(curl -sf "$url/v1/models/m" |
   /usr/bin/python3 -c "import json, sys; print(json.load(sys.stdin)['stored_bytes'])")
 running_kib=$(du -sk "$work/data" | cut -f1)
+space=$(curl -sf "$url/v1/status" |
+  /usr/bin/python3 -c "import json, sys; print(' '.join(f'{k} {v}' for k, v in json.load(sys.stdin).get('space', {}).items()))")
 kill -TERM "$pid"
 wait "$pid" || true
 kib=$(du -sk "$work/data" | cut -f1)
@@ -41,4 +43,5 @@ awk -v v="$version" -v r="$raw" -v s="$stored" -v k="$kib" -v l="$running_kib" '
   printf "versions %d, raw %.0f bytes, stored %.0f (%.2fx)\n", v, r, s, r / s
   printf "data directory (du): running %d KiB (%+.2f%% of stored), stopped %d KiB (%+.2f%%, %.2fx)\n",
     l, (l * 1024 / s - 1) * 100, k, (k * 1024 / s - 1) * 100, r / (k * 1024) }'
-(cd "$work/data" && du -k -- * | sort -k2)
+echo "GET /v1/status space while running: ${space:-(none)}"
+(cd "$work/data" && for f in *; do printf "%s\t%s\t%s\n" "$(du -k -- "$f" | cut -f1)" "$(du -sb -- "$f" | cut -f1)" "$f"; done)

@@ -2,6 +2,7 @@
 // ran through them) and never changes a byte any kept version restores to.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <random>
@@ -418,6 +419,27 @@ TEST_F(GarbageCollectionTest, TheDataDirectoryIsStoredPlusGarbagePlusTheEnginesF
   EXPECT_LT(s.garbage_bytes, s.stored_bytes / 100) << "whole blob files went with the removals";
   EXPECT_LT(s.metadata_bytes, s.stored_bytes / 100 + (128u << 10));
   ExpectRestores(sha);
+}
+
+// The engine's MANIFEST gets a record per flush and compaction: a long-running daemon's small
+// store must not keep a log of them that outgrows what it stores.
+TEST_F(GarbageCollectionTest, TheEnginesManifestStaysSmallAcrossManyFlushes) {
+  CKPT_LOCAL_BACKEND_ONLY("looks at the local data directory");
+  DriftingModel drift(47, 2000);
+  constexpr uint64_t kVersions = 150;
+  for (uint64_t v = 1; v <= kVersions; ++v) {
+    ASSERT_TRUE(Push("m", v, drift.Next()).ok()) << "version " << v;
+    ASSERT_TRUE(store_->Flush().ok());
+  }
+  uint64_t manifest_bytes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.path())) {
+    if (entry.path().filename().string().starts_with("MANIFEST-")) {
+      manifest_bytes += entry.file_size();
+    }
+  }
+  // Rolled past 64 KiB; what follows a roll is a snapshot of the few live files.
+  EXPECT_LT(manifest_bytes, 96u << 10);
+  EXPECT_GT(manifest_bytes, 0u);
 }
 
 // Lossy: after the latest is deleted, the next push deltas against the new latest's

@@ -4,6 +4,10 @@
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+
 #include "engine/engine_logger.h"
 #include "engine/rocks_status.h"
 
@@ -26,6 +30,29 @@ constexpr uint64_t kMinBlobBytes = 4096;
 // family holds small payloads and blob references, read in key order by a restore.
 constexpr size_t kMetadataBlockBytes = 64 << 10;
 constexpr size_t kChunkBlockBytes = 16 << 10;
+
+// The MANIFEST (the log of the engine's file changes) grows by a record per flush, compaction
+// and blob file, and starts again from a snapshot of the live files once it passes
+// max_manifest_file_size (RocksDB's default is 1 GiB). A daemon that runs for months would keep
+// megabytes of it beside a small store; rolling it at a small fraction of what the directory
+// holds keeps it in proportion. The limit is fixed when the database opens: a store that grows
+// far past it within one run rolls it more often (each roll writes a snapshot, a few hundred
+// bytes per live file), until the next start sets it again.
+constexpr uint64_t kMinManifestBytes = 64 << 10;
+constexpr uint64_t kMaxManifestBytes = 64ull << 20;
+constexpr uint64_t kDirectoryBytesPerManifestByte = 256;
+
+uint64_t ManifestLimit(const std::string& data_dir) {
+  uint64_t bytes = 0;
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(data_dir, error), end; !error && it != end;
+       it.increment(error)) {
+    std::error_code size_error;
+    const uintmax_t size = it->file_size(size_error);
+    if (!size_error) bytes += size;
+  }
+  return std::clamp(bytes / kDirectoryBytesPerManifestByte, kMinManifestBytes, kMaxManifestBytes);
+}
 
 }  // namespace
 
@@ -55,6 +82,7 @@ Status OpenStoreDatabase(const std::string& data_dir, rocksdb::Env* env,
   // Log and blob files are not preallocated: the space the data directory takes is what it
   // holds, also while a push is under way.
   db_options.allow_fallocate = false;
+  db_options.max_manifest_file_size = ManifestLimit(data_dir);
 
   rocksdb::ColumnFamilyOptions meta;
   meta.compression = rocksdb::kZSTD;
