@@ -6,9 +6,10 @@
 # version pulled by `ckpt pull` and `ckpt pull --encoded` (a client holding nothing), and every
 # version synced by a follower (`ckpt pull --encoded`, holding the version before). Peer: nginx
 # (WebDAV) taking and serving the same files (curl -T, curl GET).
-# Reported per way: wall seconds, MB/s of checkpoint (raw bytes ÷ seconds), bytes on the wire
-# (the request or response bodies), the daemon's CPU seconds per GB of checkpoint (utime + stime
-# from /proc/PID/stat) and the client's (from /usr/bin/time). One fresh data directory per way.
+# Reported per way: the wall seconds of its client commands (ckpt, curl; summed over the
+# files), MB/s of checkpoint (raw bytes ÷ seconds), bytes on the wire (the request or response
+# bodies), the daemon's CPU seconds per GB of checkpoint (utime + stime from /proc/PID/stat)
+# and the client's (from /usr/bin/time). One fresh data directory per way.
 #
 # With LINK_RATE (bits/s: 100M, 1G) in the environment, every client (ckpt, curl) reaches the
 # daemon and nginx through bench/rate_limit_proxy.py, a loopback link of that rate shared by
@@ -78,14 +79,20 @@ start_daemon() {  # $1: extra config; stops the daemon of the previous way first
 }
 stop_daemon() { kill "$daemon_pid"; wait "$daemon_pid" 2>/dev/null || true; daemon_pid=""; }
 
-# Runs a ckpt command with --json, adding its CPU seconds to client_cpu and the JSON field
-# $1 (bytes on the wire) to wire.
+# Runs a ckpt command with --json, adding its wall seconds to ckpt_seconds (last_seconds: this
+# one's), its CPU seconds to client_cpu and the JSON field $1 (bytes on the wire) to wire. Only
+# the command is timed: reading its answer here (a Python start) is not the push's time.
 client_cpu=0
 wire=0
+ckpt_seconds=0
 run_ckpt() {
-  local field=$1
+  local field=$1 a b
   shift
+  a=$(now)
   /usr/bin/time -f "%U %S" -o "$work/time" "$ckpt" --json "$@" > "$work/out.json"
+  b=$(now)
+  last_seconds=$(awk -v a="$a" -v b="$b" 'BEGIN { print b - a }')
+  ckpt_seconds=$(awk -v s="$ckpt_seconds" -v l="$last_seconds" 'BEGIN { print s + l }')
   client_cpu=$(awk -v c="$client_cpu" '{ print c + $1 + $2 }' "$work/time")
   wire=$((wire + $(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$work/out.json" "$field")))
 }
@@ -112,17 +119,15 @@ push_all() {  # name extra-config push-args...
   start_daemon "$config"
   client_cpu=0
   wire=0
-  local cpu0 t0 t1 cpu1 v=0
+  ckpt_seconds=0
+  local cpu0 cpu1 v=0
   cpu0=$(daemon_cpu)
-  t0=$(now)
   for f in "${files[@]}"; do
     v=$((v + 1))
     run_ckpt sent_bytes push m "$v" "$f" "$@"
   done
-  t1=$(now)
   cpu1=$(daemon_cpu)
-  row "$name" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$raw" \
-    "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')"
+  row "$name" "$ckpt_seconds" "$raw" "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')"
 }
 
 push_all "push: daemon codes" ""
@@ -136,14 +141,11 @@ pull_way() {  # name field pull-args...
   shift 2
   client_cpu=0
   wire=0
-  local cpu0 t0 t1 cpu1
+  local cpu0 cpu1
   cpu0=$(daemon_cpu)
-  t0=$(now)
   run_ckpt "$field" pull m latest -o "$work/pulled.safetensors" "$@"
-  t1=$(now)
   cpu1=$(daemon_cpu)
-  row "$name" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$latest_bytes" \
-    "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')"
+  row "$name" "$last_seconds" "$latest_bytes" "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')"
 }
 pull_way "pull latest: daemon decodes" bytes
 pull_way "pull latest --encoded, holding nothing" received_bytes --encoded --reference-dir "$work/cold"
@@ -154,20 +156,17 @@ run_ckpt received_bytes pull m 1 -o "$work/follower.safetensors" --encoded \
   --reference-dir "$work/follower"
 client_cpu=0
 wire=0
+ckpt_seconds=0
 sync_seconds=()
 cpu0=$(daemon_cpu)
-t0=$(now)
 for v in $(seq 2 "${#files[@]}"); do
-  s0=$(now)
   run_ckpt received_bytes pull m "$v" -o "$work/follower.safetensors" --encoded \
     --reference-dir "$work/follower"
-  sync_seconds+=("$(awk -v a="$s0" -v b="$(now)" 'BEGIN { print b - a }')")
+  sync_seconds+=("$last_seconds")
 done
-t1=$(now)
 cpu1=$(daemon_cpu)
-row "follower: versions 2.. --encoded, each holding the one before" \
-  "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$((raw - $(stat -c %s "${files[0]}")))" \
-  "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')"
+row "follower: versions 2.. --encoded, each holding the one before" "$ckpt_seconds" \
+  "$((raw - $(stat -c %s "${files[0]}")))" "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')"
 follower_median=$(printf '%s\n' "${sync_seconds[@]}" | sort -g |
   awk '{ s[NR] = $1 } END { print (NR % 2 ? s[(NR + 1) / 2] : (s[NR / 2] + s[NR / 2 + 1]) / 2) }')
 cmp -s "$work/follower.safetensors" "$work/pulled.safetensors" || echo "follower differs from the pull!"

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <thread>
 
@@ -18,18 +17,24 @@
 namespace ckpt {
 namespace {
 
-// One attempt: the version (a part of it unless `whole`) since `since` (0: none) into `partial`.
+// One attempt: the version (a part of it unless `whole`) since `since` (0: none) into `partial`,
+// and into `kept_partial` too unless it is empty (the copy that becomes the reference held).
 Result<PullResult> PullOnce(const std::vector<ServerEndpoint>& servers,
                             const ClientOptions& options, TlsContext* tls,
                             const std::string& target, bool whole, const CheckpointView* since,
-                            const std::string& partial, int threads) {
-  std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-  if (!out) return Status::IoError("cannot write '" + partial + "'");
+                            const std::string& partial, const std::string& kept_partial,
+                            int threads) {
+  CKPT_ASSIGN_OR_RETURN(WritebackFile out, WritebackFile::Create(partial));
+  std::optional<WritebackFile> kept;
+  if (!kept_partial.empty()) {
+    CKPT_ASSIGN_OR_RETURN(WritebackFile file, WritebackFile::Create(kept_partial));
+    kept.emplace(std::move(file));
+  }
   EncodedPullDecoder decoder(
       since,
       [&](std::string_view bytes) {
-        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        return out ? Status::Ok() : Status::IoError("writing '" + partial + "' failed");
+        CKPT_RETURN_IF_ERROR(out.Write(bytes));
+        return kept ? kept->Write(bytes) : Status::Ok();
       },
       threads);
   CKPT_ASSIGN_OR_RETURN(
@@ -43,8 +48,8 @@ Result<PullResult> PullOnce(const std::vector<ServerEndpoint>& servers,
     return Status::DataLoss(whole ? "the server sent a part of the version asked for whole"
                                   : "the server sent the whole version where a part was asked");
   }
-  out.close();
-  if (!out) return Status::IoError("writing '" + partial + "' failed");
+  CKPT_RETURN_IF_ERROR(out.Close());
+  if (kept) CKPT_RETURN_IF_ERROR(kept->Close());
   PullResult result;
   result.version = decoder.version();
   result.bytes = decoder.restored_bytes();
@@ -66,7 +71,8 @@ Result<PullResult> PullInto(const std::vector<ServerEndpoint>& servers,
                             const ClientOptions& options, TlsContext* tls,
                             const std::string& target, const std::string& path, int threads) {
   const std::string partial = path + ".partial";
-  auto pulled = PullOnce(servers, options, tls, target, /*whole=*/false, nullptr, partial, threads);
+  auto pulled =
+      PullOnce(servers, options, tls, target, /*whole=*/false, nullptr, partial, "", threads);
   std::error_code ec;
   if (pulled.ok()) std::filesystem::rename(partial, path, ec);
   if (!pulled.ok() || ec) {
@@ -118,10 +124,17 @@ Result<PullResult> Client::PullEncodedClaimed(std::string_view model, std::strin
     }
   }
   const std::string partial = path + ".partial";
+  // The version pulled becomes the one held (the base of the next sync or push): written beside
+  // the reference as it comes, unless the pull goes to the reference itself.
+  std::error_code ec;
+  const bool keeps_copy = held && !std::filesystem::equivalent(path, held->path, ec) &&
+                          std::filesystem::absolute(path).lexically_normal() !=
+                              std::filesystem::absolute(held->path).lexically_normal();
+  const std::string kept_partial = keeps_copy ? TemporaryNameFor(held->path) : std::string();
   const std::string base = "/v1/models/" + std::string(model) + "/versions/" + std::string(version);
   auto pulled = since ? PullOnce(endpoints_, options_, tls_.get(),
                                  base + "?since=" + std::to_string(held->version), /*whole=*/true,
-                                 &*since, partial, threads)
+                                 &*since, partial, kept_partial, threads)
                       : Result<PullResult>(Status::NotFound("no reconstruction held"));
   if (since && pulled.ok()) pulled->since_version = held->version;
   // Without a usable reconstruction (none, or one that is not what its sidecar says, or a
@@ -129,24 +142,30 @@ Result<PullResult> Client::PullEncodedClaimed(std::string_view model, std::strin
   if (!pulled.ok() && (!since || pulled.status().code() == StatusCode::kNotFound ||
                        pulled.status().code() == StatusCode::kDataLoss ||
                        pulled.status().code() == StatusCode::kFailedPrecondition)) {
-    pulled =
-        PullOnce(endpoints_, options_, tls_.get(), base, /*whole=*/true, nullptr, partial, threads);
+    pulled = PullOnce(endpoints_, options_, tls_.get(), base, /*whole=*/true, nullptr, partial,
+                      kept_partial, threads);
   }
-  if (!pulled.ok()) {
+  const auto remove_partials = [&] {
     std::error_code ignored;
     std::filesystem::remove(partial, ignored);
+    if (keeps_copy) std::filesystem::remove(kept_partial, ignored);
+  };
+  if (!pulled.ok()) {
+    remove_partials();
     return pulled.status();
   }
   held_file.reset();
-  std::error_code ec;
   std::filesystem::rename(partial, path, ec);
-  if (ec) return Status::IoError("cannot rename '" + partial + "': " + ec.message());
+  if (ec) {
+    remove_partials();
+    return Status::IoError("cannot rename '" + partial + "': " + ec.message());
+  }
   if (held) {
-    // The version pulled becomes the one held: the base of the next sync or push.
-    const std::string tmp = TemporaryNameFor(held->path);
-    std::filesystem::copy_file(path, tmp, std::filesystem::copy_options::overwrite_existing, ec);
-    if (!ec) std::filesystem::rename(tmp, held->path, ec);
-    if (ec) return Status::IoError("cannot keep '" + held->path + "': " + ec.message());
+    if (keeps_copy) std::filesystem::rename(kept_partial, held->path, ec);
+    if (ec) {
+      remove_partials();
+      return Status::IoError("cannot keep '" + held->path + "': " + ec.message());
+    }
     CKPT_RETURN_IF_ERROR(WriteSidecar(*held, pulled->version, pulled->sha256));
   }
   return pulled;

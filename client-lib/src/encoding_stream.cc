@@ -73,7 +73,7 @@ EncodingStream::EncodingStream(const CodingPlan& plan, const CheckpointView& che
 EncodingStream::~EncodingStream() {
   Stop();
   if (!restored_path_.empty()) {
-    restored_out_.close();
+    restored_out_.reset();
     std::error_code ignored;
     std::filesystem::remove(restored_path_, ignored);
   }
@@ -82,14 +82,9 @@ EncodingStream::~EncodingStream() {
 Status EncodingStream::Start() {
   RestoredSink restored_sink;
   if (!restored_path_.empty()) {
-    restored_out_.open(restored_path_, std::ios::binary | std::ios::trunc);
-    if (!restored_out_) return Status::IoError("cannot write '" + restored_path_ + "'");
-    restored_sink = [this](std::span<const uint8_t> piece) {
-      restored_out_.write(reinterpret_cast<const char*>(piece.data()),
-                          static_cast<std::streamsize>(piece.size()));
-      return restored_out_ ? Status::Ok()
-                           : Status::IoError("writing '" + restored_path_ + "' failed");
-    };
+    CKPT_ASSIGN_OR_RETURN(WritebackFile file, WritebackFile::Create(restored_path_));
+    restored_out_.emplace(std::move(file));
+    restored_sink = [this](std::span<const uint8_t> piece) { return restored_out_->Write(piece); };
   }
   encoder_ = std::thread([this, restored_sink = std::move(restored_sink)] {
     // Nothing thrown may leave the thread (it would end the process, a Python one included).
@@ -115,10 +110,7 @@ void EncodingStream::Stop() {
 Result<EdgeEncoding> EncodingStream::Finish() {
   Stop();
   if (!coded_.ok()) return coded_.status();
-  if (restored_out_.is_open()) {
-    restored_out_.close();
-    if (!restored_out_) return Status::IoError("writing '" + restored_path_ + "' failed");
-  }
+  if (restored_out_) CKPT_RETURN_IF_ERROR(restored_out_->Close());
   return coded_;
 }
 

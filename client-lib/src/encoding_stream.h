@@ -7,8 +7,8 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
-#include <fstream>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -16,6 +16,7 @@
 #include "ckpt/base/status.h"
 #include "ckpt/codec/coding_plan.h"
 #include "ckpt/codec/edge_encoder.h"
+#include "held_reference.h"
 
 namespace ckpt {
 
@@ -82,7 +83,7 @@ class EncodingStream {
   const CheckpointView* const reference_;
   const int threads_;
   std::string restored_path_;  // empty once kept
-  std::ofstream restored_out_;
+  std::optional<WritebackFile> restored_out_;
   PieceQueue queue_;
   std::thread encoder_;
   Result<EdgeEncoding> coded_;  // written by the encoder; read after it is joined

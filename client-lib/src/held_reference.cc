@@ -37,6 +37,49 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+namespace {
+constexpr uint64_t kWritebackBytes = 1 << 20;
+}  // namespace
+
+Result<WritebackFile> WritebackFile::Create(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IoError("cannot write '" + path + "': " + std::strerror(errno));
+  return WritebackFile(path, fd);
+}
+
+WritebackFile::~WritebackFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status WritebackFile::Write(std::span<const uint8_t> bytes) {
+  if (fd_ < 0) return Status::Internal("'" + path_ + "' is closed");
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::IoError("writing '" + path_ + "' failed: " + std::strerror(errno));
+    }
+    bytes = bytes.subspan(static_cast<size_t>(n));
+    written_ += static_cast<uint64_t>(n);
+  }
+  if (written_ - handed_ >= kWritebackBytes) {
+    // Starts the writeback without waiting for it; a file system without it loses nothing.
+    ::sync_file_range(fd_, static_cast<off_t>(handed_), static_cast<off_t>(written_ - handed_),
+                      SYNC_FILE_RANGE_WRITE);
+    handed_ = written_;
+  }
+  return Status::Ok();
+}
+
+Status WritebackFile::Close() {
+  if (fd_ < 0) return Status::Ok();
+  const int result = ::close(std::exchange(fd_, -1));
+  if (result != 0) {
+    return Status::IoError("writing '" + path_ + "' failed: " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
 Result<ScratchDir> ScratchDir::Make() {
   std::string dir = (std::filesystem::temp_directory_path() / "ckpt-reference-XXXXXX").string();
   if (::mkdtemp(dir.data()) == nullptr) {

@@ -70,6 +70,37 @@ class ReferenceLock {
   int fd_;
 };
 
+// A file written front to back that is renamed into place once whole (a reference, a pulled
+// body). Each MiB written is handed to the kernel's writeback at once: ext4 flushes a file
+// renamed over another before the rename returns (its guard against an empty file after a
+// crash), and a flush begun while the body was still coming leaves that rename little to wait
+// for. Move-only; one writer.
+class WritebackFile {
+ public:
+  static Result<WritebackFile> Create(const std::string& path);
+  WritebackFile(WritebackFile&& other) noexcept
+      : path_(std::move(other.path_)),
+        fd_(std::exchange(other.fd_, -1)),
+        written_(other.written_),
+        handed_(other.handed_) {}
+  WritebackFile& operator=(WritebackFile&&) = delete;
+  ~WritebackFile();  // closes the file if Close was not called
+
+  Status Write(std::span<const uint8_t> bytes);
+  Status Write(std::string_view bytes) {
+    return Write({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  }
+  // Closes the file: an error of the writes the kernel still held.
+  Status Close();
+
+ private:
+  WritebackFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  std::string path_;
+  int fd_;
+  uint64_t written_ = 0;
+  uint64_t handed_ = 0;  // bytes handed to writeback
+};
+
 // A name beside `path` no other writer uses: where a file is written before it is renamed.
 std::string TemporaryNameFor(const std::string& path);
 

@@ -139,6 +139,11 @@ void Encode(const PlannedTensor& t, const TensorCodec* codec, ChunkJob& job) {
 
 // The most raw bytes handed to the writer at once.
 constexpr uint64_t kRawPieceBytes = 1 << 20;
+// How far the encoder's workers may run ahead of the chunk written next: a few chunks, or as
+// many as hold this much data. Tensors differ in cost by orders of magnitude (a weight
+// matrix's low-rank fit beside a bias), and a window of a few chunks leaves a worker idle
+// behind one large chunk; every chunk coded ahead holds its frame and reconstruction.
+constexpr uint64_t kWindowBytes = 32 << 20;
 
 }  // namespace
 
@@ -299,24 +304,34 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
 
   // Chunks are encoded by `threads` workers while this thread hashes and writes the finished
   // ones in order: a worker takes the next chunk while it lies within a window of the first one
-  // not yet written, so at most a window's frames and reconstructions are held at once, and no
-  // worker waits for the slowest chunk of a batch.
+  // not yet written (kWindowBytes), so at most a window's frames and reconstructions are held at
+  // once, and no worker waits for the slowest chunk of a batch.
   CodecSet codecs;
   std::vector<const TensorCodec*> codec_of;
   for (const PlannedTensor& t : plan.tensors) codec_of.push_back(codecs.For(t));
   const size_t workers = std::min(static_cast<size_t>(std::max(1, threads)), jobs.size());
   const size_t window = std::max<size_t>(workers * 2, 4);
+  std::vector<uint64_t> bytes_through(jobs.size());  // data bytes of jobs 0..k
+  for (size_t k = 0, sum = 0; k < jobs.size(); ++k) {
+    sum += jobs[k].data.size();
+    bytes_through[k] = sum;
+  }
   std::mutex mu;
   std::condition_variable changed;
   std::vector<char> done(jobs.size(), 0);  // guarded by mu
   size_t next = 0, written = 0;            // guarded by mu
   bool stop = false;                       // guarded by mu: the writer gave up
+  // Whether chunk `k` lies within the window of the first chunk not written. Called under mu.
+  const auto within_window = [&](size_t k) {
+    const uint64_t before = written == 0 ? 0 : bytes_through[written - 1];
+    return k < written + window || bytes_through[k] - before <= kWindowBytes;
+  };
   auto work = [&] {
     for (;;) {
       size_t k;
       {
         std::unique_lock lock(mu);
-        changed.wait(lock, [&] { return stop || next >= jobs.size() || next < written + window; });
+        changed.wait(lock, [&] { return stop || next >= jobs.size() || within_window(next); });
         if (stop || next >= jobs.size()) return;
         k = next++;
       }
