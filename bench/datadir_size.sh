@@ -34,7 +34,8 @@ stored=$(curl -sf "$url/v1/models/m" |
   /usr/bin/python3 -c "import json, sys; print(json.load(sys.stdin)['stored_bytes'])")
 running_kib=$(du -sk "$work/data" | cut -f1)
 space=$(curl -sf "$url/v1/status" |
-  /usr/bin/python3 -c "import json, sys; print(' '.join(f'{k} {v}' for k, v in json.load(sys.stdin).get('space', {}).items()))")
+  /usr/bin/python3 -c "import json, sys; print(' '.join(f'{k} {v}' for k, v in json.load(sys.stdin).get('space', {}).items()))" ||
+  true)
 kill -TERM "$pid"
 wait "$pid" || true
 kib=$(du -sk "$work/data" | cut -f1)

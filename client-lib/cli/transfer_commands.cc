@@ -37,7 +37,9 @@ class PushCommand final : public Command {
     sharded_.shards = 0;
     c->add_option("--connections", sharded_.shards,
                   "send the file over N connections at once, as N shards (large tensors cut by "
-                  "rows); the version appears when the last is stored (default: one connection)")
+                  "rows); the version appears when the last is stored (default: one connection); "
+                  "with --encoded, each shard is coded here against the same shard of the last "
+                  "version (kept as MODEL.rankI-of-N in the reference directory)")
         ->check(CLI::Range(1, 65536));
     c->add_flag("--encoded", encoded_,
                 "code the file here, as the server would, and send only what is stored (its "
@@ -77,16 +79,16 @@ class PushCommand final : public Command {
     if (retries_->count() > 0 && sharded_.shards == 0) {
       return Usage("--retries goes with --connections");
     }
-    if (encoded_ && sharded_.shards > 0) return Usage("--encoded pushes over one connection");
     auto client = session.client();
     if (!client.ok()) return Fail(client.status());
     if (encoded_ && encoded_options_.reference_dir.empty()) {
       encoded_options_.reference_dir = ReferenceDirFor(**client);
     }
-    auto r = encoded_
-                 ? (*client)->PushFileEncoded(model_, version_, file_, encoded_options_, metadata)
-             : sharded_.shards > 0
+    if (encoded_ && sharded_.shards > 0) sharded_.encoded = encoded_options_;
+    auto r = sharded_.shards > 0
                  ? (*client)->PushFileSharded(model_, version_, file_, sharded_, metadata)
+             : encoded_
+                 ? (*client)->PushFileEncoded(model_, version_, file_, encoded_options_, metadata)
                  : (*client)->PushFile(model_, version_, file_, metadata);
     session.progress().Clear();
     if (!r.ok()) return Fail(r.status());

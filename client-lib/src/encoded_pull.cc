@@ -10,6 +10,7 @@
 #include "ckpt/base/model_name.h"
 #include "ckpt/client/client.h"
 #include "ckpt/codec/edge_encoder.h"
+#include "encoded_part_pull.h"
 #include "held_reference.h"
 #include "put_stream.h"
 #include "query_strings.h"
@@ -59,17 +60,29 @@ Result<PullResult> PullOnce(const std::vector<ServerEndpoint>& servers,
   return result;
 }
 
+// Whether renaming a file to `path` replaces the directory entry `entry` (the same name in the
+// same directory); false when that cannot be told.
+bool ReplacesEntry(const std::string& path, const std::string& entry) {
+  std::error_code ec;
+  const std::filesystem::path a = std::filesystem::absolute(path, ec);
+  if (ec) return false;
+  const std::filesystem::path b = std::filesystem::absolute(entry, ec);
+  if (ec || a.filename() != b.filename()) return false;
+  return std::filesystem::equivalent(a.parent_path(), b.parent_path(), ec) && !ec;
+}
+
 // The threads a pull decodes on.
 int DecoderThreads(const EncodedPullOptions& encoded) {
   return encoded.threads > 0 ? encoded.threads
                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-// Writes the part `target` names into `path`.partial and renames it to `path`; removes it on
-// failure.
-Result<PullResult> PullInto(const std::vector<ServerEndpoint>& servers,
-                            const ClientOptions& options, TlsContext* tls,
-                            const std::string& target, const std::string& path, int threads) {
+}  // namespace
+
+Result<PullResult> PullEncodedPart(const std::vector<ServerEndpoint>& servers,
+                                   const ClientOptions& options, TlsContext* tls,
+                                   const std::string& target, const std::string& path,
+                                   int threads) {
   const std::string partial = path + ".partial";
   auto pulled =
       PullOnce(servers, options, tls, target, /*whole=*/false, nullptr, partial, "", threads);
@@ -83,8 +96,6 @@ Result<PullResult> PullInto(const std::vector<ServerEndpoint>& servers,
   return pulled;
 }
 
-}  // namespace
-
 Result<PullResult> Client::PullEncoded(std::string_view model, std::string_view version,
                                        const std::string& path, const EncodedPullOptions& encoded,
                                        const PullOptions& part) {
@@ -93,7 +104,7 @@ Result<PullResult> Client::PullEncoded(std::string_view model, std::string_view 
     return Status::InvalidArgument("an encoded pull does not send the Hugging Face view");
   }
   if (!part.tensors.empty() || part.ranks > 0) {
-    return PullInto(
+    return PullEncodedPart(
         endpoints_, options_, tls_.get(),
         "/v1/models/" + std::string(model) + "/versions/" + std::string(version) + PullQuery(part),
         path, DecoderThreads(encoded));
@@ -125,12 +136,11 @@ Result<PullResult> Client::PullEncodedClaimed(std::string_view model, std::strin
   }
   const std::string partial = path + ".partial";
   // The version pulled becomes the one held (the base of the next sync or push): written beside
-  // the reference as it comes, unless the pull goes to the reference itself.
-  std::error_code ec;
-  const bool keeps_copy = held && !std::filesystem::equivalent(path, held->path, ec) &&
-                          std::filesystem::absolute(path).lexically_normal() !=
-                              std::filesystem::absolute(held->path).lexically_normal();
-  const std::string kept_partial = keeps_copy ? TemporaryNameFor(held->path) : std::string();
+  // the reference as it comes, unless the pull's rename replaces the reference's own directory
+  // entry (a link to it is replaced, not the file it names). The reference's lock is held, so
+  // the copy has a fixed name: a pull cut off leaves it to the next one to truncate.
+  const bool keeps_copy = held && !ReplacesEntry(path, held->path);
+  const std::string kept_partial = keeps_copy ? held->path + ".pulling" : std::string();
   const std::string base = "/v1/models/" + std::string(model) + "/versions/" + std::string(version);
   auto pulled = since ? PullOnce(endpoints_, options_, tls_.get(),
                                  base + "?since=" + std::to_string(held->version), /*whole=*/true,
@@ -155,6 +165,9 @@ Result<PullResult> Client::PullEncodedClaimed(std::string_view model, std::strin
     return pulled.status();
   }
   held_file.reset();
+  // Until the new sidecar is written, nothing claims what the reference holds.
+  if (held) CKPT_RETURN_IF_ERROR(ForgetSidecar(*held));
+  std::error_code ec;
   std::filesystem::rename(partial, path, ec);
   if (ec) {
     remove_partials();

@@ -145,6 +145,7 @@ Result<PushResult> Client::PushEncodedOnce(std::string_view model, uint64_t vers
   if (!dir.empty()) {
     reference.reset();
     reference_file.reset();
+    CKPT_RETURN_IF_ERROR(ForgetSidecar(held));
     CKPT_RETURN_IF_ERROR(stream.KeepRestoredAs(held.path));
     CKPT_RETURN_IF_ERROR(WriteSidecar(held, version, coded->restored_sha256));
   }

@@ -42,7 +42,7 @@ constexpr uint64_t kWritebackBytes = 1 << 20;
 }  // namespace
 
 Result<WritebackFile> WritebackFile::Create(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) return Status::IoError("cannot write '" + path + "': " + std::strerror(errno));
   return WritebackFile(path, fd);
 }
@@ -63,7 +63,8 @@ Status WritebackFile::Write(std::span<const uint8_t> bytes) {
     written_ += static_cast<uint64_t>(n);
   }
   if (written_ - handed_ >= kWritebackBytes) {
-    // Starts the writeback without waiting for it; a file system without it loses nothing.
+    // Starts the writeback without waiting for it; its errors are not this write's (a file
+    // system without it loses nothing).
     ::sync_file_range(fd_, static_cast<off_t>(handed_), static_cast<off_t>(written_ - handed_),
                       SYNC_FILE_RANGE_WRITE);
     handed_ = written_;
@@ -147,6 +148,13 @@ Status WriteSidecar(const HeldReference& held, uint64_t version, const std::stri
   std::error_code ec;
   std::filesystem::rename(tmp, held.sidecar, ec);
   if (ec) return Status::IoError("cannot rename '" + tmp + "': " + ec.message());
+  return Status::Ok();
+}
+
+Status ForgetSidecar(const HeldReference& held) {
+  std::error_code ec;
+  std::filesystem::remove(held.sidecar, ec);
+  if (ec) return Status::IoError("cannot remove '" + held.sidecar + "': " + ec.message());
   return Status::Ok();
 }
 

@@ -90,7 +90,8 @@ class WritebackFile {
   Status Write(std::string_view bytes) {
     return Write({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
   }
-  // Closes the file: an error of the writes the kernel still held.
+  // Closes the file. Not synced: a reference is a copy of what the server holds, and ext4
+  // writes a file renamed over another before it commits the rename.
   Status Close();
 
  private:
@@ -107,5 +108,9 @@ std::string TemporaryNameFor(const std::string& path);
 HeldReference HeldReferenceOf(const std::string& dir, std::string_view model);
 // Records that `held.path` restores version `version`, of restored SHA-256 `sha`.
 Status WriteSidecar(const HeldReference& held, uint64_t version, const std::string& sha);
+// Removes the sidecar before `held.path` is replaced, so that a process that dies between the
+// two leaves a reference nothing vouches for (the next push or sync pulls) rather than a
+// sidecar naming another version's file.
+Status ForgetSidecar(const HeldReference& held);
 
 }  // namespace ckpt

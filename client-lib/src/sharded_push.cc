@@ -9,11 +9,13 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "ckpt/base/model_name.h"
 #include "ckpt/base/shard_split.h"
 #include "ckpt/client/client.h"
+#include "encoded_shard_push.h"
 #include "put_stream.h"
 #include "query_strings.h"
 
@@ -124,17 +126,41 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
   const std::string shard_query =
       (query.empty() ? "?" : query + "&") + "of=" + std::to_string(plans.size());
   std::vector<Result<PutAnswer>> answers(plans.size(), Status::Internal("not sent"));
+  std::vector<ShardCoding> codings(plans.size());
   auto send = [&](size_t i) {
     ClientOptions options = options_;
     options.progress = [&progress, i](uint64_t sent, uint64_t) { progress.Update(i, sent); };
     const std::string target = VersionTarget(model, std::to_string(version)) + "/shards/" +
                                std::to_string(i) + shard_query;
+    // A shard coded here is read whole first: the coding needs its tensors in one view.
+    std::string body;
+    if (sharded.encoded) {
+      ShardReader reader(fd, path, plans[i]);
+      body.resize(plans[i].size);
+      for (size_t at = 0; at < body.size();) {
+        auto n = reader.Read(body.data() + at, body.size() - at);
+        if (!n.ok() || *n == 0) {
+          answers[i] = n.ok() ? Status::IoError("'" + path + "' ended early") : n.status();
+          return;
+        }
+        at += *n;
+      }
+    }
     auto delay = sharded.backoff;
     for (int attempt = 0;; ++attempt) {
       progress.Restart(i);
-      ShardReader reader(fd, path, plans[i]);
-      answers[i] = StreamPut(endpoints_, options, tls_.get(), target,
-                             {plans[i].size, [&](char* b, size_t n) { return reader.Read(b, n); }});
+      if (sharded.encoded) {
+        const Status sent = PushShardEncoded(model, version, static_cast<uint32_t>(i),
+                                             static_cast<uint32_t>(plans.size()), body,
+                                             *sharded.encoded, shard_query, options, &codings[i]);
+        answers[i] = sent.ok() ? Result<PutAnswer>(PutAnswer{200, codings[i].answer})
+                               : Result<PutAnswer>(sent);
+      } else {
+        ShardReader reader(fd, path, plans[i]);
+        answers[i] =
+            StreamPut(endpoints_, options, tls_.get(), target,
+                      {plans[i].size, [&](char* b, size_t n) { return reader.Read(b, n); }});
+      }
       if (answers[i].ok() || attempt >= sharded.retries || !WorthRetrying(answers[i].status())) {
         return;
       }
@@ -172,6 +198,20 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
     return Status::FailedPrecondition(
         "every shard was stored but none committed the version (see GET .../versions/" +
         std::to_string(version) + "/shards)");
+  }
+  if (sharded.encoded) {
+    // Coded here when every shard was; the references each came by, or why one was not.
+    result->encoded = true;
+    result->sent_bytes = 0;
+    std::set<std::string> references;
+    for (const ShardCoding& coding : codings) {
+      result->encoded = result->encoded && coding.encoded;
+      result->sent_bytes += coding.sent_bytes;
+      if (!coding.reference.empty()) references.insert(coding.reference);
+    }
+    for (const std::string& reference : references) {
+      result->reference += (result->reference.empty() ? "" : "; ") + reference;
+    }
   }
   return *result;
 }

@@ -304,8 +304,8 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
 
   // Chunks are encoded by `threads` workers while this thread hashes and writes the finished
   // ones in order: a worker takes the next chunk while it lies within a window of the first one
-  // not yet written (kWindowBytes), so at most a window's frames and reconstructions are held at
-  // once, and no worker waits for the slowest chunk of a batch.
+  // not yet written (`window` chunks, or kWindowBytes of data), so at most a window's frames and
+  // reconstructions are held at once, and no worker waits for the slowest chunk of a batch.
   CodecSet codecs;
   std::vector<const TensorCodec*> codec_of;
   for (const PlannedTensor& t : plan.tensors) codec_of.push_back(codecs.For(t));

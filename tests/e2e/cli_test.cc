@@ -2,7 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -185,8 +188,38 @@ TEST_F(CliTest, EncodedPushSendsWhatIsStoredAndKeepsItsReference) {
   const std::string last = (dir_.path() / "e6.restored").string();
   ASSERT_EQ(Run("pull enc 6 -o " + last).exit_code, 0);
   EXPECT_EQ(testing::CheckWithinBound(bodies[5], ReadFile(last), 1e-3).error, "");
-  auto both = Run("push enc 7 " + WriteFile("e7", model.Next()) + " --encoded --connections 2");
-  EXPECT_EQ(both.exit_code, 2) << both.output;
+}
+
+// An encoded pull whose output is a link to the reference replaces the link, and the reference
+// it keeps is still the version its sidecar names: the next push codes against the right base.
+TEST_F(CliTest, AnEncodedPullThroughALinkToTheReferenceKeepsItTrue) {
+  ASSERT_EQ(Run("policy lnk '{\"mode\":\"lossy\",\"max_abs_error\":1e-3}'").exit_code, 0);
+  DriftingModel model(6, 60000);
+  const std::string refs = (dir_.path() / "link-refs").string();
+  std::vector<std::string> bodies;
+  for (int v = 1; v <= 2; ++v) {
+    bodies.push_back(model.Next());
+    const std::string file = WriteFile("lnk" + std::to_string(v), bodies.back());
+    ASSERT_EQ(
+        Run("push lnk " + std::to_string(v) + " " + file + " --encoded --reference-dir " + refs)
+            .exit_code,
+        0);
+  }
+  const std::string older = (dir_.path() / "lnk1.restored").string();
+  ASSERT_EQ(Run("pull lnk 1 -o " + older + " --encoded --reference-dir " + refs).exit_code, 0);
+  const std::filesystem::path link = dir_.path() / "lnk.link";
+  std::filesystem::create_symlink(refs + "/lnk.safetensors", link);
+  ASSERT_EQ(Run("pull lnk 2 -o " + link.string() + " --encoded --reference-dir " + refs).exit_code,
+            0);
+  EXPECT_EQ(Sha256Hex(ReadFile(refs + "/lnk.safetensors")), Sha256Hex(ReadFile(link.string())));
+  bodies.push_back(model.Next());
+  const json third = RunJson("push lnk 3 " + WriteFile("lnk3", bodies.back()) +
+                             " --encoded --reference-dir " + refs);
+  ASSERT_TRUE(third.is_object()) << third;
+  EXPECT_EQ(third["reference"], "held") << third;
+  const std::string out = (dir_.path() / "lnk3.restored").string();
+  ASSERT_EQ(Run("pull lnk 3 -o " + out).exit_code, 0);
+  EXPECT_EQ(testing::CheckWithinBound(bodies[2], ReadFile(out), 1e-3).error, "");
 }
 
 // Followers track a run by encoded pulls: each version's sync receives about what the version
@@ -429,6 +462,71 @@ TEST_F(CliTest, PushesAFileAsParallelShards) {
   auto lonely = Run("push m 3 " + v2 + " --retries 2");
   EXPECT_NE(lonely.exit_code, 0);
   EXPECT_NE(lonely.output.find("--retries goes with --connections"), std::string::npos);
+}
+
+// Every F32 tensor of `pushed` is in `restored`, of the same shape, each element within `bound`.
+void ExpectTensorsWithin(const std::string& pushed, const std::string& restored, double bound) {
+  const auto want = TensorsOf(pushed);
+  const auto got = TensorsOf(restored);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, tensor] : want) {
+    const auto it = got.find(name);
+    ASSERT_NE(it, got.end()) << name;
+    ASSERT_EQ(it->second.first, tensor.first) << name;
+    ASSERT_EQ(it->second.second.size(), tensor.second.size()) << name;
+    std::vector<float> a(tensor.second.size() / 4), b(a.size());
+    std::memcpy(a.data(), tensor.second.data(), tensor.second.size());
+    std::memcpy(b.data(), it->second.second.data(), it->second.second.size());
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double{std::abs(a[i] - b[i])});
+    EXPECT_LE(worst, bound * (1 + 1e-6)) << name;
+  }
+}
+
+// push --encoded --connections N: each shard is coded here against this machine's
+// reconstruction of the same shard of the last version (one reference per rank), the wire
+// carries what is stored, and the version restores as a whole push of the file would.
+TEST_F(CliTest, EncodedShardedPushCodesEachShardAgainstItsPart) {
+  ASSERT_EQ(Run("policy es '{\"mode\":\"lossy\",\"max_abs_error\":1e-3}'").exit_code, 0);
+  DriftingModel model(5, 120000);
+  const std::string refs = (dir_.path() / "shard-refs").string();
+  std::vector<std::string> bodies;
+  auto push = [&](const std::string& name, int v, const std::string& refs_dir) {
+    bodies.push_back(model.Next());
+    const std::string file = WriteFile(name + std::to_string(v), bodies.back());
+    return RunJson("push " + name + " " + std::to_string(v) + " " + file +
+                   " --encoded --connections 3 --reference-dir " + refs_dir);
+  };
+  for (int v = 1; v <= 3; ++v) {
+    const json r = push("es", v, refs);
+    ASSERT_TRUE(r.is_object()) << r;
+    EXPECT_TRUE(r["encoded"].get<bool>()) << r;
+    EXPECT_EQ(r["reference"], v == 1 ? "" : "held") << r;
+    EXPECT_LT(r["sent_bytes"].get<uint64_t>(), r["stored_bytes"].get<uint64_t>() + 3 * 1024) << r;
+    EXPECT_LT(r["sent_bytes"].get<uint64_t>() * 3, r["raw_bytes"].get<uint64_t>()) << r;
+  }
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(
+        std::filesystem::exists(refs + "/es.rank" + std::to_string(rank) + "-of-3.safetensors"));
+  }
+  const std::string out = (dir_.path() / "es3.restored").string();
+  ASSERT_EQ(Run("pull es 3 -o " + out).exit_code, 0);
+  ExpectTensorsWithin(bodies[2], ReadFile(out), 1e-3);
+  // Another machine holds no part: each rank pulls its part of the base first.
+  const json elsewhere = push("es", 4, (dir_.path() / "other-refs").string());
+  EXPECT_TRUE(elsewhere["encoded"].get<bool>()) << elsewhere;
+  EXPECT_EQ(elsewhere["reference"], "pulled") << elsewhere;
+  ASSERT_EQ(Run("pull es 4 -o " + out).exit_code, 0);
+  ExpectTensorsWithin(bodies[3], ReadFile(out), 1e-3);
+
+  // Lossless: restores bit-identical.
+  bodies.clear();
+  for (int v = 1; v <= 2; ++v) {
+    const json r = push("esl", v, refs);
+    EXPECT_TRUE(r["encoded"].get<bool>()) << r;
+  }
+  ASSERT_EQ(Run("pull esl 2 -o " + out).exit_code, 0);
+  EXPECT_EQ(TensorsOf(ReadFile(out)), TensorsOf(bodies[1]));
 }
 
 // A shard whose connection breaks mid-body is sent again by itself; without retries the push

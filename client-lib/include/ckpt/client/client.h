@@ -58,17 +58,6 @@ struct PushMetadata {
   std::vector<std::string> tags;              // tag=<name>
 };
 
-// How PushFileSharded sends one file as the shards of a sharded version (docs/api.md,
-// "Sharded versions"), each over a connection of its own.
-struct ShardedPushOptions {
-  uint32_t shards = 4;  // 1 to 65536: large tensors are cut by rows, small ones go whole
-  // Attempts after the first, per shard, for errors that may pass: the network, 503, 5xx, a
-  // model busy (409 ABORTED). Each re-sends the whole shard (the server replaces an earlier
-  // attempt of it).
-  int retries = 3;
-  std::chrono::milliseconds backoff{500};  // before a shard's first retry; doubled each time
-};
-
 // How PushFileEncoded codes a checkpoint on the client (docs/api.md, "plan").
 struct EncodedPushOptions {
   // Where the client keeps, per model, the restored body of its last encoded push or pull of
@@ -80,6 +69,23 @@ struct EncodedPushOptions {
   // New plans asked for when the model moved on while this push was coded (another writer
   // pushed a version: 409 STALE_PLAN), each pulling the new base and coding again.
   int replans = 3;
+};
+
+// How PushFileSharded sends one file as the shards of a sharded version (docs/api.md,
+// "Sharded versions"), each over a connection of its own.
+struct ShardedPushOptions {
+  uint32_t shards = 4;  // 1 to 65536: large tensors are cut by rows, small ones go whole
+  // Attempts after the first, per shard, for errors that may pass: the network, 503, 5xx, a
+  // model busy (409 ABORTED). Each re-sends the whole shard (the server replaces an earlier
+  // attempt of it).
+  int retries = 3;
+  std::chrono::milliseconds backoff{500};  // before a shard's first retry; doubled each time
+  // Set: each shard is coded here, as PushFileEncoded codes a file, against this machine's
+  // reconstruction of the same shard of the model's latest version (kept in
+  // encoded->reference_dir as <model>.rank<i>-of-<shards>, or pulled as that rank's part). A
+  // shard that cannot be coded here (no plan: another version's upload is in progress; no part
+  // of the base holds its slices) is sent for the server to code.
+  std::optional<EncodedPushOptions> encoded;
 };
 
 struct PushResult {
@@ -252,6 +258,20 @@ class Client {
   const std::vector<ServerEndpoint>& endpoints() const { return endpoints_; }
 
  private:
+  // What coding one shard here came to (encoded_shard_push.cc).
+  struct ShardCoding;
+  // Sends shard `index` of `count` of `version` (`body`, a safetensors file) coded here,
+  // planned again on StalePlan up to encoded.replans times; `query` is the shard PUT's and
+  // `options` this shard's (its progress).
+  Status PushShardEncoded(std::string_view model, uint64_t version, uint32_t index, uint32_t count,
+                          const std::string& body, const EncodedPushOptions& encoded,
+                          const std::string& query, const ClientOptions& options,
+                          ShardCoding* coding);
+  // One plan of it, coded and sent.
+  Status PushShardEncodedOnce(std::string_view model, uint64_t version, uint32_t index,
+                              uint32_t count, const std::string& body,
+                              const EncodedPushOptions& encoded, const std::string& query,
+                              const ClientOptions& options, ShardCoding* coding);
   // PullEncoded with the model's reference already claimed (ReferenceLock) by the caller.
   Result<PullResult> PullEncodedClaimed(std::string_view model, std::string_view version,
                                         const std::string& path, const EncodedPullOptions& encoded);

@@ -1,0 +1,237 @@
+// Client::PushShardEncoded: one shard of a sharded version coded on the client by the server's
+// plan of that shard, against this machine's reconstruction of the same shard of the base
+// (docs/api.md, "Sharded versions" and "plan").
+#include "encoded_shard_push.h"
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <thread>
+
+#include "ckpt/base/tensor_slices.h"
+#include "ckpt/client/client.h"
+#include "ckpt/codec/coding_plan.h"
+#include "ckpt/codec/edge_encoder.h"
+#include "ckpt/codec/encoded_body.h"
+#include "encoded_part_pull.h"
+#include "encoding_stream.h"
+#include "held_reference.h"
+#include "put_stream.h"
+#include "query_strings.h"
+
+namespace ckpt {
+namespace {
+
+// The tensors whose owned chunks the plan codes as deltas: what the reference must hold, each
+// at the plan's slice.
+std::vector<const PlannedTensor*> DeltaSlices(const CodingPlan& plan) {
+  std::vector<const PlannedTensor*> wanted;
+  for (const PlannedTensor& t : plan.tensors) {
+    if (t.kind == FrameKind::kDelta && t.slice && t.slice->owned_begin < t.slice->owned_end) {
+      wanted.push_back(&t);
+    }
+  }
+  return wanted;
+}
+
+// Whether `reference` holds each of `wanted` at its slice (its shape, and its offsets as the
+// file declares them).
+bool HoldsSlices(const CheckpointView& reference, const std::vector<const PlannedTensor*>& wanted) {
+  auto declared = ParseSliceDeclarations(reference.header().metadata);
+  if (!declared.ok()) return false;
+  for (const PlannedTensor* t : wanted) {
+    const TensorInfo* held = nullptr;
+    for (const TensorInfo& h : reference.header().tensors) {
+      if (h.name == t->name) held = &h;
+    }
+    if (held == nullptr || held->shape != t->slice->box.shape) return false;
+    const auto it = declared->find(t->name);
+    const std::vector<uint64_t> offsets =
+        it == declared->end() ? std::vector<uint64_t>(t->shape.size(), 0) : it->second.offsets;
+    if (offsets != t->slice->box.offsets) return false;
+  }
+  return true;
+}
+
+// A reference file mapped and parsed.
+struct MappedReference {
+  MappedFile file;
+  CheckpointView view;
+};
+
+// Maps `path` into `reference` (left empty when it is not a safetensors file).
+void MapReference(const std::string& path, std::optional<MappedReference>* reference) {
+  reference->reset();
+  auto file = MappedFile::Open(path);
+  if (!file.ok()) return;
+  auto view = CheckpointView::Parse(file->bytes());
+  if (!view.ok()) return;
+  reference->emplace(MappedReference{std::move(file).value(), std::move(view).value()});
+}
+
+// A body sent as it is, from memory.
+PutBody WholeBody(const std::string& body) {
+  PutBody put;
+  put.size = body.size();
+  put.read = [&body, at = size_t{0}](char* buffer, size_t capacity) mutable -> Result<size_t> {
+    const size_t n = std::min(capacity, body.size() - at);
+    std::memcpy(buffer, body.data() + at, n);
+    at += n;
+    return n;
+  };
+  return put;
+}
+
+// Errors of an encoded pull of a part that mean only that no part can be had that way.
+bool PartUnavailable(const Status& s) {
+  return s.code() == StatusCode::kNotFound || s.code() == StatusCode::kDataLoss ||
+         s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kInvalidArgument;
+}
+
+}  // namespace
+
+std::string ShardReferenceName(std::string_view model, uint32_t index, uint32_t count) {
+  return std::string(model) + ".rank" + std::to_string(index) + "-of-" + std::to_string(count);
+}
+
+Status Client::PushShardEncoded(std::string_view model, uint64_t version, uint32_t index,
+                                uint32_t count, const std::string& body,
+                                const EncodedPushOptions& encoded, const std::string& query,
+                                const ClientOptions& options, ShardCoding* coding) {
+  std::optional<ReferenceLock> lock;
+  if (!encoded.reference_dir.empty()) {
+    CKPT_ASSIGN_OR_RETURN(
+        ReferenceLock claimed,
+        ReferenceLock::Acquire(encoded.reference_dir, ShardReferenceName(model, index, count)));
+    lock.emplace(std::move(claimed));
+  }
+  std::string why;
+  for (int replans = 0; replans <= encoded.replans; ++replans) {
+    const Status sent =
+        PushShardEncodedOnce(model, version, index, count, body, encoded, query, options, coding);
+    if (sent.ok() || sent.subcode() != StatusSubcode::kStalePlan) return sent;
+    why = sent.message();
+  }
+  // The model keeps moving on: the server codes this shard.
+  CKPT_ASSIGN_OR_RETURN(const PutAnswer answer,
+                        StreamPut(endpoints_, options, tls_.get(),
+                                  VersionTarget(model, std::to_string(version)) + "/shards/" +
+                                      std::to_string(index) + query,
+                                  WholeBody(body)));
+  *coding = ShardCoding{answer.body, false, body.size(),
+                        "no current plan (" + why + "): the server coded this shard"};
+  return Status::Ok();
+}
+
+Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, uint32_t index,
+                                    uint32_t count, const std::string& body,
+                                    const EncodedPushOptions& encoded, const std::string& query,
+                                    const ClientOptions& options, ShardCoding* coding) {
+  const std::string shard_target =
+      VersionTarget(model, std::to_string(version)) + "/shards/" + std::to_string(index);
+  const auto plain = [&](const std::string& why) -> Status {
+    CKPT_ASSIGN_OR_RETURN(const PutAnswer answer, StreamPut(endpoints_, options, tls_.get(),
+                                                            shard_target + query, WholeBody(body)));
+    *coding = ShardCoding{answer.body, false, body.size(), why + ": the server coded this shard"};
+    return Status::Ok();
+  };
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(body.data()), body.size());
+  CKPT_ASSIGN_OR_RETURN(const CheckpointView checkpoint, CheckpointView::Parse(bytes));
+  auto plan_json = PostForJson(endpoints_, options, tls_.get(),
+                               shard_target + "/plan?of=" + std::to_string(count),
+                               checkpoint.raw_header(), "application/octet-stream");
+  if (!plan_json.ok()) {
+    // The version is committed (the shard is then compared with the one committed), or
+    // another version's upload is in progress: no plan, the server codes the shard.
+    if (plan_json.status().code() == StatusCode::kFailedPrecondition &&
+        plan_json.status().subcode() != StatusSubcode::kStalePlan) {
+      return plain("no plan");
+    }
+    return plan_json.status();
+  }
+  CKPT_ASSIGN_OR_RETURN(CodingPlan plan, CodingPlan::FromJson(plan_json->dump()));
+
+  const int threads = encoded.threads > 0
+                          ? encoded.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::string name = ShardReferenceName(model, index, count);
+  const std::string& dir = encoded.reference_dir;
+  // Without a reference directory, a part that must be pulled goes to a private temporary one.
+  CKPT_ASSIGN_OR_RETURN(const ScratchDir scratch, ScratchDir::Make());
+  const HeldReference held = HeldReferenceOf(dir.empty() ? scratch.path() : dir, name);
+  std::optional<MappedReference> reference;
+  std::string source;
+  const std::vector<const PlannedTensor*> wanted = DeltaSlices(plan);
+  if (!wanted.empty()) {
+    // The rank's part of the base: the one it pushed as this very shard of the base, or pulled.
+    const std::vector<std::string>& pushed = plan.shard->base_shard_sha256;
+    const bool held_is_base = !dir.empty() && held.version == plan.base->version &&
+                              !held.restored_sha256.empty() &&
+                              ((pushed.size() == count && pushed[index] == held.restored_sha256) ||
+                               held.restored_sha256 == plan.base->restored_sha256);
+    if (held_is_base) {
+      MapReference(held.path, &reference);
+      if (reference && HoldsSlices(reference->view, wanted)) {
+        source = "held";
+      } else {
+        reference.reset();
+      }
+    }
+    if (!reference) {
+      // This rank's part of the base as the server cuts it for `index` of `count`.
+      const std::string part = scratch.path() + "/part.safetensors";
+      PullOptions rank_part;
+      rank_part.rank = index;
+      rank_part.ranks = count;
+      ClientOptions quiet = options;
+      quiet.progress = nullptr;  // the progress reported is the shard's upload
+      auto pulled = PullEncodedPart(
+          endpoints_, quiet, tls_.get(),
+          VersionTarget(model, std::to_string(plan.base->version)) + PullQuery(rank_part), part,
+          threads);
+      if (!pulled.ok() && !PartUnavailable(pulled.status())) {
+        return pulled.status().WithContext("pulling this shard's part of the base");
+      }
+      if (pulled.ok()) {
+        MapReference(part, &reference);
+        if (reference && HoldsSlices(reference->view, wanted)) {
+          source = "pulled";
+        } else {
+          reference.reset();
+        }
+      }
+    }
+    if (!reference) return plain("no part of the base holds this shard's slices");
+  }
+
+  EncodingStream stream(plan, checkpoint, reference ? &reference->view : nullptr, threads,
+                        dir.empty() ? std::string() : TemporaryNameFor(held.path));
+  CKPT_RETURN_IF_ERROR(stream.Start());
+  PutBody put;
+  put.read = [&](char* buffer, size_t capacity) { return stream.Read(buffer, capacity); };
+  put.content_type = kEncodedShardMediaType;
+  auto answer = StreamPut(endpoints_, options, tls_.get(), shard_target + query, put);
+  auto coded = stream.Finish();
+  if (!answer.ok()) {
+    // The encoder's own failure explains a body that ended early.
+    if (!coded.ok() && coded.status().message() != EncodingStream::kUploadStopped) {
+      return coded.status();
+    }
+    return answer.status();
+  }
+  if (!coded.ok()) return coded.status();
+  *coding = ShardCoding{answer->body, true, coded->encoded_bytes, source};
+  if (!dir.empty()) {
+    // The rank's part is known by the digest of the shard pushed, which the version's layout
+    // lists (PlanShard::base_shard_sha256 of the next plan).
+    reference.reset();
+    CKPT_RETURN_IF_ERROR(ForgetSidecar(held));
+    CKPT_RETURN_IF_ERROR(stream.KeepRestoredAs(held.path));
+    CKPT_RETURN_IF_ERROR(WriteSidecar(held, version, coded->pushed_sha256));
+  }
+  return Status::Ok();
+}
+
+}  // namespace ckpt
