@@ -127,6 +127,12 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
       (query.empty() ? "?" : query + "&") + "of=" + std::to_string(plans.size());
   std::vector<Result<PutAnswer>> answers(plans.size(), Status::Internal("not sent"));
   std::vector<ShardCoding> codings(plans.size());
+  // The shards are coded at once: by default they share the machine's cores.
+  std::optional<EncodedPushOptions> encoded = sharded.encoded;
+  if (encoded && encoded->threads <= 0) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    encoded->threads = static_cast<int>(std::max<size_t>(1, cores / plans.size()));
+  }
   auto send = [&](size_t i) {
     ClientOptions options = options_;
     options.progress = [&progress, i](uint64_t sent, uint64_t) { progress.Update(i, sent); };
@@ -134,7 +140,7 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
                                std::to_string(i) + shard_query;
     // A shard coded here is read whole first: the coding needs its tensors in one view.
     std::string body;
-    if (sharded.encoded) {
+    if (encoded) {
       ShardReader reader(fd, path, plans[i]);
       body.resize(plans[i].size);
       for (size_t at = 0; at < body.size();) {
@@ -149,10 +155,10 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
     auto delay = sharded.backoff;
     for (int attempt = 0;; ++attempt) {
       progress.Restart(i);
-      if (sharded.encoded) {
+      if (encoded) {
         const Status sent = PushShardEncoded(model, version, static_cast<uint32_t>(i),
-                                             static_cast<uint32_t>(plans.size()), body,
-                                             *sharded.encoded, shard_query, options, &codings[i]);
+                                             static_cast<uint32_t>(plans.size()), body, *encoded,
+                                             shard_query, options, &codings[i]);
         answers[i] = sent.ok() ? Result<PutAnswer>(PutAnswer{200, codings[i].answer})
                                : Result<PutAnswer>(sent);
       } else {
@@ -199,7 +205,7 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
         "every shard was stored but none committed the version (see GET .../versions/" +
         std::to_string(version) + "/shards)");
   }
-  if (sharded.encoded) {
+  if (encoded) {
     // Coded here when every shard was; the references each came by, or why one was not.
     result->encoded = true;
     result->sent_bytes = 0;
