@@ -38,8 +38,9 @@ class PushCommand final : public Command {
     c->add_option("--connections", sharded_.shards,
                   "send the file over N connections at once, as N shards (large tensors cut by "
                   "rows); the version appears when the last is stored (default: one connection); "
-                  "with --encoded, each shard is coded here against the same shard of the last "
-                  "version (kept as MODEL.rankI-of-N in the reference directory)")
+                  "with --encoded, each shard is read into memory and coded here against the "
+                  "same shard of the last version (kept as MODEL.rankI-of-N in the reference "
+                  "directory)")
         ->check(CLI::Range(1, 65536));
     c->add_flag("--encoded", encoded_,
                 "code the file here, as the server would, and send only what is stored (its "
@@ -49,7 +50,8 @@ class PushCommand final : public Command {
                   "with --encoded: where the restored body of each model's last push is kept "
                   "(default: ~/.cache/ckpt/references/HOST-PORT)");
     c->add_option("--threads", encoded_options_.threads,
-                  "with --encoded: encoder threads (default: the machine's cores)")
+                  "with --encoded: encoder threads, per shard with --connections (default: the "
+                  "machine's cores, shared by the shards)")
         ->check(CLI::Range(1, 1024));
     retries_ = c->add_option("--retries", sharded_.retries,
                              "with --connections: attempts after the first per shard, for "

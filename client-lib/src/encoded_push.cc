@@ -145,9 +145,12 @@ Result<PushResult> Client::PushEncodedOnce(std::string_view model, uint64_t vers
   if (!dir.empty()) {
     reference.reset();
     reference_file.reset();
-    CKPT_RETURN_IF_ERROR(ForgetSidecar(held));
-    CKPT_RETURN_IF_ERROR(stream.KeepRestoredAs(held.path));
-    CKPT_RETURN_IF_ERROR(WriteSidecar(held, version, coded->restored_sha256));
+    // The version is stored either way: a reference that cannot be kept only makes the next
+    // push pull its base.
+    Status kept = ForgetSidecar(held);
+    if (kept.ok()) kept = stream.KeepRestoredAs(held.path);
+    if (kept.ok()) kept = WriteSidecar(held, version, coded->restored_sha256);
+    if (!kept.ok()) result.reference += "; not kept as the reference: " + kept.message();
   }
   return result;
 }

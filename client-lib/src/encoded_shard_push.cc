@@ -143,8 +143,8 @@ Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, ui
                                shard_target + "/plan?of=" + std::to_string(count),
                                checkpoint.raw_header(), "application/octet-stream");
   if (!plan_json.ok()) {
-    // The version is committed (the shard is then compared with the one committed), or
-    // another version's upload is in progress: no plan, the server codes the shard.
+    // The version is committed (the shard is then compared with the one committed), or not
+    // above the latest: no plan, the server answers the shard as a plain one.
     if (plan_json.status().code() == StatusCode::kFailedPrecondition &&
         plan_json.status().subcode() != StatusSubcode::kStalePlan) {
       return plain("no plan");
@@ -225,11 +225,13 @@ Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, ui
   *coding = ShardCoding{answer->body, true, coded->encoded_bytes, source};
   if (!dir.empty()) {
     // The rank's part is known by the digest of the shard pushed, which the version's layout
-    // lists (PlanShard::base_shard_sha256 of the next plan).
+    // lists (PlanShard::base_shard_sha256 of the next plan). The shard is stored either way: a
+    // reference that cannot be kept only makes the next push pull its part.
     reference.reset();
-    CKPT_RETURN_IF_ERROR(ForgetSidecar(held));
-    CKPT_RETURN_IF_ERROR(stream.KeepRestoredAs(held.path));
-    CKPT_RETURN_IF_ERROR(WriteSidecar(held, version, coded->pushed_sha256));
+    Status kept = ForgetSidecar(held);
+    if (kept.ok()) kept = stream.KeepRestoredAs(held.path);
+    if (kept.ok()) kept = WriteSidecar(held, version, coded->pushed_sha256);
+    if (!kept.ok()) coding->reference += "; not kept as the reference: " + kept.message();
   }
   return Status::Ok();
 }

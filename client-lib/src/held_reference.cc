@@ -42,6 +42,7 @@ constexpr uint64_t kWritebackBytes = 1 << 20;
 }  // namespace
 
 Result<WritebackFile> WritebackFile::Create(const std::string& path) {
+  // 0666 less the umask, as any file a program creates (std::ofstream's mode).
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) return Status::IoError("cannot write '" + path + "': " + std::strerror(errno));
   return WritebackFile(path, fd);

@@ -90,8 +90,9 @@ class WritebackFile {
   Status Write(std::string_view bytes) {
     return Write({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
   }
-  // Closes the file. Not synced: a reference is a copy of what the server holds, and ext4
-  // writes a file renamed over another before it commits the rename.
+  // Closes the file. Not synced (a pulled body is as durable as any file a program writes; a
+  // reference is a copy of what the server holds), and ext4 writes a file renamed over another
+  // before it commits the rename.
   Status Close();
 
  private:

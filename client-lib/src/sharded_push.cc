@@ -121,7 +121,8 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
 
   uint64_t total = 0;
   for (const ShardBodyPlan& p : plans) total += p.size;
-  CombinedProgress progress(options_, total, plans.size());
+  // Coded shards send what they store, which is not known in advance.
+  CombinedProgress progress(options_, sharded.encoded ? 0 : total, plans.size());
   const std::string query = PushQuery(metadata);
   const std::string shard_query =
       (query.empty() ? "?" : query + "&") + "of=" + std::to_string(plans.size());
@@ -174,26 +175,39 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
       delay *= 2;
     }
   };
-  {
+  const auto send_all = [&] {
     std::vector<std::jthread> threads;
     for (size_t i = 1; i < plans.size(); ++i) threads.emplace_back(send, i);
     send(0);
+  };
+  std::optional<PushResult> result;
+  std::string failed;
+  const auto collect = [&] {
+    result.reset();
+    failed.clear();
+    for (size_t i = 0; i < answers.size(); ++i) {
+      if (!answers[i].ok()) {
+        failed += (failed.empty() ? "" : "; ") + std::string("shard ") + std::to_string(i) + ": " +
+                  answers[i].status().message();
+        continue;
+      }
+      const nlohmann::json& body = answers[i]->body;
+      if (body.contains("version") && body["version"].is_object() && !result) {
+        result = PushResultFromJson(body["version"]);
+      }
+    }
+  };
+  send_all();
+  collect();
+  if (encoded && failed.empty() && !result) {
+    // A commit may drop shards coded against a reference the server no longer has (another
+    // writer moved the model on): each is stored again (planned anew, or sent plain), and a
+    // shard the version already holds is answered with the version.
+    send_all();
+    collect();
   }
   close(fd);
 
-  std::optional<PushResult> result;
-  std::string failed;
-  for (size_t i = 0; i < answers.size(); ++i) {
-    if (!answers[i].ok()) {
-      failed += (failed.empty() ? "" : "; ") + std::string("shard ") + std::to_string(i) + ": " +
-                answers[i].status().message();
-      continue;
-    }
-    const nlohmann::json& body = answers[i]->body;
-    if (body.contains("version") && body["version"].is_object() && !result) {
-      result = PushResultFromJson(body["version"]);
-    }
-  }
   if (!failed.empty()) {
     // The first failure's kind, every failure's reason.
     for (const auto& a : answers) {
