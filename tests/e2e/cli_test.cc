@@ -518,6 +518,15 @@ TEST_F(CliTest, EncodedShardedPushCodesEachShardAgainstItsPart) {
   EXPECT_EQ(elsewhere["reference"], "pulled") << elsewhere;
   ASSERT_EQ(Run("pull es 4 -o " + out).exit_code, 0);
   ExpectTensorsWithin(bodies[3], ReadFile(out), 1e-3);
+  // Another rank count: each rank's part of the base, as the server cuts it, is pulled first.
+  bodies.push_back(model.Next());
+  const json two = RunJson("push es 5 " + WriteFile("es5", bodies.back()) +
+                           " --encoded --connections 2 --reference-dir " + refs);
+  ASSERT_TRUE(two.is_object()) << two;
+  EXPECT_EQ(two["version"], 5) << two;
+  EXPECT_EQ(two["reference"], "pulled") << two;
+  ASSERT_EQ(Run("pull es 5 -o " + out).exit_code, 0);
+  ExpectTensorsWithin(bodies[4], ReadFile(out), 1e-3);
 
   // Lossless: restores bit-identical.
   bodies.clear();
