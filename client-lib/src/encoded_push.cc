@@ -4,7 +4,6 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <thread>
 
 #include "ckpt/base/model_name.h"
 #include "ckpt/client/client.h"
@@ -117,30 +116,16 @@ Result<PushResult> Client::PushEncodedOnce(std::string_view model, uint64_t vers
   // Encode on a thread of its own while the connection sends what is ready. The restored body
   // goes to a file beside the reference as it is coded (not to memory), and replaces the
   // reference once the version is committed.
-  const int threads = encoded.threads > 0
-                          ? encoded.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  EncodingStream stream(plan, checkpoint, reference ? &*reference : nullptr, threads,
+  EncodingStream stream(plan, checkpoint, reference ? &*reference : nullptr,
+                        EncoderThreads(encoded.threads),
                         dir.empty() ? std::string() : TemporaryNameFor(held.path));
-  CKPT_RETURN_IF_ERROR(stream.Start());
-  PutBody body;
-  body.read = [&](char* buffer, size_t capacity) { return stream.Read(buffer, capacity); };
-  body.content_type = kEncodedBodyMediaType;
-  auto answer =
-      StreamPut(endpoints_, options_, tls_.get(), version_target + PushQuery(metadata), body);
-  auto coded = stream.Finish();
-  if (!answer.ok()) {
-    // The encoder's own failure explains a body that ended early.
-    if (!coded.ok() && coded.status().message() != EncodingStream::kUploadStopped) {
-      return coded.status();
-    }
-    return answer.status();
-  }
-  if (!coded.ok()) return coded.status();
-  if (answer->status != 201) return Status::Internal("push answered " + answer->body.dump());
-  PushResult result = PushResultFromJson(answer->body);
+  CKPT_ASSIGN_OR_RETURN(const EncodedPut put, PutEncoded(endpoints_, options_, tls_.get(),
+                                                         version_target + PushQuery(metadata),
+                                                         kEncodedBodyMediaType, stream));
+  if (put.answer.status != 201) return Status::Internal("push answered " + put.answer.body.dump());
+  PushResult result = PushResultFromJson(put.answer.body);
   result.encoded = true;
-  result.sent_bytes = coded->encoded_bytes;
+  result.sent_bytes = put.coded.encoded_bytes;
   result.reference = reference_source;
   if (!dir.empty()) {
     reference.reset();
@@ -149,7 +134,7 @@ Result<PushResult> Client::PushEncodedOnce(std::string_view model, uint64_t vers
     // push pull its base.
     Status kept = ForgetSidecar(held);
     if (kept.ok()) kept = stream.KeepRestoredAs(held.path);
-    if (kept.ok()) kept = WriteSidecar(held, version, coded->restored_sha256);
+    if (kept.ok()) kept = WriteSidecar(held, version, put.coded.restored_sha256);
     if (!kept.ok()) result.reference += "; not kept as the reference: " + kept.message();
   }
   return result;

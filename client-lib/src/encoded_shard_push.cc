@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
-#include <thread>
 
 #include "ckpt/base/tensor_slices.h"
 #include "ckpt/client/client.h"
@@ -153,9 +152,7 @@ Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, ui
   }
   CKPT_ASSIGN_OR_RETURN(CodingPlan plan, CodingPlan::FromJson(plan_json->dump()));
 
-  const int threads = encoded.threads > 0
-                          ? encoded.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = EncoderThreads(encoded.threads);
   const std::string name = ShardReferenceName(model, index, count);
   const std::string& dir = encoded.reference_dir;
   // Without a reference directory, a part that must be pulled goes to a private temporary one.
@@ -208,21 +205,10 @@ Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, ui
 
   EncodingStream stream(plan, checkpoint, reference ? &reference->view : nullptr, threads,
                         dir.empty() ? std::string() : TemporaryNameFor(held.path));
-  CKPT_RETURN_IF_ERROR(stream.Start());
-  PutBody put;
-  put.read = [&](char* buffer, size_t capacity) { return stream.Read(buffer, capacity); };
-  put.content_type = kEncodedShardMediaType;
-  auto answer = StreamPut(endpoints_, options, tls_.get(), shard_target + query, put);
-  auto coded = stream.Finish();
-  if (!answer.ok()) {
-    // The encoder's own failure explains a body that ended early.
-    if (!coded.ok() && coded.status().message() != EncodingStream::kUploadStopped) {
-      return coded.status();
-    }
-    return answer.status();
-  }
-  if (!coded.ok()) return coded.status();
-  *coding = ShardCoding{answer->body, true, coded->encoded_bytes, source};
+  CKPT_ASSIGN_OR_RETURN(const EncodedPut put,
+                        PutEncoded(endpoints_, options, tls_.get(), shard_target + query,
+                                   kEncodedShardMediaType, stream));
+  *coding = ShardCoding{put.answer.body, true, put.coded.encoded_bytes, source};
   if (!dir.empty()) {
     // The rank's part is known by the digest of the shard pushed, which the version's layout
     // lists (PlanShard::base_shard_sha256 of the next plan). The shard is stored either way: a
@@ -230,7 +216,7 @@ Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, ui
     reference.reset();
     Status kept = ForgetSidecar(held);
     if (kept.ok()) kept = stream.KeepRestoredAs(held.path);
-    if (kept.ok()) kept = WriteSidecar(held, version, coded->pushed_sha256);
+    if (kept.ok()) kept = WriteSidecar(held, version, put.coded.pushed_sha256);
     if (!kept.ok()) coding->reference += "; not kept as the reference: " + kept.message();
   }
   return Status::Ok();

@@ -123,4 +123,29 @@ Status EncodingStream::KeepRestoredAs(const std::string& path) {
   return Status::Ok();
 }
 
+Result<EncodedPut> PutEncoded(const std::vector<ServerEndpoint>& servers,
+                              const ClientOptions& options, TlsContext* tls,
+                              const std::string& target, std::string_view media_type,
+                              EncodingStream& stream) {
+  CKPT_RETURN_IF_ERROR(stream.Start());
+  PutBody body;
+  body.read = [&](char* buffer, size_t capacity) { return stream.Read(buffer, capacity); };
+  body.content_type = media_type;
+  auto answer = StreamPut(servers, options, tls, target, body);
+  auto coded = stream.Finish();
+  if (!answer.ok()) {
+    if (!coded.ok() && coded.status().message() != EncodingStream::kUploadStopped) {
+      return coded.status();
+    }
+    return answer.status();
+  }
+  if (!coded.ok()) return coded.status();
+  return EncodedPut{std::move(answer).value(), std::move(coded).value()};
+}
+
+int EncoderThreads(int requested) {
+  return requested > 0 ? requested
+                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 }  // namespace ckpt

@@ -17,6 +17,7 @@
 #include "ckpt/codec/coding_plan.h"
 #include "ckpt/codec/edge_encoder.h"
 #include "held_reference.h"
+#include "put_stream.h"
 
 namespace ckpt {
 
@@ -88,5 +89,21 @@ class EncodingStream {
   std::thread encoder_;
   Result<EdgeEncoding> coded_;  // written by the encoder; read after it is joined
 };
+
+// What an encoded PUT came to: the server's answer and what the encoder coded.
+struct EncodedPut {
+  PutAnswer answer;
+  EdgeEncoding coded;
+};
+
+// Starts `stream` and PUTs its encoded body to `target` as `media_type` while it is coded. On
+// failure, the encoder's own error where it explains a body that ended early, else the PUT's.
+Result<EncodedPut> PutEncoded(const std::vector<ServerEndpoint>& servers,
+                              const ClientOptions& options, TlsContext* tls,
+                              const std::string& target, std::string_view media_type,
+                              EncodingStream& stream);
+
+// The encoder threads of `requested` (0 or less: the machine's cores).
+int EncoderThreads(int requested);
 
 }  // namespace ckpt
