@@ -329,6 +329,7 @@ def _send_encoded(client, model, path, media_type, plan_text, checkpoint, refere
         answer = client._put_stream(model, path, encoder.read, media_type)
         coded = encoder.finish()
         if reference_dir:
+            _native.forget_sidecar(reference_dir, name)
             encoder.keep_restored_as(held["path"])
             _native.write_sidecar(reference_dir, name, int(step), coded[digest])
     finally:
@@ -364,6 +365,9 @@ def _pull_claimed(client, model, version, out_path, reference_dir):
                     raise
         if result is None:
             result = _pull_once(client, model, version, None, partial)
+        if reference_dir:
+            # Until the new sidecar is written, nothing claims what the reference holds.
+            _native.forget_sidecar(reference_dir, model)
         os.replace(partial, out_path)
     finally:
         if os.path.exists(partial):

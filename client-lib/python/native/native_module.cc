@@ -276,6 +276,13 @@ PYBIND11_MODULE(_native, m) {
         Check(WriteSidecar(HeldReferenceOf(dir, model), version, sha256));
       },
       py::arg("dir"), py::arg("model"), py::arg("version"), py::arg("sha256"));
+  m.def(
+      "forget_sidecar",
+      [](const std::string& dir, const std::string& model) {
+        Check(ForgetSidecar(HeldReferenceOf(dir, model)));
+      },
+      py::arg("dir"), py::arg("model"),
+      "removes the sidecar of `model`'s reference before the reference is replaced");
   m.def("temporary_name_for", &TemporaryNameFor, py::arg("path"));
   m.def(
       "check_model_name", [](const std::string& model) { Check(ValidateModelName(model)); },
