@@ -17,7 +17,8 @@
 #
 # Usage: bench/edge_bench.sh CHECKPOINT_DIR POLICY_JSON BUILD_DIR
 #   (POLICY_JSON "" keeps the default lossless policy; STORAGE_CONFIG in the environment adds
-#   lines to the daemon's [storage] section, e.g. "reference_cache_bytes = 1073741824")
+#   lines to the daemon's [storage] section, e.g. "reference_cache_bytes = 1073741824";
+#   CONNECTIONS=N sends the encoded pushes as N shards coded here, `--connections N`)
 set -euo pipefail
 
 dir=$(realpath "$1")
@@ -131,9 +132,11 @@ push_all() {  # name extra-config push-args...
 }
 
 push_all "push: daemon codes" ""
-push_all "push --encoded (daemon decodes to verify)" "" --encoded --reference-dir "$work/refs1"
-push_all "push --encoded (trusted writer)" $'[server]\ndecode_encoded_payloads = false' \
-  --encoded --reference-dir "$work/refs2"
+shards=(${CONNECTIONS:+--connections "$CONNECTIONS"})
+push_all "push --encoded${CONNECTIONS:+ --connections $CONNECTIONS} (daemon decodes to verify)" "" \
+  --encoded --reference-dir "$work/refs1" "${shards[@]}"
+push_all "push --encoded${CONNECTIONS:+ --connections $CONNECTIONS} (trusted writer)" \
+  $'[server]\ndecode_encoded_payloads = false' --encoded --reference-dir "$work/refs2" "${shards[@]}"
 
 # Pulls, from the store the trusted run left.
 pull_way() {  # name field pull-args...
