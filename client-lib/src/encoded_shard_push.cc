@@ -107,10 +107,25 @@ Status Client::PushShardEncoded(std::string_view model, uint64_t version, uint32
     lock.emplace(std::move(claimed));
   }
   std::string why;
+  bool use_held = true;
   for (int replans = 0; replans <= encoded.replans; ++replans) {
-    const Status sent =
-        PushShardEncodedOnce(model, version, index, count, body, encoded, query, options, coding);
-    if (sent.ok() || sent.subcode() != StatusSubcode::kStalePlan) return sent;
+    const Status sent = PushShardEncodedOnce(model, version, index, count, body, encoded, query,
+                                             options, use_held, coding);
+    if (sent.ok()) return sent;
+    if (sent.code() == StatusCode::kInvalidArgument && use_held && !encoded.reference_dir.empty()) {
+      // The server refused what was coded against the part held (it does not restore to what
+      // the server holds: a part kept from a shard that a commit dropped and the server then
+      // coded itself, or a damaged file): the part is forgotten and pulled.
+      (void)ForgetSidecar(
+          HeldReferenceOf(encoded.reference_dir, ShardReferenceName(model, index, count)));
+      use_held = false;
+      why = sent.message();
+      continue;
+    }
+    if (sent.subcode() != StatusSubcode::kStalePlan) return sent;
+    // Planned again: the model moved on, or the commit dropped this shard as coded against a
+    // part the server does not hold; the part is pulled.
+    use_held = false;
     why = sent.message();
   }
   // The model keeps moving on: the server codes this shard.
@@ -127,7 +142,8 @@ Status Client::PushShardEncoded(std::string_view model, uint64_t version, uint32
 Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, uint32_t index,
                                     uint32_t count, const std::string& body,
                                     const EncodedPushOptions& encoded, const std::string& query,
-                                    const ClientOptions& options, ShardCoding* coding) {
+                                    const ClientOptions& options, bool use_held,
+                                    ShardCoding* coding) {
   const std::string shard_target =
       VersionTarget(model, std::to_string(version)) + "/shards/" + std::to_string(index);
   const auto plain = [&](const std::string& why) -> Status {
@@ -164,7 +180,7 @@ Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, ui
   if (!wanted.empty()) {
     // The rank's part of the base: the one it pushed as this very shard of the base, or pulled.
     const std::vector<std::string>& pushed = plan.shard->base_shard_sha256;
-    const bool held_is_base = !dir.empty() && held.version == plan.base->version &&
+    const bool held_is_base = use_held && !dir.empty() && held.version == plan.base->version &&
                               !held.restored_sha256.empty() &&
                               ((pushed.size() == count && pushed[index] == held.restored_sha256) ||
                                held.restored_sha256 == plan.base->restored_sha256);

@@ -541,6 +541,22 @@ TEST_F(CliTest, EncodedShardedPushCodesEachShardAgainstItsPart) {
   EXPECT_EQ(two["reference"], "pulled") << two;
   ASSERT_EQ(Run("pull es 5 -o " + out).exit_code, 0);
   ExpectTensorsWithin(bodies[4], ReadFile(out), 1e-3);
+  // A part held that no longer restores to what the server holds (as one kept from a shard a
+  // commit dropped): the shard is refused at the commit, planned again and its part pulled.
+  {
+    const std::string part = refs + "/es.rank1-of-2.safetensors";
+    std::string held = ReadFile(part);
+    for (size_t at = held.size() / 2; at < held.size() / 2 + 4096; ++at) held[at] ^= 0x40;
+    std::ofstream(part, std::ios::binary | std::ios::trunc) << held;
+  }
+  bodies.push_back(model.Next());
+  const json drifted = RunJson("push es 6 " + WriteFile("es6", bodies.back()) +
+                               " --encoded --connections 2 --reference-dir " + refs);
+  ASSERT_TRUE(drifted.is_object()) << drifted;
+  EXPECT_TRUE(drifted["encoded"].get<bool>()) << drifted;
+  EXPECT_NE(drifted["reference"].get<std::string>().find("pulled"), std::string::npos) << drifted;
+  ASSERT_EQ(Run("pull es 6 -o " + out).exit_code, 0);
+  ExpectTensorsWithin(bodies[5], ReadFile(out), 1e-3);
 
   // Lossless: restores bit-identical.
   bodies.clear();

@@ -248,13 +248,22 @@ def push_shard_encoded(client, model, step, rank, world_size, body, shard_path, 
     from .client import CkptdError
     name = _rank_reference_name(model, rank, world_size)
     with _claimed(reference_dir, name):
+        use_held = True
         for attempt in range(replans + 1):
             try:
                 return _push_shard_once(client, model, step, rank, world_size, body, shard_path,
-                                        reference_dir, name, threads, label)
+                                        reference_dir, name, threads, label, use_held=use_held)
             except CkptdError as error:
-                if error.reason != "STALE_PLAN":
+                if error.code == "INVALID_ARGUMENT" and use_held and reference_dir:
+                    # The server refused what was coded against the part held (it does not
+                    # restore to what the server holds: kept from a shard a commit dropped and
+                    # the server then coded, or damaged): the part is forgotten and pulled.
+                    _native.forget_sidecar(reference_dir, name)
+                elif error.reason != "STALE_PLAN":
                     raise
+                # Planned again (the model moved on, or the commit dropped this shard): the
+                # part is pulled.
+                use_held = False
                 why = error.message
         answer = client._put_body(model, shard_path, body, label)
         return dict(answer, encoded=False, sent_bytes=body.total,
@@ -262,7 +271,7 @@ def push_shard_encoded(client, model, step, rank, world_size, body, shard_path, 
 
 
 def _push_shard_once(client, model, step, rank, world_size, body, shard_path, reference_dir,
-                     name, threads, label):
+                     name, threads, label, use_held=True):
     from .client import CkptdError
     path, query = shard_path.split("?", 1)
 
@@ -288,7 +297,7 @@ def _push_shard_once(client, model, step, rank, world_size, body, shard_path, re
             source, reference_path = "", None
             wanted = _delta_slices(plan)
             if wanted:
-                if reference_dir and _holds_base_part(held, plan, rank, world_size) \
+                if use_held and reference_dir and _holds_base_part(held, plan, rank, world_size) \
                         and _holds_slices(held["path"], wanted):
                     source, reference_path = "held", held["path"]
                 else:

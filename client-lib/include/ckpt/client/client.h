@@ -267,11 +267,11 @@ class Client {
                           const std::string& body, const EncodedPushOptions& encoded,
                           const std::string& query, const ClientOptions& options,
                           ShardCoding* coding);
-  // One plan of it, coded and sent.
+  // One plan of it, coded and sent; against the part held only when `use_held` (else pulled).
   Status PushShardEncodedOnce(std::string_view model, uint64_t version, uint32_t index,
                               uint32_t count, const std::string& body,
                               const EncodedPushOptions& encoded, const std::string& query,
-                              const ClientOptions& options, ShardCoding* coding);
+                              const ClientOptions& options, bool use_held, ShardCoding* coding);
   // PullEncoded with the model's reference already claimed (ReferenceLock) by the caller.
   Result<PullResult> PullEncodedClaimed(std::string_view model, std::string_view version,
                                         const std::string& path, const EncodedPullOptions& encoded);
