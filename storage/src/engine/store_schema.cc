@@ -32,12 +32,12 @@ constexpr size_t kMetadataBlockBytes = 64 << 10;
 constexpr size_t kChunkBlockBytes = 16 << 10;
 
 // The MANIFEST (the log of the engine's file changes) grows by a record per flush, compaction
-// and blob file, and starts again from a snapshot of the live files (about 110 bytes each) once
-// it passes max_manifest_file_size (RocksDB's default is 1 GiB). A daemon that runs for months
-// would keep megabytes of it beside a small store: rolling it at a small fraction of what the
-// directory holds keeps it in proportion. The limit is fixed when the database opens (RocksDB
-// 7.8 cannot change it later), and once the snapshot alone exceeds it every change writes a new
-// MANIFEST: the floor holds a snapshot of ~9,000 files, which a store that starts empty reaches
+// and blob file, and starts again from a snapshot of the live files once it passes
+// max_manifest_file_size (RocksDB's default is 1 GiB). A daemon that runs for months would keep
+// megabytes of it beside a small store: rolling it at a small fraction of what the directory
+// holds keeps it in proportion. The limit is fixed when the database opens (RocksDB 7.8 cannot
+// change it later), and once the snapshot alone exceeds it every change writes a new MANIFEST:
+// the floor holds the snapshot of thousands of files, which a store that starts empty reaches
 // only after thousands of versions in one run; each start sets the limit from the store again.
 constexpr uint64_t kMinManifestBytes = 1 << 20;
 constexpr uint64_t kMaxManifestBytes = 64ull << 20;
