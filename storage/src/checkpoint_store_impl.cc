@@ -17,6 +17,7 @@
 #include "ckpt/storage/checkpoint_store.h"
 #include "context/reference_cache.h"
 #include "context/store_context.h"
+#include "engine/directory_bytes.h"
 #include "engine/scoped_snapshot.h"
 #include "engine/store_schema.h"
 #include "maintenance/maintenance.h"
@@ -525,18 +526,9 @@ class CheckpointStoreImpl final : public CheckpointStore {
   // StoreStats's account of the data directory's space; left unknown when the directory or
   // the models cannot be read.
   void AddSpace(StoreStats* s) {
-    std::error_code ec;
-    std::filesystem::recursive_directory_iterator it(
-        options_.data_dir, std::filesystem::directory_options::skip_permission_denied, ec);
-    // A file removed while the walk passes it (an upload's spool, a compaction's input) is
-    // skipped, not an error.
-    for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-      std::error_code size_ec;
-      if (!it->is_regular_file(size_ec)) continue;
-      const uint64_t size = it->file_size(size_ec);
-      if (!size_ec) s->data_directory_bytes += size;
-    }
-    if (ec) return;
+    const std::optional<uint64_t> directory = DirectoryBytes(options_.data_dir);
+    if (!directory) return;
+    s->data_directory_bytes = *directory;
     auto models = ListModels();
     if (!models.ok()) return;
     for (const ModelInfo& m : *models) s->stored_bytes += m.stored_bytes;

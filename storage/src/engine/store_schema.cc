@@ -5,9 +5,8 @@
 #include <rocksdb/table.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <system_error>
 
+#include "engine/directory_bytes.h"
 #include "engine/engine_logger.h"
 #include "engine/rocks_status.h"
 
@@ -44,14 +43,7 @@ constexpr uint64_t kMaxManifestBytes = 64ull << 20;
 constexpr uint64_t kDirectoryBytesPerManifestByte = 256;
 
 uint64_t ManifestLimit(const std::string& data_dir) {
-  uint64_t bytes = 0;
-  std::error_code error;
-  for (std::filesystem::directory_iterator it(data_dir, error), end; !error && it != end;
-       it.increment(error)) {
-    std::error_code size_error;
-    const uintmax_t size = it->file_size(size_error);
-    if (!size_error) bytes += size;
-  }
+  const uint64_t bytes = DirectoryBytes(data_dir).value_or(0);
   return std::clamp(bytes / kDirectoryBytesPerManifestByte, kMinManifestBytes, kMaxManifestBytes);
 }
 
