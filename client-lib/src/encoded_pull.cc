@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <optional>
-#include <thread>
 
 #include "ckpt/base/model_name.h"
 #include "ckpt/client/client.h"
 #include "ckpt/codec/edge_encoder.h"
 #include "encoded_part_pull.h"
+#include "encoding_stream.h"
 #include "held_reference.h"
 #include "put_stream.h"
 #include "query_strings.h"
@@ -71,12 +71,6 @@ bool ReplacesEntry(const std::string& path, const std::string& entry) {
   return std::filesystem::equivalent(a.parent_path(), b.parent_path(), ec) && !ec;
 }
 
-// The threads a pull decodes on.
-int DecoderThreads(const EncodedPullOptions& encoded) {
-  return encoded.threads > 0 ? encoded.threads
-                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
 }  // namespace
 
 Result<PullResult> PullEncodedPart(const std::vector<ServerEndpoint>& servers,
@@ -107,7 +101,7 @@ Result<PullResult> Client::PullEncoded(std::string_view model, std::string_view 
     return PullEncodedPart(
         endpoints_, options_, tls_.get(),
         "/v1/models/" + std::string(model) + "/versions/" + std::string(version) + PullQuery(part),
-        path, DecoderThreads(encoded));
+        path, CodecThreads(encoded.threads));
   }
   if (encoded.reference_dir.empty()) return PullEncodedClaimed(model, version, path, encoded);
   CKPT_ASSIGN_OR_RETURN(const ReferenceLock lock,
@@ -119,7 +113,7 @@ Result<PullResult> Client::PullEncodedClaimed(std::string_view model, std::strin
                                               const std::string& path,
                                               const EncodedPullOptions& encoded) {
   const std::string& dir = encoded.reference_dir;
-  const int threads = DecoderThreads(encoded);
+  const int threads = CodecThreads(encoded.threads);
   std::optional<HeldReference> held;
   std::optional<MappedFile> held_file;
   std::optional<CheckpointView> since;

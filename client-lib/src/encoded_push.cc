@@ -117,7 +117,7 @@ Result<PushResult> Client::PushEncodedOnce(std::string_view model, uint64_t vers
   // goes to a file beside the reference as it is coded (not to memory), and replaces the
   // reference once the version is committed.
   EncodingStream stream(plan, checkpoint, reference ? &*reference : nullptr,
-                        EncoderThreads(encoded.threads),
+                        CodecThreads(encoded.threads),
                         dir.empty() ? std::string() : TemporaryNameFor(held.path));
   CKPT_ASSIGN_OR_RETURN(const EncodedPut put, PutEncoded(endpoints_, options_, tls_.get(),
                                                          version_target + PushQuery(metadata),

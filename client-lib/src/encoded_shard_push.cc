@@ -83,6 +83,16 @@ PutBody WholeBody(const std::string& body) {
   return put;
 }
 
+// Sends `body` as the shard at `target` for the server to code; `why` it was not coded here.
+Status PutPlainShard(const std::vector<ServerEndpoint>& servers, const ClientOptions& options,
+                     TlsContext* tls, const std::string& target, const std::string& body,
+                     const std::string& why, ShardCoding* coding) {
+  CKPT_ASSIGN_OR_RETURN(const PutAnswer answer,
+                        StreamPut(servers, options, tls, target, WholeBody(body)));
+  *coding = ShardCoding{answer.body, false, body.size(), why + ": the server coded this shard"};
+  return Status::Ok();
+}
+
 // Errors of an encoded pull of a part that mean only that no part can be had that way.
 bool PartUnavailable(const Status& s) {
   return s.code() == StatusCode::kNotFound || s.code() == StatusCode::kDataLoss ||
@@ -129,14 +139,10 @@ Status Client::PushShardEncoded(std::string_view model, uint64_t version, uint32
     why = sent.message();
   }
   // The model keeps moving on: the server codes this shard.
-  CKPT_ASSIGN_OR_RETURN(const PutAnswer answer,
-                        StreamPut(endpoints_, options, tls_.get(),
-                                  VersionTarget(model, std::to_string(version)) + "/shards/" +
-                                      std::to_string(index) + query,
-                                  WholeBody(body)));
-  *coding = ShardCoding{answer.body, false, body.size(),
-                        "no current plan (" + why + "): the server coded this shard"};
-  return Status::Ok();
+  return PutPlainShard(
+      endpoints_, options, tls_.get(),
+      VersionTarget(model, std::to_string(version)) + "/shards/" + std::to_string(index) + query,
+      body, "no current plan (" + why + ")", coding);
 }
 
 Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, uint32_t index,
@@ -146,11 +152,8 @@ Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, ui
                                     ShardCoding* coding) {
   const std::string shard_target =
       VersionTarget(model, std::to_string(version)) + "/shards/" + std::to_string(index);
-  const auto plain = [&](const std::string& why) -> Status {
-    CKPT_ASSIGN_OR_RETURN(const PutAnswer answer, StreamPut(endpoints_, options, tls_.get(),
-                                                            shard_target + query, WholeBody(body)));
-    *coding = ShardCoding{answer.body, false, body.size(), why + ": the server coded this shard"};
-    return Status::Ok();
+  const auto plain = [&](const std::string& why) {
+    return PutPlainShard(endpoints_, options, tls_.get(), shard_target + query, body, why, coding);
   };
   const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(body.data()), body.size());
   CKPT_ASSIGN_OR_RETURN(const CheckpointView checkpoint, CheckpointView::Parse(bytes));
@@ -168,7 +171,7 @@ Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, ui
   }
   CKPT_ASSIGN_OR_RETURN(CodingPlan plan, CodingPlan::FromJson(plan_json->dump()));
 
-  const int threads = EncoderThreads(encoded.threads);
+  const int threads = CodecThreads(encoded.threads);
   const std::string name = ShardReferenceName(model, index, count);
   const std::string& dir = encoded.reference_dir;
   // Without a reference directory, a part that must be pulled goes to a private temporary one.

@@ -11,7 +11,7 @@
 
 namespace ckpt {
 
-struct Client::ShardCoding {
+struct ShardCoding {
   nlohmann::json answer;  // the shard PUT's answer
   bool encoded = false;   // coded here (else sent for the server to code)
   uint64_t sent_bytes = 0;

@@ -143,7 +143,7 @@ Result<EncodedPut> PutEncoded(const std::vector<ServerEndpoint>& servers,
   return EncodedPut{std::move(answer).value(), std::move(coded).value()};
 }
 
-int EncoderThreads(int requested) {
+int CodecThreads(int requested) {
   return requested > 0 ? requested
                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }

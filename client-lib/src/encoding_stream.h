@@ -103,7 +103,7 @@ Result<EncodedPut> PutEncoded(const std::vector<ServerEndpoint>& servers,
                               const std::string& target, std::string_view media_type,
                               EncodingStream& stream);
 
-// The encoder threads of `requested` (0 or less: the machine's cores).
-int EncoderThreads(int requested);
+// The threads a coding or decoding runs on for `requested` (0 or less: the machine's cores).
+int CodecThreads(int requested);
 
 }  // namespace ckpt

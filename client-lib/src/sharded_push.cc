@@ -16,6 +16,7 @@
 #include "ckpt/base/shard_split.h"
 #include "ckpt/client/client.h"
 #include "encoded_shard_push.h"
+#include "encoding_stream.h"
 #include "put_stream.h"
 #include "query_strings.h"
 
@@ -131,8 +132,8 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
   // The shards are coded at once: by default they share the machine's cores.
   std::optional<EncodedPushOptions> encoded = sharded.encoded;
   if (encoded && encoded->threads <= 0) {
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    encoded->threads = static_cast<int>(std::max<size_t>(1, cores / plans.size()));
+    encoded->threads =
+        static_cast<int>(std::max<size_t>(1, static_cast<size_t>(CodecThreads(0)) / plans.size()));
   }
   auto send = [&](size_t i) {
     ClientOptions options = options_;

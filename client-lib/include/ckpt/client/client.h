@@ -43,6 +43,7 @@ struct ClientOptions {
 };
 
 struct TlsContext;     // client.cc: the TLS settings of an https:// client
+struct ShardCoding;    // encoded_shard_push.h: what coding one shard on the client came to
 class CheckpointView;  // ckpt/codec/edge_encoder.h
 
 // One daemon a client may talk to.
@@ -258,8 +259,6 @@ class Client {
   const std::vector<ServerEndpoint>& endpoints() const { return endpoints_; }
 
  private:
-  // What coding one shard here came to (encoded_shard_push.cc).
-  struct ShardCoding;
   // Sends shard `index` of `count` of `version` (`body`, a safetensors file) coded here,
   // planned again on StalePlan up to encoded.replans times; `query` is the shard PUT's and
   // `options` this shard's (its progress).
