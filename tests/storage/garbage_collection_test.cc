@@ -421,6 +421,40 @@ TEST_F(GarbageCollectionTest, TheDataDirectoryIsStoredPlusGarbagePlusTheEnginesF
   ExpectRestores(sha);
 }
 
+// What a delete removed awaits compaction across a restart: the account still shows it as
+// garbage, and the next collection compacts it away and reports it reclaimed.
+TEST_F(GarbageCollectionTest, SpaceAwaitingCompactionIsKeptAcrossARestart) {
+  CKPT_LOCAL_BACKEND_ONLY("accounts for the local data directory");
+  Reopen(1 << 16);
+  DriftingModel drift(53, 200000);
+  auto sha = PushAll(drift, 6);
+  ASSERT_TRUE(store_->RearrangeLatest("m", nullptr).ok());
+  const uint64_t stored = StoredBytes();
+  DeleteVersions(1, 4, &sha);
+  const uint64_t awaiting = stored - StoredBytes();
+  ASSERT_GT(awaiting, 0u);
+  ASSERT_EQ(store_->Stats().garbage_bytes, awaiting);
+
+  Reopen(1 << 16);
+  StoreStats s = store_->Stats();
+  EXPECT_EQ(s.garbage_bytes, awaiting) << "the count outlives the process";
+  EXPECT_EQ(s.data_directory_bytes, s.stored_bytes + s.garbage_bytes + s.metadata_bytes);
+  const uint64_t directory_before = s.data_directory_bytes;
+
+  GcOptions gc;
+  gc.compaction = GcOptions::Compaction::kTables;
+  auto report = store_->CollectGarbage("m", gc);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->bytes_reclaimed, awaiting);
+  s = store_->Stats();
+  EXPECT_LT(s.garbage_bytes, s.stored_bytes / 100);
+  EXPECT_LT(s.data_directory_bytes + awaiting / 2, directory_before) << "the space came back";
+
+  Reopen(1 << 16);
+  EXPECT_EQ(store_->Stats().garbage_bytes, s.garbage_bytes) << "nothing awaits any more";
+  ExpectRestores(sha);
+}
+
 // The engine's MANIFEST gets a record per flush and compaction: a long-running daemon's small
 // store keeps a bounded log of them.
 TEST_F(GarbageCollectionTest, TheEnginesManifestStaysSmallAcrossManyFlushes) {

@@ -8,6 +8,7 @@
 #include "ckpt/base/binary.h"
 #include "ckpt/base/hashing.h"
 #include "context/reference_cache.h"
+#include "records/keys.h"
 
 namespace ckpt {
 namespace {
@@ -280,6 +281,21 @@ TEST(Records, CodecStateRecordRoundTrips) {
   EXPECT_EQ(d->reference_floor_seq, 100u);
   EXPECT_EQ(d->next_seq, 130u);
   ExpectTruncationsAreDataLoss<CodecStateRecord>(bytes);
+}
+
+// The count of space awaiting compaction: format byte, then the bytes as u64 little-endian;
+// its key sits under a prefix of its own in the default family.
+TEST(Records, AwaitingCompactionRecordIsFormatOneAndItsBytes) {
+  const std::string bytes = Encoded(AwaitingCompactionRecord{0x0102030405060708ull});
+  EXPECT_EQ(bytes, std::string("\x01\x08\x07\x06\x05\x04\x03\x02\x01", 9));
+  auto d = AwaitingCompactionRecord::DecodeFrom(bytes);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->bytes, 0x0102030405060708ull);
+  ExpectTruncationsAreDataLoss<AwaitingCompactionRecord>(bytes);
+  std::string newer = bytes;
+  newer[0] = 2;
+  EXPECT_EQ(AwaitingCompactionRecord::DecodeFrom(newer).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(storage_keys::AwaitingCompactionKey("m"), std::string("awaiting-compaction\0m", 21));
 }
 
 // Model records of format 1 (before retention) decode with no retention policy set; version

@@ -23,8 +23,43 @@ namespace ckpt {
 namespace keys = storage_keys;
 
 Status StoreMaintenance::Recover() {
+  CKPT_RETURN_IF_ERROR(LoadAwaitingCompaction());
   CKPT_RETURN_IF_ERROR(RemoveInterruptedPushes());
   return RemoveOrphanedManifests();
+}
+
+Status StoreMaintenance::LoadAwaitingCompaction() {
+  std::unordered_map<std::string, uint64_t> loaded;
+  std::unique_ptr<rocksdb::Iterator> it(
+      ctx_.db->NewIterator(rocksdb::ReadOptions(), ctx_.db->DefaultColumnFamily()));
+  const rocksdb::Slice prefix(keys::kAwaitingCompactionPrefix.data(),
+                              keys::kAwaitingCompactionPrefix.size());
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    const std::string model = it->key().ToString().substr(prefix.size());
+    auto record = AwaitingCompactionRecord::DecodeFrom(it->value().ToStringView());
+    if (!record.ok()) {
+      return Status::DataLoss("the space awaiting compaction of model '" + model +
+                              "': " + record.status().message());
+    }
+    loaded[model] = record->bytes;
+  }
+  CKPT_RETURN_IF_ERROR(FromRocks(it->status(), "reading the space awaiting compaction"));
+  std::lock_guard lock(freed_mu_);
+  freed_since_compaction_ = std::move(loaded);
+  return Status::Ok();
+}
+
+void StoreMaintenance::PersistAwaiting(const std::string& model, uint64_t bytes) {
+  if (!ctx_.backend->IsLocal()) return;  // compactions are the local backend's
+  const std::string key = keys::AwaitingCompactionKey(model);
+  // Best effort: should the write fail, the count is lost at the next restart, not the data;
+  // the model's next compaction still gives the space back.
+  if (bytes == 0) {
+    (void)ctx_.db->Delete(rocksdb::WriteOptions(), ctx_.db->DefaultColumnFamily(), key);
+  } else {
+    (void)ctx_.db->Put(rocksdb::WriteOptions(), ctx_.db->DefaultColumnFamily(), key,
+                       Encoded(AwaitingCompactionRecord{bytes}));
+  }
 }
 
 Result<ScrubReport> StoreMaintenance::Scrub(const std::string& model) {
@@ -175,21 +210,29 @@ Result<uint64_t> StoreMaintenance::RemoveOrphanChunks(const std::string& model) 
                                           std::max(next_seq, ctx_.backend->SeqFloor(model)));
 }
 
-// Records `freed` bytes of the model as awaiting compaction and, per `compaction`, compacts
-
 Result<uint64_t> StoreMaintenance::MaybeCompact(const std::string& model, uint64_t freed,
                                                 GcOptions::Compaction compaction) {
   uint64_t compacted = 0;
+  uint64_t recorded = 0;  // what the model's record holds (0: it has none)
   {
     std::lock_guard lock(freed_mu_);
     uint64_t& pending = freed_since_compaction_[model];
+    recorded = pending;
     pending += freed;
     if (compaction == GcOptions::Compaction::kNone || pending == 0 || !ctx_.backend->IsLocal()) {
+      if (freed > 0) PersistAwaiting(model, pending);
       return uint64_t{0};
     }
     std::swap(compacted, pending);
   }
-  CKPT_RETURN_IF_ERROR(CompactModelChunks(model, compaction == GcOptions::Compaction::kFull));
+  const Status status = CompactModelChunks(model, compaction == GcOptions::Compaction::kFull);
+  std::lock_guard lock(freed_mu_);
+  uint64_t& pending = freed_since_compaction_[model];
+  // A failed compaction gave nothing back: its bytes await the next one. Bytes freed while it
+  // ran await the next one too.
+  if (!status.ok()) pending += compacted;
+  if (pending != 0 || recorded != 0) PersistAwaiting(model, pending);
+  CKPT_RETURN_IF_ERROR(status);
   return compacted;
 }
 
@@ -202,7 +245,7 @@ uint64_t StoreMaintenance::BytesAwaitingCompaction() const {
 
 void StoreMaintenance::ForgetModel(const std::string& model) {
   std::lock_guard lock(freed_mu_);
-  freed_since_compaction_.erase(model);
+  if (freed_since_compaction_.erase(model) > 0) PersistAwaiting(model, 0);
 }
 
 Status StoreMaintenance::SettleJournal() {
@@ -214,8 +257,13 @@ Status StoreMaintenance::SettleJournal() {
   uint64_t log_bytes = 0;
   for (const auto& log : logs) log_bytes += log->SizeFileBytes();
   if (log_bytes < kSettledLogBytes) return Status::Ok();
-  std::vector<rocksdb::ColumnFamilyHandle*> families = {ctx_.models, ctx_.versions, ctx_.manifests,
-                                                        ctx_.codec_state, ctx_.tags};
+  // The default family holds the counts of space awaiting compaction.
+  std::vector<rocksdb::ColumnFamilyHandle*> families = {ctx_.db->DefaultColumnFamily(),
+                                                        ctx_.models,
+                                                        ctx_.versions,
+                                                        ctx_.manifests,
+                                                        ctx_.codec_state,
+                                                        ctx_.tags};
   if (ctx_.chunks != nullptr) families.push_back(ctx_.chunks);
   rocksdb::FlushOptions flush;
   flush.allow_write_stall = true;

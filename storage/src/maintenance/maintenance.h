@@ -21,8 +21,8 @@ class StoreMaintenance {
  public:
   explicit StoreMaintenance(const StoreContext& ctx) : ctx_(ctx) {}
 
-  // Recovery at open, local backend only: removes the chunks of pushes and rebases that never
-  // committed, then manifests no version needs any more.
+  // Recovery at open, local backend only: loads what awaits compaction, removes the chunks of
+  // pushes and rebases that never committed, then manifests no version needs any more.
   Status Recover();
 
   // Every chunk record's checksum and owner, and every version restored in full.
@@ -36,15 +36,15 @@ class StoreMaintenance {
   // owner, on a shared backend). REQUIRES: the model's lock.
   Result<uint64_t> RemoveOrphanChunks(const std::string& model);
 
-  // Records `freed` bytes of the model as awaiting compaction and, per `compaction`, compacts
-  // when any await it. Outside the model lock: pushes proceed meanwhile. Returns the bytes the
+  // Records `freed` bytes of the model as awaiting compaction (persisted, local backend: a
+  // restart keeps the count, AwaitingCompactionRecord) and, per `compaction`, compacts when any
+  // await it. Outside the model lock: pushes proceed meanwhile. Returns the bytes the
   // compaction took off the volume — `freed` and what earlier passes freed since the last
   // compaction — or 0 if it did not compact.
   Result<uint64_t> MaybeCompact(const std::string& model, uint64_t freed,
                                 GcOptions::Compaction compaction);
 
-  // Stored bytes removed (of every model) whose space the next compaction gives back, as
-  // recorded since the store opened.
+  // Stored bytes removed (of every model) whose space the next compaction gives back.
   uint64_t BytesAwaitingCompaction() const;
   // Forgets what `model` had awaiting compaction (the model is deleted: its records go with
   // its whole key range).
@@ -60,6 +60,10 @@ class StoreMaintenance {
   Result<ScrubReport> ScrubAt(const rocksdb::ReadOptions& ro, const std::string& name);
   Status CompactModelChunks(const std::string& model, bool force_blob_gc);
   Status RemoveInterruptedPushes();
+  Status LoadAwaitingCompaction();
+  // Writes the model's count of bytes awaiting compaction (0: removes it). REQUIRES: freed_mu_,
+  // so that the last count written is the last one counted.
+  void PersistAwaiting(const std::string& model, uint64_t bytes);
   Status RemoveOrphanedManifests();
 
   const StoreContext& ctx_;

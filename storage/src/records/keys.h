@@ -72,6 +72,16 @@ inline std::string TagKey(std::string_view model, std::string_view tag) {
   return k;
 }
 
+// default family: "awaiting-compaction\0<model>" (AwaitingCompactionRecord). The family holds
+// nothing else; the prefix leaves room for other kinds of record there.
+inline constexpr std::string_view kAwaitingCompactionPrefix{"awaiting-compaction\0", 20};
+
+inline std::string AwaitingCompactionKey(std::string_view model) {
+  std::string k(kAwaitingCompactionPrefix);
+  k.append(model);
+  return k;
+}
+
 // Decodes the u64 that follows "<model>\0" in a versions/manifests/chunks key.
 inline uint64_t NumberAfterPrefix(std::string_view key, size_t model_size) {
   return ReadBigEndian(key, model_size + 1, 8);

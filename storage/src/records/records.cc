@@ -288,6 +288,24 @@ Result<CodecStateRecord> CodecStateRecord::DecodeFrom(std::string_view bytes) {
   return s;
 }
 
+void AwaitingCompactionRecord::EncodeTo(std::string* out) const {
+  ByteWriter w;
+  w.PutU8(kFormatVersion);
+  w.PutU64(bytes);
+  out->append(w.data());
+}
+
+Result<AwaitingCompactionRecord> AwaitingCompactionRecord::DecodeFrom(std::string_view bytes) {
+  ByteReader r(bytes, "awaiting compaction record");
+  AwaitingCompactionRecord a;
+  uint8_t format = 0;
+  CKPT_RETURN_IF_ERROR(
+      CheckFormatRange(r, 1, kFormatVersion, "awaiting compaction record", &format));
+  CKPT_RETURN_IF_ERROR(r.GetU64(&a.bytes));
+  CKPT_RETURN_IF_ERROR(CheckFullyConsumed(r, "awaiting compaction record"));
+  return a;
+}
+
 void TagRecord::EncodeTo(std::string* out) const {
   storage_keys::AppendBigEndian(*out, version, kEncodedBytes);
 }

@@ -163,6 +163,18 @@ struct CodecStateRecord {
   static Result<CodecStateRecord> DecodeFrom(std::string_view bytes);
 };
 
+// default family, key storage_keys::AwaitingCompactionKey(model). Stored bytes of the model
+// removed since its chunk range was last compacted: the space its next compaction gives back.
+// Persisted so that a restart neither forgets that space nor skips the compaction (no record:
+// nothing awaits).
+struct AwaitingCompactionRecord {
+  static constexpr uint8_t kFormatVersion = 1;
+  uint64_t bytes = 0;
+
+  void EncodeTo(std::string* out) const;  // appends
+  static Result<AwaitingCompactionRecord> DecodeFrom(std::string_view bytes);
+};
+
 // tags family, key "<model>\0<tag>". The version a tag names as 8 bytes, big-endian, without a
 // format byte: the layout predates them, and a later layout must differ in length.
 struct TagRecord {
