@@ -38,7 +38,7 @@ class PushCommand final : public Command {
     c->add_option("--connections", sharded_.shards,
                   "send the file over N connections at once, as N shards (large tensors cut by "
                   "rows); the version appears when the last is stored (default: one connection); "
-                  "with --encoded, each shard is read into memory and coded here against the "
+                  "with --encoded, each shard is coded here against the "
                   "same shard of the last version (kept as MODEL.rankI-of-N in the reference "
                   "directory)")
         ->check(CLI::Range(1, 65536));

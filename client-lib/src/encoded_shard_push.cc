@@ -70,26 +70,15 @@ void MapReference(const std::string& path, std::optional<MappedReference>* refer
   reference->emplace(MappedReference{std::move(file).value(), std::move(view).value()});
 }
 
-// A body sent as it is, from memory.
-PutBody WholeBody(const std::string& body) {
-  PutBody put;
-  put.size = body.size();
-  put.read = [&body, at = size_t{0}](char* buffer, size_t capacity) mutable -> Result<size_t> {
-    const size_t n = std::min(capacity, body.size() - at);
-    std::memcpy(buffer, body.data() + at, n);
-    at += n;
-    return n;
-  };
-  return put;
-}
-
-// Sends `body` as the shard at `target` for the server to code; `why` it was not coded here.
+// Sends `shard` as the shard at `target` for the server to code; `why` it was not coded here.
 Status PutPlainShard(const std::vector<ServerEndpoint>& servers, const ClientOptions& options,
-                     TlsContext* tls, const std::string& target, const std::string& body,
+                     TlsContext* tls, const std::string& target, const ShardSource& shard,
                      const std::string& why, ShardCoding* coding) {
+  PutBody body = shard.plain_body();
+  const uint64_t size = body.size.value_or(0);
   CKPT_ASSIGN_OR_RETURN(const PutAnswer answer,
-                        StreamPut(servers, options, tls, target, WholeBody(body)));
-  *coding = ShardCoding{answer.body, false, body.size(), why + ": the server coded this shard"};
+                        StreamPut(servers, options, tls, target, std::move(body)));
+  *coding = ShardCoding{answer.body, false, size, why + ": the server coded this shard"};
   return Status::Ok();
 }
 
@@ -106,7 +95,7 @@ std::string ShardReferenceName(std::string_view model, uint32_t index, uint32_t 
 }
 
 Status Client::PushShardEncoded(std::string_view model, uint64_t version, uint32_t index,
-                                uint32_t count, const std::string& body,
+                                uint32_t count, const ShardSource& shard,
                                 const EncodedPushOptions& encoded, const std::string& query,
                                 const ClientOptions& options, ShardCoding* coding) {
   std::optional<ReferenceLock> lock;
@@ -119,7 +108,7 @@ Status Client::PushShardEncoded(std::string_view model, uint64_t version, uint32
   std::string why;
   bool use_held = true;
   for (int replans = 0; replans <= encoded.replans; ++replans) {
-    const Status sent = PushShardEncodedOnce(model, version, index, count, body, encoded, query,
+    const Status sent = PushShardEncodedOnce(model, version, index, count, shard, encoded, query,
                                              options, use_held, coding);
     if (sent.ok()) return sent;
     if (sent.code() == StatusCode::kInvalidArgument && use_held && !encoded.reference_dir.empty()) {
@@ -142,21 +131,20 @@ Status Client::PushShardEncoded(std::string_view model, uint64_t version, uint32
   return PutPlainShard(
       endpoints_, options, tls_.get(),
       VersionTarget(model, std::to_string(version)) + "/shards/" + std::to_string(index) + query,
-      body, "no current plan (" + why + ")", coding);
+      shard, "no current plan (" + why + ")", coding);
 }
 
 Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, uint32_t index,
-                                    uint32_t count, const std::string& body,
+                                    uint32_t count, const ShardSource& shard,
                                     const EncodedPushOptions& encoded, const std::string& query,
                                     const ClientOptions& options, bool use_held,
                                     ShardCoding* coding) {
   const std::string shard_target =
       VersionTarget(model, std::to_string(version)) + "/shards/" + std::to_string(index);
   const auto plain = [&](const std::string& why) {
-    return PutPlainShard(endpoints_, options, tls_.get(), shard_target + query, body, why, coding);
+    return PutPlainShard(endpoints_, options, tls_.get(), shard_target + query, shard, why, coding);
   };
-  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(body.data()), body.size());
-  CKPT_ASSIGN_OR_RETURN(const CheckpointView checkpoint, CheckpointView::Parse(bytes));
+  const CheckpointView& checkpoint = shard.view;
   auto plan_json = PostForJson(endpoints_, options, tls_.get(),
                                shard_target + "/plan?of=" + std::to_string(count),
                                checkpoint.raw_header(), "application/octet-stream");

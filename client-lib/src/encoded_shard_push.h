@@ -3,11 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
 #include "ckpt/client/client.h"
+#include "ckpt/codec/edge_encoder.h"
+#include "put_stream.h"
 
 namespace ckpt {
 
@@ -17,6 +20,13 @@ struct ShardCoding {
   uint64_t sent_bytes = 0;
   // How the reference came: "" (none needed), "held", "pulled"; or why the server coded it.
   std::string reference;
+};
+
+// One shard as a push reads it: its tensors where they lie (in the mapped source file, not
+// copied), and its whole body for the server to code when it is not coded here.
+struct ShardSource {
+  const CheckpointView& view;
+  std::function<PutBody()> plain_body;  // each call: a reader from the body's first byte
 };
 
 // The name a rank's reference is kept under in a reference directory: its part of the model's

@@ -8,8 +8,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <span>
 #include <thread>
 
 #include "ckpt/base/model_name.h"
@@ -17,6 +20,7 @@
 #include "ckpt/client/client.h"
 #include "encoded_shard_push.h"
 #include "encoding_stream.h"
+#include "held_reference.h"
 #include "put_stream.h"
 #include "query_strings.h"
 
@@ -65,6 +69,28 @@ class ShardReader {
   size_t range_ = 0;
   uint64_t range_done_ = 0;
 };
+
+// The shard `plan` cuts from `file` (the mapped source) as a view of the file's own bytes: each
+// of its tensors with data is one of the plan's ranges, in body order.
+Result<CheckpointView> ShardView(const ShardBodyPlan& plan, std::span<const uint8_t> file) {
+  CKPT_ASSIGN_OR_RETURN(const SafetensorsHeader header, ParseRawSafetensorsHeader(plan.header));
+  std::vector<std::span<const uint8_t>> tensors;
+  size_t range = 0;
+  for (const TensorInfo& t : header.tensors) {
+    if (t.byte_size() == 0) {
+      tensors.emplace_back();
+      continue;
+    }
+    if (range == plan.ranges.size() || plan.ranges[range].end > file.size()) {
+      return Status::Internal("shard of '" + t.name + "': no range of the file holds it");
+    }
+    const BodyRange& r = plan.ranges[range++];
+    tensors.push_back(file.subspan(r.begin, r.end - r.begin));
+  }
+  const std::span<const uint8_t> raw_header(reinterpret_cast<const uint8_t*>(plan.header.data()),
+                                            plan.header.size());
+  return CheckpointView::FromParts(raw_header, std::move(tensors));
+}
 
 bool WorthRetrying(const Status& s) {
   switch (s.code()) {
@@ -135,39 +161,50 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
     encoded->threads =
         static_cast<int>(std::max<size_t>(1, static_cast<size_t>(CodecThreads(0)) / plans.size()));
   }
+  // Shards coded here read their tensors where they lie in the file, mapped once.
+  std::optional<MappedFile> mapped;
+  if (encoded) {
+    auto file = MappedFile::Open(path);
+    if (!file.ok()) {
+      close(fd);
+      return file.status();
+    }
+    if (file->bytes().size() != size) {
+      close(fd);
+      return Status::IoError("'" + path + "' changed size while being pushed");
+    }
+    mapped.emplace(std::move(file).value());
+  }
   auto send = [&](size_t i) {
     ClientOptions options = options_;
     options.progress = [&progress, i](uint64_t sent, uint64_t) { progress.Update(i, sent); };
     const std::string target = VersionTarget(model, std::to_string(version)) + "/shards/" +
                                std::to_string(i) + shard_query;
-    // A shard coded here is read whole first: the coding needs its tensors in one view.
-    std::string body;
+    std::optional<CheckpointView> view;
     if (encoded) {
-      ShardReader reader(fd, path, plans[i]);
-      body.resize(plans[i].size);
-      for (size_t at = 0; at < body.size();) {
-        auto n = reader.Read(body.data() + at, body.size() - at);
-        if (!n.ok() || *n == 0) {
-          answers[i] = n.ok() ? Status::IoError("'" + path + "' ended early") : n.status();
-          return;
-        }
-        at += *n;
+      auto cut = ShardView(plans[i], mapped->bytes());
+      if (!cut.ok()) {
+        answers[i] = cut.status();
+        return;
       }
+      view.emplace(std::move(cut).value());
     }
+    // The shard's whole body, read from the file (the server codes it).
+    const auto plain_body = [&, i] {
+      auto reader = std::make_shared<ShardReader>(fd, path, plans[i]);
+      return PutBody{plans[i].size, [reader](char* b, size_t n) { return reader->Read(b, n); }};
+    };
     auto delay = sharded.backoff;
     for (int attempt = 0;; ++attempt) {
       progress.Restart(i);
       if (encoded) {
-        const Status sent = PushShardEncoded(model, version, static_cast<uint32_t>(i),
-                                             static_cast<uint32_t>(plans.size()), body, *encoded,
-                                             shard_query, options, &codings[i]);
+        const Status sent = PushShardEncoded(
+            model, version, static_cast<uint32_t>(i), static_cast<uint32_t>(plans.size()),
+            ShardSource{*view, plain_body}, *encoded, shard_query, options, &codings[i]);
         answers[i] = sent.ok() ? Result<PutAnswer>(PutAnswer{200, codings[i].answer})
                                : Result<PutAnswer>(sent);
       } else {
-        ShardReader reader(fd, path, plans[i]);
-        answers[i] =
-            StreamPut(endpoints_, options, tls_.get(), target,
-                      {plans[i].size, [&](char* b, size_t n) { return reader.Read(b, n); }});
+        answers[i] = StreamPut(endpoints_, options, tls_.get(), target, plain_body());
       }
       if (answers[i].ok() || attempt >= sharded.retries || !WorthRetrying(answers[i].status())) {
         return;

@@ -44,6 +44,7 @@ struct ClientOptions {
 
 struct TlsContext;     // client.cc: the TLS settings of an https:// client
 struct ShardCoding;    // encoded_shard_push.h: what coding one shard on the client came to
+struct ShardSource;    // encoded_shard_push.h: one shard's tensors and plain body
 class CheckpointView;  // ckpt/codec/edge_encoder.h
 
 // One daemon a client may talk to.
@@ -259,16 +260,16 @@ class Client {
   const std::vector<ServerEndpoint>& endpoints() const { return endpoints_; }
 
  private:
-  // Sends shard `index` of `count` of `version` (`body`, a safetensors file) coded here,
-  // planned again on StalePlan up to encoded.replans times; `query` is the shard PUT's and
-  // `options` this shard's (its progress).
+  // Sends shard `index` of `count` of `version` coded here, planned again on StalePlan up to
+  // encoded.replans times; `query` is the shard PUT's and `options` this shard's (its
+  // progress).
   Status PushShardEncoded(std::string_view model, uint64_t version, uint32_t index, uint32_t count,
-                          const std::string& body, const EncodedPushOptions& encoded,
+                          const ShardSource& shard, const EncodedPushOptions& encoded,
                           const std::string& query, const ClientOptions& options,
                           ShardCoding* coding);
   // One plan of it, coded and sent; against the part held only when `use_held` (else pulled).
   Status PushShardEncodedOnce(std::string_view model, uint64_t version, uint32_t index,
-                              uint32_t count, const std::string& body,
+                              uint32_t count, const ShardSource& shard,
                               const EncodedPushOptions& encoded, const std::string& query,
                               const ClientOptions& options, bool use_held, ShardCoding* coding);
   // PullEncoded with the model's reference already claimed (ReferenceLock) by the caller.
