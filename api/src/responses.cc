@@ -71,6 +71,7 @@ json ErrorObject(const Status& status) {
   json error = ErrorObject(StatusCodeName(status.code()), status.message());
   if (status.subcode() == StatusSubcode::kNoSpace) error["reason"] = "NO_SPACE";
   if (status.subcode() == StatusSubcode::kStalePlan) error["reason"] = "STALE_PLAN";
+  if (status.subcode() == StatusSubcode::kReferenceDrifted) error["reason"] = "REFERENCE_DRIFTED";
   return error;
 }
 

@@ -37,7 +37,9 @@ class PushCommand final : public Command {
     sharded_.shards = 0;
     c->add_option("--connections", sharded_.shards,
                   "send the file over N connections at once, as N shards (large tensors cut by "
-                  "rows); the version appears when the last is stored (default: one connection); "
+                  "rows); the version appears when the last is stored and restores the same "
+                  "tensors in a sharded version's layout, not the file's bytes (default: one "
+                  "connection); "
                   "with --encoded, each shard is coded here against the "
                   "same shard of the last version (kept as MODEL.rankI-of-N in the reference "
                   "directory)")
@@ -46,13 +48,13 @@ class PushCommand final : public Command {
                 "code the file here, as the server would, and send only what is stored (its "
                 "deltas need the model's latest version: kept from this machine's last encoded "
                 "push, or pulled first)");
-    c->add_option("--reference-dir", encoded_options_.reference_dir,
-                  "with --encoded: where the restored body of each model's last push is kept "
-                  "(default: ~/.cache/ckpt/references/HOST-PORT)");
-    c->add_option("--threads", encoded_options_.threads,
-                  "with --encoded: encoder threads, per shard with --connections (default: the "
-                  "machine's cores, shared by the shards)")
-        ->check(CLI::Range(1, 1024));
+    reference_dir_ = c->add_option("--reference-dir", encoded_options_.reference_dir,
+                                   "with --encoded: where the restored body of each model's last "
+                                   "push is kept (default: ~/.cache/ckpt/references/HOST-PORT)");
+    threads_ = c->add_option("--threads", encoded_options_.threads,
+                             "with --encoded: encoder threads, per shard with --connections "
+                             "(default: the machine's cores, shared by the shards)")
+                   ->check(CLI::Range(1, 1024));
     retries_ = c->add_option("--retries", sharded_.retries,
                              "with --connections: attempts after the first per shard, for "
                              "network errors, 5xx and a busy model (default 3)")
@@ -78,6 +80,10 @@ class PushCommand final : public Command {
       metadata.labels[item.substr(0, eq)] = item.substr(eq + 1);
     }
     metadata.tags = tags_;
+    if (!encoded_ && threads_->count() > 0) return Usage("--threads goes with --encoded");
+    if (!encoded_ && reference_dir_->count() > 0) {
+      return Usage("--reference-dir goes with --encoded");
+    }
     if (retries_->count() > 0 && sharded_.shards == 0) {
       return Usage("--retries goes with --connections");
     }
@@ -131,6 +137,8 @@ class PushCommand final : public Command {
   std::vector<std::string> metrics_, labels_, tags_;
   ShardedPushOptions sharded_;
   CLI::Option* retries_ = nullptr;
+  CLI::Option* threads_ = nullptr;
+  CLI::Option* reference_dir_ = nullptr;
 };
 
 class PullCommand final : public Command {
@@ -141,8 +149,9 @@ class PullCommand final : public Command {
                      "FILE.partial and the same command resumes it");
     c->add_option("MODEL", model_, "model name")->required();
     c->add_option("VERSION", version_, "version number, 'latest' or 'tag:NAME'")->required();
-    auto* output = c->add_option("-o,--output", file_,
-                                 "output file ('-' for stdout); this or --hf-dir is required");
+    auto* output = c->add_option(
+        "-o,--output", file_,
+        "output file ('-' for stdout, not with --encoded); this or --hf-dir is required");
     auto* hf = c->add_option("--hf-dir", hf_dir_,
                              "write the Hugging Face view instead: DIR/model.safetensors."
                              "index.json and the files it lists");
@@ -161,12 +170,20 @@ class PullCommand final : public Command {
                 "bytes); with a reconstruction of an earlier version held, only the deltas "
                 "after it; with --tensors or --rank, the records of the chunks holding that "
                 "part (the reconstruction held is neither used nor replaced)");
-    c->add_option("--reference-dir", encoded_options_.reference_dir,
-                  "with --encoded: where the restored body of each model's last version pushed "
-                  "or pulled is kept (default: ~/.cache/ckpt/references/HOST-PORT)");
+    reference_dir_ = c->add_option(
+        "--reference-dir", encoded_options_.reference_dir,
+        "with --encoded: where the restored body of each model's last version pushed or pulled "
+        "is kept (a pull of an older version than the one kept leaves it; default: "
+        "~/.cache/ckpt/references/HOST-PORT)");
   }
 
   int Run(Session& session) override {
+    if (encoded_ && !hf_dir_.empty()) {
+      return Usage("--encoded pulls into a file (-o FILE), not a Hugging Face view");
+    }
+    if (!encoded_ && reference_dir_->count() > 0) {
+      return Usage("--reference-dir goes with --encoded");
+    }
     auto client = session.client();
     if (!client.ok()) return Fail(client.status());
     if (!hf_dir_.empty()) {
@@ -213,10 +230,14 @@ class PullCommand final : public Command {
                 HumanBytes(r->bytes).c_str(), ShortHash(r->sha256).c_str(),
                 r->verified ? " (verified)" : "", resumed.c_str());
     if (encoded_) {
+      std::string since;
+      if (r->since_version == r->version) {
+        since = ", the version held already";
+      } else if (r->since_version > 0) {
+        since = ", the deltas since version " + std::to_string(r->since_version);
+      }
       std::printf("decoded here: received %s%s\n", HumanBytes(r->received_bytes).c_str(),
-                  r->since_version > 0
-                      ? (", the deltas since version " + std::to_string(r->since_version)).c_str()
-                      : "");
+                  since.c_str());
     }
     return kExitOk;
   }
@@ -229,6 +250,7 @@ class PullCommand final : public Command {
   PullOptions part_;
   CLI::Option* rank_ = nullptr;
   CLI::Option* world_size_ = nullptr;
+  CLI::Option* reference_dir_ = nullptr;
 };
 
 }  // namespace

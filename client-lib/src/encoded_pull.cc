@@ -129,7 +129,8 @@ Result<PullResult> Client::PullEncodedClaimed(std::string_view model, std::strin
     }
   }
   const std::string partial = path + ".partial";
-  // The version pulled becomes the one held (the base of the next sync or push): written beside
+  // The version pulled becomes the one held (the base of the next sync or push) unless it is
+  // older than the one held (below): written beside
   // the reference as it comes, unless the pull's rename replaces the reference's own directory
   // entry (a link to it is replaced, not the file it names). The reference's lock is held, so
   // the copy has a fixed name: a pull cut off leaves it to the next one to truncate.
@@ -141,6 +142,10 @@ Result<PullResult> Client::PullEncodedClaimed(std::string_view model, std::strin
                                  &*since, partial, kept_partial, threads)
                       : Result<PullResult>(Status::NotFound("no reconstruction held"));
   if (since && pulled.ok()) pulled->since_version = held->version;
+  // What is held did not decode to what its sidecar says: it is kept no longer, whatever the
+  // version pulled.
+  const bool held_damaged =
+      since && !pulled.ok() && pulled.status().code() == StatusCode::kDataLoss;
   // Without a usable reconstruction (none, or one that is not what its sidecar says, or a
   // version the server no longer has), the chains from their keyframes.
   if (!pulled.ok() && (!since || pulled.status().code() == StatusCode::kNotFound ||
@@ -159,15 +164,23 @@ Result<PullResult> Client::PullEncodedClaimed(std::string_view model, std::strin
     return pulled.status();
   }
   held_file.reset();
+  // A version older than the one held leaves the reference alone: the newer one is the base
+  // of the next push (pushes code against the latest) and nearer the next sync.
+  const bool replaces_reference =
+      held && (!keeps_copy || held_damaged || pulled->version >= held->version);
   // Until the new sidecar is written, nothing claims what the reference holds.
-  if (held) CKPT_RETURN_IF_ERROR(ForgetSidecar(*held));
+  if (replaces_reference) CKPT_RETURN_IF_ERROR(ForgetSidecar(*held));
   std::error_code ec;
   std::filesystem::rename(partial, path, ec);
   if (ec) {
     remove_partials();
     return Status::IoError("cannot rename '" + partial + "': " + ec.message());
   }
-  if (held) {
+  if (held && !replaces_reference) {
+    std::error_code ignored;
+    std::filesystem::remove(kept_partial, ignored);
+  }
+  if (replaces_reference) {
     if (keeps_copy) std::filesystem::rename(kept_partial, held->path, ec);
     if (ec) {
       remove_partials();

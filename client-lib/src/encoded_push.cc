@@ -43,13 +43,25 @@ Result<PushResult> Client::PushFileEncoded(std::string_view model, uint64_t vers
     lock.emplace(std::move(claimed));
   }
   // A version pushed by another writer while this one was coded makes its plan stale: plan,
-  // pull the new base and code again.
+  // pull the new base and code again. A reference the server finds is not the base's
+  // reconstruction (a damaged file) is forgotten once, and the base pulled.
+  bool forgot_reference = false;
   for (int replans = 0;; ++replans) {
     auto pushed = PushEncodedOnce(model, version, path, *parsed, encoded, metadata);
-    if (pushed.ok() || pushed.status().subcode() != StatusSubcode::kStalePlan ||
-        replans >= encoded.replans) {
+    if (pushed.ok()) {
+      if (forgot_reference) {
+        pushed->reference += " (the reference held did not restore the base: pulled again)";
+      }
       return pushed;
     }
+    const StatusSubcode why = pushed.status().subcode();
+    if (why == StatusSubcode::kReferenceDrifted && !forgot_reference &&
+        !encoded.reference_dir.empty()) {
+      CKPT_RETURN_IF_ERROR(ForgetSidecar(HeldReferenceOf(encoded.reference_dir, model)));
+      forgot_reference = true;
+      continue;
+    }
+    if (why != StatusSubcode::kStalePlan || replans >= encoded.replans) return pushed;
   }
 }
 

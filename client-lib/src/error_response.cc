@@ -58,6 +58,11 @@ Status ErrorFromResponse(unsigned http_status, std::string_view body) {
   if (code == StatusCode::kFailedPrecondition && reason == "STALE_PLAN") {
     return Status::StalePlan(std::move(message));
   }
+  // 400 REFERENCE_DRIFTED: an encoded push was coded against a reference that is not the
+  // base's reconstruction; the client forgets it, pulls the base and encodes again.
+  if (code == StatusCode::kInvalidArgument && reason == "REFERENCE_DRIFTED") {
+    return Status::ReferenceDrifted(std::move(message));
+  }
   return Status(code, std::move(message));
 }
 

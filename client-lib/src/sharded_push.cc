@@ -270,6 +270,8 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
     for (const std::string& reference : references) {
       result->reference += (result->reference.empty() ? "" : "; ") + reference;
     }
+  } else {
+    result->sent_bytes = total;  // every shard's body, as it is
   }
   return *result;
 }

@@ -190,6 +190,83 @@ TEST_F(CliTest, EncodedPushSendsWhatIsStoredAndKeepsItsReference) {
   EXPECT_EQ(testing::CheckWithinBound(bodies[5], ReadFile(last), 1e-3).error, "");
 }
 
+// A kept reference that no longer restores the base (damaged on disk, its sidecar unchanged)
+// is refused by the daemon as drifted; the push forgets it, pulls the base and goes through,
+// and the version restores within its bound.
+TEST_F(CliTest, AnEncodedPushWhoseReferenceIsDamagedPullsTheBaseOnce) {
+  ASSERT_EQ(Run("policy dmg '{\"mode\":\"lossy\",\"max_abs_error\":1e-3}'").exit_code, 0);
+  DriftingModel model(8, 60000);
+  const std::string refs = (dir_.path() / "damaged-refs").string();
+  std::string body;
+  for (int v = 1; v <= 2; ++v) {
+    body = model.Next();
+    const std::string file = WriteFile("dmg" + std::to_string(v), body);
+    ASSERT_EQ(
+        Run("push dmg " + std::to_string(v) + " " + file + " --encoded --reference-dir " + refs)
+            .exit_code,
+        0);
+  }
+  const std::string held = refs + "/dmg.safetensors";
+  std::string damaged = ReadFile(held);
+  for (size_t i = damaged.size() - 4096; i < damaged.size() - 4000; ++i) damaged[i] ^= 0x5a;
+  WriteFile(held, damaged);
+  body = model.Next();
+  const json third =
+      RunJson("push dmg 3 " + WriteFile("dmg3", body) + " --encoded --reference-dir " + refs);
+  ASSERT_TRUE(third.is_object()) << third;
+  EXPECT_TRUE(third["encoded"].get<bool>()) << third;
+  EXPECT_NE(third["reference"].get<std::string>().find("pulled"), std::string::npos) << third;
+  const std::string out = (dir_.path() / "dmg3.restored").string();
+  ASSERT_EQ(Run("pull dmg 3 -o " + out).exit_code, 0);
+  EXPECT_EQ(testing::CheckWithinBound(body, ReadFile(out), 1e-3).error, "");
+  EXPECT_EQ(ReadFile(held), ReadFile(out)) << "the reference kept is the new version's";
+}
+
+// Options of the coding at the edge without --encoded, or with an output it cannot write, are
+// usage errors that say so, not ignored.
+TEST_F(CliTest, EncodedOptionsOutOfPlaceAreUsageErrors) {
+  const std::string file = WriteFile("u1", DriftingModel(9, 1000).Next());
+  const auto expect_usage = [&](const std::string& args, const std::string& says) {
+    const auto r = Run(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
+    EXPECT_NE(r.output.find(says), std::string::npos) << args << ": " << r.output;
+  };
+  expect_usage("push u 1 " + file + " --threads 2", "--threads goes with --encoded");
+  expect_usage("push u 1 " + file + " --reference-dir x", "--reference-dir goes with --encoded");
+  expect_usage("pull u latest -o x --reference-dir x", "--reference-dir goes with --encoded");
+  expect_usage("pull u latest --hf-dir x --encoded", "not a Hugging Face view");
+  expect_usage("pull u latest -o - --encoded", "not stdout");
+  EXPECT_EQ(Run("ls u").exit_code, 1) << "nothing was pushed";
+}
+
+// A client holding a newer version pulls an older one for no more than a client holding
+// nothing receives, and keeps the newer one as its reference (the next push's base).
+TEST_F(CliTest, AnEncodedPullOfAnOlderVersionKeepsTheNewerReference) {
+  DriftingModel model(10, 60000);
+  const std::string refs = (dir_.path() / "older-refs").string();
+  for (int v = 1; v <= 6; ++v) {
+    const std::string file = WriteFile("old" + std::to_string(v), model.Next());
+    ASSERT_EQ(
+        Run("push old " + std::to_string(v) + " " + file + " --encoded --reference-dir " + refs)
+            .exit_code,
+        0);
+  }
+  const std::string plain = (dir_.path() / "old1.plain").string();
+  ASSERT_EQ(Run("pull old 1 -o " + plain).exit_code, 0);
+  const json cold = RunJson("pull old 1 -o " + plain + ".cold --encoded --reference-dir " +
+                            (dir_.path() / "empty-refs").string());
+  const json held = RunJson("pull old 1 -o " + plain + ".held --encoded --reference-dir " + refs);
+  ASSERT_TRUE(cold.is_object() && held.is_object()) << cold << held;
+  EXPECT_EQ(ReadFile(plain + ".held"), ReadFile(plain));
+  EXPECT_LE(held["received_bytes"].get<uint64_t>(),
+            cold["received_bytes"].get<uint64_t>() + (4u << 10))
+      << held;
+  const json next = RunJson("push old 7 " + WriteFile("old7", model.Next()) +
+                            " --encoded --reference-dir " + refs);
+  ASSERT_TRUE(next.is_object()) << next;
+  EXPECT_EQ(next["reference"], "held") << "version 6 is still the one kept: " << next;
+}
+
 // An encoded pull whose output is a link to the reference replaces the link, and the reference
 // it keeps is still the version its sidecar names: the next push codes against the right base.
 TEST_F(CliTest, AnEncodedPullThroughALinkToTheReferenceKeepsItTrue) {
@@ -462,6 +539,10 @@ TEST_F(CliTest, PushesAFileAsParallelShards) {
   auto lonely = Run("push m 3 " + v2 + " --retries 2");
   EXPECT_NE(lonely.exit_code, 0);
   EXPECT_NE(lonely.output.find("--retries goes with --connections"), std::string::npos);
+  // The answer counts what the shards sent: the file's bytes, re-framed per shard.
+  const json third = RunJson("push m 3 " + v1 + " --connections 2");
+  ASSERT_TRUE(third.is_object()) << third;
+  EXPECT_GE(third["sent_bytes"].get<uint64_t>(), ReadFile(v1).size()) << third;
 }
 
 // Every tensor of `pushed` is in `restored` with its dtype and shape: F32 ones each element

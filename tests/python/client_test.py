@@ -563,6 +563,24 @@ class EncodedTest(unittest.TestCase):
                 error = (back[name].double() - value.double()).abs().max().item()
                 self.assertLessEqual(error, 5e-3 if value.is_floating_point() else 0, name)
 
+    def test_a_damaged_reference_is_forgotten_and_the_base_pulled(self):
+        self.plain.set_policy("m", {"mode": "lossy", "max_abs_error": 5e-3})
+        coder = self.coder("damaged")
+        first, second, third = self.versions(3)
+        coder.push("m", 1, first)
+        coder.push("m", 2, second)
+        held = os.path.join(self.tmp.name, "damaged", "m.safetensors")
+        damaged = bytearray(read(held, "rb"))
+        for i in range(len(damaged) - 4096, len(damaged) - 4000):
+            damaged[i] ^= 0x5A
+        with open(held, "wb") as f:
+            f.write(damaged)
+        answer = coder.push("m", 3, third)
+        self.assertTrue(answer["encoded"])
+        self.assertIn("pulled", answer["reference"])
+        self.assertEqual(self.sha("m", 3), answer["sha256"])
+        self.assertEqual(hashlib.sha256(read(held, "rb")).hexdigest(), answer["sha256"])
+
     def test_a_file_pushed_by_a_client_without_the_base_pulls_it_first(self):
         first, second = self.versions(2)
         self.coder("a").push("m", 1, first)
@@ -658,7 +676,7 @@ class EncodedTest(unittest.TestCase):
         self.assertEqual([v["version"] for v in self.plain.versions("m")], [1])
         self.assertEqual(edge.push("m", 2, second)["reference"], "held")
 
-    def test_without_the_module_pushes_are_coded_by_the_daemon_and_it_says_so_once(self):
+    def test_without_the_module_the_daemon_codes_and_it_says_so_once(self):
         script = f"""
 import sys, warnings
 sys.path.insert(0, {SOURCE_PACKAGE!r})
@@ -667,7 +685,12 @@ assert not ckptd.edge.available()
 client = ckptd.Client({self.url!r}, encoded=True, progress=False)
 for step in (1, 2):
     answer = client.push("m", step, {{"w": np.ones(8, dtype=np.float32) * step}})
-    assert "encoded" not in answer, answer
+    assert answer["encoded"] is False and answer["sent_bytes"] == answer["raw_bytes"], answer
+    assert "daemon coded" in answer["reference"], answer
+out = {os.path.join(self.tmp.name, "fallback.safetensors")!r}
+pulled = client.pull_encoded("m", out)
+assert pulled["encoded"] is False and pulled["version"] == 2 and pulled["verified"], pulled
+assert pulled["restored_bytes"] == pulled["received_bytes"] == answer["raw_bytes"], pulled
 print(float(client.pull("m")["w"][0]))
 """
         result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -302,6 +302,8 @@ class Client:
 
         label = f"push {model}@{step}"
         encode = self._use_encoded(encoded)
+        # Asked for encoded without the codec here: the daemon codes, and the answer says so.
+        uncoded = not encode and (self._encoded if encoded is None else encoded)
 
         def once():
             attempts.append(1)
@@ -309,7 +311,11 @@ class Client:
                 if encode:
                     return edge.push_encoded(self, model, step, body, path, self.reference_dir,
                                              self._encode_threads, 3, label)
-                return self._put_body(model, path, body, label)
+                answer = self._put_body(model, path, body, label)
+                if uncoded:
+                    answer = dict(answer, encoded=False, sent_bytes=body.total,
+                                  reference="no native codec module: the daemon coded this push")
+                return answer
             except CkptdError as error:
                 if len(attempts) > 1 and error.status == 409 \
                         and error.code == "FAILED_PRECONDITION":
@@ -539,12 +545,15 @@ class Client:
         (bit-identical to a restore; SHA-256 verified). When the restored body of an earlier
         version of the model is held in `reference_dir`, only what turns it into `version` is
         sent (the chains' deltas after it: a follower's sync); the version pulled becomes the
-        one held. Returns {"version", "sha256", "restored_bytes", "received_bytes",
-        "since_version" (0: none held)}. Needs the native module (edge.available())."""
+        one held unless it is older. Returns {"version", "sha256", "restored_bytes",
+        "received_bytes", "since_version" (0: none held), "verified", "encoded"}. Without the
+        native module (edge.available()) the daemon decodes: a plain restore into `path`, with
+        "encoded" False, and a warning once."""
         if not edge.available():
-            raise RuntimeError("pull_encoded needs ckptd's native codec module (ckptd._native):"
-                               " `make python-client` installs the client with it")
-        return edge.pull_encoded(self, model, str(version), os.fspath(path), self.reference_dir)
+            edge.warn_unavailable()
+            return self._download(model, os.fspath(path), version)
+        return dict(edge.pull_encoded(self, model, str(version), os.fspath(path),
+                                      self.reference_dir), encoded=True)
 
     def _open_restore(self, model, version, query=None, accept=None):
         """(connection, response) of GET version; raises CkptdError unless 200. The caller
@@ -633,6 +642,10 @@ class Client:
         `encoded` (default: the Client's): as pull_encoded."""
         if self._use_encoded(encoded):
             return self.pull_encoded(model, path, version)["restored_bytes"]
+        return self._download(model, path, version)["restored_bytes"]
+
+    def _download(self, model, path, version):
+        """A plain restore of `version` into the file `path`, as pull_encoded answers."""
         conn, response = self._open_restore(model, version)
         try:
             expected = response.getheader("X-Ckpt-Sha256")
@@ -647,7 +660,9 @@ class Client:
                     size += len(chunk)
             if expected and sha.hexdigest() != expected:
                 raise CkptdError(200, "DATA_LOSS", "restored file does not match its SHA-256")
-            return size
+            return {"version": int(response.getheader("X-Ckpt-Version", "0")),
+                    "sha256": sha.hexdigest(), "restored_bytes": size, "received_bytes": size,
+                    "since_version": 0, "verified": bool(expected), "encoded": False}
         finally:
             conn.close()
 

@@ -140,18 +140,30 @@ def _needs_reference(plan):
 
 def push_encoded(client, model, step, body, push_path, reference_dir, threads, replans, label):
     """One encoded push of `body` (client._Body) as version `step`, planned again (up to
-    `replans` times) when another writer moved the model on meanwhile (409 STALE_PLAN).
-    Returns the push's answer, with "encoded", "sent_bytes" and "reference" added."""
+    `replans` times) when another writer moved the model on meanwhile (409 STALE_PLAN). A kept
+    reference the daemon finds does not restore the base (400 REFERENCE_DRIFTED: a damaged
+    file) is forgotten and the base pulled, once. Returns the push's answer, with "encoded",
+    "sent_bytes" and "reference" added."""
     from .client import CkptdError
     with _claimed(reference_dir, model):
-        for attempt in range(replans + 1):
+        forgot_reference = False
+        attempt = 0
+        while True:
             try:
-                return _push_once(client, model, step, body, push_path, reference_dir, threads,
-                                  label)
+                answer = _push_once(client, model, step, body, push_path, reference_dir,
+                                    threads, label)
+                if forgot_reference:
+                    answer["reference"] += (" (the reference held did not restore the base: "
+                                            "pulled again)")
+                return answer
             except CkptdError as error:
+                if error.reason == "REFERENCE_DRIFTED" and reference_dir and not forgot_reference:
+                    _native.forget_sidecar(reference_dir, model)
+                    forgot_reference = True
+                    continue
                 if error.reason != "STALE_PLAN" or attempt == replans:
                     raise
-    raise AssertionError("unreachable")
+                attempt += 1
 
 
 def _push_once(client, model, step, body, push_path, reference_dir, threads, label):
@@ -349,8 +361,8 @@ def _send_encoded(client, model, path, media_type, plan_text, checkpoint, refere
 def pull_encoded(client, model, version, out_path, reference_dir):
     """Pulls `version` encoded into the safetensors file `out_path` (SHA-256 verified): since
     the version held in `reference_dir` when there is one, which the version pulled then
-    replaces. Returns {"version", "sha256", "restored_bytes", "received_bytes",
-    "since_version"}."""
+    replaces unless it is older (or the one held proved damaged). Returns {"version", "sha256",
+    "restored_bytes", "received_bytes", "since_version", "verified"}."""
     with _claimed(reference_dir, model):
         return _pull_claimed(client, model, version, out_path, reference_dir)
 
@@ -364,6 +376,7 @@ def _pull_claimed(client, model, version, out_path, reference_dir):
         if held["version"] == 0:
             held = None
     partial = out_path + ".partial"
+    damaged = False  # what is held did not decode to what its sidecar says
     try:
         result = None
         if held is not None:
@@ -372,17 +385,22 @@ def _pull_claimed(client, model, version, out_path, reference_dir):
             except (CkptdError, CodecError) as error:
                 if error.code not in _SINCE_UNUSABLE:
                     raise
+                damaged = error.code == "DATA_LOSS"
         if result is None:
             result = _pull_once(client, model, version, None, partial)
-        if reference_dir:
+        # The version pulled becomes the one held (the base of the next sync or push) unless it
+        # is older than the one held, which is then nearer the next sync and push.
+        replaces = bool(reference_dir) and (
+            held is None or damaged or result["version"] >= held["version"]
+            or os.path.abspath(held["path"]) == os.path.abspath(out_path))
+        if replaces:
             # Until the new sidecar is written, nothing claims what the reference holds.
             _native.forget_sidecar(reference_dir, model)
         os.replace(partial, out_path)
     finally:
         if os.path.exists(partial):
             os.remove(partial)
-    if reference_dir:
-        # The version pulled becomes the one held: the base of the next sync or push.
+    if replaces:
         kept = _native.held_reference(reference_dir, model)
         if os.path.abspath(kept["path"]) != os.path.abspath(out_path):
             temporary = _native.temporary_name_for(kept["path"])

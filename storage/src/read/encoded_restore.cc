@@ -153,18 +153,32 @@ class EncodedRestoreStream final : public RestoreStream {
         if (!since_tensor && !keyframe_instead) continue;
         // A record that cannot be coded (a chunk of the client's version unreadable) leaves the
         // chain to be sent: the pull is only larger.
+        const auto smaller = [&](const Result<SinceDeltaCache::Record>& r) {
+          return r.ok() && *r != nullptr && kLinkFrameOverhead + (*r)->size() < chain_bytes;
+        };
+        LinkBase coded_base = since_tensor ? LinkBase::kSince : LinkBase::kNone;
         Result<SinceDeltaCache::Record> coded =
             since_tensor ? CodedLink(reader, record.seq, mi, target, since_seq, *since_tensor, c,
                                      &coding_budget)
                          : CodedLink(reader, record.seq, mi, target, 0, 0, c, &coding_budget);
-        if (!coded.ok() || *coded == nullptr ||
-            kLinkFrameOverhead + (*coded)->size() >= chain_bytes) {
-          continue;
+        // The client's version may be far from this one (an older version pulled while a newer
+        // one is held): where its delta is no smaller than the chain, or than the chain's own
+        // keyframe record, an exact keyframe (what a client holding nothing receives) may be.
+        const uint64_t chain_keyframe_bytes = links_[first].record_bytes;  // the oldest link
+        if (since_tensor && chain.size() > 1 &&
+            (!smaller(coded) || (*coded)->size() > chain_keyframe_bytes)) {
+          Result<SinceDeltaCache::Record> keyframe =
+              CodedLink(reader, record.seq, mi, target, 0, 0, c, &coding_budget);
+          if (smaller(keyframe) && (!smaller(coded) || (*keyframe)->size() < (*coded)->size())) {
+            coded = std::move(keyframe);
+            coded_base = LinkBase::kNone;
+          }
         }
+        if (!smaller(coded)) continue;
         links_.resize(first);
         links_.push_back({body_tensor,
                           c,
-                          since_tensor ? LinkBase::kSince : LinkBase::kNone,
+                          coded_base,
                           {},
                           (*coded)->size(),
                           std::move(coded).value(),

@@ -173,14 +173,26 @@ Status PushEncoder::StoreEncodedChunk(uint32_t tensor, uint32_t chunk, uint64_t 
     const Status s = codec->Decode(t.dtype, AsBytesOf(record.payload), reference, *restored);
     const std::string where =
         "encoded push: chunk " + std::to_string(chunk) + " of tensor '" + t.name + "'";
-    if (!s.ok()) return Status::InvalidArgument(where + " does not decode: " + s.message());
+    if (!s.ok()) {
+      // Its checksum held: a delta that does not decode was coded against another reference
+      // (the lossy coder's contexts come from it).
+      if (t.kind == FrameKind::kDelta) {
+        return Status::ReferenceDrifted(
+            where + " does not decode against the base's reconstruction (" + s.message() +
+            "): the client's reference is not the base's reconstruction; pull the base version "
+            "and push again");
+      }
+      return Status::InvalidArgument(where + " does not decode: " + s.message());
+    }
     if (Xxh3Checksum(*restored) != record.raw_checksum) {
-      return Status::InvalidArgument(
-          where + " decodes to other bytes than the client reconstructed" +
-          (t.kind == FrameKind::kDelta
-               ? ": the client's reference is not the base's reconstruction; pull the base "
-                 "version and push again"
-               : ""));
+      if (t.kind == FrameKind::kDelta) {
+        return Status::ReferenceDrifted(
+            where +
+            " decodes to other bytes than the client reconstructed: the client's reference is "
+            "not the base's reconstruction; pull the base version and push again");
+      }
+      return Status::InvalidArgument(where +
+                                     " decodes to other bytes than the client reconstructed");
     }
   }
   CKPT_RETURN_IF_ERROR(ctx_.backend->PutChunk(model_, seq_, tensor, chunk, value));

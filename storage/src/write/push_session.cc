@@ -335,11 +335,13 @@ class PushSessionImpl final : public PushSession,
       if (auto it = coded_by_.find(*refused); it != coded_by_.end()) refused_shard_ = it->second;
     }
     if (!refused_shard_) return s;
-    return Status::InvalidArgument("shard " + std::to_string(*refused_shard_) + " of version " +
-                                   std::to_string(version_) +
-                                   ", coded by its rank: " + s.message() +
-                                   " (the shard is dropped from the upload: its rank pulls its "
-                                   "part of the base and sends the shard again)");
+    std::string message = "shard " + std::to_string(*refused_shard_) + " of version " +
+                          std::to_string(version_) + ", coded by its rank: " + s.message() +
+                          " (the shard is dropped from the upload: its rank pulls its part of "
+                          "the base and sends the shard again)";
+    return s.subcode() == StatusSubcode::kReferenceDrifted
+               ? Status::ReferenceDrifted(std::move(message))
+               : Status::InvalidArgument(std::move(message));
   }
 
   // BeginPush checked the body's announced size against the reserve; bodies of unknown size

@@ -46,6 +46,10 @@ enum class StatusSubcode {
   // model's (another version was pushed since, or its policy changed; HTTP 409). Asking for a
   // new plan, pulling its base and encoding again helps; resending the same body does not.
   kStalePlan,
+  // Refines kInvalidArgument: a delta of an encoded push does not decode, against the base's
+  // reconstruction, to what its client reconstructed (HTTP 400): the client's reference is not
+  // that reconstruction. Pulling the base and encoding again helps; resending does not.
+  kReferenceDrifted,
 };
 
 // Returns a stable upper-snake name such as "INVALID_ARGUMENT", used in JSON error bodies.
@@ -94,6 +98,13 @@ class [[nodiscard]] Status {
   static Status StalePlan(std::string msg) {
     Status s(StatusCode::kFailedPrecondition, std::move(msg));
     s.subcode_ = StatusSubcode::kStalePlan;
+    return s;
+  }
+
+  // kInvalidArgument refined by kReferenceDrifted.
+  static Status ReferenceDrifted(std::string msg) {
+    Status s(StatusCode::kInvalidArgument, std::move(msg));
+    s.subcode_ = StatusSubcode::kReferenceDrifted;
     return s;
   }
 

@@ -111,8 +111,9 @@ struct PushResult {
 struct EncodedPullOptions {
   // As EncodedPushOptions::reference_dir: when the restored body of an earlier version of the
   // model is held there, only what turns it into the version pulled is sent (the chains' deltas
-  // after it); the version pulled becomes the one held. Empty: nothing is kept, and each pull
-  // receives the chains from their keyframes.
+  // after it); the version pulled becomes the one held unless it is older (or the one held
+  // proved damaged). Empty: nothing is kept, and each pull receives the chains from their
+  // keyframes.
   std::string reference_dir;
   int threads = 0;  // decoder threads; 0: the machine's cores
 };
@@ -192,8 +193,10 @@ class Client {
   // need the restored body of the model's latest version: the one kept in
   // options.reference_dir when it is that version, else it is pulled first (and kept). When the
   // base can be had neither way (its version was deleted), the file is pushed for the server to
-  // code, and PushResult::reference says so. The plan may go stale while coding (another push
-  // committed): the push then fails with FailedPrecondition and may be retried.
+  // code, and PushResult::reference says so. A kept reference the server finds does not
+  // restore the base (REFERENCE_DRIFTED: a damaged file) is forgotten and the base pulled,
+  // once. The plan may go stale while coding (another push committed): planned again up to
+  // encoded.replans times, then FailedPrecondition (StalePlan).
   Result<PushResult> PushFileEncoded(std::string_view model, uint64_t version,
                                      const std::string& path, const EncodedPushOptions& encoded,
                                      const PushMetadata& metadata = {});
