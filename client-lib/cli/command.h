@@ -31,6 +31,9 @@ class Command {
   CLI::App* Define(CLI::App& app, const std::string& name, const std::string& description) {
     subcommand_ = app.add_subcommand(name, description);
     subcommand_->fallthrough();
+    subcommand_->footer(
+        "Every command also takes ckpt's own options (ckpt --help): --json (JSON for "
+        "scripts), --server URL, --token-file, --cacert, --cert, --key.");
     return subcommand_;
   }
 

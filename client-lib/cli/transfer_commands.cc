@@ -114,12 +114,18 @@ class PushCommand final : public Command {
                  {"reference", r->reference}});
       return kExitOk;
     }
-    // The file's own hash (what sha256sum prints); a lossy version restores to other bytes.
-    std::printf("pushed %s@%llu  %s%s  raw %s  stored %s (%s)  sha256 %s\n", r->model.c_str(),
+    // The file's own hash (what sha256sum prints); a lossy version restores to other bytes,
+    // whose hash `ckpt ls` shows.
+    const std::string pushed_sha = r->pushed_sha256.empty() ? r->sha256 : r->pushed_sha256;
+    std::string restores;
+    if (!r->sha256.empty() && r->sha256 != pushed_sha) {
+      restores = " (the file's; restores to " + ShortHash(r->sha256) + ")";
+    }
+    std::printf("pushed %s@%llu  %s%s  raw %s  stored %s (%s)  sha256 %s%s\n", r->model.c_str(),
                 static_cast<unsigned long long>(r->version), r->kind.c_str(),
                 r->lossy ? " lossy" : "", HumanBytes(r->raw_bytes).c_str(),
                 HumanBytes(r->stored_bytes).c_str(), Ratio(r->raw_bytes, r->stored_bytes).c_str(),
-                ShortHash(r->pushed_sha256.empty() ? r->sha256 : r->pushed_sha256).c_str());
+                ShortHash(pushed_sha).c_str(), restores.c_str());
     if (r->encoded) {
       std::printf("coded here: sent %s%s\n", HumanBytes(r->sent_bytes).c_str(),
                   r->reference.empty() ? "" : (", reference " + r->reference).c_str());

@@ -147,6 +147,12 @@ TEST_F(CliTest, LossyPolicyPushAndVerifiedPull) {
     auto pull = Run("pull llm " + std::to_string(v) + " -o " + out);
     ASSERT_EQ(pull.exit_code, 0) << pull.output;
     EXPECT_NE(pull.output.find("(verified)"), std::string::npos);
+    if (v == 3) {  // the push said what the version restores to, as ls shows it
+      const std::string restored = Sha256Hex(ReadFile(out)).substr(0, 12);
+      EXPECT_NE(Run("ls llm").output.find(restored), std::string::npos);
+      const std::string again = WriteFile("l4.safetensors", bodies.back());
+      EXPECT_NE(Run("push llm 4 " + again).output.find("restores to "), std::string::npos);
+    }
     auto check = testing::CheckWithinBound(bodies[v - 1], ReadFile(out), 1e-3);
     EXPECT_EQ(check.error, "") << v;
     EXPECT_GT(check.inexact_tensors, 0u);
