@@ -4,9 +4,12 @@
 #include "encoded_shard_push.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <span>
 
 #include "ckpt/base/tensor_slices.h"
@@ -94,6 +97,41 @@ std::string ShardReferenceName(std::string_view model, uint32_t index, uint32_t 
   return std::string(model) + ".rank" + std::to_string(index) + "-of-" + std::to_string(count);
 }
 
+size_t ForgetOtherRankCounts(const std::string& dir, std::string_view model, uint32_t count) {
+  // Names of the form MODEL.rankI-of-M, from their references and sidecars.
+  const std::string prefix = std::string(model) + ".rank";
+  std::set<std::string> stale;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string file = entry.path().filename().string();
+    if (!file.starts_with(prefix)) continue;
+    const size_t dot = file.rfind('.');
+    if (dot == std::string::npos || dot < prefix.size()) continue;
+    const std::string_view extension = std::string_view(file).substr(dot);
+    if (extension != ".safetensors" && extension != ".json") continue;
+    const std::string name = file.substr(0, dot);
+    uint32_t index = 0, of = 0;
+    int used = 0;
+    const std::string ranks = name.substr(prefix.size());
+    if (std::sscanf(ranks.c_str(), "%u-of-%u%n", &index, &of, &used) != 2 ||
+        static_cast<size_t>(used) != ranks.size() || ShardReferenceName(model, index, of) != name ||
+        of == count) {
+      continue;
+    }
+    stale.insert(name);
+  }
+  size_t removed = 0;
+  for (const std::string& name : stale) {
+    auto lock = ReferenceLock::TryAcquire(dir, name);
+    if (!lock.ok() || !lock->has_value()) continue;
+    const HeldReference held = HeldReferenceOf(dir, name);
+    if (!ForgetSidecar(held).ok()) continue;
+    std::filesystem::remove(held.path, ec);
+    ++removed;
+  }
+  return removed;
+}
+
 Status Client::PushShardEncoded(std::string_view model, uint64_t version, uint32_t index,
                                 uint32_t count, const ShardSource& shard,
                                 const EncodedPushOptions& encoded, const std::string& query,
@@ -162,6 +200,10 @@ Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, ui
   const int threads = CodecThreads(encoded.threads);
   const std::string name = ShardReferenceName(model, index, count);
   const std::string& dir = encoded.reference_dir;
+  // A base of `count` shards: parts kept for other rank counts are of older versions.
+  if (!dir.empty() && plan.shard && plan.shard->base_shard_sha256.size() == count) {
+    ForgetOtherRankCounts(dir, model, count);
+  }
   // Without a reference directory, a part that must be pulled goes to a private temporary one.
   CKPT_ASSIGN_OR_RETURN(const ScratchDir scratch, ScratchDir::Make());
   const HeldReference held = HeldReferenceOf(dir.empty() ? scratch.path() : dir, name);

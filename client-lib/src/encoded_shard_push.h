@@ -33,4 +33,10 @@ struct ShardSource {
 // last version, for `index` of `count` ranks (as the Python client names it).
 std::string ShardReferenceName(std::string_view model, uint32_t index, uint32_t count);
 
+// Removes from `dir` the rank references of `model` kept for another rank count than `count`
+// (their files and sidecars): once a version of `count` shards is committed they hold parts of
+// older versions, which no push codes against. A reference another process holds is left.
+// Best effort: returns how many were removed.
+size_t ForgetOtherRankCounts(const std::string& dir, std::string_view model, uint32_t count);
+
 }  // namespace ckpt

@@ -115,6 +115,23 @@ Result<ReferenceLock> ReferenceLock::Acquire(const std::string& dir, std::string
   return ReferenceLock(fd);
 }
 
+Result<std::optional<ReferenceLock>> ReferenceLock::TryAcquire(const std::string& dir,
+                                                               std::string_view model) {
+  const HeldReference held = HeldReferenceOf(dir, model);
+  const int fd = ::open(held.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return Status::IoError("cannot open '" + held.lock + "': " + std::strerror(errno));
+  }
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    const int error = errno;
+    ::close(fd);
+    if (error == EWOULDBLOCK) return std::optional<ReferenceLock>();
+    return Status::IoError("cannot lock '" + held.lock + "': " + std::strerror(error));
+  }
+  return std::optional<ReferenceLock>(ReferenceLock(fd));
+}
+
 ReferenceLock::~ReferenceLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -61,6 +62,9 @@ class ReferenceLock {
  public:
   // Creates `dir` if it is missing, then claims `model`'s reference in it.
   static Result<ReferenceLock> Acquire(const std::string& dir, std::string_view model);
+  // The same without waiting: nullopt while another holds it.
+  static Result<std::optional<ReferenceLock>> TryAcquire(const std::string& dir,
+                                                         std::string_view model);
   ReferenceLock(ReferenceLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
   ReferenceLock& operator=(ReferenceLock&&) = delete;
   ~ReferenceLock();

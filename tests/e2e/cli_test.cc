@@ -644,6 +644,13 @@ TEST_F(CliTest, EncodedShardedPushCodesEachShardAgainstItsPart) {
   EXPECT_NE(drifted["reference"].get<std::string>().find("pulled"), std::string::npos) << drifted;
   ASSERT_EQ(Run("pull es 6 -o " + out).exit_code, 0);
   ExpectTensorsWithin(bodies[5], ReadFile(out), 1e-3);
+  // Version 6 planned on a base of 2 shards: the parts kept for 3 ranks (of version 3) went.
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string stale = refs + "/es.rank" + std::to_string(rank) + "-of-3";
+    EXPECT_FALSE(std::filesystem::exists(stale + ".safetensors")) << stale;
+    EXPECT_FALSE(std::filesystem::exists(stale + ".json")) << stale;
+  }
+  EXPECT_TRUE(std::filesystem::exists(refs + "/es.rank1-of-2.safetensors"));
 
   // Lossless: restores bit-identical.
   bodies.clear();

@@ -516,7 +516,7 @@ class EncodedTest(unittest.TestCase):
         w, o = torch.randn(512, 256, generator=g), torch.randn(256, 512, generator=g)
         bias = torch.randn(256, generator=g)
         ranks = [self.coder(f"rank{r}") for r in range(4)]
-        for step, world in ((1, 4), (2, 4), (3, 2)):
+        for step, world in ((1, 4), (2, 4), (3, 2), (4, 2)):
             w, o, bias = (t + 0.01 * torch.randn(t.shape, generator=g) for t in (w, o, bias))
             answers, server = [], None
             for rank in range(world):
@@ -535,12 +535,18 @@ class EncodedTest(unittest.TestCase):
                 # Version 2 deltas against what each rank kept of version 1; version 3's ranks
                 # hold other parts: they pull theirs.
                 self.assertEqual(answer["reference"],
-                                 {1: "", 2: "held", 3: "pulled"}[step], (step, rank))
+                                 {1: "", 2: "held", 3: "pulled", 4: "held"}[step], (step, rank))
                 # The rows' chunks are coded, the columns raw: less than the shard.
                 self.assertLess(answer["sent_bytes"], (512 // world) * (256 + 256) * 4 + 2048)
             self.assertEqual(coded["sha256"], server["sha256"])
             self.assertEqual(coded["stored_bytes"], server["stored_bytes"])
             self.assertEqual(self.sha("edge", step), self.sha("daemon", step))
+        # Version 4 was planned on a base of 2 shards: the parts kept for 4 ranks went.
+        for rank in range(2):
+            kept = os.listdir(os.path.join(self.tmp.name, f"rank{rank}"))
+            self.assertIn(f"edge.rank{rank}-of-2.safetensors", kept)
+            self.assertNotIn(f"edge.rank{rank}-of-4.safetensors", kept)
+            self.assertNotIn(f"edge.rank{rank}-of-4.json", kept)
 
     def test_encoded_pushes_store_what_the_daemons_coding_stores(self):
         for model in ("edge", "daemon"):

@@ -263,8 +263,9 @@ def push_shard_encoded(client, model, step, rank, world_size, body, shard_path, 
         use_held = True
         for attempt in range(replans + 1):
             try:
-                return _push_shard_once(client, model, step, rank, world_size, body, shard_path,
-                                        reference_dir, name, threads, label, use_held=use_held)
+                return _push_shard_once(client, model, step, rank, world_size, body,
+                                        shard_path, reference_dir, name, threads, label,
+                                        use_held=use_held)
             except CkptdError as error:
                 if error.code == "INVALID_ARGUMENT" and use_held and reference_dir:
                     # The server refused what was coded against the part held (it does not
@@ -305,6 +306,10 @@ def _push_shard_once(client, model, step, rank, world_size, body, shard_path, re
                 # compared with the one committed, or refused as a push of it would be.
                 return plain("no plan")
             plan = json.loads(plan_text)
+            if reference_dir and len(plan["shard"]["base_shard_sha256"]) == int(world_size):
+                # A base of world_size shards: parts kept for other rank counts are of older
+                # versions, which no push codes against.
+                _native.forget_other_rank_counts(reference_dir, model, int(world_size))
             held = _native.held_reference(reference_dir or scratch, name)
             source, reference_path = "", None
             wanted = _delta_slices(plan)

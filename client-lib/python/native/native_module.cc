@@ -21,6 +21,7 @@
 #include "ckpt/codec/edge_encoder.h"
 #include "ckpt/codec/encoded_body.h"
 #include "ckpt/codec/encoded_pull.h"
+#include "encoded_shard_push.h"
 #include "encoding_stream.h"
 #include "held_reference.h"
 
@@ -283,6 +284,14 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("dir"), py::arg("model"),
       "removes the sidecar of `model`'s reference before the reference is replaced");
+  m.def(
+      "forget_other_rank_counts",
+      [](const std::string& dir, const std::string& model, uint32_t world_size) {
+        return ForgetOtherRankCounts(dir, model, world_size);
+      },
+      py::arg("dir"), py::arg("model"), py::arg("world_size"),
+      "removes `model`'s rank references kept for another rank count than `world_size` (not "
+      "those another process holds); returns how many");
   m.def("temporary_name_for", &TemporaryNameFor, py::arg("path"));
   m.def(
       "check_model_name", [](const std::string& model) { Check(ValidateModelName(model)); },
