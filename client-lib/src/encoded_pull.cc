@@ -3,6 +3,7 @@
 #include "ckpt/codec/encoded_pull.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 
@@ -130,11 +131,19 @@ Result<PullResult> Client::PullEncodedClaimed(std::string_view model, std::strin
   }
   const std::string partial = path + ".partial";
   // The version pulled becomes the one held (the base of the next sync or push) unless it is
-  // older than the one held (below): written beside
-  // the reference as it comes, unless the pull's rename replaces the reference's own directory
-  // entry (a link to it is replaced, not the file it names). The reference's lock is held, so
-  // the copy has a fixed name: a pull cut off leaves it to the next one to truncate.
-  const bool keeps_copy = held && !ReplacesEntry(path, held->path);
+  // older than the one held, which is then nearer the next sync and is the next push's base
+  // (pushes code against the latest). It is written beside the reference as it comes, unless
+  // the pull's rename replaces the reference's own directory entry (a link to it is replaced,
+  // not the file it names), or a numbered version older than the one held is asked for. The
+  // reference's lock is held, so the copy has a fixed name: a pull cut off leaves it to the
+  // next one to truncate.
+  const bool output_is_reference = held && ReplacesEntry(path, held->path);
+  const bool numbered = !version.empty() && std::all_of(version.begin(), version.end(), [](char c) {
+    return c >= '0' && c <= '9';
+  });
+  const bool older_asked = numbered && held && since &&
+                           std::strtoull(std::string(version).c_str(), nullptr, 10) < held->version;
+  const bool keeps_copy = held && !output_is_reference && !older_asked;
   const std::string kept_partial = keeps_copy ? held->path + ".pulling" : std::string();
   const std::string base = "/v1/models/" + std::string(model) + "/versions/" + std::string(version);
   auto pulled = since ? PullOnce(endpoints_, options_, tls_.get(),
@@ -142,10 +151,9 @@ Result<PullResult> Client::PullEncodedClaimed(std::string_view model, std::strin
                                  &*since, partial, kept_partial, threads)
                       : Result<PullResult>(Status::NotFound("no reconstruction held"));
   if (since && pulled.ok()) pulled->since_version = held->version;
-  // What is held did not decode to what its sidecar says: it is kept no longer, whatever the
-  // version pulled.
-  const bool held_damaged =
-      since && !pulled.ok() && pulled.status().code() == StatusCode::kDataLoss;
+  // What is held could not serve (unreadable, not what its sidecar says, or a version the
+  // server no longer has): it is kept no longer, whatever the version pulled.
+  const bool held_unusable = held && held->version > 0 && (!since || !pulled.ok());
   // Without a usable reconstruction (none, or one that is not what its sidecar says, or a
   // version the server no longer has), the chains from their keyframes.
   if (!pulled.ok() && (!since || pulled.status().code() == StatusCode::kNotFound ||
@@ -164,19 +172,20 @@ Result<PullResult> Client::PullEncodedClaimed(std::string_view model, std::strin
     return pulled.status();
   }
   held_file.reset();
-  // A version older than the one held leaves the reference alone: the newer one is the base
-  // of the next push (pushes code against the latest) and nearer the next sync.
+  const bool newer = held && pulled->version >= held->version;
+  // The reference becomes the version pulled (a copy was written, or the output is it).
   const bool replaces_reference =
-      held && (!keeps_copy || held_damaged || pulled->version >= held->version);
-  // Until the new sidecar is written, nothing claims what the reference holds.
-  if (replaces_reference) CKPT_RETURN_IF_ERROR(ForgetSidecar(*held));
+      held && (output_is_reference || (keeps_copy && (newer || held_unusable)));
+  // Until the new sidecar is written, nothing claims what the reference holds; one that could
+  // not serve and is not replaced is forgotten.
+  if (replaces_reference || (held && held_unusable)) CKPT_RETURN_IF_ERROR(ForgetSidecar(*held));
   std::error_code ec;
   std::filesystem::rename(partial, path, ec);
   if (ec) {
     remove_partials();
     return Status::IoError("cannot rename '" + partial + "': " + ec.message());
   }
-  if (held && !replaces_reference) {
+  if (keeps_copy && !replaces_reference) {
     std::error_code ignored;
     std::filesystem::remove(kept_partial, ignored);
   }

@@ -46,7 +46,8 @@ Result<PushResult> Client::PushFileEncoded(std::string_view model, uint64_t vers
   // pull the new base and code again. A reference the server finds is not the base's
   // reconstruction (a damaged file) is forgotten once, and the base pulled.
   bool forgot_reference = false;
-  for (int replans = 0;; ++replans) {
+  int replans = 0;
+  for (;;) {
     auto pushed = PushEncodedOnce(model, version, path, *parsed, encoded, metadata);
     if (pushed.ok()) {
       if (forgot_reference) {
@@ -61,7 +62,7 @@ Result<PushResult> Client::PushFileEncoded(std::string_view model, uint64_t vers
       forgot_reference = true;
       continue;
     }
-    if (why != StatusSubcode::kStalePlan || replans >= encoded.replans) return pushed;
+    if (why != StatusSubcode::kStalePlan || replans++ >= encoded.replans) return pushed;
   }
 }
 
@@ -115,11 +116,21 @@ Result<PushResult> Client::PushEncodedOnce(std::string_view model, uint64_t vers
       return result;
     }
     auto mapped = MappedFile::Open(held.path);
-    if (!mapped.ok()) return mapped.status();
-    reference_file.emplace(std::move(mapped).value());
-    auto view = CheckpointView::Parse(reference_file->bytes());
-    if (!view.ok()) return view.status().WithContext("the reference '" + held.path + "'");
-    reference.emplace(std::move(view).value());
+    Status read = mapped.status();
+    std::optional<CheckpointView> view;
+    if (mapped.ok()) {
+      reference_file.emplace(std::move(mapped).value());
+      auto parsed = CheckpointView::Parse(reference_file->bytes());
+      read = parsed.status();
+      if (parsed.ok()) view.emplace(std::move(parsed).value());
+    }
+    if (!view) {
+      const Status unreadable = read.WithContext("the reference '" + held.path + "'");
+      // A kept one that cannot be read is forgotten and the base pulled, as a drifted one is.
+      return reference_source == "held" ? Status::ReferenceDrifted(unreadable.message())
+                                        : unreadable;
+    }
+    reference.emplace(std::move(*view));
     // Its digest was checked when it was stored (or just now, pulled): not again here. The
     // server decodes every delta against its own reference and refuses a drifted one.
     plan.base->restored_sha256.clear();

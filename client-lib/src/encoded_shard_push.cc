@@ -75,7 +75,7 @@ void MapReference(const std::string& path, std::optional<MappedReference>* refer
 
 // Sends `shard` as the shard at `target` for the server to code; `why` it was not coded here.
 Status PutPlainShard(const std::vector<ServerEndpoint>& servers, const ClientOptions& options,
-                     TlsContext* tls, const std::string& target, const ShardSource& shard,
+                     TlsContext* tls, const std::string& target, const ShardInput& shard,
                      const std::string& why, ShardCoding* coding) {
   PutBody body = shard.plain_body();
   const uint64_t size = body.size.value_or(0);
@@ -133,7 +133,7 @@ size_t ForgetOtherRankCounts(const std::string& dir, std::string_view model, uin
 }
 
 Status Client::PushShardEncoded(std::string_view model, uint64_t version, uint32_t index,
-                                uint32_t count, const ShardSource& shard,
+                                uint32_t count, const ShardInput& shard,
                                 const EncodedPushOptions& encoded, const std::string& query,
                                 const ClientOptions& options, ShardCoding* coding) {
   std::optional<ReferenceLock> lock;
@@ -173,7 +173,7 @@ Status Client::PushShardEncoded(std::string_view model, uint64_t version, uint32
 }
 
 Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, uint32_t index,
-                                    uint32_t count, const ShardSource& shard,
+                                    uint32_t count, const ShardInput& shard,
                                     const EncodedPushOptions& encoded, const std::string& query,
                                     const ClientOptions& options, bool use_held,
                                     ShardCoding* coding) {

@@ -24,7 +24,7 @@ struct ShardCoding {
 
 // One shard as a push reads it: its tensors where they lie (in the mapped source file, not
 // copied), and its whole body for the server to code when it is not coded here.
-struct ShardSource {
+struct ShardInput {
   const CheckpointView& view;
   std::function<PutBody()> plain_body;  // each call: a reader from the body's first byte
 };

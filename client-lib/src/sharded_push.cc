@@ -200,7 +200,7 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
       if (encoded) {
         const Status sent = PushShardEncoded(
             model, version, static_cast<uint32_t>(i), static_cast<uint32_t>(plans.size()),
-            ShardSource{*view, plain_body}, *encoded, shard_query, options, &codings[i]);
+            ShardInput{*view, plain_body}, *encoded, shard_query, options, &codings[i]);
         answers[i] = sent.ok() ? Result<PutAnswer>(PutAnswer{200, codings[i].answer})
                                : Result<PutAnswer>(sent);
       } else {

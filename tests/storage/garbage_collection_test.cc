@@ -453,6 +453,14 @@ TEST_F(GarbageCollectionTest, SpaceAwaitingCompactionIsKeptAcrossARestart) {
   Reopen(1 << 16);
   EXPECT_EQ(store_->Stats().garbage_bytes, s.garbage_bytes) << "nothing awaits any more";
   ExpectRestores(sha);
+
+  // A deleted model's count goes with it, across a restart too.
+  DeleteVersions(5, 5, &sha);
+  ASSERT_GT(store_->Stats().garbage_bytes, s.garbage_bytes);
+  ASSERT_TRUE(store_->DeleteModel("m").ok());
+  EXPECT_EQ(store_->Stats().garbage_bytes, s.garbage_bytes);
+  Reopen(1 << 16);
+  EXPECT_EQ(store_->Stats().garbage_bytes, s.garbage_bytes);
 }
 
 // The engine's MANIFEST gets a record per flush and compaction: a long-running daemon's small

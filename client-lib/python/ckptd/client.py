@@ -645,12 +645,15 @@ class Client:
         return self._download(model, path, version)["restored_bytes"]
 
     def _download(self, model, path, version):
-        """A plain restore of `version` into the file `path`, as pull_encoded answers."""
+        """A plain restore of `version` into the file `path` (written as `path`.partial and
+        renamed once verified: a failed pull leaves `path` as it was), as pull_encoded
+        answers."""
         conn, response = self._open_restore(model, version)
+        partial = os.fspath(path) + ".partial"
         try:
             expected = response.getheader("X-Ckpt-Sha256")
             sha, size = hashlib.sha256(), 0
-            with open(path, "wb") as out:
+            with open(partial, "wb") as out:
                 while True:
                     chunk = response.read(_PIECE)
                     if not chunk:
@@ -660,11 +663,14 @@ class Client:
                     size += len(chunk)
             if expected and sha.hexdigest() != expected:
                 raise CkptdError(200, "DATA_LOSS", "restored file does not match its SHA-256")
+            os.replace(partial, path)
             return {"version": int(response.getheader("X-Ckpt-Version", "0")),
                     "sha256": sha.hexdigest(), "restored_bytes": size, "received_bytes": size,
                     "since_version": 0, "verified": bool(expected), "encoded": False}
         finally:
             conn.close()
+            if os.path.exists(partial):
+                os.remove(partial)
 
     # -- models, versions, policies -----------------------------------------------------------
     def list_models(self):

@@ -381,7 +381,7 @@ def _pull_claimed(client, model, version, out_path, reference_dir):
         if held["version"] == 0:
             held = None
     partial = out_path + ".partial"
-    damaged = False  # what is held did not decode to what its sidecar says
+    unusable = False  # what is held could not serve (not what its sidecar says, or gone)
     try:
         result = None
         if held is not None:
@@ -390,13 +390,14 @@ def _pull_claimed(client, model, version, out_path, reference_dir):
             except (CkptdError, CodecError) as error:
                 if error.code not in _SINCE_UNUSABLE:
                     raise
-                damaged = error.code == "DATA_LOSS"
+                unusable = True
         if result is None:
             result = _pull_once(client, model, version, None, partial)
         # The version pulled becomes the one held (the base of the next sync or push) unless it
-        # is older than the one held, which is then nearer the next sync and push.
+        # is older than the one held, which is then nearer the next sync and is the next push's
+        # base (pushes code against the latest).
         replaces = bool(reference_dir) and (
-            held is None or damaged or result["version"] >= held["version"]
+            held is None or unusable or result["version"] >= held["version"]
             or os.path.abspath(held["path"]) == os.path.abspath(out_path))
         if replaces:
             # Until the new sidecar is written, nothing claims what the reference holds.

@@ -30,21 +30,31 @@ Status StoreMaintenance::Recover() {
 
 Status StoreMaintenance::LoadAwaitingCompaction() {
   std::unordered_map<std::string, uint64_t> loaded;
-  std::unique_ptr<rocksdb::Iterator> it(
-      ctx_.db->NewIterator(rocksdb::ReadOptions(), ctx_.db->DefaultColumnFamily()));
-  const rocksdb::Slice prefix(keys::kAwaitingCompactionPrefix.data(),
-                              keys::kAwaitingCompactionPrefix.size());
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    const std::string model = it->key().ToString().substr(prefix.size());
-    auto record = AwaitingCompactionRecord::DecodeFrom(it->value().ToStringView());
-    if (!record.ok()) {
-      return Status::DataLoss("the space awaiting compaction of model '" + model +
-                              "': " + record.status().message());
+  std::vector<std::string> orphaned;  // counts of models deleted since (their range went whole)
+  {
+    std::unique_ptr<rocksdb::Iterator> it(
+        ctx_.db->NewIterator(rocksdb::ReadOptions(), ctx_.db->DefaultColumnFamily()));
+    const rocksdb::Slice prefix(keys::kAwaitingCompactionPrefix.data(),
+                                keys::kAwaitingCompactionPrefix.size());
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      const std::string model = it->key().ToString().substr(prefix.size());
+      std::string ignored;
+      const rocksdb::Status exists =
+          ctx_.db->Get(rocksdb::ReadOptions(), ctx_.models, model, &ignored);
+      if (exists.IsNotFound()) {
+        orphaned.push_back(model);
+        continue;
+      }
+      CKPT_RETURN_IF_ERROR(FromRocks(exists, "reading model '" + model + "'"));
+      // A count this build cannot read (written by a newer one) counts as nothing: it only
+      // accounts for space, which the model's next compaction gives back either way.
+      auto record = AwaitingCompactionRecord::DecodeFrom(it->value().ToStringView());
+      if (record.ok()) loaded[model] = record->bytes;
     }
-    loaded[model] = record->bytes;
+    CKPT_RETURN_IF_ERROR(FromRocks(it->status(), "reading the space awaiting compaction"));
   }
-  CKPT_RETURN_IF_ERROR(FromRocks(it->status(), "reading the space awaiting compaction"));
   std::lock_guard lock(freed_mu_);
+  for (const std::string& model : orphaned) PersistAwaiting(model, 0);
   freed_since_compaction_ = std::move(loaded);
   return Status::Ok();
 }
@@ -217,17 +227,24 @@ Result<uint64_t> StoreMaintenance::MaybeCompact(const std::string& model, uint64
   {
     std::lock_guard lock(freed_mu_);
     uint64_t& pending = freed_since_compaction_[model];
-    recorded = pending;
     pending += freed;
+    // Written before the compaction too: a crash while it runs keeps the count.
+    if (freed > 0) PersistAwaiting(model, pending);
+    recorded = pending;
     if (compaction == GcOptions::Compaction::kNone || pending == 0 || !ctx_.backend->IsLocal()) {
-      if (freed > 0) PersistAwaiting(model, pending);
       return uint64_t{0};
     }
     std::swap(compacted, pending);
   }
   const Status status = CompactModelChunks(model, compaction == GcOptions::Compaction::kFull);
   std::lock_guard lock(freed_mu_);
-  uint64_t& pending = freed_since_compaction_[model];
+  auto entry = freed_since_compaction_.find(model);
+  // The model was deleted meanwhile (ForgetModel): its whole range goes, nothing awaits.
+  if (entry == freed_since_compaction_.end()) {
+    CKPT_RETURN_IF_ERROR(status);
+    return compacted;
+  }
+  uint64_t& pending = entry->second;
   // A failed compaction gave nothing back: its bytes await the next one. Bytes freed while it
   // ran await the next one too.
   if (!status.ok()) pending += compacted;
@@ -245,6 +262,7 @@ uint64_t StoreMaintenance::BytesAwaitingCompaction() const {
 
 void StoreMaintenance::ForgetModel(const std::string& model) {
   std::lock_guard lock(freed_mu_);
+  // A record left by a crash before this point goes at the next open (no model record).
   if (freed_since_compaction_.erase(model) > 0) PersistAwaiting(model, 0);
 }
 

@@ -44,7 +44,7 @@ struct ClientOptions {
 
 struct TlsContext;     // client.cc: the TLS settings of an https:// client
 struct ShardCoding;    // encoded_shard_push.h: what coding one shard on the client came to
-struct ShardSource;    // encoded_shard_push.h: one shard's tensors and plain body
+struct ShardInput;    // encoded_shard_push.h: one shard's tensors and plain body
 class CheckpointView;  // ckpt/codec/edge_encoder.h
 
 // One daemon a client may talk to.
@@ -267,12 +267,12 @@ class Client {
   // encoded.replans times; `query` is the shard PUT's and `options` this shard's (its
   // progress).
   Status PushShardEncoded(std::string_view model, uint64_t version, uint32_t index, uint32_t count,
-                          const ShardSource& shard, const EncodedPushOptions& encoded,
+                          const ShardInput& shard, const EncodedPushOptions& encoded,
                           const std::string& query, const ClientOptions& options,
                           ShardCoding* coding);
   // One plan of it, coded and sent; against the part held only when `use_held` (else pulled).
   Status PushShardEncodedOnce(std::string_view model, uint64_t version, uint32_t index,
-                              uint32_t count, const ShardSource& shard,
+                              uint32_t count, const ShardInput& shard,
                               const EncodedPushOptions& encoded, const std::string& query,
                               const ClientOptions& options, bool use_held, ShardCoding* coding);
   // PullEncoded with the model's reference already claimed (ReferenceLock) by the caller.
