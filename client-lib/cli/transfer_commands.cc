@@ -240,7 +240,7 @@ class PullCommand final : public Command {
       if (r->since_version == r->version) {
         since = ", the version held already";
       } else if (r->since_version > 0) {
-        since = ", the deltas since version " + std::to_string(r->since_version);
+        since = ", coded against version " + std::to_string(r->since_version) + " held here";
       }
       std::printf("decoded here: received %s%s\n", HumanBytes(r->received_bytes).c_str(),
                   since.c_str());

@@ -226,6 +226,12 @@ TEST_F(CliTest, AnEncodedPushWhoseReferenceIsDamagedPullsTheBaseOnce) {
   ASSERT_EQ(Run("pull dmg 3 -o " + out).exit_code, 0);
   EXPECT_EQ(testing::CheckWithinBound(body, ReadFile(out), 1e-3).error, "");
   EXPECT_EQ(ReadFile(held), ReadFile(out)) << "the reference kept is the new version's";
+  // One that is no longer a safetensors file at all: the same.
+  WriteFile(held, "truncated");
+  const json fourth = RunJson("push dmg 4 " + WriteFile("dmg4", model.Next()) +
+                              " --encoded --reference-dir " + refs);
+  ASSERT_TRUE(fourth.is_object()) << fourth;
+  EXPECT_NE(fourth["reference"].get<std::string>().find("pulled"), std::string::npos) << fourth;
 }
 
 // Options of the coding at the edge without --encoded, or with an output it cannot write, are

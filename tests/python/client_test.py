@@ -586,6 +586,13 @@ class EncodedTest(unittest.TestCase):
         self.assertIn("pulled", answer["reference"])
         self.assertEqual(self.sha("m", 3), answer["sha256"])
         self.assertEqual(hashlib.sha256(read(held, "rb")).hexdigest(), answer["sha256"])
+        # One that is no longer a safetensors file at all: the same.
+        with open(held, "wb") as f:
+            f.write(b"truncated")
+        fourth = self.versions(4)[3]
+        answer = coder.push("m", 4, fourth)
+        self.assertIn("pulled", answer["reference"])
+        self.assertEqual(self.sha("m", 4), answer["sha256"])
 
     def test_a_file_pushed_by_a_client_without_the_base_pulls_it_first(self):
         first, second = self.versions(2)

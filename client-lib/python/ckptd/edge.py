@@ -200,9 +200,19 @@ def _push_once(client, model, step, body, push_path, reference_dir, threads, lab
             # The reference's digest was checked when it was kept (or just now, pulled); a
             # daemon that does not trust its writers decodes every delta against its own
             # reference and refuses a drifted one.
-            answer, coded = _send_encoded(client, model, push_path, _native.ENCODED_PUSH_MEDIA_TYPE,
-                                          plan_text, checkpoint, reference_path, threads,
-                                          reference_dir, model, held, step, "restored_sha256")
+            try:
+                answer, coded = _send_encoded(client, model, push_path,
+                                              _native.ENCODED_PUSH_MEDIA_TYPE, plan_text,
+                                              checkpoint, reference_path, threads, reference_dir,
+                                              model, held, step, "restored_sha256")
+            except CodecError as error:
+                if source != "held":
+                    raise
+                # A kept reference that cannot be read is forgotten and the base pulled, as a
+                # drifted one is (push_encoded).
+                raise CkptdError(400, "INVALID_ARGUMENT",
+                                 f"the reference kept for {model!r}: {error}",
+                                 "REFERENCE_DRIFTED") from error
         return dict(answer, encoded=True, sent_bytes=coded["encoded_bytes"], reference=source)
     finally:
         if scratch:
