@@ -75,6 +75,16 @@ TEST_F(EncodedPullTest, DecodesToTheRestoredBodyFromNothingOrSinceTheVersionBefo
       }
       EXPECT_LE(sync->size(), cold->size()) << v;
     }
+    // A client holding a version several links back on the chain (1, three deltas before 4)
+    // receives no more than about a cold pull.
+    auto far = EncodedBody(4, 1);
+    ASSERT_TRUE(far.ok()) << far.status().ToString();
+    auto far_decoded = Decode(*far, restored[0]);
+    ASSERT_TRUE(far_decoded.ok()) << far_decoded.status().ToString();
+    EXPECT_EQ(*far_decoded, restored[3]);
+    auto cold = EncodedBody(4, std::nullopt);
+    ASSERT_TRUE(cold.ok());
+    EXPECT_LE(far->size(), cold->size() * 11 / 10 + 1024);
   }
 }
 

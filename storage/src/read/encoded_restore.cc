@@ -130,10 +130,13 @@ class EncodedRestoreStream final : public RestoreStream {
       // A chain that does not run through the client's version (it was rearranged, or
       // restarted at a keyframe) may be replaced by a delta from what the client holds, coded
       // here; a chain of several links by an exact keyframe (what a client holding nothing
-      // would otherwise receive several times over), where either is smaller.
+      // would otherwise receive several times over), where either is smaller. So may a chain
+      // of several links that does run through it but weighs more than half the chunk (the
+      // client holds a version far from this one).
       std::optional<uint32_t> since_tensor;
       bool keyframe_instead = false;
-      if (!from_since && ctx_.since_deltas != nullptr && target.byte_size > 0) {
+      if ((!from_since || chain.size() > 1) && ctx_.since_deltas != nullptr &&
+          target.byte_size > 0) {
         if (since != nullptr) since_tensor = SameLayout(*since, target);
         keyframe_instead = !since_tensor && chain.size() > 1;
       }
@@ -151,6 +154,7 @@ class EncodedRestoreStream final : public RestoreStream {
           links_.push_back(std::move(link));
         }
         if (!since_tensor && !keyframe_instead) continue;
+        if (from_since && chain_bytes <= ChainReader::ChunkLength(target, c) / 2) continue;
         // A record that cannot be coded (a chunk of the client's version unreadable) leaves the
         // chain to be sent: the pull is only larger.
         const auto smaller = [&](const Result<SinceDeltaCache::Record>& r) {
@@ -164,7 +168,8 @@ class EncodedRestoreStream final : public RestoreStream {
         // The client's version may be far from this one (an older version pulled while a newer
         // one is held): where its delta is no smaller than the chain, or than the chain's own
         // keyframe record, an exact keyframe (what a client holding nothing receives) may be.
-        const uint64_t chain_keyframe_bytes = links_[first].record_bytes;  // the oldest link
+        const uint64_t chain_keyframe_bytes =
+            from_since ? chain_bytes : links_[first].record_bytes;  // the oldest link
         if (since_tensor && chain.size() > 1 &&
             (!smaller(coded) || (*coded)->size() > chain_keyframe_bytes)) {
           Result<SinceDeltaCache::Record> keyframe =
