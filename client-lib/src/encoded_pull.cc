@@ -3,7 +3,7 @@
 #include "ckpt/codec/encoded_pull.h"
 
 #include <algorithm>
-#include <cstdlib>
+#include <charconv>
 #include <filesystem>
 #include <optional>
 
@@ -138,11 +138,11 @@ Result<PullResult> Client::PullEncodedClaimed(std::string_view model, std::strin
   // reference's lock is held, so the copy has a fixed name: a pull cut off leaves it to the
   // next one to truncate.
   const bool output_is_reference = held && ReplacesEntry(path, held->path);
-  const bool numbered = !version.empty() && std::all_of(version.begin(), version.end(), [](char c) {
-    return c >= '0' && c <= '9';
-  });
-  const bool older_asked = numbered && held && since &&
-                           std::strtoull(std::string(version).c_str(), nullptr, 10) < held->version;
+  uint64_t asked = 0;
+  const char* const version_end = version.data() + version.size();
+  const auto [parsed_end, parse_error] = std::from_chars(version.data(), version_end, asked);
+  const bool older_asked = parse_error == std::errc() && parsed_end == version_end && held &&
+                           since && asked < held->version;
   const bool keeps_copy = held && !output_is_reference && !older_asked;
   const std::string kept_partial = keeps_copy ? held->path + ".pulling" : std::string();
   const std::string base = "/v1/models/" + std::string(model) + "/versions/" + std::string(version);

@@ -97,7 +97,7 @@ ScratchDir::~ScratchDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
-Result<ReferenceLock> ReferenceLock::Acquire(const std::string& dir, std::string_view model) {
+Result<int> ReferenceLock::Claim(const std::string& dir, std::string_view model, bool wait) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::IoError("cannot create '" + dir + "': " + ec.message());
@@ -106,29 +106,25 @@ Result<ReferenceLock> ReferenceLock::Acquire(const std::string& dir, std::string
   if (fd < 0) {
     return Status::IoError("cannot open '" + held.lock + "': " + std::strerror(errno));
   }
-  while (::flock(fd, LOCK_EX) != 0) {
+  while (::flock(fd, wait ? LOCK_EX : LOCK_EX | LOCK_NB) != 0) {
     if (errno == EINTR) continue;
     const int error = errno;
     ::close(fd);
+    if (!wait && error == EWOULDBLOCK) return -1;
     return Status::IoError("cannot lock '" + held.lock + "': " + std::strerror(error));
   }
+  return fd;
+}
+
+Result<ReferenceLock> ReferenceLock::Acquire(const std::string& dir, std::string_view model) {
+  CKPT_ASSIGN_OR_RETURN(const int fd, Claim(dir, model, /*wait=*/true));
   return ReferenceLock(fd);
 }
 
 Result<std::optional<ReferenceLock>> ReferenceLock::TryAcquire(const std::string& dir,
                                                                std::string_view model) {
-  const HeldReference held = HeldReferenceOf(dir, model);
-  const int fd = ::open(held.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return Status::IoError("cannot open '" + held.lock + "': " + std::strerror(errno));
-  }
-  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    if (errno == EINTR) continue;
-    const int error = errno;
-    ::close(fd);
-    if (error == EWOULDBLOCK) return std::optional<ReferenceLock>();
-    return Status::IoError("cannot lock '" + held.lock + "': " + std::strerror(error));
-  }
+  CKPT_ASSIGN_OR_RETURN(const int fd, Claim(dir, model, /*wait=*/false));
+  if (fd < 0) return std::optional<ReferenceLock>();
   return std::optional<ReferenceLock>(ReferenceLock(fd));
 }
 

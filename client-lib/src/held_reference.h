@@ -71,6 +71,8 @@ class ReferenceLock {
 
  private:
   explicit ReferenceLock(int fd) : fd_(fd) {}
+  // The locked file of Acquire (waiting) or TryAcquire (not: -1 while another holds it).
+  static Result<int> Claim(const std::string& dir, std::string_view model, bool wait);
   int fd_;
 };
 
