@@ -125,6 +125,9 @@ std::string ServerMetrics::Render(CheckpointStore& store) const {
   add_counter("ckptd_restore_links_decoded_total",
               "Stored chunk payloads restores decoded (delta chains replayed)",
               static_cast<double>(s.restore_links_decoded));
+  add_counter("ckptd_pull_chunks_coded_total",
+              "Chunk records coded for encoded pulls (not found coded already)",
+              static_cast<double>(s.pull_chunks_coded));
   set_gauge("ckptd_rocksdb_sst_bytes", "Size of RocksDB's table files",
             static_cast<double>(s.sst_bytes));
   set_gauge("ckptd_rocksdb_blob_bytes", "Size of RocksDB's blob files",

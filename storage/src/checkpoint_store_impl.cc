@@ -503,6 +503,7 @@ class CheckpointStoreImpl final : public CheckpointStore {
     s.rearrangements = get(counters_.rearrangements);
     s.restores = get(counters_.restores);
     s.restore_links_decoded = get(counters_.restore_links_decoded);
+    s.pull_chunks_coded = get(counters_.pull_chunks_coded);
     auto sum = [this](const std::string& property) {
       uint64_t total = 0;
       for (rocksdb::ColumnFamilyHandle* cf : families_.all) {

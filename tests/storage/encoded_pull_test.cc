@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@ namespace {
 using testing::Bytes;
 using testing::CheckpointStoreTest;
 using testing::DriftingModel;
+using testing::FloatBytes;
+using testing::Serialize;
 
 class EncodedPullTest : public CheckpointStoreTest {
  protected:
@@ -132,6 +135,55 @@ TEST_F(EncodedPullTest, AfterARearrangementFollowersAreSentADeltaCodedFromTheirV
       }
       held = *whole;
     }
+  }
+}
+
+// Holding nothing, a client pulling a version whose chain's deltas weigh little is sent the
+// chain: an exact keyframe, about as large as the chain's own, would save little more than the
+// deltas weigh, for a decode and an encode of every chunk. Where the deltas weigh more, exact
+// keyframes are coded once: a second pull finds them (or that they were no smaller) and codes
+// none.
+TEST_F(EncodedPullTest, AColdPullCodesExactKeyframesOnlyWhereTheDeltasWeighAndOnlyOnce) {
+  Reopen(64 << 10);  // chunks of thousands of elements: a record's fixed bytes weigh little
+  auto coded = [&] { return store_->Stats().pull_chunks_coded; };
+  // One tensor of 4 chunks; each version moves every element by `move`, a twentieth of the
+  // bound or five times it.
+  for (const float move : {5e-5f, 5e-3f}) {
+    SCOPED_TRACE(move);
+    ASSERT_TRUE(store_->DeleteModel("m").ok() ||
+                store_->DeleteModel("m").code() == StatusCode::kNotFound);
+    SetCodecPolicy("m", R"({"mode":"lossy","max_abs_error":1e-3,"keyframe_every":16})");
+    std::mt19937_64 rng(43);
+    std::normal_distribution<float> init(0.0f, 0.05f), step(0.0f, move);
+    std::vector<float> weights(64 << 10);
+    for (float& w : weights) w = init(rng);
+    for (uint64_t v = 1; v <= 3; ++v) {
+      if (v > 1) {
+        for (float& w : weights) w += step(rng);
+      }
+      ASSERT_TRUE(
+          Push("m", v,
+               Serialize({{"w", DType::kF32, {weights.size() / 256, 256}, FloatBytes(weights)}}))
+              .ok());
+    }
+    auto whole = Restore("m", 3);
+    ASSERT_TRUE(whole.ok());
+    const uint64_t before = coded();
+    auto cold = EncodedBody(3, std::nullopt);
+    ASSERT_TRUE(cold.ok()) << cold.status().ToString();
+    auto decoded = Decode(*cold, "");
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(*decoded, *whole);
+    const uint64_t first = coded() - before;
+    if (move < 1e-4f) {
+      EXPECT_EQ(first, 0u);
+    } else {
+      EXPECT_EQ(first, 4u);
+    }
+    auto again = EncodedBody(3, std::nullopt);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(*again, *cold);
+    EXPECT_EQ(coded() - before, first);
   }
 }
 

@@ -12,29 +12,39 @@ std::string SinceDeltaCache::MakeKey(const Key& key) {
   return out;
 }
 
-SinceDeltaCache::Record SinceDeltaCache::Get(const Key& key) {
+SinceDeltaCache::Known SinceDeltaCache::Get(const Key& key) {
   std::lock_guard lock(mu_);
   auto it = index_.find(MakeKey(key));
-  if (it == index_.end()) return nullptr;
+  if (it == index_.end()) return {};
   lru_.splice(lru_.begin(), lru_, it->second);
-  return it->second->second;
+  return it->second->known;
 }
 
 void SinceDeltaCache::Put(const Key& key, Record record) {
   if (record == nullptr || record->size() > budget_bytes_) return;
+  const uint64_t bytes = record->size();
+  Insert(key, {std::move(record), bytes}, bytes);
+}
+
+void SinceDeltaCache::PutSizeOnly(const Key& key, uint64_t record_bytes) {
+  if (record_bytes == 0 || kSizeOnlyEntryBytes > budget_bytes_) return;
+  Insert(key, {nullptr, record_bytes}, kSizeOnlyEntryBytes);
+}
+
+void SinceDeltaCache::Insert(const Key& key, Known known, uint64_t charged_bytes) {
   std::string k = MakeKey(key);
   std::lock_guard lock(mu_);
   if (auto it = index_.find(k); it != index_.end()) {
-    size_bytes_ -= it->second->second->size();
+    size_bytes_ -= it->second->charged_bytes;
     lru_.erase(it->second);
     index_.erase(it);
   }
-  size_bytes_ += record->size();
-  lru_.emplace_front(k, std::move(record));
+  size_bytes_ += charged_bytes;
+  lru_.push_front({k, std::move(known), charged_bytes});
   index_[std::move(k)] = lru_.begin();
   while (size_bytes_ > budget_bytes_ && !lru_.empty()) {
-    size_bytes_ -= lru_.back().second->size();
-    index_.erase(lru_.back().first);
+    size_bytes_ -= lru_.back().charged_bytes;
+    index_.erase(lru_.back().key);
     lru_.pop_back();
   }
 }

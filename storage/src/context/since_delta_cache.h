@@ -8,7 +8,9 @@
 // seqs: entries of the old one are not found again; readers whose snapshot predates a drop
 // neither read nor put), the model, both manifests' seqs, the tensor and the chunk. A record
 // depends only on the two reconstructions, which never change for a manifest seq, so entries need
-// no invalidation beyond that; the least recently used go first beyond the budget.
+// no invalidation beyond that; the least recently used go first beyond the budget. A record
+// that no pull sent (the chain it would replace was no larger) is kept by its size only, so that
+// the next pull learns that without coding it again.
 //
 // Thread-safe.
 #pragma once
@@ -36,19 +38,35 @@ class SinceDeltaCache {
     uint32_t chunk = 0;
   };
 
+  // What is known of the record coded for a key: the record itself, or only its size.
+  struct Known {
+    Record record;              // nullptr when only the size is kept, or nothing is
+    uint64_t record_bytes = 0;  // 0: nothing is known (a chunk record is never empty)
+  };
+
   explicit SinceDeltaCache(uint64_t budget_bytes) : budget_bytes_(budget_bytes) {}
 
-  // The record, or nullptr.
-  Record Get(const Key& key);
-  // Keeps `record` (replacing one under the same key) unless it is larger than the budget.
+  Known Get(const Key& key);
+  // Keeps `record` (replacing what is known under the same key) unless it is larger than the
+  // budget.
   void Put(const Key& key, Record record);
+  // Keeps only the size of the record coded for `key` (no pull sent it), replacing what is known.
+  void PutSizeOnly(const Key& key, uint64_t record_bytes);
 
   uint64_t size_bytes() const;
   uint64_t budget_bytes() const { return budget_bytes_; }
 
  private:
-  using Entry = std::pair<std::string, Record>;
+  // What an entry known by its size only counts against the budget: about its key and node.
+  static constexpr uint64_t kSizeOnlyEntryBytes = 128;
+
+  struct Entry {
+    std::string key;
+    Known known;
+    uint64_t charged_bytes;  // against the budget
+  };
   static std::string MakeKey(const Key& key);
+  void Insert(const Key& key, Known known, uint64_t charged_bytes);
 
   const uint64_t budget_bytes_;
   mutable std::mutex mu_;

@@ -42,6 +42,7 @@ struct StoreCounters {
   std::atomic<uint64_t> rearrangements{0};
   std::atomic<uint64_t> restores{0};
   std::atomic<uint64_t> restore_links_decoded{0};
+  std::atomic<uint64_t> pull_chunks_coded{0};
 };
 
 // Everything a push, restore or maintenance task needs from the store, owned by the store.

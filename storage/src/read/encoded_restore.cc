@@ -18,6 +18,10 @@
 namespace ckpt {
 namespace {
 
+// An exact keyframe is coded in place of a chain only where the chain's deltas weigh at least
+// this fraction (1/N) of it.
+constexpr uint64_t kKeyframeWorthDeltaShare = 16;
+
 // One link frame of the body: which stored record (or a record coded for this pull), and what
 // the client decodes it against.
 struct Link {
@@ -155,25 +159,35 @@ class EncodedRestoreStream final : public RestoreStream {
         }
         if (!since_tensor && !keyframe_instead) continue;
         if (from_since && chain_bytes <= ChainReader::ChunkLength(target, c) / 2) continue;
+        // An exact keyframe is about as large as the chain's own keyframe record, so in place of
+        // a chain whose deltas weigh little it would save little more than they weigh, for a
+        // decode and an encode of the whole chunk here.
+        const bool keyframe_worth_coding =
+            from_since || (chain_bytes - kLinkFrameOverhead - links_[first].record_bytes) *
+                                  kKeyframeWorthDeltaShare >=
+                              chain_bytes;
+        if (!since_tensor && !keyframe_worth_coding) continue;
         // A record that cannot be coded (a chunk of the client's version unreadable) leaves the
-        // chain to be sent: the pull is only larger.
+        // chain to be sent: the pull is only larger. Nor is one sent that is no smaller.
+        const uint64_t useful_below = chain_bytes - std::min(chain_bytes, kLinkFrameOverhead);
         const auto smaller = [&](const Result<SinceDeltaCache::Record>& r) {
-          return r.ok() && *r != nullptr && kLinkFrameOverhead + (*r)->size() < chain_bytes;
+          return r.ok() && *r != nullptr && (*r)->size() < useful_below;
         };
         LinkBase coded_base = since_tensor ? LinkBase::kSince : LinkBase::kNone;
         Result<SinceDeltaCache::Record> coded =
-            since_tensor ? CodedLink(reader, record.seq, mi, target, since_seq, *since_tensor, c,
-                                     &coding_budget)
-                         : CodedLink(reader, record.seq, mi, target, 0, 0, c, &coding_budget);
+            since_tensor
+                ? CodedLink(reader, record.seq, mi, target, since_seq, *since_tensor, c,
+                            useful_below, &coding_budget)
+                : CodedLink(reader, record.seq, mi, target, 0, 0, c, useful_below, &coding_budget);
         // The client's version may be far from this one (an older version pulled while a newer
         // one is held): where its delta is no smaller than the chain, or than the chain's own
         // keyframe record, an exact keyframe (what a client holding nothing receives) may be.
         const uint64_t chain_keyframe_bytes =
             from_since ? chain_bytes : links_[first].record_bytes;  // the oldest link
-        if (since_tensor && chain.size() > 1 &&
+        if (since_tensor && chain.size() > 1 && keyframe_worth_coding &&
             (!smaller(coded) || (*coded)->size() > chain_keyframe_bytes)) {
           Result<SinceDeltaCache::Record> keyframe =
-              CodedLink(reader, record.seq, mi, target, 0, 0, c, &coding_budget);
+              CodedLink(reader, record.seq, mi, target, 0, 0, c, useful_below, &coding_budget);
           if (smaller(keyframe) && (!smaller(coded) || (*keyframe)->size() < (*coded)->size())) {
             coded = std::move(keyframe);
             coded_base = LinkBase::kNone;
@@ -254,17 +268,22 @@ class EncodedRestoreStream final : public RestoreStream {
   // The record that turns chunk `chunk` of tensor `since_tensor` of manifest `since_seq` (the
   // client's; 0: none, a keyframe) into the same chunk of tensor `tensor` of `target_seq`: from
   // the cache, else coded exactly (on the stored payload's lattice where it has one) while
-  // `budget` lasts; nullptr when the budget is spent.
+  // `budget` lasts; nullptr when the budget is spent, or when the cache knows the record only by
+  // its size and that is not below `useful_below`. A record coded here of `useful_below` bytes or
+  // more (which the pull does not send) is kept by its size only.
   Result<SinceDeltaCache::Record> CodedLink(ChainReader& reader, uint64_t target_seq,
                                             uint32_t tensor, const ManifestTensor& entry,
                                             uint64_t since_seq, uint32_t since_tensor,
-                                            uint32_t chunk, uint64_t* budget) {
+                                            uint32_t chunk, uint64_t useful_below,
+                                            uint64_t* budget) {
     const SinceDeltaCache::Key key{cache_generation_, model_, target_seq, since_seq, tensor, chunk};
     // A model dropped whole since this pull's snapshot may reuse its seqs: neither read nor
     // keep records then.
     const bool cacheable = ctx_.cache->generation() == cache_generation_;
     if (cacheable) {
-      if (SinceDeltaCache::Record hit = ctx_.since_deltas->Get(key)) return hit;
+      SinceDeltaCache::Known known = ctx_.since_deltas->Get(key);
+      if (known.record != nullptr) return known.record;
+      if (known.record_bytes >= useful_below) return SinceDeltaCache::Record();
     }
     if (*budget == 0) return SinceDeltaCache::Record();
     std::vector<uint8_t> target, base;
@@ -280,7 +299,14 @@ class EncodedRestoreStream final : public RestoreStream {
     auto record = std::make_shared<const std::string>(ChunkRecord::EncodeChunk(
         encoded, since_seq != 0 ? FrameKind::kDelta : FrameKind::kKeyframe, target));
     *budget -= std::min<uint64_t>(*budget, record->size());
-    if (cacheable) ctx_.since_deltas->Put(key, record);
+    ctx_.counters->pull_chunks_coded.fetch_add(1, std::memory_order_relaxed);
+    if (cacheable) {
+      if (record->size() < useful_below) {
+        ctx_.since_deltas->Put(key, record);
+      } else {
+        ctx_.since_deltas->PutSizeOnly(key, record->size());
+      }
+    }
     return SinceDeltaCache::Record(std::move(record));
   }
 

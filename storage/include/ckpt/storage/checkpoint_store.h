@@ -229,6 +229,10 @@ struct StoreStats {
   // keyframe or from the nearest link in the cache, so this over restores' chunks is the
   // average chain replayed.
   uint64_t restore_links_decoded = 0;
+  // Chunk records encoded pulls had coded for them (a delta from the client's version, or an
+  // exact keyframe in place of a chain), each a decode and an encode of the chunk here; records
+  // found coded already are not counted.
+  uint64_t pull_chunks_coded = 0;
   // RocksDB: table and blob files, and the bytes compactions still have to rewrite.
   uint64_t sst_bytes = 0;
   uint64_t blob_bytes = 0;
