@@ -1,5 +1,6 @@
 // The rANS coder (codec/src/rans.h) on its own: histograms count what Add counts, and streams
-// of skewed, uniform and single-symbol data round-trip with one and with four states.
+// of skewed, uniform and single-symbol data round-trip with one and with four states, with and
+// without branching refills.
 #include "entropy/rans.h"
 
 #include <gtest/gtest.h>
@@ -38,10 +39,9 @@ TEST(RansHistogram, AddAllCountsWhatAddCounts) {
   }
 }
 
-// Encodes `symbols` (contexts: symbol i's context, or none) and decodes them again.
-std::vector<uint8_t> RoundTrip(const std::vector<uint8_t>& symbols,
-                               const std::vector<uint8_t>& contexts, uint32_t context_count,
-                               int ways) {
+// Encodes `symbols` (contexts: symbol i's context, or none) into a stream.
+std::string Encode(const std::vector<uint8_t>& symbols, const std::vector<uint8_t>& contexts,
+                   uint32_t context_count, int ways) {
   Histogram histogram(context_count);
   const uint8_t* context_of = contexts.empty() ? nullptr : contexts.data();
   histogram.AddAll(symbols.data(), context_of, symbols.size());
@@ -50,32 +50,62 @@ std::vector<uint8_t> RoundTrip(const std::vector<uint8_t>& symbols,
   Encoder encoder(symbols.size(), ways);
   encoder.PutAll(symbols.data(), context_of, tables.data(), symbols.size());
   encoder.Finish(&stream);
+  return stream;
+}
 
+// Decodes n symbols of `stream`; with `dense` (four ways), four at a time with GetDense while
+// bytes remain for them, as the lossy decoder does with keyframes. *checked: Check()'s verdict.
+std::vector<uint8_t> Decode(const std::string& stream, size_t n,
+                            const std::vector<uint8_t>& contexts, uint32_t context_count, int ways,
+                            bool dense, bool* checked) {
   const uint8_t* in = reinterpret_cast<const uint8_t*>(stream.data());
   const uint8_t* end = in + stream.size();
   DecodeTables decode_tables;
   EXPECT_TRUE(decode_tables.Read(in, end, context_count).ok());
   Decoder decoder;
   EXPECT_TRUE(decoder.Init(in, end, ways).ok());
-  std::vector<uint8_t> out(symbols.size());
-  for (size_t i = 0; i < symbols.size(); ++i) {
-    const uint32_t* slots = decode_tables.context(contexts.empty() ? 0 : contexts[i]);
+  auto slots = [&](size_t i) { return decode_tables.context(contexts.empty() ? 0 : contexts[i]); };
+  std::vector<uint8_t> out(n);
+  size_t i = 0;
+  for (; dense && i + 3 < n && decoder.HasBytes(8); i += 4) {
+    out[i] = decoder.GetDense<0>(slots(i));
+    out[i + 1] = decoder.GetDense<1>(slots(i + 1));
+    out[i + 2] = decoder.GetDense<2>(slots(i + 2));
+    out[i + 3] = decoder.GetDense<3>(slots(i + 3));
+  }
+  for (; i < n; ++i) {
     switch (ways == 1 ? 0 : i % 4) {
       case 0:
-        out[i] = decoder.Get<0>(slots);
+        out[i] = decoder.Get<0>(slots(i));
         break;
       case 1:
-        out[i] = decoder.Get<1>(slots);
+        out[i] = decoder.Get<1>(slots(i));
         break;
       case 2:
-        out[i] = decoder.Get<2>(slots);
+        out[i] = decoder.Get<2>(slots(i));
         break;
       default:
-        out[i] = decoder.Get<3>(slots);
+        out[i] = decoder.Get<3>(slots(i));
         break;
     }
   }
-  EXPECT_TRUE(decoder.Check().ok());
+  *checked = decoder.Check().ok();
+  return out;
+}
+
+// Encodes `symbols` and decodes them again, with GetDense as well where there are four ways.
+std::vector<uint8_t> RoundTrip(const std::vector<uint8_t>& symbols,
+                               const std::vector<uint8_t>& contexts, uint32_t context_count,
+                               int ways) {
+  const std::string stream = Encode(symbols, contexts, context_count, ways);
+  bool checked = false;
+  std::vector<uint8_t> out =
+      Decode(stream, symbols.size(), contexts, context_count, ways, false, &checked);
+  EXPECT_TRUE(checked);
+  if (ways == kMaxWays) {
+    EXPECT_EQ(Decode(stream, symbols.size(), contexts, context_count, ways, true, &checked), out);
+    EXPECT_TRUE(checked);
+  }
   return out;
 }
 
@@ -95,6 +125,26 @@ TEST(RansCoder, SkewedUniformAndSingleSymbolStreamsRoundTrip) {
       EXPECT_EQ(RoundTrip(uniform, {}, 1, ways), uniform) << n << " uniform";
       EXPECT_EQ(RoundTrip(single, {}, 1, ways), single) << n << " one symbol";
     }
+  }
+}
+
+// A damaged stream decodes to the same symbols and the same verdict whether its refills branch
+// (Get) or not (GetDense): they take the same bytes.
+TEST(RansCoder, ADamagedStreamDecodesAlikeWithAndWithoutBranchingRefills) {
+  std::mt19937 rng(13);
+  const size_t n = 20000;
+  std::vector<uint8_t> symbols(n);
+  for (auto& s : symbols) s = static_cast<uint8_t>(rng() % 16);
+  const std::string stream = Encode(symbols, {}, 1, kMaxWays);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::string damaged = stream;
+    damaged[damaged.size() / 2 + rng() % (damaged.size() / 2)] ^=
+        static_cast<char>(1 + rng() % 255);
+    bool branching_ok = false, dense_ok = false;
+    const auto branching = Decode(damaged, n, {}, 1, kMaxWays, false, &branching_ok);
+    const auto dense = Decode(damaged, n, {}, 1, kMaxWays, true, &dense_ok);
+    EXPECT_EQ(dense, branching) << trial;
+    EXPECT_EQ(dense_ok, branching_ok) << trial;
   }
 }
 

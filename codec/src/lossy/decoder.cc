@@ -61,6 +61,27 @@ class ShiftCursor {
   size_t begin_ = 0, end_ = 0;  // the elements of the row in values_
 };
 
+// Above this many coded bits per symbol (keyframes) the rANS decoder refills without a branch
+// (GetDense): a refill comes every few symbols, and its branch would often be mispredicted.
+constexpr double kDenseBitsPerSymbol = 2.0;
+
+// Symbols [*i, n) four at a time with GetDense while bytes remain for them; advances *i. Apart
+// from DecodeSymbols' loop (and the decoder passed and returned by value) so that the loop for
+// sparse streams is compiled as if this one did not exist.
+template <typename ContextOf>
+[[gnu::noinline]] rans::Decoder DecodeDenseSymbols(rans::Decoder decoder, ContextOf context_of,
+                                                   size_t n, uint8_t* sym, size_t* i) {
+  size_t k = *i;
+  for (; k + 3 < n && decoder.HasBytes(8); k += 4) {
+    sym[k] = decoder.GetDense<0>(context_of(k));
+    sym[k + 1] = decoder.GetDense<1>(context_of(k + 1));
+    sym[k + 2] = decoder.GetDense<2>(context_of(k + 2));
+    sym[k + 3] = decoder.GetDense<3>(context_of(k + 3));
+  }
+  *i = k;
+  return decoder;
+}
+
 // Decodes the n symbols of a payload into sym[0 .. n), each in its context. The decoder is taken
 // by value so that its states stay in registers.
 template <DType D, HistoryUse kHistory, bool kLattice>
@@ -68,9 +89,11 @@ Status DecodeSymbols(const PayloadHeader& h, rans::Decoder decoder,
                      const rans::DecodeTables& tables, const uint8_t* ref, uint8_t* sym) {
   using E = Element<D>;
   const size_t n = h.elements;
+  const bool dense = decoder.BitsPerSymbol(n) > kDenseBitsPerSymbol;
   auto decode_symbols = [&](auto context_of) {
     size_t i = 0;
     if (h.four_states) {
+      if (dense) decoder = DecodeDenseSymbols(decoder, context_of, n, sym, &i);
       for (; i + 3 < n; i += 4) {
         sym[i] = decoder.Get<0>(context_of(i));
         sym[i + 1] = decoder.Get<1>(context_of(i + 1));
@@ -205,22 +228,44 @@ class ElementDecoder {
   Status DecodeKeyframe(size_t begin, size_t end) {
     uint8_t table[256][E::kSize];
     bool tabled[256] = {};
+    bool all_direct_tabled = true;
     for (uint32_t k = 0; k < kDirectSymbols; ++k) {
       tabled[k] = quantizer_.Valid(k);
+      all_direct_tabled = all_direct_tabled && tabled[k];
       if (tabled[k]) Reconstruct(0, k, direct_[k], table[k]);
     }
     // Locals: the copies' stores could alias the members.
     const uint8_t* const sym = sym_;
     uint8_t* const out = out_;
-    for (size_t i = begin; i < end; ++i) {
-      const uint8_t symbol = sym[i];
-      if (tabled[symbol]) [[likely]] {
-        std::memcpy(out + i * E::kSize, table[symbol], E::kSize);
-      } else {
-        CKPT_RETURN_IF_ERROR(Decode(i, i + 1));
+    size_t i = begin;
+    // Eight direct symbols at a time (nearly all), without a branch per element.
+    static_assert((kDirectSymbols & (kDirectSymbols - 1)) == 0);
+    constexpr uint64_t kNotDirect = 0x0101010101010101ull * (0xff & ~(kDirectSymbols - 1));
+    for (; all_direct_tabled && i + 8 <= end; i += 8) {
+      uint64_t eight;
+      std::memcpy(&eight, sym + i, 8);
+      if (eight & kNotDirect) {
+        for (size_t j = i; j < i + 8; ++j)
+          CKPT_RETURN_IF_ERROR(DecodeKeyframeElement(table, tabled, j));
+        continue;
+      }
+      for (size_t j = 0; j < 8; ++j) {
+        std::memcpy(out + (i + j) * E::kSize, table[(eight >> (8 * j)) & 0xff], E::kSize);
       }
     }
+    for (; i < end; ++i) CKPT_RETURN_IF_ERROR(DecodeKeyframeElement(table, tabled, i));
     return Status::Ok();
+  }
+
+  // Element i of DecodeKeyframe: copied from its symbol's row of `table`, or decoded.
+  Status DecodeKeyframeElement(const uint8_t (&table)[256][E::kSize], const bool (&tabled)[256],
+                               size_t i) {
+    const uint8_t symbol = sym_[i];
+    if (tabled[symbol]) [[likely]] {
+      std::memcpy(out_ + i * E::kSize, table[symbol], E::kSize);
+      return Status::Ok();
+    }
+    return Decode(i, i + 1);
   }
 
   // After the last element: every verbatim element and extra bit was used.
