@@ -5,7 +5,8 @@
 # to a daemon that trusts its writers (server.decode_encoded_payloads = false); then the latest
 # version pulled by `ckpt pull` and `ckpt pull --encoded` (a client holding nothing), and every
 # version synced by a follower (`ckpt pull --encoded`, holding the version before). Peer: nginx
-# (WebDAV) taking and serving the same files (curl -T, curl GET).
+# (WebDAV) taking and serving the same files (curl -T, curl GET), its workers' CPU seconds in
+# the daemon's column.
 # Reported per way: the wall seconds of its client commands (ckpt, curl; summed over the
 # files), MB/s of checkpoint (raw bytes ÷ seconds), bytes on the wire (the request or response
 # bodies), the daemon's CPU seconds per GB of checkpoint (utime + stime from /proc/PID/stat)
@@ -178,17 +179,32 @@ stop_daemon
 start_nginx
 link_to "$nginx_url"
 nginx_url=$link_url
+# nginx's CPU seconds (its workers'), in the daemon's column: what a server spends to take or
+# serve the raw bytes.
+nginx_cpu() {
+  local total=0 w
+  for w in $(pgrep -P "$nginx_pid"); do
+    total=$(awk -v t="$ticks" -v s="$total" '{ print s + ($14 + $15) / t }' "/proc/$w/stat")
+  done
+  echo "$total"
+}
 client_cpu=0
 wire=$raw
 t0=$(now)
+cpu0=$(nginx_cpu)
 for f in "${files[@]}"; do curl -sf -T "$f" "$nginx_url/$(basename "$f")" > /dev/null; done
 t1=$(now)
-row "nginx: curl -T each file" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$raw" 0
+cpu1=$(nginx_cpu)
+row "nginx: curl -T each file" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$raw" \
+  "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')"
 wire=$latest_bytes
 t0=$(now)
+cpu0=$(nginx_cpu)
 curl -sf "$nginx_url/$(basename "${files[-1]}")" -o "$work/nginx.safetensors"
 t1=$(now)
-row "nginx: curl GET the latest" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$latest_bytes" 0
+cpu1=$(nginx_cpu)
+row "nginx: curl GET the latest" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" \
+  "$latest_bytes" "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')"
 get_seconds=$(for _ in 1 2 3 4 5; do
   g0=$(now)
   curl -sf "$nginx_url/$(basename "${files[-1]}")" -o "$work/nginx.safetensors"
