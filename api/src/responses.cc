@@ -72,6 +72,7 @@ json ErrorObject(const Status& status) {
   if (status.subcode() == StatusSubcode::kNoSpace) error["reason"] = "NO_SPACE";
   if (status.subcode() == StatusSubcode::kStalePlan) error["reason"] = "STALE_PLAN";
   if (status.subcode() == StatusSubcode::kReferenceDrifted) error["reason"] = "REFERENCE_DRIFTED";
+  if (status.subcode() == StatusSubcode::kShardsDropped) error["reason"] = "SHARDS_DROPPED";
   return error;
 }
 

@@ -63,6 +63,10 @@ Status ErrorFromResponse(unsigned http_status, std::string_view body) {
   if (code == StatusCode::kInvalidArgument && reason == "REFERENCE_DRIFTED") {
     return Status::ReferenceDrifted(std::move(message));
   }
+  // 409 SHARDS_DROPPED: this shard is stored; the commit it completed dropped other ranks'.
+  if (code == StatusCode::kFailedPrecondition && reason == "SHARDS_DROPPED") {
+    return Status::ShardsDropped(std::move(message));
+  }
   return Status(code, std::move(message));
 }
 

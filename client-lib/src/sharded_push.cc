@@ -225,6 +225,8 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
     failed.clear();
     for (size_t i = 0; i < answers.size(); ++i) {
       if (!answers[i].ok()) {
+        // Stored, but the commit it completed dropped other shards: they go again below.
+        if (encoded && answers[i].status().subcode() == StatusSubcode::kShardsDropped) continue;
         failed += (failed.empty() ? "" : "; ") + std::string("shard ") + std::to_string(i) + ": " +
                   answers[i].status().message();
         continue;

@@ -548,6 +548,44 @@ class EncodedTest(unittest.TestCase):
             self.assertNotIn(f"edge.rank{rank}-of-4.safetensors", kept)
             self.assertNotIn(f"edge.rank{rank}-of-4.json", kept)
 
+    def test_a_rank_completing_a_version_hears_that_another_ranks_shard_was_dropped(self):
+        # Rank 0's part of version 1 is damaged: its shard of version 2 is stored as it comes,
+        # and dropped by the commit that rank 1's shard completes. Rank 1 hears of it (its own
+        # shard stays); rank 0 sends its shard again, pulling its part first: version 2 commits.
+        self.plain.set_policy("tp", {"mode": "lossy", "max_abs_error": 5e-3})
+        g = torch.Generator().manual_seed(11)
+        w = torch.randn(512, 256, generator=g)
+        ranks = [self.coder(f"drop{r}") for r in range(2)]
+
+        def shard(rank):
+            return ({"w": w[256 * rank:256 * rank + 256].contiguous()},
+                    {"w": {"global_shape": [512, 256], "offsets": [256 * rank, 0]}})
+
+        for rank in range(2):
+            tensors, slices = shard(rank)
+            ranks[rank].push_shard("tp", 1, rank, 2, tensors, slices=slices)
+        part = os.path.join(self.tmp.name, "drop0", "tp.rank0-of-2.safetensors")
+        damaged = bytearray(read(part, "rb"))
+        for i in range(len(damaged) // 2, len(damaged) // 2 + 4096):
+            damaged[i] ^= 0x40
+        with open(part, "wb") as f:
+            f.write(damaged)
+        w = w + 0.01 * torch.randn(w.shape, generator=g)
+        tensors, slices = shard(0)
+        self.assertNotIn("version", ranks[0].push_shard("tp", 2, 0, 2, tensors, slices=slices))
+        tensors, slices = shard(1)
+        with self.assertRaises(ckptd.CkptdError) as dropped:
+            ranks[1].push_shard("tp", 2, 1, 2, tensors, slices=slices)
+        self.assertEqual(dropped.exception.status, 409)
+        self.assertEqual(dropped.exception.reason, "SHARDS_DROPPED")
+        self.assertIn("shard 0 of version 2", dropped.exception.message)
+        tensors, slices = shard(0)
+        again = ranks[0].push_shard("tp", 2, 0, 2, tensors, slices=slices)
+        self.assertEqual(again["version"]["version"], 2, again)
+        self.assertIn("pulled", again["reference"])
+        back = self.plain.pull("tp", 2, encoded=False)
+        self.assertLessEqual((back["w"] - w).abs().max().item(), 5e-3)
+
     def test_encoded_pushes_store_what_the_daemons_coding_stores(self):
         for model in ("edge", "daemon"):
             self.plain.set_policy(model, {"mode": "lossy", "max_abs_error": 5e-3})

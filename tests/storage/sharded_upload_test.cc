@@ -891,9 +891,10 @@ TEST_F(EncodedShardTest, AShardCodedByAPlanTheCommitNoLongerMakesIsDroppedForIts
   // The policy changes before the last shard: the commit refuses the encoded shard and drops it.
   ASSERT_TRUE(
       store_->SetPolicy("m", LossyPolicy(R"({"mode": "lossy", "max_abs_error": 0.002})")).ok());
+  // The plain shard that completed the upload stays: its sender is told the others were dropped.
   auto last = PushShard("m", 1, 1, 2, ShardBody(specs[1]));
   ASSERT_FALSE(last.ok());
-  EXPECT_EQ(last.status().subcode(), StatusSubcode::kStalePlan) << last.status().ToString();
+  EXPECT_EQ(last.status().subcode(), StatusSubcode::kShardsDropped) << last.status().ToString();
   EXPECT_NE(last.status().message().find("shards 0 "), std::string::npos)
       << last.status().message();
   auto upload = store_->GetUpload("m", 1);
@@ -930,9 +931,12 @@ TEST_F(EncodedShardTest, ARankWhoseReferenceDriftedHasItsShardDroppedAndNamed) {
   auto drifted = EncodeShard("m", 2, 0, 2, ShardBody(specs[0]), &wrong, &drifted_kept);
   ASSERT_TRUE(drifted.ok()) << drifted.status().ToString();
   ASSERT_TRUE(PushEncodedShard("m", 2, 0, 2, *drifted).ok());  // checked by its structure
+  // The rank whose shard completed the upload is told that another rank's shard was dropped
+  // (its own stays: it has nothing to send again), not that its reference drifted.
   auto last = PushShard("m", 2, 1, 2, ShardBody(specs[1]));
   ASSERT_FALSE(last.ok());
-  EXPECT_EQ(last.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(last.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(last.status().subcode(), StatusSubcode::kShardsDropped);
   EXPECT_NE(last.status().message().find("shard 0 of version 2"), std::string::npos)
       << last.status().message();
   EXPECT_FALSE(store_->GetVersion("m", 2).ok());
@@ -945,6 +949,19 @@ TEST_F(EncodedShardTest, ARankWhoseReferenceDriftedHasItsShardDroppedAndNamed) {
   auto committed = PushEncodedShard("m", 2, 0, 2, *good);
   ASSERT_TRUE(committed.ok()) << committed.status().ToString();
   EXPECT_TRUE(committed->version);
+
+  // A drifted shard that completes the upload is its own rank's to send again.
+  Drift(3);
+  specs = Shards(2);
+  ASSERT_TRUE(PushShard("m", 3, 1, 2, ShardBody(specs[1])).ok());
+  const std::string wrong3 = ShardBody(specs[0]);
+  auto drifted_last = EncodeShard("m", 3, 0, 2, ShardBody(specs[0]), &wrong3, &drifted_kept);
+  ASSERT_TRUE(drifted_last.ok()) << drifted_last.status().ToString();
+  auto refused = PushEncodedShard("m", 3, 0, 2, *drifted_last);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().subcode(), StatusSubcode::kReferenceDrifted)
+      << refused.status().ToString();
+  EXPECT_EQ(store_->GetUpload("m", 3)->received, std::vector<uint32_t>{1});
 }
 
 TEST_F(EncodedShardTest, ARestoredShardedVersionPushedWholeEncodedFollowsItsPlan) {

@@ -20,7 +20,9 @@ _DEFAULT_SERVER = "http://127.0.0.1:8420"
 class CkptdError(Exception):
     """An error answer from ckptd: `status` (HTTP), `code` (e.g. NOT_FOUND), the message, and
     `reason` where the daemon refines the code ("NO_SPACE" with 507: the data volume is full or
-    at its reserve; freeing space through deletes or GC helps, resending alone does not)."""
+    at its reserve; freeing space through deletes or GC helps, resending alone does not;
+    "SHARDS_DROPPED" with 409 from push_shard: this rank's shard is stored, but the commit it
+    completed dropped the shards the message names, which their ranks must send again)."""
 
     def __init__(self, status, code, message, reason=None):
         super().__init__(f"{status} {code}: {message}")
@@ -333,7 +335,9 @@ class Client:
         `slices` maps the name of each slice to {"global_shape": [...], "offsets": [...]}
         (where it lies in its global tensor; the tensor's own shape is its extent). Tensors held
         whole by several ranks must be equal. The version becomes visible when its last shard
-        is stored; the answer's "version" is set then. Sending a shard again replaces the
+        is stored; the answer's "version" is set then (a commit that drops other ranks' encoded
+        shards, coded by a stale plan or against a drifted reference, raises CkptdError with
+        reason "SHARDS_DROPPED": they must be sent again). Sending a shard again replaces the
         earlier attempt, so failures are retried as push() does. `metrics` and `tags` apply
         when this shard completes the version. With several daemons on one pool any daemon
         takes the shard; when it completes the version on a daemon that does not write the

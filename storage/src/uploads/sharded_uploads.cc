@@ -142,7 +142,7 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
         // rank retrying), its answer is the upload's, not a refusal to retry until the commit
         // ends. Nothing of `upload` changed: the pool is asked without the lock.
         lock.unlock();
-        if (AlreadyStored(digest)) return owner_->ShardStored(model_, version_, options_);
+        if (AlreadyStored(digest)) return owner_->ShardStored(model_, version_, shard_, options_);
         return published;
       }
       CKPT_RETURN_IF_ERROR(published);
@@ -152,7 +152,7 @@ class ShardedUploads::Session final : public ShardSession, private SafetensorsSi
       upload.reload_ticket = ++owner_->reload_tickets_;
       upload.last_active_ms = NowMs();
     }
-    return owner_->ShardStored(model_, version_, options_);
+    return owner_->ShardStored(model_, version_, shard_, options_);
   }
 
  private:
@@ -502,10 +502,10 @@ std::vector<ShardUploadInfo> ShardedUploads::List() {
 }
 
 Result<ShardResult> ShardedUploads::ShardStored(const std::string& model, uint64_t version,
-                                                const PushOptions& options) {
+                                                uint32_t shard, const PushOptions& options) {
   PushOptions commit_options = options;
   commit_options.body_format = PushBodyFormat::kSafetensors;  // the shard's, not the version's
-  auto result = CommitUpload(model, version, commit_options, /*by_last_shard=*/true);
+  auto result = CommitUpload(model, version, commit_options, shard);
   if (!result.ok() && result.status().code() != StatusCode::kNotFound) {
     return result.status().WithContext("the shard is stored, but " + UploadName(model, version) +
                                        " cannot be committed");
@@ -525,7 +525,7 @@ Result<ShardResult> ShardedUploads::Commit(const std::string& model, uint64_t ve
     };
     while (running()) commit_ended_.wait(lock);
   }
-  auto result = CommitUpload(model, version, options, /*by_last_shard=*/false);
+  auto result = CommitUpload(model, version, options, /*stored_shard=*/std::nullopt);
   if (result.ok() || result.status().code() != StatusCode::kNotFound) return result;
   CKPT_ASSIGN_OR_RETURN(auto committed, committed_(model, version));
   if (!committed || committed->shard_count == 0) return result;
@@ -533,7 +533,9 @@ Result<ShardResult> ShardedUploads::Commit(const std::string& model, uint64_t ve
 }
 
 Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint64_t version,
-                                                 const PushOptions& options, bool by_last_shard) {
+                                                 const PushOptions& options,
+                                                 std::optional<uint32_t> stored_shard) {
+  const bool by_last_shard = stored_shard.has_value();
   const bool shared = spool_->shared();
   CKPT_RETURN_IF_ERROR(Reload(model, version));
   // In a cluster only the model's writer commits; the others say where the commit goes.
@@ -682,6 +684,11 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
       }
       if (shared && marked.ok()) spool_->EndCommit(model, version, commit_token);
       if (it != uploads_.end()) it->second.committing = false;
+      // Told to a rank whose own shard stays (or to a commit asked for by no rank): the version
+      // waits for the dropped ones, and its sender has nothing to send again.
+      if (!stale.empty() && std::find(stale.begin(), stale.end(), stored_shard) == stale.end()) {
+        return Status::ShardsDropped(assembled.status().message());
+      }
       return assembled.status();
     }
     ShardResult committed;

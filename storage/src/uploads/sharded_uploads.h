@@ -141,13 +141,16 @@ class ShardedUploads {
   Status CheckAgainstUpload(const Upload& upload, const ShardHeader& header) const;
   // Called by a session as it ends (stored or not).
   void SessionEnded(const std::string& model, uint64_t version);
-  // Called by a session once its shard is stored: commits when it was the last.
-  Result<ShardResult> ShardStored(const std::string& model, uint64_t version,
+  // Called by a session once its shard `shard` is stored: commits when it was the last.
+  Result<ShardResult> ShardStored(const std::string& model, uint64_t version, uint32_t shard,
                                   const PushOptions& options);
-  // Commit; with `by_last_shard`, an upload still incomplete or being committed by another
-  // shard is reported as it is instead of refused.
+  // Commit; by a shard just stored (`stored_shard`), an upload still incomplete or being
+  // committed by another shard is reported as it is instead of refused. A commit that drops
+  // other shards than `stored_shard` (coded by a stale plan or against a drifted reference) is
+  // refused as ShardsDropped.
   Result<ShardResult> CommitUpload(const std::string& model, uint64_t version,
-                                   const PushOptions& options, bool by_last_shard);
+                                   const PushOptions& options,
+                                   std::optional<uint32_t> stored_shard);
 
   const StoreOptions* const options_;
   StoreHealth* const health_;

@@ -50,6 +50,11 @@ enum class StatusSubcode {
   // reconstruction, to what its client reconstructed (HTTP 400): the client's reference is not
   // that reconstruction. Pulling the base and encoding again helps; resending does not.
   kReferenceDrifted,
+  // Refines kFailedPrecondition: the shard of this request is stored, but the commit it
+  // completed dropped other ranks' shards (coded by a plan that is no longer the model's, or
+  // against a reference that drifted; HTTP 409): the version commits when their ranks send them
+  // again. This shard needs nothing more.
+  kShardsDropped,
 };
 
 // Returns a stable upper-snake name such as "INVALID_ARGUMENT", used in JSON error bodies.
@@ -105,6 +110,13 @@ class [[nodiscard]] Status {
   static Status ReferenceDrifted(std::string msg) {
     Status s(StatusCode::kInvalidArgument, std::move(msg));
     s.subcode_ = StatusSubcode::kReferenceDrifted;
+    return s;
+  }
+
+  // kFailedPrecondition refined by kShardsDropped.
+  static Status ShardsDropped(std::string msg) {
+    Status s(StatusCode::kFailedPrecondition, std::move(msg));
+    s.subcode_ = StatusSubcode::kShardsDropped;
     return s;
   }
 
