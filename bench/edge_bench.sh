@@ -151,7 +151,7 @@ pull_way() {  # name field pull-args...
   cpu1=$(daemon_cpu)
   row "$name" "$last_seconds" "$latest_bytes" "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')"
 }
-pull_way "pull latest: daemon decodes" bytes
+pull_way "pull latest: daemon decodes" received_bytes
 pull_way "pull latest --encoded, holding nothing" received_bytes --encoded --reference-dir "$work/cold"
 
 # The follower pulls version 1 holding nothing, then syncs each next version holding the one

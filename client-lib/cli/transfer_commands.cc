@@ -220,7 +220,8 @@ class PullCommand final : public Command {
       PrintJson({{"model", model_},
                  {"version", r->version},
                  {"file", file_},
-                 {"bytes", r->bytes},
+                 {"restored_bytes", r->bytes},
+                 {"bytes", r->bytes},  // restored_bytes' first name, kept for scripts
                  {"sha256", r->sha256},
                  {"verified", r->verified},
                  {"resumed_bytes", r->resumed_bytes},

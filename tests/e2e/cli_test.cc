@@ -332,6 +332,10 @@ TEST_F(CliTest, FollowersSyncEachVersionByItsStoredDelta) {
                   (dir_.path() / ("f" + std::to_string(f))).string());
       ASSERT_TRUE(pulled.is_object()) << pulled;
       EXPECT_EQ(pulled["since_version"].get<uint64_t>(), static_cast<uint64_t>(v - 1));
+      // The names the Python client answers with, too.
+      EXPECT_EQ(pulled["model"], "run");
+      EXPECT_EQ(pulled["file"], out);
+      EXPECT_GT(pulled["restored_bytes"].get<uint64_t>(), pulled["received_bytes"].get<uint64_t>());
       // The version's records, its header and the framing.
       EXPECT_LE(pulled["received_bytes"].get<uint64_t>(), stored * 11 / 10 + 1024)
           << "version " << v << ", follower " << f;

@@ -652,6 +652,9 @@ class EncodedTest(unittest.TestCase):
             got = follower.pull_encoded("m", out)
             self.assertEqual(got["version"], step)
             self.assertEqual(got["since_version"], step - 1)
+            # The names `ckpt pull --json` answers with, too.
+            self.assertEqual((got["model"], got["file"]), ("m", out))
+            self.assertGreater(got["restored_bytes"], got["received_bytes"])
             self.assertEqual(got["sha256"], pushed["sha256"])
             self.assertEqual(hashlib.sha256(read(out, "rb")).hexdigest(), pushed["sha256"])
             self.assertLessEqual(got["received_bytes"], 1.1 * pushed["stored_bytes"] + 4096)

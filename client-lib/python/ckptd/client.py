@@ -549,15 +549,17 @@ class Client:
         (bit-identical to a restore; SHA-256 verified). When the restored body of an earlier
         version of the model is held in `reference_dir`, only what turns it into `version` is
         sent (the chains' deltas after it: a follower's sync); the version pulled becomes the
-        one held unless it is older. Returns {"version", "sha256", "restored_bytes",
-        "received_bytes", "since_version" (0: none held), "verified", "encoded"}. Without the
+        one held unless it is older. Returns {"model", "version", "file", "sha256",
+        "restored_bytes", "received_bytes", "since_version" (0: none held), "verified",
+        "encoded"}, as `ckpt pull --json` (which also says "resumed_bytes"). Without the
         native module (edge.available()) the daemon decodes: a plain restore into `path`, with
         "encoded" False, and a warning once."""
         if not edge.available():
             edge.warn_unavailable()
             return self._download(model, os.fspath(path), version)
         return dict(edge.pull_encoded(self, model, str(version), os.fspath(path),
-                                      self.reference_dir), encoded=True)
+                                      self.reference_dir), model=model, file=os.fspath(path),
+                    encoded=True)
 
     def _open_restore(self, model, version, query=None, accept=None):
         """(connection, response) of GET version; raises CkptdError unless 200. The caller
@@ -668,8 +670,8 @@ class Client:
             if expected and sha.hexdigest() != expected:
                 raise CkptdError(200, "DATA_LOSS", "restored file does not match its SHA-256")
             os.replace(partial, path)
-            return {"version": int(response.getheader("X-Ckpt-Version", "0")),
-                    "sha256": sha.hexdigest(), "restored_bytes": size, "received_bytes": size,
+            return {"model": model, "version": int(response.getheader("X-Ckpt-Version", "0")),
+                    "file": os.fspath(path), "sha256": sha.hexdigest(), "restored_bytes": size, "received_bytes": size,
                     "since_version": 0, "verified": bool(expected), "encoded": False}
         finally:
             conn.close()
