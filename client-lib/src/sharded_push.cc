@@ -220,13 +220,18 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
   };
   std::optional<PushResult> result;
   std::string failed;
+  std::optional<Status> dropped;  // the last answer that other shards were dropped
   const auto collect = [&] {
     result.reset();
     failed.clear();
+    dropped.reset();
     for (size_t i = 0; i < answers.size(); ++i) {
       if (!answers[i].ok()) {
         // Stored, but the commit it completed dropped other shards: they go again below.
-        if (encoded && answers[i].status().subcode() == StatusSubcode::kShardsDropped) continue;
+        if (encoded && answers[i].status().subcode() == StatusSubcode::kShardsDropped) {
+          dropped = answers[i].status();
+          continue;
+        }
         failed += (failed.empty() ? "" : "; ") + std::string("shard ") + std::to_string(i) + ": " +
                   answers[i].status().message();
         continue;
@@ -240,8 +245,9 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
   send_all();
   collect();
   if (encoded && failed.empty() && !result) {
-    // A commit may drop shards coded against a reference the server no longer has (another
-    // writer moved the model on): each is stored again (planned anew, or sent plain), and a
+    // A commit may drop shards coded by a plan gone stale (another writer moved the model on)
+    // or against a part that drifted (SHARDS_DROPPED to the shard that completed the upload):
+    // each is stored again (planned anew, or sent plain), and a
     // shard the version already holds is answered with the version.
     send_all();
     collect();
@@ -254,6 +260,7 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
       if (!a.ok()) return Status(a.status().code(), "sharded push failed: " + failed);
     }
   }
+  if (!result && dropped) return *dropped;
   if (!result) {
     return Status::FailedPrecondition(
         "every shard was stored but none committed the version (see GET .../versions/" +

@@ -70,6 +70,21 @@ TEST(ErrorFromResponse, AStalePlanIsToldApart) {
             StatusSubcode::kNone);
 }
 
+TEST(ErrorFromResponse, DroppedShardsAreToldApart) {
+  const Status s = ErrorFromResponse(
+      409,
+      R"({"error":{"code":"FAILED_PRECONDITION","message":"shard 0 dropped","reason":"SHARDS_DROPPED"}})");
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.subcode(), StatusSubcode::kShardsDropped);
+  EXPECT_EQ(s.message(), "shard 0 dropped");
+  // The reason refines its own code only.
+  EXPECT_EQ(
+      ErrorFromResponse(
+          400, R"({"error":{"code":"INVALID_ARGUMENT","message":"m","reason":"SHARDS_DROPPED"}})")
+          .subcode(),
+      StatusSubcode::kNone);
+}
+
 TEST(StatusCodeFromName, InvertsStatusCodeName) {
   for (int i = 0; i <= static_cast<int>(StatusCode::kPermissionDenied); ++i) {
     const auto code = static_cast<StatusCode>(i);

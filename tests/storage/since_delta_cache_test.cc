@@ -22,18 +22,23 @@ TEST(SinceDeltaCacheTest, KeepsRecordsOrTheirSizeAndReplacesEither) {
   SinceDeltaCache::Known known = cache.Get(KeyOf(0));
   ASSERT_NE(known.record, nullptr);
   EXPECT_EQ(known.record_bytes, 1000u);
-  cache.PutSizeOnly(KeyOf(0), 5000);
-  known = cache.Get(KeyOf(0));
+  // A size does not replace a record (a pull with a shorter chain found it no smaller).
+  cache.PutSizeOnly(KeyOf(0), 1000);
+  EXPECT_NE(cache.Get(KeyOf(0)).record, nullptr);
+  cache.PutSizeOnly(KeyOf(1), 5000);
+  known = cache.Get(KeyOf(1));
   EXPECT_EQ(known.record, nullptr);
   EXPECT_EQ(known.record_bytes, 5000u);
-  EXPECT_LT(cache.size_bytes(), 1000u);  // a size is charged far less than its record
-  cache.Put(KeyOf(0), RecordOf(700));
-  EXPECT_EQ(cache.Get(KeyOf(0)).record_bytes, 700u);
-  EXPECT_EQ(cache.size_bytes(), 700u);
+  EXPECT_LT(cache.size_bytes(), 2000u);  // a size is charged far less than its record
+  cache.PutSizeOnly(KeyOf(1), 4000);
+  EXPECT_EQ(cache.Get(KeyOf(1)).record_bytes, 4000u);
+  cache.Put(KeyOf(1), RecordOf(700));
+  EXPECT_EQ(cache.Get(KeyOf(1)).record_bytes, 700u);
+  EXPECT_EQ(cache.size_bytes(), 1700u);
   // Another model's, version's or chunk's record is another key.
   EXPECT_EQ(cache.Get({1, "n", 3, 0, 0, 0}).record_bytes, 0u);
   EXPECT_EQ(cache.Get({1, "m", 3, 2, 0, 0}).record_bytes, 0u);
-  EXPECT_EQ(cache.Get(KeyOf(1)).record_bytes, 0u);
+  EXPECT_EQ(cache.Get(KeyOf(2)).record_bytes, 0u);
 }
 
 TEST(SinceDeltaCacheTest, SizesOnlyAreBoundedByTheBudgetToo) {

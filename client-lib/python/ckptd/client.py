@@ -375,8 +375,8 @@ class Client:
                 try:
                     return self._completed(model, step, once(), commit_query)
                 except CkptdError as error:
-                    # The commit dropped shards coded by a plan gone stale (ours among them,
-                    # maybe): this rank codes and sends its shard again.
+                    # The commit dropped this rank's shard, coded by a plan gone stale: it codes
+                    # and sends its shard again.
                     if error.reason != "STALE_PLAN":
                         raise
             return self._completed(model, step, once(), commit_query)
@@ -670,9 +670,11 @@ class Client:
             if expected and sha.hexdigest() != expected:
                 raise CkptdError(200, "DATA_LOSS", "restored file does not match its SHA-256")
             os.replace(partial, path)
-            return {"model": model, "version": int(response.getheader("X-Ckpt-Version", "0")),
-                    "file": os.fspath(path), "sha256": sha.hexdigest(), "restored_bytes": size, "received_bytes": size,
-                    "since_version": 0, "verified": bool(expected), "encoded": False}
+            return {"model": model,
+                    "version": int(response.getheader("X-Ckpt-Version", "0")),
+                    "file": os.fspath(path), "sha256": sha.hexdigest(),
+                    "restored_bytes": size, "received_bytes": size, "since_version": 0,
+                    "verified": bool(expected), "encoded": False}
         finally:
             conn.close()
             if os.path.exists(partial):

@@ -240,6 +240,7 @@ class ElementDecoder {
     size_t i = begin;
     // Eight direct symbols at a time (nearly all), without a branch per element.
     static_assert((kDirectSymbols & (kDirectSymbols - 1)) == 0);
+    static_assert(std::endian::native == std::endian::little);  // symbol i + j is byte j
     constexpr uint64_t kNotDirect = 0x0101010101010101ull * (0xff & ~(kDirectSymbols - 1));
     for (; all_direct_tabled && i + 8 <= end; i += 8) {
       uint64_t eight;

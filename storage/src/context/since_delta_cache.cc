@@ -35,6 +35,9 @@ void SinceDeltaCache::Insert(const Key& key, Known known, uint64_t charged_bytes
   std::string k = MakeKey(key);
   std::lock_guard lock(mu_);
   if (auto it = index_.find(k); it != index_.end()) {
+    // A record is worth more than its size (another pull, whose chain was shorter, found it no
+    // smaller): kept.
+    if (known.record == nullptr && it->second->known.record != nullptr) return;
     size_bytes_ -= it->second->charged_bytes;
     lru_.erase(it->second);
     index_.erase(it);

@@ -50,7 +50,8 @@ class SinceDeltaCache {
   // Keeps `record` (replacing what is known under the same key) unless it is larger than the
   // budget.
   void Put(const Key& key, Record record);
-  // Keeps only the size of the record coded for `key` (no pull sent it), replacing what is known.
+  // Keeps only the size of the record coded for `key` (no pull sent it), replacing a size known
+  // (a record kept under the key stays).
   void PutSizeOnly(const Key& key, uint64_t record_bytes);
 
   uint64_t size_bytes() const;

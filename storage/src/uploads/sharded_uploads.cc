@@ -505,8 +505,10 @@ Result<ShardResult> ShardedUploads::ShardStored(const std::string& model, uint64
                                                 uint32_t shard, const PushOptions& options) {
   PushOptions commit_options = options;
   commit_options.body_format = PushBodyFormat::kSafetensors;  // the shard's, not the version's
-  auto result = CommitUpload(model, version, commit_options, shard);
-  if (!result.ok() && result.status().code() != StatusCode::kNotFound) {
+  bool own_shard_dropped = false;
+  auto result = CommitUpload(model, version, commit_options, shard, &own_shard_dropped);
+  // A shard the commit dropped is not stored: its error says so.
+  if (!result.ok() && result.status().code() != StatusCode::kNotFound && !own_shard_dropped) {
     return result.status().WithContext("the shard is stored, but " + UploadName(model, version) +
                                        " cannot be committed");
   }
@@ -525,7 +527,9 @@ Result<ShardResult> ShardedUploads::Commit(const std::string& model, uint64_t ve
     };
     while (running()) commit_ended_.wait(lock);
   }
-  auto result = CommitUpload(model, version, options, /*stored_shard=*/std::nullopt);
+  bool own_shard_dropped = false;
+  auto result =
+      CommitUpload(model, version, options, /*stored_shard=*/std::nullopt, &own_shard_dropped);
   if (result.ok() || result.status().code() != StatusCode::kNotFound) return result;
   CKPT_ASSIGN_OR_RETURN(auto committed, committed_(model, version));
   if (!committed || committed->shard_count == 0) return result;
@@ -534,7 +538,8 @@ Result<ShardResult> ShardedUploads::Commit(const std::string& model, uint64_t ve
 
 Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint64_t version,
                                                  const PushOptions& options,
-                                                 std::optional<uint32_t> stored_shard) {
+                                                 std::optional<uint32_t> stored_shard,
+                                                 bool* own_shard_dropped) {
   const bool by_last_shard = stored_shard.has_value();
   const bool shared = spool_->shared();
   CKPT_RETURN_IF_ERROR(Reload(model, version));
@@ -684,11 +689,13 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
       }
       if (shared && marked.ok()) spool_->EndCommit(model, version, commit_token);
       if (it != uploads_.end()) it->second.committing = false;
-      // Told to a rank whose own shard stays (or to a commit asked for by no rank): the version
-      // waits for the dropped ones, and its sender has nothing to send again.
-      if (!stale.empty() && std::find(stale.begin(), stale.end(), stored_shard) == stale.end()) {
+      // A rank whose own shard stays is told that the version waits for the dropped ones: it
+      // has nothing to send again. (A commit asked for by no shard hears their error.)
+      if (stored_shard && !stale.empty() &&
+          std::find(stale.begin(), stale.end(), *stored_shard) == stale.end()) {
         return Status::ShardsDropped(assembled.status().message());
       }
+      if (stored_shard && !stale.empty()) *own_shard_dropped = true;
       return assembled.status();
     }
     ShardResult committed;

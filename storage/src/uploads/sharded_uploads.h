@@ -147,10 +147,10 @@ class ShardedUploads {
   // Commit; by a shard just stored (`stored_shard`), an upload still incomplete or being
   // committed by another shard is reported as it is instead of refused. A commit that drops
   // other shards than `stored_shard` (coded by a stale plan or against a drifted reference) is
-  // refused as ShardsDropped.
+  // refused as ShardsDropped; one that drops `stored_shard` itself sets *own_shard_dropped.
   Result<ShardResult> CommitUpload(const std::string& model, uint64_t version,
-                                   const PushOptions& options,
-                                   std::optional<uint32_t> stored_shard);
+                                   const PushOptions& options, std::optional<uint32_t> stored_shard,
+                                   bool* own_shard_dropped);
 
   const StoreOptions* const options_;
   StoreHealth* const health_;

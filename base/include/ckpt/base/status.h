@@ -50,7 +50,7 @@ enum class StatusSubcode {
   // reconstruction, to what its client reconstructed (HTTP 400): the client's reference is not
   // that reconstruction. Pulling the base and encoding again helps; resending does not.
   kReferenceDrifted,
-  // Refines kFailedPrecondition: the shard of this request is stored, but the commit it
+  // Refines kFailedPrecondition: the shard a request sent is stored, but the commit its arrival
   // completed dropped other ranks' shards (coded by a plan that is no longer the model's, or
   // against a reference that drifted; HTTP 409): the version commits when their ranks send them
   // again. This shard needs nothing more.
