@@ -254,10 +254,16 @@ Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, ui
 
   EncodingStream stream(plan, checkpoint, reference ? &reference->view : nullptr, threads,
                         dir.empty() ? std::string() : TemporaryNameFor(held.path));
-  CKPT_ASSIGN_OR_RETURN(const EncodedPut put,
-                        PutEncoded(endpoints_, options, tls_.get(), shard_target + query,
-                                   kEncodedShardMediaType, stream));
-  *coding = ShardCoding{put.answer.body, true, put.coded.encoded_bytes, source};
+  std::optional<EdgeEncoding> coded_anyway;
+  auto put = PutEncoded(endpoints_, options, tls_.get(), shard_target + query,
+                        kEncodedShardMediaType, stream, &coded_anyway);
+  // SHARDS_DROPPED: this shard is stored (other ranks' were dropped), so its reconstruction is
+  // this rank's part of the version once they are sent again.
+  const bool stored = put.ok() || (put.status().subcode() == StatusSubcode::kShardsDropped &&
+                                   coded_anyway.has_value());
+  if (!stored) return put.status();
+  const EdgeEncoding& coded = put.ok() ? put->coded : *coded_anyway;
+  if (put.ok()) *coding = ShardCoding{put->answer.body, true, coded.encoded_bytes, source};
   if (!dir.empty()) {
     // The rank's part is known by the digest of the shard pushed, which the version's layout
     // lists (PlanShard::base_shard_sha256 of the next plan). The shard is stored either way: a
@@ -265,10 +271,11 @@ Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, ui
     reference.reset();
     Status kept = ForgetSidecar(held);
     if (kept.ok()) kept = stream.KeepRestoredAs(held.path);
-    if (kept.ok()) kept = WriteSidecar(held, version, put.coded.pushed_sha256);
-    if (!kept.ok()) coding->reference += "; not kept as the reference: " + kept.message();
+    if (kept.ok()) kept = WriteSidecar(held, version, coded.pushed_sha256);
+    if (!kept.ok() && put.ok())
+      coding->reference += "; not kept as the reference: " + kept.message();
   }
-  return Status::Ok();
+  return put.ok() ? Status::Ok() : put.status();
 }
 
 }  // namespace ckpt

@@ -126,7 +126,7 @@ Status EncodingStream::KeepRestoredAs(const std::string& path) {
 Result<EncodedPut> PutEncoded(const std::vector<ServerEndpoint>& servers,
                               const ClientOptions& options, TlsContext* tls,
                               const std::string& target, std::string_view media_type,
-                              EncodingStream& stream) {
+                              EncodingStream& stream, std::optional<EdgeEncoding>* coded_anyway) {
   CKPT_RETURN_IF_ERROR(stream.Start());
   PutBody body;
   body.read = [&](char* buffer, size_t capacity) { return stream.Read(buffer, capacity); };
@@ -137,6 +137,7 @@ Result<EncodedPut> PutEncoded(const std::vector<ServerEndpoint>& servers,
     if (!coded.ok() && coded.status().message() != EncodingStream::kUploadStopped) {
       return coded.status();
     }
+    if (coded.ok() && coded_anyway != nullptr) *coded_anyway = std::move(coded).value();
     return answer.status();
   }
   if (!coded.ok()) return coded.status();

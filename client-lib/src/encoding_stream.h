@@ -97,11 +97,14 @@ struct EncodedPut {
 };
 
 // Starts `stream` and PUTs its encoded body to `target` as `media_type` while it is coded. On
-// failure, the encoder's own error where it explains a body that ended early, else the PUT's.
+// failure, the encoder's own error where it explains a body that ended early, else the PUT's;
+// then, with `coded_anyway`, what was coded when the encoder finished the body all the same (a
+// refusal of the whole body: SHARDS_DROPPED stores it).
 Result<EncodedPut> PutEncoded(const std::vector<ServerEndpoint>& servers,
                               const ClientOptions& options, TlsContext* tls,
                               const std::string& target, std::string_view media_type,
-                              EncodingStream& stream);
+                              EncodingStream& stream,
+                              std::optional<EdgeEncoding>* coded_anyway = nullptr);
 
 // The threads a coding or decoding runs on for `requested` (0 or less: the machine's cores).
 int CodecThreads(int requested);

@@ -579,6 +579,9 @@ class EncodedTest(unittest.TestCase):
         self.assertEqual(dropped.exception.status, 409)
         self.assertEqual(dropped.exception.reason, "SHARDS_DROPPED")
         self.assertIn("shard 0 of version 2", dropped.exception.message)
+        # Rank 1's shard is stored: its part of version 2 is its reference.
+        sidecar = os.path.join(self.tmp.name, "drop1", "tp.rank1-of-2.json")
+        self.assertEqual(json.loads(read(sidecar))["version"], 2)
         tensors, slices = shard(0)
         again = ranks[0].push_shard("tp", 2, 0, 2, tensors, slices=slices)
         self.assertEqual(again["version"]["version"], 2, again)

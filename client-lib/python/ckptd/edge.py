@@ -361,13 +361,23 @@ def _send_encoded(client, model, path, media_type, plan_text, checkpoint, refere
     restored_path = _native.temporary_name_for(held["path"]) if reference_dir else None
     encoder = _native.Encoder(plan_text, checkpoint.parts, reference_path, False, threads,
                               restored_path)
+    from .client import CkptdError
     try:
-        answer = client._put_stream(model, path, encoder.read, media_type)
+        try:
+            answer, refused = client._put_stream(model, path, encoder.read, media_type), None
+        except CkptdError as error:
+            # SHARDS_DROPPED: this shard is stored (other ranks' were dropped), so what it
+            # restores to is this rank's part of the version, kept before the error goes on.
+            if error.reason != "SHARDS_DROPPED":
+                raise
+            answer, refused = None, error
         coded = encoder.finish()
         if reference_dir:
             _native.forget_sidecar(reference_dir, name)
             encoder.keep_restored_as(held["path"])
             _native.write_sidecar(reference_dir, name, int(step), coded[digest])
+        if refused is not None:
+            raise refused
     finally:
         encoder.close()
     return answer, coded
