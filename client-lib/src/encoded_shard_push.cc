@@ -263,7 +263,8 @@ Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, ui
                                    coded_anyway.has_value());
   if (!stored) return put.status();
   const EdgeEncoding& coded = put.ok() ? put->coded : *coded_anyway;
-  if (put.ok()) *coding = ShardCoding{put->answer.body, true, coded.encoded_bytes, source};
+  *coding = ShardCoding{put.ok() ? put->answer.body : nlohmann::json::object(), true,
+                        coded.encoded_bytes, source};
   if (!dir.empty()) {
     // The rank's part is known by the digest of the shard pushed, which the version's layout
     // lists (PlanShard::base_shard_sha256 of the next plan). The shard is stored either way: a
@@ -272,8 +273,7 @@ Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, ui
     Status kept = ForgetSidecar(held);
     if (kept.ok()) kept = stream.KeepRestoredAs(held.path);
     if (kept.ok()) kept = WriteSidecar(held, version, coded.pushed_sha256);
-    if (!kept.ok() && put.ok())
-      coding->reference += "; not kept as the reference: " + kept.message();
+    if (!kept.ok()) coding->reference += "; not kept as the reference: " + kept.message();
   }
   return put.ok() ? Status::Ok() : put.status();
 }

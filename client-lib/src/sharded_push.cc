@@ -213,10 +213,17 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
       delay *= 2;
     }
   };
+  // Sends every shard but those known stored (answered SHARDS_DROPPED: the commit they
+  // completed dropped others).
   const auto send_all = [&] {
+    const auto stored = [&](size_t i) {
+      return !answers[i].ok() && answers[i].status().subcode() == StatusSubcode::kShardsDropped;
+    };
     std::vector<std::jthread> threads;
-    for (size_t i = 1; i < plans.size(); ++i) threads.emplace_back(send, i);
-    send(0);
+    for (size_t i = 1; i < plans.size(); ++i) {
+      if (!stored(i)) threads.emplace_back(send, i);
+    }
+    if (!stored(0)) send(0);
   };
   std::optional<PushResult> result;
   std::string failed;
