@@ -79,10 +79,14 @@ Status PutPlainShard(const std::vector<ServerEndpoint>& servers, const ClientOpt
                      const std::string& why, ShardCoding* coding) {
   PutBody body = shard.plain_body();
   const uint64_t size = body.size.value_or(0);
-  CKPT_ASSIGN_OR_RETURN(const PutAnswer answer,
-                        StreamPut(servers, options, tls, target, std::move(body)));
-  *coding = ShardCoding{answer.body, false, size, why + ": the server coded this shard"};
-  return Status::Ok();
+  auto answer = StreamPut(servers, options, tls, target, std::move(body));
+  // SHARDS_DROPPED: this shard is stored all the same.
+  if (!answer.ok() && answer.status().subcode() != StatusSubcode::kShardsDropped) {
+    return answer.status();
+  }
+  *coding = ShardCoding{answer.ok() ? answer->body : nlohmann::json::object(), false, size,
+                        why + ": the server coded this shard"};
+  return answer.ok() ? Status::Ok() : answer.status();
 }
 
 // Errors of an encoded pull of a part that mean only that no part can be had that way.

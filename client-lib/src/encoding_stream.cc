@@ -137,7 +137,11 @@ Result<EncodedPut> PutEncoded(const std::vector<ServerEndpoint>& servers,
     if (!coded.ok() && coded.status().message() != EncodingStream::kUploadStopped) {
       return coded.status();
     }
-    if (coded.ok() && coded_anyway != nullptr) *coded_anyway = std::move(coded).value();
+    // Only a refusal sent once the body was read whole (from the commit it completed).
+    if (coded.ok() && coded_anyway != nullptr &&
+        answer.status().subcode() == StatusSubcode::kShardsDropped) {
+      *coded_anyway = std::move(coded).value();
+    }
     return answer.status();
   }
   if (!coded.ok()) return coded.status();

@@ -98,8 +98,8 @@ struct EncodedPut {
 
 // Starts `stream` and PUTs its encoded body to `target` as `media_type` while it is coded. On
 // failure, the encoder's own error where it explains a body that ended early, else the PUT's;
-// then, with `coded_anyway`, what was coded when the encoder finished the body all the same (a
-// refusal of the whole body: SHARDS_DROPPED stores it).
+// then, with `coded_anyway`, what was coded when the answer is SHARDS_DROPPED (sent once the
+// body was read whole and stored).
 Result<EncodedPut> PutEncoded(const std::vector<ServerEndpoint>& servers,
                               const ClientOptions& options, TlsContext* tls,
                               const std::string& target, std::string_view media_type,

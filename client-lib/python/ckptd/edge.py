@@ -353,6 +353,17 @@ def _push_shard_once(client, model, step, rank, world_size, body, shard_path, re
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _keep_part(encoder, reference_dir, name, held, step, digest):
+    """Finishes `encoder`; with a `reference_dir`, keeps its reconstruction as reference `name`
+    (`held`), known by the coding's `digest`. Returns what was coded."""
+    coded = encoder.finish()
+    if reference_dir:
+        _native.forget_sidecar(reference_dir, name)
+        encoder.keep_restored_as(held["path"])
+        _native.write_sidecar(reference_dir, name, int(step), coded[digest])
+    return coded
+
+
 def _send_encoded(client, model, path, media_type, plan_text, checkpoint, reference_path,
                   threads, reference_dir, name, held, step, digest):
     """Codes `checkpoint` by `plan_text` against `reference_path` while PUTting it to `path`;
@@ -371,13 +382,15 @@ def _send_encoded(client, model, path, media_type, plan_text, checkpoint, refere
             if error.reason != "SHARDS_DROPPED":
                 raise
             answer, refused = None, error
-        coded = encoder.finish()
-        if reference_dir:
-            _native.forget_sidecar(reference_dir, name)
-            encoder.keep_restored_as(held["path"])
-            _native.write_sidecar(reference_dir, name, int(step), coded[digest])
         if refused is not None:
+            # The error goes on whether or not the part can be kept (a part not kept only
+            # makes the next push pull it).
+            try:
+                _keep_part(encoder, reference_dir, name, held, step, digest)
+            except Exception:  # noqa: BLE001
+                pass
             raise refused
+        coded = _keep_part(encoder, reference_dir, name, held, step, digest)
     finally:
         encoder.close()
     return answer, coded
