@@ -263,9 +263,7 @@ Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, ui
                         kEncodedShardMediaType, stream, &coded_anyway);
   // SHARDS_DROPPED: this shard is stored (other ranks' were dropped), so its reconstruction is
   // this rank's part of the version once they are sent again.
-  const bool stored = put.ok() || (put.status().subcode() == StatusSubcode::kShardsDropped &&
-                                   coded_anyway.has_value());
-  if (!stored) return put.status();
+  if (!put.ok() && !coded_anyway) return put.status();
   const EdgeEncoding& coded = put.ok() ? put->coded : *coded_anyway;
   *coding = ShardCoding{put.ok() ? put->answer.body : nlohmann::json::object(), true,
                         coded.encoded_bytes, source};

@@ -119,17 +119,12 @@ class Decoder {
   // in 25 symbols), cheaper than doing both conditional steps every time.
   template <int k>
   [[gnu::always_inline]] uint8_t Get(const uint32_t* slots) {
-    uint32_t x = state_[k];
-    const uint32_t slot = x & (kScale - 1);
-    const uint32_t e = slots[slot];
-    const uint32_t symbol = e & 0x7f;
-    const uint32_t freq = (e >> 7) & 0x1fff;
-    const uint32_t start = e >> 20;
-    x = freq * (x >> kScaleBits) + slot - start;
+    uint32_t e;
+    uint32_t x = Step(state_[k], slots, &e);
     if (x < kLow) [[unlikely]]
       x = Refill(x);
     state_[k] = x;
-    return static_cast<uint8_t>(symbol);
+    return static_cast<uint8_t>(e & 0x7f);
   }
 
   // Get for a stream dense in coded bits (a keyframe's few bits per symbol), where a refill
@@ -138,10 +133,8 @@ class Decoder {
   // for every refill until the caller asks again: HasBytes(2 * symbols).
   template <int k>
   [[gnu::always_inline]] uint8_t GetDense(const uint32_t* slots) {
-    uint32_t x = state_[k];
-    const uint32_t slot = x & (kScale - 1);
-    const uint32_t e = slots[slot];
-    x = ((e >> 7) & 0x1fff) * (x >> kScaleBits) + slot - (e >> 20);
+    uint32_t e;
+    const uint32_t x = Step(state_[k], slots, &e);
     // As Refill: a state below 2^15 takes two bytes, one below kLow one.
     const uint32_t bytes = uint32_t{x < kLow} + uint32_t{x < (kLow >> 8)};
     const uint32_t next = (uint32_t{in_[0]} << 8) | in_[1];
@@ -166,6 +159,14 @@ class Decoder {
   }
 
  private:
+  // The decoding step of state x by its slot's entry (*e: {symbol:7, freq:13, start:12}): the
+  // state before renormalization.
+  [[gnu::always_inline]] static uint32_t Step(uint32_t x, const uint32_t* slots, uint32_t* e) {
+    const uint32_t slot = x & (kScale - 1);
+    *e = slots[slot];
+    return ((*e >> 7) & 0x1fff) * (x >> kScaleBits) + slot - (*e >> 20);
+  }
+
   // Brings a state below kLow back into [2^23, 2^31): a step leaves it at least 2^11 (state >=
   // 2^23, frequency >= 1), so one or two bytes do in a valid stream; a corrupt one gets two at
   // most. Reads past the end yield zeros and are remembered for Check().

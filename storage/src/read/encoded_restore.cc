@@ -162,10 +162,9 @@ class EncodedRestoreStream final : public RestoreStream {
         // An exact keyframe is about as large as the chain's own keyframe record, so in place of
         // a chain whose deltas weigh little it would save little more than they weigh, for a
         // decode and an encode of the whole chunk here.
+        const uint64_t deltas_bytes = chain_bytes - kLinkFrameOverhead - links_[first].record_bytes;
         const bool keyframe_worth_coding =
-            from_since || (chain_bytes - kLinkFrameOverhead - links_[first].record_bytes) *
-                                  kKeyframeWorthDeltaShare >=
-                              chain_bytes;
+            from_since || deltas_bytes * kKeyframeWorthDeltaShare >= chain_bytes;
         if (!since_tensor && !keyframe_worth_coding) continue;
         // A record that cannot be coded (a chunk of the client's version unreadable) leaves the
         // chain to be sent: the pull is only larger. Nor is one sent that is no smaller.

@@ -527,9 +527,8 @@ Result<ShardResult> ShardedUploads::Commit(const std::string& model, uint64_t ve
     };
     while (running()) commit_ended_.wait(lock);
   }
-  bool own_shard_dropped = false;
-  auto result =
-      CommitUpload(model, version, options, /*stored_shard=*/std::nullopt, &own_shard_dropped);
+  auto result = CommitUpload(model, version, options, /*stored_shard=*/std::nullopt,
+                             /*own_shard_dropped=*/nullptr);
   if (result.ok() || result.status().code() != StatusCode::kNotFound) return result;
   CKPT_ASSIGN_OR_RETURN(auto committed, committed_(model, version));
   if (!committed || committed->shard_count == 0) return result;
@@ -691,11 +690,12 @@ Result<ShardResult> ShardedUploads::CommitUpload(const std::string& model, uint6
       if (it != uploads_.end()) it->second.committing = false;
       // A rank whose own shard stays is told that the version waits for the dropped ones: it
       // has nothing to send again. (A commit asked for by no shard hears their error.)
-      if (stored_shard && !stale.empty() &&
-          std::find(stale.begin(), stale.end(), *stored_shard) == stale.end()) {
-        return Status::ShardsDropped(assembled.status().message());
+      if (stored_shard && !stale.empty()) {
+        if (std::find(stale.begin(), stale.end(), *stored_shard) == stale.end()) {
+          return Status::ShardsDropped(assembled.status().message());
+        }
+        *own_shard_dropped = true;
       }
-      if (stored_shard && !stale.empty()) *own_shard_dropped = true;
       return assembled.status();
     }
     ShardResult committed;

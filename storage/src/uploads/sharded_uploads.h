@@ -147,7 +147,8 @@ class ShardedUploads {
   // Commit; by a shard just stored (`stored_shard`), an upload still incomplete or being
   // committed by another shard is reported as it is instead of refused. A commit that drops
   // other shards than `stored_shard` (coded by a stale plan or against a drifted reference) is
-  // refused as ShardsDropped; one that drops `stored_shard` itself sets *own_shard_dropped.
+  // refused as ShardsDropped; one that drops `stored_shard` itself sets *own_shard_dropped (which
+  // may be null without a `stored_shard`).
   Result<ShardResult> CommitUpload(const std::string& model, uint64_t version,
                                    const PushOptions& options, std::optional<uint32_t> stored_shard,
                                    bool* own_shard_dropped);
