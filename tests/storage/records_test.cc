@@ -160,6 +160,43 @@ TEST(Records, ManifestRecordRoundTripsEveryTensorField) {
   ExpectTruncationsAreDataLoss<ManifestRecord>(bytes);
 }
 
+// A tiled tensor's grid is format 4; a manifest without one stays format 3, readable by builds
+// that predate tiles.
+TEST(Records, ManifestRecordKeepsTilesInFormatFourOnly) {
+  ManifestRecord m;
+  ManifestTensor w;
+  w.name = "mlp.down.weight";
+  w.dtype = DType::kF32;
+  w.shape = {64, 128};
+  w.byte_size = 64 * 128 * 4;
+  w.chunk_bytes = 64 * 32 * 4;
+  w.chunk_count = 1;
+  m.tensors = {w};
+  EXPECT_EQ(Encoded(m)[0], 3);
+  auto untiled = ManifestRecord::DecodeFrom(Encoded(m));
+  ASSERT_TRUE(untiled.ok());
+  EXPECT_TRUE(untiled->tensors[0].tile_counts.empty());
+  EXPECT_FALSE(untiled->tensors[0].Grid().ok()) << "4 chunks, the manifest says 1";
+
+  const size_t untiled_bytes = Encoded(m).size();
+  m.tensors[0].tile_counts = {1, 4};
+  m.tensors[0].chunk_count = 4;
+  const std::string bytes = Encoded(m);
+  EXPECT_EQ(bytes[0], 4);
+  EXPECT_EQ(bytes.size(), untiled_bytes + 12);  // u32 count, two u32 counts
+  auto tiled = ManifestRecord::DecodeFrom(bytes);
+  ASSERT_TRUE(tiled.ok()) << tiled.status().ToString();
+  EXPECT_EQ(tiled->tensors[0].tile_counts, (std::vector<uint32_t>{1, 4}));
+  auto grid = tiled->tensors[0].Grid();
+  ASSERT_TRUE(grid.ok()) << grid.status().ToString();
+  EXPECT_EQ(grid->TileBox(3), (TensorBox{{0, 96}, {64, 32}}));
+  ExpectTruncationsAreDataLoss<ManifestRecord>(bytes);
+  // Counts of another rank than the shape's are not a grid.
+  std::string wrong = bytes;
+  wrong[wrong.size() - 12] = 3;  // the count of counts (u32 LE)
+  EXPECT_EQ(ManifestRecord::DecodeFrom(wrong).status().code(), StatusCode::kDataLoss);
+}
+
 // A manifest record of `format` with one F32 tensor "w" of shape {2, 3}, a delta against
 // manifest 4 with its keyframe in 5, up to the end of its format-1 fields.
 ByteWriter OneTensorManifestUpToFormatOneFields(uint8_t format) {

@@ -173,9 +173,29 @@ Result<VersionRecord> VersionRecord::DecodeFrom(std::string_view bytes) {
   return v;
 }
 
+Result<ChunkGrid> ManifestTensor::Grid() const {
+  const uint64_t element = DTypeSize(dtype);
+  if (chunk_bytes == 0 || chunk_bytes % element != 0) {
+    return Status::DataLoss("manifest of tensor '" + name + "': chunks of " +
+                            std::to_string(chunk_bytes) + " bytes");
+  }
+  auto grid = ChunkGrid::Make(shape, tile_counts, chunk_bytes / element);
+  if (!grid.ok()) {
+    return Status::DataLoss("manifest of tensor '" + name + "': " + grid.status().message());
+  }
+  if (grid->chunk_count() != chunk_count) {
+    return Status::DataLoss("manifest of tensor '" + name + "': " + std::to_string(chunk_count) +
+                            " chunks, its grid has " + std::to_string(grid->chunk_count()));
+  }
+  return grid;
+}
+
 void ManifestRecord::EncodeTo(std::string* out) const {
   ByteWriter w;
-  w.PutU8(kFormatVersion);
+  bool tiled = false;
+  for (const auto& t : tensors) tiled = tiled || !t.tile_counts.empty();
+  const uint8_t format = tiled ? kFormatVersion : 3;
+  w.PutU8(format);
   w.PutU64(version);
   w.PutU64(floor_seq);
   w.PutU64(stored_bytes);
@@ -202,6 +222,10 @@ void ManifestRecord::EncodeTo(std::string* out) const {
     PutF64(w, t.entropy_bits);
     w.PutU64(t.exact_elements);
     PutF64(w, 0);  // format 3: reserved
+    if (format >= 4) {
+      w.PutU32(static_cast<uint32_t>(t.tile_counts.size()));
+      for (uint32_t n : t.tile_counts) w.PutU32(n);
+    }
   }
   out->append(w.data());
 }
@@ -257,6 +281,19 @@ Result<ManifestRecord> ManifestRecord::DecodeFrom(std::string_view bytes) {
     if (format >= 3) {
       double reserved = 0;
       CKPT_RETURN_IF_ERROR(GetF64(r, &reserved));
+    }
+    if (format >= 4) {
+      uint32_t n = 0;
+      CKPT_RETURN_IF_ERROR(r.GetU32(&n));
+      if (n != 0 && n != rank) {
+        return Status::DataLoss("manifest record: " + std::to_string(n) +
+                                " tile counts for a tensor of rank " + std::to_string(rank));
+      }
+      t.tile_counts.resize(n);
+      for (auto& c : t.tile_counts) {
+        CKPT_RETURN_IF_ERROR(r.GetU32(&c));
+        if (c == 0) return Status::DataLoss("manifest record: a tile count of 0");
+      }
     }
   }
   CKPT_RETURN_IF_ERROR(CheckFullyConsumed(r, "manifest record"));

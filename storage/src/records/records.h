@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ckpt/base/chunk_grid.h"
 #include "ckpt/base/dtype.h"
 #include "ckpt/base/status.h"
 #include "ckpt/codec/chunk_record.h"
@@ -106,6 +107,12 @@ struct ManifestTensor {
   uint64_t chain_bytes = 0;     // stored bytes of the deltas since the keyframe, this included
   double entropy_bits = 0;      // lossy: entropy of the coded symbols (ChunkCodingInfo)
   uint64_t exact_elements = 0;  // lossy: elements stored verbatim
+  // Since format 4: the tiles the chunks follow, a count per dimension (ChunkGrid); empty when
+  // the tensor is one tile (its chunks are runs of its row-major order).
+  std::vector<uint32_t> tile_counts;
+
+  // The grid of this tensor's chunks; DataLoss when the fields do not describe one.
+  Result<ChunkGrid> Grid() const;
 
   // Makes this tensor a delta against tensor `tensor` of manifest `seq`, described by `base`:
   // one link further down base's chain. chain_bytes is base's; the caller adds its own bytes.
@@ -134,7 +141,9 @@ struct ManifestTensor {
 // manifests family, key "<model>\0" + u64 seq. The internal, immutable description of one
 // committed push; kept after its version is deleted for as long as later deltas need it.
 struct ManifestRecord {
-  static constexpr uint8_t kFormatVersion = 3;
+  // Written as format 3 unless a tensor is tiled: stores without tiles stay readable by builds
+  // that predate them.
+  static constexpr uint8_t kFormatVersion = 4;
   uint64_t version = 0;
   uint64_t floor_seq = 0;
   uint64_t stored_bytes = 0;

@@ -1,0 +1,145 @@
+// Chunk grids: tiles, their chunks, and the runs of a box over them.
+#include "ckpt/base/chunk_grid.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <set>
+
+namespace ckpt {
+namespace {
+
+// The global row-major index of each element of `box`, in the box's row-major order.
+std::vector<uint32_t> BoxIndexes(const std::vector<uint64_t>& shape, const TensorBox& box) {
+  std::vector<uint32_t> out;
+  BoxRuns runs(shape, box);
+  uint64_t first = 0, count = 0;
+  while (runs.Next(&first, &count)) {
+    for (uint64_t i = 0; i < count; ++i) out.push_back(static_cast<uint32_t>(first + i));
+  }
+  return out;
+}
+
+// Each chunk's elements (their global indexes), straight from the definition: chunk c is run
+// c % per_tile of tile c / per_tile's row-major order.
+std::vector<std::vector<uint32_t>> ChunksByDefinition(const ChunkGrid& grid) {
+  std::vector<std::vector<uint32_t>> chunks(grid.chunk_count());
+  for (uint32_t t = 0; t < grid.tile_count(); ++t) {
+    const std::vector<uint32_t> tile = BoxIndexes(grid.shape(), grid.TileBox(t));
+    for (uint64_t e = 0; e < tile.size(); ++e) {
+      chunks[t * grid.chunks_per_tile() + e / grid.chunk_elements()].push_back(tile[e]);
+    }
+  }
+  return chunks;
+}
+
+TEST(ChunkGridTest, ColumnTilesOfAMatrixAreTheirOwnRowMajorRuns) {
+  const std::vector<uint64_t> shape{4, 6};
+  const std::vector<uint32_t> counts{1, 2};
+  auto grid = ChunkGrid::Make(shape, counts, 4);
+  ASSERT_TRUE(grid.ok()) << grid.status().ToString();
+  EXPECT_TRUE(grid->tiled());
+  EXPECT_EQ(grid->tile_count(), 2u);
+  EXPECT_EQ(grid->chunks_per_tile(), 3u);
+  EXPECT_EQ(grid->chunk_count(), 6u);
+  EXPECT_EQ(grid->TileBox(1), (TensorBox{{0, 3}, {4, 3}}));
+  // Tile 1 is columns 3..5: chunk 3 holds its first 4 elements, (0,3) (0,4) (0,5) (1,3).
+  EXPECT_EQ(ChunksByDefinition(*grid)[3], (std::vector<uint32_t>{3, 4, 5, 9}));
+  EXPECT_EQ(grid->ChunkElements(5), 4u);
+  EXPECT_EQ(grid->TilesInside(TensorBox{{0, 3}, {4, 3}}), std::vector<uint32_t>{1});
+  EXPECT_EQ(grid->TilesInside(TensorBox{{0, 2}, {4, 4}}), std::vector<uint32_t>{1});
+  EXPECT_TRUE(grid->TilesInside(TensorBox{{1, 3}, {3, 3}}).empty());
+  EXPECT_EQ(grid->ChunkRanges(TensorBox{{0, 3}, {1, 3}}),
+            (std::vector<std::pair<uint32_t, uint32_t>>{{3, 4}}));
+}
+
+TEST(ChunkGridTest, RefusesTilesThatDoNotSplitEvenly) {
+  const std::vector<uint64_t> shape{4, 6};
+  EXPECT_FALSE(ChunkGrid::Make(shape, std::vector<uint32_t>{1, 4}, 4).ok());
+  EXPECT_FALSE(ChunkGrid::Make(shape, std::vector<uint32_t>{0, 1}, 4).ok());
+  EXPECT_FALSE(ChunkGrid::Make(shape, std::vector<uint32_t>{2}, 4).ok());
+  EXPECT_FALSE(ChunkGrid::Make(shape, {}, 0).ok());
+  EXPECT_TRUE(ChunkGrid::Make(shape, {}, 5).ok());
+}
+
+// Property: over random shapes, grids and boxes, the runs cover each element of the box once,
+// chunk by chunk in order, and copying them gives the box's elements from the chunks as the
+// definition cuts them (and back).
+TEST(ChunkGridTest, RunsOfRandomBoxesCopyExactlyTheBoxBothWays) {
+  std::mt19937 rng(7);
+  auto pick = [&](uint64_t lo, uint64_t hi) {
+    return std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 400; ++trial) {
+    const size_t rank = pick(0, 4);
+    std::vector<uint64_t> shape(rank);
+    std::vector<uint32_t> counts(rank);
+    for (size_t d = 0; d < rank; ++d) {
+      counts[d] = static_cast<uint32_t>(pick(1, 3));
+      shape[d] = counts[d] * pick(1, 4);
+    }
+    uint64_t elements = 1;
+    for (uint64_t d : shape) elements *= d;
+    auto grid = ChunkGrid::Make(shape, counts, pick(1, elements + 2));
+    ASSERT_TRUE(grid.ok()) << grid.status().ToString();
+    const std::vector<std::vector<uint32_t>> chunks = ChunksByDefinition(*grid);
+    TensorBox box{std::vector<uint64_t>(rank), std::vector<uint64_t>(rank)};
+    for (size_t d = 0; d < rank; ++d) {
+      box.offsets[d] = pick(0, shape[d] - 1);
+      box.shape[d] = pick(1, shape[d] - box.offsets[d]);
+    }
+    const std::vector<uint32_t> expected = BoxIndexes(shape, box);
+
+    std::vector<uint32_t> box_values(expected.size(), UINT32_MAX);
+    std::set<uint32_t> seen;
+    uint32_t previous_chunk = 0;
+    grid->ForEachRun(box, [&](const GridRun& run) {
+      EXPECT_GE(run.chunk, previous_chunk);
+      previous_chunk = run.chunk;
+      seen.insert(run.chunk);
+      for (uint64_t i = 0; i < run.count; ++i) {
+        EXPECT_EQ(box_values[run.box_element + i], UINT32_MAX) << "an element twice";
+        box_values[run.box_element + i] = chunks[run.chunk][run.chunk_element + i];
+      }
+      return true;
+    });
+    EXPECT_EQ(box_values, expected) << "trial " << trial;
+
+    std::vector<std::pair<uint32_t, uint32_t>> ranges;
+    for (uint32_t c : seen) {
+      if (!ranges.empty() && ranges.back().second == c) {
+        ++ranges.back().second;
+      } else {
+        ranges.emplace_back(c, c + 1);
+      }
+    }
+    EXPECT_EQ(grid->ChunkRanges(box), ranges);
+
+    // CopyChunkRuns, chunk by chunk, both ways.
+    std::vector<uint32_t> copied(expected.size(), UINT32_MAX);
+    auto box_bytes = std::span<uint8_t>(reinterpret_cast<uint8_t*>(copied.data()),
+                                        copied.size() * sizeof(uint32_t));
+    for (uint32_t c : seen) {
+      std::vector<uint32_t> chunk = chunks[c];
+      CopyChunkRuns(*grid, box, c, sizeof(uint32_t),
+                    {reinterpret_cast<uint8_t*>(chunk.data()), chunk.size() * sizeof(uint32_t)},
+                    box_bytes, /*to_box=*/true);
+    }
+    EXPECT_EQ(copied, expected);
+    for (uint32_t c : seen) {
+      std::vector<uint32_t> chunk(grid->ChunkElements(c), UINT32_MAX);
+      CopyChunkRuns(*grid, box, c, sizeof(uint32_t),
+                    {reinterpret_cast<uint8_t*>(chunk.data()), chunk.size() * sizeof(uint32_t)},
+                    box_bytes, /*to_box=*/false);
+      for (size_t i = 0; i < chunk.size(); ++i) {
+        if (chunk[i] != UINT32_MAX) {
+          EXPECT_EQ(chunk[i], chunks[c][i]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ckpt
