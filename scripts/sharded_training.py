@@ -438,7 +438,15 @@ def check_lossy_bounds(torch, client, work):
     newest = max(f["step"] for f in files)
     files = sorted((f for f in files if f["step"] == newest), key=lambda f: f["rank"])
     restored = client.pull("tp-lossy", newest)
-    chunk_bytes = {t["name"]: t["chunk_bytes"] for t in client.version_detail("tp-lossy", newest)["tensors"]}
+    detail = {t["name"]: t for t in client.version_detail("tp-lossy", newest)["tensors"]}
+
+    def tiles_of(tensor, counts):
+        # The tiles a tensor is stored in (the detail's "tiles"), in the grid's row-major order.
+        parts = [tensor]
+        for dim, count in enumerate(counts or []):
+            parts = [q for p in parts for q in p.chunk(count, dim=dim)]
+        return parts
+
     worst = {}
     ok = True
     for key in files[0]["tensors"]:
@@ -454,13 +462,16 @@ def check_lossy_bounds(torch, client, work):
             worst[key] = float((error / pushed.abs().clamp_min(1e-30)).max())
         elif key.endswith(".exp_avg"):
             # The drop rule: 0 where |x| <= 3 x the mean |x| of its chunk, else within half of
-            # |x|.
-            flat = pushed.abs().reshape(-1)
-            per_chunk = chunk_bytes[key] // pushed.element_size()
-            floor = torch.cat([c.mean().expand(c.numel()) for c in flat.split(per_chunk)])
-            floor = (3 * floor * (1 + 1e-9)).reshape(pushed.shape)
-            dropped = (got == 0) & (pushed.abs() <= floor)
-            within = bool((dropped | (error <= 0.5 * pushed.abs())).all())
+            # |x|. Chunks are runs of each tile's row-major order.
+            per_chunk = detail[key]["chunk_bytes"] // pushed.element_size()
+            within = True
+            for p, g in zip(tiles_of(pushed, detail[key].get("tiles")),
+                            tiles_of(got, detail[key].get("tiles"))):
+                flat = p.abs().reshape(-1)
+                floor = torch.cat([c.mean().expand(c.numel()) for c in flat.split(per_chunk)])
+                floor = (3 * floor * (1 + 1e-9)).reshape(p.shape)
+                dropped = (g == 0) & (p.abs() <= floor)
+                within = within and bool((dropped | ((p - g).abs() <= 0.5 * p.abs())).all())
             worst[key] = float(error.max())
         elif pushed.is_floating_point():
             within = float((pushed - got).abs().max()) <= 1e-3

@@ -73,6 +73,7 @@ json DetailJson(const VersionDetail& d) {
                  {"raw_bytes", t.raw_bytes},
                  {"stored_bytes", t.stored_bytes},
                  {"bits_per_element", t.bits_per_element}};
+    if (!t.tiles.empty()) item["tiles"] = t.tiles;
     if (t.codec == "lossy") {
       item["quantizer"] = t.quantizer;
       // The log quantizer codes pointwise-relative bounds; every other one absolute bounds.

@@ -96,23 +96,48 @@ std::vector<std::pair<uint32_t, uint32_t>> ChunkGrid::ChunkRanges(const TensorBo
   return ranges;
 }
 
-void CopyChunkRuns(const ChunkGrid& grid, const TensorBox& box, uint32_t chunk, size_t element,
-                   std::span<uint8_t> chunk_bytes, std::span<uint8_t> box_bytes, bool to_box) {
+uint64_t ChunkLengthOf(uint64_t byte_size, uint64_t chunk_bytes,
+                       std::span<const uint32_t> tile_counts, uint32_t chunk) {
+  uint64_t tiles = 1;
+  for (uint32_t n : tile_counts) tiles *= n;
+  const uint64_t tile_bytes = byte_size / tiles;
+  const uint64_t per_tile = std::max<uint64_t>((tile_bytes + chunk_bytes - 1) / chunk_bytes, 1);
+  const uint64_t begin = (chunk % per_tile) * chunk_bytes;
+  return std::min(chunk_bytes, tile_bytes - begin);
+}
+
+namespace {
+
+// The runs of `chunk` over `box`: fn(chunk_element, box_element, count).
+template <typename Fn>
+void ForEachRunOfChunk(const ChunkGrid& grid, const TensorBox& box, uint32_t chunk, Fn&& fn) {
   grid.ForEachRun(
       box,
       [&](const GridRun& run) {
         if (run.chunk < chunk) return true;
         if (run.chunk > chunk) return false;
-        uint8_t* in_chunk = chunk_bytes.data() + run.chunk_element * element;
-        uint8_t* in_box = box_bytes.data() + run.box_element * element;
-        if (to_box) {
-          std::memcpy(in_box, in_chunk, run.count * element);
-        } else {
-          std::memcpy(in_chunk, in_box, run.count * element);
-        }
+        fn(run.chunk_element, run.box_element, run.count);
         return true;
       },
       grid.TileOf(chunk));
+}
+
+}  // namespace
+
+void CopyChunkToBox(const ChunkGrid& grid, const TensorBox& box, uint32_t chunk, size_t element,
+                    std::span<const uint8_t> chunk_bytes, std::span<uint8_t> box_bytes) {
+  ForEachRunOfChunk(grid, box, chunk, [&](uint64_t in_chunk, uint64_t in_box, uint64_t count) {
+    std::memcpy(box_bytes.data() + in_box * element, chunk_bytes.data() + in_chunk * element,
+                count * element);
+  });
+}
+
+void CopyBoxToChunk(const ChunkGrid& grid, const TensorBox& box, uint32_t chunk, size_t element,
+                    std::span<const uint8_t> box_bytes, std::span<uint8_t> chunk_bytes) {
+  ForEachRunOfChunk(grid, box, chunk, [&](uint64_t in_chunk, uint64_t in_box, uint64_t count) {
+    std::memcpy(chunk_bytes.data() + in_chunk * element, box_bytes.data() + in_box * element,
+                count * element);
+  });
 }
 
 }  // namespace ckpt

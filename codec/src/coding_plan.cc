@@ -88,13 +88,20 @@ Result<PlannedTensor> TensorFromJson(const json& j) {
   if (t.lossy) {
     CKPT_ASSIGN_OR_RETURN(t.lossy_options, LossyFromJson(j.at("lossy")));
   }
+  if (j.contains("tiles")) t.tile_counts = j.at("tiles").get<std::vector<uint32_t>>();
   // The geometry must describe the tensor: a client cuts its chunks by it.
   const uint64_t element = DTypeSize(t.dtype);
-  const bool geometry_ok =
-      t.byte_size == 0 ? t.chunk_count == 0
-                       : t.chunk_bytes > 0 && t.chunk_bytes % element == 0 &&
-                             t.chunk_count == (t.byte_size + t.chunk_bytes - 1) / t.chunk_bytes;
-  if (!geometry_ok) return Invalid("tensor '" + t.name + "': chunk geometry does not fit");
+  uint64_t elements = 1;
+  for (uint64_t d : t.shape)
+    elements = __builtin_mul_overflow(elements, d, &elements) ? 0 : elements;
+  auto grid = t.chunk_bytes > 0 && t.chunk_bytes % element == 0 &&
+                      elements * element == t.byte_size && (elements > 0 || t.byte_size == 0)
+                  ? t.Grid()
+                  : Result<ChunkGrid>(Status::InvalidArgument("chunk length"));
+  if (!grid.ok() || grid->chunk_count() != t.chunk_count ||
+      (!t.tile_counts.empty() && !grid->tiled())) {
+    return Invalid("tensor '" + t.name + "': chunk geometry does not fit");
+  }
   if (j.contains("slice")) {
     const json& sj = j.at("slice");
     PlannedSlice slice;
@@ -115,10 +122,22 @@ Result<PlannedTensor> TensorFromJson(const json& j) {
 }  // namespace
 
 uint64_t PlannedTensor::ChunkLength(uint32_t chunk) const {
-  return std::min(chunk_bytes, byte_size - uint64_t{chunk} * chunk_bytes);
+  return ChunkLengthOf(byte_size, chunk_bytes, tile_counts, chunk);
+}
+
+Result<ChunkGrid> PlannedTensor::Grid() const {
+  if (chunk_bytes == 0) return Status::InvalidArgument("chunks of 0 bytes");
+  return ChunkGrid::Make(shape, tile_counts, chunk_bytes / DTypeSize(dtype));
 }
 
 std::pair<uint32_t, uint32_t> PlannedTensor::ChunksInside(const TensorBox& box) const {
+  if (!tile_counts.empty()) {
+    auto grid = Grid();
+    if (!grid.ok()) return {0, 0};
+    const std::vector<uint32_t> inside = grid->TilesInside(box);
+    if (inside.size() != 1 || grid->TileBox(inside[0]) != box) return {0, 0};
+    return {inside[0] * grid->chunks_per_tile(), (inside[0] + 1) * grid->chunks_per_tile()};
+  }
   const auto [first, end] = BoxElementSpan(shape, box);
   if (end == first || end - first != box.element_count() || chunk_bytes == 0) return {0, 0};
   const uint64_t chunk_elements = chunk_bytes / DTypeSize(dtype);
@@ -142,6 +161,7 @@ std::string CodingPlan::ToJson() const {
                {"kind", t.kind == FrameKind::kDelta ? "delta" : "keyframe"},
                {"codec", t.lossy ? "lossy" : "lossless"}};
     if (t.lossy) tj["lossy"] = LossyToJson(t.lossy_options);
+    if (!t.tile_counts.empty()) tj["tiles"] = t.tile_counts;
     if (t.slice) {
       tj["slice"] = {{"offsets", t.slice->box.offsets},
                      {"shape", t.slice->box.shape},
@@ -149,7 +169,9 @@ std::string CodingPlan::ToJson() const {
     }
     tensors_json.push_back(std::move(tj));
   }
-  json j = {{"format", kFormatVersion},
+  bool tiled = false;
+  for (const PlannedTensor& t : tensors) tiled = tiled || !t.tile_counts.empty();
+  json j = {{"format", tiled ? kFormatVersion : 1},
             {"model", model},
             {"version", version},
             {"base", nullptr},
@@ -171,8 +193,9 @@ Result<CodingPlan> CodingPlan::FromJson(std::string_view text) {
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Invalid("not a JSON object");
   try {
-    if (j.at("format").get<uint32_t>() != kFormatVersion) {
-      return Invalid("format " + j.at("format").dump() + " is not " +
+    const uint32_t format = j.at("format").get<uint32_t>();
+    if (format < 1 || format > kFormatVersion) {
+      return Invalid("format " + j.at("format").dump() + " is not 1 to " +
                      std::to_string(kFormatVersion) + " (a newer ckptd?)");
     }
     CodingPlan plan;
@@ -191,6 +214,9 @@ Result<CodingPlan> CodingPlan::FromJson(std::string_view text) {
     }
     for (const json& tj : j.at("tensors")) {
       CKPT_ASSIGN_OR_RETURN(PlannedTensor t, TensorFromJson(tj));
+      if (!t.tile_counts.empty() && format < 2) {
+        return Invalid("tensor '" + t.name + "': tiles in a plan of format 1");
+      }
       if (t.kind == FrameKind::kDelta && !plan.base) {
         return Invalid("tensor '" + t.name + "' is a delta in a plan without a base");
       }

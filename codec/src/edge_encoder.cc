@@ -69,8 +69,10 @@ struct Segment {
 std::vector<Segment> SegmentsOf(const PlannedTensor& t) {
   std::vector<Segment> out;
   if (!t.slice) {
+    // A tiled tensor's chunks are gathered from it (their offsets are not used).
     for (uint32_t c = 0; c < t.chunk_count; ++c) {
-      out.push_back({false, c, uint64_t{c} * t.chunk_bytes, t.ChunkLength(c)});
+      out.push_back(
+          {false, c, t.tile_counts.empty() ? uint64_t{c} * t.chunk_bytes : 0, t.ChunkLength(c)});
     }
     return out;
   }
@@ -80,9 +82,11 @@ std::vector<Segment> SegmentsOf(const PlannedTensor& t) {
     if (bytes > 0) out.push_back({true, 0, 0, bytes});
     return out;
   }
-  // Owned chunks exist only in a slice that is one run of the global tensor.
+  // Owned chunks exist only in a slice that is one run of the global tensor, or a tile (whose
+  // chunks are runs of its own bytes).
   const uint64_t first = BoxElementSpan(t.shape, t.slice->box).first * element;
-  const uint64_t owned_from = uint64_t{t.slice->owned_begin} * t.chunk_bytes - first;
+  const uint64_t owned_from =
+      t.tile_counts.empty() ? uint64_t{t.slice->owned_begin} * t.chunk_bytes - first : 0;
   if (owned_from > 0) out.push_back({true, 0, 0, owned_from});
   uint64_t at = owned_from;
   for (uint32_t c = t.slice->owned_begin; c < t.slice->owned_end; ++c) {
@@ -101,6 +105,11 @@ struct ChunkJob {
   bool raw = false;
   std::span<const uint8_t> data;
   std::optional<std::span<const uint8_t>> reference;
+  // A chunk of a tiled tensor of a whole checkpoint: `data` and `reference` are the whole
+  // tensors, gathered into `gathered` (and `gathered_reference`) by the worker.
+  const ChunkGrid* grid = nullptr;
+  uint64_t length = 0;  // of the chunk's data
+  std::vector<uint8_t> gathered, gathered_reference;
   Status status;
   std::string frame;
   std::vector<uint8_t> reconstruction;  // empty when it is the input
@@ -124,6 +133,18 @@ class CodecSet {
 
 void Encode(const PlannedTensor& t, const TensorCodec* codec, ChunkJob& job) {
   if (job.raw) return;
+  if (job.grid != nullptr) {
+    const TensorBox whole{std::vector<uint64_t>(t.shape.size(), 0), t.shape};
+    const size_t element = DTypeSize(t.dtype);
+    job.gathered.resize(job.length);
+    CopyBoxToChunk(*job.grid, whole, job.chunk, element, job.data, job.gathered);
+    job.data = job.gathered;
+    if (job.reference) {
+      job.gathered_reference.resize(job.length);
+      CopyBoxToChunk(*job.grid, whole, job.chunk, element, *job.reference, job.gathered_reference);
+      job.reference = std::span<const uint8_t>(job.gathered_reference);
+    }
+  }
   auto encoded = codec->Encode(t.dtype, job.data, job.reference);
   if (!encoded.ok()) {
     job.status = encoded.status();
@@ -241,10 +262,14 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
   if (has_deltas && plan.shard) {
     CKPT_ASSIGN_OR_RETURN(reference_slices, ParseSliceDeclarations(reference->header().metadata));
   }
-  // Every chunk (and raw part of a shard), in body order.
+  // Every chunk (and raw part of a shard), in body order; a tiled tensor's in chunk order.
   std::vector<ChunkJob> jobs;
+  std::vector<std::optional<ChunkGrid>> grids(plan.tensors.size());
   for (uint32_t i = 0; i < plan.tensors.size(); ++i) {
     const PlannedTensor& t = plan.tensors[i];
+    if (!t.tile_counts.empty() && !t.slice) {
+      CKPT_ASSIGN_OR_RETURN(grids[i], t.Grid());
+    }
     const std::span<const uint8_t> data = checkpoint.TensorData(i);
     const std::vector<Segment> segments = SegmentsOf(t);
     const bool codes_deltas =
@@ -274,11 +299,18 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
       job.tensor = i;
       job.chunk = segment.chunk;
       job.raw = segment.raw;
-      job.data = data.subspan(segment.offset, segment.length);
-      if (segment.raw) {
-        job.frame = EncodeRawFrameHead(i, segment.offset, segment.length);
-      } else if (base) {
-        job.reference = base->subspan(segment.offset, segment.length);
+      job.length = segment.length;
+      if (grids[i]) {
+        job.grid = &*grids[i];
+        job.data = data;
+        job.reference = base;
+      } else {
+        job.data = data.subspan(segment.offset, segment.length);
+        if (segment.raw) {
+          job.frame = EncodeRawFrameHead(i, segment.offset, segment.length);
+        } else if (base) {
+          job.reference = base->subspan(segment.offset, segment.length);
+        }
       }
       jobs.push_back(std::move(job));
     }
@@ -313,7 +345,7 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
   const size_t window = std::max<size_t>(workers * 2, 4);
   std::vector<uint64_t> bytes_through(jobs.size());  // data bytes of jobs 0..k
   for (size_t k = 0, sum = 0; k < jobs.size(); ++k) {
-    sum += jobs[k].data.size();
+    sum += jobs[k].length;
     bytes_through[k] = sum;
   }
   std::mutex mu;
@@ -369,13 +401,31 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
     }
   } stop_and_join{mu, changed, stop, pool};
   for (size_t w = 0; w < workers; ++w) pool.emplace_back(work);
+  // A tiled tensor's reconstruction, put back in row-major order before it is hashed.
+  std::vector<uint8_t> tiled_restored;
   auto write_job = [&](ChunkJob& job) -> Status {
     CKPT_RETURN_IF_ERROR(job.status);
     const std::span<const uint8_t> restored_chunk =
         job.reconstruction.empty() ? job.data : std::span<const uint8_t>(job.reconstruction);
-    pushed.Update(job.data);
-    restored.Update(restored_chunk);
-    if (restored_sink) CKPT_RETURN_IF_ERROR(restored_sink(restored_chunk));
+    if (job.grid != nullptr) {
+      const PlannedTensor& t = plan.tensors[job.tensor];
+      const std::span<const uint8_t> tensor = checkpoint.TensorData(job.tensor);
+      if (job.chunk == 0) {
+        pushed.Update(tensor);
+        tiled_restored.resize(tensor.size());
+      }
+      CopyChunkToBox(*job.grid, {std::vector<uint64_t>(t.shape.size(), 0), t.shape}, job.chunk,
+                     DTypeSize(t.dtype), restored_chunk, tiled_restored);
+      if (job.chunk + 1 == t.chunk_count) {
+        restored.Update(tiled_restored);
+        if (restored_sink) CKPT_RETURN_IF_ERROR(restored_sink(tiled_restored));
+        tiled_restored = {};
+      }
+    } else {
+      pushed.Update(job.data);
+      restored.Update(restored_chunk);
+      if (restored_sink) CKPT_RETURN_IF_ERROR(restored_sink(restored_chunk));
+    }
     CKPT_RETURN_IF_ERROR(write(job.frame));
     result.encoded_bytes += job.frame.size();
     // Raw bytes go in pieces: the writer may copy what it is given.

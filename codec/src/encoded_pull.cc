@@ -15,11 +15,15 @@ namespace {
 constexpr uint8_t kLinkTag = 1;
 constexpr uint8_t kEndTag = 2;
 constexpr uint8_t kPartTag = 3;
+constexpr uint8_t kTilesTag = 4;
 constexpr uint64_t kPreambleBytes = 7 + 1 + 8 + 8 + 8;
 constexpr uint64_t kLinkHeadBytes = 4 + 4 + 1 + 8;
 constexpr uint64_t kPartHeadBytes = 4 + 8 + 8 + 1;
+constexpr uint64_t kTilesHeadBytes = 4 + 8 + 1;
 // Dimensions a part frame may declare (safetensors tensors have far fewer).
 constexpr uint64_t kMaxPartDims = 64;
+// Chunks a tiled tensor may have (a list of those holding its box is kept).
+constexpr uint64_t kMaxTiledChunks = uint64_t{1} << 24;
 constexpr uint64_t kDigestBytes = 64;
 // A header longer than this is refused before it is buffered.
 constexpr uint64_t kMaxHeaderBytes = kMaxSafetensorsHeaderBytes + 8;
@@ -44,10 +48,10 @@ Status Malformed(std::string what) {
 }  // namespace
 
 std::string EncodePullPreamble(uint64_t version, uint64_t since, std::string_view raw_header,
-                               std::string_view restored_sha256) {
+                               std::string_view restored_sha256, bool tiles) {
   ByteWriter w;
   w.PutBytes(kEncodedPullMagic);
-  w.PutU8(kEncodedPullFormatVersion);
+  w.PutU8(tiles ? kEncodedPullTiledFormatVersion : kEncodedPullFormatVersion);
   w.PutU64(version);
   w.PutU64(since);
   w.PutU64(raw_header.size());
@@ -56,10 +60,10 @@ std::string EncodePullPreamble(uint64_t version, uint64_t since, std::string_vie
   return w.Release();
 }
 
-std::string EncodePartPullPreamble(uint64_t version, std::string_view raw_header) {
+std::string EncodePartPullPreamble(uint64_t version, std::string_view raw_header, bool tiles) {
   ByteWriter w;
   w.PutBytes(kEncodedPullMagic);
-  w.PutU8(kEncodedPullPartFormatVersion);
+  w.PutU8(tiles ? kEncodedPullTiledPartFormatVersion : kEncodedPullPartFormatVersion);
   w.PutU64(version);
   w.PutU64(0);
   w.PutU64(raw_header.size());
@@ -78,6 +82,21 @@ std::string EncodePartFrame(uint32_t tensor, uint64_t stored_bytes, uint64_t chu
   w.PutU8(static_cast<uint8_t>(stored_shape.size()));
   for (uint64_t extent : stored_shape) w.PutU64(extent);
   for (uint64_t offset : offsets) w.PutU64(offset);
+  return w.Release();
+}
+
+std::string EncodeTilesFrame(uint32_t tensor, uint64_t chunk_bytes,
+                             std::span<const uint64_t> stored_shape,
+                             std::span<const uint64_t> offsets,
+                             std::span<const uint32_t> tile_counts) {
+  ByteWriter w;
+  w.PutU8(kTilesTag);
+  w.PutU32(tensor);
+  w.PutU64(chunk_bytes);
+  w.PutU8(static_cast<uint8_t>(stored_shape.size()));
+  for (uint64_t extent : stored_shape) w.PutU64(extent);
+  for (uint64_t offset : offsets) w.PutU64(offset);
+  for (uint32_t count : tile_counts) w.PutU32(count);
   return w.Release();
 }
 
@@ -125,7 +144,10 @@ uint64_t EncodedPullDecoder::Wanted() const {
     case Stage::kPartHead:
       return kPartHeadBytes;
     case Stage::kPartShape:
+    case Stage::kTilesShape:
       return wanted_;
+    case Stage::kTilesHead:
+      return kTilesHeadBytes;
     case Stage::kDone:
     case Stage::kFailed:
       return 0;
@@ -171,15 +193,15 @@ Status EncodedPullDecoder::Complete() {
       uint8_t format = 0;
       CKPT_RETURN_IF_ERROR(r.GetSpan(kEncodedPullMagic.size(), &magic));
       CKPT_RETURN_IF_ERROR(r.GetU8(&format));
-      if (format != kEncodedPullFormatVersion && format != kEncodedPullPartFormatVersion) {
-        return Malformed("format " + std::to_string(format) + " is neither " +
-                         std::to_string(kEncodedPullFormatVersion) + " nor " +
-                         std::to_string(kEncodedPullPartFormatVersion) + " (a newer ckptd?)");
+      if (format < kEncodedPullFormatVersion || format > kEncodedPullTiledPartFormatVersion) {
+        return Malformed("format " + std::to_string(format) + " is not " +
+                         std::to_string(kEncodedPullFormatVersion) + " to " +
+                         std::to_string(kEncodedPullTiledPartFormatVersion) + " (a newer ckptd?)");
       }
       format_ = format;
       CKPT_RETURN_IF_ERROR(r.GetU64(&version_));
       CKPT_RETURN_IF_ERROR(r.GetU64(&since_version_));
-      if (format_ == kEncodedPullPartFormatVersion && since_version_ != 0) {
+      if (!whole_version() && since_version_ != 0) {
         return Malformed("a part of a version is never sent since another");
       }
       CKPT_RETURN_IF_ERROR(r.GetU64(&wanted_));
@@ -191,7 +213,7 @@ Status EncodedPullDecoder::Complete() {
       raw_header_ = std::move(buffer_);
       CKPT_ASSIGN_OR_RETURN(header_, ParseRawSafetensorsHeader(raw_header_));
       stage_ = Stage::kDigest;
-      if (format_ == kEncodedPullPartFormatVersion) {  // no digest
+      if (!whole_version()) {  // no digest
         CKPT_RETURN_IF_ERROR(Write(raw_header_));
         stage_ = Stage::kTag;
       }
@@ -206,8 +228,10 @@ Status EncodedPullDecoder::Complete() {
       const uint8_t tag = static_cast<uint8_t>(buffer_[0]);
       if (tag == kLinkTag) {
         stage_ = Stage::kLinkHead;
-      } else if (tag == kPartTag && format_ == kEncodedPullPartFormatVersion) {
+      } else if (tag == kPartTag && !whole_version()) {
         stage_ = Stage::kPartHead;
+      } else if (tag == kTilesTag && format_ >= kEncodedPullTiledFormatVersion) {
+        stage_ = Stage::kTilesHead;
       } else if (tag == kEndTag) {
         CKPT_RETURN_IF_ERROR(EndChunk());
         CKPT_RETURN_IF_ERROR(DecodeWindow());
@@ -253,6 +277,23 @@ Status EncodedPullDecoder::Complete() {
       CKPT_RETURN_IF_ERROR(OnPart(wanted_ / 16));
       stage_ = Stage::kTag;
       break;
+    case Stage::kTilesHead: {
+      uint8_t dims = 0;
+      part_head_ = Part();
+      CKPT_RETURN_IF_ERROR(r.GetU32(&part_head_.tensor));
+      CKPT_RETURN_IF_ERROR(r.GetU64(&part_head_.chunk_bytes));
+      CKPT_RETURN_IF_ERROR(r.GetU8(&dims));
+      if (dims == 0 || dims > kMaxPartDims) {
+        return Malformed("a tiles frame declares no or too many dimensions");
+      }
+      wanted_ = uint64_t{dims} * 20;
+      stage_ = Stage::kTilesShape;
+      break;
+    }
+    case Stage::kTilesShape:
+      CKPT_RETURN_IF_ERROR(OnTiles(wanted_ / 20));
+      stage_ = Stage::kTag;
+      break;
     case Stage::kDone:
     case Stage::kFailed:
       break;
@@ -269,6 +310,34 @@ Status EncodedPullDecoder::OnPart(uint64_t dims) {
   part->box.offsets.resize(dims);
   for (uint64_t& extent : part->stored_shape) CKPT_RETURN_IF_ERROR(r.GetU64(&extent));
   for (uint64_t& offset : part->box.offsets) CKPT_RETURN_IF_ERROR(r.GetU64(&offset));
+  return StartPart(std::move(part), {});
+}
+
+Status EncodedPullDecoder::OnTiles(uint64_t dims) {
+  ByteReader r(buffer_, "encoded pull body");
+  auto part = std::make_shared<Part>(std::move(part_head_));
+  part_head_ = Part();
+  part->stored_shape.resize(dims);
+  part->box.offsets.resize(dims);
+  std::vector<uint32_t> tile_counts(dims);
+  for (uint64_t& extent : part->stored_shape) CKPT_RETURN_IF_ERROR(r.GetU64(&extent));
+  for (uint64_t& offset : part->box.offsets) CKPT_RETURN_IF_ERROR(r.GetU64(&offset));
+  for (uint32_t& count : tile_counts) CKPT_RETURN_IF_ERROR(r.GetU32(&count));
+  if (part->tensor >= header_.tensors.size()) return Malformed("part: tensor index out of range");
+  // A tiles frame says no stored length: its shape's.
+  part->stored_bytes = DTypeSize(header_.tensors[part->tensor].dtype);
+  for (uint64_t extent : part->stored_shape) {
+    if (__builtin_mul_overflow(part->stored_bytes, extent, &part->stored_bytes)) {
+      return Malformed("tiles of tensor '" + header_.tensors[part->tensor].name +
+                       "': its stored shape has more bytes than can be addressed");
+    }
+  }
+  return StartPart(std::move(part), tile_counts);
+}
+
+Status EncodedPullDecoder::StartPart(std::shared_ptr<Part> part,
+                                     std::span<const uint32_t> tile_counts) {
+  const size_t dims = part->stored_shape.size();
   if (part->tensor >= header_.tensors.size()) return Malformed("part: tensor index out of range");
   const TensorInfo& t = header_.tensors[part->tensor];
   const std::string where = "part of tensor '" + t.name + "'";
@@ -299,6 +368,24 @@ Status EncodedPullDecoder::OnPart(uint64_t dims) {
   if (part->chunk_bytes % element != 0) {
     return Malformed(where + ": its chunk length is not a multiple of its element");
   }
+  if (!tile_counts.empty()) {
+    auto grid = ChunkGrid::Make(part->stored_shape, tile_counts, part->chunk_bytes / element);
+    if (!grid.ok()) return Malformed(where + ": its tiles " + grid.status().message());
+    if (grid->chunk_count() > kMaxTiledChunks) {
+      return Malformed(where + ": its stored tensor has too many chunks");
+    }
+    for (const auto& [begin, end] : grid->ChunkRanges(part->box)) {
+      for (uint32_t c = begin; c < end; ++c) part->chunks.push_back(c);
+    }
+    part->grid = std::move(grid).value();
+    part->empty = part->chunks.empty();
+    if (!part->empty) {
+      part->first_chunk = part->chunks.front();
+      part->last_chunk = part->chunks.back();
+    }
+    part_ = std::move(part);
+    return Status::Ok();
+  }
   if (stored / part->chunk_bytes + (stored % part->chunk_bytes != 0) > UINT32_MAX) {
     return Malformed(where + ": its stored tensor has too many chunks");
   }
@@ -320,7 +407,7 @@ Status EncodedPullDecoder::OnLink(std::string bytes) {
   }
   CKPT_ASSIGN_OR_RETURN(const ChunkRecord record, ChunkRecord::DecodeFrom(bytes));
   if (record.raw_length > kMaxChunkBytes) return Malformed(where + " is longer than any chunk");
-  if (format_ == kEncodedPullPartFormatVersion && link_base_ == LinkBase::kSince) {
+  if (!whole_version() && link_base_ == LinkBase::kSince) {
     return Malformed(where + ": a link from 'since' in a part of a version");
   }
   const bool in_part = part_ != nullptr && part_->tensor == link_tensor_;
@@ -328,13 +415,35 @@ Status EncodedPullDecoder::OnLink(std::string bytes) {
     CKPT_RETURN_IF_ERROR(EndChunk());
     // A part's links are the chunks that hold its box, in order.
     const bool first = !have_chunk_ || current_.tensor != link_tensor_;
-    const uint32_t expected = first ? part_->first_chunk : current_.chunk + 1;
-    if (part_->empty || link_chunk_ != expected || link_chunk_ > part_->last_chunk) {
-      return Malformed(where + " is not the next chunk holding its part");
+    const uint64_t element = DTypeSize(t.dtype);
+    uint64_t begin = 0, length = 0;
+    if (part_->grid) {
+      if (part_->chunks_received == part_->chunks.size() ||
+          link_chunk_ != part_->chunks[part_->chunks_received]) {
+        return Malformed(where + " is not the next chunk holding its part");
+      }
+      ++part_->chunks_received;
+      length = part_->grid->ChunkElements(link_chunk_) * element;
+    } else {
+      const uint32_t expected = first ? part_->first_chunk : current_.chunk + 1;
+      if (part_->empty || link_chunk_ != expected || link_chunk_ > part_->last_chunk) {
+        return Malformed(where + " is not the next chunk holding its part");
+      }
+      begin = uint64_t{link_chunk_} * part_->chunk_bytes;
+      length = std::min(part_->chunk_bytes, part_->stored_bytes - begin);
     }
-    const uint64_t begin = uint64_t{link_chunk_} * part_->chunk_bytes;
-    if (record.raw_length != std::min(part_->chunk_bytes, part_->stored_bytes - begin)) {
-      return Malformed(where + ": its length is not its chunk's");
+    if (record.raw_length != length) return Malformed(where + ": its length is not its chunk's");
+    if (link_base_ == LinkBase::kSince) {  // a whole tensor's tiles, in a whole version
+      const auto held = since_ ? since_->TensorData(t.name) : std::nullopt;
+      bool same_shape = false;
+      for (const TensorInfo& h : since_ ? since_->header().tensors : std::vector<TensorInfo>{}) {
+        same_shape = same_shape || (h.name == t.name && h.shape == t.shape);
+      }
+      if (!held || held->size() != t.byte_size() || part_->stored_shape != t.shape || !same_shape) {
+        return Status::FailedPrecondition(where + " is sent as a delta against version " +
+                                          std::to_string(since_version_) +
+                                          ", and the reconstruction held has no such tensor");
+      }
     }
     have_chunk_ = true;
     current_ = PendingChunk{link_tensor_, link_chunk_, begin, part_, {}, Status::Ok(), {}};
@@ -391,6 +500,14 @@ Status EncodedPullDecoder::DecodeChunk(PendingChunk& chunk) const {
     if (link.base == LinkBase::kPrevious) {
       previous = std::move(chunk.decoded);
       reference = std::span<const uint8_t>(previous);
+    } else if (link.base == LinkBase::kSince && chunk.part != nullptr && chunk.part->grid) {
+      // A tile's chunk: gathered from the tensor held (OnLink checked it is the whole one).
+      const ChunkGrid& grid = *chunk.part->grid;
+      previous.resize(record.raw_length);
+      const TensorBox whole{std::vector<uint64_t>(t.shape.size(), 0), t.shape};
+      CopyBoxToChunk(grid, whole, chunk.chunk, DTypeSize(t.dtype), *since_->TensorData(t.name),
+                     previous);
+      reference = std::span<const uint8_t>(previous);
     } else if (link.base == LinkBase::kSince) {
       reference = since_->TensorData(t.name)->subspan(chunk.offset - t.begin, record.raw_length);
     }
@@ -435,6 +552,15 @@ Status EncodedPullDecoder::DecodeWindow() {
 
 Status EncodedPullDecoder::WritePart(Part& part, const PendingChunk& chunk) {
   const uint64_t element = DTypeSize(header_.tensors[part.tensor].dtype);
+  if (part.grid) {  // put together, then written whole
+    if (part.assembled.empty()) part.assembled.resize(part.box.element_count() * element);
+    CopyChunkToBox(*part.grid, part.box, chunk.chunk, element, chunk.decoded, part.assembled);
+    if (chunk.chunk != part.last_chunk) return Status::Ok();
+    CKPT_RETURN_IF_ERROR(
+        Write({reinterpret_cast<const char*>(part.assembled.data()), part.assembled.size()}));
+    part.assembled = {};
+    return Status::Ok();
+  }
   const uint64_t chunk_begin = chunk.offset, chunk_end = chunk.offset + chunk.decoded.size();
   const char* const bytes = reinterpret_cast<const char*>(chunk.decoded.data());
   if (!part.runs) part.runs.emplace(part.stored_shape, part.box);

@@ -116,22 +116,21 @@ TEST(ChunkGridTest, RunsOfRandomBoxesCopyExactlyTheBoxBothWays) {
     }
     EXPECT_EQ(grid->ChunkRanges(box), ranges);
 
-    // CopyChunkRuns, chunk by chunk, both ways.
+    // CopyChunkToBox and CopyBoxToChunk, chunk by chunk, both ways.
     std::vector<uint32_t> copied(expected.size(), UINT32_MAX);
     auto box_bytes = std::span<uint8_t>(reinterpret_cast<uint8_t*>(copied.data()),
                                         copied.size() * sizeof(uint32_t));
     for (uint32_t c : seen) {
       std::vector<uint32_t> chunk = chunks[c];
-      CopyChunkRuns(*grid, box, c, sizeof(uint32_t),
-                    {reinterpret_cast<uint8_t*>(chunk.data()), chunk.size() * sizeof(uint32_t)},
-                    box_bytes, /*to_box=*/true);
+      CopyChunkToBox(*grid, box, c, sizeof(uint32_t),
+                     {reinterpret_cast<uint8_t*>(chunk.data()), chunk.size() * sizeof(uint32_t)},
+                     box_bytes);
     }
     EXPECT_EQ(copied, expected);
     for (uint32_t c : seen) {
       std::vector<uint32_t> chunk(grid->ChunkElements(c), UINT32_MAX);
-      CopyChunkRuns(*grid, box, c, sizeof(uint32_t),
-                    {reinterpret_cast<uint8_t*>(chunk.data()), chunk.size() * sizeof(uint32_t)},
-                    box_bytes, /*to_box=*/false);
+      CopyBoxToChunk(*grid, box, c, sizeof(uint32_t), box_bytes,
+                     {reinterpret_cast<uint8_t*>(chunk.data()), chunk.size() * sizeof(uint32_t)});
       for (size_t i = 0; i < chunk.size(); ++i) {
         if (chunk[i] != UINT32_MAX) {
           EXPECT_EQ(chunk[i], chunks[c][i]);

@@ -148,7 +148,10 @@ TEST(CodingPlan, FromJsonRefusesWhatItCannotFollow) {
     return text.replace(at, from.size(), to);
   };
   for (const std::string& bad :
-       {std::string("{"), std::string("[]"), with("\"format\":1", "\"format\":2"),
+       {std::string("{"), std::string("[]"), with("\"format\":1", "\"format\":3"),
+        with("\"chunk_count\":25,", "\"chunk_count\":25,\"tiles\":[1,2],"),
+        with("\"format\":1", "\"format\":2")
+            .replace(good.find("\"chunk_count\":25,"), 17, "\"chunk_count\":25,\"tiles\":[1,5],"),
         with("\"quantizer\":\"uniform\"", "\"quantizer\":\"fancy\""),
         with("\"dtype\":\"F32\"", "\"dtype\":\"F33\""),
         with("\"kind\":\"delta\"", "\"kind\":\"sideways\""),
@@ -158,6 +161,29 @@ TEST(CodingPlan, FromJsonRefusesWhatItCannotFollow) {
     ASSERT_FALSE(plan.ok()) << bad;
     EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << bad;
   }
+}
+
+// A tiled tensor's plan is format 2 and says its tiles; its chunks are those of its tiles.
+TEST(CodingPlan, TiledTensorsRoundTripInFormatTwo) {
+  const std::string body = Checkpoint(0);
+  const auto view = CheckpointView::Parse(Bytes(body));
+  ASSERT_TRUE(view.ok());
+  CodingPlan plan = PlanFor(*view, 1000, 5e-3, PlanBase{7, 12, ""});
+  PlannedTensor& a = plan.tensors[0];  // F32 [64, 96]
+  a.tile_counts = {1, 2};
+  a.chunk_bytes = 64 * 48 * 4 / 2;
+  a.chunk_count = 4;
+  const std::string text = plan.ToJson();
+  EXPECT_NE(text.find("\"format\":2"), std::string::npos);
+  auto back = CodingPlan::FromJson(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, plan);
+  EXPECT_EQ(a.ChunkLength(1), 64u * 48 * 4 / 2);
+  // The second tile (columns 48..95) owns chunks 2 and 3; a box of both tiles, none (its
+  // tiles are not runs of its bytes).
+  EXPECT_EQ(a.ChunksInside(TensorBox{{0, 48}, {64, 48}}), (std::pair<uint32_t, uint32_t>{2, 4}));
+  EXPECT_EQ(a.ChunksInside(TensorBox{{0, 0}, {64, 96}}), (std::pair<uint32_t, uint32_t>{0, 0}));
+  EXPECT_EQ(a.ChunksInside(TensorBox{{0, 0}, {32, 96}}), (std::pair<uint32_t, uint32_t>{0, 0}));
 }
 
 TEST(EncodedBody, ParsesWhateverTheBodyIsCutInto) {

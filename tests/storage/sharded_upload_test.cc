@@ -608,6 +608,106 @@ TEST_F(ShardedUploadTest, EncodedPullsOfAPartDecodeToWhatItsRestoreSends) {
             StatusCode::kInvalidArgument);
 }
 
+// A tensor cut by columns is stored in tiles, one a rank: its whole, a follower's sync, a
+// rank's tile and any box of it decode on the client to what a restore sends; a rank's tile is
+// only its tile's chunks; a damaged tiles frame is refused.
+TEST_F(ShardedUploadTest, TiledTensorsPullEncodedWholeSinceAVersionOrByTheirTiles) {
+  Reopen(/*chunk_bytes=*/1024);  // a tile spans several chunks
+  SetCodecPolicy("m", R"({"mode":"lossy","max_abs_error":1e-3})");
+  auto encoded_body = [&](std::optional<uint64_t> since,
+                          const RestoreSelection& selection) -> Result<std::string> {
+    CKPT_ASSIGN_OR_RETURN(auto stream,
+                          store_->OpenEncodedRestore("m", std::nullopt, since, selection));
+    return ReadAll(*stream);
+  };
+  OwnedTensor wo, norm;
+  std::vector<std::string> restored;
+  for (uint64_t version = 1; version <= 3; ++version) {
+    wo = Global("wo", {40, 64}, 0.01f * static_cast<float>(version));
+    norm = Global("norm", {300}, 0.0f);
+    for (uint32_t shard = 0; shard < 4; ++shard) {
+      ASSERT_TRUE(PushShard("m", version, shard, 4,
+                            ShardBody({{&wo, Columns(wo, shard * 16, 16)}, {&norm, Whole(norm)}}))
+                      .ok());
+    }
+    auto r = Restore("m", version);
+    ASSERT_TRUE(r.ok());
+    restored.push_back(*r);
+  }
+  auto detail = store_->GetVersionDetail("m", 3);
+  ASSERT_TRUE(detail.ok());
+  for (const TensorDetail& t : detail->tensors) {
+    const std::vector<uint32_t> tiles =
+        t.name == "wo" ? std::vector<uint32_t>{1, 4} : std::vector<uint32_t>{};
+    EXPECT_EQ(t.tiles, tiles) << t.name;
+    EXPECT_EQ(t.kind, "delta") << t.name;
+  }
+
+  auto whole = encoded_body(std::nullopt, RestoreSelection{});
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ((*whole)[7], 3) << "format 3: a whole version with tiles";
+  bool whole_version = false;
+  auto decoded = DecodeEncodedPull(*whole, nullptr, 2, 777, &whole_version);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_TRUE(whole_version);
+  EXPECT_TRUE(*decoded == restored[2]);
+
+  auto held = CheckpointView::Parse(Bytes(restored[1]));
+  ASSERT_TRUE(held.ok());
+  auto since = encoded_body(2, RestoreSelection{});
+  ASSERT_TRUE(since.ok()) << since.status().ToString();
+  EXPECT_LT(since->size(), whole->size());
+  auto synced = DecodeEncodedPull(*since, &*held, 2, 999);
+  ASSERT_TRUE(synced.ok()) << synced.status().ToString();
+  EXPECT_TRUE(*synced == restored[2]);
+  // Held by a client whose copy differs: its since-links do not decode to their records.
+  std::string other = restored[1];
+  other.replace(other.size() - 1300, 8, 8, '\x7f');  // inside wo's last tile
+  auto other_view = CheckpointView::Parse(Bytes(other));
+  EXPECT_EQ(DecodeEncodedPull(*since, &*other_view, 2, 999).status().code(), StatusCode::kDataLoss);
+
+  RestoreSelection tile, box, rank;
+  tile.box = std::make_pair(std::string("wo"), Columns(wo, 32, 16));
+  box.box = std::make_pair(std::string("wo"), TensorBox{{5, 7}, {30, 20}});
+  rank.rank = 1, rank.ranks = 4;
+  for (const RestoreSelection& part : {tile, box, rank}) {
+    auto expected = Restore("m", 3, part);
+    ASSERT_TRUE(expected.ok()) << expected.status().ToString();
+    auto body = encoded_body(std::nullopt, part);
+    ASSERT_TRUE(body.ok()) << body.status().ToString();
+    EXPECT_EQ((*body)[7], 4) << "format 4: a part with tiles";
+    auto got = DecodeEncodedPull(*body, nullptr, 2, 555, &whole_version);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_FALSE(whole_version);
+    EXPECT_TRUE(*got == *expected);
+  }
+  // A tile is a quarter of the tensor: about a quarter of its chunks' bytes.
+  RestoreSelection all_wo;
+  all_wo.tensors = {"wo"};
+  auto tile_body = encoded_body(std::nullopt, tile), wo_body = encoded_body(std::nullopt, all_wo);
+  ASSERT_TRUE(tile_body.ok() && wo_body.ok());
+  EXPECT_LT(tile_body->size() * 3, wo_body->size());
+
+  // The tiles frame (the first tensor's, after the preamble) altered: refused.
+  uint64_t header_length = 0;
+  std::memcpy(&header_length, tile_body->data() + 24, 8);
+  const size_t frame = 32 + header_length;
+  ASSERT_EQ((*tile_body)[frame], 4);
+  for (const auto& [at, value] : std::vector<std::pair<size_t, char>>{
+           {frame + 5, 3},               // chunk bytes: not a multiple of the element
+           {frame + 13, 3},              // dimensions
+           {frame + 14 + 4 * 8, 3},      // tiles that do not split the rows
+           {frame + 14 + 4 * 8 + 4, 2},  // other tiles: other chunks than those sent
+           {frame + 14 + 3 * 8, 60}}) {  // a box past the stored tensor
+    std::string damaged = *tile_body;
+    damaged[at] = value;
+    EXPECT_FALSE(DecodeEncodedPull(damaged, nullptr, 1, 999).ok()) << at - frame;
+  }
+  for (size_t cut = 0; cut < tile_body->size(); cut += 1 + cut / 5) {
+    EXPECT_FALSE(DecodeEncodedPull(tile_body->substr(0, cut), nullptr, 1, 999).ok()) << cut;
+  }
+}
+
 TEST_F(ShardedUploadTest, LargeRunsOfABoxAreSentFromTheDecodedChunks) {
   Reopen(/*chunk_bytes=*/256 << 10);  // a row slice then spans several chunks, partly
   const OwnedTensor w = Global("w", {1024, 256}, 0);
@@ -822,8 +922,18 @@ TEST_F(EncodedShardTest, RanksCodeTheirSlicesAndTheStoreIsTheOneTheDaemonCodes) 
         EXPECT_EQ(t.kind, "delta") << version << " " << t.name;
       }
     }
-    // What the ranks sent: the rows' chunks coded, the columns raw.
+    // `v`, cut by columns, is stored in tiles, one a slice of the rank count its chain began
+    // with (version 3's two ranks hold no tile: they send it raw).
+    for (const TensorDetail& t : detail->tensors) {
+      if (t.name == "v") {
+        EXPECT_EQ(t.tiles, (std::vector<uint32_t>{1, 3})) << version;
+      }
+    }
+    // What the ranks sent: the chunks of their rows and of their tiles coded.
     EXPECT_LT(sent, raw) << version;
+    if (version != 3) {
+      EXPECT_LT(sent * 3, raw * 2) << version;
+    }
   }
 }
 

@@ -184,6 +184,7 @@ Result<VersionDetail> VersionDetailAt(const StoreContext& ctx, const rocksdb::Re
     d.bound = t.bound;
     d.chain_length = t.chain_length;
     d.chunk_bytes = t.chunk_bytes;
+    d.tiles = t.tile_counts;
     d.raw_bytes = t.byte_size;
     d.stored_bytes = t.stored_bytes;
     d.exact_elements = t.exact_elements;

@@ -46,8 +46,7 @@ Result<const ManifestRecord*> ChainReader::Manifest(uint64_t seq) {
 }
 
 uint64_t ChainReader::ChunkLength(const ManifestTensor& t, uint32_t chunk) {
-  const uint64_t begin = uint64_t{chunk} * t.chunk_bytes;
-  return std::min(t.chunk_bytes, t.byte_size - begin);
+  return ChunkLengthOf(t.byte_size, t.chunk_bytes, t.tile_counts, chunk);
 }
 
 Status ChainReader::DecodeChunk(uint64_t seq, uint32_t tensor, uint32_t chunk,
@@ -93,7 +92,7 @@ Result<bool> ChainReader::StepFromNeighbour(uint64_t seq, uint32_t tensor, uint3
   const ManifestTensor& from = neighbour->tensors[found];
   const uint64_t length = ChunkLength(target, chunk);
   if (from.dtype != target.dtype || chunk >= from.chunk_count ||
-      ChunkLength(from, chunk) != length) {
+      from.tile_counts != target.tile_counts || ChunkLength(from, chunk) != length) {
     return false;
   }
   ReferenceCache::Chunk cached =
@@ -200,8 +199,9 @@ Status ChainReader::Decode(uint64_t seq, uint32_t tensor, uint32_t chunk, std::v
     CKPT_ASSIGN_OR_RETURN(const ManifestRecord* m, Manifest(it->seq));
     const std::string where = "model '" + model_ + "' version " + std::to_string(m->version) +
                               " tensor '" + e.name + "' chunk " + std::to_string(chunk);
-    if (e.dtype != target.dtype || ChunkLength(e, chunk) != length) {
-      return Status::DataLoss(where + ": delta chain changes dtype or chunk length");
+    if (e.dtype != target.dtype || e.tile_counts != target.tile_counts ||
+        ChunkLength(e, chunk) != length) {
+      return Status::DataLoss(where + ": delta chain changes dtype, tiles or chunk length");
     }
     if (it == chain.rbegin() && cached) {
       // The oldest link is already decoded in memory; replay the rest on top of it. The decoder

@@ -38,13 +38,15 @@ struct Link {
 };
 
 // The tensor of `since` a chunk of `target` can be coded against: the same name, dtype and
-// chunking (the client's copy of it is then that tensor's reconstruction, chunk for chunk).
+// chunking, and for tiles the same shape (the client's copy of it is then that tensor's
+// reconstruction, chunk for chunk).
 std::optional<uint32_t> SameLayout(const ManifestRecord& since, const ManifestTensor& target) {
   for (uint32_t i = 0; i < since.tensors.size(); ++i) {
     const ManifestTensor& t = since.tensors[i];
     if (t.name != target.name) continue;
     if (t.dtype == target.dtype && t.byte_size == target.byte_size &&
-        t.chunk_bytes == target.chunk_bytes && t.chunk_count == target.chunk_count) {
+        t.chunk_bytes == target.chunk_bytes && t.chunk_count == target.chunk_count &&
+        t.tile_counts == target.tile_counts && (t.tile_counts.empty() || t.shape == target.shape)) {
       return i;
     }
     return std::nullopt;
@@ -92,9 +94,24 @@ class EncodedRestoreStream final : public RestoreStream {
       const ManifestTensor& target = manifest->tensors[mi];
       // The chunks sent: all, or those holding the box.
       uint32_t first_chunk = 0, last_chunk = target.chunk_count;  // one past
+      std::vector<std::pair<uint32_t, uint32_t>> chunk_ranges;
       std::string part_frame;
       const size_t first_link = links_.size();
-      if (!part.whole) {
+      if (!target.tile_counts.empty()) {
+        // A tiled tensor, whole or a box of it: its chunks are no runs of the body.
+        CKPT_ASSIGN_OR_RETURN(const ChunkGrid grid, target.Grid());
+        const TensorBox box =
+            part.whole ? TensorBox{std::vector<uint64_t>(target.shape.size(), 0), target.shape}
+                       : part.box;
+        chunk_ranges = grid.ChunkRanges(box);
+        part_frame = EncodeTilesFrame(body_tensor, target.chunk_bytes, target.shape, box.offsets,
+                                      target.tile_counts);
+        tiles_ = true;
+        if (chunk_ranges.empty()) {
+          links_.push_back({body_tensor, 0, LinkBase::kNone, {}, 0, nullptr, part_frame, true});
+          continue;
+        }
+      } else if (!part.whole) {
         const auto chunks =
             ChunksHoldingBox(target.shape, part.box, DTypeSize(target.dtype), target.chunk_bytes);
         first_chunk = chunks ? chunks->first : 0;
@@ -106,6 +123,7 @@ class EncodedRestoreStream final : public RestoreStream {
           continue;
         }
       }
+      if (chunk_ranges.empty()) chunk_ranges.emplace_back(first_chunk, last_chunk);
       // The tensor's chain, newest first, down to its keyframe or to the client's version.
       std::vector<std::pair<uint64_t, uint32_t>> chain;
       bool from_since = false;
@@ -144,71 +162,73 @@ class EncodedRestoreStream final : public RestoreStream {
         if (since != nullptr) since_tensor = SameLayout(*since, target);
         keyframe_instead = !since_tensor && chain.size() > 1;
       }
-      for (uint32_t c = first_chunk; c < last_chunk; ++c) {
-        const size_t first = links_.size();
-        uint64_t chain_bytes = 0;
-        for (size_t k = chain.size(); k-- > 0;) {
-          const bool oldest = k + 1 == chain.size();
-          const LinkBase base =
-              !oldest ? LinkBase::kPrevious : (from_since ? LinkBase::kSince : LinkBase::kNone);
-          Link link{body_tensor, c,       base, {chain[k].first, chain[k].second, c},
-                    0,           nullptr, {},   false};
-          CKPT_ASSIGN_OR_RETURN(link.record_bytes, RecordBytes(link.address));
-          chain_bytes += kLinkFrameOverhead + link.record_bytes;
-          links_.push_back(std::move(link));
-        }
-        if (!since_tensor && !keyframe_instead) continue;
-        if (from_since && chain_bytes <= ChainReader::ChunkLength(target, c) / 2) continue;
-        // An exact keyframe is about as large as the chain's own keyframe record, so in place of
-        // a chain whose deltas weigh little it would save little more than they weigh, for a
-        // decode and an encode of the whole chunk here.
-        const uint64_t deltas_bytes = chain_bytes - kLinkFrameOverhead - links_[first].record_bytes;
-        const bool keyframe_worth_coding =
-            from_since || deltas_bytes * kKeyframeWorthDeltaShare >= chain_bytes;
-        if (!since_tensor && !keyframe_worth_coding) continue;
-        // A record that cannot be coded (a chunk of the client's version unreadable) leaves the
-        // chain to be sent: the pull is only larger. Nor is one sent that is no smaller.
-        const uint64_t useful_below = chain_bytes - std::min(chain_bytes, kLinkFrameOverhead);
-        const auto smaller = [&](const Result<SinceDeltaCache::Record>& r) {
-          return r.ok() && *r != nullptr && (*r)->size() < useful_below;
-        };
-        LinkBase coded_base = since_tensor ? LinkBase::kSince : LinkBase::kNone;
-        Result<SinceDeltaCache::Record> coded =
-            since_tensor
-                ? CodedLink(reader, record.seq, mi, target, since_seq, *since_tensor, c,
-                            useful_below, &coding_budget)
-                : CodedLink(reader, record.seq, mi, target, 0, 0, c, useful_below, &coding_budget);
-        // The client's version may be far from this one (an older version pulled while a newer
-        // one is held): where its delta is no smaller than the chain, or than the chain's own
-        // keyframe record, an exact keyframe (what a client holding nothing receives) may be.
-        const uint64_t chain_keyframe_bytes =
-            from_since ? chain_bytes : links_[first].record_bytes;  // the oldest link
-        if (since_tensor && chain.size() > 1 && keyframe_worth_coding &&
-            (!smaller(coded) || (*coded)->size() > chain_keyframe_bytes)) {
-          Result<SinceDeltaCache::Record> keyframe =
-              CodedLink(reader, record.seq, mi, target, 0, 0, c, useful_below, &coding_budget);
-          if (smaller(keyframe) && (!smaller(coded) || (*keyframe)->size() < (*coded)->size())) {
-            coded = std::move(keyframe);
-            coded_base = LinkBase::kNone;
+      for (const auto& [range_begin, range_end] : chunk_ranges)
+        for (uint32_t c = range_begin; c < range_end; ++c) {
+          const size_t first = links_.size();
+          uint64_t chain_bytes = 0;
+          for (size_t k = chain.size(); k-- > 0;) {
+            const bool oldest = k + 1 == chain.size();
+            const LinkBase base =
+                !oldest ? LinkBase::kPrevious : (from_since ? LinkBase::kSince : LinkBase::kNone);
+            Link link{body_tensor, c,       base, {chain[k].first, chain[k].second, c},
+                      0,           nullptr, {},   false};
+            CKPT_ASSIGN_OR_RETURN(link.record_bytes, RecordBytes(link.address));
+            chain_bytes += kLinkFrameOverhead + link.record_bytes;
+            links_.push_back(std::move(link));
           }
+          if (!since_tensor && !keyframe_instead) continue;
+          if (from_since && chain_bytes <= ChainReader::ChunkLength(target, c) / 2) continue;
+          // An exact keyframe is about as large as the chain's own keyframe record, so in place of
+          // a chain whose deltas weigh little it would save little more than they weigh, for a
+          // decode and an encode of the whole chunk here.
+          const uint64_t deltas_bytes =
+              chain_bytes - kLinkFrameOverhead - links_[first].record_bytes;
+          const bool keyframe_worth_coding =
+              from_since || deltas_bytes * kKeyframeWorthDeltaShare >= chain_bytes;
+          if (!since_tensor && !keyframe_worth_coding) continue;
+          // A record that cannot be coded (a chunk of the client's version unreadable) leaves the
+          // chain to be sent: the pull is only larger. Nor is one sent that is no smaller.
+          const uint64_t useful_below = chain_bytes - std::min(chain_bytes, kLinkFrameOverhead);
+          const auto smaller = [&](const Result<SinceDeltaCache::Record>& r) {
+            return r.ok() && *r != nullptr && (*r)->size() < useful_below;
+          };
+          LinkBase coded_base = since_tensor ? LinkBase::kSince : LinkBase::kNone;
+          Result<SinceDeltaCache::Record> coded =
+              since_tensor ? CodedLink(reader, record.seq, mi, target, since_seq, *since_tensor, c,
+                                       useful_below, &coding_budget)
+                           : CodedLink(reader, record.seq, mi, target, 0, 0, c, useful_below,
+                                       &coding_budget);
+          // The client's version may be far from this one (an older version pulled while a newer
+          // one is held): where its delta is no smaller than the chain, or than the chain's own
+          // keyframe record, an exact keyframe (what a client holding nothing receives) may be.
+          const uint64_t chain_keyframe_bytes =
+              from_since ? chain_bytes : links_[first].record_bytes;  // the oldest link
+          if (since_tensor && chain.size() > 1 && keyframe_worth_coding &&
+              (!smaller(coded) || (*coded)->size() > chain_keyframe_bytes)) {
+            Result<SinceDeltaCache::Record> keyframe =
+                CodedLink(reader, record.seq, mi, target, 0, 0, c, useful_below, &coding_budget);
+            if (smaller(keyframe) && (!smaller(coded) || (*keyframe)->size() < (*coded)->size())) {
+              coded = std::move(keyframe);
+              coded_base = LinkBase::kNone;
+            }
+          }
+          if (!smaller(coded)) continue;
+          links_.resize(first);
+          links_.push_back({body_tensor,
+                            c,
+                            coded_base,
+                            {},
+                            (*coded)->size(),
+                            std::move(coded).value(),
+                            {},
+                            false});
         }
-        if (!smaller(coded)) continue;
-        links_.resize(first);
-        links_.push_back({body_tensor,
-                          c,
-                          coded_base,
-                          {},
-                          (*coded)->size(),
-                          std::move(coded).value(),
-                          {},
-                          false});
-      }
       if (!part_frame.empty()) links_[first_link].part_frame = std::move(part_frame);
     }
     preamble_ = selection.whole()
                     ? EncodePullPreamble(info_.version, since_seq != 0 ? since_version : 0,
-                                         record.raw_header, record.restored_sha256_hex)
-                    : EncodePartPullPreamble(info_.version, view.raw_header);
+                                         record.raw_header, record.restored_sha256_hex, tiles_)
+                    : EncodePartPullPreamble(info_.version, view.raw_header, tiles_);
     size_ = preamble_.size() + EncodePullEnd().size();
     for (const Link& link : links_) {
       size_ += link.part_frame.size();
@@ -316,6 +336,7 @@ class EncodedRestoreStream final : public RestoreStream {
   const uint64_t cache_generation_;
   rocksdb::ReadOptions read_options_;
   std::vector<Link> links_;
+  bool tiles_ = false;  // a tensor sent is tiled: the body has tiles frames
   std::string preamble_;
   uint64_t size_ = 0;
   std::string piece_;

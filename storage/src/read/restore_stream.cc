@@ -86,7 +86,8 @@ class RestoreStreamImpl final : public RestoreStream {
     CKPT_RETURN_IF_ERROR(slot.status);
     Piece& piece = slot.pieces[slot.next++];
     piece_ = std::move(piece.data);
-    if (cache_as_ && !ctx_.cache->Contains(info_.model, record_.seq, piece.tensor, piece.chunk)) {
+    if (cache_as_ && piece.chunk != kWholeTensor &&
+        !ctx_.cache->Contains(info_.model, record_.seq, piece.tensor, piece.chunk)) {
       // The cache shares the buffer being sent (both only read it).
       ctx_.cache->Put(info_.model, record_.seq, piece.tensor, piece.chunk, piece_, *cache_as_,
                       cache_generation_);
@@ -101,7 +102,9 @@ class RestoreStreamImpl final : public RestoreStream {
   }
 
  private:
-  // One chunk of the body.
+  // Piece::chunk of a tiled tensor put back in row-major order.
+  static constexpr uint32_t kWholeTensor = UINT32_MAX;
+  // One chunk of the body, or a whole tiled tensor.
   struct Piece {
     uint32_t tensor = 0;
     uint32_t chunk = 0;
@@ -118,6 +121,8 @@ class RestoreStreamImpl final : public RestoreStream {
     size_t next = 0;                  // the next piece to hand out
     std::future<Status> done;         // valid when decoding asynchronously
     std::shared_future<void> hashed;  // ready once its pieces are in the SHA-256
+    // The chunks of one tiled tensor (not runs of the body): put together once decoded.
+    bool tiled = false;
     bool decoded = false;
     Status status;
   };
@@ -147,11 +152,31 @@ class RestoreStreamImpl final : public RestoreStream {
       status = reader_.DecodeSharedChunk(record_.seq, p.tensor, p.chunk, &p.data);
       if (!status.ok()) break;
     }
+    if (status.ok() && slot.tiled) status = PutTilesTogether(slot);
     previous.wait();
     if (status.ok()) {
       for (const Piece& p : slot.pieces) sha_.Update(*p.data);
     }
     return status;
+  }
+
+  // Replaces the decoded chunks of `slot`'s tiled tensor by the tensor in row-major order
+  // (after caching them as the other chunks are).
+  Status PutTilesTogether(Slot& slot) {
+    const uint32_t tensor = slot.pieces.front().tensor;
+    const ManifestTensor& t = manifest_->tensors[tensor];
+    CKPT_ASSIGN_OR_RETURN(const ChunkGrid grid, t.Grid());
+    const TensorBox whole{std::vector<uint64_t>(t.shape.size(), 0), t.shape};
+    auto body = std::make_shared<std::vector<uint8_t>>(t.byte_size);
+    for (const Piece& p : slot.pieces) {
+      CopyChunkToBox(grid, whole, p.chunk, DTypeSize(t.dtype), *p.data, *body);
+      if (cache_as_ && !ctx_.cache->Contains(info_.model, record_.seq, tensor, p.chunk)) {
+        ctx_.cache->Put(info_.model, record_.seq, tensor, p.chunk, p.data, *cache_as_,
+                        cache_generation_);
+      }
+    }
+    slot.pieces = {Piece{tensor, kWholeTensor, std::move(body)}};
+    return Status::Ok();
   }
 
   // Queues the next chunks in body order, as slots, starting their decoding.
@@ -165,6 +190,15 @@ class RestoreStreamImpl final : public RestoreStream {
           ++tensor_;
           chunk_ = 0;
           continue;
+        }
+        if (!t.tile_counts.empty()) {  // a slot of its own, whatever its size
+          if (!slot.pieces.empty()) break;
+          for (uint32_t c = 0; c < t.chunk_count; ++c) slot.pieces.push_back({tensor_, c, {}});
+          slot.bytes = t.byte_size;
+          slot.tiled = true;
+          ++tensor_;
+          chunk_ = 0;
+          break;
         }
         slot.pieces.push_back(Piece{tensor_, chunk_, nullptr});
         slot.bytes += ChainReader::ChunkLength(t, chunk_++);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "ckpt/base/chunk_grid.h"
 #include "ckpt/base/safetensors.h"
 #include "ckpt/base/tensor_slices.h"
 #include "read/chain_reader.h"
@@ -62,7 +63,13 @@ class RestoreViewImpl final : public RestoreStream {
     while (next_view_ < view_.size()) {
       const ViewTensor& v = view_[next_view_];
       const ManifestTensor& t = manifest_->tensors[v.tensor];
-      if (v.whole) {
+      if (!t.tile_counts.empty()) {  // its chunks are no runs of the body: one piece
+        if (next_chunk_++ == 0) {
+          const TensorBox whole{std::vector<uint64_t>(t.shape.size(), 0), t.shape};
+          CKPT_ASSIGN_OR_RETURN(piece_, Assemble(v.tensor, t, v.whole ? whole : v.box));
+          if (!piece_->empty()) return std::span<const uint8_t>(*piece_);
+        }
+      } else if (v.whole) {
         if (next_chunk_ < t.chunk_count) {
           CKPT_RETURN_IF_ERROR(
               reader_.DecodeSharedChunk(record_.seq, v.tensor, next_chunk_++, &piece_));
@@ -119,6 +126,18 @@ class RestoreViewImpl final : public RestoreStream {
         next_chunk_ = 0;
         continue;
       }
+      if (!t.tile_counts.empty()) {  // put together whole, where the range meets it
+        const uint32_t tensor = next_view_++;
+        next_chunk_ = 0;
+        if (position_ + t.byte_size <= range_->first) {
+          position_ += t.byte_size;
+          continue;
+        }
+        CKPT_ASSIGN_OR_RETURN(
+            piece_,
+            Assemble(tensor, t, TensorBox{std::vector<uint64_t>(t.shape.size(), 0), t.shape}));
+        return clip(std::span<const uint8_t>(*piece_));
+      }
       const uint64_t length = ChainReader::ChunkLength(t, next_chunk_);
       if (position_ + length <= range_->first) {
         position_ += length;
@@ -133,6 +152,26 @@ class RestoreViewImpl final : public RestoreStream {
       return clip(std::span<const uint8_t>(*piece_));
     }
     return std::span<const uint8_t>();
+  }
+
+  // Box `box` of tiled tensor `t` (index `tensor`), in its row-major order: each chunk holding
+  // part of it decoded once.
+  Result<ReferenceCache::Chunk> Assemble(uint32_t tensor, const ManifestTensor& t,
+                                         const TensorBox& box) {
+    CKPT_ASSIGN_OR_RETURN(const ChunkGrid grid, t.Grid());
+    const uint64_t element = DTypeSize(t.dtype);
+    auto out = std::make_shared<std::vector<uint8_t>>(box.element_count() * element);
+    ReferenceCache::Chunk chunk;
+    for (const auto& [begin, end] : grid.ChunkRanges(box)) {
+      for (uint32_t c = begin; c < end; ++c) {
+        CKPT_RETURN_IF_ERROR(reader_.DecodeSharedChunk(record_.seq, tensor, c, &chunk));
+        if (chunk->size() != grid.ChunkElements(c) * element) {
+          return Status::DataLoss("a decoded chunk differs in length from its record");
+        }
+        CopyChunkToBox(grid, box, c, element, *chunk, *out);
+      }
+    }
+    return ReferenceCache::Chunk(std::move(out));
   }
 
   // The next bytes of box `v` of `t`, empty once the box is done: a run's part within one

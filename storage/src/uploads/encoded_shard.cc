@@ -101,8 +101,13 @@ Status EncodedShardReader::OnChunk(const EncodedChunkFrame& frame) {
                                      ", end excluded): send its bytes raw");
     }
     const uint64_t element = DTypeSize(t.dtype);
-    offset = uint64_t{frame.chunk} * t.chunk_bytes -
-             BoxElementSpan(t.shape, t.slice->box).first * element;
+    if (t.tile_counts.empty()) {
+      offset = uint64_t{frame.chunk} * t.chunk_bytes -
+               BoxElementSpan(t.shape, t.slice->box).first * element;
+    } else {  // the slice is the chunk's tile (ChunksInside): its chunks are runs of its bytes
+      CKPT_ASSIGN_OR_RETURN(const ChunkGrid grid, t.Grid());
+      offset = grid.FirstElementInTile(frame.chunk) * element;
+    }
     const Status follows = CheckChunkFollowsPlan(t, frame.chunk, *record, &info);
     if (!follows.ok()) return Status::InvalidArgument(where + ": " + follows.message());
   }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "ckpt/base/chunk_grid.h"
 #include "ckpt/base/hashing.h"
 #include "ckpt/codec/chunk_record.h"
 #include "uploads/encoded_shard.h"
@@ -291,6 +292,7 @@ class PieceCursor {
         bytes_(bytes) {}
 
   void Skip(uint64_t n) { pos_ += n; }
+  void Seek(uint64_t pos) { pos_ = pos; }
 
   Status Read(uint8_t* out, uint64_t n) {
     while (n > 0) {
@@ -355,11 +357,21 @@ Result<std::vector<CodedChunkAt>> CodedChunksOf(const ShardSource& source,
   std::vector<CodedChunkAt> out(t.chunk_count);
   if (!source.encoded) return out;
   const uint64_t first = BoxElementSpan(t.shape, piece.box).first * DTypeSize(t.dtype);
+  std::optional<ChunkGrid> grid;
+  if (!t.tile_counts.empty()) {
+    CKPT_ASSIGN_OR_RETURN(grid, t.Grid());
+  }
   for (const EncodedShardIndex::Segment& s : source.encoded->tensors[piece.tensor]) {
     if (s.raw) continue;
-    const uint64_t begin = uint64_t{s.chunk} * t.chunk_bytes;
-    if (s.chunk >= t.chunk_count || begin < first || begin - first != s.offset ||
-        s.length != t.ChunkLength(s.chunk)) {
+    // A tiled tensor's chunk is coded by the shard whose slice is its tile: it lies in the
+    // slice where it does in the tile.
+    const bool placed =
+        s.chunk < t.chunk_count &&
+        (grid ? grid->TileBox(grid->TileOf(s.chunk)) == piece.box &&
+                    grid->FirstElementInTile(s.chunk) * DTypeSize(t.dtype) == s.offset
+              : uint64_t{s.chunk} * t.chunk_bytes >= first &&
+                    uint64_t{s.chunk} * t.chunk_bytes - first == s.offset);
+    if (!placed || s.length != t.ChunkLength(s.chunk)) {
       return Status::DataLoss("stored encoded " + ShardText(piece.shard) + ": chunk " +
                               std::to_string(s.chunk) + " of tensor '" + t.name +
                               "' does not lie where that chunk does");
@@ -473,6 +485,29 @@ Status WriteAssembledChunks(const AssemblyPlan& assembly, const CodingPlan& plan
       CKPT_ASSIGN_OR_RETURN(const std::string record, ReadRecord(coded[c]));
       return push.CodedChunk(gi, c, record, coded[c].segment->info, coded[c].shard);
     };
+    if (!t.tile_counts.empty()) {
+      // A tiled tensor's chunks, in order: each gathered from the slices that meet its tile.
+      CKPT_ASSIGN_OR_RETURN(const ChunkGrid grid, t.Grid());
+      for (uint32_t c = 0; c < t.chunk_count; ++c) {
+        if (!coded[c].segment) {
+          for (size_t p = 0; p < boxes.size() && status.ok(); ++p) {
+            grid.ForEachRun(
+                boxes[p],
+                [&](const GridRun& run) {
+                  if (run.chunk != c) return run.chunk < c;
+                  cursors[p].Seek(run.box_element * element);
+                  status = cursors[p].Read(chunk.data() + run.chunk_element * element,
+                                           run.count * element);
+                  return status.ok();
+                },
+                grid.TileOf(c));
+          }
+        }
+        if (status.ok()) status = emit(c);
+        CKPT_RETURN_IF_ERROR(status);
+      }
+      continue;
+    }
     ForEachTileRun(g.shape, boxes, [&](size_t box, uint64_t count) {
       for (uint64_t left = count * element; left > 0 && status.ok();) {
         const uint32_t c = static_cast<uint32_t>(position / t.chunk_bytes);

@@ -107,7 +107,7 @@ void PushEncoder::KeepRestored(uint32_t tensor, uint32_t chunk, uint64_t ordinal
                                ReferenceCache::Chunk restored) {
   if (!restored_is_pushed_ || hash_every_restored_chunk_) {
     std::lock_guard lock(unhashed_mu_);
-    unhashed_.emplace(ordinal, restored);
+    unhashed_.emplace(ordinal, Restored{tensor, chunk, restored});
   }
   ctx_.cache->Put(model_, seq_, tensor, chunk, std::move(restored));
 }
@@ -206,7 +206,7 @@ Status PushEncoder::StoreEncodedChunk(uint32_t tensor, uint32_t chunk, uint64_t 
 // where the last call stopped (a chunk finished out of order waits for the ones before it). On
 // the owner's thread, which has time to spare while the encoders work.
 void PushEncoder::HashRestoredChunks() {
-  std::vector<ReferenceCache::Chunk> chunks;
+  std::vector<Restored> chunks;
   {
     std::lock_guard lock(unhashed_mu_);
     for (auto it = unhashed_.begin(); it != unhashed_.end() && it->first == next_to_hash_;
@@ -214,7 +214,30 @@ void PushEncoder::HashRestoredChunks() {
       chunks.push_back(std::move(it->second));
     }
   }
-  for (const ReferenceCache::Chunk& chunk : chunks) restored_sha_.Update(*chunk);
+  for (Restored& r : chunks) {
+    const ManifestTensor& t = manifest_->tensors[r.tensor];
+    if (t.tile_counts.empty()) {
+      restored_sha_.Update(*r.bytes);
+      continue;
+    }
+    // A tiled tensor's chunks are not runs of the body: it is hashed once all are in, put
+    // back in row-major order.
+    tile_chunks_.push_back(std::move(r.bytes));
+    if (r.chunk + 1 < t.chunk_count) continue;
+    auto grid = t.Grid();
+    if (!grid.ok()) {  // the planner made the grid: cannot happen
+      tile_chunks_.clear();
+      continue;
+    }
+    std::vector<uint8_t> body(t.byte_size);
+    const TensorBox whole{std::vector<uint64_t>(t.shape.size(), 0), t.shape};
+    const size_t element = DTypeSize(t.dtype);
+    for (uint32_t c = 0; c < tile_chunks_.size(); ++c) {
+      CopyChunkToBox(*grid, whole, c, element, *tile_chunks_[c], body);
+    }
+    restored_sha_.Update(body);
+    tile_chunks_.clear();
+  }
 }
 
 // The store's lossless codec, or a lossy codec for the tensor's options.

@@ -115,8 +115,15 @@ class PushEncoder {
   uint64_t stored_bytes_ = 0;
   std::optional<std::pair<uint32_t, uint32_t>> refused_chunk_;  // guarded by accounting_mu_
   std::mutex unhashed_mu_;
+  struct Restored {
+    uint32_t tensor = 0;
+    uint32_t chunk = 0;
+    ReferenceCache::Chunk bytes;
+  };
   // Finished reconstructions not hashed yet, by body chunk number; guarded by unhashed_mu_.
-  std::map<uint64_t, ReferenceCache::Chunk> unhashed_;
+  std::map<uint64_t, Restored> unhashed_;
+  // The chunks of the tiled tensor being hashed, in order (HashRestoredChunks' own).
+  std::vector<ReferenceCache::Chunk> tile_chunks_;
   uint64_t next_to_hash_ = 0;  // the body chunk number HashRestoredChunks hashes next
   // Last member: destroyed (its jobs joined) before everything they use.
   std::unique_ptr<WorkerPool> pool_;

@@ -15,15 +15,14 @@ namespace keys = storage_keys;
 
 namespace {
 
-// The chunk length of a sliced tensor of a sharded version of `parts` shards whose first
-// dimension splits evenly in that many parts: the longest length up to `limit` (and not below
-// half of it) that divides a part, so that each part is whole chunks.
-std::optional<uint64_t> SlicedChunkBytes(const ManifestTensor& t, uint32_t parts, uint64_t limit) {
-  if (parts < 2 || t.shape.empty() || t.shape[0] % parts != 0 || t.byte_size == 0) {
-    return std::nullopt;
-  }
-  const uint64_t element = DTypeSize(t.dtype);
-  const uint64_t part = t.byte_size / parts;
+// A tensor is tiled only where a tile holds at least this fraction (1/N) of storage.chunk_bytes.
+constexpr uint64_t kMinTileShareOfChunk = 64;
+
+// The chunk length of a part of `part` bytes of elements of `element` bytes: the part itself up
+// to `limit`, else the longest length up to `limit` (and not below half of it) that divides the
+// part, so that the part is whole chunks.
+std::optional<uint64_t> PartChunkBytes(uint64_t part, uint64_t element, uint64_t limit) {
+  if (part == 0) return std::nullopt;
   if (part <= limit) return part;
   const uint64_t part_elements = part / element;
   // A few candidates only: parts of real tensors have small factors, and a header must not be
@@ -33,6 +32,37 @@ std::optional<uint64_t> SlicedChunkBytes(const ManifestTensor& t, uint32_t parts
     if (part_elements % k == 0) return part / k;
   }
   return std::nullopt;
+}
+
+// The chunk length of a sliced tensor of a sharded version of `parts` shards whose first
+// dimension splits evenly in that many parts, so that each part is whole chunks.
+std::optional<uint64_t> SlicedChunkBytes(const ManifestTensor& t, uint32_t parts, uint64_t limit) {
+  if (parts < 2 || t.shape.empty() || t.shape[0] % parts != 0) return std::nullopt;
+  return PartChunkBytes(t.byte_size / parts, DTypeSize(t.dtype), limit);
+}
+
+// The dimension past the first that `box` cuts `global_shape` along, when it cuts that one only.
+std::optional<uint32_t> SplitDimOf(std::span<const uint64_t> box_shape,
+                                   std::span<const uint64_t> global_shape) {
+  std::optional<uint32_t> split;
+  if (box_shape.size() != global_shape.size()) return std::nullopt;
+  for (size_t d = 0; d < global_shape.size(); ++d) {
+    if (box_shape[d] == global_shape[d]) continue;
+    if (split || d == 0) return std::nullopt;
+    split = static_cast<uint32_t>(d);
+  }
+  return split;
+}
+
+// A JSON array of dimensions, or nothing.
+std::optional<std::vector<uint64_t>> DimsOf(const nlohmann::json& dims) {
+  if (!dims.is_array()) return std::nullopt;
+  std::vector<uint64_t> out;
+  for (const auto& d : dims) {
+    if (!d.is_number_unsigned()) return std::nullopt;
+    out.push_back(d.get<uint64_t>());
+  }
+  return out;
 }
 
 }  // namespace
@@ -49,13 +79,20 @@ std::optional<PlanSharding> ShardingOf(const SafetensorsHeader& header) {
   sharding.shard_count = layout["shards"].get<uint32_t>();
   for (const auto& [name, tensor] : layout["tensors"].items()) {
     if (!tensor.is_object() || !tensor.contains("slices") || !tensor["slices"].is_array()) continue;
+    std::optional<uint32_t> split_dim;
+    bool one_split_dim = true;
     for (const auto& slice : tensor["slices"]) {
       if (slice.is_object() && slice.contains("shape") && tensor.contains("global_shape") &&
           slice["shape"] != tensor["global_shape"]) {
         sharding.sliced.insert(name);
-        break;
+        const auto box = DimsOf(slice["shape"]);
+        const auto global = DimsOf(tensor["global_shape"]);
+        const std::optional<uint32_t> d = box && global ? SplitDimOf(*box, *global) : std::nullopt;
+        one_split_dim = one_split_dim && d && (!split_dim || *split_dim == *d);
+        split_dim = d;
       }
     }
+    if (one_split_dim && split_dim) sharding.split_dim.emplace(name, *split_dim);
   }
   return sharding;
 }
@@ -114,12 +151,31 @@ Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, 
     // A sliced tensor of a sharded version: a chain keeps its chunks whatever the rank count
     // (deltas line up); a new chain's chunks fall on the bounds of an even split, if any.
     const bool sliced = sharding && sharding->sliced.count(t.name);
-    uint64_t chain_chunk_bytes = mt.chunk_bytes;  // what a delta against the reference needs
+    // A slice along a dimension past the first holds no run of the tensor's row-major order:
+    // such a tensor is tiled along that dimension, a tile per shard, which its rank codes.
+    std::optional<uint32_t> split_dim;
     if (sliced) {
+      auto it = sharding->split_dim.find(t.name);
+      // Tiles much smaller than a chunk cost more ratio in per-chunk tables and statistics than
+      // their ranks save on the wire.
+      if (it != sharding->split_dim.end() && sharding->shard_count > 1 &&
+          it->second < t.shape.size() && t.shape[it->second] % sharding->shard_count == 0 &&
+          mt.byte_size / sharding->shard_count >= ctx.options->chunk_bytes / kMinTileShareOfChunk) {
+        split_dim = it->second;
+      }
+    }
+    if (split_dim) {
+      mt.tile_counts.assign(t.shape.size(), 1);
+      mt.tile_counts[*split_dim] = sharding->shard_count;
+      mt.chunk_bytes =
+          PartChunkBytes(mt.byte_size / sharding->shard_count, element, ctx.options->chunk_bytes)
+              .value_or(mt.chunk_bytes);
+    } else if (sliced) {
       mt.chunk_bytes = SlicedChunkBytes(mt, sharding->shard_count, ctx.options->chunk_bytes)
                            .value_or(mt.chunk_bytes);
-      chain_chunk_bytes = mt.chunk_bytes;
     }
+    uint64_t chain_chunk_bytes = mt.chunk_bytes;  // what a delta against the reference needs
+    std::vector<uint32_t> chain_tiles = mt.tile_counts;
     mt.kind = FrameKind::kKeyframe;
     mt.keyframe_seq = seq;
     if (auto it = reference_index.find(t.name); it != reference_index.end()) {
@@ -128,6 +184,7 @@ Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, 
       if (sharding && rt.chunk_bytes > 0 && rt.chunk_bytes % element == 0 &&
           rt.chunk_bytes <= std::max(mt.chunk_bytes, ctx.options->chunk_bytes)) {
         chain_chunk_bytes = rt.chunk_bytes;
+        chain_tiles = rt.tile_counts;
       }
       // Lossy chains also restart once their deltas outweigh their keyframe by the policy's
       // budget: that bounds what a restore reads and what a chain keeps alive.
@@ -139,17 +196,22 @@ Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, 
           keyframe_every,
           target.retention.ChainLimitFor(t.name).value_or(std::numeric_limits<uint64_t>::max()));
       if (!coding.standalone && rt.dtype == mt.dtype && rt.shape == mt.shape &&
-          rt.chunk_bytes == chain_chunk_bytes && mt.byte_size > 0 &&
-          rt.chain_length + 1 < chain_limit && !chain_outweighs_keyframe) {
+          rt.chunk_bytes == chain_chunk_bytes && rt.tile_counts == chain_tiles &&
+          mt.byte_size > 0 && rt.chain_length + 1 < chain_limit && !chain_outweighs_keyframe) {
         mt.chunk_bytes = chain_chunk_bytes;
+        mt.tile_counts = chain_tiles;
         mt.LinkTo(target.state->reference_seq, it->second, rt);
       }
     }
-    const uint64_t chunks = mt.byte_size / mt.chunk_bytes + (mt.byte_size % mt.chunk_bytes != 0);
-    if (chunks > std::numeric_limits<uint32_t>::max()) {
-      return Status::InvalidArgument("tensor '" + t.name + "' is too large");
+    auto grid = ChunkGrid::Make(mt.shape, mt.tile_counts, mt.chunk_bytes / element);
+    if (!grid.ok()) {
+      return Status::InvalidArgument("tensor '" + t.name + "': " + grid.status().message());
     }
-    mt.chunk_count = static_cast<uint32_t>(chunks);
+    mt.chunk_count = grid->chunk_count();
+    // The lossy coder reads a matrix's chunks as rows of a tile's width.
+    if (coding.lossy && coding.lossy_options.low_rank_columns != 0 && grid->tiled()) {
+      coding.lossy_options.low_rank_columns = static_cast<uint32_t>(grid->tile_shape()[1]);
+    }
     planned.floor_seq = std::min(planned.floor_seq, mt.keyframe_seq);
     planned.tensors.push_back(std::move(mt));
     planned.codings.push_back(std::move(coding));
@@ -176,6 +238,7 @@ CodingPlan ToCodingPlan(const PushTarget& target, const PlannedPush& planned,
     t.byte_size = mt.byte_size;
     t.chunk_bytes = mt.chunk_bytes;
     t.chunk_count = mt.chunk_count;
+    t.tile_counts = mt.tile_counts;
     t.kind = mt.kind;
     t.lossy = coding.lossy;
     if (coding.lossy) t.lossy_options = coding.lossy_options;
@@ -255,9 +318,11 @@ Result<CodingPlan> PlanShardOf(const StoreContext& ctx, ModelWriter& writer, con
   CKPT_RETURN_IF_ERROR(ctx.backend->Refresh(model.str()));
   CKPT_ASSIGN_OR_RETURN(const PushTarget target, ReadPushTarget(ctx, writer, model, version));
   ChainReader reader(ctx.db, ctx.manifests, ctx.backend, nullptr, target.model, ctx.cache);
-  PlanSharding sharding{shard_count, {}};
+  PlanSharding sharding{shard_count, {}, {}};
   for (const ShardTensor& t : described.tensors) {
-    if (t.box.shape != t.global_shape) sharding.sliced.insert(t.name);
+    if (t.box.shape == t.global_shape) continue;
+    sharding.sliced.insert(t.name);
+    if (auto d = SplitDimOf(t.box.shape, t.global_shape)) sharding.split_dim.emplace(t.name, *d);
   }
   CKPT_ASSIGN_OR_RETURN(const PlannedPush planned,
                         PlanPush(ctx, target, reader, global, 0, &sharding));

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -43,6 +44,11 @@ struct PlannedPush {
 struct PlanSharding {
   uint32_t shard_count = 0;
   std::unordered_set<std::string> sliced;
+  // Sliced tensors whose slices cut one dimension past the first only (the columns of a
+  // matrix): that dimension. Where it splits evenly in shard_count parts, new chains are tiled
+  // so, a tile a shard. Only the shard count and the global shape decide the tiles: every
+  // rank's plan of its shard agrees with the version's whatever the widths of the others'.
+  std::unordered_map<std::string, uint32_t> split_dim;
 };
 
 // The sharding a version's header records (its ckptd.layout), if it has one: a sharded

@@ -456,6 +456,10 @@ class PushSessionImpl final : public PushSession,
 
   Status OnTensorData(size_t index, std::span<const uint8_t> bytes) override {
     const ManifestTensor& t = manifest_.tensors[index];
+    if (!t.tile_counts.empty()) {  // cut in tiles once it is whole (OnTensorEnd)
+      pending_.insert(pending_.end(), bytes.begin(), bytes.end());
+      return Status::Ok();
+    }
     while (!bytes.empty()) {
       const uint64_t length = ChainReader::ChunkLength(t, chunk_index_);
       if (pending_.empty() && bytes.size() >= length) {
@@ -475,11 +479,32 @@ class PushSessionImpl final : public PushSession,
   }
 
   Status OnTensorEnd(size_t index) override {
+    if (!manifest_.tensors[index].tile_counts.empty()) {
+      CKPT_RETURN_IF_ERROR(EmitTiles(static_cast<uint32_t>(index)));
+    }
     if (chunk_index_ != manifest_.tensors[index].chunk_count || !pending_.empty()) {
       return Status::Internal("push: tensor '" + manifest_.tensors[index].name +
                               "' ended mid-chunk");
     }
     chunk_index_ = 0;
+    return Status::Ok();
+  }
+
+  // Hands the chunks of tiled tensor `tensor`, whole in pending_, to the encoder.
+  Status EmitTiles(uint32_t tensor) {
+    const ManifestTensor& t = manifest_.tensors[tensor];
+    CKPT_ASSIGN_OR_RETURN(const ChunkGrid grid, t.Grid());
+    if (pending_.size() != t.byte_size) {
+      return Status::Internal("push: tensor '" + t.name + "' ended short");
+    }
+    const TensorBox whole{std::vector<uint64_t>(t.shape.size(), 0), t.shape};
+    std::vector<uint8_t> chunk;
+    for (uint32_t c = 0; c < grid.chunk_count(); ++c) {
+      chunk.resize(ChainReader::ChunkLength(t, c));
+      CopyBoxToChunk(grid, whole, c, DTypeSize(t.dtype), pending_, chunk);
+      CKPT_RETURN_IF_ERROR(EmitChunk(tensor, chunk));
+    }
+    pending_ = {};  // the tensor's size is not kept for the chunks after it
     return Status::Ok();
   }
 

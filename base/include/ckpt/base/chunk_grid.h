@@ -85,11 +85,18 @@ class ChunkGrid {
   uint32_t chunks_per_tile_ = 0;
 };
 
-// Copies the runs of `grid` over `box` between a buffer of chunks and one of the box: with
-// `to_box`, from chunk `chunk`'s bytes (`chunk_bytes`) into `box_bytes` (the box's row-major
-// order); else the other way. Only the runs of `chunk` are copied.
-void CopyChunkRuns(const ChunkGrid& grid, const TensorBox& box, uint32_t chunk, size_t element,
-                   std::span<uint8_t> chunk_bytes, std::span<uint8_t> box_bytes, bool to_box);
+// The length in bytes of chunk `chunk` of a tensor of `byte_size` bytes cut in the tiles of
+// `tile_counts` (empty: untiled) and chunks of `chunk_bytes`: ChunkGrid's, without making one.
+// REQUIRES: the grid is valid (ChunkGrid::Make accepts it) and chunk < its chunk count.
+uint64_t ChunkLengthOf(uint64_t byte_size, uint64_t chunk_bytes,
+                       std::span<const uint32_t> tile_counts, uint32_t chunk);
+
+// Copies chunk `chunk`'s elements that lie in `box` between the chunk's bytes and the box's
+// (row-major order), through the runs of `grid` over `box`: into the box, or out of it.
+void CopyChunkToBox(const ChunkGrid& grid, const TensorBox& box, uint32_t chunk, size_t element,
+                    std::span<const uint8_t> chunk_bytes, std::span<uint8_t> box_bytes);
+void CopyBoxToChunk(const ChunkGrid& grid, const TensorBox& box, uint32_t chunk, size_t element,
+                    std::span<const uint8_t> box_bytes, std::span<uint8_t> chunk_bytes);
 
 // --- Implementation of the templates.
 

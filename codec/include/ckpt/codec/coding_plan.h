@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "ckpt/base/chunk_grid.h"
 #include "ckpt/base/dtype.h"
 #include "ckpt/base/status.h"
 #include "ckpt/base/tensor_slices.h"
@@ -42,6 +43,9 @@ struct PlannedTensor {
   uint64_t byte_size = 0;
   uint64_t chunk_bytes = 0;  // every chunk's length but the last's (a multiple of the element)
   uint32_t chunk_count = 0;
+  // The tiles the chunks follow (ChunkGrid; docs/format.md): empty when the chunks are runs of
+  // the tensor's row-major order.
+  std::vector<uint32_t> tile_counts;
   // kDelta: each chunk is coded against the same chunk of the base's reconstruction of the
   // tensor of the same name; kKeyframe: standalone.
   FrameKind kind = FrameKind::kKeyframe;
@@ -53,10 +57,12 @@ struct PlannedTensor {
 
   // The length of chunk `chunk` (< chunk_count).
   uint64_t ChunkLength(uint32_t chunk) const;
-  // The chunks wholly inside `box` (a box of this tensor): those a shard holding it codes. Only
-  // a box that is one run of the tensor's row-major order (a slice along its first dimension
-  // split, or the whole tensor) owns any.
+  // The chunks wholly inside `box` (a box of this tensor): those a shard holding it codes. An
+  // untiled tensor's box owns chunks when it is one run of the tensor's row-major order (a
+  // slice along its first dimension, or the whole tensor); a tiled tensor's, when it is a tile.
   std::pair<uint32_t, uint32_t> ChunksInside(const TensorBox& box) const;
+  // The grid of the chunks (the plan's geometry was checked when it was read or made).
+  Result<ChunkGrid> Grid() const;
 
   friend bool operator==(const PlannedTensor&, const PlannedTensor&) = default;
 };
@@ -87,7 +93,9 @@ struct PlanShard {
 };
 
 struct CodingPlan {
-  static constexpr uint32_t kFormatVersion = 1;
+  // A plan with a tiled tensor is format 2; one without, format 1 (what clients that predate
+  // tiles read).
+  static constexpr uint32_t kFormatVersion = 2;
   std::string model;
   uint64_t version = 0;
   std::optional<PlanBase> base;        // none: every tensor is a keyframe

@@ -18,6 +18,11 @@
 //   part      u8 3  u32 tensor  u64 stored bytes  u64 chunk bytes  u8 dims
 //             dims × u64 stored extent  dims × u64 offset of the box (its extent: the header's)
 // after which its links are the chunks of the stored tensor that hold the box, in order.
+// A tensor whose stored chunks follow tiles (ChunkGrid) is announced, whole or a box of it, by
+//   tiles      u8 4  u32 tensor  u64 chunk bytes  u8 dims  dims × u64 stored extent
+//              dims × u64 offset of the box  dims × u32 tile counts
+// after which its links are the chunks holding the box, ascending; such bodies are formats 3
+// (a whole version) and 4 (a part), so that decoders that predate tiles refuse them.
 // Written by the daemon; decoded by clients (EncodedPullDecoder).
 #pragma once
 
@@ -30,6 +35,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ckpt/base/chunk_grid.h"
 #include "ckpt/base/hashing.h"
 #include "ckpt/base/safetensors.h"
 #include "ckpt/base/status.h"
@@ -41,6 +47,9 @@ namespace ckpt {
 inline constexpr std::string_view kEncodedPullMagic = "CKPTPUL";
 inline constexpr uint8_t kEncodedPullFormatVersion = 1;
 inline constexpr uint8_t kEncodedPullPartFormatVersion = 2;
+// The same, with tiles frames.
+inline constexpr uint8_t kEncodedPullTiledFormatVersion = 3;
+inline constexpr uint8_t kEncodedPullTiledPartFormatVersion = 4;
 // The media type a client accepts to receive an encoded pull body.
 inline constexpr std::string_view kEncodedPullMediaType = "application/vnd.ckpt.encoded-pull";
 
@@ -50,16 +59,25 @@ enum class LinkBase : uint8_t {
   kSince = 2,     // a delta against the client's reconstruction of version `since`
 };
 
+// `tiles`: the body has tiles frames (format 3, else 1).
 std::string EncodePullPreamble(uint64_t version, uint64_t since, std::string_view raw_header,
-                               std::string_view restored_sha256);
-// The preamble of a part of a version (format 2).
-std::string EncodePartPullPreamble(uint64_t version, std::string_view raw_header);
+                               std::string_view restored_sha256, bool tiles = false);
+// The preamble of a part of a version (format 2; 4 with `tiles`).
+std::string EncodePartPullPreamble(uint64_t version, std::string_view raw_header,
+                                   bool tiles = false);
 // The frame announcing that body tensor `tensor` is the box at `offsets` (its extent: the
 // header's) of a stored tensor of `stored_shape`, `stored_bytes` long and cut into chunks of
 // `chunk_bytes`.
 std::string EncodePartFrame(uint32_t tensor, uint64_t stored_bytes, uint64_t chunk_bytes,
                             std::span<const uint64_t> stored_shape,
                             std::span<const uint64_t> offsets);
+// The frame announcing that body tensor `tensor` is the box at `offsets` (its extent: the
+// header's) of a stored tensor of `stored_shape` cut in tiles of `tile_counts` and chunks of
+// `chunk_bytes`.
+std::string EncodeTilesFrame(uint32_t tensor, uint64_t chunk_bytes,
+                             std::span<const uint64_t> stored_shape,
+                             std::span<const uint64_t> offsets,
+                             std::span<const uint32_t> tile_counts);
 // The chunks of a stored tensor (`element` bytes per element, cut into chunks of
 // `chunk_bytes`) that hold `box`: [first, last]. None for an empty box.
 std::optional<std::pair<uint32_t, uint32_t>> ChunksHoldingBox(
@@ -93,7 +111,9 @@ class EncodedPullDecoder {
   // the body announced (a part of a version announces none: each of its chunks is checked by
   // its record's checksum).
   const std::string& sha256() const { return sha256_; }
-  bool whole_version() const { return format_ == kEncodedPullFormatVersion; }
+  bool whole_version() const {
+    return format_ == kEncodedPullFormatVersion || format_ == kEncodedPullTiledFormatVersion;
+  }
   uint64_t restored_bytes() const { return restored_bytes_; }
 
  private:
@@ -106,6 +126,8 @@ class EncodedPullDecoder {
     kRecord,
     kPartHead,
     kPartShape,
+    kTilesHead,
+    kTilesShape,
     kDone,
     kFailed
   };
@@ -120,6 +142,12 @@ class EncodedPullDecoder {
     TensorBox box;
     uint32_t first_chunk = 0, last_chunk = 0;
     bool empty = false;
+    // A tiled stored tensor: its grid, the chunks holding the box (ascending), how many came,
+    // and the box being put together.
+    std::optional<ChunkGrid> grid;
+    std::vector<uint32_t> chunks;
+    size_t chunks_received = 0;
+    std::vector<uint8_t> assembled;
     // Writing: the runs left, the current run's bytes in the stored tensor, what was gathered.
     std::optional<BoxRuns> runs;
     uint64_t run_begin = 0, run_end = 0;
@@ -151,6 +179,10 @@ class EncodedPullDecoder {
   Status DecodeWindow();
   Status DecodeChunk(PendingChunk& chunk) const;
   Status OnPart(uint64_t dims);
+  Status OnTiles(uint64_t dims);
+  // Checks a part frame's box against its tensor and stored shape, and makes it the current
+  // part.
+  Status StartPart(std::shared_ptr<Part> part, std::span<const uint32_t> tile_counts);
   // Writes the part of a decoded chunk of a part that lies in its box.
   Status WritePart(Part& part, const PendingChunk& chunk);
   Status Write(std::string_view bytes);

@@ -419,17 +419,19 @@ struct TensorDetail {
   std::string name;
   std::string dtype;
   std::vector<uint64_t> shape;
-  std::string kind;             // "keyframe" or "delta"
-  std::string codec;            // "lossless" or "lossy"
-  bool dropped = false;         // by retention's tensor rules: not restored any more
-  std::string quantizer;        // lossy: the quantizer used ("uniform"); empty for lossless
-  double bound = 0;             // lossy: the absolute error bound applied (largest over chunks)
-  uint32_t chain_length = 0;    // deltas since the keyframe
-  uint64_t chunk_bytes = 0;     // the length of its chunks (the last may be shorter)
-  uint64_t raw_bytes = 0;       // the tensor's bytes in the body
-  uint64_t stored_bytes = 0;    // its chunk records in this version
-  uint64_t exact_elements = 0;  // lossy: elements stored verbatim to keep the bound
-  double bits_per_element = 0;  // stored bits / elements
+  std::string kind;           // "keyframe" or "delta"
+  std::string codec;          // "lossless" or "lossy"
+  bool dropped = false;       // by retention's tensor rules: not restored any more
+  std::string quantizer;      // lossy: the quantizer used ("uniform"); empty for lossless
+  double bound = 0;           // lossy: the absolute error bound applied (largest over chunks)
+  uint32_t chain_length = 0;  // deltas since the keyframe
+  uint64_t chunk_bytes = 0;   // the length of its chunks (the last may be shorter)
+  // The tiles its chunks follow, a count per dimension; empty when untiled (docs/api.md).
+  std::vector<uint32_t> tiles;
+  uint64_t raw_bytes = 0;               // the tensor's bytes in the body
+  uint64_t stored_bytes = 0;            // its chunk records in this version
+  uint64_t exact_elements = 0;          // lossy: elements stored verbatim to keep the bound
+  double bits_per_element = 0;          // stored bits / elements
   double entropy_bits_per_element = 0;  // lossy: entropy of the coded symbols per element
 };
 
