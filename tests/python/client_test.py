@@ -508,8 +508,9 @@ class EncodedTest(unittest.TestCase):
         self.assertFalse(os.path.exists(held))
 
     def test_ranks_push_encoded_shards_that_store_what_the_daemon_stores(self):
-        # 4 ranks (rows of `w` coded by their ranks, columns of `o` sent raw, `bias` replicated)
-        # for two versions, then 2 ranks: each re-syncs its new part by an encoded part pull.
+        # 4 ranks (rows of `w` and the column tiles of `o` coded by their ranks, `bias`
+        # replicated) for two versions, then 2 ranks: each re-syncs its new part by an encoded
+        # part pull; `o` keeps its 4 tiles, which 2 ranks do not hold one each (sent raw).
         for model in ("edge", "daemon"):
             self.plain.set_policy(model, {"mode": "lossy", "max_abs_error": 5e-3})
         g = torch.Generator().manual_seed(9)
@@ -536,11 +537,16 @@ class EncodedTest(unittest.TestCase):
                 # hold other parts: they pull theirs.
                 self.assertEqual(answer["reference"],
                                  {1: "", 2: "held", 3: "pulled", 4: "held"}[step], (step, rank))
-                # The rows' chunks are coded, the columns raw: less than the shard.
-                self.assertLess(answer["sent_bytes"], (512 // world) * (256 + 256) * 4 + 2048)
+                # The rows' chunks are coded, and the columns' where a slice is a tile.
+                shard_bytes = (512 // world) * (256 + 256) * 4 + 1024
+                self.assertLess(answer["sent_bytes"], shard_bytes // 2 if world == 4
+                                else shard_bytes + 1024, (step, rank))
             self.assertEqual(coded["sha256"], server["sha256"])
             self.assertEqual(coded["stored_bytes"], server["stored_bytes"])
             self.assertEqual(self.sha("edge", step), self.sha("daemon", step))
+            detail = {t["name"]: t for t in self.plain.version_detail("edge", step)["tensors"]}
+            self.assertEqual(detail["o"].get("tiles"), [1, 4])
+            self.assertNotIn("tiles", detail["w"])
         # Version 4 was planned on a base of 2 shards: the parts kept for 4 ranks went.
         for rank in range(2):
             kept = os.listdir(os.path.join(self.tmp.name, f"rank{rank}"))
