@@ -623,11 +623,11 @@ TEST_F(ShardedUploadTest, TiledTensorsPullEncodedWholeSinceAVersionOrByTheirTile
   OwnedTensor wo, norm;
   std::vector<std::string> restored;
   for (uint64_t version = 1; version <= 3; ++version) {
-    wo = Global("wo", {40, 64}, 0.01f * static_cast<float>(version));
+    wo = Global("wo", {40, 60}, 0.01f * static_cast<float>(version));
     norm = Global("norm", {300}, 0.0f);
     for (uint32_t shard = 0; shard < 4; ++shard) {
       ASSERT_TRUE(PushShard("m", version, shard, 4,
-                            ShardBody({{&wo, Columns(wo, shard * 16, 16)}, {&norm, Whole(norm)}}))
+                            ShardBody({{&wo, Columns(wo, shard * 15, 15)}, {&norm, Whole(norm)}}))
                       .ok());
     }
     auto r = Restore("m", version);
@@ -642,6 +642,8 @@ TEST_F(ShardedUploadTest, TiledTensorsPullEncodedWholeSinceAVersionOrByTheirTile
     EXPECT_EQ(t.tiles, tiles) << t.name;
     EXPECT_EQ(t.kind, "delta") << t.name;
   }
+  // A tile (40 rows of 15 elements, 2400 bytes) is cut in chunks of whole rows: 4 of 10 rows.
+  EXPECT_EQ(detail->tensors[detail->tensors[0].name == "wo" ? 0 : 1].chunk_bytes, 600u);
 
   auto whole = encoded_body(std::nullopt, RestoreSelection{});
   ASSERT_TRUE(whole.ok()) << whole.status().ToString();
@@ -667,7 +669,7 @@ TEST_F(ShardedUploadTest, TiledTensorsPullEncodedWholeSinceAVersionOrByTheirTile
   EXPECT_EQ(DecodeEncodedPull(*since, &*other_view, 2, 999).status().code(), StatusCode::kDataLoss);
 
   RestoreSelection tile, box, rank;
-  tile.box = std::make_pair(std::string("wo"), Columns(wo, 32, 16));
+  tile.box = std::make_pair(std::string("wo"), Columns(wo, 30, 15));
   box.box = std::make_pair(std::string("wo"), TensorBox{{5, 7}, {30, 20}});
   rank.rank = 1, rank.ranks = 4;
   for (const RestoreSelection& part : {tile, box, rank}) {

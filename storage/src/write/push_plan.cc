@@ -18,13 +18,13 @@ namespace {
 // A tensor is tiled only where a tile holds at least this fraction (1/N) of storage.chunk_bytes.
 constexpr uint64_t kMinTileShareOfChunk = 64;
 
-// The chunk length of a part of `part` bytes of elements of `element` bytes: the part itself up
-// to `limit`, else the longest length up to `limit` (and not below half of it) that divides the
-// part, so that the part is whole chunks.
-std::optional<uint64_t> PartChunkBytes(uint64_t part, uint64_t element, uint64_t limit) {
-  if (part == 0) return std::nullopt;
+// The chunk length of a part of `part` bytes made of units of `unit` bytes (elements, or rows):
+// the part itself up to `limit`, else the longest length up to `limit` (and not below half of it)
+// that is whole units and divides the part, so that the part is whole chunks.
+std::optional<uint64_t> PartChunkBytes(uint64_t part, uint64_t unit, uint64_t limit) {
+  if (part == 0 || unit == 0) return std::nullopt;
   if (part <= limit) return part;
-  const uint64_t part_elements = part / element;
+  const uint64_t part_elements = part / unit;
   // A few candidates only: parts of real tensors have small factors, and a header must not be
   // able to make a plan search long.
   const uint64_t first = part / limit + (part % limit != 0);
@@ -167,9 +167,12 @@ Result<PlannedPush> PlanPush(const StoreContext& ctx, const PushTarget& target, 
     if (split_dim) {
       mt.tile_counts.assign(t.shape.size(), 1);
       mt.tile_counts[*split_dim] = sharding->shard_count;
-      mt.chunk_bytes =
-          PartChunkBytes(mt.byte_size / sharding->shard_count, element, ctx.options->chunk_bytes)
-              .value_or(mt.chunk_bytes);
+      // A tile's chunks are whole rows of it where they can be: rows of the tensor are then one
+      // chunk of each tile.
+      const uint64_t tile_bytes = mt.byte_size / sharding->shard_count;
+      mt.chunk_bytes = PartChunkBytes(tile_bytes, tile_bytes / t.shape[0], ctx.options->chunk_bytes)
+                           .value_or(PartChunkBytes(tile_bytes, element, ctx.options->chunk_bytes)
+                                         .value_or(mt.chunk_bytes));
     } else if (sliced) {
       mt.chunk_bytes = SlicedChunkBytes(mt, sharding->shard_count, ctx.options->chunk_bytes)
                            .value_or(mt.chunk_bytes);
