@@ -71,6 +71,18 @@ std::string EncodePartPullPreamble(uint64_t version, std::string_view raw_header
   return w.Release();
 }
 
+namespace {
+
+// A part or tiles frame's box: the dimensions, the stored tensor's extents, the box's offsets.
+void PutBox(ByteWriter& w, std::span<const uint64_t> stored_shape,
+            std::span<const uint64_t> offsets) {
+  w.PutU8(static_cast<uint8_t>(stored_shape.size()));
+  for (uint64_t extent : stored_shape) w.PutU64(extent);
+  for (uint64_t offset : offsets) w.PutU64(offset);
+}
+
+}  // namespace
+
 std::string EncodePartFrame(uint32_t tensor, uint64_t stored_bytes, uint64_t chunk_bytes,
                             std::span<const uint64_t> stored_shape,
                             std::span<const uint64_t> offsets) {
@@ -79,9 +91,7 @@ std::string EncodePartFrame(uint32_t tensor, uint64_t stored_bytes, uint64_t chu
   w.PutU32(tensor);
   w.PutU64(stored_bytes);
   w.PutU64(chunk_bytes);
-  w.PutU8(static_cast<uint8_t>(stored_shape.size()));
-  for (uint64_t extent : stored_shape) w.PutU64(extent);
-  for (uint64_t offset : offsets) w.PutU64(offset);
+  PutBox(w, stored_shape, offsets);
   return w.Release();
 }
 
@@ -93,9 +103,7 @@ std::string EncodeTilesFrame(uint32_t tensor, uint64_t chunk_bytes,
   w.PutU8(kTilesTag);
   w.PutU32(tensor);
   w.PutU64(chunk_bytes);
-  w.PutU8(static_cast<uint8_t>(stored_shape.size()));
-  for (uint64_t extent : stored_shape) w.PutU64(extent);
-  for (uint64_t offset : offsets) w.PutU64(offset);
+  PutBox(w, stored_shape, offsets);
   for (uint32_t count : tile_counts) w.PutU32(count);
   return w.Release();
 }
