@@ -98,6 +98,7 @@ std::vector<std::pair<uint32_t, uint32_t>> ChunkGrid::ChunkRanges(const TensorBo
 
 uint64_t ChunkLengthOf(uint64_t byte_size, uint64_t chunk_bytes,
                        std::span<const uint32_t> tile_counts, uint32_t chunk) {
+  if (chunk_bytes == 0) return 0;  // no grid: its readers report the record
   uint64_t tiles = 1;
   for (uint32_t n : tile_counts) tiles *= n;
   const uint64_t tile_bytes = byte_size / tiles;

@@ -377,6 +377,9 @@ Status EncodedPullDecoder::StartPart(std::shared_ptr<Part> part,
     return Malformed(where + ": its chunk length is not a multiple of its element");
   }
   if (!tile_counts.empty()) {
+    if (whole_version() && part->stored_shape != t.shape) {
+      return Malformed(where + ": a whole version's tensor is sent whole");
+    }
     auto grid = ChunkGrid::Make(part->stored_shape, tile_counts, part->chunk_bytes / element);
     if (!grid.ok()) return Malformed(where + ": its tiles " + grid.status().message());
     if (grid->chunk_count() > kMaxTiledChunks) {

@@ -127,16 +127,21 @@ TEST(ChunkGridTest, RunsOfRandomBoxesCopyExactlyTheBoxBothWays) {
                      box_bytes);
     }
     EXPECT_EQ(copied, expected);
+    size_t written = 0;
     for (uint32_t c : seen) {
+      EXPECT_EQ(ChunkLengthOf(elements * 4, grid->chunk_elements() * 4, counts, c),
+                grid->ChunkElements(c) * 4);
       std::vector<uint32_t> chunk(grid->ChunkElements(c), UINT32_MAX);
       CopyBoxToChunk(*grid, box, c, sizeof(uint32_t), box_bytes,
                      {reinterpret_cast<uint8_t*>(chunk.data()), chunk.size() * sizeof(uint32_t)});
       for (size_t i = 0; i < chunk.size(); ++i) {
         if (chunk[i] != UINT32_MAX) {
           EXPECT_EQ(chunk[i], chunks[c][i]);
+          ++written;
         }
       }
     }
+    EXPECT_EQ(written, expected.size()) << "every element of the box, copied out once";
   }
 }
 

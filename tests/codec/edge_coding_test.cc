@@ -149,7 +149,7 @@ TEST(CodingPlan, FromJsonRefusesWhatItCannotFollow) {
   };
   for (const std::string& bad :
        {std::string("{"), std::string("[]"), with("\"format\":1", "\"format\":3"),
-        with("\"chunk_count\":25,", "\"chunk_count\":25,\"tiles\":[1,2],"),
+        with("\"chunk_count\":25,", "\"chunk_count\":26,\"tiles\":[1,2],"),
         with("\"format\":1", "\"format\":2")
             .replace(good.find("\"chunk_count\":25,"), 17, "\"chunk_count\":25,\"tiles\":[1,5],"),
         with("\"quantizer\":\"uniform\"", "\"quantizer\":\"fancy\""),
@@ -161,6 +161,10 @@ TEST(CodingPlan, FromJsonRefusesWhatItCannotFollow) {
     ASSERT_FALSE(plan.ok()) << bad;
     EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << bad;
   }
+  // The same tiles in format 2 are a plan: only format 1 refused them.
+  std::string tiled = with("\"chunk_count\":25,", "\"chunk_count\":26,\"tiles\":[1,2],");
+  tiled.replace(tiled.find("\"format\":1"), 10, "\"format\":2");
+  EXPECT_TRUE(CodingPlan::FromJson(tiled).ok()) << tiled;
 }
 
 // A tiled tensor's plan is format 2 and says its tiles; its chunks are those of its tiles.

@@ -501,6 +501,50 @@ void EncodedPullSeeds() {
     RestoreSelection bias;
     bias.tensors = {"*.bias"};
     Write("encoded_pull", "tensors", std::string(1, '\x00') + pull(std::nullopt, bias));
+
+    // Model "t": a [20, 32] matrix cut by columns over 2 shards, stored in tiles (formats 3, 4).
+    std::string held_t;
+    for (uint64_t version = 1; version <= 2; ++version) {
+      std::vector<float> w(20 * 32);
+      for (size_t i = 0; i < w.size(); ++i) {
+        w[i] = 0.01f * static_cast<float>((i * 31) % 97) + 0.001f * static_cast<float>(version);
+      }
+      for (uint32_t shard = 0; shard < 2; ++shard) {
+        std::string part;
+        for (size_t row = 0; row < 20; ++row) {
+          part.append(reinterpret_cast<const char*>(&w[row * 32 + shard * 16]), 16 * 4);
+        }
+        const std::string slices = R"({"w": {"global_shape": [20, 32], "offsets": [0, )" +
+                                   std::to_string(16 * shard) + "]}}";
+        const std::string shard_body =
+            *WriteSafetensors({{"w", DType::kF32, {20, 16}, part}}, {{"ckptd.slices", slices}});
+        auto session = Must(store->BeginShard("t", version, shard, 2, shard_body.size(), {}));
+        if (!session->Write(fuzz::AsSpan(shard_body)).ok() || !session->Finish().ok()) {
+          std::exit(1);
+        }
+      }
+      if (version == 1) {
+        auto stream = Must(store->OpenRestore("t", 1));
+        for (auto piece = Must(stream->Next()); !piece.empty(); piece = Must(stream->Next())) {
+          held_t.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+        }
+      }
+    }
+    auto pull_t = [&](std::optional<uint64_t> since, const RestoreSelection& part) {
+      auto stream = Must(store->OpenEncodedRestore("t", 2, since, part));
+      std::string out;
+      for (auto piece = Must(stream->Next()); !piece.empty(); piece = Must(stream->Next())) {
+        out.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+      }
+      return out;
+    };
+    Write("encoded_pull", "tiles_whole", std::string(1, '\x02') + pull_t(std::nullopt, {}));
+    const uint32_t held_length = static_cast<uint32_t>(held_t.size());
+    std::memcpy(held.data(), &held_length, 4);
+    Write("encoded_pull", "tiles_since", std::string(1, '\x01') + held + held_t + pull_t(1, {}));
+    RestoreSelection tile;
+    tile.box = std::make_pair(std::string("w"), TensorBox{{2, 10}, {15, 12}});
+    Write("encoded_pull", "tiles_box", std::string(1, '\x06') + pull_t(std::nullopt, tile));
   }
   fs::remove_all(dir);
 }

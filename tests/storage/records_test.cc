@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <functional>
 
 #include "ckpt/base/binary.h"
 #include "ckpt/base/hashing.h"
@@ -191,6 +192,21 @@ TEST(Records, ManifestRecordKeepsTilesInFormatFourOnly) {
   ASSERT_TRUE(grid.ok()) << grid.status().ToString();
   EXPECT_EQ(grid->TileBox(3), (TensorBox{{0, 96}, {64, 32}}));
   ExpectTruncationsAreDataLoss<ManifestRecord>(bytes);
+  // Counts that are no grid of several tiles, or a grid the other fields contradict.
+  for (const auto& mutate : std::vector<std::function<void(ManifestTensor&)>>{
+           [](ManifestTensor& t) {
+             t.tile_counts = {1, 5};
+           },  // 128 columns in 5
+           [](ManifestTensor& t) {
+             t.tile_counts = {1, 1};  // one tile
+             t.chunk_count = 1;
+           },
+           [](ManifestTensor& t) { t.chunk_count = 3; },    // the grid has 4
+           [](ManifestTensor& t) { t.byte_size /= 2; }}) {  // not its shape's
+    ManifestRecord bad = m;
+    mutate(bad.tensors[0]);
+    EXPECT_EQ(ManifestRecord::DecodeFrom(Encoded(bad)).status().code(), StatusCode::kDataLoss);
+  }
   // Counts of another rank than the shape's are not a grid.
   std::string wrong = bytes;
   wrong[wrong.size() - 12] = 3;  // the count of counts (u32 LE)

@@ -653,6 +653,10 @@ TEST_F(ShardedUploadTest, TiledTensorsPullEncodedWholeSinceAVersionOrByTheirTile
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   EXPECT_TRUE(whole_version);
   EXPECT_TRUE(*decoded == restored[2]);
+  // Tiles frames come in formats 3 and 4 only.
+  std::string as_format_1 = *whole;
+  as_format_1[7] = 1;
+  EXPECT_FALSE(DecodeEncodedPull(as_format_1, nullptr, 1, 999).ok());
 
   auto held = CheckpointView::Parse(Bytes(restored[1]));
   ASSERT_TRUE(held.ok());

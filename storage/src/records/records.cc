@@ -183,6 +183,14 @@ Result<ChunkGrid> ManifestTensor::Grid() const {
   if (!grid.ok()) {
     return Status::DataLoss("manifest of tensor '" + name + "': " + grid.status().message());
   }
+  uint64_t bytes = element;
+  for (uint64_t d : shape) {
+    if (__builtin_mul_overflow(bytes, d, &bytes)) bytes = 0;
+  }
+  if (bytes != byte_size) {
+    return Status::DataLoss("manifest of tensor '" + name + "': " + std::to_string(byte_size) +
+                            " bytes for its shape");
+  }
   if (grid->chunk_count() != chunk_count) {
     return Status::DataLoss("manifest of tensor '" + name + "': " + std::to_string(chunk_count) +
                             " chunks, its grid has " + std::to_string(grid->chunk_count()));
@@ -291,8 +299,11 @@ Result<ManifestRecord> ManifestRecord::DecodeFrom(std::string_view bytes) {
       }
       t.tile_counts.resize(n);
       for (auto& c : t.tile_counts) CKPT_RETURN_IF_ERROR(r.GetU32(&c));
-      // Readers divide by the tiles and walk the grid: it must be one.
-      if (n != 0) CKPT_RETURN_IF_ERROR(t.Grid().status());
+      // Readers divide by the tiles and walk the grid: it must be one, of several tiles.
+      if (n != 0) {
+        CKPT_ASSIGN_OR_RETURN(const ChunkGrid grid, t.Grid());
+        if (!grid.tiled()) return Status::DataLoss("manifest record: tile counts of one tile");
+      }
     }
   }
   CKPT_RETURN_IF_ERROR(CheckFullyConsumed(r, "manifest record"));

@@ -756,8 +756,19 @@ Result<VersionInfo> ShardedUploads::CommitChunked(const std::string& model, uint
     }
   }
   CKPT_ASSIGN_OR_RETURN(auto push, begin_chunked_(model, version, plan.body_bytes, options));
-  CKPT_ASSIGN_OR_RETURN(const CodingPlan version_plan,
-                        push->Start(plan.raw_header, coded, static_cast<uint32_t>(shards.size())));
+  Result<CodingPlan> started =
+      push->Start(plan.raw_header, coded, static_cast<uint32_t>(shards.size()));
+  if (started.status().subcode() == StatusSubcode::kStalePlan) {
+    // Every coded shard follows the plan its own slices make (checked above), yet not the
+    // version's: the slices of a tensor cut it along different dimensions, and a shard whose
+    // slice cuts one dimension only was planned in tiles the version does not use. Asking for
+    // a plan again would give the same one.
+    return Status::InvalidArgument(
+        UploadName(model, version) +
+        ": a shard was coded in tiles the version does not use (the slices of a tensor cut it "
+        "along different dimensions): send the coded shards plain");
+  }
+  CKPT_ASSIGN_OR_RETURN(const CodingPlan version_plan, std::move(started));
   Status written = WriteAssembledChunks(plan, version_plan, sources, *push);
   Result<VersionInfo> committed = written.ok() ? push->Commit() : Result<VersionInfo>(written);
   if (!committed.ok()) {

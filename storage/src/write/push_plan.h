@@ -46,8 +46,9 @@ struct PlanSharding {
   std::unordered_set<std::string> sliced;
   // Sliced tensors whose slices cut one dimension past the first only (the columns of a
   // matrix): that dimension. Where it splits evenly in shard_count parts, new chains are tiled
-  // so, a tile a shard. Only the shard count and the global shape decide the tiles: every
-  // rank's plan of its shard agrees with the version's whatever the widths of the others'.
+  // so, a tile a shard. The shard count and the global shape decide the tiles, not the slices'
+  // widths: a rank's plan of its shard agrees with the version's wherever the slices of a
+  // tensor all cut the same one dimension (the commit refuses shards coded otherwise).
   std::unordered_map<std::string, uint32_t> split_dim;
 };
 
