@@ -1027,6 +1027,30 @@ TEST_F(EncodedShardTest, AShardCodedByAPlanTheCommitNoLongerMakesIsDroppedForIts
   EXPECT_EQ(body.tensors.at("step").bytes, step_.bytes);
 }
 
+// The slices of a tensor that cut it along different dimensions: the rank whose slice cuts its
+// columns only plans them in tiles, the version does not. The commit says so (no new plan would
+// differ), and the shard sent again plain commits.
+TEST_F(EncodedShardTest, AShardPlannedInTilesTheVersionDoesNotUseIsRefusedPlainly) {
+  const OwnedTensor x = Global("x", {32, 48}, 0.5f);
+  const std::vector<ShardSpec> specs = {{{&x, Columns(x, 0, 16)}},
+                                        {{&x, TensorBox{{0, 16}, {16, 32}}}},
+                                        {{&x, TensorBox{{16, 16}, {16, 32}}}}};
+  std::string restored;
+  auto encoded = EncodeShard("m", 1, 0, 3, ShardBody(specs[0]), nullptr, &restored);
+  ASSERT_TRUE(encoded.ok()) << encoded.status().ToString();
+  ASSERT_TRUE(PushEncodedShard("m", 1, 0, 3, *encoded).ok());
+  ASSERT_TRUE(PushShard("m", 1, 1, 3, ShardBody(specs[1])).ok());
+  auto last = PushShard("m", 1, 2, 3, ShardBody(specs[2]));
+  ASSERT_FALSE(last.ok());
+  EXPECT_EQ(last.status().code(), StatusCode::kInvalidArgument) << last.status().ToString();
+  EXPECT_NE(last.status().subcode(), StatusSubcode::kStalePlan);
+  EXPECT_NE(last.status().message().find("send the coded shards plain"), std::string::npos);
+  auto again = PushShard("m", 1, 0, 3, ShardBody(specs[0]));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(again->version);
+  EXPECT_TRUE(Parse(*Restore("m", 1)).tensors.at("x").bytes == x.bytes);
+}
+
 TEST_F(EncodedShardTest, ARankWhoseReferenceDriftedHasItsShardDroppedAndNamed) {
   ASSERT_TRUE(
       store_->SetPolicy("m", LossyPolicy(R"({"mode": "lossy", "max_abs_error": 0.001})")).ok());
