@@ -134,7 +134,7 @@ class CodecSet {
 void Encode(const PlannedTensor& t, const TensorCodec* codec, ChunkJob& job) {
   if (job.raw) return;
   if (job.grid != nullptr) {
-    const TensorBox whole{std::vector<uint64_t>(t.shape.size(), 0), t.shape};
+    const TensorBox whole = WholeBox(t.shape);
     const size_t element = DTypeSize(t.dtype);
     job.gathered.resize(job.length);
     CopyBoxToChunk(*job.grid, whole, job.chunk, element, job.data, job.gathered);
@@ -414,8 +414,8 @@ Result<EdgeEncoding> EncodeByPlan(const CodingPlan& plan, const CheckpointView& 
         pushed.Update(tensor);
         tiled_restored.resize(tensor.size());
       }
-      CopyChunkToBox(*job.grid, {std::vector<uint64_t>(t.shape.size(), 0), t.shape}, job.chunk,
-                     DTypeSize(t.dtype), restored_chunk, tiled_restored);
+      CopyChunkToBox(*job.grid, WholeBox(t.shape), job.chunk, DTypeSize(t.dtype), restored_chunk,
+                     tiled_restored);
       if (job.chunk + 1 == t.chunk_count) {
         restored.Update(tiled_restored);
         if (restored_sink) CKPT_RETURN_IF_ERROR(restored_sink(tiled_restored));

@@ -265,16 +265,21 @@ Status EncodedPullDecoder::Complete() {
       CKPT_RETURN_IF_ERROR(OnLink(std::move(buffer_)));
       stage_ = Stage::kTag;
       break;
-    case Stage::kPartHead: {
+    case Stage::kPartHead:
+    case Stage::kTilesHead: {
+      // A part frame says its stored bytes; a tiles frame, its tile counts after its box.
+      const bool tiles = stage_ == Stage::kTilesHead;
       uint8_t dims = 0;
       part_head_ = Part();
       CKPT_RETURN_IF_ERROR(r.GetU32(&part_head_.tensor));
-      CKPT_RETURN_IF_ERROR(r.GetU64(&part_head_.stored_bytes));
+      if (!tiles) CKPT_RETURN_IF_ERROR(r.GetU64(&part_head_.stored_bytes));
       CKPT_RETURN_IF_ERROR(r.GetU64(&part_head_.chunk_bytes));
       CKPT_RETURN_IF_ERROR(r.GetU8(&dims));
-      if (dims > kMaxPartDims) return Malformed("a part frame declares too many dimensions");
-      wanted_ = uint64_t{dims} * 16;
-      stage_ = Stage::kPartShape;
+      if (dims > kMaxPartDims || (tiles && dims == 0)) {
+        return Malformed("a part or tiles frame declares no or too many dimensions");
+      }
+      wanted_ = uint64_t{dims} * (tiles ? 20 : 16);
+      stage_ = tiles ? Stage::kTilesShape : Stage::kPartShape;
       if (dims == 0) {
         CKPT_RETURN_IF_ERROR(OnPart(0));
         stage_ = Stage::kTag;
@@ -285,19 +290,6 @@ Status EncodedPullDecoder::Complete() {
       CKPT_RETURN_IF_ERROR(OnPart(wanted_ / 16));
       stage_ = Stage::kTag;
       break;
-    case Stage::kTilesHead: {
-      uint8_t dims = 0;
-      part_head_ = Part();
-      CKPT_RETURN_IF_ERROR(r.GetU32(&part_head_.tensor));
-      CKPT_RETURN_IF_ERROR(r.GetU64(&part_head_.chunk_bytes));
-      CKPT_RETURN_IF_ERROR(r.GetU8(&dims));
-      if (dims == 0 || dims > kMaxPartDims) {
-        return Malformed("a tiles frame declares no or too many dimensions");
-      }
-      wanted_ = uint64_t{dims} * 20;
-      stage_ = Stage::kTilesShape;
-      break;
-    }
     case Stage::kTilesShape:
       CKPT_RETURN_IF_ERROR(OnTiles(wanted_ / 20));
       stage_ = Stage::kTag;
@@ -515,7 +507,7 @@ Status EncodedPullDecoder::DecodeChunk(PendingChunk& chunk) const {
       // A tile's chunk: gathered from the tensor held (OnLink checked it is the whole one).
       const ChunkGrid& grid = *chunk.part->grid;
       previous.resize(record.raw_length);
-      const TensorBox whole{std::vector<uint64_t>(t.shape.size(), 0), t.shape};
+      const TensorBox whole = WholeBox(t.shape);
       CopyBoxToChunk(grid, whole, chunk.chunk, DTypeSize(t.dtype), *since_->TensorData(t.name),
                      previous);
       reference = std::span<const uint8_t>(previous);

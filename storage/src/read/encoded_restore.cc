@@ -100,9 +100,7 @@ class EncodedRestoreStream final : public RestoreStream {
       if (!target.tile_counts.empty()) {
         // A tiled tensor, whole or a box of it: its chunks are no runs of the body.
         CKPT_ASSIGN_OR_RETURN(const ChunkGrid grid, target.Grid());
-        const TensorBox box =
-            part.whole ? TensorBox{std::vector<uint64_t>(target.shape.size(), 0), target.shape}
-                       : part.box;
+        const TensorBox box = part.whole ? WholeBox(target.shape) : part.box;
         chunk_ranges = grid.ChunkRanges(box);
         part_frame = EncodeTilesFrame(body_tensor, target.chunk_bytes, target.shape, box.offsets,
                                       target.tile_counts);

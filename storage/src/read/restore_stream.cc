@@ -166,7 +166,7 @@ class RestoreStreamImpl final : public RestoreStream {
     const uint32_t tensor = slot.pieces.front().tensor;
     const ManifestTensor& t = manifest_->tensors[tensor];
     CKPT_ASSIGN_OR_RETURN(const ChunkGrid grid, t.Grid());
-    const TensorBox whole{std::vector<uint64_t>(t.shape.size(), 0), t.shape};
+    const TensorBox whole = WholeBox(t.shape);
     auto body = std::make_shared<std::vector<uint8_t>>(t.byte_size);
     for (const Piece& p : slot.pieces) {
       CopyChunkToBox(grid, whole, p.chunk, DTypeSize(t.dtype), *p.data, *body);

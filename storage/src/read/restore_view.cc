@@ -65,8 +65,7 @@ class RestoreViewImpl final : public RestoreStream {
       const ManifestTensor& t = manifest_->tensors[v.tensor];
       if (!t.tile_counts.empty()) {  // its chunks are no runs of the body: one piece
         if (next_chunk_++ == 0) {
-          const TensorBox whole{std::vector<uint64_t>(t.shape.size(), 0), t.shape};
-          CKPT_ASSIGN_OR_RETURN(piece_, Assemble(v.tensor, t, v.whole ? whole : v.box));
+          CKPT_ASSIGN_OR_RETURN(piece_, Assemble(v.tensor, t, v.whole ? WholeBox(t.shape) : v.box));
           if (!piece_->empty()) return std::span<const uint8_t>(*piece_);
         }
       } else if (v.whole) {
@@ -133,9 +132,7 @@ class RestoreViewImpl final : public RestoreStream {
           position_ += t.byte_size;
           continue;
         }
-        CKPT_ASSIGN_OR_RETURN(
-            piece_,
-            Assemble(tensor, t, TensorBox{std::vector<uint64_t>(t.shape.size(), 0), t.shape}));
+        CKPT_ASSIGN_OR_RETURN(piece_, Assemble(tensor, t, WholeBox(t.shape)));
         return clip(std::span<const uint8_t>(*piece_));
       }
       const uint64_t length = ChainReader::ChunkLength(t, next_chunk_);

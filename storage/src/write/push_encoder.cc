@@ -52,6 +52,7 @@ Status PushEncoder::Submit(uint32_t tensor, uint32_t chunk, std::span<const uint
 Result<uint64_t> PushEncoder::Finish() {
   CKPT_RETURN_IF_ERROR(pool_->Drain());
   HashRestoredChunks();
+  CKPT_RETURN_IF_ERROR(hash_status_);
   for (size_t i = 0; i < manifest_->tensors.size(); ++i) {
     // In chunk order, whatever order the encoders finished in: the same sum every time.
     for (double bits : chunk_entropy_bits_[i]) manifest_->tensors[i].entropy_bits += bits;
@@ -225,12 +226,13 @@ void PushEncoder::HashRestoredChunks() {
     tile_chunks_.push_back(std::move(r.bytes));
     if (r.chunk + 1 < t.chunk_count) continue;
     auto grid = t.Grid();
-    if (!grid.ok()) {  // the planner made the grid: cannot happen
+    if (!grid.ok()) {  // the planner made the grid: a digest of what is not the body must fail
+      hash_status_ = grid.status();
       tile_chunks_.clear();
       continue;
     }
     std::vector<uint8_t> body(t.byte_size);
-    const TensorBox whole{std::vector<uint64_t>(t.shape.size(), 0), t.shape};
+    const TensorBox whole = WholeBox(t.shape);
     const size_t element = DTypeSize(t.dtype);
     for (uint32_t c = 0; c < tile_chunks_.size(); ++c) {
       CopyChunkToBox(*grid, whole, c, element, *tile_chunks_[c], body);

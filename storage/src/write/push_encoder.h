@@ -124,6 +124,7 @@ class PushEncoder {
   std::map<uint64_t, Restored> unhashed_;
   // The chunks of the tiled tensor being hashed, in order (HashRestoredChunks' own).
   std::vector<ReferenceCache::Chunk> tile_chunks_;
+  Status hash_status_;         // a tiled tensor whose grid was no grid (HashRestoredChunks' own)
   uint64_t next_to_hash_ = 0;  // the body chunk number HashRestoredChunks hashes next
   // Last member: destroyed (its jobs joined) before everything they use.
   std::unique_ptr<WorkerPool> pool_;

@@ -497,7 +497,7 @@ class PushSessionImpl final : public PushSession,
     if (pending_.size() != t.byte_size) {
       return Status::Internal("push: tensor '" + t.name + "' ended short");
     }
-    const TensorBox whole{std::vector<uint64_t>(t.shape.size(), 0), t.shape};
+    const TensorBox whole = WholeBox(t.shape);
     std::vector<uint8_t> chunk;
     for (uint32_t c = 0; c < grid.chunk_count(); ++c) {
       chunk.resize(ChainReader::ChunkLength(t, c));

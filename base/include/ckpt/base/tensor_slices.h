@@ -43,6 +43,12 @@ struct TensorBox {
   bool operator==(const TensorBox&) const = default;
 };
 
+// The box of the whole of a tensor of `shape`.
+inline TensorBox WholeBox(std::span<const uint64_t> shape) {
+  return {std::vector<uint64_t>(shape.size(), 0),
+          std::vector<uint64_t>(shape.begin(), shape.end())};
+}
+
 // The slice declarations of a shard's metadata (an empty map when it has none). Malformed JSON
 // or fields are InvalidArgument naming the tensor; ranges are checked by CheckBoxWithin.
 Result<std::map<std::string, SliceDeclaration>> ParseSliceDeclarations(
