@@ -119,7 +119,7 @@ class CheckpointStoreImpl final : public CheckpointStore {
           "store: a cluster is configured but this build has no RADOS support (CKPT_WITH_RADOS)");
 #endif
     } else {
-      backend_ = NewLocalBackend(db_.get(), families_.chunks, options_.sync_commits);
+      backend_ = NewLocalBackend(db_.get(), families_.chunks, &health_, options_.sync_commits);
     }
     ctx_.backend = backend_.get();
     ctx_.cache = &cache_;

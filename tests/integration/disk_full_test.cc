@@ -1,6 +1,7 @@
 // A data directory on a small real file system (a tmpfs the test mounts in a mount namespace of
 // its own, so nothing outlives the test process) filled by pushes through the real daemon:
-// pushes are refused with 507 before the volume is full, every acknowledged version restores
+// pushes are refused with 507 before the volume is full (and once another file takes it to the
+// reserve), every acknowledged version restores
 // identical, DELETE and GC free space through the API, and pushes are taken again without a
 // restart, and after one. Skipped, with the reason, where the test may not mount (no
 // CAP_SYS_ADMIN).
@@ -34,7 +35,8 @@ using testing::Sha256Hex;
 using testing::TempDir;
 
 constexpr uint64_t kVolumeBytes = 384ull << 20;
-// Above the WAL a push passes through (storage/src/engine/store_schema.cc) and its open log file.
+// Above the memtables a push fills before its commit flushes them (store_schema.cc) and the
+// engine's open log file.
 constexpr uint64_t kReserveBytes = 128ull << 20;
 constexpr uint64_t kCheckpointBytes = 12ull << 20;  // incompressible: stored whole
 
@@ -151,6 +153,16 @@ TEST_F(DiskFullTest, PushesAreRefusedBeforeTheVolumeFillsAndSpaceIsFreedThroughT
   EXPECT_GE(acked_.size(), 5u);
   // Refused before the volume was full: the reserve is still (nearly all) there.
   EXPECT_GT(FreeBytes(data_), kReserveBytes / 2);
+
+  // The refused push would have cut into the reserve; smaller ones still fit. Another file on
+  // the volume takes it the rest of the way to the reserve (the pushes' records reach the
+  // volume at their commits, so a push of known length never crosses it).
+  {
+    const uint64_t free = FreeBytes(data_);
+    ASSERT_GT(free, kReserveBytes - (1 << 20));
+    std::ofstream(data_ / "filler", std::ios::binary)
+        << std::string(free - kReserveBytes + (1 << 20), '\0');
+  }
 
   // Alive, reads served, and the reason stated.
   auto health = Call("GET", "/healthz?detail=1");

@@ -4,7 +4,8 @@
 // The store always keeps its metadata (models, versions, manifests, codec state, tags) in its
 // local RocksDB and reasons about it there. The backend decides what "durable" means:
 //   - LocalBackend (the default): chunk records are in RocksDB's chunks family and a change is
-//     one synced WriteBatch. Single node; nothing else involved.
+//     one synced WriteBatch, after a flush of the large records it refers to (they skip the
+//     write-ahead log). Single node; nothing else involved.
 //   - the RADOS backend (rados_backend.cc): chunk records are RADOS objects; a change commits
 //     first to the model's object in the cluster (one guarded operation, fenced by the model's
 //     lease epoch) and then to the local RocksDB, which is a cache of the cluster's metadata that
@@ -35,6 +36,8 @@
 #include "records/records.h"
 
 namespace ckpt {
+
+class StoreHealth;
 
 // The chunk records written under one seq: tensor i has chunk_counts[i] chunks. `some_tensors`:
 // only those of the tensors with a count (the others of the seq stay), as when garbage
@@ -174,7 +177,8 @@ class StoreBackend {
 };
 
 // The default backend: chunk records in `chunks`, commits as synced (per `sync`) write batches.
+// `health` (which outlives it) says whether the engine has failed since it opened.
 std::unique_ptr<StoreBackend> NewLocalBackend(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* chunks,
-                                              bool sync);
+                                              StoreHealth* health, bool sync);
 
 }  // namespace ckpt

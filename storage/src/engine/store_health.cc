@@ -90,6 +90,8 @@ void StoreHealth::Attach(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* chunks) {
   std::lock_guard lock(mu_);
   db_ = db;
   chunks_ = chunks;
+  memtable_chunks_.store(chunks, std::memory_order_release);
+  memtable_db_.store(db, std::memory_order_release);
 }
 
 bool StoreHealth::RoomFor(uint64_t bytes) const {
@@ -117,9 +119,23 @@ void StoreHealth::OnRecovered() {
   }
 }
 
+uint64_t StoreHealth::EngineErrors() {
+  std::lock_guard lock(mu_);
+  return engine_errors_;
+}
+
 uint64_t StoreHealth::FreeBytes() const {
   uint64_t free = 0;
   if (!env_->GetFreeSpace(data_dir_, &free).ok()) return UINT64_MAX;
+  // Large chunk records skip the write-ahead log and reach the volume only when their memtable
+  // is flushed: they are spoken for already.
+  rocksdb::DB* db = memtable_db_.load(std::memory_order_acquire);
+  uint64_t unflushed = 0;
+  if (db != nullptr &&
+      db->GetIntProperty(memtable_chunks_.load(std::memory_order_acquire),
+                         rocksdb::DB::Properties::kCurSizeAllMemTables, &unflushed)) {
+    free -= std::min(free, unflushed);
+  }
   return free;
 }
 

@@ -15,6 +15,7 @@
 #include <rocksdb/env.h>
 #include <rocksdb/listener.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -50,6 +51,9 @@ class StoreHealth {
   // Whether the volume has room for `bytes` more (a compaction rewriting that much), reserve
   // or not: garbage collection may use the reserve, as freeing space is what it is for.
   bool RoomFor(uint64_t bytes) const;
+  // The errors the engine reported since it opened (failed writes, flushes, compactions),
+  // whether it recovered from them or not.
+  uint64_t EngineErrors();
 
  private:
   friend class StoreHealthListener;
@@ -62,6 +66,7 @@ class StoreHealth {
   void OnRecovered();
   // Ok, or why the engine takes no writes, after trying to resume it. REQUIRES: mu_ held.
   Status EngineRefusalLocked();
+  // The volume's free bytes less those the chunks family holds in memtables to write.
   uint64_t FreeBytes() const;
 
   rocksdb::Env* const env_;
@@ -72,6 +77,9 @@ class StoreHealth {
   rocksdb::DB* db_ = nullptr;
   rocksdb::ColumnFamilyHandle* chunks_ = nullptr;
   bool blob_gc_paused_ = false;
+  // db_ and chunks_ for FreeBytes, which runs with and without mu_ (set before db).
+  std::atomic<rocksdb::DB*> memtable_db_{nullptr};
+  std::atomic<rocksdb::ColumnFamilyHandle*> memtable_chunks_{nullptr};
   // The error the engine stopped writing with; ok while it writes.
   rocksdb::Status engine_error_;
   bool read_only_ = false;

@@ -1,6 +1,11 @@
 // The single-node backend: chunk records in RocksDB's chunks family, beside the metadata.
+#include <map>
+#include <mutex>
+#include <set>
+
 #include "backends/store_backend.h"
 #include "engine/rocks_status.h"
+#include "engine/store_health.h"
 #include "records/keys.h"
 
 namespace ckpt {
@@ -11,14 +16,26 @@ namespace {
 
 class LocalBackend final : public StoreBackend {
  public:
-  LocalBackend(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* chunks, bool sync)
-      : db_(db), chunks_(chunks), sync_(sync) {}
+  LocalBackend(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* chunks, StoreHealth* health, bool sync)
+      : db_(db), chunks_(chunks), health_(health), sync_(sync) {}
 
+  // A large record skips the write-ahead log: the flush before the commit that refers to it
+  // writes it once, into a blob file, where logging it would write (and checksum) it twice.
+  // Until that commit nothing refers to it, so losing it in a crash loses nothing. Only while
+  // the engine has reported no error since it opened: after a failed flush and its
+  // resumption, RocksDB 7.8 can report an unlogged put and the flush after it as done and
+  // still lose the record (docs/decisions.md).
   Status PutChunk(const std::string& model, uint64_t seq, uint32_t tensor, uint32_t chunk,
                   std::string_view record) override {
-    return FromRocks(db_->Put(rocksdb::WriteOptions(), chunks_,
-                              keys::ChunkKey(model, seq, tensor, chunk), record),
-                     "writing chunk");
+    rocksdb::WriteOptions wo;
+    wo.disableWAL = record.size() >= kUnloggedRecordBytes && health_->EngineErrors() == 0;
+    CKPT_RETURN_IF_ERROR(FromRocks(
+        db_->Put(wo, chunks_, keys::ChunkKey(model, seq, tensor, chunk), record), "writing chunk"));
+    if (wo.disableWAL) {
+      std::lock_guard lock(unlogged_mu_);
+      unlogged_[model].insert(seq);
+    }
+    return Status::Ok();
   }
 
   Status GetChunk(const rocksdb::ReadOptions& ro, const std::string& model, uint64_t seq,
@@ -29,17 +46,25 @@ class LocalBackend final : public StoreBackend {
 
   // Not synced: if the process dies first, recovery at the next open removes the records.
   void DiscardChunks(const std::string& model, const ChunkSet& chunks) override {
+    if (!chunks.some_tensors) {
+      std::lock_guard lock(unlogged_mu_);
+      auto it = unlogged_.find(model);
+      if (it != unlogged_.end() && it->second.erase(chunks.seq) > 0 && it->second.empty()) {
+        unlogged_.erase(it);
+      }
+    }
     db_->DeleteRange(rocksdb::WriteOptions(), chunks_, keys::ChunkSeqBegin(model, chunks.seq),
                      keys::ChunkSeqBegin(model, chunks.seq + 1))
         .PermitUncheckedError();
   }
 
-  // Waits for the flush: a flush left running in the background could still be failing when
-  // the store resumes the engine after an error, and RocksDB (7.8) can then wait forever.
-  Status SealChunkWrites(const std::string&) override {
-    rocksdb::FlushOptions flush;
-    flush.allow_write_stall = true;
-    return FromRocks(db_->Flush(flush, chunks_), "flushing chunk records");
+  // The records stay marked when the engine failed since they were written: the commit that
+  // refers to them is then refused.
+  Status SealChunkWrites(const std::string& model) override {
+    std::set<uint64_t> unlogged = TakeUnlogged(model);
+    Status flushed = FlushChunks();
+    if (!flushed.ok() || health_->EngineErrors() != 0) GiveBackUnlogged(model, unlogged);
+    return flushed;
   }
 
   Status ReclaimRemovedChunks(const std::string& model, uint64_t seq_begin,
@@ -93,6 +118,19 @@ class LocalBackend final : public StoreBackend {
                                  keys::ChunkKey(model, set.seq, t + 1, 0));
       }
     }
+    // The records the change refers to that skipped the log become durable first. They were
+    // written while the engine had no error (PutChunk); one since leaves their flush
+    // untrustworthy, and the change is refused: its writer discards them and may try again,
+    // logging every record. (Only the holder of the model's lock writes chunk records, so the
+    // model's unlogged records are this change's, or ones a failed writer left behind.)
+    if (change.refers_to_new_chunks && !TakeUnlogged(model).empty()) {
+      if (health_->EngineErrors() != 0) {
+        return Status::Unavailable(
+            "the storage engine failed while the records of this change were being written: "
+            "send it again");
+      }
+      CKPT_RETURN_IF_ERROR(FlushChunks());
+    }
     rocksdb::WriteOptions wo;
     wo.sync = sync_;
     return FromRocks(db_->Write(wo, &change.batch), what);
@@ -110,16 +148,46 @@ class LocalBackend final : public StoreBackend {
   bool IsLocal() const override { return true; }
 
  private:
+  // Records from this size on go to blob files (storage's min_blob_size is below it), and a
+  // version holding one is flushed at its commit anyway (push_session.cc seals such versions),
+  // so skipping the log for them adds no flush.
+  static constexpr size_t kUnloggedRecordBytes = 64 << 10;
+
+  // Waits for the flush: a flush left running in the background could still be failing when
+  // the store resumes the engine after an error, and RocksDB (7.8) can then wait forever.
+  Status FlushChunks() {
+    rocksdb::FlushOptions flush;
+    flush.allow_write_stall = true;
+    return FromRocks(db_->Flush(flush, chunks_), "flushing chunk records");
+  }
+
+  // The seqs under which `model` wrote records the log does not hold, forgotten.
+  std::set<uint64_t> TakeUnlogged(const std::string& model) {
+    std::lock_guard lock(unlogged_mu_);
+    auto node = unlogged_.extract(model);
+    return node.empty() ? std::set<uint64_t>() : std::move(node.mapped());
+  }
+  void GiveBackUnlogged(const std::string& model, const std::set<uint64_t>& seqs) {
+    if (seqs.empty()) return;
+    std::lock_guard lock(unlogged_mu_);
+    unlogged_[model].insert(seqs.begin(), seqs.end());
+  }
+
   rocksdb::DB* const db_;
   rocksdb::ColumnFamilyHandle* const chunks_;
+  StoreHealth* const health_;
   const bool sync_;
+  std::mutex unlogged_mu_;
+  // By model, the seqs of records written without the log that no commit made durable yet (a
+  // writer that gives a seq up discards it). Guarded by unlogged_mu_.
+  std::map<std::string, std::set<uint64_t>> unlogged_;
 };
 
 }  // namespace
 
 std::unique_ptr<StoreBackend> NewLocalBackend(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* chunks,
-                                              bool sync) {
-  return std::make_unique<LocalBackend>(db, chunks, sync);
+                                              StoreHealth* health, bool sync) {
+  return std::make_unique<LocalBackend>(db, chunks, health, sync);
 }
 
 }  // namespace ckpt
