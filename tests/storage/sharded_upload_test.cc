@@ -611,6 +611,38 @@ TEST_F(ShardedUploadTest, EncodedPullsOfAPartDecodeToWhatItsRestoreSends) {
 // A tensor cut by columns is stored in tiles, one a rank: its whole, a follower's sync, a
 // rank's tile and any box of it decode on the client to what a restore sends; a rank's tile is
 // only its tile's chunks; a damaged tiles frame is refused.
+// Tiles whose rows outgrow a chunk (a row of a tile is 1200 bytes, a chunk 1024): a band of the
+// restore ends where a chunk of every tile does, and the body is the one pushed.
+TEST_F(ShardedUploadTest, ATiledTensorWhoseRowsOutgrowAChunkRestoresByBands) {
+  Reopen(/*chunk_bytes=*/1024);
+  const OwnedTensor wide = Global("wide", {24, 1200}, 0.5f);
+  for (uint32_t shard = 0; shard < 4; ++shard) {
+    ASSERT_TRUE(
+        PushShard("m", 1, shard, 4, ShardBody({{&wide, Columns(wide, shard * 300, 300)}})).ok());
+  }
+  auto detail = store_->GetVersionDetail("m", 1);
+  ASSERT_TRUE(detail.ok());
+  ASSERT_EQ(detail->tensors[0].tiles, (std::vector<uint32_t>{1, 4}));
+  auto stream = store_->OpenRestore("m", 1);
+  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+  std::string body;
+  size_t pieces = 0, largest = 0;
+  for (;;) {
+    auto piece = (*stream)->Next();
+    ASSERT_TRUE(piece.ok()) << piece.status().ToString();
+    if (piece->empty()) break;
+    ++pieces;
+    largest = std::max(largest, piece->size());
+    body.append(reinterpret_cast<const char*>(piece->data()), piece->size());
+  }
+  EXPECT_LT(largest, wide.bytes.size()) << "the tensor was put together whole";
+  EXPECT_GT(pieces, 2u);
+  auto restored = Restore("m", 1);
+  ASSERT_TRUE(restored.ok());
+  EXPECT_TRUE(body == *restored);
+  EXPECT_TRUE(Parse(body).tensors["wide"].bytes == wide.bytes);  // the default: lossless
+}
+
 TEST_F(ShardedUploadTest, TiledTensorsPullEncodedWholeSinceAVersionOrByTheirTiles) {
   Reopen(/*chunk_bytes=*/1024);  // a tile spans several chunks
   SetCodecPolicy("m", R"({"mode":"lossy","max_abs_error":1e-3})");
@@ -644,6 +676,23 @@ TEST_F(ShardedUploadTest, TiledTensorsPullEncodedWholeSinceAVersionOrByTheirTile
   }
   // A tile (40 rows of 15 elements, 2400 bytes) is cut in chunks of whole rows: 4 of 10 rows.
   EXPECT_EQ(detail->tensors[detail->tensors[0].name == "wo" ? 0 : 1].chunk_bytes, 600u);
+  // A restore sends the tiled tensor in bands of rows (10 rows of 60 elements: a chunk of each
+  // tile), never putting it together whole.
+  {
+    auto stream = store_->OpenRestore("m", 3);
+    ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+    std::string body;
+    size_t largest = 0;
+    for (;;) {
+      auto piece = (*stream)->Next();
+      ASSERT_TRUE(piece.ok()) << piece.status().ToString();
+      if (piece->empty()) break;
+      largest = std::max(largest, piece->size());
+      body.append(reinterpret_cast<const char*>(piece->data()), piece->size());
+    }
+    EXPECT_EQ(largest, 10u * 60 * 4);
+    EXPECT_TRUE(body == restored[2]);
+  }
 
   auto whole = encoded_body(std::nullopt, RestoreSelection{});
   ASSERT_TRUE(whole.ok()) << whole.status().ToString();

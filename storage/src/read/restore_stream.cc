@@ -1,12 +1,15 @@
 // The restore stream (restore_stream.h).
 #include "read/restore_stream.h"
 
+#include <algorithm>
 #include <deque>
 #include <future>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "ckpt/base/chunk_grid.h"
 #include "ckpt/base/hashing.h"
 #include "context/reference_cache.h"
 #include "read/catalog.h"
@@ -86,7 +89,7 @@ class RestoreStreamImpl final : public RestoreStream {
     CKPT_RETURN_IF_ERROR(slot.status);
     Piece& piece = slot.pieces[slot.next++];
     piece_ = std::move(piece.data);
-    if (cache_as_ && piece.chunk != kWholeTensor &&
+    if (cache_as_ && piece.chunk != kBand &&
         !ctx_.cache->Contains(info_.model, record_.seq, piece.tensor, piece.chunk)) {
       // The cache shares the buffer being sent (both only read it).
       ctx_.cache->Put(info_.model, record_.seq, piece.tensor, piece.chunk, piece_, *cache_as_,
@@ -102,9 +105,9 @@ class RestoreStreamImpl final : public RestoreStream {
   }
 
  private:
-  // Piece::chunk of a tiled tensor put back in row-major order.
-  static constexpr uint32_t kWholeTensor = UINT32_MAX;
-  // One chunk of the body, or a whole tiled tensor.
+  // Piece::chunk of a band of a tiled tensor put back in row-major order.
+  static constexpr uint32_t kBand = UINT32_MAX;
+  // One chunk of the body, or a band of a tiled tensor.
   struct Piece {
     uint32_t tensor = 0;
     uint32_t chunk = 0;
@@ -121,8 +124,8 @@ class RestoreStreamImpl final : public RestoreStream {
     size_t next = 0;                  // the next piece to hand out
     std::future<Status> done;         // valid when decoding asynchronously
     std::shared_future<void> hashed;  // ready once its pieces are in the SHA-256
-    // The chunks of one tiled tensor (not runs of the body): put together once decoded.
-    bool tiled = false;
+    // The chunks of a band of a tiled tensor (not runs of the body): put together once decoded.
+    std::optional<TensorBox> band;
     bool decoded = false;
     Status status;
   };
@@ -152,7 +155,7 @@ class RestoreStreamImpl final : public RestoreStream {
       status = reader_.DecodeSharedChunk(record_.seq, p.tensor, p.chunk, &p.data);
       if (!status.ok()) break;
     }
-    if (status.ok() && slot.tiled) status = PutTilesTogether(slot);
+    if (status.ok() && slot.band) status = PutTilesTogether(slot);
     previous.wait();
     if (status.ok()) {
       for (const Piece& p : slot.pieces) sha_.Update(*p.data);
@@ -160,23 +163,62 @@ class RestoreStreamImpl final : public RestoreStream {
     return status;
   }
 
-  // Replaces the decoded chunks of `slot`'s tiled tensor by the tensor in row-major order
-  // (after caching them as the other chunks are).
+  // Replaces the decoded chunks of `slot`'s band by the band in row-major order (after caching
+  // them as the other chunks are).
   Status PutTilesTogether(Slot& slot) {
     const uint32_t tensor = slot.pieces.front().tensor;
     const ManifestTensor& t = manifest_->tensors[tensor];
     CKPT_ASSIGN_OR_RETURN(const ChunkGrid grid, t.Grid());
-    const TensorBox whole = WholeBox(t.shape);
-    auto body = std::make_shared<std::vector<uint8_t>>(t.byte_size);
+    auto body = std::make_shared<std::vector<uint8_t>>(slot.bytes);
     for (const Piece& p : slot.pieces) {
-      CopyChunkToBox(grid, whole, p.chunk, DTypeSize(t.dtype), *p.data, *body);
+      CopyChunkToBox(grid, *slot.band, p.chunk, DTypeSize(t.dtype), *p.data, *body);
       if (cache_as_ && !ctx_.cache->Contains(info_.model, record_.seq, tensor, p.chunk)) {
         ctx_.cache->Put(info_.model, record_.seq, tensor, p.chunk, p.data, *cache_as_,
                         cache_generation_);
       }
     }
-    slot.pieces = {Piece{tensor, kWholeTensor, std::move(body)}};
+    slot.pieces = {Piece{tensor, kBand, std::move(body)}};
     return Status::Ok();
+  }
+
+  // Fills `slot` with the next band of tiled tensor tensor_: rows [band_row_, end) of its first
+  // dimension, about a chunk of each tile, ending where a chunk of every tile ends (a tile's
+  // chunks are whole rows of it where the rows allow), so that each chunk is decoded once and
+  // the tensor is never held whole. The whole tensor when its grid cannot be made (decoding it
+  // then says why).
+  void ScheduleBand(const ManifestTensor& t, Slot& slot) {
+    const uint64_t rows = t.shape.empty() ? 1 : t.shape[0];
+    auto grid = t.Grid();
+    if (!grid.ok() || t.shape.empty()) {
+      for (uint32_t c = 0; c < t.chunk_count; ++c) slot.pieces.push_back({tensor_, c, {}});
+      slot.bytes = t.byte_size;
+      slot.band = WholeBox(t.shape);
+      ++tensor_;
+      band_row_ = 0;
+      return;
+    }
+    const uint64_t tile_rows = grid->tile_shape()[0];
+    const uint64_t row_elements = grid->tile_elements() / tile_rows;
+    const uint64_t chunk_elements = grid->chunk_elements();
+    // Within a tile, every chunk ends on a row boundary every `step` rows.
+    const uint64_t step = chunk_elements / std::gcd(row_elements, chunk_elements);
+    uint64_t end = std::min(rows, band_row_ + (chunk_elements + row_elements - 1) / row_elements);
+    const uint64_t tile_row_begin = end - end % tile_rows;
+    end = std::min(
+        rows, tile_row_begin + std::min(tile_rows, (end % tile_rows + step - 1) / step * step));
+    TensorBox band = WholeBox(t.shape);
+    band.offsets[0] = band_row_;
+    band.shape[0] = end - band_row_;
+    for (const auto& [begin, stop] : grid->ChunkRanges(band)) {
+      for (uint32_t c = begin; c < stop; ++c) slot.pieces.push_back({tensor_, c, {}});
+    }
+    slot.bytes = band.element_count() * DTypeSize(t.dtype);
+    slot.band = std::move(band);
+    band_row_ = end;
+    if (band_row_ == rows) {
+      ++tensor_;
+      band_row_ = 0;
+    }
   }
 
   // Queues the next chunks in body order, as slots, starting their decoding.
@@ -193,11 +235,7 @@ class RestoreStreamImpl final : public RestoreStream {
         }
         if (!t.tile_counts.empty()) {  // a slot of its own, whatever its size
           if (!slot.pieces.empty()) break;
-          for (uint32_t c = 0; c < t.chunk_count; ++c) slot.pieces.push_back({tensor_, c, {}});
-          slot.bytes = t.byte_size;
-          slot.tiled = true;
-          ++tensor_;
-          chunk_ = 0;
+          ScheduleBand(t, slot);
           break;
         }
         slot.pieces.push_back(Piece{tensor_, chunk_, nullptr});
@@ -270,6 +308,7 @@ class RestoreStreamImpl final : public RestoreStream {
   bool header_sent_ = false;
   uint32_t tensor_ = 0;
   uint32_t chunk_ = 0;
+  uint64_t band_row_ = 0;  // of tiled tensor tensor_: the first row of its next band
   uint64_t sent_ = 0;
   uint64_t bytes_ahead_ = 0;                  // of the slots in queue_
   std::shared_future<void> previous_hashed_;  // of the slot scheduled last
