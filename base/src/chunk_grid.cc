@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <string>
 
 namespace ckpt {
@@ -80,6 +81,18 @@ std::vector<uint32_t> ChunkGrid::TilesInside(const TensorBox& box) const {
     if (within) inside.push_back(t);
   }
   return inside;
+}
+
+uint64_t ChunkGrid::BandEnd(uint64_t row) const {
+  const uint64_t rows = shape_[0];
+  const uint64_t tile_rows = tile_shape_[0];
+  const uint64_t row_elements = tile_elements_ / tile_rows;
+  // Within a tile, a chunk ends on a row boundary every `step` rows.
+  const uint64_t step = chunk_elements_ / std::gcd(row_elements, chunk_elements_);
+  const uint64_t end = std::min(rows, row + (chunk_elements_ + row_elements - 1) / row_elements);
+  const uint64_t tile_row_begin = end - end % tile_rows;
+  return std::min(rows,
+                  tile_row_begin + std::min(tile_rows, (end % tile_rows + step - 1) / step * step));
 }
 
 std::vector<std::pair<uint32_t, uint32_t>> ChunkGrid::ChunkRanges(const TensorBox& box) const {

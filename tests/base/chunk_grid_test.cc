@@ -66,6 +66,50 @@ TEST(ChunkGridTest, RefusesTilesThatDoNotSplitEvenly) {
 // Property: over random shapes, grids and boxes, the runs cover each element of the box once,
 // chunk by chunk in order, and copying them gives the box's elements from the chunks as the
 // definition cuts them (and back).
+// Bands of rows from row 0: they cover the rows in order, each holds at least a chunk's worth of
+// each tile's rows (or reaches the end), and every chunk lies in one band.
+TEST(ChunkGridTest, BandsOfRowsHoldWholeChunks) {
+  std::mt19937 rng(11);
+  auto pick = [&](uint64_t lo, uint64_t hi) {
+    return std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 400; ++trial) {
+    const size_t rank = pick(1, 4);
+    std::vector<uint64_t> shape(rank);
+    std::vector<uint32_t> counts(rank);
+    for (size_t d = 0; d < rank; ++d) {
+      counts[d] = static_cast<uint32_t>(pick(1, 3));
+      shape[d] = counts[d] * pick(1, 5);
+    }
+    uint64_t elements = 1;
+    for (uint64_t d : shape) elements *= d;
+    auto grid = ChunkGrid::Make(shape, counts, pick(1, elements + 2));
+    ASSERT_TRUE(grid.ok()) << grid.status().ToString();
+    const uint64_t row_elements = grid->tile_elements() / grid->tile_shape()[0];
+    std::vector<int> band_of(grid->chunk_count(), -1);
+    int band = 0;
+    for (uint64_t row = 0; row < shape[0]; ++band) {
+      const uint64_t end = grid->BandEnd(row);
+      ASSERT_GT(end, row);
+      ASSERT_LE(end, shape[0]);
+      if (end < shape[0]) {
+        EXPECT_GE((end - row) * row_elements, grid->chunk_elements());
+      }
+      TensorBox rows{std::vector<uint64_t>(rank), shape};
+      rows.offsets[0] = row;
+      rows.shape[0] = end - row;
+      for (const auto& [begin, stop] : grid->ChunkRanges(rows)) {
+        for (uint32_t c = begin; c < stop; ++c) {
+          EXPECT_EQ(band_of[c], -1) << "chunk " << c << " in two bands, trial " << trial;
+          band_of[c] = band;
+        }
+      }
+      row = end;
+    }
+    for (uint32_t c = 0; c < grid->chunk_count(); ++c) EXPECT_NE(band_of[c], -1) << c;
+  }
+}
+
 TEST(ChunkGridTest, RunsOfRandomBoxesCopyExactlyTheBoxBothWays) {
   std::mt19937 rng(7);
   auto pick = [&](uint64_t lo, uint64_t hi) {

@@ -641,6 +641,22 @@ TEST_F(ShardedUploadTest, ATiledTensorWhoseRowsOutgrowAChunkRestoresByBands) {
   ASSERT_TRUE(restored.ok());
   EXPECT_TRUE(body == *restored);
   EXPECT_TRUE(Parse(body).tensors["wide"].bytes == wide.bytes);  // the default: lossless
+  // Byte ranges and boxes put bands of it together, from any row.
+  for (const auto& [first, last] : std::vector<std::pair<uint64_t, uint64_t>>{
+           {0, 0}, {body.size() - 1, body.size() - 1}, {200, 40000}, {body.size() / 2, 1u << 30}}) {
+    RestoreSelection range;
+    range.bytes = std::make_pair(first, last);
+    auto got = Restore("m", 1, range);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(*got == body.substr(first, last - first + 1)) << first << "-" << last;
+  }
+  for (const TensorBox& box : {TensorBox{{3, 250}, {17, 700}}, Columns(wide, 600, 300)}) {
+    RestoreSelection selection;
+    selection.box = std::make_pair(std::string("wide"), box);
+    auto got = Restore("m", 1, selection);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(Parse(*got).tensors.at("wide").bytes == Cut(wide, box));
+  }
 }
 
 TEST_F(ShardedUploadTest, TiledTensorsPullEncodedWholeSinceAVersionOrByTheirTiles) {

@@ -1,10 +1,8 @@
 // The restore stream (restore_stream.h).
 #include "read/restore_stream.h"
 
-#include <algorithm>
 #include <deque>
 #include <future>
-#include <numeric>
 #include <optional>
 #include <span>
 #include <vector>
@@ -181,11 +179,9 @@ class RestoreStreamImpl final : public RestoreStream {
     return Status::Ok();
   }
 
-  // Fills `slot` with the next band of tiled tensor tensor_: rows [band_row_, end) of its first
-  // dimension, about a chunk of each tile, ending where a chunk of every tile ends (a tile's
-  // chunks are whole rows of it where the rows allow), so that each chunk is decoded once and
-  // the tensor is never held whole. The whole tensor when its grid cannot be made (decoding it
-  // then says why).
+  // Fills `slot` with the next band of tiled tensor tensor_ (ChunkGrid::BandEnd), so that each
+  // chunk is decoded once and the tensor is never held whole. The whole tensor when its grid
+  // cannot be made (decoding it then says why).
   void ScheduleBand(const ManifestTensor& t, Slot& slot) {
     const uint64_t rows = t.shape.empty() ? 1 : t.shape[0];
     auto grid = t.Grid();
@@ -197,15 +193,7 @@ class RestoreStreamImpl final : public RestoreStream {
       band_row_ = 0;
       return;
     }
-    const uint64_t tile_rows = grid->tile_shape()[0];
-    const uint64_t row_elements = grid->tile_elements() / tile_rows;
-    const uint64_t chunk_elements = grid->chunk_elements();
-    // Within a tile, every chunk ends on a row boundary every `step` rows.
-    const uint64_t step = chunk_elements / std::gcd(row_elements, chunk_elements);
-    uint64_t end = std::min(rows, band_row_ + (chunk_elements + row_elements - 1) / row_elements);
-    const uint64_t tile_row_begin = end - end % tile_rows;
-    end = std::min(
-        rows, tile_row_begin + std::min(tile_rows, (end % tile_rows + step - 1) / step * step));
+    const uint64_t end = grid->BandEnd(band_row_);
     TensorBox band = WholeBox(t.shape);
     band.offsets[0] = band_row_;
     band.shape[0] = end - band_row_;

@@ -63,10 +63,13 @@ class RestoreViewImpl final : public RestoreStream {
     while (next_view_ < view_.size()) {
       const ViewTensor& v = view_[next_view_];
       const ManifestTensor& t = manifest_->tensors[v.tensor];
-      if (!t.tile_counts.empty()) {  // its chunks are no runs of the body: one piece
-        if (next_chunk_++ == 0) {
-          CKPT_ASSIGN_OR_RETURN(piece_, Assemble(v.tensor, t, v.whole ? WholeBox(t.shape) : v.box));
-          if (!piece_->empty()) return std::span<const uint8_t>(*piece_);
+      if (!t.tile_counts.empty()) {  // its chunks are no runs of the body: a band at a time
+        const TensorBox box = v.whole ? WholeBox(t.shape) : v.box;
+        if (!band_row_) band_row_ = box.offsets.empty() ? 0 : box.offsets[0];
+        const uint64_t box_end = box.offsets.empty() ? 1 : box.offsets[0] + box.shape[0];
+        if (*band_row_ < box_end) {
+          CKPT_ASSIGN_OR_RETURN(piece_, AssembleBand(v.tensor, t, box));
+          return std::span<const uint8_t>(*piece_);
         }
       } else if (v.whole) {
         if (next_chunk_ < t.chunk_count) {
@@ -80,6 +83,7 @@ class RestoreViewImpl final : public RestoreStream {
       }
       ++next_view_;
       next_chunk_ = 0;
+      band_row_.reset();
       runs_.reset();
     }
     return std::span<const uint8_t>();
@@ -125,14 +129,30 @@ class RestoreViewImpl final : public RestoreStream {
         next_chunk_ = 0;
         continue;
       }
-      if (!t.tile_counts.empty()) {  // put together whole, where the range meets it
-        const uint32_t tensor = next_view_++;
-        next_chunk_ = 0;
-        if (position_ + t.byte_size <= range_->first) {
+      if (!t.tile_counts.empty()) {  // a band at a time, where the range meets it
+        if (!band_row_ && position_ + t.byte_size <= range_->first) {
           position_ += t.byte_size;
+          ++next_view_;
           continue;
         }
-        CKPT_ASSIGN_OR_RETURN(piece_, Assemble(tensor, t, WholeBox(t.shape)));
+        CKPT_ASSIGN_OR_RETURN(const ChunkGrid grid, t.Grid());  // rank >= 1 then
+        const uint32_t tensor = next_view_;
+        const uint64_t row = band_row_.value_or(0);
+        const uint64_t end = grid.BandEnd(row);
+        const uint64_t bytes = (end - row) * (t.byte_size / t.shape[0]);
+        band_row_ = end;
+        if (end == t.shape[0]) {
+          ++next_view_;
+          band_row_.reset();
+        }
+        if (position_ + bytes <= range_->first) {
+          position_ += bytes;
+          continue;
+        }
+        TensorBox band = WholeBox(t.shape);
+        band.offsets[0] = row;
+        band.shape[0] = end - row;
+        CKPT_ASSIGN_OR_RETURN(piece_, Assemble(tensor, t, band));
         return clip(std::span<const uint8_t>(*piece_));
       }
       const uint64_t length = ChainReader::ChunkLength(t, next_chunk_);
@@ -149,6 +169,19 @@ class RestoreViewImpl final : public RestoreStream {
       return clip(std::span<const uint8_t>(*piece_));
     }
     return std::span<const uint8_t>();
+  }
+
+  // The band of box `box` of tiled tensor `t` (index `tensor`) that starts at row *band_row_
+  // (ChunkGrid::BandEnd, within the box), in row-major order; moves band_row_ past it.
+  Result<ReferenceCache::Chunk> AssembleBand(uint32_t tensor, const ManifestTensor& t,
+                                             const TensorBox& box) {
+    CKPT_ASSIGN_OR_RETURN(const ChunkGrid grid, t.Grid());  // rank >= 1 then
+    const uint64_t end = std::min(box.offsets[0] + box.shape[0], grid.BandEnd(*band_row_));
+    TensorBox band = box;
+    band.offsets[0] = *band_row_;
+    band.shape[0] = end - *band_row_;
+    band_row_ = end;
+    return Assemble(tensor, t, band);
   }
 
   // Box `box` of tiled tensor `t` (index `tensor`), in its row-major order: each chunk holding
@@ -224,8 +257,9 @@ class RestoreViewImpl final : public RestoreStream {
   uint64_t size_ = 0;
   bool header_sent_ = false;
   size_t next_view_ = 0;
-  uint32_t next_chunk_ = 0;      // whole tensors: the next chunk to send
-  ReferenceCache::Chunk piece_;  // the chunk handed out last
+  uint32_t next_chunk_ = 0;           // whole tensors: the next chunk to send
+  std::optional<uint64_t> band_row_;  // tiled tensors: the first row of the next band
+  ReferenceCache::Chunk piece_;       // the chunk handed out last
   // Boxes: the runs left, the current run's byte range, the chunk it reads.
   std::optional<BoxRuns> runs_;
   uint64_t run_begin_ = 0, run_end_ = 0;

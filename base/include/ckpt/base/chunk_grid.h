@@ -75,6 +75,14 @@ class ChunkGrid {
   // The chunks holding an element of `box`, as ascending [begin, end) ranges.
   std::vector<std::pair<uint32_t, uint32_t>> ChunkRanges(const TensorBox& box) const;
 
+  // Bands of rows (indices of dimension 0), for readers that put a tiled tensor together a band
+  // at a time: the end (exclusive) of the band that starts at row `row` (< shape()[0]; rank >=
+  // 1). It holds at least a chunk's worth of each tile's rows and ends where a chunk of every
+  // tile ends (at the last row otherwise), so that bands starting at such ends hold whole
+  // chunks: each chunk is decoded for one band. A tile's chunks that are whole rows of it make
+  // a band one chunk of each tile.
+  uint64_t BandEnd(uint64_t row) const;
+
  private:
   std::vector<uint64_t> shape_;
   std::vector<uint32_t> counts_;
