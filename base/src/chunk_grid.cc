@@ -85,6 +85,7 @@ std::vector<uint32_t> ChunkGrid::TilesInside(const TensorBox& box) const {
 
 uint64_t ChunkGrid::BandEnd(uint64_t row) const {
   const uint64_t rows = shape_[0];
+  if (tile_elements_ == 0) return rows;  // no elements: one band
   const uint64_t tile_rows = tile_shape_[0];
   const uint64_t row_elements = tile_elements_ / tile_rows;
   // Within a tile, a chunk ends on a row boundary every `step` rows.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -32,6 +33,27 @@ std::vector<std::vector<uint32_t>> ChunksByDefinition(const ChunkGrid& grid) {
     }
   }
   return chunks;
+}
+
+// A grid of random rank (min_rank to 4), tile counts (1 to 3 a dimension), tile extents (1 to
+// max_extent) and chunk length; nullopt if ChunkGrid refused it.
+std::optional<ChunkGrid> RandomGrid(std::mt19937& rng, size_t min_rank, uint64_t max_extent) {
+  auto pick = [&](uint64_t lo, uint64_t hi) {
+    return std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
+  };
+  const size_t rank = pick(min_rank, 4);
+  std::vector<uint64_t> shape(rank);
+  std::vector<uint32_t> counts(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    counts[d] = static_cast<uint32_t>(pick(1, 3));
+    shape[d] = counts[d] * pick(1, max_extent);
+  }
+  uint64_t elements = 1;
+  for (uint64_t d : shape) elements *= d;
+  auto grid = ChunkGrid::Make(shape, counts, pick(1, elements + 2));
+  EXPECT_TRUE(grid.ok()) << grid.status().ToString();
+  if (!grid.ok()) return std::nullopt;
+  return *grid;
 }
 
 TEST(ChunkGridTest, ColumnTilesOfAMatrixAreTheirOwnRowMajorRuns) {
@@ -63,28 +85,15 @@ TEST(ChunkGridTest, RefusesTilesThatDoNotSplitEvenly) {
   EXPECT_TRUE(ChunkGrid::Make(shape, {}, 5).ok());
 }
 
-// Property: over random shapes, grids and boxes, the runs cover each element of the box once,
-// chunk by chunk in order, and copying them gives the box's elements from the chunks as the
-// definition cuts them (and back).
 // Bands of rows from row 0: they cover the rows in order, each holds at least a chunk's worth of
 // each tile's rows (or reaches the end), and every chunk lies in one band.
 TEST(ChunkGridTest, BandsOfRowsHoldWholeChunks) {
   std::mt19937 rng(11);
-  auto pick = [&](uint64_t lo, uint64_t hi) {
-    return std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
-  };
   for (int trial = 0; trial < 400; ++trial) {
-    const size_t rank = pick(1, 4);
-    std::vector<uint64_t> shape(rank);
-    std::vector<uint32_t> counts(rank);
-    for (size_t d = 0; d < rank; ++d) {
-      counts[d] = static_cast<uint32_t>(pick(1, 3));
-      shape[d] = counts[d] * pick(1, 5);
-    }
-    uint64_t elements = 1;
-    for (uint64_t d : shape) elements *= d;
-    auto grid = ChunkGrid::Make(shape, counts, pick(1, elements + 2));
-    ASSERT_TRUE(grid.ok()) << grid.status().ToString();
+    const std::optional<ChunkGrid> grid = RandomGrid(rng, 1, 5);
+    ASSERT_TRUE(grid);
+    const std::vector<uint64_t>& shape = grid->shape();
+    const size_t rank = shape.size();
     const uint64_t row_elements = grid->tile_elements() / grid->tile_shape()[0];
     std::vector<int> band_of(grid->chunk_count(), -1);
     int band = 0;
@@ -110,23 +119,22 @@ TEST(ChunkGridTest, BandsOfRowsHoldWholeChunks) {
   }
 }
 
+// Property: over random shapes, grids and boxes, the runs cover each element of the box once,
+// chunk by chunk in order, and copying them gives the box's elements from the chunks as the
+// definition cuts them (and back).
 TEST(ChunkGridTest, RunsOfRandomBoxesCopyExactlyTheBoxBothWays) {
   std::mt19937 rng(7);
   auto pick = [&](uint64_t lo, uint64_t hi) {
     return std::uniform_int_distribution<uint64_t>(lo, hi)(rng);
   };
   for (int trial = 0; trial < 400; ++trial) {
-    const size_t rank = pick(0, 4);
-    std::vector<uint64_t> shape(rank);
-    std::vector<uint32_t> counts(rank);
-    for (size_t d = 0; d < rank; ++d) {
-      counts[d] = static_cast<uint32_t>(pick(1, 3));
-      shape[d] = counts[d] * pick(1, 4);
-    }
+    const std::optional<ChunkGrid> grid = RandomGrid(rng, 0, 4);
+    ASSERT_TRUE(grid);
+    const std::vector<uint64_t>& shape = grid->shape();
+    const std::vector<uint32_t>& counts = grid->tile_counts();
+    const size_t rank = shape.size();
     uint64_t elements = 1;
     for (uint64_t d : shape) elements *= d;
-    auto grid = ChunkGrid::Make(shape, counts, pick(1, elements + 2));
-    ASSERT_TRUE(grid.ok()) << grid.status().ToString();
     const std::vector<std::vector<uint32_t>> chunks = ChunksByDefinition(*grid);
     TensorBox box{std::vector<uint64_t>(rank), std::vector<uint64_t>(rank)};
     for (size_t d = 0; d < rank; ++d) {

@@ -285,6 +285,44 @@ class FaultInjectionTest : public ::testing::Test {
     ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
   }
 
+  // Garbage collection (rebases) meeting the fault at `point` keeps the kept versions, and
+  // frees their space once the store recovered.
+  void CollectWithFault(const FaultPoint& point) {
+    for (uint64_t v = 1; v <= 4; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
+    for (uint64_t v : {1, 2}) {
+      ASSERT_TRUE(store_->DeleteVersion("m", v).ok());
+      acknowledged_.erase(v);
+    }
+    GcOptions full;
+    full.compaction = GcOptions::Compaction::kFull;
+    fs_->Arm(FaultAt(point));
+    auto gc = store_->CollectGarbage("m", full);
+    ASSERT_NO_FATAL_FAILURE(ExpectPassOutcome(gc, point));
+    ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
+    ASSERT_NO_FATAL_FAILURE(ExpectNothingOrphaned());
+    ASSERT_NO_FATAL_FAILURE(ExpectRecovery({}, {}, point.kind == FaultKind::kFatal));
+    auto again = store_->CollectGarbage("m", full);
+    ASSERT_TRUE(again.ok()) << again.status().ToLogString();
+    auto scrub = store_->Scrub("m");
+    ASSERT_TRUE(scrub.ok());
+    EXPECT_EQ(scrub->orphaned_manifests, 0u);
+  }
+
+  // The rearrangement of the latest version meeting the fault at `point` switches in wholly or
+  // not at all, and leaves nothing orphaned.
+  void RearrangeWithFault(const FaultPoint& point) {
+    for (uint64_t v = 1; v <= 3; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
+    fs_->Arm(FaultAt(point));
+    auto report = store_->RearrangeLatest("m", nullptr);
+    ASSERT_NO_FATAL_FAILURE(ExpectPassOutcome(report, point));
+    ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
+    ASSERT_NO_FATAL_FAILURE(ExpectNothingOrphaned());
+    ASSERT_NO_FATAL_FAILURE(ExpectRecovery({}, {}, point.kind == FaultKind::kFatal));
+    auto again = store_->RearrangeLatest("m", nullptr);
+    ASSERT_TRUE(again.ok()) << again.status().ToLogString();
+    ASSERT_NO_FATAL_FAILURE(ExpectNothingOrphaned());
+  }
+
   TempDir dir_;
   std::shared_ptr<FaultyFileSystem> fs_;
   std::shared_ptr<rocksdb::Env> env_;
@@ -334,6 +372,8 @@ class LargeRecordFaultTest : public FaultInjectionTest,
 
 class LargeRecordPushFaultTest : public LargeRecordFaultTest {};
 class LargeRecordDeleteFaultTest : public LargeRecordFaultTest {};
+class LargeRecordGcFaultTest : public LargeRecordFaultTest {};
+class LargeRecordRearrangeFaultTest : public LargeRecordFaultTest {};
 
 TEST_P(LargeRecordPushFaultTest, FailsCleanlyKeepsEveryAcknowledgedVersionAndRecovers) {
   ASSERT_NO_FATAL_FAILURE(PushWithFault(GetParam()));
@@ -354,28 +394,33 @@ INSTANTIATE_TEST_SUITE_P(Points, LargeRecordDeleteFaultTest,
                          ::testing::ValuesIn(Points({Op::kWrite, Op::kSync}, 1)),
                          [](const auto& point) { return PointName(point.param); });
 
+TEST_P(LargeRecordGcFaultTest, KeepsTheKeptVersionsAndFreesOnceRecovered) {
+  ASSERT_NO_FATAL_FAILURE(CollectWithFault(GetParam()));
+}
+
+TEST_P(LargeRecordRearrangeFaultTest, SwitchesWhollyOrNotAtAllAndLeavesNothingOrphaned) {
+  ASSERT_NO_FATAL_FAILURE(RearrangeWithFault(GetParam()));
+}
+
+// The first writes and syncs of the pass (its records, their flush) and its commit's.
+std::vector<FaultPoint> LargeRecordPassPoints() {
+  auto points = Points({Op::kWrite, Op::kSync}, 2);
+  for (const FaultPoint& p : Points({Op::kSync}, 1, ".log")) points.push_back(p);
+  return points;
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, LargeRecordGcFaultTest,
+                         ::testing::ValuesIn(LargeRecordPassPoints()),
+                         [](const auto& point) { return PointName(point.param); });
+
+INSTANTIATE_TEST_SUITE_P(Points, LargeRecordRearrangeFaultTest,
+                         ::testing::ValuesIn(LargeRecordPassPoints()),
+                         [](const auto& point) { return PointName(point.param); });
+
 class GcFaultTest : public FaultInjectionTest, public ::testing::WithParamInterface<FaultPoint> {};
 
 TEST_P(GcFaultTest, KeepsTheKeptVersionsAndFreesOnceRecovered) {
-  for (uint64_t v = 1; v <= 4; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
-  for (uint64_t v : {1, 2}) {
-    ASSERT_TRUE(store_->DeleteVersion("m", v).ok());
-    acknowledged_.erase(v);
-  }
-  const FaultPoint& point = GetParam();
-  GcOptions full;
-  full.compaction = GcOptions::Compaction::kFull;
-  fs_->Arm(FaultAt(point));
-  auto gc = store_->CollectGarbage("m", full);
-  ASSERT_NO_FATAL_FAILURE(ExpectPassOutcome(gc, point));
-  ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
-  ASSERT_NO_FATAL_FAILURE(ExpectNothingOrphaned());
-  ASSERT_NO_FATAL_FAILURE(ExpectRecovery({}, {}, point.kind == FaultKind::kFatal));
-  auto again = store_->CollectGarbage("m", full);
-  ASSERT_TRUE(again.ok()) << again.status().ToLogString();
-  auto scrub = store_->Scrub("m");
-  ASSERT_TRUE(scrub.ok());
-  EXPECT_EQ(scrub->orphaned_manifests, 0u);
+  ASSERT_NO_FATAL_FAILURE(CollectWithFault(GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Points, GcFaultTest, ::testing::ValuesIn([] {
@@ -397,17 +442,7 @@ class RearrangeFaultTest : public FaultInjectionTest,
                            public ::testing::WithParamInterface<FaultPoint> {};
 
 TEST_P(RearrangeFaultTest, SwitchesWhollyOrNotAtAllAndLeavesNothingOrphaned) {
-  for (uint64_t v = 1; v <= 3; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
-  const FaultPoint& point = GetParam();
-  fs_->Arm(FaultAt(point));
-  auto report = store_->RearrangeLatest("m", nullptr);
-  ASSERT_NO_FATAL_FAILURE(ExpectPassOutcome(report, point));
-  ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
-  ASSERT_NO_FATAL_FAILURE(ExpectNothingOrphaned());
-  ASSERT_NO_FATAL_FAILURE(ExpectRecovery({}, {}, point.kind == FaultKind::kFatal));
-  auto again = store_->RearrangeLatest("m", nullptr);
-  ASSERT_TRUE(again.ok()) << again.status().ToLogString();
-  ASSERT_NO_FATAL_FAILURE(ExpectNothingOrphaned());
+  ASSERT_NO_FATAL_FAILURE(RearrangeWithFault(GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Points, RearrangeFaultTest, ::testing::ValuesIn([] {

@@ -608,9 +608,6 @@ TEST_F(ShardedUploadTest, EncodedPullsOfAPartDecodeToWhatItsRestoreSends) {
             StatusCode::kInvalidArgument);
 }
 
-// A tensor cut by columns is stored in tiles, one a rank: its whole, a follower's sync, a
-// rank's tile and any box of it decode on the client to what a restore sends; a rank's tile is
-// only its tile's chunks; a damaged tiles frame is refused.
 // Tiles whose rows outgrow a chunk (a row of a tile is 1200 bytes, a chunk 1024): a band of the
 // restore ends where a chunk of every tile does, and the body is the one pushed.
 TEST_F(ShardedUploadTest, ATiledTensorWhoseRowsOutgrowAChunkRestoresByBands) {
@@ -659,6 +656,9 @@ TEST_F(ShardedUploadTest, ATiledTensorWhoseRowsOutgrowAChunkRestoresByBands) {
   }
 }
 
+// A tensor cut by columns is stored in tiles, one a rank: its whole, a follower's sync, a
+// rank's tile and any box of it decode on the client to what a restore sends; a rank's tile is
+// only its tile's chunks; a damaged tiles frame is refused.
 TEST_F(ShardedUploadTest, TiledTensorsPullEncodedWholeSinceAVersionOrByTheirTiles) {
   Reopen(/*chunk_bytes=*/1024);  // a tile spans several chunks
   SetCodecPolicy("m", R"({"mode":"lossy","max_abs_error":1e-3})");

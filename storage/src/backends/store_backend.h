@@ -112,6 +112,11 @@ class StoreBackend {
   // lifetimes differ calls it between them, so that a file of records that die together is
   // dropped whole, without copying survivors.
   virtual Status SealChunkWrites(const std::string& /*model*/) { return Status::Ok(); }
+  // Makes the chunk records of `model` written so far durable ahead of the commit that refers
+  // to them, for a caller that commits under a lock other models' commits wait for (the commit
+  // would otherwise do it there). The local backend flushes the records that skipped its
+  // write-ahead log.
+  virtual Status PersistChunkWrites(const std::string& /*model*/) { return Status::Ok(); }
   // Gives back the space of the chunk records of `model` with seqs in [seq_begin, seq_end) that
   // a commit removed, without moving the records that live on (the local backend compacts that
   // key range, which drops blob files holding only removed records).

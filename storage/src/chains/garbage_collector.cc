@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "chains/chunk_copy.h"
-#include "read/exact_reencode.h"
 #include "read/chain_reader.h"
+#include "read/exact_reencode.h"
 #include "records/keys.h"
 
 namespace ckpt {
@@ -131,48 +131,58 @@ class Collector {
     ChainReader reader(ctx_.db, ctx_.manifests, ctx_.backend, nullptr, chains_.model, ctx_.cache);
     uint64_t tensor_bytes_before = 0, tensor_bytes_after = 0, rewritten = 0;
     std::vector<uint8_t> target, reference;
-    for (uint32_t t = 0; t < old.tensors.size(); ++t) {
-      ManifestTensor& e = rebased.tensors[t];
-      tensor_bytes_before += e.stored_bytes;
-      if (!plan[t].rebase) {
-        CKPT_RETURN_IF_ERROR(CopyTensorChunks(ctx_, chains_.model, seq, new_seq, t, e.chunk_count));
-        if (e.keyframe_seq == seq) e.keyframe_seq = new_seq;
-        tensor_bytes_after += e.stored_bytes;
-        continue;
-      }
-      const std::optional<Link> base = plan[t].base;
-      uint64_t stored = 0;
-      double entropy_bits = 0;
-      uint64_t exact_elements = 0;
-      for (uint32_t c = 0; c < e.chunk_count; ++c) {
-        CKPT_RETURN_IF_ERROR(reader.DecodeChunk(seq, t, c, &target));
-        std::optional<std::span<const uint8_t>> ref;
-        if (base) {
-          CKPT_RETURN_IF_ERROR(reader.DecodeChunk(base->seq, base->tensor, c, &reference));
-          ref = std::span<const uint8_t>(reference);
+    // What the rebase writes under new_seq (the next push's seq until it commits) goes if the
+    // writing fails: no record of it may meet the next writer of the seq.
+    const auto write_rebased = [&]() -> Status {
+      for (uint32_t t = 0; t < old.tensors.size(); ++t) {
+        ManifestTensor& e = rebased.tensors[t];
+        tensor_bytes_before += e.stored_bytes;
+        if (!plan[t].rebase) {
+          CKPT_RETURN_IF_ERROR(
+              CopyTensorChunks(ctx_, chains_.model, seq, new_seq, t, e.chunk_count));
+          if (e.keyframe_seq == seq) e.keyframe_seq = new_seq;
+          tensor_bytes_after += e.stored_bytes;
+          continue;
         }
-        CKPT_ASSIGN_OR_RETURN(EncodedChunk encoded,
-                              ReencodeExactly(ctx_, chains_.model, seq, t, c, e, target, ref));
-        entropy_bits += encoded.info.model_entropy_bits;
-        exact_elements += encoded.info.exact_elements;
-        const std::string value = ChunkRecord::EncodeChunk(
-            encoded, base ? FrameKind::kDelta : FrameKind::kKeyframe, target);
-        CKPT_RETURN_IF_ERROR(ctx_.backend->PutChunk(chains_.model, new_seq, t, c, value)
-                                 .WithContext("writing rebased chunk"));
-        stored += value.size();
+        const std::optional<Link> base = plan[t].base;
+        uint64_t stored = 0;
+        double entropy_bits = 0;
+        uint64_t exact_elements = 0;
+        for (uint32_t c = 0; c < e.chunk_count; ++c) {
+          CKPT_RETURN_IF_ERROR(reader.DecodeChunk(seq, t, c, &target));
+          std::optional<std::span<const uint8_t>> ref;
+          if (base) {
+            CKPT_RETURN_IF_ERROR(reader.DecodeChunk(base->seq, base->tensor, c, &reference));
+            ref = std::span<const uint8_t>(reference);
+          }
+          CKPT_ASSIGN_OR_RETURN(EncodedChunk encoded,
+                                ReencodeExactly(ctx_, chains_.model, seq, t, c, e, target, ref));
+          entropy_bits += encoded.info.model_entropy_bits;
+          exact_elements += encoded.info.exact_elements;
+          const std::string value = ChunkRecord::EncodeChunk(
+              encoded, base ? FrameKind::kDelta : FrameKind::kKeyframe, target);
+          CKPT_RETURN_IF_ERROR(ctx_.backend->PutChunk(chains_.model, new_seq, t, c, value)
+                                   .WithContext("writing rebased chunk"));
+          stored += value.size();
+        }
+        // A lossy tensor keeps its codec, quantizer and bound: it restores to the same bytes.
+        e.entropy_bits = entropy_bits;
+        e.exact_elements = exact_elements;
+        e.stored_bytes = stored;
+        if (base) {
+          e.LinkTo(base->seq, base->tensor, chains_.manifests.at(base->seq).tensors[base->tensor]);
+          e.chain_bytes += stored;
+        } else {
+          e.MakeKeyframe(new_seq, stored);
+        }
+        tensor_bytes_after += stored;
+        rewritten += stored;
       }
-      // A lossy tensor keeps its codec, quantizer and bound: it restores to the same bytes.
-      e.entropy_bits = entropy_bits;
-      e.exact_elements = exact_elements;
-      e.stored_bytes = stored;
-      if (base) {
-        e.LinkTo(base->seq, base->tensor, chains_.manifests.at(base->seq).tensors[base->tensor]);
-        e.chain_bytes += stored;
-      } else {
-        e.MakeKeyframe(new_seq, stored);
-      }
-      tensor_bytes_after += stored;
-      rewritten += stored;
+      return Status::Ok();
+    };
+    if (Status written = write_rebased(); !written.ok()) {
+      ctx_.backend->DiscardChunks(chains_.model, ChunkSet::Of(new_seq, rebased));
+      return written;
     }
     if (tensor_bytes_after >= tensor_bytes_before + freeable_bytes) {
       ctx_.backend->DiscardChunks(chains_.model, ChunkSet::Of(new_seq, rebased));

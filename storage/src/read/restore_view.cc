@@ -67,7 +67,7 @@ class RestoreViewImpl final : public RestoreStream {
         const TensorBox box = v.whole ? WholeBox(t.shape) : v.box;
         if (!band_row_) band_row_ = box.offsets.empty() ? 0 : box.offsets[0];
         const uint64_t box_end = box.offsets.empty() ? 1 : box.offsets[0] + box.shape[0];
-        if (*band_row_ < box_end) {
+        if (box.element_count() > 0 && *band_row_ < box_end) {
           CKPT_ASSIGN_OR_RETURN(piece_, AssembleBand(v.tensor, t, box));
           return std::span<const uint8_t>(*piece_);
         }

@@ -204,6 +204,8 @@ class PushSessionImpl final : public PushSession,
     for (const std::string& tag : push_options_.tags) {
       batch.Put(ctx_.tags, keys::TagKey(model_, tag), Encoded(TagRecord{version_}));
     }
+    // Outside tags_mu, so that other models' commits need not wait for it.
+    CKPT_RETURN_IF_ERROR(ctx_.backend->PersistChunkWrites(model_));
     {
       std::lock_guard tags_lock(*ctx_.tags_mu);
       CKPT_RETURN_IF_ERROR(ctx_.backend->Commit(model_, change, "committing version"));

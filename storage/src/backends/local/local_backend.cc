@@ -46,16 +46,14 @@ class LocalBackend final : public StoreBackend {
 
   // Not synced: if the process dies first, recovery at the next open removes the records.
   void DiscardChunks(const std::string& model, const ChunkSet& chunks) override {
-    if (!chunks.some_tensors) {
+    {  // the whole seq goes, whatever `chunks` lists
       std::lock_guard lock(unlogged_mu_);
       auto it = unlogged_.find(model);
       if (it != unlogged_.end() && it->second.erase(chunks.seq) > 0 && it->second.empty()) {
         unlogged_.erase(it);
       }
     }
-    db_->DeleteRange(rocksdb::WriteOptions(), chunks_, keys::ChunkSeqBegin(model, chunks.seq),
-                     keys::ChunkSeqBegin(model, chunks.seq + 1))
-        .PermitUncheckedError();
+    RemoveSeq(model, chunks.seq);
   }
 
   // The records stay marked when the engine failed since they were written: the commit that
@@ -64,6 +62,16 @@ class LocalBackend final : public StoreBackend {
     std::set<uint64_t> unlogged = TakeUnlogged(model);
     Status flushed = FlushChunks();
     if (!flushed.ok() || health_->EngineErrors() != 0) GiveBackUnlogged(model, unlogged);
+    return flushed;
+  }
+
+  // An error of the engine since the records were written, during the flush or before it,
+  // keeps them marked: the commit that refers to them is refused and removes them.
+  Status PersistChunkWrites(const std::string& model) override {
+    std::set<uint64_t> unlogged = TakeUnlogged(model);
+    if (unlogged.empty()) return Status::Ok();
+    Status flushed = FlushUnlogged();
+    if (!flushed.ok()) GiveBackUnlogged(model, unlogged);
     return flushed;
   }
 
@@ -119,17 +127,20 @@ class LocalBackend final : public StoreBackend {
       }
     }
     // The records the change refers to that skipped the log become durable first. They were
-    // written while the engine had no error (PutChunk); one since leaves their flush
-    // untrustworthy, and the change is refused: its writer discards them and may try again,
-    // logging every record. (Only the holder of the model's lock writes chunk records, so the
-    // model's unlogged records are this change's, or ones a failed writer left behind.)
-    if (change.refers_to_new_chunks && !TakeUnlogged(model).empty()) {
-      if (health_->EngineErrors() != 0) {
-        return Status::Unavailable(
-            "the storage engine failed while the records of this change were being written: "
-            "send it again");
+    // written while the engine had no error (PutChunk); one before the flush is done leaves it
+    // untrustworthy, and the change is refused and its records removed: its writer may try
+    // again, logging every record. (Only the holder of the model's lock writes chunk records,
+    // under seqs no commit refers to yet, so the model's unlogged records are this change's, or
+    // ones a failed writer left behind.)
+    if (change.refers_to_new_chunks) {
+      const std::set<uint64_t> unlogged = TakeUnlogged(model);
+      if (!unlogged.empty()) {
+        Status flushed = FlushUnlogged();
+        if (!flushed.ok()) {
+          for (uint64_t seq : unlogged) RemoveSeq(model, seq);
+          return flushed;
+        }
       }
-      CKPT_RETURN_IF_ERROR(FlushChunks());
     }
     rocksdb::WriteOptions wo;
     wo.sync = sync_;
@@ -159,6 +170,25 @@ class LocalBackend final : public StoreBackend {
     rocksdb::FlushOptions flush;
     flush.allow_write_stall = true;
     return FromRocks(db_->Flush(flush, chunks_), "flushing chunk records");
+  }
+
+  // Flushes the records written without the log: Unavailable if the engine reported an error
+  // since they were written (before the flush or during it), which leaves them untrustworthy.
+  Status FlushUnlogged() {
+    const Status failed = Status::Unavailable(
+        "the storage engine failed while the records of this change were being written: send it "
+        "again");
+    if (health_->EngineErrors() != 0) return failed;
+    CKPT_RETURN_IF_ERROR(FlushChunks());
+    return health_->EngineErrors() != 0 ? failed : Status::Ok();
+  }
+
+  // Removes the chunk records of `seq` of `model`, unsynced (if the process dies first,
+  // recovery at the next open removes them).
+  void RemoveSeq(const std::string& model, uint64_t seq) {
+    db_->DeleteRange(rocksdb::WriteOptions(), chunks_, keys::ChunkSeqBegin(model, seq),
+                     keys::ChunkSeqBegin(model, seq + 1))
+        .PermitUncheckedError();
   }
 
   // The seqs under which `model` wrote records the log does not hold, forgotten.
