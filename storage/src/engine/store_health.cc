@@ -103,7 +103,7 @@ bool StoreHealth::RoomFor(uint64_t bytes) const {
 
 void StoreHealth::OnEngineError(const rocksdb::Status& error, bool unrecoverable) {
   std::lock_guard lock(mu_);
-  ++engine_errors_;
+  engine_errors_.fetch_add(1, std::memory_order_relaxed);
   // A stopping error is not overwritten by a lesser one reported after it.
   if (engine_error_.ok() || error.severity() >= engine_error_.severity() || unrecoverable) {
     engine_error_ = error;
@@ -119,9 +119,8 @@ void StoreHealth::OnRecovered() {
   }
 }
 
-uint64_t StoreHealth::EngineErrors() {
-  std::lock_guard lock(mu_);
-  return engine_errors_;
+uint64_t StoreHealth::EngineErrors() const {
+  return engine_errors_.load(std::memory_order_relaxed);
 }
 
 uint64_t StoreHealth::FreeBytes() const {
@@ -204,7 +203,7 @@ StoreHealthReport StoreHealth::Report() {
   report.free_bytes = free == UINT64_MAX ? 0 : free;
   std::unique_lock lock(mu_);
   const Status refusal = EngineRefusalLocked();
-  report.engine_errors = engine_errors_;
+  report.engine_errors = engine_errors_.load(std::memory_order_relaxed);
   report.recoveries = recoveries_;
   const bool low = min_free_bytes_ > 0 && free != UINT64_MAX && free < min_free_bytes_;
   if (db_ != nullptr && chunks_ != nullptr && low != blob_gc_paused_ && !read_only_) {

@@ -53,7 +53,7 @@ class StoreHealth {
   bool RoomFor(uint64_t bytes) const;
   // The errors the engine reported since it opened (failed writes, flushes, compactions),
   // whether it recovered from them or not.
-  uint64_t EngineErrors();
+  uint64_t EngineErrors() const;
 
  private:
   friend class StoreHealthListener;
@@ -85,7 +85,8 @@ class StoreHealth {
   bool read_only_ = false;
   bool resuming_ = false;  // one thread calls DB::Resume at a time
   std::chrono::steady_clock::time_point last_resume_{};
-  uint64_t engine_errors_ = 0;
+  // Read without mu_: every chunk record written asks (LocalBackend::PutChunk).
+  std::atomic<uint64_t> engine_errors_{0};
   uint64_t recoveries_ = 0;
 };
 

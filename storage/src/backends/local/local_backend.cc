@@ -160,8 +160,8 @@ class LocalBackend final : public StoreBackend {
 
  private:
   // Records from this size on go to blob files (storage's min_blob_size is below it), and a
-  // version holding one is flushed at its commit anyway (push_session.cc seals such versions),
-  // so skipping the log for them adds no flush.
+  // version holding one is sealed by a flush right after its commit anyway (push_session.cc):
+  // the flush before the commit takes its place.
   static constexpr size_t kUnloggedRecordBytes = 64 << 10;
 
   // Waits for the flush: a flush left running in the background could still be failing when
