@@ -152,7 +152,7 @@ class RestoreViewImpl final : public RestoreStream {
         TensorBox band = WholeBox(t.shape);
         band.offsets[0] = row;
         band.shape[0] = end - row;
-        CKPT_ASSIGN_OR_RETURN(piece_, Assemble(tensor, t, band));
+        CKPT_ASSIGN_OR_RETURN(piece_, Assemble(tensor, t, grid, band));
         return clip(std::span<const uint8_t>(*piece_));
       }
       const uint64_t length = ChainReader::ChunkLength(t, next_chunk_);
@@ -181,14 +181,13 @@ class RestoreViewImpl final : public RestoreStream {
     band.offsets[0] = *band_row_;
     band.shape[0] = end - *band_row_;
     band_row_ = end;
-    return Assemble(tensor, t, band);
+    return Assemble(tensor, t, grid, band);
   }
 
-  // Box `box` of tiled tensor `t` (index `tensor`), in its row-major order: each chunk holding
-  // part of it decoded once.
+  // Box `box` of tiled tensor `t` (index `tensor`, chunks cut by `grid`), in its row-major order:
+  // each chunk holding part of it decoded once.
   Result<ReferenceCache::Chunk> Assemble(uint32_t tensor, const ManifestTensor& t,
-                                         const TensorBox& box) {
-    CKPT_ASSIGN_OR_RETURN(const ChunkGrid grid, t.Grid());
+                                         const ChunkGrid& grid, const TensorBox& box) {
     const uint64_t element = DTypeSize(t.dtype);
     auto out = std::make_shared<std::vector<uint8_t>>(box.element_count() * element);
     ReferenceCache::Chunk chunk;
