@@ -123,17 +123,26 @@ uint64_t StoreHealth::EngineErrors() const {
   return engine_errors_.load(std::memory_order_relaxed);
 }
 
+void StoreHealth::AddUnloggedBytes(uint64_t bytes) {
+  unlogged_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void StoreHealth::RemoveUnloggedBytes(uint64_t bytes) {
+  unlogged_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
 uint64_t StoreHealth::FreeBytes() const {
   uint64_t free = 0;
   if (!env_->GetFreeSpace(data_dir_, &free).ok()) return UINT64_MAX;
   // Large chunk records skip the write-ahead log and reach the volume only when their memtable
-  // is flushed: they are spoken for already.
+  // is flushed: they are spoken for already. Records a writer gave up stay in the memtable
+  // until the flush drops them, so they are not counted.
   rocksdb::DB* db = memtable_db_.load(std::memory_order_acquire);
   uint64_t unflushed = 0;
   if (db != nullptr &&
       db->GetIntProperty(memtable_chunks_.load(std::memory_order_acquire),
                          rocksdb::DB::Properties::kCurSizeAllMemTables, &unflushed)) {
-    free -= std::min(free, unflushed);
+    free -= std::min({free, unflushed, unlogged_bytes_.load(std::memory_order_relaxed)});
   }
   return free;
 }

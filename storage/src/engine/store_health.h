@@ -54,6 +54,10 @@ class StoreHealth {
   // The errors the engine reported since it opened (failed writes, flushes, compactions),
   // whether it recovered from them or not.
   uint64_t EngineErrors() const;
+  // Chunk records written without the write-ahead log that no flush has written yet and no
+  // writer has given up (LocalBackend): spoken for on the volume, so free space excludes them.
+  void AddUnloggedBytes(uint64_t bytes);
+  void RemoveUnloggedBytes(uint64_t bytes);
 
  private:
   friend class StoreHealthListener;
@@ -66,7 +70,8 @@ class StoreHealth {
   void OnRecovered();
   // Ok, or why the engine takes no writes, after trying to resume it. REQUIRES: mu_ held.
   Status EngineRefusalLocked();
-  // The volume's free bytes less those the chunks family holds in memtables to write.
+  // The volume's free bytes less the unlogged records' (at most what the chunks family's
+  // memtables hold: a record a writer left behind is counted until it is flushed, not longer).
   uint64_t FreeBytes() const;
 
   rocksdb::Env* const env_;
@@ -87,6 +92,7 @@ class StoreHealth {
   std::chrono::steady_clock::time_point last_resume_{};
   // Read without mu_: every chunk record written asks (LocalBackend::PutChunk).
   std::atomic<uint64_t> engine_errors_{0};
+  std::atomic<uint64_t> unlogged_bytes_{0};
   uint64_t recoveries_ = 0;
 };
 

@@ -33,7 +33,8 @@ class LocalBackend final : public StoreBackend {
         db_->Put(wo, chunks_, keys::ChunkKey(model, seq, tensor, chunk), record), "writing chunk"));
     if (wo.disableWAL) {
       std::lock_guard lock(unlogged_mu_);
-      unlogged_[model].insert(seq);
+      unlogged_[model][seq] += record.size();
+      health_->AddUnloggedBytes(record.size());
     }
     return Status::Ok();
   }
@@ -49,8 +50,12 @@ class LocalBackend final : public StoreBackend {
     {  // the whole seq goes, whatever `chunks` lists
       std::lock_guard lock(unlogged_mu_);
       auto it = unlogged_.find(model);
-      if (it != unlogged_.end() && it->second.erase(chunks.seq) > 0 && it->second.empty()) {
-        unlogged_.erase(it);
+      if (it != unlogged_.end()) {
+        if (auto seq = it->second.find(chunks.seq); seq != it->second.end()) {
+          health_->RemoveUnloggedBytes(seq->second);
+          it->second.erase(seq);
+        }
+        if (it->second.empty()) unlogged_.erase(it);
       }
     }
     RemoveSeq(model, chunks.seq);
@@ -59,19 +64,27 @@ class LocalBackend final : public StoreBackend {
   // The records stay marked when the engine failed since they were written: the commit that
   // refers to them is then refused.
   Status SealChunkWrites(const std::string& model) override {
-    std::set<uint64_t> unlogged = TakeUnlogged(model);
+    UnloggedSeqs unlogged = TakeUnlogged(model);
     Status flushed = FlushChunks();
-    if (!flushed.ok() || health_->EngineErrors() != 0) GiveBackUnlogged(model, unlogged);
+    if (!flushed.ok() || health_->EngineErrors() != 0) {
+      GiveBackUnlogged(model, unlogged);
+    } else {
+      Written(unlogged);
+    }
     return flushed;
   }
 
   // An error of the engine since the records were written, during the flush or before it,
   // keeps them marked: the commit that refers to them is refused and removes them.
   Status PersistChunkWrites(const std::string& model) override {
-    std::set<uint64_t> unlogged = TakeUnlogged(model);
+    UnloggedSeqs unlogged = TakeUnlogged(model);
     if (unlogged.empty()) return Status::Ok();
     Status flushed = FlushUnlogged();
-    if (!flushed.ok()) GiveBackUnlogged(model, unlogged);
+    if (!flushed.ok()) {
+      GiveBackUnlogged(model, unlogged);
+    } else {
+      Written(unlogged);
+    }
     return flushed;
   }
 
@@ -133,11 +146,12 @@ class LocalBackend final : public StoreBackend {
     // under seqs no commit refers to yet, so the model's unlogged records are this change's, or
     // ones a failed writer left behind.)
     if (change.refers_to_new_chunks) {
-      const std::set<uint64_t> unlogged = TakeUnlogged(model);
+      const UnloggedSeqs unlogged = TakeUnlogged(model);
       if (!unlogged.empty()) {
         Status flushed = FlushUnlogged();
+        Written(unlogged);  // on the volume, or given up
         if (!flushed.ok()) {
-          for (uint64_t seq : unlogged) RemoveSeq(model, seq);
+          for (const auto& [seq, bytes] : unlogged) RemoveSeq(model, seq);
           return flushed;
         }
       }
@@ -163,6 +177,7 @@ class LocalBackend final : public StoreBackend {
   // version holding one is sealed by a flush right after its commit anyway (push_session.cc):
   // the flush before the commit takes its place.
   static constexpr size_t kUnloggedRecordBytes = 64 << 10;
+  using UnloggedSeqs = std::map<uint64_t, uint64_t>;  // seq -> bytes of its unlogged records
 
   // Waits for the flush: a flush left running in the background could still be failing when
   // the store resumes the engine after an error, and RocksDB (7.8) can then wait forever.
@@ -191,16 +206,21 @@ class LocalBackend final : public StoreBackend {
         .PermitUncheckedError();
   }
 
-  // The seqs under which `model` wrote records the log does not hold, forgotten.
-  std::set<uint64_t> TakeUnlogged(const std::string& model) {
+  // The seqs under which `model` wrote records the log does not hold, forgotten; their bytes
+  // stay spoken for until the caller gives them back or calls Written.
+  UnloggedSeqs TakeUnlogged(const std::string& model) {
     std::lock_guard lock(unlogged_mu_);
     auto node = unlogged_.extract(model);
-    return node.empty() ? std::set<uint64_t>() : std::move(node.mapped());
+    return node.empty() ? UnloggedSeqs() : std::move(node.mapped());
   }
-  void GiveBackUnlogged(const std::string& model, const std::set<uint64_t>& seqs) {
+  void GiveBackUnlogged(const std::string& model, const UnloggedSeqs& seqs) {
     if (seqs.empty()) return;
     std::lock_guard lock(unlogged_mu_);
-    unlogged_[model].insert(seqs.begin(), seqs.end());
+    for (const auto& [seq, bytes] : seqs) unlogged_[model][seq] += bytes;
+  }
+  // The records of `seqs` are on the volume (flushed) or gone (removed).
+  void Written(const UnloggedSeqs& seqs) {
+    for (const auto& [seq, bytes] : seqs) health_->RemoveUnloggedBytes(bytes);
   }
 
   rocksdb::DB* const db_;
@@ -209,8 +229,9 @@ class LocalBackend final : public StoreBackend {
   const bool sync_;
   std::mutex unlogged_mu_;
   // By model, the seqs of records written without the log that no commit made durable yet (a
-  // writer that gives a seq up discards it). Guarded by unlogged_mu_.
-  std::map<std::string, std::set<uint64_t>> unlogged_;
+  // writer that gives a seq up discards it), with their bytes (also in StoreHealth's count).
+  // Guarded by unlogged_mu_.
+  std::map<std::string, UnloggedSeqs> unlogged_;
 };
 
 }  // namespace
