@@ -1,4 +1,6 @@
 // ckpt push and ckpt pull.
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 
@@ -11,7 +13,8 @@ namespace {
 using nlohmann::json;
 
 // Where encoded pushes and pulls keep the references of `client`'s server:
-// $XDG_CACHE_HOME/ckpt/references/HOST-PORT, or ~/.cache/ckpt/references/HOST-PORT.
+// $XDG_CACHE_HOME/ckpt/references/HOST-PORT, or ~/.cache/ckpt/references/HOST-PORT. Host names
+// are lower-cased, as the Python client's are, so that both find the same references.
 std::string ReferenceDirFor(const Client& client) {
   std::string cache;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
@@ -21,7 +24,10 @@ std::string ReferenceDirFor(const Client& client) {
     cache = std::string(home != nullptr ? home : ".") + "/.cache/ckpt";
   }
   const ServerEndpoint& server = client.endpoints().front();
-  return cache + "/references/" + server.host + "-" + server.port;
+  std::string host = server.host;
+  std::transform(host.begin(), host.end(), host.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return cache + "/references/" + host + "-" + server.port;
 }
 
 class PushCommand final : public Command {
@@ -50,7 +56,8 @@ class PushCommand final : public Command {
                 "push, or pulled first)");
     reference_dir_ = c->add_option("--reference-dir", encoded_options_.reference_dir,
                                    "with --encoded: where the restored body of each model's last "
-                                   "push is kept (default: ~/.cache/ckpt/references/HOST-PORT)");
+                                   "push is kept (default: ~/.cache/ckpt/references/HOST-PORT, "
+                                   "under $XDG_CACHE_HOME if set)");
     threads_ = c->add_option("--threads", encoded_options_.threads,
                              "with --encoded: encoder threads, per shard with --connections "
                              "(default: the machine's cores, shared by the shards)")
@@ -180,7 +187,10 @@ class PullCommand final : public Command {
         "--reference-dir", encoded_options_.reference_dir,
         "with --encoded: where the restored body of each model's last version pushed or pulled "
         "is kept (a pull of an older version than the one kept leaves it; default: "
-        "~/.cache/ckpt/references/HOST-PORT)");
+        "~/.cache/ckpt/references/HOST-PORT, under $XDG_CACHE_HOME if set)");
+    threads_ = c->add_option("--threads", encoded_options_.threads,
+                             "with --encoded: decoder threads (default: the machine's cores)")
+                   ->check(CLI::Range(1, 1024));
   }
 
   int Run(Session& session) override {
@@ -190,6 +200,7 @@ class PullCommand final : public Command {
     if (!encoded_ && reference_dir_->count() > 0) {
       return Usage("--reference-dir goes with --encoded");
     }
+    if (!encoded_ && threads_->count() > 0) return Usage("--threads goes with --encoded");
     auto client = session.client();
     if (!client.ok()) return Fail(client.status());
     if (!hf_dir_.empty()) {
@@ -258,6 +269,7 @@ class PullCommand final : public Command {
   CLI::Option* rank_ = nullptr;
   CLI::Option* world_size_ = nullptr;
   CLI::Option* reference_dir_ = nullptr;
+  CLI::Option* threads_ = nullptr;
 };
 
 }  // namespace

@@ -54,6 +54,7 @@ Result<PullResult> PullOnce(const std::vector<ServerEndpoint>& servers,
   if (kept) CKPT_RETURN_IF_ERROR(kept->Close());
   PullResult result;
   result.version = decoder.version();
+  result.since_version = decoder.since_version();
   result.bytes = decoder.restored_bytes();
   result.sha256 = decoder.sha256();
   result.verified = decoder.whole_version();
@@ -150,7 +151,6 @@ Result<PullResult> Client::PullEncodedClaimed(std::string_view model, std::strin
                                  base + "?since=" + std::to_string(held->version), /*whole=*/true,
                                  &*since, partial, kept_partial, threads)
                       : Result<PullResult>(Status::NotFound("no reconstruction held"));
-  if (since && pulled.ok()) pulled->since_version = held->version;
   // What is held could not serve (unreadable, not what its sidecar says, or a version the
   // server no longer has): it is kept no longer, whatever the version pulled.
   const bool held_unusable = held && held->version > 0 && (!since || !pulled.ok());

@@ -246,9 +246,60 @@ TEST_F(CliTest, EncodedOptionsOutOfPlaceAreUsageErrors) {
   expect_usage("push u 1 " + file + " --threads 2", "--threads goes with --encoded");
   expect_usage("push u 1 " + file + " --reference-dir x", "--reference-dir goes with --encoded");
   expect_usage("pull u latest -o x --reference-dir x", "--reference-dir goes with --encoded");
+  expect_usage("pull u latest -o x --threads 2", "--threads goes with --encoded");
   expect_usage("pull u latest --hf-dir x --encoded", "not a Hugging Face view");
   expect_usage("pull u latest -o - --encoded", "not stdout");
   EXPECT_EQ(Run("ls u").exit_code, 1) << "nothing was pushed";
+}
+
+// The default reference directory is $XDG_CACHE_HOME/ckpt/references/HOST-PORT with the host
+// in lower case, as the Python client names it, so that both find the same references.
+TEST_F(CliTest, TheDefaultReferenceDirectoryNamesTheHostInLowerCase) {
+  const std::string url = daemon_->url();
+  const std::string port = url.substr(url.rfind(':') + 1);
+  const std::filesystem::path cache = dir_.path() / "xdg-cache";
+  const std::string file = WriteFile("lc1", DriftingModel(13, 2000).Next());
+  const auto r = Run("push lc 1 " + file + " --encoded",
+                     "http://LOCALHOST:" + port + " XDG_CACHE_HOME=" + cache.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(cache / "ckpt" / "references" / ("localhost-" + port) /
+                                      "lc.safetensors"));
+}
+
+// A held version that retention has since taken tensors from cannot be coded against: the pull
+// receives the chains from their keyframes, and says it was not sent against the version held.
+TEST_F(CliTest, AnEncodedPullSinceAVersionThatLostTensorsSaysItStartedFromKeyframes) {
+  DriftingModel model(12, 60000);
+  const std::string refs = (dir_.path() / "since-dropped").string();
+  for (int v = 1; v <= 2; ++v) {
+    ASSERT_EQ(Run("push sd " + std::to_string(v) + " " +
+                  WriteFile("sd" + std::to_string(v), model.Next()))
+                  .exit_code,
+              0);
+  }
+  const std::string out = (dir_.path() / "sd.safetensors").string();
+  const json first = RunJson("pull sd 1 -o " + out + " --encoded --reference-dir " + refs);
+  ASSERT_TRUE(first.is_object()) << first;
+  ASSERT_EQ(first["since_version"], 0);
+  ASSERT_EQ(
+      Run("retention sd "
+          "'{\"keep_last\":5,\"tensor_rules\":[{\"tensors\":\"layer1.bias\",\"keep_last\":1}]}'"
+          " --yes")
+          .exit_code,
+      0);
+  ASSERT_EQ(Run("retention sd --apply").exit_code, 0);
+  ASSERT_EQ(RunJson("ls sd")[0]["dropped_tensors"], 1) << RunJson("ls sd");
+  const json second = RunJson("pull sd 2 -o " + out + " --encoded --reference-dir " + refs);
+  ASSERT_TRUE(second.is_object()) << second;
+  EXPECT_EQ(second["since_version"], 0) << second;
+  const std::string full = (dir_.path() / "sd-full.safetensors").string();
+  ASSERT_EQ(Run("pull sd 2 -o " + full).exit_code, 0);
+  EXPECT_EQ(ReadFile(out), ReadFile(full));
+  // The version pulled is the one held now: the next sync codes against it.
+  ASSERT_EQ(Run("push sd 3 " + WriteFile("sd3", model.Next())).exit_code, 0);
+  const json third = RunJson("pull sd 3 -o " + out + " --encoded --reference-dir " + refs);
+  ASSERT_TRUE(third.is_object()) << third;
+  EXPECT_EQ(third["since_version"], 2) << third;
 }
 
 // A client holding a newer version pulls an older one for no more than a client holding

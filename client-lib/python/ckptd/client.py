@@ -128,9 +128,9 @@ class Client:
         `encoded`: push and pull whole versions coded here (edge.py), the wire carrying the
         stored bytes: pushes code their deltas against the restored body of the model's last
         version pushed or pulled, kept in `reference_dir` (default: where `ckpt push --encoded`
-        keeps them, ~/.cache/ckpt/references/HOST-PORT: one restored checkpoint per model),
-        on `encode_threads` threads (0: the machine's cores). Each push and pull may override
-        it. Needs the native module (`make python-client`); without it, transfers are coded by
+        keeps them, ~/.cache/ckpt/references/HOST-PORT, under $XDG_CACHE_HOME if set: one
+        restored checkpoint per model), coded and decoded on `encode_threads` threads (0: the
+        machine's cores). Each push and pull may override `encoded`. Needs the native module (`make python-client`); without it, transfers are coded by
         the daemon, and a warning says so once."""
         url = url or os.environ.get("CKPT_SERVER") or _DEFAULT_SERVER
         ca_file = ca_file or os.environ.get("CKPT_CACERT") or None
@@ -550,7 +550,8 @@ class Client:
         version of the model is held in `reference_dir`, only what turns it into `version` is
         sent (the chains' deltas after it: a follower's sync); the version pulled becomes the
         one held unless it is older. Returns {"model", "version", "file", "sha256",
-        "restored_bytes", "received_bytes", "since_version" (0: none held), "verified",
+        "restored_bytes", "received_bytes", "since_version" (the version held that the deltas
+        were sent against; 0: none, or one the daemon could not code against), "verified",
         "encoded"}, as `ckpt pull --json` (which also says "resumed_bytes"). Without the
         native module (edge.available()) the daemon decodes: a plain restore into `path`, with
         "encoded" False, and a warning once."""

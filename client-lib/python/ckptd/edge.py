@@ -495,5 +495,4 @@ def _pull_once(client, model, version, since, partial, query=()):
     if result["verified"] != whole:
         raise _codec_error("DATA_LOSS", "the server sent a part of the version asked for whole"
                            if whole else "the server sent the whole version where a part was asked")
-    return dict(result, received_bytes=received,
-                since_version=since["version"] if since else 0)
+    return dict(result, received_bytes=received)

@@ -208,8 +208,8 @@ class PullDecoder {
   }
 
   // The body ended: checks it was whole and its digest. {version, sha256, restored_bytes,
-  // verified}: verified is false for a part of a version, which announces no digest (its
-  // chunks were checked by their records' checksums).
+  // verified, since_version}: verified is false for a part of a version, which announces no digest
+  // (its chunks were checked by their records' checksums).
   py::dict Finish() {
     Check(decoder_->Finish());
     out_.close();
@@ -219,6 +219,7 @@ class PullDecoder {
     out["sha256"] = decoder_->sha256();
     out["restored_bytes"] = decoder_->restored_bytes();
     out["verified"] = decoder_->whole_version();
+    out["since_version"] = decoder_->since_version();
     return out;
   }
 

@@ -107,6 +107,9 @@ class EncodedPullDecoder {
   Status Finish();
 
   uint64_t version() const { return version_; }
+  // The version whose reconstruction the body's deltas start from (0: none, every chain from
+  // its keyframe): the one asked since, unless the server could not code against it.
+  uint64_t since_version() const { return since_version_; }
   // After Finish: the SHA-256 (hex) of the restored body, which for a whole version is the one
   // the body announced (a part of a version announces none: each of its chunks is checked by
   // its record's checksum).
