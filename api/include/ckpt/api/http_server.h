@@ -69,7 +69,7 @@ struct HttpServerOptions {
   // Encoded pushes (docs/api.md, "plan"): each payload is decoded against the store's reference
   // and must restore to the bytes its client reconstructed. false: writers are trusted, and
   // payloads are checked by checksum and structure only (less CPU per pushed byte; a client
-  // whose reference drifted then stores versions that restore to other bytes than it holds).
+  // whose reference drifted then stores versions whose restores fail their checksums).
   // Default: true.
   bool decode_encoded_payloads = true;
   // Bearer-token authorization of every request (auth.h); null or without tokens: every
