@@ -130,8 +130,9 @@ class Client:
         version pushed or pulled, kept in `reference_dir` (default: where `ckpt push --encoded`
         keeps them, ~/.cache/ckpt/references/HOST-PORT, under $XDG_CACHE_HOME if set: one
         restored checkpoint per model), coded and decoded on `encode_threads` threads (0: the
-        machine's cores). Each push and pull may override `encoded`. Needs the native module (`make python-client`); without it, transfers are coded by
-        the daemon, and a warning says so once."""
+        machine's cores). Each push and pull may override `encoded`. Needs the native module
+        (`make python-client`); without it, transfers are coded by the daemon, and a warning
+        says so once."""
         url = url or os.environ.get("CKPT_SERVER") or _DEFAULT_SERVER
         ca_file = ca_file or os.environ.get("CKPT_CACERT") or None
         self._settings = dict(url=url, token=token, ca_file=ca_file, timeout=timeout,
