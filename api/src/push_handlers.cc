@@ -128,7 +128,11 @@ ApiResponse ApiHandler::HandlePlan(const Route& route, std::string_view raw_head
   if (!version.ok()) return ErrorResponse(version.status());
   auto plan = store_->PlanPush(route.model, *version, raw_header);
   if (!plan.ok()) return ErrorResponse(plan.status());
-  return JsonResponse(200, json::parse(plan->ToJson()));
+  json answer = json::parse(plan->ToJson());
+  // Not part of the plan (nor of its digest): a client whose payloads this daemon does not
+  // decode checks its reference itself before coding against it.
+  answer["decode_encoded_payloads"] = decode_encoded_payloads_;
+  return JsonResponse(200, answer);
 }
 
 ApiResponse ApiHandler::HandleShardPlan(const Route& route, std::string_view raw_header) {

@@ -118,7 +118,8 @@ class PushCommand final : public Command {
                  {"pushed_sha256", r->pushed_sha256},
                  {"sent_bytes", r->sent_bytes},
                  {"encoded", r->encoded},
-                 {"reference", r->reference}});
+                 {"reference", r->reference},
+                 {"reference_note", r->reference_note}});
       return kExitOk;
     }
     // The file's own hash (what sha256sum prints); a lossy version restores to other bytes,
@@ -134,10 +135,12 @@ class PushCommand final : public Command {
                 HumanBytes(r->stored_bytes).c_str(), Ratio(r->raw_bytes, r->stored_bytes).c_str(),
                 ShortHash(pushed_sha).c_str(), restores.c_str());
     if (r->encoded) {
-      std::printf("coded here: sent %s%s\n", HumanBytes(r->sent_bytes).c_str(),
-                  r->reference.empty() ? "" : (", reference " + r->reference).c_str());
+      const std::string note = r->reference_note.empty() ? "" : " (" + r->reference_note + ")";
+      std::printf("coded here: sent %s%s%s\n", HumanBytes(r->sent_bytes).c_str(),
+                  r->reference.empty() ? "" : (", reference " + r->reference).c_str(),
+                  note.c_str());
     } else if (encoded_) {
-      std::printf("coded by the server: %s\n", r->reference.c_str());
+      std::printf("coded by the server: %s\n", r->reference_note.c_str());
     }
     return kExitOk;
   }

@@ -51,7 +51,7 @@ Result<PushResult> Client::PushFileEncoded(std::string_view model, uint64_t vers
     auto pushed = PushEncodedOnce(model, version, path, *parsed, encoded, metadata);
     if (pushed.ok()) {
       if (forgot_reference) {
-        pushed->reference += " (the reference held did not restore the base: pulled again)";
+        pushed->reference_note = "the reference held did not restore the base: pulled again";
       }
       return pushed;
     }
@@ -111,7 +111,7 @@ Result<PushResult> Client::PushEncodedOnce(std::string_view model, uint64_t vers
       // The base's version was deleted (its data is kept for the chains): nothing to pull.
       PushResult result;
       CKPT_ASSIGN_OR_RETURN(result, PushFile(model, version, path, metadata));
-      result.reference =
+      result.reference_note =
           "the base version was deleted and cannot be pulled: the server coded this push";
       return result;
     }
@@ -131,8 +131,15 @@ Result<PushResult> Client::PushEncodedOnce(std::string_view model, uint64_t vers
                                         : unreadable;
     }
     reference.emplace(std::move(*view));
-    // Its digest was checked when it was stored (or just now, pulled): not again here. The
-    // server decodes every delta against its own reference and refuses a drifted one.
+    // Its digest was checked when it was stored (or just now, pulled). A daemon that decodes
+    // the payloads refuses a delta coded against a drifted one; one that trusts its writers
+    // relies on this check.
+    const bool server_decodes = plan_json.value("decode_encoded_payloads", true);
+    if (!server_decodes && reference_source == "held" && reference->Sha256Hex() != base_sha) {
+      return Status::ReferenceDrifted("the reference '" + held.path +
+                                      "' is not the reconstruction of version " +
+                                      std::to_string(plan.base->version));
+    }
     plan.base->restored_sha256.clear();
   }
 
@@ -158,7 +165,7 @@ Result<PushResult> Client::PushEncodedOnce(std::string_view model, uint64_t vers
     Status kept = ForgetSidecar(held);
     if (kept.ok()) kept = stream.KeepRestoredAs(held.path);
     if (kept.ok()) kept = WriteSidecar(held, version, put.coded.restored_sha256);
-    if (!kept.ok()) result.reference += "; not kept as the reference: " + kept.message();
+    if (!kept.ok()) result.reference_note = "not kept as the reference: " + kept.message();
   }
   return result;
 }

@@ -84,7 +84,7 @@ Status PutPlainShard(const std::vector<ServerEndpoint>& servers, const ClientOpt
   if (!answer.ok() && answer.status().subcode() != StatusSubcode::kShardsDropped) {
     return answer.status();
   }
-  *coding = ShardCoding{answer.ok() ? answer->body : nlohmann::json::object(), false, size,
+  *coding = ShardCoding{answer.ok() ? answer->body : nlohmann::json::object(), false, size, "",
                         why + ": the server coded this shard"};
   return answer.ok() ? Status::Ok() : answer.status();
 }
@@ -266,7 +266,7 @@ Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, ui
   if (!put.ok() && !coded_anyway) return put.status();
   const EdgeEncoding& coded = put.ok() ? put->coded : *coded_anyway;
   *coding = ShardCoding{put.ok() ? put->answer.body : nlohmann::json::object(), true,
-                        coded.encoded_bytes, source};
+                        coded.encoded_bytes, source, ""};
   if (!dir.empty()) {
     // The rank's part is known by the digest of the shard pushed, which the version's layout
     // lists (PlanShard::base_shard_sha256 of the next plan). The shard is stored either way: a
@@ -275,7 +275,7 @@ Status Client::PushShardEncodedOnce(std::string_view model, uint64_t version, ui
     Status kept = ForgetSidecar(held);
     if (kept.ok()) kept = stream.KeepRestoredAs(held.path);
     if (kept.ok()) kept = WriteSidecar(held, version, coded.pushed_sha256);
-    if (!kept.ok()) coding->reference += "; not kept as the reference: " + kept.message();
+    if (!kept.ok()) coding->reference_note = "not kept as the reference: " + kept.message();
   }
   return put.ok() ? Status::Ok() : put.status();
 }

@@ -18,8 +18,10 @@ struct ShardCoding {
   nlohmann::json answer;  // the shard PUT's answer
   bool encoded = false;   // coded here (else sent for the server to code)
   uint64_t sent_bytes = 0;
-  // How the reference came: "" (none needed), "held", "pulled"; or why the server coded it.
+  // How the reference came: "" (none needed, or coded by the server), "held", "pulled"; and in
+  // words why the server coded the shard, or that its part could not be kept as a reference.
   std::string reference;
+  std::string reference_note;
 };
 
 // One shard as a push reads it: its tensors where they lie (in the mapped source file, not

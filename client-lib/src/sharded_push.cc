@@ -274,17 +274,21 @@ Result<PushResult> Client::PushFileSharded(std::string_view model, uint64_t vers
         std::to_string(version) + "/shards)");
   }
   if (encoded) {
-    // Coded here when every shard was; the references each came by, or why one was not.
+    // Coded here when every shard was. The reference was pulled when some rank pulled its
+    // part, held when every rank that needed one held it; the notes of every shard.
     result->encoded = true;
     result->sent_bytes = 0;
-    std::set<std::string> references;
+    std::set<std::string> notes;
     for (const ShardCoding& coding : codings) {
       result->encoded = result->encoded && coding.encoded;
       result->sent_bytes += coding.sent_bytes;
-      if (!coding.reference.empty()) references.insert(coding.reference);
+      if (coding.reference == "pulled" || result->reference.empty()) {
+        result->reference = coding.reference;
+      }
+      if (!coding.reference_note.empty()) notes.insert(coding.reference_note);
     }
-    for (const std::string& reference : references) {
-      result->reference += (result->reference.empty() ? "" : "; ") + reference;
+    for (const std::string& note : notes) {
+      result->reference_note += (result->reference_note.empty() ? "" : "; ") + note;
     }
   } else {
     result->sent_bytes = total;  // every shard's body, as it is

@@ -44,9 +44,9 @@ class CliTest : public ::testing::Test {
   }
 
   // The JSON a command prints with --json (stdout only); fails the test if it is not JSON.
-  json RunJson(const std::string& args) {
-    const std::string cmd = "CKPT_SERVER=" + daemon_->url() + " " + CKPT_CLI_BINARY + " --json " +
-                            args + " 2>/dev/null";
+  json RunJson(const std::string& args, const std::string& server = "") {
+    const std::string cmd = "CKPT_SERVER=" + (server.empty() ? daemon_->url() : server) + " " +
+                            CKPT_CLI_BINARY + " --json " + args + " 2>/dev/null";
     std::string out;
     FILE* pipe = popen(cmd.c_str(), "r");
     char buf[4096];
@@ -221,7 +221,10 @@ TEST_F(CliTest, AnEncodedPushWhoseReferenceIsDamagedPullsTheBaseOnce) {
       RunJson("push dmg 3 " + WriteFile("dmg3", body) + " --encoded --reference-dir " + refs);
   ASSERT_TRUE(third.is_object()) << third;
   EXPECT_TRUE(third["encoded"].get<bool>()) << third;
-  EXPECT_NE(third["reference"].get<std::string>().find("pulled"), std::string::npos) << third;
+  EXPECT_EQ(third["reference"], "pulled") << third;
+  EXPECT_NE(third["reference_note"].get<std::string>().find("did not restore the base"),
+            std::string::npos)
+      << third;
   const std::string out = (dir_.path() / "dmg3.restored").string();
   ASSERT_EQ(Run("pull dmg 3 -o " + out).exit_code, 0);
   EXPECT_EQ(testing::CheckWithinBound(body, ReadFile(out), 1e-3).error, "");
@@ -264,6 +267,43 @@ TEST_F(CliTest, TheDefaultReferenceDirectoryNamesTheHostInLowerCase) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(std::filesystem::exists(cache / "ckpt" / "references" / ("localhost-" + port) /
                                       "lc.safetensors"));
+}
+
+// A daemon that trusts its writers decodes nothing: the client checks the reference it holds
+// before coding against it, and pulls the base again when it is damaged.
+TEST_F(CliTest, AClientOfATrustingDaemonChecksItsReferenceItself) {
+  const auto trusting_dir = dir_.path() / "trusting";
+  std::filesystem::create_directories(trusting_dir);
+  const auto config = trusting_dir / "trusting.toml";
+  std::ofstream(config) << "[server]\ndecode_encoded_payloads = false\n"
+                        << "[storage]\nrearrange_delay_ms = 3600000\n";
+  DaemonProcess trusting(CKPTD_BINARY, trusting_dir,
+                         std::vector<std::string>{"--config", config.string()});
+  ASSERT_TRUE(trusting.Start()) << trusting.log();
+  ASSERT_EQ(
+      Run("policy tr '{\"mode\":\"lossy\",\"max_abs_error\":1e-3}'", trusting.url()).exit_code, 0);
+  DriftingModel model(14, 60000);
+  const std::string refs = (dir_.path() / "trusting-refs").string();
+  const json first =
+      RunJson("push tr 1 " + WriteFile("tr1", model.Next()) + " --encoded --reference-dir " + refs,
+              trusting.url());
+  ASSERT_TRUE(first.is_object()) << first;
+  std::string held = ReadFile(refs + "/tr.safetensors");
+  for (size_t i = held.size() / 2; i < held.size() / 2 + 4; ++i) held[i] ^= 0x5A;
+  WriteFile(refs + "/tr.safetensors", held);
+  const std::string body = model.Next();
+  const json second = RunJson(
+      "push tr 2 " + WriteFile("tr2", body) + " --encoded --reference-dir " + refs, trusting.url());
+  ASSERT_TRUE(second.is_object()) << second;
+  EXPECT_TRUE(second["encoded"].get<bool>()) << second;
+  EXPECT_EQ(second["reference"], "pulled") << second;
+  EXPECT_NE(second["reference_note"].get<std::string>().find("did not restore the base"),
+            std::string::npos)
+      << second;
+  const std::string out = (dir_.path() / "tr2.restored").string();
+  const auto pulled = Run("pull tr 2 -o " + out, trusting.url());
+  ASSERT_EQ(pulled.exit_code, 0) << pulled.output;
+  EXPECT_EQ(testing::CheckWithinBound(body, ReadFile(out), 1e-3).error, "");
 }
 
 // A held version that retention has since taken tensors from cannot be coded against: the pull

@@ -630,7 +630,8 @@ class EncodedTest(unittest.TestCase):
             f.write(damaged)
         answer = coder.push("m", 3, third)
         self.assertTrue(answer["encoded"])
-        self.assertIn("pulled", answer["reference"])
+        self.assertEqual(answer["reference"], "pulled")
+        self.assertIn("did not restore the base", answer["reference_note"])
         self.assertEqual(self.sha("m", 3), answer["sha256"])
         self.assertEqual(hashlib.sha256(read(held, "rb")).hexdigest(), answer["sha256"])
         # One that is no longer a safetensors file at all: the same.
@@ -640,6 +641,35 @@ class EncodedTest(unittest.TestCase):
         answer = coder.push("m", 4, fourth)
         self.assertIn("pulled", answer["reference"])
         self.assertEqual(self.sha("m", 4), answer["sha256"])
+
+    def test_a_client_of_a_trusting_daemon_checks_its_reference_itself(self):
+        work = os.path.join(self.tmp.name, "trusting")
+        os.makedirs(work)
+        trusting = Daemon(work, config="[server]\ndecode_encoded_payloads = false\n")
+        try:
+            url = f"http://127.0.0.1:{trusting.port}"
+            plain = ckptd.Client(url, progress=False)
+            plain.set_policy("m", {"mode": "lossy", "max_abs_error": 5e-3})
+            coder = ckptd.Client(url, progress=False, encoded=True,
+                                 reference_dir=os.path.join(work, "refs"))
+            first, second = self.versions(2)
+            self.assertEqual(coder.push("m", 1, first)["reference"], "")
+            held = os.path.join(work, "refs", "m.safetensors")
+            damaged = bytearray(read(held, "rb"))
+            for i in range(len(damaged) - 4096, len(damaged) - 4000):
+                damaged[i] ^= 0x5A
+            with open(held, "wb") as f:
+                f.write(damaged)
+            answer = coder.push("m", 2, second)
+            self.assertTrue(answer["encoded"])
+            self.assertEqual(answer["reference"], "pulled")
+            self.assertIn("did not restore the base", answer["reference_note"])
+            back = plain.pull("m", 2)
+            for name, value in second.items():
+                error = (back[name].double() - value.double()).abs().max().item()
+                self.assertLessEqual(error, 5e-3 if value.is_floating_point() else 0, name)
+        finally:
+            trusting.stop()
 
     def test_a_file_pushed_by_a_client_without_the_base_pulls_it_first(self):
         first, second = self.versions(2)
@@ -749,7 +779,7 @@ client = ckptd.Client({self.url!r}, encoded=True, progress=False)
 for step in (1, 2):
     answer = client.push("m", step, {{"w": np.ones(8, dtype=np.float32) * step}})
     assert answer["encoded"] is False and answer["sent_bytes"] == answer["raw_bytes"], answer
-    assert "daemon coded" in answer["reference"], answer
+    assert "daemon coded" in answer["reference_note"] and not answer["reference"], answer
 out = {os.path.join(self.tmp.name, "fallback.safetensors")!r}
 pulled = client.pull_encoded("m", out)
 assert pulled["encoded"] is False and pulled["version"] == 2 and pulled["verified"], pulled

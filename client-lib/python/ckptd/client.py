@@ -293,8 +293,9 @@ class Client:
 
         `encoded` (default: the Client's): the checkpoint is coded here by the daemon's plan and
         the wire carries the stored bytes; the answer then has "encoded" (whether it was),
-        "sent_bytes" and "reference" (how its deltas' base was had: "held", "pulled", "" when
-        none was needed)."""
+        "sent_bytes", "reference" (how its deltas' base was had: "held", "pulled", "" when none
+        was needed or the daemon coded the push) and "reference_note" (in words: that the one
+        held did not restore the base, or why the daemon coded the push; else "")."""
         query = [(f"metric.{k}", repr(float(v))) for k, v in (metrics or {}).items()]
         query += [("tag", t) for t in tags]
         path = f"/v1/models/{self._quote(model)}/versions/{int(step)}"
@@ -316,8 +317,9 @@ class Client:
                                              self._encode_threads, 3, label)
                 answer = self._put_body(model, path, body, label)
                 if uncoded:
-                    answer = dict(answer, encoded=False, sent_bytes=body.total,
-                                  reference="no native codec module: the daemon coded this push")
+                    answer = dict(answer, encoded=False, sent_bytes=body.total, reference="",
+                                  reference_note="no native codec module: the daemon coded this "
+                                                 "push")
                 return answer
             except CkptdError as error:
                 if len(attempts) > 1 and error.status == 409 \
@@ -347,8 +349,8 @@ class Client:
         `encoded` (default: the Client's): the rank codes its shard by the daemon's plan of it —
         the chunks of global tensors its slices hold whole, against its part of the last version
         (kept in `reference_dir` under "<model>.rank<r>-of-<n>", or pulled encoded), the rest
-        sent raw for the daemon to code; the answer then has "encoded", "sent_bytes" and
-        "reference" as push()'s."""
+        sent raw for the daemon to code; the answer then has "encoded", "sent_bytes",
+        "reference" and "reference_note" as push()'s."""
         metadata = dict(metadata or {})
         if slices:
             metadata["ckptd.slices"] = json.dumps(

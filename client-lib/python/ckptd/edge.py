@@ -12,6 +12,7 @@ the same files the `ckpt` CLI keeps: the base of the next push's deltas, and wha
 is sent "since". Without a directory, a push whose plan has deltas pulls its base first, and a
 pull receives the chains from their keyframes."""
 import contextlib
+import hashlib
 import json
 import mmap
 import os
@@ -143,7 +144,7 @@ def push_encoded(client, model, step, body, push_path, reference_dir, threads, r
     `replans` times) when another writer moved the model on meanwhile (409 STALE_PLAN). A kept
     reference the daemon finds does not restore the base (400 REFERENCE_DRIFTED: a damaged
     file) is forgotten and the base pulled, once. Returns the push's answer, with "encoded",
-    "sent_bytes" and "reference" added."""
+    "sent_bytes", "reference" and "reference_note" added."""
     from .client import CkptdError
     with _claimed(reference_dir, model):
         forgot_reference = False
@@ -153,8 +154,8 @@ def push_encoded(client, model, step, body, push_path, reference_dir, threads, r
                 answer = _push_once(client, model, step, body, push_path, reference_dir,
                                     threads, label)
                 if forgot_reference:
-                    answer["reference"] += (" (the reference held did not restore the base: "
-                                            "pulled again)")
+                    answer["reference_note"] = ("the reference held did not restore the base: "
+                                                "pulled again")
                 return answer
             except CkptdError as error:
                 if error.reason == "REFERENCE_DRIFTED" and reference_dir and not forgot_reference:
@@ -193,13 +194,19 @@ def _push_once(client, model, step, body, push_path, reference_dir, threads, lab
                     # The base version was deleted (its data is kept for the chains): nothing to
                     # pull, so the daemon codes this push.
                     answer = client._put_body(model, push_path, body, label)
-                    return dict(answer, encoded=False, sent_bytes=body.total,
-                                reference="the base version was deleted and cannot be pulled: "
-                                          "the server coded this push")
+                    return dict(answer, encoded=False, sent_bytes=body.total, reference="",
+                                reference_note="the base version was deleted and cannot be "
+                                               "pulled: the server coded this push")
                 reference_path = held["path"]
-            # The reference's digest was checked when it was kept (or just now, pulled); a
-            # daemon that does not trust its writers decodes every delta against its own
-            # reference and refuses a drifted one.
+                # Its digest was checked when it was kept (or just now, pulled). A daemon that
+                # decodes the payloads refuses a delta coded against a drifted one; one that
+                # trusts its writers relies on this check.
+                if source == "held" and not plan.get("decode_encoded_payloads", True) \
+                        and _file_sha256(reference_path) != base_sha:
+                    raise CkptdError(400, "INVALID_ARGUMENT",
+                                     f"the reference kept for {model!r} is not the "
+                                     f"reconstruction of version {base['version']}",
+                                     "REFERENCE_DRIFTED")
             try:
                 answer, coded = _send_encoded(client, model, push_path,
                                               _native.ENCODED_PUSH_MEDIA_TYPE, plan_text,
@@ -213,10 +220,17 @@ def _push_once(client, model, step, body, push_path, reference_dir, threads, lab
                 raise CkptdError(400, "INVALID_ARGUMENT",
                                  f"the reference kept for {model!r}: {error}",
                                  "REFERENCE_DRIFTED") from error
-        return dict(answer, encoded=True, sent_bytes=coded["encoded_bytes"], reference=source)
+        return dict(answer, encoded=True, sent_bytes=coded["encoded_bytes"], reference=source,
+                    reference_note="")
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _file_sha256(path):
+    """The SHA-256 (hex) of the file at `path`."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _rank_reference_name(model, rank, world_size):
@@ -265,8 +279,8 @@ def push_shard_encoded(client, model, step, rank, world_size, body, shard_path, 
     again (up to `replans` times) on 409 STALE_PLAN. Sent plain (coded by the daemon) when it
     cannot be coded here: no plan is given (an earlier version's upload is in progress, or this
     version is committed: the shard is then compared with the one committed), or no part of
-    the base holds its slices. Returns the shard's answer, with "encoded", "sent_bytes" and
-    "reference" added."""
+    the base holds its slices. Returns the shard's answer, with "encoded", "sent_bytes",
+    "reference" and "reference_note" added."""
     from .client import CkptdError
     name = _rank_reference_name(model, rank, world_size)
     with _claimed(reference_dir, name):
@@ -289,8 +303,8 @@ def push_shard_encoded(client, model, step, rank, world_size, body, shard_path, 
                 use_held = False
                 why = error.message
         answer = client._put_body(model, shard_path, body, label)
-        return dict(answer, encoded=False, sent_bytes=body.total,
-                    reference=f"no current plan ({why}): the server coded this shard")
+        return dict(answer, encoded=False, sent_bytes=body.total, reference="",
+                    reference_note=f"no current plan ({why}): the server coded this shard")
 
 
 def _push_shard_once(client, model, step, rank, world_size, body, shard_path, reference_dir,
@@ -300,8 +314,8 @@ def _push_shard_once(client, model, step, rank, world_size, body, shard_path, re
 
     def plain(why):
         answer = client._put_body(model, shard_path, body, label)
-        return dict(answer, encoded=False, sent_bytes=body.total,
-                    reference=f"{why}: the server coded this shard")
+        return dict(answer, encoded=False, sent_bytes=body.total, reference="",
+                    reference_note=f"{why}: the server coded this shard")
 
     scratch = tempfile.mkdtemp(prefix="ckptd-reference-")
     try:
@@ -348,7 +362,8 @@ def _push_shard_once(client, model, step, rank, world_size, body, shard_path, re
                                           _native.ENCODED_SHARD_MEDIA_TYPE, plan_text, checkpoint,
                                           reference_path, threads, reference_dir, name, held, step,
                                           "pushed_sha256")
-        return dict(answer, encoded=True, sent_bytes=coded["encoded_bytes"], reference=source)
+        return dict(answer, encoded=True, sent_bytes=coded["encoded_bytes"], reference=source,
+                    reference_note="")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -44,7 +44,7 @@ struct ClientOptions {
 
 struct TlsContext;     // client.cc: the TLS settings of an https:// client
 struct ShardCoding;    // encoded_shard_push.h: what coding one shard on the client came to
-struct ShardInput;    // encoded_shard_push.h: one shard's tensors and plain body
+struct ShardInput;     // encoded_shard_push.h: one shard's tensors and plain body
 class CheckpointView;  // ckpt/codec/edge_encoder.h
 
 // One daemon a client may talk to.
@@ -101,10 +101,13 @@ struct PushResult {
   bool lossy = false;         // some tensor was quantized: restores are within the bound
   uint64_t sent_bytes = 0;    // body bytes sent (the file's, unless encoded)
   bool encoded = false;       // coded by the client (PushFileEncoded)
-  // PushFileEncoded: how it came by the reference of its deltas: "" (none needed), "held" (kept
-  // from the last push), "pulled" (the base version was pulled first); or why it fell back to
-  // a push the server codes.
+  // PushFileEncoded: how it came by the reference of its deltas: "" (none needed, or the push
+  // fell back to the server's coding), "held" (kept from the last push), "pulled" (the base
+  // version was pulled first); and, in words, anything about it worth saying: that the one held
+  // did not restore the base, that the version pushed could not be kept as the next reference,
+  // or why the server coded the push.
   std::string reference;
+  std::string reference_note;
 };
 
 // How PullEncoded fetches a version (docs/api.md, "Encoded pull").
