@@ -177,13 +177,17 @@ RestoredSink CollectInto(std::vector<uint8_t>* out) {
 }
 
 Result<CheckpointView> CheckpointView::Parse(std::span<const uint8_t> body) {
+  if (body.size() < 8) {
+    return Status::InvalidArgument("not a safetensors file: shorter than 8 bytes");
+  }
   ByteReader r(body, "checkpoint");
   uint64_t json_size = 0;
   CKPT_RETURN_IF_ERROR(r.GetU64(&json_size));
-  if (json_size > body.size() - 8) {
-    return Status::InvalidArgument("checkpoint: a header of " + std::to_string(json_size) +
-                                   " bytes does not fit in a body of " +
-                                   std::to_string(body.size()));
+  // As a push the daemon codes says (ReadSafetensorsFileHeader).
+  if (json_size > body.size() - 8 || json_size > kMaxSafetensorsHeaderBytes) {
+    return Status::InvalidArgument("not a safetensors file: header length " +
+                                   std::to_string(json_size) +
+                                   " is larger than the file or the 100 MB limit");
   }
   const std::string_view json(reinterpret_cast<const char*>(body.data()) + 8, json_size);
   CKPT_ASSIGN_OR_RETURN(SafetensorsHeader header, ParseSafetensorsHeader(json, body.size()));

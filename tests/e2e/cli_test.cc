@@ -252,6 +252,14 @@ TEST_F(CliTest, EncodedOptionsOutOfPlaceAreUsageErrors) {
   expect_usage("pull u latest -o x --threads 2", "--threads goes with --encoded");
   expect_usage("pull u latest --hf-dir x --encoded", "not a Hugging Face view");
   expect_usage("pull u latest -o - --encoded", "not stdout");
+  // A file that is not safetensors is named so, coded here or by the server.
+  const std::string text = WriteFile("u.txt", "just a line of text\n");
+  for (const std::string encoded : {"", " --encoded"}) {
+    const auto r = Run("push u 1 " + text + encoded);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("not a safetensors file: header length"), std::string::npos)
+        << encoded << ": " << r.output;
+  }
   EXPECT_EQ(Run("ls u").exit_code, 1) << "nothing was pushed";
 }
 

@@ -642,6 +642,14 @@ class EncodedTest(unittest.TestCase):
         self.assertIn("pulled", answer["reference"])
         self.assertEqual(self.sha("m", 4), answer["sha256"])
 
+    def test_a_file_that_is_not_safetensors_is_named_so(self):
+        path = os.path.join(self.tmp.name, "notes.txt")
+        with open(path, "w") as f:
+            f.write("just a line of text\n")
+        with self.assertRaisesRegex(ValueError, "not a safetensors file: header length"):
+            self.coder("text").push("m", 1, path)
+        self.assertEqual(self.plain.list_models(), [])
+
     def test_a_client_of_a_trusting_daemon_checks_its_reference_itself(self):
         work = os.path.join(self.tmp.name, "trusting")
         os.makedirs(work)

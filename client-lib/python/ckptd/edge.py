@@ -36,6 +36,7 @@ def _codec_error(code, message):
     return error
 
 _PIECE = 1 << 20
+_MAX_HEADER_BYTES = 100_000_000  # a safetensors header's limit, as the daemon's
 _warned_unavailable = False
 
 # Answers to a pull "since" a held version after which the chains from their keyframes are
@@ -81,6 +82,9 @@ class _CheckpointParts:
             if len(head) < 8:
                 raise ValueError(f"{body.path!r} is not a safetensors file (shorter than 8 bytes)")
             (length,) = struct.unpack("<Q", head)
+            if length > min(_MAX_HEADER_BYTES, os.fstat(self._file.fileno()).st_size - 8):
+                raise ValueError(f"{body.path!r} is not a safetensors file: header length "
+                                 f"{length} is larger than the file or the 100 MB limit")
             self.raw_header = head + self._file.read(length)
             self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
             self.parts = [self._map]
