@@ -642,6 +642,14 @@ class EncodedTest(unittest.TestCase):
         self.assertIn("pulled", answer["reference"])
         self.assertEqual(self.sha("m", 4), answer["sha256"])
 
+    def test_what_the_clients_codec_refuses_raises_codec_error(self):
+        self.plain.push("m", 1, self.versions(1)[0])
+        out = os.path.join(self.tmp.name, "no-such-dir", "m.safetensors")
+        with self.assertRaises(ckptd.CodecError) as error:
+            self.coder("refused").pull_encoded("m", out)
+        self.assertEqual(error.exception.code, "IO_ERROR")
+        self.assertIn("no-such-dir", str(error.exception))
+
     def test_a_file_that_is_not_safetensors_is_named_so(self):
         path = os.path.join(self.tmp.name, "notes.txt")
         with open(path, "w") as f:

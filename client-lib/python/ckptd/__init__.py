@@ -15,14 +15,17 @@ pull_with_metadata. save_file(tensors, path) writes a safetensors file, load_fil
 
 Coded here, the wire carrying the stored bytes (edge.py): Client(url, encoded=True) pushes deltas
 against the last version it pushed or pulled and pulls "since" it; edge.available() says whether
-the native codec module is installed.
+the native codec module is installed. What the client's codec itself refuses (a damaged body or
+reference, a file it cannot write, an invalid model name) raises CodecError, a RuntimeError with
+`code` (e.g. "DATA_LOSS"); the daemon's answers raise CkptdError.
 """
 from . import edge
 from .background import BackgroundPusher, push_parallel, split_into_shards
 from .client import Client, CkptdError
+from .edge import CodecError
 from .safetensors import load_file, read_safetensors, safetensors_layout, save_file
 from .training import MissingOptimizerState, load_training_state, training_state
 
-__all__ = ["BackgroundPusher", "edge", "Client", "CkptdError", "MissingOptimizerState", "load_file",
-           "load_training_state", "push_parallel", "read_safetensors", "safetensors_layout",
-           "save_file", "split_into_shards", "training_state"]
+__all__ = ["BackgroundPusher", "edge", "Client", "CkptdError", "CodecError", "MissingOptimizerState",
+           "load_file", "load_training_state", "push_parallel", "read_safetensors",
+           "safetensors_layout", "save_file", "split_into_shards", "training_state"]

@@ -78,15 +78,20 @@ class _CheckpointParts:
         self._file = self._map = None
         if body.path is not None:
             self._file = open(body.path, "rb")
-            head = self._file.read(8)
-            if len(head) < 8:
-                raise ValueError(f"{body.path!r} is not a safetensors file (shorter than 8 bytes)")
-            (length,) = struct.unpack("<Q", head)
-            if length > min(_MAX_HEADER_BYTES, os.fstat(self._file.fileno()).st_size - 8):
-                raise ValueError(f"{body.path!r} is not a safetensors file: header length "
-                                 f"{length} is larger than the file or the 100 MB limit")
-            self.raw_header = head + self._file.read(length)
-            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                head = self._file.read(8)
+                if len(head) < 8:
+                    raise ValueError(f"{body.path!r} is not a safetensors file (shorter than 8 "
+                                     "bytes)")
+                (length,) = struct.unpack("<Q", head)
+                if length > min(_MAX_HEADER_BYTES, os.fstat(self._file.fileno()).st_size - 8):
+                    raise ValueError(f"{body.path!r} is not a safetensors file: header length "
+                                     f"{length} is larger than the file or the 100 MB limit")
+                self.raw_header = head + self._file.read(length)
+                self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            except BaseException:
+                self._file.close()
+                raise
             self.parts = [self._map]
         else:
             self.raw_header = body.prefix
