@@ -43,15 +43,18 @@ Result<PushResult> Client::PushFileEncoded(std::string_view model, uint64_t vers
     lock.emplace(std::move(claimed));
   }
   // A version pushed by another writer while this one was coded makes its plan stale: plan,
-  // pull the new base and code again. A reference the server finds is not the base's
-  // reconstruction (a damaged file) is forgotten once, and the base pulled.
+  // pull the new base and code again. A reference that is not the base's reconstruction (a
+  // damaged file, found by the server, or here when the server trusts its writers) is
+  // forgotten once, and the base pulled.
   bool forgot_reference = false;
   int replans = 0;
   for (;;) {
     auto pushed = PushEncodedOnce(model, version, path, *parsed, encoded, metadata);
     if (pushed.ok()) {
-      if (forgot_reference) {
-        pushed->reference_note = "the reference held did not restore the base: pulled again";
+      if (forgot_reference && pushed->encoded) {
+        const std::string& note = pushed->reference_note;
+        pushed->reference_note = "the reference held did not restore the base: pulled again" +
+                                 (note.empty() ? "" : "; " + note);
       }
       return pushed;
     }

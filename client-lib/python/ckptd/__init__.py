@@ -26,6 +26,7 @@ from .edge import CodecError
 from .safetensors import load_file, read_safetensors, safetensors_layout, save_file
 from .training import MissingOptimizerState, load_training_state, training_state
 
-__all__ = ["BackgroundPusher", "edge", "Client", "CkptdError", "CodecError", "MissingOptimizerState",
-           "load_file", "load_training_state", "push_parallel", "read_safetensors",
-           "safetensors_layout", "save_file", "split_into_shards", "training_state"]
+__all__ = ["BackgroundPusher", "edge", "Client", "CkptdError", "CodecError",
+           "MissingOptimizerState", "load_file", "load_training_state", "push_parallel",
+           "read_safetensors", "safetensors_layout", "save_file", "split_into_shards",
+           "training_state"]

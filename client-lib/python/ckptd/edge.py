@@ -151,8 +151,8 @@ def _needs_reference(plan):
 def push_encoded(client, model, step, body, push_path, reference_dir, threads, replans, label):
     """One encoded push of `body` (client._Body) as version `step`, planned again (up to
     `replans` times) when another writer moved the model on meanwhile (409 STALE_PLAN). A kept
-    reference the daemon finds does not restore the base (400 REFERENCE_DRIFTED: a damaged
-    file) is forgotten and the base pulled, once. Returns the push's answer, with "encoded",
+    reference that does not restore the base (REFERENCE_DRIFTED: a damaged file, found by the
+    daemon, or here when the daemon trusts its writers) is forgotten and the base pulled, once. Returns the push's answer, with "encoded",
     "sent_bytes", "reference" and "reference_note" added."""
     from .client import CkptdError
     with _claimed(reference_dir, model):
@@ -162,9 +162,10 @@ def push_encoded(client, model, step, body, push_path, reference_dir, threads, r
             try:
                 answer = _push_once(client, model, step, body, push_path, reference_dir,
                                     threads, label)
-                if forgot_reference:
-                    answer["reference_note"] = ("the reference held did not restore the base: "
-                                                "pulled again")
+                if forgot_reference and answer["encoded"]:
+                    answer["reference_note"] = "; ".join(filter(None, [
+                        "the reference held did not restore the base: pulled again",
+                        answer["reference_note"]]))
                 return answer
             except CkptdError as error:
                 if error.reason == "REFERENCE_DRIFTED" and reference_dir and not forgot_reference:
@@ -210,12 +211,16 @@ def _push_once(client, model, step, body, push_path, reference_dir, threads, lab
                 # Its digest was checked when it was kept (or just now, pulled). A daemon that
                 # decodes the payloads refuses a delta coded against a drifted one; one that
                 # trusts its writers relies on this check.
-                if source == "held" and not plan.get("decode_encoded_payloads", True) \
-                        and _file_sha256(reference_path) != base_sha:
-                    raise CkptdError(400, "INVALID_ARGUMENT",
-                                     f"the reference kept for {model!r} is not the "
-                                     f"reconstruction of version {base['version']}",
-                                     "REFERENCE_DRIFTED")
+                if source == "held" and not plan.get("decode_encoded_payloads", True):
+                    try:
+                        drifted = _file_sha256(reference_path) != base_sha
+                    except OSError:
+                        drifted = True  # unreadable: forgotten and pulled, as a damaged one
+                    if drifted:
+                        raise CkptdError(400, "INVALID_ARGUMENT",
+                                         f"the reference kept for {model!r} is not the "
+                                         f"reconstruction of version {base['version']}",
+                                         "REFERENCE_DRIFTED")
             try:
                 answer, coded = _send_encoded(client, model, push_path,
                                               _native.ENCODED_PUSH_MEDIA_TYPE, plan_text,
@@ -238,8 +243,11 @@ def _push_once(client, model, step, body, push_path, reference_dir, threads, lab
 
 def _file_sha256(path):
     """The SHA-256 (hex) of the file at `path`."""
+    sha = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        while piece := f.read(_PIECE):
+            sha.update(piece)
+    return sha.hexdigest()
 
 
 def _rank_reference_name(model, rank, world_size):
