@@ -152,8 +152,9 @@ def push_encoded(client, model, step, body, push_path, reference_dir, threads, r
     """One encoded push of `body` (client._Body) as version `step`, planned again (up to
     `replans` times) when another writer moved the model on meanwhile (409 STALE_PLAN). A kept
     reference that does not restore the base (REFERENCE_DRIFTED: a damaged file, found by the
-    daemon, or here when the daemon trusts its writers) is forgotten and the base pulled, once. Returns the push's answer, with "encoded",
-    "sent_bytes", "reference" and "reference_note" added."""
+    daemon, or here when the daemon trusts its writers) is forgotten and the base pulled, once.
+    Returns the push's answer, with "encoded", "sent_bytes", "reference" and "reference_note"
+    added."""
     from .client import CkptdError
     with _claimed(reference_dir, model):
         forgot_reference = False
