@@ -479,6 +479,11 @@ PushResult PushResultFromJson(const json& doc) {
   r.sha256 = doc.value("sha256", "");
   r.pushed_sha256 = doc.value("pushed_sha256", "");
   r.lossy = doc.value("lossy", false);
+  r.created_at = doc.value("created_at", "");
+  r.tensor_count = doc.value("tensor_count", uint32_t{0});
+  r.tags = doc.value("tags", std::vector<std::string>{});
+  r.metrics = doc.value("metrics", std::map<std::string, double>{});
+  r.labels = doc.value("labels", std::map<std::string, std::string>{});
   return r;
 }
 

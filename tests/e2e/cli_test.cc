@@ -459,8 +459,14 @@ TEST_F(CliTest, TagsMetricsRetentionGcScrubAndBackup) {
     std::string args = "push run " + std::to_string(v) + " " + file +
                        " --metric loss=" + std::to_string(10 - v) + " --label 'host=node 7'";
     if (v == 2) args += " --tag release";
-    auto r = Run(args);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const json r = RunJson(args);
+    ASSERT_TRUE(r.is_object()) << args;
+    // What the server answered, as `ls` and Python's push show it.
+    EXPECT_EQ(r["metrics"]["loss"], 10 - v) << r;
+    EXPECT_EQ(r["labels"]["host"], "node 7") << r;
+    EXPECT_EQ(r["tags"], v == 2 ? json::array({"release"}) : json::array()) << r;
+    EXPECT_FALSE(r["created_at"].get<std::string>().empty()) << r;
+    EXPECT_GT(r["tensor_count"].get<uint32_t>(), 0u) << r;
   }
   const std::string out = (dir_.path() / "release.safetensors").string();
   auto pull = Run("pull run tag:release -o " + out);

@@ -99,8 +99,13 @@ struct PushResult {
   std::string sha256;         // of the body a restore sends
   std::string pushed_sha256;  // of the body pushed (differs from sha256 when lossy)
   bool lossy = false;         // some tensor was quantized: restores are within the bound
-  uint64_t sent_bytes = 0;    // body bytes sent (the file's, unless encoded)
-  bool encoded = false;       // coded by the client (PushFileEncoded)
+  std::string created_at;     // the server's answer, as `ls` shows it
+  uint32_t tensor_count = 0;
+  std::vector<std::string> tags;
+  std::map<std::string, double> metrics;
+  std::map<std::string, std::string> labels;
+  uint64_t sent_bytes = 0;  // body bytes sent (the file's, unless encoded)
+  bool encoded = false;     // coded by the client (PushFileEncoded)
   // PushFileEncoded: how it came by the reference of its deltas: "" (none needed, or the push
   // fell back to the server's coding), "held" (kept from the last push), "pulled" (the base
   // version was pulled first); and, in words, anything about it worth saying: that the one held
