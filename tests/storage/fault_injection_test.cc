@@ -285,6 +285,16 @@ class FaultInjectionTest : public ::testing::Test {
     ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
   }
 
+  // A background pass that met the fault at `point`: its outcome as the fault says, every
+  // acknowledged version intact, nothing orphaned, and the store recovered.
+  template <typename Report>
+  void ExpectPassSurvived(const Result<Report>& result, const FaultPoint& point) {
+    ASSERT_NO_FATAL_FAILURE(ExpectPassOutcome(result, point));
+    ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
+    ASSERT_NO_FATAL_FAILURE(ExpectNothingOrphaned());
+    ASSERT_NO_FATAL_FAILURE(ExpectRecovery({}, {}, point.kind == FaultKind::kFatal));
+  }
+
   // Garbage collection (rebases) meeting the fault at `point` keeps the kept versions, and
   // frees their space once the store recovered.
   void CollectWithFault(const FaultPoint& point) {
@@ -296,11 +306,7 @@ class FaultInjectionTest : public ::testing::Test {
     GcOptions full;
     full.compaction = GcOptions::Compaction::kFull;
     fs_->Arm(FaultAt(point));
-    auto gc = store_->CollectGarbage("m", full);
-    ASSERT_NO_FATAL_FAILURE(ExpectPassOutcome(gc, point));
-    ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
-    ASSERT_NO_FATAL_FAILURE(ExpectNothingOrphaned());
-    ASSERT_NO_FATAL_FAILURE(ExpectRecovery({}, {}, point.kind == FaultKind::kFatal));
+    ASSERT_NO_FATAL_FAILURE(ExpectPassSurvived(store_->CollectGarbage("m", full), point));
     auto again = store_->CollectGarbage("m", full);
     ASSERT_TRUE(again.ok()) << again.status().ToLogString();
     auto scrub = store_->Scrub("m");
@@ -313,11 +319,7 @@ class FaultInjectionTest : public ::testing::Test {
   void RearrangeWithFault(const FaultPoint& point) {
     for (uint64_t v = 1; v <= 3; ++v) ASSERT_NO_FATAL_FAILURE(PushAcknowledged(v));
     fs_->Arm(FaultAt(point));
-    auto report = store_->RearrangeLatest("m", nullptr);
-    ASSERT_NO_FATAL_FAILURE(ExpectPassOutcome(report, point));
-    ASSERT_NO_FATAL_FAILURE(ExpectAcknowledgedIntact());
-    ASSERT_NO_FATAL_FAILURE(ExpectNothingOrphaned());
-    ASSERT_NO_FATAL_FAILURE(ExpectRecovery({}, {}, point.kind == FaultKind::kFatal));
+    ASSERT_NO_FATAL_FAILURE(ExpectPassSurvived(store_->RearrangeLatest("m", nullptr), point));
     auto again = store_->RearrangeLatest("m", nullptr);
     ASSERT_TRUE(again.ok()) << again.status().ToLogString();
     ASSERT_NO_FATAL_FAILURE(ExpectNothingOrphaned());
